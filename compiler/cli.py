@@ -1,0 +1,121 @@
+"""The `rlc` command line. Each command imports what it needs when it runs, so `rlc` starts fast."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
+
+
+def _color(stream) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def _parse_overrides(values: tuple[str, ...]):
+    from rlc.compiler.overrides import OverrideError, parse_override
+
+    try:
+        return [parse_override(v) for v in values]
+    except OverrideError as exc:
+        msg = str(exc) + (f"\n  help: {exc.hint}" if exc.hint else "")
+        raise click.UsageError(msg) from None
+
+
+def _emit(diags, fmt: str, ok_line: str, **extra) -> int:
+    from rlc.compiler.diagnostics import has_errors, render_json, render_text
+
+    if fmt == "json":
+        click.echo(render_json(diags, **extra))
+    else:
+        if diags:
+            click.echo(render_text(diags, _color(sys.stderr)), err=True)
+        if not has_errors(diags):
+            click.echo(ok_line)
+    return EXIT_SPEC if has_errors(diags) else EXIT_OK
+
+
+FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                      help="Diagnostics as compiler text (stderr) or JSON (stdout).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rlc")
+def cli() -> None:
+    """rlc: check, resolve, plan and launch LLM RL post-training jobs."""
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@FORMAT
+def validate(spec: str, overrides: tuple[str, ...], fmt: str) -> None:
+    """Check SPEC (plus key=value OVERRIDES) and report every problem.
+
+    Exit 0 when valid, 1 when the spec has errors, 2 on a usage error.
+    """
+    ovs = _parse_overrides(overrides)
+    from rlc.compiler.frontend import analyze
+
+    analysis = analyze(spec, ovs)
+    n_warn = sum(1 for d in analysis.diagnostics if d.severity == "warning")
+    suffix = f" ({n_warn} warning(s))" if n_warn else ""
+    sys.exit(_emit(analysis.diagnostics, fmt, f"{spec}: valid{suffix}", file=spec))
+
+
+@cli.command()
+def schema() -> None:
+    """Print the JSON Schema of spec v1 (with installed extensions)."""
+    from rlc.spec.model import default_model
+    from rlc.spec.schema import build_schema, dumps
+
+    click.echo(dumps(build_schema(default_model())), nl=False)
+
+
+@cli.command()
+@click.argument("key")
+def explain(key: str) -> None:
+    """Describe KEY: its type, default, doc, accepted values and the rules that involve it."""
+    from rlc.compiler.explain import explain_key
+
+    text, ok = explain_key(key)
+    click.echo(text)
+    sys.exit(EXIT_OK if ok else EXIT_USAGE)
+
+
+@cli.command()
+@click.argument("old", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the migrated spec here (must not exist).")
+@click.option("--in-place", is_flag=True, help="Rewrite OLD itself.")
+@click.option("--check", is_flag=True, help="Exit 1 when OLD needs migrating; write nothing.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff instead of the migrated file.")
+@click.option("--force", is_flag=True, help="Let -o replace an existing file.")
+def migrate(old: str, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool) -> None:
+    """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
+
+    Without -o/--in-place the result goes to stdout and no file is touched.
+    """
+    from rlc.compiler.migration import run_migrate
+
+    if output and in_place:
+        raise click.UsageError("use either -o/--output or --in-place, not both")
+    sys.exit(run_migrate(old, output, in_place, check, show_diff, force))
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="rlc", standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("rlc: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # a bug in rlc: say so plainly, keep the traceback for RLC_DEBUG=1
+        if os.environ.get("RLC_DEBUG"):
+            raise
+        click.echo(f"rlc: internal error: {type(exc).__name__}: {exc} (rerun with RLC_DEBUG=1 and report it)", err=True)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Diagnostics are data: a code, a severity, the key and place they concern, what is wrong and the fix."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Optional
+
+ERROR = "error"
+WARNING = "warning"
+INFO = "info"
+
+COMMAND_LINE = "<command line>"
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str
+    line: int  # 1-based; 0 when unknown
+    col: int  # 1-based; 0 when unknown
+    text: Optional[str] = None  # the source line (or the override) shown under the message
+
+
+@dataclass
+class Diagnostic:
+    code: str
+    severity: str
+    message: str
+    key: Optional[str] = None
+    location: Optional[Location] = None
+    hint: Optional[str] = None
+    values: dict[str, Any] = field(default_factory=dict)
+    related: list[str] = field(default_factory=list)  # other dotted keys the finding involves
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == ERROR
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        loc = d.pop("location")
+        d["file"] = loc["file"] if loc else None
+        d["line"] = loc["line"] if loc else None
+        d["column"] = loc["col"] if loc else None
+        return d
+
+
+def has_errors(diags: Iterable[Diagnostic]) -> bool:
+    return any(d.is_error for d in diags)
+
+
+def _caret_width(text: str, col: int) -> int:
+    rest = text[col - 1 :] if col > 0 else ""
+    token = rest.split(" #", 1)[0].rstrip()
+    return max(1, min(len(token), 60))
+
+
+def render_text(diags: list[Diagnostic], color: bool = False) -> str:
+    """Compiler-style text: header, location arrow, the source line with a caret, then the fix."""
+    paint = _painter(color)
+    out: list[str] = []
+    for d in diags:
+        head = paint(d.severity, f"{d.severity}[{d.code}]") + paint("bold", f": {d.message}")
+        out.append(head)
+        loc = d.location
+        if loc is not None:
+            where = loc.file if loc.line <= 0 else f"{loc.file}:{loc.line}:{loc.col}"
+            out.append(f"  --> {where}")
+            if loc.text is not None:
+                num = str(loc.line) if loc.line > 0 else ""
+                pad = " " * max(len(num), 1)
+                out.append(f" {pad} |")
+                out.append(f" {num.rjust(len(pad))} | {loc.text.rstrip()}")
+                if loc.col > 0:
+                    caret = " " * (loc.col - 1) + "^" * _caret_width(loc.text, loc.col)
+                    out.append(f" {pad} | " + paint(d.severity, caret))
+        if d.key:
+            out.append(f"   = key: {d.key}")
+        if d.hint:
+            out.append("   = " + paint("help", "help") + f": {d.hint}")
+        out.append("")
+    errors = sum(1 for d in diags if d.severity == ERROR)
+    warnings = sum(1 for d in diags if d.severity == WARNING)
+    if errors or warnings:
+        out.append(f"{errors} error(s), {warnings} warning(s)")
+    return "\n".join(out)
+
+
+def render_json(diags: list[Diagnostic], **extra: Any) -> str:
+    body = {
+        "ok": not has_errors(diags),
+        "errors": sum(1 for d in diags if d.severity == ERROR),
+        "warnings": sum(1 for d in diags if d.severity == WARNING),
+        "diagnostics": [d.to_json() for d in diags],
+        **extra,
+    }
+    return json.dumps(body, indent=2, default=str)
+
+
+def _painter(color: bool):
+    codes = {"error": "31;1", "warning": "33;1", "info": "36;1", "help": "32;1", "bold": "1"}
+
+    def paint(kind: str, text: str) -> str:
+        if not color:
+            return text
+        return f"\x1b[{codes.get(kind, '0')}m{text}\x1b[0m"
+
+    return paint

@@ -1,0 +1,48 @@
+"""`rlc explain KEY`: type, default, doc, accepted values and the rules a key takes part in."""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+from rlc.spec.model import default_model, to_plain, type_label
+
+
+def explain_key(key: str) -> tuple[str, bool]:
+    from rlc.compiler.check import rules_for
+    from rlc.spec.legacy import legacy_target
+
+    model = default_model()
+    spec = model.lookup(key)
+    if spec is None:
+        target = legacy_target(key)
+        if target:
+            return f"{key} is a legacy SkyRL key; in spec v1 it is {target} (`rlc migrate` rewrites it)", True
+        close = difflib.get_close_matches(key, model.paths(), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        return f"unknown key {key}{hint}", False
+    lines = [key, f"  {spec.doc}"]
+    if spec.section is not None:
+        lines.append(f"  type: section{' (or null)' if spec.optional else ''}")
+        lines.append("  keys:")
+        for child in model.fields_of(spec.section, key):
+            lines.append(f"    {child.name:<40} {type_label(child.tp) if child.section is None else 'section':<18} {child.doc}")
+    else:
+        lines.append(f"  type: {type_label(spec.tp)}")
+        lines.append(f"  default: {json.dumps(to_plain(spec.default()))}")
+        values = model.allowed_values(spec)
+        if values:
+            lines.append(f"  accepted values: {', '.join(map(str, values))}" + (" (or null)" if spec.optional else ""))
+        bounds = [f"{w} {spec.meta[m]}" for m, w in (("minimum", ">="), ("exclusive_minimum", ">"), ("maximum", "<=")) if m in spec.meta]
+        if bounds:
+            lines.append(f"  range: {', '.join(bounds)}")
+        if spec.meta.get("passthrough"):
+            lines.append("  free-form mapping: its keys are passed through unchecked")
+    origin = model.extensions.origin.get(key)
+    if origin:
+        lines.append(f"  added by extension: {origin}")
+    rules = rules_for(key)
+    if rules:
+        lines.append("  rules:")
+        lines.extend(f"    {r.code}  {r.title}" for r in rules)
+    return "\n".join(lines), True

@@ -1,0 +1,111 @@
+"""The front end as one call: load -> migrate -> validate -> resolve -> check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from rlc.compiler.diagnostics import ERROR, Diagnostic, has_errors
+from rlc.compiler.load import Document, LoadError, load_document, to_plain
+from rlc.compiler.overrides import Override
+from rlc.compiler.resolve import Resolution, resolve
+from rlc.compiler.validate import validate
+from rlc.spec.model import SpecModel, default_model
+
+
+@dataclass
+class Analysis:
+    doc: Optional[Document]
+    resolution: Optional[Resolution] = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    migration: Any = None  # the MigrationReport when the file (or an override) was legacy
+
+    @property
+    def spec(self):
+        return self.resolution.spec if self.resolution else None
+
+    @property
+    def ok(self) -> bool:
+        return not has_errors(self.diagnostics)
+
+
+def written_paths(data: Any, model: SpecModel, prefix: str = "") -> set[str]:
+    """Field paths a document writes (sections and leaves)."""
+    out: set[str] = set()
+    if not isinstance(data, dict):
+        return out
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        spec = model.lookup(path)
+        if spec is None:
+            continue
+        out.add(path)
+        if spec.section is not None and isinstance(value, dict):
+            out |= written_paths(value, model, path)
+    return out
+
+
+def analyze(source: str | Path, overrides: list[Override] = (), model: Optional[SpecModel] = None,
+            env: Optional[dict] = None, display: Optional[str] = None) -> Analysis:
+    """Everything the compiler can say about a spec file plus overrides, without touching anything else."""
+    try:
+        doc = load_document(source, display)
+    except LoadError as exc:
+        return Analysis(None, diagnostics=[exc.diagnostic])
+    return analyze_document(doc, overrides, model, env)
+
+
+def analyze_document(doc: Document, overrides: list[Override] = (), model: Optional[SpecModel] = None,
+                     env: Optional[dict] = None) -> Analysis:
+    from rlc.spec.versions import upgrade
+
+    model = model or default_model()
+    analysis = Analysis(doc)
+    report = upgrade(doc, list(overrides))
+    if report is not None:
+        analysis.migration = report
+        analysis.diagnostics.extend(report.diagnostics(doc))
+    data = to_plain(doc.data)
+    schema_diags, invalid = validate(doc, data, model, _schema(model))
+    analysis.diagnostics.extend(schema_diags)
+    if any(d.code == "RLC-E014" for d in schema_diags):
+        return analysis
+    explicit = written_paths(data, model) - invalid
+    typed = model.to_typed(data, frozenset(invalid))
+
+    def locate(path: str):
+        return doc.locate(tuple(path.split(".")))
+
+    resolution = resolve(typed, explicit, locate)
+    analysis.resolution = resolution
+    analysis.diagnostics.extend(resolution.diagnostics)
+    from rlc.compiler.check import check
+
+    def locate_written(key: str, related: list[str] = ()):
+        for k in [key, *related]:
+            if k in explicit:
+                return locate(k)
+        return locate(key)
+
+    for d in check(resolution.spec, locate_written, env):
+        if _touches(d, invalid):
+            continue
+        analysis.diagnostics.append(d)
+    return analysis
+
+
+def _touches(d: Diagnostic, invalid: set[str]) -> bool:
+    keys = [d.key or ""] + list(d.related)
+    return any(k == bad or k.startswith(bad + ".") or bad.startswith(k + ".") for k in keys for bad in invalid)
+
+
+_SCHEMAS: dict[int, dict] = {}
+
+
+def _schema(model: SpecModel) -> dict:
+    from rlc.spec.schema import build_schema, committed_schema
+
+    if id(model) not in _SCHEMAS:
+        _SCHEMAS[id(model)] = committed_schema() if model.extensions.is_empty() else build_schema(model)
+    return _SCHEMAS[id(model)]

@@ -1,0 +1,253 @@
+"""Load a YAML spec with ruamel.yaml round-trip, keeping the line and column of every key and value.
+
+Everything a hostile or broken file can do is refused here with a diagnostic: oversize files, non-UTF-8
+bytes, syntax errors, duplicate keys, unknown tags, alias bombs, and a top level that is no mapping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from rlc.compiler.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
+
+MAX_BYTES = 1 << 20  # 1 MiB; real configs are tens of KiB
+MAX_NODES = 100_000  # nodes after alias expansion (billion-laughs guard)
+STANDARD_TAGS = {
+    None,
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+    "tag:yaml.org,2002:map",
+    "tag:yaml.org,2002:seq",
+}
+
+Path_ = tuple  # a path into the document: keys (str) and list indices (int)
+
+
+class LoadError(Exception):
+    """The file cannot be read as a spec; carries the diagnostic."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+@dataclass
+class Document:
+    """A loaded spec: the round-trip tree plus what is needed to point at any node of it."""
+
+    name: str
+    text: str
+    data: Any  # ruamel CommentedMap
+    overrides: dict[Path_, str] = field(default_factory=dict)  # path -> the override as typed
+    legacy: bool = False
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
+
+    def line_text(self, line: int) -> Optional[str]:
+        lines = self.lines
+        return lines[line - 1] if 0 < line <= len(lines) else None
+
+    def locate(self, path: Path_, key: bool = False) -> Location:
+        """Where `path` is written: its key (key=True) or value; the nearest written ancestor if absent."""
+        for n in range(len(path), 0, -1):
+            if tuple(path[:n]) in self.overrides:
+                return Location(COMMAND_LINE, 0, 0, self.overrides[tuple(path[:n])])
+        node = self.data
+        best: Optional[tuple[int, int]] = None
+        for i, part in enumerate(path):
+            last = i == len(path) - 1
+            pos = _child_pos(node, part, key and last)
+            if pos is None:
+                break
+            best = pos
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                break
+        if best is None:
+            return Location(self.name, 0, 0)
+        line, col = best[0] + 1, best[1] + 1
+        return Location(self.name, line, col, self.line_text(line))
+
+
+def _child_pos(node: Any, part: Any, key: bool) -> Optional[tuple[int, int]]:
+    lc = getattr(node, "lc", None)
+    if lc is None:
+        return None
+    try:
+        if isinstance(part, int):
+            return lc.item(part)
+        return lc.key(part) if key else lc.value(part)
+    except (KeyError, IndexError, TypeError, AttributeError):
+        try:
+            return (lc.line, lc.col) if part in node else None
+        except TypeError:
+            return None
+
+
+def _yaml():
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="rt")
+    y.allow_duplicate_keys = False
+    y.preserve_quotes = True
+    return y
+
+
+def _diag(code: str, message: str, name: str, line: int = 0, col: int = 0, text: Optional[str] = None, hint: Optional[str] = None) -> Diagnostic:
+    return Diagnostic(code, ERROR, message, location=Location(name, line, col, text), hint=hint)
+
+
+def read_text(path: Path, name: Optional[str] = None) -> str:
+    """The file's text, or LoadError for unreadable, oversize or non-UTF-8 files."""
+    name = name or str(path)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise LoadError(_diag("RLC-E008", f"{name} is not a regular file", name))
+        if size > MAX_BYTES:
+            raise LoadError(_diag("RLC-E005", f"file is {size} bytes; specs are limited to {MAX_BYTES} bytes", name,
+                                  hint="a spec this large is almost certainly not a config; check the path"))
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise LoadError(_diag("RLC-E008", f"cannot read {name}: {exc.strerror or exc}", name)) from None
+    return decode(raw, name)
+
+
+def decode(raw: bytes, name: str) -> str:
+    if len(raw) > MAX_BYTES:
+        raise LoadError(_diag("RLC-E005", f"input is {len(raw)} bytes; specs are limited to {MAX_BYTES} bytes", name))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise LoadError(_diag("RLC-E006", f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8", name, line, col,
+                              hint="save the file as UTF-8")) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise LoadError(_diag("RLC-E006", "the file contains NUL bytes; it is not a text file", name, line, 1))
+    return text
+
+
+def parse(text: str, name: str) -> Any:
+    """Parse YAML text into a round-trip tree; LoadError on any YAML-level problem."""
+    from ruamel.yaml.constructor import DuplicateKeyError
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    lines = text.splitlines()
+
+    def at(mark) -> tuple[int, int, Optional[str]]:
+        if mark is None:
+            return 0, 0, None
+        line = mark.line + 1
+        return line, mark.column + 1, lines[line - 1] if 0 < line <= len(lines) else None
+
+    try:
+        data = _yaml().load(text)
+    except DuplicateKeyError as exc:
+        line, col, src = at(exc.problem_mark)
+        first = exc.context_mark.line + 1 if exc.context_mark else None
+        problem = (exc.problem or "duplicate key").replace('found duplicate key', 'duplicate key')
+        raise LoadError(_diag("RLC-E002", problem, name, line, col, src,
+                              hint=f"remove one of the two (the first is on line {first})" if first else "remove one of the two")) from None
+    except MarkedYAMLError as exc:
+        line, col, src = at(exc.problem_mark)
+        message = f"YAML syntax error: {exc.problem or exc.context or 'cannot parse'}"
+        raise LoadError(_diag("RLC-E001", message, name, line, col, src)) from None
+    except YAMLError as exc:
+        raise LoadError(_diag("RLC-E001", f"YAML error: {exc}", name)) from None
+    except RecursionError:
+        raise LoadError(_diag("RLC-E004", "the document is nested too deeply", name)) from None
+    _check_tags_and_size(data, name, lines)
+    return data
+
+
+def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+
+    sizes: dict[int, int] = {}
+
+    def tag_of(node: Any) -> Optional[str]:
+        tag = getattr(node, "tag", None)
+        return getattr(tag, "value", None) if tag is not None else None
+
+    def visit(node: Any, parent: Any, part: Any, depth: int) -> int:
+        if depth > 200:
+            raise LoadError(_diag("RLC-E004", "the document is nested too deeply", name))
+        if id(node) in sizes:
+            return sizes[id(node)]
+        tag = tag_of(node) if isinstance(node, (TaggedScalar, CommentedMap, CommentedSeq)) else None
+        if isinstance(node, TaggedScalar) or tag not in STANDARD_TAGS:
+            pos = _child_pos(parent, part, False) if parent is not None else None
+            line, col = (pos[0] + 1, pos[1] + 1) if pos else (0, 0)
+            raise LoadError(_diag("RLC-E003", f"unknown YAML tag {tag}", name, line, col,
+                                  lines[line - 1] if 0 < line <= len(lines) else None,
+                                  hint="specs use plain YAML values; remove the tag"))
+        total = 1
+        if isinstance(node, dict):
+            for k, v in node.items():
+                total += visit(v, node, k, depth + 1)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                total += visit(v, node, i, depth + 1)
+        sizes[id(node)] = total
+        if total > MAX_NODES:
+            raise LoadError(_diag("RLC-E004", f"the document expands to more than {MAX_NODES} nodes through aliases",
+                                  name, hint="aliases that repeat aliases multiply; write the values out"))
+        return total
+
+    visit(data, None, None, 0)
+
+
+def load_document(path: str | Path, display: Optional[str] = None) -> Document:
+    """Read, decode and parse a spec file; LoadError unless its top level is a mapping."""
+    p = Path(path)
+    name = display or str(path)
+    text = read_text(p, name)
+    return document_from_text(text, name)
+
+
+def document_from_text(text: str, name: str) -> Document:
+    data = parse(text, name)
+    if data is None:
+        raise LoadError(_diag("RLC-E007", "the spec is empty", name, hint="start from one of the files in examples/"))
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__} value"
+        raise LoadError(_diag("RLC-E007", f"the top level is {kind}; a spec is a mapping of sections", name, 1, 1,
+                              text.splitlines()[0] if text else None, hint="write `version: 1` and the sections as top-level keys"))
+    return Document(name, text, data)
+
+
+def to_plain(node: Any) -> Any:
+    """Round-trip nodes as plain Python values (dict, list, str, int, float, bool, None)."""
+    if isinstance(node, dict):
+        return {_plain_key(k): to_plain(v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [to_plain(v) for v in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+def _plain_key(k: Any) -> Any:
+    if isinstance(k, str):
+        return str(k)
+    if isinstance(k, (list, tuple)):
+        return tuple(to_plain(list(k)))
+    return k

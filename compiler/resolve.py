@@ -1,0 +1,262 @@
+"""Resolve: from the typed spec to a config in which every derived value is explicit.
+
+Derivations follow SkyRL's `__post_init__` hooks and `validate_cfg` mutations (skyrl-rules.md §2), then
+rlc's own: placement counts from `cluster` when the spec leaves them unset, and `cluster` from the
+placement when it is unset. Each derived value records the keys it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from rlc.compiler.diagnostics import ERROR, Diagnostic
+from rlc.spec.generation import SamplingParams
+from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
+
+REF = re.compile(r"\$\{([^{}]+)\}")
+
+
+@dataclass
+class Resolution:
+    spec: Any  # the resolved RlcSpec
+    explicit: set[str]  # field paths written in the spec or overrides
+    derived: dict[str, list[str]] = field(default_factory=dict)  # path -> the keys it was derived from
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def get(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def put(obj: Any, path: str, value: Any) -> None:
+    *head, last = path.split(".")
+    for part in head:
+        obj = getattr(obj, part)
+    setattr(obj, last, value)
+
+
+def ref_on(spec) -> bool:
+    alg = spec.trainer.algorithm
+    return bool(alg.use_kl_loss or alg.use_kl_in_reward)
+
+
+def critic_on(spec) -> bool:
+    return spec.trainer.critic.model.path is not None
+
+
+def engine_gpus(ie) -> int:
+    """GPUs one inference engine takes (expert parallelism reuses them)."""
+    return _int(ie.tensor_parallel_size) * _int(ie.pipeline_parallel_size) * _int(ie.data_parallel_size)
+
+
+def _int(v: Any, default: int = 1) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+class _Resolver:
+    def __init__(self, spec: Any, explicit: set[str], locate):
+        self.spec = copy.deepcopy(spec)
+        self.explicit = explicit
+        self.locate = locate
+        self.out = Resolution(self.spec, explicit)
+
+    def derive(self, path: str, value: Any, sources: list[str]) -> None:
+        put(self.spec, path, value)
+        self.out.derived[path] = sources
+
+    def unset(self, path: str) -> bool:
+        return path not in self.explicit
+
+    # -- ${...} references -----------------------------------------------------------------
+
+    def interpolate(self) -> None:
+        for path, value in list(_walk(self.spec, "")):
+            if isinstance(value, str) and "${" in value:
+                resolved = self._expand(path, value, [path])
+                if resolved is not _FAILED:
+                    put(self.spec, path, resolved)
+
+    def _expand(self, path: str, value: str, chain: list[str]) -> Any:
+        whole = REF.fullmatch(value)
+        refs = REF.findall(value)
+        if not refs:
+            return value
+        results = {}
+        for ref in refs:
+            if ref.startswith("oc.env:") or ":" in ref:
+                continue  # resolved on the node that runs the job
+            try:
+                target = get(self.spec, ref)
+            except AttributeError:
+                self._bad(path, f"{path} refers to ${{{ref}}}, which is not a key of the spec",
+                          "point the reference at an existing dotted key, e.g. ${trainer.max_prompt_length}")
+                return _FAILED
+            if ref in chain:
+                self._bad(path, f"{path}: references form a cycle ({' -> '.join(chain + [ref])})", "break the cycle with a literal value")
+                return _FAILED
+            if isinstance(target, str) and "${" in target:
+                target = self._expand(ref, target, chain + [ref])
+                if target is _FAILED:
+                    return _FAILED
+                put(self.spec, ref, target)
+            results[ref] = target
+        if whole and whole.group(1) in results:
+            self.out.derived[path] = [whole.group(1)]
+            return copy.deepcopy(results[whole.group(1)])
+        self.out.derived[path] = list(results)
+        return REF.sub(lambda m: str(results[m.group(1)]) if m.group(1) in results else m.group(0), value)
+
+    def _bad(self, path: str, message: str, hint: str) -> None:
+        self.out.diagnostics.append(Diagnostic("RLC-E016", ERROR, message, key=path, location=self.locate(path), hint=hint))
+
+    # -- SkyRL's derivations ------------------------------------------------------------------
+
+    def skyrl(self) -> None:
+        s = self.spec
+        t, g, alg = s.trainer, s.generator, s.trainer.algorithm
+        if t.strategy == "fsdp":
+            self.derive("trainer.strategy", "fsdp2", ["trainer.strategy"])
+        if t.ref.model.path is None:
+            self.derive("trainer.ref.model.path", t.policy.model.path, ["trainer.policy.model.path"])
+        if g.eval_sampling_params is None:
+            mgl = g.sampling_params.max_generate_length
+            self.derive("generator.eval_sampling_params", SamplingParams(temperature=0.0, max_generate_length=mgl),
+                        ["generator.sampling_params.max_generate_length"])
+        if g.max_input_length is None:
+            self.derive("generator.max_input_length", t.max_prompt_length, ["trainer.max_prompt_length"])
+        if g.rope_scaling is None and t.rope_scaling is not None:
+            self.derive("generator.rope_scaling", copy.deepcopy(t.rope_scaling), ["trainer.rope_scaling"])
+        if g.rope_theta is None and t.rope_theta is not None:
+            self.derive("generator.rope_theta", t.rope_theta, ["trainer.rope_theta"])
+        if alg.temperature is None:
+            self.derive("trainer.algorithm.temperature", g.sampling_params.temperature, ["generator.sampling_params.temperature"])
+        if alg.max_seq_len is None and isinstance(g.max_input_length, int) and isinstance(g.sampling_params.max_generate_length, int):
+            self.derive("trainer.algorithm.max_seq_len", g.max_input_length + g.sampling_params.max_generate_length,
+                        ["generator.max_input_length", "generator.sampling_params.max_generate_length"])
+        for role in ("policy", "ref"):
+            mc = get(t, f"{role}.megatron_config")
+            for name, defaults in (("transformer_config_kwargs", DEFAULT_TRANSFORMER_CONFIG_KWARGS),
+                                   ("optimizer_config_kwargs", DEFAULT_MEGATRON_OPTIMIZER_KWARGS)):
+                current = getattr(mc, name) or {}
+                missing = {k: copy.deepcopy(v) for k, v in defaults.items() if k not in current}
+                if missing or getattr(mc, name) is None:
+                    self.derive(f"trainer.{role}.megatron_config.{name}", {**current, **missing},
+                                [f"trainer.{role}.megatron_config.{name}"])
+        opc = alg.off_policy_correction
+        if alg.use_tis:
+            self.derive("trainer.algorithm.off_policy_correction.tis_ratio_type", "token", ["trainer.algorithm.use_tis"])
+            self.derive("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high", alg.tis_imp_ratio_cap,
+                        ["trainer.algorithm.use_tis", "trainer.algorithm.tis_imp_ratio_cap"])
+        if (opc.tis_ratio_type or opc.sequence_mask_metric) and g.sampling_params.logprobs is None:
+            self.derive("generator.sampling_params.logprobs", 1, ["trainer.algorithm.off_policy_correction"])
+
+    # -- placement <-> cluster ------------------------------------------------------------------
+
+    def placement(self) -> None:
+        s = self.spec
+        c, p, ie = s.cluster, s.trainer.placement, s.generator.inference_engine
+        G, N = c.gpus_per_node, c.num_nodes
+        if not isinstance(G, int) or not isinstance(N, int):
+            self._cluster_from_placement()
+            return
+        total = G * N
+        per_engine = engine_gpus(ie)
+        roles = ["policy"] + (["ref"] if ref_on(s) else []) + (["critic"] if critic_on(s) else [])
+        src = ["cluster.gpus_per_node", "cluster.num_nodes"]
+        if p.colocate_all:
+            for role in roles:
+                self._role_from(role, total, G, src)
+            if self.unset("generator.inference_engine.num_engines") and ie.run_engines_locally and total % per_engine == 0:
+                self.derive("generator.inference_engine.num_engines", total // per_engine,
+                            src + ["generator.inference_engine.tensor_parallel_size",
+                                   "generator.inference_engine.pipeline_parallel_size",
+                                   "generator.inference_engine.data_parallel_size"])
+            return
+        # Separate groups: models whose counts are unset share what the engines and explicit models leave.
+        separate = ["policy"] + (["critic"] if critic_on(s) else [])
+        if ref_on(s) and not p.colocate_policy_ref:
+            separate.append("ref")
+        fixed = [r for r in separate if not self._role_unset(r)]
+        free = [r for r in separate if self._role_unset(r)]
+        used = sum(_int(getattr(p, f"{r}_num_nodes")) * _int(getattr(p, f"{r}_num_gpus_per_node")) for r in fixed)
+        inference = _int(ie.num_engines) * per_engine if ie.run_engines_locally else 0
+        if free:
+            share = (total - used - inference) // len(free)
+            for role in free:
+                self._role_from(role, share, G, src + ["generator.inference_engine.num_engines"])
+        elif self.unset("generator.inference_engine.num_engines") and ie.run_engines_locally:
+            left = total - used
+            if left >= per_engine:
+                self.derive("generator.inference_engine.num_engines", left // per_engine, src + [f"trainer.placement.{r}_num_gpus_per_node" for r in fixed])
+        if ref_on(s) and p.colocate_policy_ref and self._role_unset("ref"):
+            for dim in ("num_nodes", "num_gpus_per_node"):
+                self.derive(f"trainer.placement.ref_{dim}", getattr(p, f"policy_{dim}"), [f"trainer.placement.policy_{dim}"])
+
+    def _role_unset(self, role: str) -> bool:
+        return self.unset(f"trainer.placement.{role}_num_nodes") and self.unset(f"trainer.placement.{role}_num_gpus_per_node")
+
+    def _role_from(self, role: str, gpus: int, per_node: int, src: list[str]) -> None:
+        if not self._role_unset(role) or gpus <= 0:
+            return
+        nodes, gpn = (gpus // per_node, per_node) if gpus >= per_node else (1, gpus)
+        self.derive(f"trainer.placement.{role}_num_nodes", nodes, src)
+        self.derive(f"trainer.placement.{role}_num_gpus_per_node", gpn, src)
+
+    def _cluster_from_placement(self) -> None:
+        s = self.spec
+        c, p, ie = s.cluster, s.trainer.placement, s.generator.inference_engine
+        roles = ["policy"] + (["ref"] if ref_on(s) else []) + (["critic"] if critic_on(s) else [])
+        per_node = max(_int(getattr(p, f"{r}_num_gpus_per_node")) for r in roles)
+        demand = gpu_demand(s)
+        src = [f"trainer.placement.{r}_num_gpus_per_node" for r in roles]
+        if not isinstance(c.gpus_per_node, int):
+            if isinstance(c.num_nodes, int) and demand % c.num_nodes == 0 and demand // c.num_nodes >= per_node:
+                self.derive("cluster.gpus_per_node", demand // c.num_nodes, src + ["cluster.num_nodes"])
+            else:
+                self.derive("cluster.gpus_per_node", per_node, src)
+        if not isinstance(c.num_nodes, int):
+            g = _int(c.gpus_per_node)
+            self.derive("cluster.num_nodes", max(1, -(-demand // g)),
+                        src + ["generator.inference_engine.num_engines", "cluster.gpus_per_node"])
+
+
+_FAILED = object()
+
+
+def gpu_demand(spec) -> int:
+    """GPUs the job asks of the cluster (skyrl-rules.md §4.1)."""
+    p, ie = spec.trainer.placement, spec.generator.inference_engine
+
+    def w(role: str) -> int:
+        return _int(getattr(p, f"{role}_num_nodes")) * _int(getattr(p, f"{role}_num_gpus_per_node"))
+
+    inference = _int(ie.num_engines) * engine_gpus(ie) if ie.run_engines_locally else 0
+    if p.colocate_all:
+        return max([inference, w("policy")] + ([w("ref")] if ref_on(spec) else []) + ([w("critic")] if critic_on(spec) else []))
+    total = w("policy") + inference + (w("critic") if critic_on(spec) else 0)
+    if ref_on(spec) and not p.colocate_policy_ref:
+        total += w("ref")
+    return total
+
+
+def _walk(obj: Any, path: str):
+    if dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            yield from _walk(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
+    else:
+        yield path, obj
+
+
+def resolve(spec: Any, explicit: set[str], locate=lambda path: None) -> Resolution:
+    """Interpolate references, apply SkyRL's derivations, then derive placement and cluster."""
+    r = _Resolver(spec, explicit, locate)
+    r.interpolate()
+    r.skyrl()
+    r.placement()
+    return r.out

@@ -1,0 +1,110 @@
+"""The RL algorithm section of spec v1 (trainer.algorithm), with SkyRL's names and defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from rlc.spec.fields import section, setting
+
+ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++")
+POLICY_LOSSES = ("regular", "dual_clip", "gspo", "clip_cov", "kl_cov", "cispo", "sapo")
+LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+
+
+@dataclass
+class KLCtrlConfig:
+    type: str = setting("fixed", "KL coefficient controller for KL-in-reward.", enum=("fixed", "adaptive"))
+    kl_target: float = setting(0.1, "Target KL of the adaptive controller.", minimum=0)
+    horizon: int = setting(10000, "Update horizon of the adaptive controller.", minimum=1)
+
+
+@dataclass
+class SAPOConfig:
+    tau_pos: float = setting(1.0, "SAPO gate temperature for positive advantages.", exclusive_minimum=0)
+    tau_neg: float = setting(1.05, "SAPO gate temperature for negative advantages.", exclusive_minimum=0)
+
+
+@dataclass
+class DynamicSamplingConfig:
+    type: Optional[str] = setting(None, "Dynamic sampling strategy; null disables.", enum=("filter", "replace"))
+    max_sample_batches: int = setting(30, "Most batches sampled per step; -1 samples forever.")
+    min_replace_ratio: float = setting(0.3, "Least share of good samples used to replace bad ones (replace).", minimum=0, maximum=1)
+
+
+@dataclass
+class ClipCovConfig:
+    clip_ratio: float = setting(0.0002, "Fraction of tokens clipped by covariance.", minimum=0, maximum=1)
+    clip_cov_lb: float = setting(1.0, "Lower covariance bound.")
+    clip_cov_ub: float = setting(5.0, "Upper covariance bound.")
+
+
+@dataclass
+class KLCovConfig:
+    kl_cov_frac: float = setting(0.2, "Fraction of tokens given the KL penalty.", minimum=0, maximum=1)
+    ppo_kl_coef: float = setting(1.0, "Coefficient of the KL penalty.", minimum=0)
+
+
+@dataclass
+class CISPOConfig:
+    cispo_eps_clip_low: float = setting(0.0, "Offset below 1 of the importance-ratio clip.", minimum=0)
+    cispo_eps_clip_high: float = setting(5.0, "Offset above 1 of the importance-ratio clip.", minimum=0)
+
+
+@dataclass
+class OffPolicyCorrectionConfig:
+    tis_ratio_type: Optional[str] = setting(
+        None, "Truncated importance sampling of old-policy vs rollout log-probs; null disables.", enum=("token", "sequence")
+    )
+    token_tis_ratio_clip_high: float = setting(2.0, "Token TIS ratio cap (tis_ratio_type=token).", exclusive_minimum=0)
+    sequence_tis_ratio_clip_high: float = setting(5.0, "Sequence TIS ratio cap (tis_ratio_type=sequence).", exclusive_minimum=0)
+    sequence_mask_metric: Optional[str] = setting(
+        None, "Mask sequences whose cumulative ratio leaves its band; null disables.", enum=("product", "geometric")
+    )
+    geo_mask_high: float = setting(1.01, "Upper band of the geometric-mean ratio.")
+    geo_mask_low: float = setting(0.99, "Lower band of the geometric-mean ratio.")
+    product_mask_high: float = setting(2.0, "Upper band of the product ratio.")
+    product_mask_low: float = setting(0.5, "Lower band of the product ratio.")
+    outlier_token_is_threshold_low: Optional[float] = setting(None, "Mask a sequence holding a token ratio below this.")
+    outlier_token_is_threshold_high: Optional[float] = setting(None, "Mask a sequence holding a token ratio above this.")
+    token_mask_is_threshold_low: Optional[float] = setting(None, "Mask tokens whose ratio is below this.")
+    token_mask_is_threshold_high: Optional[float] = setting(None, "Mask tokens whose ratio is above this.")
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage_estimator: str = setting("grpo", "Advantage estimator.", enum=ADVANTAGE_ESTIMATORS)
+    kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, "KL controller (only with use_kl_in_reward).")
+    kl_estimator_type: str = setting("k3", "KL estimator (see joschu.net/blog/kl-approx).", enum=KL_ESTIMATORS)
+    use_kl_in_reward: bool = setting(False, "Subtract a KL penalty from rewards (exclusive with use_kl_loss).")
+    use_kl_loss: bool = setting(True, "Add a KL loss to the policy loss (exclusive with use_kl_in_reward).")
+    kl_loss_coef: float = setting(0.001, "KL loss coefficient (initial coefficient for KL-in-reward).", minimum=0)
+    use_entropy_loss: bool = setting(False, "Add an entropy bonus to the policy loss.")
+    entropy_loss_coef: float = setting(0.01, "Entropy bonus coefficient.")
+    temperature: Optional[float] = setting(
+        None, "Logit temperature in the loss; derived from generator.sampling_params.temperature.", minimum=0
+    )
+    advantage_batch_normalize: bool = setting(False, "Normalize advantages over the training batch.")
+    value_head_prefix: str = setting("value_head", "Name prefix of the critic's value head.")
+    policy_loss_type: str = setting("regular", "Policy loss.", enum=POLICY_LOSSES)
+    loss_reduction: str = setting("token_mean", "How token losses reduce to a scalar.", enum=LOSS_REDUCTIONS)
+    grpo_norm_by_std: bool = setting(True, "Divide GRPO advantages by the group's reward std.")
+    zero_variance_filter: bool = setting(False, "Mask prompts whose group rewards are all equal.")
+    lambd: float = setting(1.0, "GAE lambda.", minimum=0, maximum=1)
+    gamma: float = setting(1.0, "Discount factor.", minimum=0, maximum=1)
+    eps_clip_low: float = setting(0.2, "PPO clip below 1.", minimum=0)
+    eps_clip_high: float = setting(0.2, "PPO clip above 1.", minimum=0)
+    clip_ratio_c: float = setting(3.0, "Dual-clip constant (dual_clip loss).", exclusive_minimum=1)
+    tis_imp_ratio_cap: float = setting(-1.0, "Deprecated: use off_policy_correction.token_tis_ratio_clip_high.")
+    use_tis: bool = setting(False, "Deprecated: use off_policy_correction.tis_ratio_type=token.")
+    off_policy_correction: OffPolicyCorrectionConfig = section(OffPolicyCorrectionConfig, "Off-policy correction.")
+    sapo: SAPOConfig = section(SAPOConfig, "SAPO loss settings (policy_loss_type=sapo).")
+    value_clip: float = setting(0.2, "Critic value clip.", minimum=0)
+    dynamic_sampling: DynamicSamplingConfig = section(DynamicSamplingConfig, "Dynamic sampling (DAPO).")
+    clip_cov: ClipCovConfig = section(ClipCovConfig, "Clip-Cov settings (policy_loss_type=clip_cov).")
+    kl_cov: KLCovConfig = section(KLCovConfig, "KL-Cov settings (policy_loss_type=kl_cov).")
+    cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
+    max_seq_len: Optional[int] = setting(
+        None, "Sequence-length normalizer of seq_mean_token_sum_norm; derived as max_input_length + max_generate_length.", minimum=1
+    )

@@ -1,0 +1,76 @@
+"""Extensions: separately installed packages that add fields, sections and accepted values to the spec.
+
+A package declares an entry point in the group ``rlc.extensions`` that names a callable taking an
+``Extensions`` object::
+
+    [project.entry-points."rlc.extensions"]
+    my_env = "my_pkg.rlc_ext:register"
+
+    def register(ext):
+        ext.add_fields("trainer.algorithm", MyAlgorithmKnobs)      # extra fields on a section
+        ext.add_section("environment.my_env", MyEnvConfig)        # a new section
+        ext.add_values("trainer.algorithm.policy_loss_type", ["my_loss"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+ENTRY_POINT_GROUP = "rlc.extensions"
+
+
+class ExtensionError(Exception):
+    """An extension declared something the spec cannot take."""
+
+
+@dataclass
+class Extensions:
+    fields: dict[str, list[type]] = field(default_factory=dict)
+    sections: dict[str, type] = field(default_factory=dict)
+    values: dict[str, list[str]] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)  # dotted path -> extension name, for explain
+    current: str = "<direct>"
+
+    def add_fields(self, section_path: str, cls: type) -> None:
+        _require_dataclass(cls)
+        self.fields.setdefault(section_path, []).append(cls)
+        for f in dataclasses.fields(cls):
+            self.origin[_join(section_path, f.name)] = self.current
+
+    def add_section(self, path: str, cls: type) -> None:
+        _require_dataclass(cls)
+        if path in self.sections:
+            raise ExtensionError(f"section {path} is registered twice")
+        self.sections[path] = cls
+        self.origin[path] = self.current
+
+    def add_values(self, field_path: str, values: Iterable[str]) -> None:
+        self.values.setdefault(field_path, []).extend(values)
+        self.origin.setdefault(field_path + "#values", self.current)
+
+    def is_empty(self) -> bool:
+        return not (self.fields or self.sections or self.values)
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}.{b}" if a else b
+
+
+def _require_dataclass(cls: type) -> None:
+    if not dataclasses.is_dataclass(cls):
+        raise ExtensionError(f"{cls!r} is not a dataclass")
+
+
+def load_installed() -> Extensions:
+    """Run every installed ``rlc.extensions`` entry point."""
+    from importlib.metadata import entry_points
+
+    ext = Extensions()
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        ext.current = ep.name
+        register: Callable[[Extensions], None] = ep.load()
+        register(ext)
+    ext.current = "<direct>"
+    return ext

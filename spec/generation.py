@@ -1,0 +1,137 @@
+"""Generator, inference-engine, environment and data sections of spec v1 (SkyRL's names and defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from rlc.spec.fields import section, setting
+
+INFERENCE_BACKENDS = ("vllm", "hf")
+
+
+@dataclass
+class SamplingParams:
+    max_generate_length: int = setting(1024, "Most tokens generated per trajectory.", minimum=1)
+    repetition_penalty: float = setting(1.0, "Repetition penalty (1 disables).", exclusive_minimum=0)
+    temperature: float = setting(1.0, "Sampling temperature (0 is greedy).", minimum=0)
+    top_p: float = setting(1.0, "Nucleus sampling mass.", exclusive_minimum=0, maximum=1)
+    min_p: float = setting(0.0, "Minimum token probability relative to the top token.", minimum=0, maximum=1)
+    top_k: int = setting(-1, "Top-k sampling; -1 disables.", minimum=-1)
+    logprobs: Optional[int] = setting(1, "Log-probs returned per token: 0 or 1 (the chosen token's).", minimum=0)
+    stop: Optional[List[str]] = setting(None, "Stop strings.")
+    additional_kwargs: Optional[Dict[str, Any]] = setting(
+        None, "Extra sampling arguments passed to the engine.", passthrough=True
+    )
+
+
+@dataclass
+class ChatTemplateConfig:
+    source: str = setting("name", "Where the chat template comes from.", enum=("name", "file"))
+    name_or_path: Optional[str] = setting(None, "Template name, or a path with source=file; null keeps the tokenizer's.")
+
+
+@dataclass
+class InferenceEngineConfig:
+    model_dtype: str = setting("bfloat16", "Engine weight dtype (weights are cast to it on sync).", enum=("bfloat16", "float16", "float32", "auto"))
+    run_engines_locally: bool = setting(True, "Start the engines in this Ray cluster (false: use remote servers).")
+    num_engines: int = setting(1, "Inference engine replicas; derived from cluster when unset.", minimum=1)
+    backend: str = setting("vllm", "Inference engine (hf is the CPU Hugging Face generate engine).", enum=INFERENCE_BACKENDS)
+    weight_sync_backend: str = setting("nccl", "Collective used to send weights to the engines.", enum=("nccl", "gloo"))
+    weight_transfer_threshold_cuda_ipc_GB: float = setting(1.0, "Batch size in GB of CUDA-IPC weight transfers.", exclusive_minimum=0)
+    tensor_parallel_size: int = setting(1, "Tensor-parallel size of each engine.", minimum=1)
+    pipeline_parallel_size: int = setting(1, "Pipeline-parallel size of each engine.", minimum=1)
+    expert_parallel_size: int = setting(1, "Expert-parallel size (spans dp x tp, adds no GPUs).", minimum=1)
+    data_parallel_size: int = setting(1, "Data-parallel ranks inside each engine.", minimum=1)
+    async_engine: bool = setting(True, "Use the asynchronous engine.")
+    vllm_v1_disable_multiproc: bool = setting(True, "Set VLLM_ENABLE_V1_MULTIPROCESSING=0 for reproducibility.")
+    enable_prefix_caching: bool = setting(True, "Reuse KV cache across shared prefixes.")
+    enable_chunked_prefill: bool = setting(True, "Split long prefills into chunks.")
+    max_num_batched_tokens: int = setting(8192, "Most tokens per engine step.", minimum=1)
+    enforce_eager: bool = setting(True, "Disable CUDA graphs (stable; false is faster).")
+    fully_sharded_loras: bool = setting(False, "Shard LoRA computation across tensor-parallel ranks.")
+    enable_ray_prometheus_stats: bool = setting(False, "Export vLLM metrics through Ray's Prometheus logger.")
+    gpu_memory_utilization: float = setting(0.8, "Share of GPU memory the engine may take.", exclusive_minimum=0, maximum=1)
+    max_num_seqs: int = setting(1024, "Most sequences per engine step.", minimum=1)
+    remote_urls: List[str] = setting(doc="host:port of remote engines (run_engines_locally=false).", factory=list)
+    enable_http_endpoint: bool = setting(False, "Serve an OpenAI-compatible endpoint in front of the engines.")
+    http_endpoint_host: str = setting("127.0.0.1", "Host of the HTTP endpoint.")
+    http_endpoint_port: int = setting(8000, "Port of the HTTP endpoint.", minimum=1, maximum=65535)
+    served_model_name: Optional[str] = setting(None, "Model name the HTTP endpoint expects; null uses the model path.")
+    distributed_executor_backend: str = setting("ray", "vLLM executor: ray (multi-node) or mp (one node).", enum=("ray", "mp"))
+    engine_init_kwargs: Dict[str, Any] = setting(
+        doc="Pass-through engine arguments; names must match the engine's.", factory=dict, passthrough=True
+    )
+    override_existing_update_group: str = setting(
+        "auto", "Replace an engine's existing weight-update group (remote engines).", enum=("auto", "enable", "disable")
+    )
+    external_proxy_url: Optional[str] = setting(None, "Data-plane URL of an external load-balanced router.")
+    external_server_urls: Optional[List[str]] = setting(None, "Control-plane URLs of external inference servers.")
+
+
+@dataclass
+class GeneratorConfig:
+    inference_engine: InferenceEngineConfig = section(InferenceEngineConfig, "Inference engines.")
+    n_samples_per_prompt: int = setting(5, "Samples per prompt (the GRPO group size).", minimum=1)
+    batched: bool = setting(False, "Generate the whole batch in one call (single-turn only).")
+    max_turns: int = setting(1, "Most turns per trajectory.", minimum=1)
+    max_input_length: Optional[int] = setting(
+        None, "Most input tokens per turn; derived from trainer.max_prompt_length.", minimum=1
+    )
+    chat_template: ChatTemplateConfig = section(ChatTemplateConfig, "Chat template.")
+    chat_template_kwargs: Dict[str, Any] = setting(
+        doc="Kwargs for tokenizer.apply_chat_template.", factory=dict, passthrough=True
+    )
+    sampling_params: SamplingParams = section(SamplingParams, "Sampling during training rollouts.")
+    use_conversation_multi_turn: bool = setting(True, "Store each turn as its own chat message.")
+    append_eos_token_after_stop_str_in_multi_turn: bool = setting(
+        True, "Append EOS after a matched stop string in multi-turn conversations."
+    )
+    eval_sampling_params: Optional[SamplingParams] = setting(
+        None, "Sampling during evaluation; derived as greedy with the training max_generate_length."
+    )
+    eval_n_samples_per_prompt: int = setting(1, "Samples per prompt in evaluation.", minimum=1)
+    zero_reward_on_non_stop: bool = setting(False, "Give reward 0 to truncated or aborted generations.")
+    apply_overlong_filtering: bool = setting(False, "Mask the loss of truncated trajectories (DAPO).")
+    rope_scaling: Optional[Dict[str, Any]] = setting(None, "Engine RoPE scaling; derived from trainer.rope_scaling.", passthrough=True)
+    rope_theta: Optional[float] = setting(None, "Engine RoPE base; derived from trainer.rope_theta.")
+    step_wise_trajectories: bool = setting(False, "Train on each turn as its own trajectory.")
+
+
+@dataclass
+class Text2SQLEnvConfig:
+    db_path: str = setting("/home/ray/default/sql_data", "Directory of the SQLite databases.")
+
+
+@dataclass
+class GSM8kLLMJudgeEnvConfig:
+    model: str = setting("gpt-4o-mini", "Judge model name.")
+    base_url: Optional[str] = setting(None, "OpenAI-compatible base URL of the judge.")
+
+
+@dataclass
+class SearchEnvConfig:
+    log_requests: bool = setting(False, "Log each retrieval request.")
+    search_url: str = setting("http://127.0.0.1:8000/retrieve", "Retrieval server endpoint.")
+    topk: int = setting(3, "Documents returned per search.", minimum=1)
+    timeout: int = setting(30, "Retrieval timeout in seconds.", minimum=1)
+
+
+@dataclass
+class SkyRLGymConfig:
+    max_env_workers: int = setting(32, "Parallel environment workers.", minimum=1)
+    text2sql: Text2SQLEnvConfig = section(Text2SQLEnvConfig, "text2sql environment.")
+    llm_as_a_judge: GSM8kLLMJudgeEnvConfig = section(GSM8kLLMJudgeEnvConfig, "LLM-as-a-judge environment.")
+    search: SearchEnvConfig = section(SearchEnvConfig, "search environment.")
+
+
+@dataclass
+class EnvironmentConfig:
+    env_class: str = setting("gsm8k", "Environment that scores rollouts.")
+    skyrl_gym: SkyRLGymConfig = section(SkyRLGymConfig, "Settings of the built-in environments.")
+
+
+@dataclass
+class DataConfig:
+    train_data: List[str] = setting(doc="Training parquet files.", factory=lambda: ["~/data/gsm8k/train.parquet"])
+    val_data: List[str] = setting(doc="Validation parquet files.", factory=lambda: ["~/data/gsm8k/validation.parquet"])

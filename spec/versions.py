@@ -1,0 +1,154 @@
+"""Spec versions and the ordered migrations between them.
+
+A document without `version` is a legacy SkyRL config. Each migration is a named, pure step on the
+round-trip document that returns what it changed; `upgrade` runs the steps a document needs, in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from rlc.spec import legacy
+from rlc.spec.root import CURRENT_VERSION
+
+LEGACY = 0  # the version number given to documents that have no `version` key
+
+
+@dataclass(frozen=True)
+class Migration:
+    source: int
+    target: int
+    name: str
+    step: Callable[[Any], list]  # edits the round-trip tree in place, returns its changes
+
+
+MIGRATIONS: list[Migration] = [
+    Migration(LEGACY, 1, "legacy SkyRL YAML -> spec v1", legacy.migrate),
+]
+
+
+class VersionError(Exception):
+    """The document names a version this rlc cannot read."""
+
+
+def version_of(data: Any) -> int:
+    if not isinstance(data, dict) or "version" not in data:
+        return LEGACY
+    v = data["version"]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise VersionError(f"version must be an integer, got {v!r}")
+    if v < 1 or v > CURRENT_VERSION:
+        raise VersionError(f"version {v} is not known to this rlc (it reads versions 1 to {CURRENT_VERSION})")
+    return v
+
+
+def plan(source: int) -> list[Migration]:
+    steps, at = [], source
+    while at != CURRENT_VERSION:
+        step = next(m for m in MIGRATIONS if m.source == at)
+        steps.append(step)
+        at = step.target
+    return steps
+
+
+@dataclass
+class MigrationReport:
+    source: int
+    changes: list = field(default_factory=list)  # legacy.Change items, in the order made
+    steps: list[str] = field(default_factory=list)
+    from_overrides: bool = False
+
+    @property
+    def errors(self) -> list:
+        return [c for c in self.changes if c.severity == "error"]
+
+    def lines(self) -> list[str]:
+        return [c.describe() for c in self.changes]
+
+    def diagnostics(self, doc) -> list:
+        """What commands that read specs print: one warning pointing to `rlc migrate`, plus behaviour changes."""
+        from rlc.compiler.diagnostics import ERROR, WARNING, Diagnostic, Location
+
+        what = "legacy override keys" if self.from_overrides else "a legacy SkyRL config (no `version` key)"
+        out = [Diagnostic("RLC-W010", WARNING, f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
+                          location=Location(doc.name, 0, 0), hint=f"run `rlc migrate {doc.name} --in-place` to update the file and see the report")]
+        for c in self.changes:
+            if c.severity in ("error", "warning"):
+                out.append(Diagnostic("RLC-E020" if c.severity == "error" else "RLC-W020", ERROR if c.severity == "error" else WARNING,
+                                      f"migration: {c.describe()}", key=c.old, location=Location(doc.name, c.line, 1 if c.line else 0, doc.line_text(c.line)),
+                                      hint="remove the key or rewrite the setting by hand, then run `rlc migrate`"))
+        return out
+
+
+def migrate_data(data: Any) -> Optional[MigrationReport]:
+    """Bring a round-trip tree to the current version in place; None when it is already current."""
+    source = version_of(data)
+    if source == CURRENT_VERSION:
+        return None
+    report = MigrationReport(source)
+    for m in plan(source):
+        report.steps.append(m.name)
+        report.changes.extend(m.step(data))
+    return report
+
+
+def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
+    """Apply overrides and migrate the document in memory; overrides may use legacy keys either way."""
+    from rlc.compiler.overrides import apply_overrides
+
+    try:
+        source = version_of(doc.data)
+    except VersionError:
+        apply_overrides(doc, overrides)
+        return None  # the schema reports the bad version with its location
+    if source != CURRENT_VERSION:
+        apply_overrides(doc, overrides)
+        report = migrate_data(doc.data)
+        _rekey_overrides(doc, report)
+        return report
+    legacy_ovs = [o for o in overrides if _is_legacy_key(o.key)]
+    apply_overrides(doc, [o for o in overrides if o not in legacy_ovs])
+    if not legacy_ovs:
+        return None
+    from ruamel.yaml.comments import CommentedMap
+
+    scratch = CommentedMap()
+    for o in legacy_ovs:
+        node = scratch
+        for part in o.path[:-1]:
+            node = node.setdefault(part, CommentedMap())
+        node[o.path[-1]] = o.value
+    report = MigrationReport(LEGACY, from_overrides=True)
+    report.steps.append(MIGRATIONS[0].name)
+    report.changes = [c for c in legacy.migrate(scratch) if c.kind != "added"]
+    scratch.pop("version", None)
+    from rlc.compiler.overrides import Override
+
+    texts = " ".join(o.text for o in legacy_ovs)
+    apply_overrides(doc, [Override(k, v, texts) for k, v in _leaves(scratch)])
+    return report
+
+
+def _is_legacy_key(key: str) -> bool:
+    top = key.split(".")[0]
+    if key in legacy.MOVES or key in legacy.SPLITS or legacy.legacy_target(key):
+        return True
+    return any(key == d or key.startswith(d + ".") for d, _, _ in legacy.DROPS) or top in ("megatron_config", "deepspeed_config")
+
+
+def _leaves(node, prefix: str = ""):
+    for k, v in node.items():
+        path = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict) and v:
+            yield from _leaves(v, path)
+        else:
+            yield path, v
+
+
+def _rekey_overrides(doc, report: MigrationReport) -> None:
+    """Overrides written with legacy keys are reported at their new paths."""
+    moved = {tuple(c.old.split(".")): c.new for c in report.changes if c.kind in ("moved", "transformed") and c.old and c.new}
+    for path, text in list(doc.overrides.items()):
+        if path in moved:
+            doc.overrides[tuple(moved[path].split("."))] = text
