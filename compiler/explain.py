@@ -41,6 +41,10 @@ def explain_key(key: str) -> tuple[str, bool]:
     origin = model.extensions.origin.get(key)
     if origin:
         lines.append(f"  added by extension: {origin}")
+    values_origin = model.extensions.origin.get(key + "#values")
+    if values_origin:
+        extra = ", ".join(model.extensions.values.get(key, []))
+        lines.append(f"  values added by extension {values_origin}: {extra}")
     rules = rules_for(key)
     if rules:
         lines.append("  rules:")

@@ -100,12 +100,10 @@ def _touches(d: Diagnostic, invalid: set[str]) -> bool:
     return any(k == bad or k.startswith(bad + ".") or bad.startswith(k + ".") for k in keys for bad in invalid)
 
 
-_SCHEMAS: dict[int, dict] = {}
-
-
 def _schema(model: SpecModel) -> dict:
+    """The schema of a model: the committed file for the plain model, generated when extensions widen it."""
     from rlc.spec.schema import build_schema, committed_schema
 
-    if id(model) not in _SCHEMAS:
-        _SCHEMAS[id(model)] = committed_schema() if model.extensions.is_empty() else build_schema(model)
-    return _SCHEMAS[id(model)]
+    if model.schema_cache is None:
+        model.schema_cache = committed_schema() if model.extensions.is_empty() else build_schema(model)
+    return model.schema_cache

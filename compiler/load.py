@@ -164,7 +164,7 @@ def parse(text: str, name: str) -> Any:
         line, col, src = at(exc.problem_mark)
         message = f"YAML syntax error: {exc.problem or exc.context or 'cannot parse'}"
         raise LoadError(_diag("RLC-E001", message, name, line, col, src)) from None
-    except YAMLError as exc:
+    except (YAMLError, TypeError) as exc:  # TypeError: ruamel cannot hash a nested list/mapping used as a key
         raise LoadError(_diag("RLC-E001", f"YAML error: {exc}", name)) from None
     except RecursionError:
         raise LoadError(_diag("RLC-E004", "the document is nested too deeply", name)) from None

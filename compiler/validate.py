@@ -69,12 +69,12 @@ class _Validator:
 
     @classmethod
     def for_schema(cls, schema: dict):
-        key = id(schema)
-        if key not in cls._cache:
+        cached = cls._cache.get(id(schema))
+        if cached is None or cached[0] is not schema:  # the schema object is kept, so its id is never reused
             from jsonschema import Draft202012Validator
 
-            cls._cache[key] = Draft202012Validator(schema)
-        return cls._cache[key]
+            cached = cls._cache[id(schema)] = (schema, Draft202012Validator(schema))
+        return cached[1]
 
 
 def validate(doc: Document, data: dict, model: SpecModel, schema: dict) -> tuple[list[Diagnostic], set[str]]:

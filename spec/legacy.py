@@ -218,6 +218,10 @@ def _pop(data, path: str, moving: bool = False) -> tuple[Any, int, Any]:
             eol = _comment(first + "\n", entry[2].column)
         if rest.strip():
             _keep_comment(parent, prev, rest)
+    if not moving and isinstance(value, dict) and value:
+        tail = _trailing_lines(value)  # comment lines after a dropped block belong to the key after it
+        if tail:
+            _keep_comment(parent, prev, tail)
     if pre and not moving:  # comment lines above a dropped key stay in the file
         _keep_comment(parent, prev, "".join(t.value for t in pre if t is not None))
         pre = None
@@ -225,6 +229,22 @@ def _pop(data, path: str, moving: bool = False) -> tuple[Any, int, Any]:
     if head and isinstance(parent, dict) and not parent:
         _pop(data, ".".join(head))  # a section left empty goes too
     return value, line, eol_comment
+
+
+def _trailing_lines(block) -> str:
+    """Comment lines hung after the last key of a nested block (they precede the block's next sibling)."""
+    node = block
+    while isinstance(node, dict) and node:
+        key = list(node)[-1]
+        if isinstance(node[key], dict) and node[key]:
+            node = node[key]
+            continue
+        entry = node.ca.items.get(key) if hasattr(node, "ca") else None
+        if entry and len(entry) > 2 and entry[2] is not None:
+            _, _, rest = entry[2].value.partition("\n")
+            return rest if rest.strip() else ""
+        return ""
+    return ""
 
 
 def _comment(text: str, column: int = 0):
@@ -452,15 +472,18 @@ class _Step:
             new = None  # the flags were false overrides kept next to kl_estimator_type: it decides
         else:
             new = "k1"  # before kl_estimator_type existed, both flags false meant the plain log-ratio
-        line = line_abs or line3
-        old = "trainer.algorithm.use_abs_kl" if abs_ is True else "trainer.algorithm.use_kl_estimator_k3"
-        if new is None:
-            self.changes.append(Change("dropped", old, "trainer.algorithm.kl_estimator_type", line, False,
-                                       reason=f"false; kl_estimator_type ({current}) decides"))
-            return
-        _ensure_map(self.data, "trainer.algorithm")["kl_estimator_type"] = new
-        self.changes.append(Change("transformed", old, "trainer.algorithm.kl_estimator_type", line,
-                                   abs_ if abs_ is True else k3, new, reason="the estimator flags became one enum"))
+        target = "trainer.algorithm.kl_estimator_type"
+        if new is not None:
+            _ensure_map(self.data, "trainer.algorithm")["kl_estimator_type"] = new
+        for flag, value, line in (("use_kl_estimator_k3", k3, line3), ("use_abs_kl", abs_, line_abs)):
+            if value is _MISSING:
+                continue
+            old = f"trainer.algorithm.{flag}"
+            if new is not None and (value is True or (abs_ is not True and k3 is not True and flag == "use_kl_estimator_k3")):
+                self.changes.append(Change("transformed", old, target, line, value, new, reason="the estimator flags became one enum"))
+            else:
+                decided = new if new is not None else current
+                self.changes.append(Change("dropped", old, target, line, value, reason=f"{_show(value)}; kl_estimator_type ({decided}) decides"))
 
     def init_kl_coef(self) -> None:
         value, line, _ = _pop(self.data, "trainer.algorithm.init_kl_coef")

@@ -94,6 +94,7 @@ class SpecModel:
 
     def __init__(self, extensions: Optional[Extensions] = None):
         self.extensions = extensions or Extensions()
+        self.schema_cache: Optional[dict] = None
         self.root = self._effective("", RlcSpec)
         self._by_path: dict[str, FieldSpec] = {}
         self._index(self.root, "")

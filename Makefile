@@ -1,0 +1,27 @@
+# Set-up and test entry points; see README.md. Everything installs into .venv.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv test bench schema clean
+
+$(BIN)/rlc: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
+	touch $(BIN)/rlc
+
+venv: $(BIN)/rlc
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: venv
+	$(BIN)/python bench/validate_bench.py
+
+# Rewrite the committed JSON Schema after changing the spec model (installed extensions left out).
+schema: venv
+	$(BIN)/python -c "from rlc.spec.model import SpecModel; from rlc.spec.schema import build_schema, dumps; print(dumps(build_schema(SpecModel())), end='')" > spec/schema/rlc-spec-v1.schema.json
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,40 @@
+"""Shared test helpers: run the installed `rlc` like a user would, write specs to temporary files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+CORPUS = ROOT.parent / "shared" / "corpus" / "skyrl-legacy"
+
+
+def rlc_executable() -> str:
+    here = Path(sys.executable).parent / "rlc"
+    return str(here) if here.exists() else (shutil.which("rlc") or "rlc")
+
+
+def run_rlc(*args: str, cwd: str | Path | None = None, env: dict | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
+    full_env.pop("RLC_DEBUG", None)
+    return subprocess.run([rlc_executable(), *args], cwd=cwd, env=full_env, input=input,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    """Write YAML text (dedented) to a file and return its path."""
+
+    def write(text: str, name: str = "spec.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+        return path
+
+    return write
