@@ -83,6 +83,9 @@ def analyze_document(doc: Document, overrides: list[Override] = (), model: Optio
     from rlc.compiler.check import check
 
     def locate_written(key: str, related: list[str] = ()):
+        for k in [key, *related]:  # a value set on the command line is the likeliest culprit
+            if tuple(k.split(".")) in doc.overrides:
+                return locate(k)
         for k in [key, *related]:
             if k in explicit:
                 return locate(k)
