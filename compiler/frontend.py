@@ -94,8 +94,22 @@ def analyze_document(doc: Document, overrides: list[Override] = (), model: Optio
     for d in check(resolution.spec, locate_written, env):
         if _touches(d, invalid):
             continue
+        if report is not None and d.key and d.key not in explicit and _is_default(model, d.key, resolution):
+            d.hint = f"{d.hint} (the legacy file leaves {d.key} at SkyRL's default; set it explicitly)"
         analysis.diagnostics.append(d)
     return analysis
+
+
+def _is_default(model: SpecModel, key: str, resolution: Resolution) -> bool:
+    spec = model.lookup(key)
+    if spec is None or key in resolution.derived:
+        return False
+    from rlc.compiler.resolve import get
+
+    try:
+        return get(resolution.spec, key) == spec.default()
+    except AttributeError:
+        return False
 
 
 def _touches(d: Diagnostic, invalid: set[str]) -> bool:

@@ -342,3 +342,35 @@ def _dump(data) -> str:
     import yaml_helpers
 
     return yaml_helpers.dump(data)
+
+
+def test_invalid_legacy_file_stays_invalid_and_names_inherited_defaults(spec_file):
+    path = spec_file("""
+        trainer:
+          placement:
+            policy_num_gpus_per_node: 4
+          algorithm:
+            advantage_estimator: gae
+        generator:
+          num_inference_engines: 2
+        """)
+    result = run_rlc("validate", str(path), "--format", "json", env={"WANDB_API_KEY": "x"})
+    assert result.returncode == 1
+    diags = {d["code"]: d for d in json.loads(result.stdout)["diagnostics"]}
+    assert diags["RLC-E201"]["key"] == "generator.inference_engine.num_engines"
+    assert diags["RLC-E201"]["line"] == 7
+    assert "SkyRL's default" not in diags["RLC-E201"]["hint"]  # the file wrote num_inference_engines itself
+
+
+def test_rule_broken_by_an_inherited_legacy_default_says_so(spec_file):
+    path = spec_file("""
+        trainer:
+          train_batch_size: 128
+        generator:
+          num_inference_engines: 1
+        """)
+    result = run_rlc("validate", str(path), "--format", "json", env={"WANDB_API_KEY": "x"})
+    diags = {d["code"]: d for d in json.loads(result.stdout)["diagnostics"]}
+    assert result.returncode == 1
+    assert diags["RLC-E101"]["key"] == "trainer.policy_mini_batch_size"
+    assert "SkyRL's default" in diags["RLC-E101"]["hint"]
