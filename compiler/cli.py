@@ -24,6 +24,17 @@ def _parse_overrides(values: tuple[str, ...]):
         raise click.UsageError(msg) from None
 
 
+def _analyze(spec: str, ovs):
+    """The front end; an override that cannot apply to this spec (e.g. below a scalar) is a usage error."""
+    from rlc.compiler.frontend import analyze
+    from rlc.compiler.overrides import OverrideError
+
+    try:
+        return analyze(spec, ovs)
+    except OverrideError as exc:
+        raise click.UsageError(str(exc) + (f"\n  help: {exc.hint}" if exc.hint else "")) from None
+
+
 def _emit(diags, fmt: str, ok_line: str, **extra) -> int:
     from rlc.compiler.diagnostics import has_errors, render_json, render_text
 
@@ -57,9 +68,7 @@ def validate(spec: str, overrides: tuple[str, ...], fmt: str) -> None:
     Exit 0 when valid, 1 when the spec has errors, 2 on a usage error.
     """
     ovs = _parse_overrides(overrides)
-    from rlc.compiler.frontend import analyze
-
-    analysis = analyze(spec, ovs)
+    analysis = _analyze(spec, ovs)
     n_warn = sum(1 for d in analysis.diagnostics if d.severity == "warning")
     suffix = f" ({n_warn} warning(s))" if n_warn else ""
     sys.exit(_emit(analysis.diagnostics, fmt, f"{spec}: valid{suffix}", file=spec))
@@ -102,6 +111,54 @@ def migrate(old: str, output: str | None, in_place: bool, check: bool, show_diff
     if output and in_place:
         raise click.UsageError("use either -o/--output or --in-place, not both")
     sys.exit(run_migrate(old, output, in_place, check, show_diff, force))
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("--svg", "svg_path", type=click.Path(dir_okay=False), help="Write the picture here [default: build/<name>/plan.svg].")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="A node x GPU table, or the plan as JSON (stdout).")
+def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) -> None:
+    """Show which role and engine of SPEC runs on which node and GPU, and the Ray placement groups.
+
+    Also draws the table as an SVG picture. Exit 0 when the job fits, 1 when the spec has errors or the
+    placement does not fit the cluster, 2 on a usage error.
+    """
+    import json
+    from pathlib import Path
+
+    ovs = _parse_overrides(overrides)
+    from rlc.compiler.diagnostics import has_errors, render_json, render_text
+    from rlc.compiler.frontend import analyze
+    from rlc.compiler.plan import plan as make_plan
+    from rlc.compiler.plan_svg import render_svg, render_table
+
+    analysis = analyze(spec, ovs)
+    diags = list(analysis.diagnostics)
+    if analysis.ok:
+        layout, found = make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
+        diags += found
+    if has_errors(diags):
+        if fmt == "json":
+            click.echo(render_json(diags, file=spec))
+        else:
+            click.echo(render_text(diags, _color(sys.stderr)), err=True)
+        sys.exit(EXIT_SPEC)
+    if diags and fmt == "text":
+        click.echo(render_text(diags, _color(sys.stderr)), err=True)
+    target = Path(svg_path or Path("build") / layout.name / "plan.svg")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(render_svg(layout), encoding="utf-8")
+    except OSError as exc:
+        raise click.BadParameter(f"cannot write {target}: {exc.strerror or exc}", param_hint="--svg") from None
+    if fmt == "json":
+        click.echo(json.dumps(layout.to_json(), indent=2))
+    else:
+        click.echo(render_table(layout, _color(sys.stdout)))
+        click.echo(f"picture: {target}")
+    sys.exit(EXIT_OK)
 
 
 def main() -> None:

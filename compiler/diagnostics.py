@@ -37,12 +37,23 @@ class Diagnostic:
         return self.severity == ERROR
 
     def to_json(self) -> dict:
-        d = asdict(self)
+        d = _finite(asdict(self))
         loc = d.pop("location")
         d["file"] = loc["file"] if loc else None
         d["line"] = loc["line"] if loc else None
         d["column"] = loc["col"] if loc else None
         return d
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities as strings, so the JSON output is strict JSON."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def has_errors(diags: Iterable[Diagnostic]) -> bool:
@@ -94,7 +105,7 @@ def render_json(diags: list[Diagnostic], **extra: Any) -> str:
         "diagnostics": [d.to_json() for d in diags],
         **extra,
     }
-    return json.dumps(body, indent=2, default=str)
+    return json.dumps(body, indent=2, default=str, allow_nan=False)
 
 
 def _painter(color: bool):

@@ -6,6 +6,8 @@ bytes, syntax errors, duplicate keys, unknown tags, alias bombs, and a top level
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -84,7 +86,7 @@ def _child_pos(node: Any, part: Any, key: bool) -> Optional[tuple[int, int]]:
     try:
         if isinstance(part, int):
             return lc.item(part)
-        return lc.key(part) if key else lc.value(part)
+        return lc.key(part) if key or node[part] is None else lc.value(part)  # an empty value has no position of its own
     except (KeyError, IndexError, TypeError, AttributeError):
         try:
             return (lc.line, lc.col) if part in node else None
@@ -153,10 +155,12 @@ def parse(text: str, name: str) -> Any:
         return line, mark.column + 1, lines[line - 1] if 0 < line <= len(lines) else None
 
     try:
-        data = _yaml().load(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. a reused anchor: legal YAML, not the user's concern
+            data = _yaml().load(text)
     except DuplicateKeyError as exc:
         line, col, src = at(exc.problem_mark)
-        first = exc.context_mark.line + 1 if exc.context_mark else None
+        first = _first_occurrence(lines, exc, line, col)
         problem = (exc.problem or "duplicate key").replace('found duplicate key', 'duplicate key')
         raise LoadError(_diag("RLC-E002", problem, name, line, col, src,
                               hint=f"remove one of the two (the first is on line {first})" if first else "remove one of the two")) from None
@@ -164,12 +168,25 @@ def parse(text: str, name: str) -> Any:
         line, col, src = at(exc.problem_mark)
         message = f"YAML syntax error: {exc.problem or exc.context or 'cannot parse'}"
         raise LoadError(_diag("RLC-E001", message, name, line, col, src)) from None
-    except (YAMLError, TypeError) as exc:  # TypeError: ruamel cannot hash a nested list/mapping used as a key
+    except (YAMLError, TypeError, ValueError, LookupError, AttributeError) as exc:  # ruamel raises these for bad keys, dates, !!int etc.
         raise LoadError(_diag("RLC-E001", f"YAML error: {exc}", name)) from None
     except RecursionError:
         raise LoadError(_diag("RLC-E004", "the document is nested too deeply", name)) from None
     _check_tags_and_size(data, name, lines)
     return data
+
+
+def _first_occurrence(lines: list[str], exc, line: int, col: int) -> Optional[int]:
+    """Line of the first of two duplicate keys: same key, same indentation, earlier in the mapping."""
+    m = re.search(r'duplicate key "(.*?)"', exc.problem or "")
+    if not m:
+        return None
+    start = exc.context_mark.line if exc.context_mark else 0
+    pattern = re.compile(r"^\s{%d}[\"']?%s[\"']?\s*:" % (max(col - 1, 0), re.escape(m.group(1))))
+    for n in range(start, line - 1):
+        if pattern.match(lines[n]):
+            return n + 1
+    return None
 
 
 def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
@@ -196,6 +213,11 @@ def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
         total = 1
         if isinstance(node, dict):
             for k, v in node.items():
+                if isinstance(k, TaggedScalar):
+                    pos = _child_pos(node, k, True)
+                    line, col = (pos[0] + 1, pos[1] + 1) if pos else (0, 0)
+                    raise LoadError(_diag("RLC-E003", f"unknown YAML tag {tag_of(k)} on a key", name, line, col,
+                                          lines[line - 1] if 0 < line <= len(lines) else None, hint="remove the tag"))
                 total += visit(v, node, k, depth + 1)
         elif isinstance(node, list):
             for i, v in enumerate(node):

@@ -60,7 +60,10 @@ def _yaml_value(raw: str, text: str) -> Any:
                             hint="quote strings that contain YAML syntax, e.g. key='a: b'") from None
     except Exception as exc:  # the safe loader refuses tags and the like
         raise OverrideError(f"'{text}': the value cannot be read ({exc})") from None
-    return to_plain(value)
+    try:
+        return to_plain(value)
+    except RecursionError:
+        raise OverrideError(f"'{text}': the value refers to itself (a recursive alias)") from None
 
 
 def apply_overrides(doc, overrides: list[Override]) -> None:

@@ -144,6 +144,8 @@ class _Resolver:
             for name, defaults in (("transformer_config_kwargs", DEFAULT_TRANSFORMER_CONFIG_KWARGS),
                                    ("optimizer_config_kwargs", DEFAULT_MEGATRON_OPTIMIZER_KWARGS)):
                 current = getattr(mc, name) or {}
+                if not isinstance(current, dict):
+                    continue  # a ${oc.env:...} reference, resolved on the node
                 missing = {k: copy.deepcopy(v) for k, v in defaults.items() if k not in current}
                 if missing or getattr(mc, name) is None:
                     self.derive(f"trainer.{role}.megatron_config.{name}", {**current, **missing},
@@ -212,6 +214,12 @@ class _Resolver:
         s = self.spec
         c, p, ie = s.cluster, s.trainer.placement, s.generator.inference_engine
         roles = ["policy"] + (["ref"] if ref_on(s) else []) + (["critic"] if critic_on(s) else [])
+        # Models that must share the policy's GPUs take its layout when the spec leaves theirs unset.
+        shared = [r for r in roles[1:] if p.colocate_all or (r == "ref" and p.colocate_policy_ref)]
+        for role in shared:
+            if self._role_unset(role):
+                for dim in ("num_nodes", "num_gpus_per_node"):
+                    self.derive(f"trainer.placement.{role}_{dim}", getattr(p, f"policy_{dim}"), [f"trainer.placement.policy_{dim}"])
         per_node = max(_int(getattr(p, f"{r}_num_gpus_per_node")) for r in roles)
         demand = gpu_demand(s)
         src = [f"trainer.placement.{r}_num_gpus_per_node" for r in roles]
@@ -221,12 +229,33 @@ class _Resolver:
             else:
                 self.derive("cluster.gpus_per_node", per_node, src)
         if not isinstance(c.num_nodes, int):
-            g = _int(c.gpus_per_node)
-            self.derive("cluster.num_nodes", max(1, -(-demand // g)),
+            self.derive("cluster.num_nodes", nodes_needed(s, _int(c.gpus_per_node)),
                         src + ["generator.inference_engine.num_engines", "cluster.gpus_per_node"])
 
 
 _FAILED = object()
+
+
+def nodes_needed(spec, per_node: int) -> int:
+    """Nodes of `per_node` GPUs the placement needs when whole-node bundles and engines are not split."""
+    p, ie = spec.trainer.placement, spec.generator.inference_engine
+
+    def nodes(role: str) -> int:
+        n, g = _int(getattr(p, f"{role}_num_nodes")), _int(getattr(p, f"{role}_num_gpus_per_node"))
+        return n if g > per_node // 2 else -(-n * g // per_node)
+
+    if p.colocate_all:
+        return max(1, -(-gpu_demand(spec) // per_node))
+    total = nodes("policy") + (nodes("critic") if critic_on(spec) else 0)
+    if ref_on(spec) and not p.colocate_policy_ref:
+        total += nodes("ref")
+    if ie.run_engines_locally:
+        size = engine_gpus(ie)
+        if size <= per_node:
+            total += -(-_int(ie.num_engines) // (per_node // size))
+        else:
+            total += _int(ie.num_engines) * -(-size // per_node)
+    return max(1, total)
 
 
 def gpu_demand(spec) -> int:

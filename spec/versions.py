@@ -103,9 +103,16 @@ def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
         apply_overrides(doc, overrides)
         return None  # the schema reports the bad version with its location
     if source != CURRENT_VERSION:
-        apply_overrides(doc, overrides)
-        report = migrate_data(doc.data)
-        _rekey_overrides(doc, report)
+        # A `version=` override says what the result should be; the file's own shape decides the migration.
+        version_ovs = [o for o in overrides if o.key == "version"]
+        apply_overrides(doc, [o for o in overrides if o.key != "version"])
+        try:
+            report = migrate_data(doc.data)
+        except VersionError:
+            report = None  # a `version` key the overrides made invalid: the schema reports it
+        if report is not None:
+            _rekey_overrides(doc, report)
+        apply_overrides(doc, version_ovs)
         return report
     legacy_ovs = [o for o in overrides if _is_legacy_key(o.key)]
     apply_overrides(doc, [o for o in overrides if o not in legacy_ovs])

@@ -1,0 +1,70 @@
+"""Where each value of the resolved config came from: spec (file:line), default, derived, migrated, override."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+from rlc.compiler.resolve import Resolution
+
+
+@dataclass(frozen=True)
+class Provenance:
+    kind: str  # spec | default | derived | migrated | override
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.detail}".strip()
+
+
+def leaves(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every field of a dataclass tree; mappings and lists are leaves."""
+    if dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            yield from leaves(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
+    else:
+        yield path, obj
+
+
+def trace(resolution: Resolution, doc, migration=None) -> dict[str, Provenance]:
+    """Provenance of every leaf of the resolved spec."""
+    migrated: dict[str, Any] = {}
+    if migration is not None:
+        for c in migration.changes:
+            if c.new and c.kind in ("moved", "transformed"):
+                migrated.setdefault(c.new, c)
+    out: dict[str, Provenance] = {}
+    for path, _ in leaves(resolution.spec):
+        out[path] = _origin(path, resolution, doc, migrated)
+    return out
+
+
+def _origin(path: str, resolution: Resolution, doc, migrated: dict) -> Provenance:
+    parts = tuple(path.split("."))
+    for n in range(len(parts), 0, -1):
+        text = doc.overrides.get(parts[:n]) if doc is not None else None
+        if text is not None:
+            return Provenance("override", text)
+    derived = _derived_from(path, resolution)
+    if derived is not None:
+        return Provenance("derived", "from " + ", ".join(derived))
+    change = migrated.get(path)
+    if change is not None:
+        where = f" ({doc.name}:{change.line})" if doc is not None and change.line else ""
+        return Provenance("migrated", f"from {change.old}{where}")
+    if _written(path, resolution):
+        loc = doc.locate(parts) if doc is not None else None
+        return Provenance("spec", f"{loc.file}:{loc.line}" if loc and loc.line else "")
+    return Provenance("default")
+
+
+def _derived_from(path: str, resolution: Resolution) -> Optional[list[str]]:
+    for p, sources in resolution.derived.items():
+        if path == p or path.startswith(p + "."):
+            return sources
+    return None
+
+
+def _written(path: str, resolution: Resolution) -> bool:
+    return path in resolution.explicit
