@@ -16,8 +16,13 @@ venv: $(BIN)/rlc
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: venv
-	$(BIN)/python bench/validate_bench.py
+# Benchmarks run rlc from a plain (non-editable) install without the test extension, as users have it.
+BENCH_VENV := bench/.venv-rlc
+bench:
+	$(PY) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q --upgrade .
+	$(BENCH_VENV)/bin/python bench/validate_bench.py
+	$(BENCH_VENV)/bin/python bench/plan_bench.py
 
 # Rewrite the committed JSON Schema after changing the spec model (installed extensions left out).
 schema: venv

@@ -67,7 +67,7 @@ def analyze_document(doc: Document, overrides: list[Override] = (), model: Optio
         analysis.migration = report
         analysis.diagnostics.extend(report.diagnostics(doc))
     data = to_plain(doc.data)
-    schema_diags, invalid = validate(doc, data, model, _schema(model))
+    schema_diags, invalid = validate(doc, data, model)
     analysis.diagnostics.extend(schema_diags)
     if any(d.code == "RLC-E014" for d in schema_diags):
         return analysis
@@ -115,12 +115,3 @@ def _is_default(model: SpecModel, key: str, resolution: Resolution) -> bool:
 def _touches(d: Diagnostic, invalid: set[str]) -> bool:
     keys = [d.key or ""] + list(d.related)
     return any(k == bad or k.startswith(bad + ".") or bad.startswith(k + ".") for k in keys for bad in invalid)
-
-
-def _schema(model: SpecModel) -> dict:
-    """The schema of a model: the committed file for the plain model, generated when extensions widen it."""
-    from rlc.spec.schema import build_schema, committed_schema
-
-    if model.schema_cache is None:
-        model.schema_cache = committed_schema() if model.extensions.is_empty() else build_schema(model)
-    return model.schema_cache

@@ -1,6 +1,5 @@
 """The RL algorithm section of spec v1 (trainer.algorithm), with SkyRL's names and defaults."""
 
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional

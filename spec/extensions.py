@@ -63,11 +63,39 @@ def _require_dataclass(cls: type) -> None:
         raise ExtensionError(f"{cls!r} is not a dataclass")
 
 
+def _any_declared() -> bool:
+    """Whether some installed distribution declares an ``rlc.extensions`` entry point.
+
+    A scan of the metadata folders on sys.path: importing importlib.metadata costs more than the
+    whole rest of `rlc validate`, so it is imported only when an extension is really there.
+    """
+    import os
+    import sys
+
+    marker = f"[{ENTRY_POINT_GROUP}]"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith((".dist-info", ".egg-info")):
+                try:
+                    with open(os.path.join(entry or ".", name, "entry_points.txt"), encoding="utf-8") as f:
+                        if marker in f.read():
+                            return True
+                except OSError:
+                    continue
+    return False
+
+
 def load_installed() -> Extensions:
     """Run every installed ``rlc.extensions`` entry point."""
+    ext = Extensions()
+    if not _any_declared():
+        return ext
     from importlib.metadata import entry_points
 
-    ext = Extensions()
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         ext.current = ep.name
         register: Callable[[Extensions], None] = ep.load()

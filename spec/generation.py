@@ -1,6 +1,5 @@
 """Generator, inference-engine, environment and data sections of spec v1 (SkyRL's names and defaults)."""
 
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional

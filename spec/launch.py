@@ -1,6 +1,5 @@
 """rlc's own sections: `cluster` (what to run on) and `launch` (how to start it)."""
 
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Union

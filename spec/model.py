@@ -94,7 +94,6 @@ class SpecModel:
 
     def __init__(self, extensions: Optional[Extensions] = None):
         self.extensions = extensions or Extensions()
-        self.schema_cache: Optional[dict] = None
         self.root = self._effective("", RlcSpec)
         self._by_path: dict[str, FieldSpec] = {}
         self._index(self.root, "")

@@ -1,6 +1,5 @@
 """The root of spec v1: rlc's version/name/cluster/launch around SkyRL's data/trainer/generator/environment."""
 
-from __future__ import annotations
 
 from dataclasses import dataclass
 

@@ -1,6 +1,5 @@
 """Trainer-side sections of spec v1: models, optimizers, FSDP, Megatron, placement (SkyRL's names and defaults)."""
 
-from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
