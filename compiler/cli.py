@@ -134,7 +134,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
     from rlc.compiler.plan import plan as make_plan
     from rlc.compiler.plan_svg import render_svg, render_table
 
-    analysis = analyze(spec, ovs)
+    analysis = _analyze(spec, ovs)
     diags = list(analysis.diagnostics)
     if analysis.ok:
         layout, found = make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))

@@ -16,6 +16,7 @@ from rlc.compiler.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
 
 MAX_BYTES = 1 << 20  # 1 MiB; real configs are tens of KiB
 MAX_NODES = 100_000  # nodes after alias expansion (billion-laughs guard)
+MAX_LINE = 20_000  # characters; the YAML scanner slows down badly on giant single lines
 STANDARD_TAGS = {
     None,
     "tag:yaml.org,2002:str",
@@ -135,6 +136,10 @@ def decode(raw: bytes, name: str) -> str:
                               hint="save the file as UTF-8")) from None
     if text.startswith("\ufeff"):
         text = text[1:]
+    long = next((i for i, line in enumerate(text.splitlines(), 1) if len(line) > MAX_LINE), None)
+    if long is not None:
+        raise LoadError(_diag("RLC-E005", f"line {long} is longer than {MAX_LINE} characters", name, long, 1,
+                              hint="a spec line this long is almost certainly not a config; check the file"))
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise LoadError(_diag("RLC-E006", "the file contains NUL bytes; it is not a text file", name, line, 1))

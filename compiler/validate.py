@@ -162,7 +162,8 @@ class _Walker:
         words = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}.get(expected, expected)
         if spec.section is not None:
             words = "a mapping of its settings"
-        self.report(Diagnostic("RLC-E011", ERROR, f"{key} should be {expected}, got {_kind(value)} {describe(value)}", key=key,
+        got = describe(value) if value is None or isinstance(value, (dict, list)) else f"{_kind(value)} {describe(value)}"
+        self.report(Diagnostic("RLC-E011", ERROR, f"{key} should be {expected}, got {got}", key=key,
                                location=self.doc.locate(tuple(path)), hint=f"write {key} as {words}",
                                values={"value": value, "expected": expected}), path)
 

@@ -36,6 +36,8 @@ def version_of(data: Any) -> int:
     if not isinstance(data, dict) or "version" not in data:
         return LEGACY
     v = data["version"]
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)  # 1.0 is the integer 1, as in the JSON Schema
     if isinstance(v, bool) or not isinstance(v, int):
         raise VersionError(f"version must be an integer, got {v!r}")
     if v < 1 or v > CURRENT_VERSION:

@@ -599,3 +599,18 @@ def test_locate_with_crlf_line_ends():
     loc = d.locate(("cluster", "num_nodes"))
     assert (loc.line, loc.col) == (3, 14)
     assert loc.text == "  num_nodes: 2"
+
+
+def test_a_giant_line_is_refused_quickly(tmp_path):
+    path = tmp_path / "long.yaml"
+    path.write_text("version: 1\n# " + "x" * 500_000 + "\n")
+    start = time.monotonic()
+    proc = run_rlc("validate", str(path), "--format", "json")
+    assert time.monotonic() - start < 10
+    d = json.loads(proc.stdout)["diagnostics"][0]
+    assert proc.returncode == 1 and d["code"] == "RLC-E005" and d["line"] == 2
+
+
+def test_plan_with_an_override_below_a_scalar_is_a_usage_error(tmp_path):
+    proc = run_rlc("plan", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "name.x=1", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr
