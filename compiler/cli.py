@@ -161,6 +161,35 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
     sys.exit(EXIT_OK)
 
 
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
+@FORMAT
+def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, fmt: str) -> None:
+    """Check SPEC, resolve every value, plan placement and write the compiled job.
+
+    Writes resolved.yaml (every field explicit, provenance as comments, content hash) and plan.json.
+    """
+    from pathlib import Path
+
+    from rlc.compiler.emit import build, write
+    from rlc.compiler.plan import plan as make_plan
+
+    analysis = _analyze(spec, _parse_overrides(overrides))
+    if not analysis.ok:
+        sys.exit(_emit(analysis.diagnostics, fmt, ""))
+    the_plan, plan_diags = make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
+    diags = analysis.diagnostics + plan_diags
+    if any(d.severity == "error" for d in diags):
+        sys.exit(_emit(diags, fmt, ""))
+    compiled = build(analysis, the_plan, spec)
+    target = Path(out_dir) if out_dir else Path("build") / compiled.name
+    paths = write(compiled, target)
+    listing = ", ".join(str(p.relative_to(target)) for p in paths)
+    sys.exit(_emit(diags, fmt, f"{spec}: compiled to {target}/ ({listing})", out=str(target), content_hash=compiled.digest))
+
+
 def main() -> None:
     try:
         cli.main(prog_name="rlc", standalone_mode=True)

@@ -27,8 +27,8 @@ def leaves(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, obj
 
 
-def trace(resolution: Resolution, doc, migration=None) -> dict[str, Provenance]:
-    """Provenance of every leaf of the resolved spec."""
+def trace(resolution: Resolution, doc, migration=None, label: Optional[str] = None) -> dict[str, Provenance]:
+    """Provenance of every leaf of the resolved spec; `label` names the spec file (default: as it was given)."""
     migrated: dict[str, Any] = {}
     if migration is not None:
         for c in migration.changes:
@@ -36,11 +36,11 @@ def trace(resolution: Resolution, doc, migration=None) -> dict[str, Provenance]:
                 migrated.setdefault(c.new, c)
     out: dict[str, Provenance] = {}
     for path, _ in leaves(resolution.spec):
-        out[path] = _origin(path, resolution, doc, migrated)
+        out[path] = _origin(path, resolution, doc, migrated, label or (doc.name if doc is not None else ""))
     return out
 
 
-def _origin(path: str, resolution: Resolution, doc, migrated: dict) -> Provenance:
+def _origin(path: str, resolution: Resolution, doc, migrated: dict, label: str) -> Provenance:
     parts = tuple(path.split("."))
     for n in range(len(parts), 0, -1):
         text = doc.overrides.get(parts[:n]) if doc is not None else None
@@ -51,11 +51,13 @@ def _origin(path: str, resolution: Resolution, doc, migrated: dict) -> Provenanc
         return Provenance("derived", "from " + ", ".join(derived))
     change = migrated.get(path)
     if change is not None:
-        where = f" ({doc.name}:{change.line})" if doc is not None and change.line else ""
+        where = f" ({label}:{change.line})" if change.line else ""
         return Provenance("migrated", f"from {change.old}{where}")
     if _written(path, resolution):
         loc = doc.locate(parts) if doc is not None else None
-        return Provenance("spec", f"{loc.file}:{loc.line}" if loc and loc.line else "")
+        if loc is not None and loc.file != doc.name:
+            return Provenance("spec", loc.file)
+        return Provenance("spec", f"{label}:{loc.line}" if loc and loc.line else label)
     return Provenance("default")
 
 
