@@ -27,13 +27,20 @@ class Compiled:
     digest: str
 
 
-def build(analysis, plan, source: str) -> Compiled:
+TARGETS = ("skypilot",)
+
+
+def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Compiled:
     spec = analysis.spec
     digest = content_hash(spec)
     label = Path(source).name  # not the compiling machine's path: the bytes must not depend on it
     resolved = render(spec, trace(analysis.resolution, analysis.doc, analysis.migration, label), label)
     plan_json = {**plan.to_json(), "content_hash": digest}
     files = {RESOLVED: resolved, PLAN: json.dumps(plan_json, indent=2, sort_keys=False) + "\n"}
+    from rlc.compiler import targets
+
+    if "skypilot" in wanted:
+        files["sky.yaml"] = targets.skypilot(spec, plan_json, dict(files), label, digest, f"build/{spec.name}/sky.yaml")
     return Compiled(spec.name, files, digest)
 
 

@@ -11,7 +11,17 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="load resolved.yaml and plan.json with the runtime's typed loader and exit")
     check.add_argument("resolved")
+    gate = sub.add_parser("wait-cluster", help="wait until all nodes and devices of the plan joined Ray (head node)")
+    gate.add_argument("--address", required=True)
+    gate.add_argument("--nodes", type=int, required=True)
+    gate.add_argument("--devices", type=int, required=True)
+    gate.add_argument("--kind", choices=("GPU", "CPU"), default="GPU")
+    gate.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
+    if args.command == "wait-cluster":
+        from rlc.runtime.cluster_gate import wait_cluster
+
+        return wait_cluster(args.address, args.nodes, args.devices, args.kind, args.timeout)
 
     from rlc.runtime.config import CompiledJobError, load
 

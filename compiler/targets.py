@@ -1,0 +1,91 @@
+"""Launch targets: each turns the compiled job (resolved spec + plan) into a template context.
+
+Adding a target never touches resolve or plan: it is one context function here and one template.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+def _env():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("rlc.templates", ""), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    env.filters["shq"] = lambda v: shlex.quote(str(v))
+    env.filters["yq"] = lambda v: json.dumps(v, ensure_ascii=False)  # JSON scalars are YAML scalars: no injection
+    return env
+
+
+def install_requirement(spec) -> str:
+    if spec.launch.install:
+        return spec.launch.install
+    extras = ["runtime"] + (["vllm"] if spec.generator.inference_engine.backend == "vllm" else [])
+    extras += ["megatron"] if spec.trainer.strategy == "megatron" else []
+    return f"rlc[{','.join(extras)}]"
+
+
+def job_dir(spec) -> str:
+    """The job directory on a node as one shell word: $HOME expands, the name never does."""
+    return '"$HOME/.rlc/jobs/"' + shlex.quote(spec.name)
+
+
+def node_context(spec, plan: dict) -> dict:
+    cluster = plan["cluster"]
+    return {
+        "job_dir": job_dir(spec),
+        "ray_port": spec.launch.ray_port,
+        "nodes": cluster["nodes"],
+        "per_node": cluster["gpus_per_node"],
+        "devices": cluster["nodes"] * cluster["gpus_per_node"],
+        "device_kind": cluster["device"],
+        "wait_s": spec.launch.node_wait_timeout_s,
+    }
+
+
+def skypilot(spec, plan: dict, files: dict[str, str], source: str, digest: str, task_path: str) -> str:
+    c = spec.cluster
+    resources: list[tuple[str, Any]] = []
+    if c.infra:
+        resources.append(("infra", c.infra))
+    if c.accelerator != "none":
+        resources.append(("accelerators", f"{c.accelerator}:{plan['cluster']['gpus_per_node']}"))
+    if c.cpus_per_node is not None:
+        resources.append(("cpus", str(c.cpus_per_node)))
+    elif c.accelerator == "none":
+        resources.append(("cpus", f"{plan['cluster']['gpus_per_node']}+"))
+    for key, value in (("memory", c.memory_per_node), ("instance_type", c.instance_type), ("disk_size", c.disk_size),
+                       ("disk_tier", c.disk_tier), ("network_tier", c.network_tier)):
+        if value is not None:
+            resources.append((key, str(value) if key == "memory" else value))
+    if c.use_spot:
+        resources.append(("use_spot", True))
+    if c.image:
+        resources.append(("image_id", f"docker:{c.image}"))
+    envs = {**spec.launch.envs, **spec.launch.trainer_envs, **spec.launch.inference_envs}
+    node = _env().get_template("node_start.sh.j2").render(**node_context(spec, plan))
+    ctx = {
+        "source": source, "digest": digest, "task_path": task_path, "name": spec.name, "nodes": plan["cluster"]["nodes"],
+        "resources": resources, "workdir": spec.launch.workdir, "envs": sorted((k, str(v)) for k, v in envs.items()),
+        "secrets": sorted(spec.launch.secrets), "install": install_requirement(spec), "job_dir": job_dir(spec),
+        "resolved": files["resolved.yaml"].rstrip("\n"), "plan": files["plan.json"].rstrip("\n"),
+        "setup": [_setup_line(line) for line in spec.launch.setup], "node_script": node.rstrip("\n"),
+        "eof": heredoc_end(digest, files["resolved.yaml"] + files["plan.json"]),
+    }
+    return _env().get_template("sky.yaml.j2").render(**ctx)
+
+
+def heredoc_end(digest: str, body: str) -> str:
+    """A here-document terminator that no line of the embedded files can equal."""
+    word = "RLC_END_" + digest.split(":")[-1][:16]
+    lines = {line.strip() for line in body.splitlines()}
+    while word in lines:
+        word += "_"
+    return word
+
+
+def _setup_line(line: str) -> str:
+    # The user's own setup commands run as written (they are shell by intent), one per line.
+    return " ".join(str(line).splitlines())

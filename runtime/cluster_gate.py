@@ -1,0 +1,29 @@
+"""The head node's gate: wait until every node and the plan's GPU (or CPU-slot) total have joined Ray."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def wait_cluster(address: str, nodes: int, devices: int, kind: str, timeout_s: float, poll_s: float = 2.0) -> int:
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = [n for n in ray.nodes() if n.get("Alive")]
+            have = sum(n.get("Resources", {}).get(kind, 0) for n in alive)
+            if len(alive) >= nodes and have >= devices:
+                print(f"rlc: {len(alive)} node(s) with {have:g} {kind} joined the Ray cluster", file=sys.stderr)
+                return 0
+            if time.monotonic() > deadline:
+                ips = sorted(n.get("NodeManagerAddress", "?") for n in alive)
+                print(f"rlc: after {timeout_s:g} s the Ray cluster at {address} has {len(alive)} of {nodes} node(s) "
+                      f"and {have:g} of {devices} {kind}; joined: {', '.join(ips) or 'none'}. "
+                      f"Missing {nodes - len(alive)} node(s): check that every node ran its `ray start`.", file=sys.stderr)
+                return 1
+            time.sleep(poll_s)
+    finally:
+        ray.shutdown()
