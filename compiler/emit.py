@@ -27,7 +27,7 @@ class Compiled:
     digest: str
 
 
-TARGETS = ("skypilot",)
+TARGETS = ("skypilot", "ray")
 
 
 def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Compiled:
@@ -41,6 +41,8 @@ def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Com
 
     if "skypilot" in wanted:
         files["sky.yaml"] = targets.skypilot(spec, plan_json, dict(files), label, digest, f"build/{spec.name}/sky.yaml")
+    if "ray" in wanted:
+        files.update(targets.ray_job(spec, digest, label))
     return Compiled(spec.name, files, digest)
 
 

@@ -89,3 +89,18 @@ def heredoc_end(digest: str, body: str) -> str:
 def _setup_line(line: str) -> str:
     # The user's own setup commands run as written (they are shell by intent), one per line.
     return " ".join(str(line).splitlines())
+
+
+def ray_job(spec, digest: str, source: str) -> dict[str, str]:
+    """ray/runtime_env.yaml and ray/submit.sh: `ray job submit` of the same entrypoint."""
+    env_vars = {**spec.launch.envs, **spec.launch.trainer_envs, **spec.launch.inference_envs}
+    ctx = {"name": spec.name, "source": source, "digest": digest, "env_vars": sorted((k, str(v)) for k, v in env_vars.items()),
+           "submission_id": submission_id(spec, digest)}
+    env = _env()
+    return {"ray/runtime_env.yaml": env.get_template("runtime_env.yaml.j2").render(**ctx),
+            "ray/submit.sh": env.get_template("submit.sh.j2").render(**ctx)}
+
+
+def submission_id(spec, digest: str) -> str:
+    """Stable per compiled content: resubmitting the same job is refused by Ray instead of running twice."""
+    return f"rlc-{spec.name}-{digest.split(':')[-1][:12]}"

@@ -1,0 +1,60 @@
+"""ray/submit.sh really submits the compiled job to a local Ray cluster, where the runtime loads it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, run_rlc
+
+pytest.importorskip("ray", reason="Ray is not installed in this environment")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    home = Path(tempfile.mkdtemp(prefix="rlc-ray-home-"))
+    temp = tempfile.mkdtemp(prefix="rr", dir="/tmp")  # Ray's socket paths must stay short
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "HOME": str(home), "RAY_AUTH_MODE": "disabled", "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    port, dash = _free_port(), _free_port()
+    start = subprocess.run(["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",
+                            "--num-cpus", "2", "--temp-dir", temp, "--disable-usage-stats"],
+                           env=env, capture_output=True, text=True, timeout=180)
+    if start.returncode != 0:
+        pytest.skip(f"a local Ray head could not start here: {start.stderr[-500:]}")
+    try:
+        yield env, f"http://127.0.0.1:{dash}"
+    finally:
+        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_submit_script_runs_the_runtime_check_on_ray(tmp_path, ray_cluster):
+    env, address = ray_cluster
+    out = tmp_path / "job"
+    compiled = run_rlc("compile", str(EXAMPLES / "local-cpu.yaml"), "-o", str(out))
+    assert compiled.returncode == 0, compiled.stderr
+    script = out / "ray" / "submit.sh"
+    assert os.access(script, os.X_OK)
+    result = subprocess.run(["bash", str(script)], env={**env, "RAY_ADDRESS": address, "RLC_RUNTIME_COMMAND": "check"},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "local-cpu-grpo: config and plan load" in result.stdout + result.stderr
+    assert "rlc-local-cpu-grpo-" in result.stdout + result.stderr  # the submission id from the content hash
