@@ -165,11 +165,14 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
+@click.option("--target", "target", type=click.Choice(["skypilot", "ray", "kuberay", "all"]), default="all", show_default=True,
+              help="Which launch files to write besides resolved.yaml and plan.json.")
 @FORMAT
-def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, fmt: str) -> None:
+def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: str, fmt: str) -> None:
     """Check SPEC, resolve every value, plan placement and write the compiled job.
 
-    Writes resolved.yaml (every field explicit, provenance as comments, content hash) and plan.json.
+    Writes resolved.yaml (every field explicit, provenance as comments, content hash), plan.json, and the
+    launch files: sky.yaml (SkyPilot), ray/runtime_env.yaml + ray/submit.sh, kuberay/rayjob.yaml.
     """
     from pathlib import Path
 
@@ -183,7 +186,9 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, fmt: str
     diags = analysis.diagnostics + plan_diags
     if any(d.severity == "error" for d in diags):
         sys.exit(_emit(diags, fmt, ""))
-    compiled = build(analysis, the_plan, spec)
+    from rlc.compiler.emit import TARGETS
+
+    compiled = build(analysis, the_plan, spec, TARGETS if target == "all" else (target,))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     paths = write(compiled, target)
     listing = ", ".join(str(p.relative_to(target)) for p in paths)

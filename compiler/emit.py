@@ -27,7 +27,7 @@ class Compiled:
     digest: str
 
 
-TARGETS = ("skypilot", "ray")
+TARGETS = ("skypilot", "ray", "kuberay")
 
 
 def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Compiled:
@@ -43,6 +43,8 @@ def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Com
         files["sky.yaml"] = targets.skypilot(spec, plan_json, dict(files), label, digest, f"build/{spec.name}/sky.yaml")
     if "ray" in wanted:
         files.update(targets.ray_job(spec, digest, label))
+    if "kuberay" in wanted:
+        files["kuberay/rayjob.yaml"] = targets.kuberay(spec, plan_json, dict(files), label, digest)
     return Compiled(spec.name, files, digest)
 
 

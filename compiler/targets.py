@@ -104,3 +104,45 @@ def ray_job(spec, digest: str, source: str) -> dict[str, str]:
 def submission_id(spec, digest: str) -> str:
     """Stable per compiled content: resubmitting the same job is refused by Ray instead of running twice."""
     return f"rlc-{spec.name}-{digest.split(':')[-1][:12]}"
+
+
+DEFAULT_RAY_IMAGE = "rayproject/ray:2.49.0-py311-gpu"
+
+
+def k8s_name(name: str, limit: int = 47) -> str:
+    """A DNS-1035 label (lowercase letters, digits, '-', starting with a letter) of at most `limit` characters."""
+    import re
+
+    out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not out or not out[0].isalpha():
+        out = "rlc-" + out
+    return out[:limit].rstrip("-")
+
+
+def kuberay(spec, plan: dict, files: dict[str, str], source: str, digest: str) -> str:
+    """kuberay/rayjob.yaml: a ConfigMap holding the compiled job and a RayJob whose head mounts it."""
+    cluster = plan["cluster"]
+    per_node = cluster["gpus_per_node"]
+    resources: dict[str, dict] = {"limits": {}, "requests": {}}
+    if cluster["device"] == "GPU":
+        resources["limits"]["nvidia.com/gpu"] = resources["requests"]["nvidia.com/gpu"] = per_node
+    cpus = spec.cluster.cpus_per_node if spec.cluster.cpus_per_node is not None else (per_node if cluster["device"] == "CPU" else None)
+    if cpus is not None:
+        resources["limits"]["cpu"] = resources["requests"]["cpu"] = str(cpus).rstrip("+")
+    if spec.cluster.memory_per_node is not None:
+        resources["limits"]["memory"] = resources["requests"]["memory"] = f"{str(spec.cluster.memory_per_node).rstrip('+')}Gi"
+    name = k8s_name(spec.name)
+    secret_name = f"{name}-secrets"
+    envs = {**spec.launch.envs, **spec.launch.trainer_envs, **spec.launch.inference_envs}
+    env = [{"name": k, "value": str(v)} for k, v in sorted(envs.items())]
+    env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}} for k in sorted(spec.launch.secrets)]
+    runtime_env = json.dumps({"pip": [install_requirement(spec)]})
+    ctx = {
+        "name": spec.name, "source": source, "digest": digest, "k8s_name": name, "configmap": f"{name}-job"[:63],
+        "namespace": spec.launch.kuberay.namespace, "labels": {"app.kubernetes.io/managed-by": "rlc", "rlc.dev/content-hash": digest.split(":")[-1][:12]},
+        "resolved": files["resolved.yaml"], "plan": files["plan.json"], "entrypoint": "python -m rlc.runtime run /rlc/job/resolved.yaml",
+        "runtime_env": runtime_env, "ttl": spec.launch.kuberay.ttl_seconds_after_finished, "deadline": spec.launch.kuberay.active_deadline_seconds,
+        "image": spec.launch.kuberay.ray_image or spec.cluster.image or DEFAULT_RAY_IMAGE, "resources": resources, "env": env,
+        "workers": cluster["nodes"] - 1, "secret_name": secret_name, "secrets": sorted(spec.launch.secrets),
+    }
+    return _env().get_template("rayjob.yaml.j2").render(**ctx)
