@@ -23,6 +23,7 @@ bench:
 	$(BENCH_VENV)/bin/pip install -q --upgrade .
 	$(BENCH_VENV)/bin/python bench/validate_bench.py
 	$(BENCH_VENV)/bin/python bench/plan_bench.py
+	$(BENCH_VENV)/bin/python bench/compile_bench.py
 
 # Rewrite the committed JSON Schema after changing the spec model (installed extensions left out).
 schema: venv

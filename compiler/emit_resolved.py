@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from typing import Any
 
@@ -19,31 +18,26 @@ def content_hash(spec: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _scalar(value: Any) -> str:
+    """One value as YAML: JSON scalars and flow collections are YAML too, and need no quoting rules of their own."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
 def render(spec: Any, provenance: dict[str, Provenance], source: str) -> str:
-    from ruamel.yaml import YAML
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    """Block mappings for sections, one `key: value  # origin` line per field, in the model's field order."""
+    lines = [f"# {HEADER}", f"# source: {source}", f"# content-hash: {content_hash(spec)}"]
 
-    def build(value: Any, path: str):
-        if isinstance(value, dict):
-            node = CommentedMap()
-            for k, v in value.items():
-                node[k] = build(v, f"{path}.{k}" if path else k)
-                origin = provenance.get(f"{path}.{k}" if path else k)
-                if origin is not None and not isinstance(node[k], CommentedMap) or (origin is not None and not node[k]):
-                    node.yaml_add_eol_comment(str(origin), k)
-            return node
-        if isinstance(value, list):
-            seq = CommentedSeq(build(v, path) for v in value)
-            seq.fa.set_flow_style()
-            return seq
-        return value
+    def emit(node: dict, path: str, depth: int) -> None:
+        pad = "  " * depth
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else key
+            origin = provenance.get(here)
+            if isinstance(value, dict) and origin is None:  # a section (fields are leaves, sections are not)
+                lines.append(f"{pad}{key}:")
+                emit(value, here, depth + 1)
+            else:
+                note = f"  # {origin}" if origin is not None else ""
+                lines.append(f"{pad}{key}: {_scalar(value)}{note}")
 
-    tree = build(to_plain(spec), "")
-    y = YAML(typ="rt")
-    y.width = 4096
-    y.indent(mapping=2, sequence=2, offset=0)
-    y.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
-    buf = io.StringIO()
-    y.dump(tree, buf)
-    head = f"# {HEADER}\n# source: {source}\n# content-hash: {content_hash(spec)}\n"
-    return head + buf.getvalue()
+    emit(to_plain(spec), "", 0)
+    return "\n".join(lines) + "\n"

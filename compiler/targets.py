@@ -9,14 +9,35 @@ import json
 import shlex
 from typing import Any
 
+_ENV: list = []
+
+
 def _env():
+    if _ENV:
+        return _ENV[0]
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("rlc.templates", ""), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False)
+                             keep_trailing_newline=True, autoescape=False, bytecode_cache=_bytecode_cache())
     env.filters["shq"] = lambda v: shlex.quote(str(v))
     env.filters["yq"] = lambda v: json.dumps(v, ensure_ascii=False)  # JSON scalars are YAML scalars: no injection
+    _ENV.append(env)
     return env
+
+
+def _bytecode_cache():
+    """Compiled templates cached per user (compiling them costs more than the rest of `rlc compile`)."""
+    import os
+
+    import jinja2
+
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = os.path.join(root, "rlc", "jinja")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(directory)
 
 
 def install_requirement(spec) -> str:

@@ -36,10 +36,10 @@ def test_examples_compile_and_the_runtime_loads_them(tmp_path, example):
 def test_every_value_is_explicit_with_its_provenance(tmp_path):
     out = _compile(EXAMPLES / "gsm8k-grpo-2node.yaml", tmp_path / "out", "trainer.seed=3")
     text = (out / "resolved.yaml").read_text()
-    assert "num_engines: 8 # derived from cluster.gpus_per_node, cluster.num_nodes" in text
-    assert "seed: 3 # override trainer.seed=3" in text
-    assert "train_batch_size: 1024 # spec gsm8k-grpo-2node.yaml:" in text
-    assert "eval_interval: 5 # default" in text
+    assert "num_engines: 8  # derived from cluster.gpus_per_node, cluster.num_nodes" in text
+    assert "seed: 3  # override trainer.seed=3" in text
+    assert "train_batch_size: 1024  # spec gsm8k-grpo-2node.yaml:" in text
+    assert "eval_interval: 5  # default" in text
     assert "str(tmp_path)" not in text and "/examples/" not in text
 
 

@@ -121,4 +121,4 @@ def test_provenance_names_each_origin(tmp_path):
     assert origin["trainer.eval_interval"].kind == "default"
     text = render(a.spec, origin, "legacy-skyrl.yaml")
     assert f"# content-hash: {content_hash(a.spec)}" in text
-    assert "seed: 7 # override trainer.seed=7" in text
+    assert "seed: 7  # override trainer.seed=7" in text
