@@ -228,6 +228,41 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
     sys.exit(EXIT_OK if result.same else EXIT_SPEC)
 
 
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
+@click.option("--sky-arg", "sky_args", multiple=True, help="Extra argument for `sky launch` (repeatable), e.g. --sky-arg=--yes.")
+def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args: tuple[str, ...]) -> None:
+    """Compile SPEC, then `sky launch` the SkyPilot task on a cluster named after the job.
+
+    Needs SkyPilot's `sky` command (`pip install 'rlc[launch]'`, best in its own environment).
+    """
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from rlc.compiler.emit import build, write
+    from rlc.compiler.plan import plan as make_plan
+
+    sky = shutil.which("sky")
+    if sky is None:
+        click.echo("rlc launch: SkyPilot's `sky` command is not on PATH; install it with `pip install 'rlc[launch]'` "
+                   "(in its own environment: SkyPilot pins click < 8.2) or run `sky launch` on the compiled sky.yaml", err=True)
+        sys.exit(EXIT_USAGE)
+    analysis = _analyze(spec, _parse_overrides(overrides))
+    the_plan, plan_diags = (make_plan(analysis.spec) if analysis.ok else (None, []))
+    diags = analysis.diagnostics + plan_diags
+    if any(d.severity == "error" for d in diags):
+        sys.exit(_emit(diags, "text", ""))
+    compiled = build(analysis, the_plan, spec, ("skypilot",))
+    target = Path(out_dir) if out_dir else Path("build") / compiled.name
+    write(compiled, target)
+    command = [sky, "launch", str(target / "sky.yaml"), "--cluster", compiled.name, *sky_args]
+    click.echo("$ " + " ".join(command), err=True)
+    sys.exit(subprocess.call(command))
+
+
 def main() -> None:
     try:
         cli.main(prog_name="rlc", standalone_mode=True)

@@ -128,3 +128,20 @@ def test_no_value_can_run_as_a_command(tmp_path, spec_file):
         assert proc.returncode == 0, proc.stderr
     assert not marker.exists(), "a spec value ran as a shell command"
     assert task["envs"]["EVIL"] == evil
+
+
+def test_rlc_launch_compiles_then_calls_sky_launch(tmp_path):
+    bin_dir, log = _fake_bin(tmp_path / "launch")
+    sky = bin_dir / "sky"
+    sky.write_text(f'#!/bin/bash\nprintf "%s\\n" "sky $*" >> {log}\nexit 0\n')
+    sky.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = run_rlc("launch", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "trainer.seed=5", "--sky-arg=--yes", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().splitlines() == ["sky launch build/gsm8k-grpo-1node/sky.yaml --cluster gsm8k-grpo-1node --yes"]
+    assert (tmp_path / "build" / "gsm8k-grpo-1node" / "resolved.yaml").exists()
+
+
+def test_rlc_launch_without_skypilot_says_how_to_get_it(tmp_path):
+    result = run_rlc("launch", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2 and "rlc[launch]" in result.stderr
