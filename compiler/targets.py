@@ -85,6 +85,8 @@ def skypilot(spec, plan: dict, files: dict[str, str], source: str, digest: str, 
         resources.append(("use_spot", True))
     if c.image:
         resources.append(("image_id", f"docker:{c.image}"))
+    if spec.launch.ports:
+        resources.append(("ports", sorted(spec.launch.ports)))
     envs = {**spec.launch.envs, **spec.launch.trainer_envs, **spec.launch.inference_envs}
     node = _env().get_template("node_start.sh.j2").render(**node_context(spec, plan))
     ctx = {

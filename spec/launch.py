@@ -46,6 +46,7 @@ class LaunchConfig:
     inference_envs: Dict[str, str] = setting(doc="Environment variables for inference-engine processes only.", factory=dict, pattern=ENV_NAME)
     secrets: List[str] = setting(doc="Names of secret environment variables (values are never written).", factory=list, pattern=ENV_NAME)
     install: Optional[str] = setting(None, "pip requirement that installs rlc on the nodes; derived from the spec when unset.")
+    ports: List[int] = setting(doc="Ports to open on the nodes to the outside (e.g. a dashboard); Ray's ports stay closed.", factory=list)
     ray_port: int = setting(6479, "Port of the job's own Ray head (SkyPilot's Ray holds 6380).", minimum=1024, maximum=65535)
     node_wait_timeout_s: int = setting(600, "Seconds the head waits for all nodes and GPUs before failing.", minimum=1)
     kuberay: KubeRayConfig = section(KubeRayConfig, "KubeRay RayJob settings.")
