@@ -130,7 +130,6 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
 
     ovs = _parse_overrides(overrides)
     from rlc.compiler.diagnostics import has_errors, render_json, render_text
-    from rlc.compiler.frontend import analyze
     from rlc.compiler.plan import plan as make_plan
     from rlc.compiler.plan_svg import render_svg, render_table
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from rlc.compiler.diagnostics import ERROR, Diagnostic, has_errors
+from rlc.compiler.diagnostics import Diagnostic, has_errors
 from rlc.compiler.load import Document, LoadError, load_document, to_plain
 from rlc.compiler.overrides import Override
 from rlc.compiler.resolve import Resolution, resolve

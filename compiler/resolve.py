@@ -11,7 +11,7 @@ import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from rlc.compiler.diagnostics import ERROR, Diagnostic
 from rlc.spec.generation import SamplingParams
@@ -212,7 +212,7 @@ class _Resolver:
 
     def _cluster_from_placement(self) -> None:
         s = self.spec
-        c, p, ie = s.cluster, s.trainer.placement, s.generator.inference_engine
+        c, p = s.cluster, s.trainer.placement
         roles = ["policy"] + (["ref"] if ref_on(s) else []) + (["critic"] if critic_on(s) else [])
         # Models that must share the policy's GPUs take its layout when the spec leaves theirs unset.
         shared = [r for r in roles[1:] if p.colocate_all or (r == "ref" and p.colocate_policy_ref)]

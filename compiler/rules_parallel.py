@@ -1,0 +1,69 @@
+"""Megatron and LoRA rules (skyrl-rules.md §3.3, §3.7 C16)."""
+
+from __future__ import annotations
+
+
+from rlc.compiler.check import Context, rule
+from rlc.compiler.resolve import critic_on
+
+IE = "generator.inference_engine"
+
+
+# -- Megatron (§3.3) ------------------------------------------------------------------------------------
+
+@rule("RLC-E501", "Megatron syncs weights over nccl", f"{IE}.weight_sync_backend", "trainer.strategy")
+def _m1(c: Context):
+    if c.megatron and c.ie.weight_sync_backend != "nccl":
+        yield c.error("RLC-E501", f"{IE}.weight_sync_backend", f"the megatron strategy syncs weights over nccl, not {c.ie.weight_sync_backend}", "set weight_sync_backend: nccl", ["trainer.strategy"])
+
+
+@rule("RLC-E502", "Megatron needs the vllm inference backend", f"{IE}.backend", "trainer.strategy")
+def _m2(c: Context):
+    if c.megatron and c.ie.backend != "vllm":
+        yield c.error("RLC-E502", f"{IE}.backend", f"the megatron strategy runs with vllm engines, not {c.ie.backend}", "set backend: vllm, or strategy: fsdp2", ["trainer.strategy"])
+
+
+@rule("RLC-E503", "Megatron trains no critic (GRPO-style only)", "trainer.critic.model.path", "trainer.strategy")
+def _m3(c: Context):
+    if c.megatron and critic_on(c.s):
+        yield c.error("RLC-E503", "trainer.critic.model.path", "the megatron strategy has no critic; PPO with a value model needs fsdp2", "use strategy: fsdp2, or drop the critic", ["trainer.strategy"])
+
+
+@rule("RLC-E504", "Megatron uses no Ulysses sequence parallelism", "trainer.policy.sequence_parallel_size", "trainer.strategy")
+def _m7(c: Context):
+    if not c.megatron:
+        return
+    for role in ("policy", "ref"):
+        sp = getattr(c.t, role).sequence_parallel_size
+        if sp != 1:
+            yield c.error("RLC-E504", f"trainer.{role}.sequence_parallel_size", f"sequence_parallel_size is {sp}; Megatron splits sequences with context_parallel_size instead",
+                          f"set sequence_parallel_size: 1 and megatron_config.context_parallel_size: {sp}", ["trainer.strategy"])
+
+
+@rule("RLC-W501", "Megatron: world divisible by pp * ep * etp", "trainer.policy.megatron_config.expert_model_parallel_size")
+def _ep(c: Context):
+    if not c.megatron:
+        return
+    mc, w = c.t.policy.megatron_config, c.world("policy")
+    etp = mc.expert_tensor_parallel_size or mc.tensor_model_parallel_size
+    size = mc.pipeline_model_parallel_size * mc.expert_model_parallel_size * etp
+    if w and w % size:
+        yield c.warning("RLC-W501", "trainer.policy.megatron_config.expert_model_parallel_size",
+                        f"policy GPUs ({w}) are not divisible by pp*ep*etp = {size}; Megatron-Core will refuse this expert layout", f"make {w} a multiple of {size}")
+
+
+
+# -- LoRA (§3.7 C16) -------------------------------------------------------------------------------------
+
+@rule("RLC-E601", "LoRA adapters sync to vllm engines only", "trainer.policy.model.lora.rank", f"{IE}.backend")
+def _c16(c: Context):
+    if c.t.policy.model.lora.rank > 0 and c.ie.backend != "vllm":
+        yield c.error("RLC-E601", "trainer.policy.model.lora.rank", f"LoRA adapters are loaded into vllm engines; backend is {c.ie.backend}", "set backend: vllm, or lora.rank: 0", [f"{IE}.backend"])
+
+
+@rule("RLC-E602", "LoRA alpha is positive when LoRA is on", "trainer.policy.model.lora.alpha")
+def _lora_alpha(c: Context):
+    for role in ("policy", "critic"):
+        lora = getattr(c.t, role).model.lora
+        if lora.rank > 0 and lora.alpha <= 0:
+            yield c.error("RLC-E602", f"trainer.{role}.model.lora.alpha", f"lora.alpha is {lora.alpha}; the adapter would be scaled to nothing", "use alpha > 0 (commonly 2 x rank)")
