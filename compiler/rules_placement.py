@@ -105,3 +105,17 @@ def _idle(c: Context):
     if demand < g * n:
         yield c.warning("RLC-W202", "cluster.num_nodes", f"the job uses {demand} of the cluster's {g * n} GPUs; {g * n - demand} stay idle",
                         "leave the placement counts unset to derive them from cluster, or shrink the cluster")
+
+
+MAX_DEVICES = 1_000_000
+
+
+@rule("RLC-E207", "the job asks for at most a million devices (the planner lays out each one)", "cluster.num_nodes",
+      "generator.inference_engine.num_engines")
+def _too_large(c: Context):
+    g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)
+    demand = gpu_demand(c.s)
+    if demand > MAX_DEVICES or (g is not None and n is not None and g * n > MAX_DEVICES):
+        key = "cluster.num_nodes" if g is not None and n is not None and g * n > MAX_DEVICES else "generator.inference_engine.num_engines"
+        yield c.error("RLC-E207", key, f"the job spans more than {MAX_DEVICES:,} devices ({max(demand, int((g or 0) * (n or 0))):,})",
+                      "check the counts for a typo: no cluster this large exists")

@@ -140,6 +140,11 @@ CASES = {
         generator:
           inference_engine: {num_engines: 8}
         """),
+    "RLC-E207": ("cluster.num_nodes", """
+        cluster:
+          gpus_per_node: 8
+          num_nodes: 200000  # <-
+        """),
     "RLC-E301": ("trainer.algorithm.advantage_estimator", """
         trainer:
           algorithm:
@@ -338,3 +343,15 @@ def test_rules_are_documented():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text()
     missing = [r.code for r in RULES if r.code not in doc]
     assert not missing, f"docs/rules.md lacks {missing}"
+
+
+def test_huge_batch_sizes_are_answered_at_once(tmp_path):
+    import time
+
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\n" + BASE_CLUSTER + "trainer: {logger: console, train_batch_size: 1000000000039, "
+                    "policy_mini_batch_size: 999999999989, micro_train_batch_size_per_gpu: 7}\n")
+    start = time.monotonic()
+    analysis = analyze(path, env={})
+    assert time.monotonic() - start < 5
+    assert any(d.code == "RLC-E105" for d in analysis.diagnostics)
