@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 
 $(BIN)/rlc: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test,runtime]'
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
 	touch $(BIN)/rlc
 

@@ -78,6 +78,15 @@ def _opc_values(c: Context):
         yield c.error("RLC-E308", f"{k}.token_tis_ratio_clip_high", f"token_tis_ratio_clip_high is {opc.token_tis_ratio_clip_high}; a cap at or below 1 clips every ratio", "use a cap between 1.5 and 5")
 
 
+@rule("RLC-E310", "the loss's logit temperature is positive", f"{ALG}.temperature", "generator.sampling_params.temperature")
+def _temperature(c: Context):
+    t = c.alg.temperature
+    if num(t) is not None and t <= 0:
+        yield c.error("RLC-E310", f"{ALG}.temperature", f"the policy loss divides logits by temperature {t}; rollouts sampled greedily "
+                      "(temperature 0) cannot be trained on", "sample with temperature > 0 (e.g. 1.0), or set trainer.algorithm.temperature",
+                      ["generator.sampling_params.temperature"])
+
+
 @rule("RLC-E309", "dynamic sampling replace needs a group to sample from (n_samples_per_prompt > 1)", f"{ALG}.dynamic_sampling.type", NS)
 def _dyn(c: Context):
     if c.alg.dynamic_sampling.type is not None and c.s.generator.n_samples_per_prompt < 2:

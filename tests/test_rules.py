@@ -202,6 +202,11 @@ CASES = {
         generator:
           n_samples_per_prompt: 1
         """),
+    "RLC-E310": ("trainer.algorithm.temperature", """
+        generator:
+          sampling_params:
+            temperature: 0.0  # <-
+        """),
     "RLC-E401": ("generator.max_input_length", """
         generator:
           max_input_length: 256  # <-

@@ -1,0 +1,145 @@
+"""Advantage estimators (`trainer.algorithm.advantage_estimator`): grpo, rloo, reinforce++, gae.
+
+Tensors are (batch, response_len) with `mask` marking response tokens; every estimator returns
+`(advantages, returns)` of that shape, zero outside the mask. Positions outside the mask are
+treated as absent, so the same code serves left- and right-padded response windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Callable
+
+import torch
+
+# Index of a sample's prompt: the GRPO/RLOO group key (SkyRL passes the prompt uid per sample).
+GroupIndex = Sequence[Hashable] | torch.Tensor
+
+
+def _group_ids(index: GroupIndex, device: torch.device) -> torch.Tensor:
+    """Dense group number per sample, from any hashable prompt keys."""
+    if isinstance(index, torch.Tensor):
+        return torch.unique(index, return_inverse=True)[1].to(device)
+    numbers: dict[Hashable, int] = {}
+    return torch.tensor([numbers.setdefault(key, len(numbers)) for key in index], dtype=torch.long, device=device)
+
+
+def _outcome_scores(rewards: torch.Tensor) -> torch.Tensor:
+    """One score per sequence: the reward itself, or the sum of per-token rewards."""
+    scores = rewards.sum(dim=-1) if rewards.dim() == 2 else rewards
+    return scores if scores.is_floating_point() else scores.float()
+
+
+def _group_stats(scores: torch.Tensor, index: GroupIndex) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample group size, group mean and unbiased group std (as `torch.std`)."""
+    groups = _group_ids(index, scores.device)
+    if groups.numel() != scores.numel():
+        raise ValueError(f"index has {groups.numel()} entries for {scores.numel()} sequences")
+    n_groups = int(groups.max()) + 1 if groups.numel() else 0
+    zeros = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
+    count = zeros.index_add(0, groups, torch.ones_like(scores))
+    mean = zeros.index_add(0, groups, scores) / count.clamp(min=1)
+    squares = zeros.index_add(0, groups, (scores - mean[groups]) ** 2)
+    std = (squares / (count - 1).clamp(min=1)).sqrt()
+    return count[groups], mean[groups], std[groups]
+
+
+def _masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Z-score over the masked entries of the whole batch (unbiased variance); zero outside the mask."""
+    count = mask.sum()
+    mean = (values * mask).sum() / count.clamp(min=1)
+    var = (((values - mean) * mask) ** 2).sum() / (count - 1).clamp(min=1)
+    return (values - mean) * torch.rsqrt(var + eps) * mask
+
+
+@torch.no_grad()
+def grpo_advantages(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: GroupIndex,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO: each sequence's score minus its group mean, over (group std + eps) when `norm_by_std`.
+
+    `rewards` is (batch,) or (batch, response_len) (summed); a group of one sample gets 0.
+    """
+    scores = _outcome_scores(rewards)
+    count, mean, std = _group_stats(scores, index)
+    centred = scores - mean
+    advantages = centred / (std + eps) if norm_by_std else centred
+    advantages = torch.where(count > 1, advantages, 0.0)
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
+
+
+@torch.no_grad()
+def rloo_advantages(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: GroupIndex,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO: each sequence's score minus the mean score of the other samples of its prompt.
+
+    `rewards` is (batch,) or (batch, response_len) (summed); a group of one sample gets 0.
+    """
+    scores = _outcome_scores(rewards)
+    count, mean, _ = _group_stats(scores, index)
+    # s - mean(others) == (s - mean(all)) * n / (n - 1)
+    advantages = (scores - mean) * count / (count - 1).clamp(min=1)
+    advantages = torch.where(count > 1, advantages, 0.0)
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
+
+
+@torch.no_grad()
+def reinforce_pp_advantages(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted return-to-go per token, whitened over all response tokens of the batch."""
+    mask = mask.to(rewards.dtype)
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        # A masked position ends the return, so nothing flows across padding.
+        running = (rewards[:, t] + gamma * running) * mask[:, t]
+        returns[:, t] = running
+    return _masked_whiten(returns, mask), returns
+
+
+@torch.no_grad()
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lambd: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE(gamma, lambda) from per-token rewards and critic values; advantages are whitened, returns are not.
+
+    The value after the last response token is 0 (the episode ends with the response).
+    """
+    mask = mask.to(rewards.dtype)
+    rewards, values = rewards * mask, values.to(rewards.dtype) * mask
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    next_value = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = delta + gamma * lambd * running
+        advantages[:, t] = running
+        next_value = values[:, t]
+    returns = (advantages + values) * mask
+    return _masked_whiten(advantages, mask), returns
+
+
+# Keys are spec v1's `advantage_estimator` values. Outcome estimators take `index`, gae takes
+# `values`; the caller passes each its own keyword arguments.
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    "grpo": grpo_advantages,
+    "rloo": rloo_advantages,
+    "reinforce++": reinforce_pp_advantages,
+    "gae": gae_advantages,
+}

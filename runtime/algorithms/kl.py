@@ -1,0 +1,71 @@
+"""Per-token KL estimators between the policy and the reference model (`kl_estimator_type`).
+
+The estimators are Schulman's (joschu.net/blog/kl-approx) evaluated on tokens sampled from the
+policy: with delta = log_probs - ref_log_probs, k1 = delta, abs = |delta|, k2 = delta^2 / 2,
+k3 = exp(-delta) + delta - 1.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Unbiased, can be negative per token."""
+    return log_probs - ref_log_probs
+
+
+def k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Half the squared log-ratio: biased, non-negative, low variance."""
+    return 0.5 * (log_probs - ref_log_probs).square()
+
+
+def k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Unbiased and non-negative; clamped (log-ratio to +-20, result to +-10) as SkyRL does, so one stray token cannot blow up the loss."""
+    log_ratio = (ref_log_probs - log_probs).clamp(min=-20.0, max=20.0)
+    return (log_ratio.exp() - log_ratio - 1.0).clamp(min=-10.0, max=10.0)
+
+
+def abs_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Absolute log-ratio."""
+    return (log_probs - ref_log_probs).abs()
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": k1,
+    "k2": k2,
+    "k3": k3,
+    "abs": abs_kl,
+}
+
+
+def token_kl(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    estimator: str = "k3",
+) -> torch.Tensor:
+    """Per-token KL by the named estimator, exactly 0 outside `mask` (even where the log-probs are inf/NaN)."""
+    kl = KL_ESTIMATORS[estimator](log_probs, ref_log_probs)
+    if mask is None:
+        return kl
+    return torch.where(mask.bool(), kl * mask.to(kl.dtype), 0.0)
+
+
+def kl_loss(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    estimator: str = "k3",
+) -> torch.Tensor:
+    """KL loss term (`use_kl_loss`): mean over tokens of each sequence, then over sequences (as SkyRL's worker)."""
+    kl = token_kl(log_probs, ref_log_probs, mask, estimator)
+    per_sequence = kl.sum(dim=-1) / mask.to(kl.dtype).sum(dim=-1).clamp(min=1)
+    return per_sequence.mean()
+
+
+def kl_penalized_rewards(token_rewards: torch.Tensor, kl: torch.Tensor, coef: float) -> torch.Tensor:
+    """KL in reward (`use_kl_in_reward`): per-token reward minus coef * KL; a negative coef counts as 0."""
+    return token_rewards - max(0.0, coef) * kl
