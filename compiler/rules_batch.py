@@ -15,30 +15,28 @@ U, F, NS = "trainer.micro_train_batch_size_per_gpu", "trainer.micro_forward_batc
 
 # -- batch sizes (skyrl-rules.md §3.8) ------------------------------------------------------------
 
-@rule("RLC-E101", "train_batch_size >= policy_mini_batch_size > 0", B, MP)
-def _b1(c: Context):
-    b, m = num(c.t.train_batch_size), num(c.t.policy_mini_batch_size)
+def _mini_within_train(c: Context, code: str, key: str):
+    """A mini batch is positive and no larger than the training batch."""
+    b, m = num(c.t.train_batch_size), num(getattr(c.t, key.split(".")[-1]))
     if b is None or m is None:
         return
+    name = key.split(".")[-1]
     if m <= 0:
-        yield c.error("RLC-E101", MP, f"policy_mini_batch_size is {m}; it must be positive", "set it to a divisor of train_batch_size, e.g. 256")
+        yield c.error(code, key, f"{name} is {m}; it must be positive", "set it to a divisor of train_batch_size, e.g. 256")
     elif b < m:
-        yield c.error("RLC-E101", MP, f"policy_mini_batch_size ({m}) is larger than train_batch_size ({b})",
-                      f"lower policy_mini_batch_size to at most {b}", [B], mini=m, train=b)
+        yield c.error(code, key, f"{name} ({m}) is larger than train_batch_size ({b})", f"lower {name} to at most {b}", [B],
+                      mini=m, train=b)
+
+
+@rule("RLC-E101", "train_batch_size >= policy_mini_batch_size > 0", B, MP)
+def _b1(c: Context):
+    yield from _mini_within_train(c, "RLC-E101", MP)
 
 
 @rule("RLC-E102", "critic: train_batch_size >= critic_mini_batch_size > 0", B, MC, "trainer.critic.model.path")
 def _b2(c: Context):
-    if not critic_on(c.s):
-        return
-    b, m = num(c.t.train_batch_size), num(c.t.critic_mini_batch_size)
-    if b is None or m is None:
-        return
-    if m <= 0:
-        yield c.error("RLC-E102", MC, f"critic_mini_batch_size is {m}; it must be positive", "set it to a divisor of train_batch_size")
-    elif b < m:
-        yield c.error("RLC-E102", MC, f"critic_mini_batch_size ({m}) is larger than train_batch_size ({b})",
-                      f"lower critic_mini_batch_size to at most {b}", [B])
+    if critic_on(c.s):
+        yield from _mini_within_train(c, "RLC-E102", MC)
 
 
 @rule("RLC-E103", "micro batch sizes are positive", U, F)

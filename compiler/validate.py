@@ -16,9 +16,10 @@ from typing import Any, Iterable, Optional
 from rlc.compiler.diagnostics import ERROR, Diagnostic
 from rlc.compiler.load import Document
 from rlc.spec import fields as meta
+from rlc.spec import schema
 from rlc.spec.model import _NONE, FieldSpec, SpecModel, _union_args, type_label
 
-INTERPOLATION = re.compile(r"^\$\{[^{}]+\}$")
+INTERPOLATION = re.compile(schema.INTERPOLATION)  # the same strings the JSON Schema lets through
 
 
 def dotted(path: Iterable[Any]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Optional
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
@@ -398,9 +399,7 @@ class _Step:
         """Keys spec v1 does not know whose values turn nothing on are dropped; others stay for validation to report."""
         import difflib
 
-        from rlc.spec.model import SpecModel
-
-        model = _model_for_sweep(SpecModel)
+        model = _v1_model()
 
         def visit(node, path: str) -> None:
             for key, value in list(node.items()):
@@ -558,13 +557,12 @@ class _Step:
         rewrite(self.data, "")
 
 
-_SWEEP_MODEL: list = []
+@lru_cache(maxsize=1)
+def _v1_model():
+    """Spec v1 without extensions: what a legacy file is migrated to."""
+    from rlc.spec.model import SpecModel
 
-
-def _model_for_sweep(factory):
-    if not _SWEEP_MODEL:
-        _SWEEP_MODEL.append(factory())
-    return _SWEEP_MODEL[0]
+    return SpecModel()
 
 
 def _renamed(ref: str, renames: dict[str, str]) -> str:

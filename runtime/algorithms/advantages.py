@@ -52,6 +52,13 @@ def _masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) 
     return (values - mean) * torch.rsqrt(var + eps) * mask
 
 
+def _per_token(advantages: torch.Tensor, count: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outcome advantages on every response token; a prompt with a single sample learns nothing (0)."""
+    advantages = torch.where(count > 1, advantages, 0.0)
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
+
+
 @torch.no_grad()
 def grpo_advantages(
     rewards: torch.Tensor,
@@ -68,9 +75,7 @@ def grpo_advantages(
     count, mean, std = _group_stats(scores, index)
     centred = scores - mean
     advantages = centred / (std + eps) if norm_by_std else centred
-    advantages = torch.where(count > 1, advantages, 0.0)
-    advantages = advantages[:, None] * mask.to(advantages.dtype)
-    return advantages, advantages
+    return _per_token(advantages, count, mask)
 
 
 @torch.no_grad()
@@ -87,9 +92,7 @@ def rloo_advantages(
     count, mean, _ = _group_stats(scores, index)
     # s - mean(others) == (s - mean(all)) * n / (n - 1)
     advantages = (scores - mean) * count / (count - 1).clamp(min=1)
-    advantages = torch.where(count > 1, advantages, 0.0)
-    advantages = advantages[:, None] * mask.to(advantages.dtype)
-    return advantages, advantages
+    return _per_token(advantages, count, mask)
 
 
 @torch.no_grad()
