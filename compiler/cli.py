@@ -262,6 +262,113 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
     sys.exit(subprocess.call(command))
 
 
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
+@click.option("--address", help="Ray address to run on (default: start a local Ray instance).")
+@click.option("--no-progress", is_flag=True, help="Print a line per step instead of a progress bar.")
+def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str | None, no_progress: bool) -> None:
+    """Compile SPEC, then train it here: on a local Ray instance (or --address), as the launch files would.
+
+    Needs the runtime (`pip install 'rlc[runtime]'`). Metrics go to {trainer.log_path}/{trainer.run_name}.
+    """
+    from pathlib import Path
+
+    from rlc.compiler.emit import build, write
+    from rlc.compiler.plan import plan as make_plan
+
+    analysis = _analyze(spec, _parse_overrides(overrides))
+    the_plan, plan_diags = (make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
+                            if analysis.ok else (None, []))
+    diags = analysis.diagnostics + plan_diags
+    if any(d.severity == "error" for d in diags):
+        sys.exit(_emit(diags, "text", ""))
+    if diags:
+        _emit(diags, "text", "")
+    compiled = build(analysis, the_plan, spec, ("ray",))
+    target = Path(out_dir) if out_dir else Path("build") / compiled.name
+    write(compiled, target)
+    try:
+        from rlc.runtime.__main__ import run_job
+        from rlc.runtime.config import load
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        click.echo(f"rlc run: the runtime is not installed ({exc}); pip install 'rlc[runtime]'", err=True)
+        sys.exit(EXIT_USAGE)
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        import ray  # noqa: F401
+    except ImportError as exc:
+        click.echo(f"rlc run: the runtime needs {exc.name}; pip install 'rlc[runtime]'", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(f"{spec}: compiled to {target}/; training", err=True)
+    sys.exit(run_job(load(target / "resolved.yaml"), address, progress=not no_progress))
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="PNG to write [default: RUN_DIR/curves.png].")
+def plot(run_dir: str, output: str | None) -> None:
+    """Draw the reward and loss curves of a run (its metrics.jsonl) into a PNG."""
+    from pathlib import Path
+
+    try:
+        from rlc.runtime.plot import PlotError, plot_run
+    except ImportError as exc:
+        click.echo(f"rlc plot: needs matplotlib ({exc}); pip install 'rlc[runtime]'", err=True)
+        sys.exit(EXIT_USAGE)
+    try:
+        path = plot_run(Path(run_dir), Path(output) if output else None)
+    except PlotError as exc:
+        click.echo(f"rlc plot: {exc}", err=True)
+        sys.exit(EXIT_SPEC)
+    click.echo(f"wrote {path}")
+
+
+@cli.group()
+def data() -> None:
+    """Write datasets (parquet files of prompt / answer rows) for the built-in environments."""
+
+
+@data.command("synthetic")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="~/.cache/rlc/data/synthetic",
+              show_default=True, help="Directory for train.parquet and validation.parquet.")
+@click.option("--train", "train_rows", type=click.IntRange(1), default=3200, show_default=True)
+@click.option("--validation", "val_rows", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def data_synthetic(out_dir: str, train_rows: int, val_rows: int, seed: int) -> None:
+    """The copy-the-digit task of `env_class: synthetic`."""
+    from pathlib import Path
+
+    from rlc.runtime.data import synthetic
+
+    for path in synthetic(Path(out_dir).expanduser(), train_rows, val_rows, seed):
+        click.echo(f"wrote {path}")
+
+
+@data.command("gsm8k")
+@click.argument("source", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="~/data/gsm8k", show_default=True)
+@click.option("--name", default="train", show_default=True, help="File name (without .parquet) of the converted rows.")
+@click.option("--validation", "val_rows", type=click.IntRange(0), default=0, show_default=True,
+              help="Hold out this many rows as validation.parquet.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def data_gsm8k(source: str, out_dir: str, name: str, val_rows: int, seed: int) -> None:
+    """Convert GSM8K records (JSON lines, a JSON list or CSV with question / answer) to parquet."""
+    from pathlib import Path
+
+    from rlc.runtime.data import DataError, gsm8k
+
+    try:
+        paths = gsm8k(Path(source), Path(out_dir).expanduser(), validation=val_rows, seed=seed, name=name)
+    except DataError as exc:
+        click.echo(f"rlc data: {exc}", err=True)
+        sys.exit(EXIT_SPEC)
+    for path in paths:
+        click.echo(f"wrote {path}")
+
+
 def main() -> None:
     try:
         cli.main(prog_name="rlc", standalone_mode=True)

@@ -11,6 +11,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="load resolved.yaml and plan.json with the runtime's typed loader and exit")
     check.add_argument("resolved")
+    run = sub.add_parser("run", help="train: place workers and engines as plan.json says and run the RL loop")
+    run.add_argument("resolved")
+    run.add_argument("--address", help="Ray address (default: RAY_ADDRESS, else a local Ray instance)")
+    run.add_argument("--no-progress", action="store_true", help="print a line per step instead of a progress bar")
     gate = sub.add_parser("wait-cluster", help="wait until all nodes and devices of the plan joined Ray (head node)")
     gate.add_argument("--address", required=True)
     gate.add_argument("--nodes", type=int, required=True)
@@ -30,10 +34,31 @@ def main(argv: list[str] | None = None) -> int:
     except CompiledJobError as exc:
         print(f"rlc.runtime: {exc}", file=sys.stderr)
         return 1
+    if args.command == "run":
+        return run_job(job, args.address, progress=not args.no_progress)
     roles = ", ".join(f"{r['name']} x{r['world_size']}" for r in job.plan.get("roles", []))
     engines = len(job.plan.get("inference", {}).get("engines", []))
     print(f"{job.spec.name}: config and plan load ({job.content_hash[:19]}); {roles}; {engines} engine(s) on "
           f"{job.plan['cluster']['nodes']} node(s)")
+    return 0
+
+
+def run_job(job, address: str | None = None, progress: bool = True) -> int:
+    """Run a loaded job; a RunError or a bad dataset is a message and exit 1, never a traceback."""
+    from rlc.runtime.driver import RunError, run
+
+    try:
+        result = run(job, address=address, progress=progress)
+    except RunError as exc:
+        print(f"rlc.runtime: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rlc.runtime: interrupted; resume with trainer.resume_mode=latest", file=sys.stderr)
+        return 130
+    summary = f"{job.spec.name}: trained to step {result.steps}"
+    if result.first_reward is not None:
+        summary += f", mean reward {result.first_reward:.3f} -> {result.last_reward:.3f}"
+    print(f"{summary}\nrun directory: {result.run_dir} (metrics.jsonl; `rlc plot {result.run_dir}`)")
     return 0
 
 

@@ -86,7 +86,7 @@ trainer:
 
 generator:
   inference_engine:
-    backend: vllm
+    backend: hf
     tensor_parallel_size: 1
     gpu_memory_utilization: 0.8
   n_samples_per_prompt: 5

@@ -94,7 +94,7 @@ def _clipped_surrogate(
     return token_loss, metrics
 
 
-def regular_policy_loss(
+def regular_token_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
@@ -103,15 +103,12 @@ def regular_policy_loss(
     eps_clip_low: float = 0.2,
     eps_clip_high: float = 0.2,
     clip_ratio_c: float = 3.0,
-    loss_reduction: str = "token_mean",
-    max_seq_len: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO clipped loss (`regular`); `clip_ratio_c` is unused and only keeps the registry's signature uniform."""
-    token_loss, metrics = _clipped_surrogate(log_probs, old_log_probs, advantages, mask, eps_clip_low, eps_clip_high)
-    return reduce_loss(token_loss, mask, loss_reduction, max_seq_len), metrics
+    """Per-token PPO clipped loss (`regular`); `clip_ratio_c` only keeps the signatures uniform."""
+    return _clipped_surrogate(log_probs, old_log_probs, advantages, mask, eps_clip_low, eps_clip_high)
 
 
-def dual_clip_policy_loss(
+def dual_clip_token_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
@@ -120,10 +117,8 @@ def dual_clip_policy_loss(
     eps_clip_low: float = 0.2,
     eps_clip_high: float = 0.2,
     clip_ratio_c: float = 3.0,
-    loss_reduction: str = "token_mean",
-    max_seq_len: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Dual-clip PPO: for negative advantages the token loss is also capped at -clip_ratio_c * A.
+    """Per-token dual-clip PPO: for negative advantages the loss is also capped at -clip_ratio_c * A.
 
     Without the cap a token with A < 0 and a huge ratio would dominate the loss (Ye et al., 2020).
     """
@@ -134,10 +129,53 @@ def dual_clip_policy_loss(
     capped = (advantages < 0) & (cap < token_loss)
     token_loss = torch.where(capped, cap, token_loss)
     metrics["dual_clip_fraction"] = _token_mean(capped.float(), mask)
-    return reduce_loss(token_loss, mask, loss_reduction, max_seq_len), metrics
+    return token_loss, metrics
+
+
+def _reduced(token_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]):
+    def policy_loss(log_probs, old_log_probs, advantages, mask, *, loss_reduction: str = "token_mean",
+                    max_seq_len: int | None = None, **clip):
+        token_loss, metrics = token_fn(log_probs, old_log_probs, advantages, mask, **clip)
+        return reduce_loss(token_loss, mask, loss_reduction, max_seq_len), metrics
+
+    policy_loss.__doc__ = f"{token_fn.__doc__.splitlines()[0]} Reduced to a scalar by `loss_reduction`."
+    return policy_loss
+
+
+regular_policy_loss = _reduced(regular_token_loss)
+dual_clip_policy_loss = _reduced(dual_clip_token_loss)
+
+
+def token_weights(
+    mask: torch.Tensor,
+    loss_reduction: str,
+    *,
+    total_tokens: float,
+    total_sequences: float,
+    max_seq_len: int | None = None,
+) -> torch.Tensor:
+    """Per-token weights w with sum(token_loss * w) over a whole mini-batch == reduce_loss of it.
+
+    A worker sees only its micro-batches of its shard; the totals are the mini-batch's (all ranks), so
+    micro-batch and rank losses add up to the mini-batch loss whatever the split.
+    """
+    mask = mask.to(torch.float32)
+    if loss_reduction == "token_mean":
+        return mask / max(total_tokens, 1.0)
+    if loss_reduction == "sequence_mean":
+        return mask / mask.sum(dim=-1, keepdim=True).clamp(min=1) / max(total_sequences, 1.0)
+    if loss_reduction == "seq_mean_token_sum_norm":
+        if max_seq_len is None or max_seq_len < 1:
+            raise ValueError("seq_mean_token_sum_norm needs max_seq_len >= 1")
+        return mask / max_seq_len / max(total_sequences, 1.0)
+    raise ValueError(f"unknown loss_reduction {loss_reduction!r}; expected one of {', '.join(LOSS_REDUCTIONS)}")
 
 
 # Keys are spec v1's `policy_loss_type` values implemented so far.
+POLICY_TOKEN_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
+    "regular": regular_token_loss,
+    "dual_clip": dual_clip_token_loss,
+}
 POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
     "regular": regular_policy_loss,
     "dual_clip": dual_clip_policy_loss,

@@ -1,0 +1,92 @@
+"""What this rlc runtime can execute: a spec value it cannot run yet is refused at compile time.
+
+A compiled spec must never fail on the cluster for lack of an implementation. Values the CPU runtime
+lacks are errors. The GPU paths (the vLLM engine, Megatron, remote engines, LoRA) are warnings for now:
+their launch files are still worth checking, and the runtime stops at start-up, before any model loads.
+"""
+
+from __future__ import annotations
+
+from rlc.compiler.check import Context, rule
+
+ALG = "trainer.algorithm"
+RUNNABLE_LOSSES = ("regular", "dual_clip")
+BUILTIN_ENVS = ("gsm8k", "synthetic")  # rlc.runtime.envs.BUILTIN (kept here so the compiler imports no runtime code)
+
+
+def _from_extensions(path: str) -> set[str]:
+    """Values an installed extension added to a field: the extension brings their implementation."""
+    from rlc.spec.model import default_model
+
+    return set(default_model().extensions.values.get(path, ()))
+
+
+def _extension_envs() -> set[str]:
+    from rlc.spec.model import default_model
+
+    return {p.rsplit(".", 1)[1] for p in default_model().extensions.sections if p.startswith("environment.")}
+
+
+@rule("RLC-E901", "the runtime runs this policy loss", f"{ALG}.policy_loss_type")
+def _loss(c: Context):
+    if c.alg.policy_loss_type not in RUNNABLE_LOSSES and c.alg.policy_loss_type not in _from_extensions(f"{ALG}.policy_loss_type"):
+        yield c.error("RLC-E901", f"{ALG}.policy_loss_type", f"policy_loss_type {c.alg.policy_loss_type} is in spec v1 but this rlc "
+                      "runtime cannot run it yet", f"use one of {', '.join(RUNNABLE_LOSSES)}")
+
+
+@rule("RLC-E902", "the runtime has this environment", "environment.env_class")
+def _env(c: Context):
+    if c.s.environment.env_class not in BUILTIN_ENVS and c.s.environment.env_class not in _extension_envs():
+        yield c.error("RLC-E902", "environment.env_class", f"environment {c.s.environment.env_class!r} is not one this rlc runtime has",
+                      f"use one of {', '.join(BUILTIN_ENVS)}")
+
+
+def _unsupported(c: Context):
+    """(key, what is set) for every feature the runtime does not execute yet."""
+    a, t, g = c.alg, c.t, c.s.generator
+    opc = a.off_policy_correction
+    checks = [
+        (f"{ALG}.dynamic_sampling.type", a.dynamic_sampling.type is not None, "dynamic sampling"),
+        (f"{ALG}.off_policy_correction.tis_ratio_type", opc.tis_ratio_type is not None, "truncated importance sampling"),
+        (f"{ALG}.off_policy_correction.sequence_mask_metric", opc.sequence_mask_metric is not None, "sequence masking"),
+        (f"{ALG}.use_tis", a.use_tis, "truncated importance sampling"),
+        (f"{ALG}.zero_variance_filter", a.zero_variance_filter, "the zero-variance filter"),
+        ("generator.max_turns", g.max_turns > 1, "multi-turn rollouts"),
+        ("generator.step_wise_trajectories", g.step_wise_trajectories, "step-wise trajectories"),
+        ("generator.inference_engine.enable_http_endpoint", g.inference_engine.enable_http_endpoint, "the HTTP endpoint"),
+        ("generator.chat_template.name_or_path", g.chat_template.name_or_path is not None, "a custom chat template"),
+        ("trainer.logger", t.logger == "mlflow", "mlflow logging"),
+        ("trainer.update_ref_every_epoch", t.update_ref_every_epoch, "refreshing the reference model"),
+        ("trainer.dump_data_batch", t.dump_data_batch, "dumping training batches"),
+        ("trainer.rope_scaling", t.rope_scaling is not None, "RoPE scaling overrides"),
+        ("trainer.rope_theta", t.rope_theta is not None, "RoPE base overrides"),
+        ("trainer.policy.use_torch_compile", t.policy.use_torch_compile, "torch.compile"),
+    ]
+    for role in ("policy", "ref", "critic"):
+        checks.append((f"trainer.{role}.sequence_parallel_size", getattr(t, role).sequence_parallel_size > 1, "Ulysses sequence parallelism"))
+    return [(key, what) for key, on, what in checks if on]
+
+
+@rule("RLC-E903", "the runtime executes every feature the spec turns on", f"{ALG}.dynamic_sampling.type", "generator.max_turns")
+def _features(c: Context):
+    for key, what in _unsupported(c):
+        yield c.error("RLC-E903", key, f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",
+                      f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)")
+
+
+@rule("RLC-W901", "GPU runtime paths not in this rlc version (vLLM, Megatron, remote engines, LoRA)",
+      "generator.inference_engine.backend", "trainer.strategy")
+def _gpu_paths(c: Context):
+    ie, t = c.s.generator.inference_engine, c.t
+    found = []
+    if ie.backend == "vllm":
+        found.append(("generator.inference_engine.backend", "the vllm engine", "backend: hf runs on GPUs and CPUs"))
+    if t.strategy == "megatron":
+        found.append(("trainer.strategy", "the megatron strategy", "strategy: fsdp2"))
+    if not ie.run_engines_locally:
+        found.append(("generator.inference_engine.run_engines_locally", "remote inference engines", "run_engines_locally: true"))
+    if t.policy.model.lora.rank > 0:
+        found.append(("trainer.policy.model.lora.rank", "LoRA training", "lora.rank: 0"))
+    for key, what, instead in found:
+        yield c.warning("RLC-W901", key, f"{what} is not in this rlc runtime yet: the launch files are written, but the job stops at "
+                        "start-up before any model loads", f"to train with this version use {instead}")

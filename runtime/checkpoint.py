@@ -1,0 +1,107 @@
+"""Checkpoint directories: where a step's state goes, which one is `latest`, which ones to delete.
+
+    {ckpt_path}/global_step_{N}/policy/        model + optimizer (torch.distributed.checkpoint) + per-rank extras
+    {ckpt_path}/global_step_{N}/critic/        the same for the critic
+    {ckpt_path}/global_step_{N}/trainer_state.json
+    {ckpt_path}/latest_ckpt_global_step.txt    written last, atomically: the step to resume from
+
+A step is written under a temporary name and renamed into place once complete, then the marker is
+replaced. A crash at any moment leaves either the old marker or a complete new step: a partly written
+directory is never `latest`, and a directory without a complete `trainer_state.json` is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+MARKER = "latest_ckpt_global_step.txt"
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+class CheckpointError(Exception):
+    """A checkpoint asked for cannot be used."""
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"global_step_{step}"
+
+
+def staging_dir(root: Path, step: int) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".global_step_{step}.", dir=root))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def commit(root: Path, staging: Path, step: int, state: dict) -> Path:
+    """Finish a step written into `staging`: trainer state, rename into place, then move the marker."""
+    _write_atomic(staging / "trainer_state.json", json.dumps(state, indent=1, sort_keys=True))
+    final = step_dir(root, step)
+    if final.exists():  # a fresh run (resume_mode none) reaching a step an older run saved
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    _write_atomic(root / MARKER, f"{step}\n")
+    return final
+
+
+def is_complete(directory: Path) -> bool:
+    try:
+        state = json.loads((directory / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and "global_step" in state and (directory / "policy" / ".metadata").exists()
+
+
+def latest(root: Path) -> Path | None:
+    """The checkpoint the marker names, if complete; else the newest complete one; else None."""
+    try:
+        marked = step_dir(root, int((root / MARKER).read_text(encoding="utf-8").strip()))
+        if is_complete(marked):
+            return marked
+    except (OSError, ValueError):
+        pass
+    steps = sorted((int(m.group(1)), p) for p in _children(root) if (m := _STEP_DIR.match(p.name)))
+    for _, path in reversed(steps):
+        if is_complete(path):
+            return path
+    return None
+
+
+def _children(root: Path) -> list[Path]:
+    try:
+        return list(root.iterdir())
+    except OSError:
+        return []
+
+
+def read_state(directory: Path) -> dict:
+    if not is_complete(directory):
+        raise CheckpointError(f"{directory} is not a complete rlc checkpoint (no trainer_state.json or policy/.metadata)")
+    return json.loads((directory / "trainer_state.json").read_text(encoding="utf-8"))
+
+
+def prune(root: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` complete steps (keep <= 0: keep everything) and stale staging dirs."""
+    removed = []
+    for p in _children(root):
+        if p.name.startswith(".global_step_"):
+            shutil.rmtree(p, ignore_errors=True)
+    if keep <= 0:
+        return removed
+    steps = sorted((int(m.group(1)), p) for p in _children(root) if (m := _STEP_DIR.match(p.name)))
+    for _, path in steps[:-keep]:
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed

@@ -1,0 +1,128 @@
+"""Datasets: parquet files of rows `{prompt, answer, env_class}`, and the commands that write them.
+
+`prompt` is a string or a list of chat messages (`{"role", "content"}`); chat prompts go through the
+tokenizer's chat template. `rlc data gsm8k FILE` converts GSM8K's JSON lines / JSON / CSV (`question`,
+`answer` with the `#### N` tail) and `rlc data synthetic` generates the copy-the-digit task.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
+
+
+class DataError(Exception):
+    """A dataset is missing or malformed."""
+
+
+def expand(path: str) -> Path:
+    return Path(os.path.expandvars(os.path.expanduser(path)))
+
+
+def read_rows(paths: list[str]) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    rows: list[dict] = []
+    for p in paths:
+        path = expand(p)
+        try:
+            table = pq.read_table(path)
+        except FileNotFoundError:
+            raise DataError(f"data file {path} does not exist (write it with `rlc data ...`)") from None
+        except Exception as exc:  # pyarrow raises several types for a broken file
+            raise DataError(f"cannot read {path} as parquet: {exc}") from None
+        missing = {"prompt", "answer"} - set(table.column_names)
+        if missing:
+            raise DataError(f"{path} lacks the column(s) {', '.join(sorted(missing))}; rows need prompt and answer")
+        rows.extend(table.to_pylist())
+    return rows
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """Write a parquet file atomically (a temporary file renamed into place)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+# -- writers (`rlc data ...`) -------------------------------------------------------------------------
+
+
+def synthetic(out_dir: Path, train: int = 3200, validation: int = 64, seed: int = 0) -> list[Path]:
+    from rlc.runtime.envs.synthetic import rows
+
+    written = []
+    for name, count, s in (("train", train, seed), ("validation", validation, seed + 1)):
+        path = out_dir / f"{name}.parquet"
+        write_rows(rows(count, s), path)
+        written.append(path)
+    return written
+
+
+def _load_records(source: Path) -> list[dict]:
+    text = source.read_text(encoding="utf-8")
+    if source.suffix.lower() == ".csv":
+        return list(csv.DictReader(text.splitlines()))
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        data = json.loads(text)
+        if not isinstance(data, list):
+            raise DataError(f"{source}: expected a JSON list of records")
+        return data
+    records = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError as exc:
+                raise DataError(f"{source}:{n}: not a JSON line ({exc.msg})") from None
+    return records
+
+
+def gsm8k(source: Path, out_dir: Path, validation: int = 0, seed: int = 0, name: str | None = None) -> list[Path]:
+    """GSM8K records to chat-prompt rows; `validation` > 0 holds out that many rows as validation.parquet."""
+    from rlc.runtime.envs.gsm8k import INSTRUCTION, extract_answer
+
+    try:
+        records = _load_records(source)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {source}: {exc}") from None
+    except ValueError as exc:
+        raise DataError(f"{source}: not JSON ({exc})") from None
+    rows = []
+    for i, rec in enumerate(records, 1):
+        if not isinstance(rec, dict) or "question" not in rec or "answer" not in rec:
+            raise DataError(f"{source}: record {i} lacks question/answer")
+        answer = extract_answer(str(rec["answer"]), strict=True) or extract_answer(str(rec["answer"]))
+        if answer is None:
+            raise DataError(f"{source}: record {i} has no numeric answer")
+        rows.append({
+            "prompt": [{"role": "user", "content": f"{rec['question']} {INSTRUCTION}"}],
+            "answer": answer,
+            "env_class": "gsm8k",
+        })
+    if validation >= len(rows) and validation > 0:
+        raise DataError(f"{source} has {len(rows)} records, not enough to hold out {validation}")
+    written = []
+    if validation > 0:
+        random.Random(seed).shuffle(rows)
+        write_rows(rows[:validation], out_dir / "validation.parquet")
+        written.append(out_dir / "validation.parquet")
+        rows = rows[validation:]
+    path = out_dir / f"{name or 'train'}.parquet"
+    write_rows(rows, path)
+    written.insert(0, path)
+    return written

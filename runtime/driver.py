@@ -1,0 +1,452 @@
+"""The driver: places workers and engines on Ray as plan.json says, then runs SkyRL's step order.
+
+    generate -> rewards -> values / ref / old log-probs -> (KL in reward) -> advantages
+    -> critic and policy updates over mini-batches x update_epochs_per_batch -> weight sync
+    -> eval every eval_interval -> checkpoint every ckpt_interval (and HF export every hf_save_interval)
+
+Each component gets its own sub-config: a policy worker `trainer.policy` + `trainer.algorithm`, an
+engine `generator.inference_engine`, the sampler `generator.sampling_params`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from rlc.runtime import checkpoint as ckpt
+from rlc.runtime.algorithms import advantages as adv
+from rlc.runtime.algorithms.kl import kl_penalized_rewards, token_kl
+from rlc.runtime.batch import Rollout, mini_batches, select, shards, to_batch, totals
+from rlc.runtime.config import CompiledJob
+from rlc.runtime.data import DataError, expand, read_rows, synthetic
+from rlc.runtime.envs import make as make_env
+from rlc.runtime.inference.hf import Sampling
+from rlc.runtime.workers.fsdp import WorkerSettings
+
+# Quiet third-party chatter in every process the driver starts.
+_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
+              "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0")}
+
+
+class RunError(Exception):
+    """The run cannot start or continue; the message says why."""
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    steps: int
+    first_reward: float | None = None
+    last_reward: float | None = None
+    checkpoints: list[str] = field(default_factory=list)
+
+
+def _seed_for(seed: int, step: int, engine: int) -> int:
+    return (seed * 1_000_003 + step * 7919 + engine) % (2**63)
+
+
+class Driver:
+    def __init__(self, job: CompiledJob, *, address: str | None = None, progress: bool = True):
+        self.job, self.spec, self.plan = job, job.spec, job.plan
+        self.address, self.progress = address, progress
+        t = self.spec.trainer
+        self.cpu = self.plan["cluster"]["device"] == "CPU"
+        self.device = "cpu" if self.cpu else "cuda"
+        self.run_dir = expand(t.log_path) / t.run_name
+        self.ckpt_root = expand(t.ckpt_path)
+        self._preflight()
+        try:
+            self.env = make_env(self.spec.environment.env_class)
+        except ValueError as exc:
+            raise RunError(str(exc)) from None
+
+    def _preflight(self) -> None:
+        """Stop before Ray starts or a model loads when the job needs a path this runtime does not have (RLC-W901)."""
+        t, ie = self.spec.trainer, self.spec.generator.inference_engine
+        missing = []
+        if ie.backend != "hf":
+            missing.append(f"the {ie.backend} inference engine (use generator.inference_engine.backend: hf)")
+        if t.strategy not in ("fsdp", "fsdp2"):
+            missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
+        if not ie.run_engines_locally:
+            missing.append("remote inference engines (run_engines_locally: false)")
+        if t.policy.model.lora.rank > 0:
+            missing.append("LoRA training (trainer.policy.model.lora.rank > 0)")
+        if missing:
+            raise RunError("this rlc runtime cannot run " + "; ".join(missing))
+
+    # -- set-up ---------------------------------------------------------------------------------------
+
+    def _ray(self):
+        import ray
+
+        if ray.is_initialized():
+            return ray
+        env_vars = {**_QUIET_ENV, **{k: str(v) for k, v in (self.spec.launch.envs or {}).items()}}
+        address = self.address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
+        else:
+            slots = sum(pg["num_bundles"] * pg["bundle"].get("CPU", 0) for pg in self.plan["placement_groups"])
+            gpus = sum(pg["num_bundles"] * pg["bundle"].get("GPU", 0) for pg in self.plan["placement_groups"])
+            ray.init(num_cpus=max(slots, os.cpu_count() or 1), num_gpus=gpus or None, include_dashboard=False,
+                     runtime_env={"env_vars": env_vars}, log_to_driver=True)
+        return ray
+
+    def _placement_groups(self, ray) -> dict:
+        from ray.util.placement_group import placement_group
+
+        groups = {}
+        for pg in self.plan["placement_groups"]:
+            group = placement_group([dict(pg["bundle"]) for _ in range(pg["num_bundles"])], strategy=pg["strategy"])
+            timeout = float(self.spec.launch.node_wait_timeout_s or 600)
+            ready, _ = ray.wait([group.ready()], timeout=timeout)
+            if not ready:
+                raise RunError(f"placement group {pg['name']!r} ({pg['num_bundles']} x {pg['bundle']}) was not "
+                               f"granted in {timeout:.0f} s: the Ray cluster has {ray.cluster_resources()}")
+            groups[pg["name"]] = group
+        return groups
+
+    def _strategy(self, group, bundle: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=bundle,
+                                                placement_group_capture_child_tasks=True)
+
+    def _start_role(self, ray, groups, role: dict, total_optimizer_steps: int) -> list:
+        from rlc.runtime.workers.fsdp import FSDPWorker
+
+        t = self.spec.trainer
+        sub = getattr(t, role["name"])
+        model_path = sub.model.path or t.policy.model.path
+        settings = WorkerSettings(
+            role=role["name"], model_path=self.model_path(model_path), device=self.device, bf16=t.bf16,
+            gradient_checkpointing=t.gradient_checkpointing,
+            gradient_checkpointing_use_reentrant=t.gradient_checkpointing_use_reentrant,
+            micro_train_batch_size=t.micro_train_batch_size_per_gpu,
+            micro_forward_batch_size=t.micro_forward_batch_size_per_gpu,
+            temperature=self._temperature(), seed=t.seed, total_optimizer_steps=total_optimizer_steps,
+            max_seq_len=t.algorithm.max_seq_len or self.spec.generator.sampling_params.max_generate_length,
+        )
+        env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
+        actor = ray.remote(FSDPWorker)
+        world = role["world_size"]
+        workers = [
+            actor.options(num_cpus=role["num_cpus"], num_gpus=role["num_gpus"],
+                          scheduling_strategy=self._strategy(groups[role["placement_group"]], r["bundle"]),
+                          runtime_env={"env_vars": env} if env else None)
+            .remote(settings, sub, t.algorithm, r["rank"], world)
+            for r in role["ranks"]
+        ]
+        host, port = ray.get(workers[0].address.remote())
+        ray.get([w.setup.remote(host, port) for w in workers])
+        return workers
+
+    def _start_engines(self, ray, groups) -> list:
+        inference = self.plan["inference"]
+        ie = self.spec.generator.inference_engine
+        from rlc.runtime.inference.hf import HFEngine
+
+        dtype = ie.model_dtype if ie.model_dtype != "auto" else ("float32" if self.cpu else "bfloat16")
+        self.engine_dtype = dtype
+        env = {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
+        actor = ray.remote(HFEngine)
+        worker = inference["worker"]
+        engines = []
+        for e in inference["engines"]:
+            engines.append(actor.options(
+                num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"],
+                scheduling_strategy=self._strategy(groups[inference["placement_group"]], e["bundles"][0]),
+                runtime_env={"env_vars": env} if env else None,
+            ).remote(self.policy_path, dtype=dtype, device=self.device, pad_token_id=self.tokenizer.pad_token_id,
+                     eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer))
+        return engines
+
+    def model_path(self, path: str) -> str:
+        from rlc.runtime.models import ModelPathError, local_path
+
+        try:
+            return local_path(path)
+        except ModelPathError as exc:
+            raise RunError(str(exc)) from None
+
+    def _temperature(self) -> float:
+        t = self.spec.trainer.algorithm.temperature
+        return t if t and t > 0 else 1.0
+
+    # -- data ---------------------------------------------------------------------------------------------
+
+    def _rows(self, paths: list[str]) -> list[dict]:
+        if self.env.name == "synthetic" and paths and not all(expand(p).exists() for p in paths):
+            directory = expand(paths[0]).parent
+            synthetic(directory, seed=self.spec.trainer.seed)
+            print(f"rlc: wrote the synthetic copy-the-digit dataset to {directory}", flush=True)
+        try:
+            rows = read_rows(paths)
+        except DataError as exc:
+            raise RunError(str(exc)) from None
+        limit = self.spec.trainer.max_prompt_length
+        kept = []
+        for row in rows:
+            ids = self._encode(row)
+            if len(ids) <= limit:
+                kept.append((row, ids))
+        if rows and not kept:
+            raise RunError(f"every prompt of {paths} is longer than trainer.max_prompt_length={limit} tokens")
+        return kept
+
+    def _encode(self, row: dict) -> list[int]:
+        prompt = self.env.prompt(row)
+        if isinstance(prompt, list):
+            return list(self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
+                                                           return_dict=False))
+        return self.tokenizer(prompt, add_special_tokens=False).input_ids
+
+    def _epoch_order(self, epoch: int, count: int) -> list[int]:
+        order = list(range(count))
+        random.Random(self.spec.trainer.seed * 131 + epoch).shuffle(order)
+        return order
+
+    # -- the loop -----------------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        from transformers import AutoTokenizer
+
+        from rlc.runtime.tracking import Tracker
+
+        t, g = self.spec.trainer, self.spec.generator
+        self.policy_path = self.model_path(t.policy.model.path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        train = self._rows(self.spec.data.train_data)
+        val = self._rows(self.spec.data.val_data) if (t.eval_interval > 0 or t.eval_before_train) else []
+        steps_per_epoch = len(train) // t.train_batch_size
+        if steps_per_epoch == 0:
+            raise RunError(f"{len(train)} usable training prompts are fewer than train_batch_size={t.train_batch_size}")
+        total_steps = steps_per_epoch * t.epochs
+        mini_per_step = max(1, t.train_batch_size // t.policy_mini_batch_size)
+        start_step, resume_state, resume_dir = self._resume_point()
+        ray = self._ray()
+        try:
+            groups = self._placement_groups(ray)
+            roles = {r["name"]: r for r in self.plan["roles"]}
+            self.engines = self._start_engines(ray, groups)
+            self.workers = {name: self._start_role(ray, groups, role, total_steps * mini_per_step * t.update_epochs_per_batch)
+                            for name, role in roles.items()}
+            self.kl_coef = t.algorithm.kl_loss_coef
+            if resume_dir is not None:
+                for name, workers in self.workers.items():
+                    if name != "ref":
+                        ray.get([w.load_checkpoint.remote(str(resume_dir / name)) for w in workers])
+                self.kl_coef = resume_state.get("kl_coef", self.kl_coef)
+            self._sync_weights(ray, version=start_step)
+            tracker = Tracker(self.run_dir, logger=t.logger, project=t.project_name, run_name=t.run_name,
+                              config={"content_hash": self.job.content_hash}, total_steps=total_steps,
+                              start_step=start_step, progress=self.progress)
+            if resume_dir is not None:
+                tracker.message(f"rlc: resumed from {resume_dir} at step {start_step}")
+            result = RunResult(self.run_dir, start_step)
+            try:
+                if t.eval_before_train and val and start_step == 0:
+                    tracker.log(0, self._evaluate(ray, val, 0))
+                last_saved = start_step
+                for step in range(start_step + 1, total_steps + 1):
+                    epoch, offset = divmod(step - 1, steps_per_epoch)
+                    order = self._epoch_order(epoch, len(train))
+                    picked = [train[i] for i in order[offset * t.train_batch_size:(offset + 1) * t.train_batch_size]]
+                    metrics = self._step(ray, step, picked)
+                    if t.eval_interval > 0 and val and step % t.eval_interval == 0:
+                        metrics.update(self._evaluate(ray, val, step))
+                    tracker.log(step, metrics)
+                    result.steps = step
+                    result.first_reward = metrics["reward"] if result.first_reward is None else result.first_reward
+                    result.last_reward = metrics["reward"]
+                    if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
+                        result.checkpoints.append(str(self._save(ray, step, epoch)))
+                        last_saved = step
+                    if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
+                        self._export(ray, step)
+                if t.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
+                    result.checkpoints.append(str(self._save(ray, total_steps, t.epochs - 1)))
+                if start_step >= total_steps:
+                    tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
+            finally:
+                tracker.close()
+            return result
+        finally:
+            ray.shutdown()
+
+    def _resume_point(self) -> tuple[int, dict, Path | None]:
+        t = self.spec.trainer
+        if t.resume_mode in (None, "none"):
+            return 0, {}, None
+        if t.resume_mode == "from_path":
+            directory = expand(t.resume_path)
+            try:
+                state = ckpt.read_state(directory)
+            except ckpt.CheckpointError as exc:
+                raise RunError(str(exc)) from None
+            return int(state["global_step"]), state, directory
+        found = ckpt.latest(self.ckpt_root)
+        if found is None:
+            return 0, {}, None
+        state = ckpt.read_state(found)
+        if state.get("content_hash_training") not in (None, self._training_hash()):
+            print(f"rlc: note: {found} was written by a differently configured run; resuming from it anyway", flush=True)
+        return int(state["global_step"]), state, found
+
+    def _training_hash(self) -> str:
+        return self.job.content_hash
+
+    # -- one step -----------------------------------------------------------------------------------------
+
+    def _generate(self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int) -> list[Rollout]:
+        prompts = [ids for _, ids in rows]
+        engines = self.engines
+        per = -(-len(prompts) // len(engines))
+        calls = [(i, e.generate.remote(prompts[i * per:(i + 1) * per], sampling, n, _seed_for(self.spec.trainer.seed, step, i)))
+                 for i, e in enumerate(engines) if prompts[i * per:(i + 1) * per]]
+        outputs = [c for _, ref in calls for c in ray.get(ref)]
+        rollouts = []
+        zero_on_non_stop = self.spec.generator.zero_reward_on_non_stop
+        for group, ((row, ids), completions) in enumerate(zip(rows, outputs)):
+            for c in completions:
+                text = self.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+                finished = c.finish_reason == "stop"
+                reward = self.env.reward(row, text, finished)
+                if zero_on_non_stop and not finished:
+                    reward = 0.0
+                rollouts.append(Rollout(ids, c.token_ids, c.logprobs, c.finish_reason, float(reward), group))
+        return rollouts
+
+    def _forward(self, ray, role: str, batch: dict) -> torch.Tensor:
+        workers = self.workers[role]
+        return torch.cat(ray.get([w.forward.remote(s) for w, s in zip(workers, shards(batch, len(workers)))]))
+
+    def _step(self, ray, step: int, rows) -> dict:
+        t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
+        started = time.monotonic()
+        rollouts = self._generate(ray, rows, Sampling.from_spec(g.sampling_params), g.n_samples_per_prompt, step)
+        generated = time.monotonic()
+        batch = to_batch(rollouts, self.tokenizer.pad_token_id, mask_truncated=g.apply_overlong_filtering)
+        mask = batch["loss_mask"]
+        if "critic" in self.workers:
+            batch["old_values"] = self._forward(ray, "critic", batch)
+        if "ref" in self.workers:
+            batch["ref_logprobs"] = self._forward(ray, "ref", batch)
+        batch["old_logprobs"] = self._forward(ray, "policy", batch)
+        rewards = batch["token_rewards"]
+        metrics: dict[str, float] = {}
+        if a.use_kl_in_reward and "ref_logprobs" in batch:
+            kl = token_kl(batch["old_logprobs"], batch["ref_logprobs"], mask, a.kl_estimator_type)
+            rewards = kl_penalized_rewards(rewards, kl, self.kl_coef)
+            mean_kl = float((kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean())
+            metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl_coef
+            if a.kl_ctrl.type == "adaptive":
+                error = max(-0.2, min(0.2, mean_kl / a.kl_ctrl.kl_target - 1))
+                self.kl_coef *= 1 + error * len(rollouts) / a.kl_ctrl.horizon
+        batch["advantages"], batch["returns"] = self._advantages(rewards, mask, batch)
+        train_started = time.monotonic()
+        sums: dict[str, float] = {}
+        updates = {"policy": 0, "critic": 0}
+        for role, mini in (("critic", t.critic_mini_batch_size), ("policy", t.policy_mini_batch_size)):
+            if role not in self.workers:
+                continue
+            workers = self.workers[role]
+            for _ in range(t.update_epochs_per_batch):
+                for mb in mini_batches(batch, mini * g.n_samples_per_prompt):
+                    tot = totals(mb)
+                    results = ray.get([w.train_mini_batch.remote(s, tot) for w, s in zip(workers, shards(mb, len(workers)))])
+                    for k in results[0]:
+                        # Loss-like metrics are per-rank shares of the mini-batch; the rest are the same on every rank.
+                        value = sum(r[k] for r in results) if k in ("policy_loss", "kl", "entropy", "critic_loss", "clip_fraction",
+                                                                      "approx_kl", "dual_clip_fraction") else results[0][k]
+                        sums[f"{role}/{k}"] = sums.get(f"{role}/{k}", 0.0) + value
+                    updates[role] += 1
+        trained = time.monotonic()
+        self._sync_weights(ray, version=step)
+        done = time.monotonic()
+        for k, v in sums.items():
+            role, name = k.split("/", 1)
+            metrics[name if role == "policy" else k] = v / max(1, updates[role])
+        tokens = sum(len(r.response_ids) for r in rollouts)
+        real = batch["attention_mask"][:, batch["prompt_len"]:].bool()
+        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real]
+        metrics.update(
+            reward=sum(r.reward for r in rollouts) / len(rollouts),
+            response_length=tokens / len(rollouts),
+            stop_fraction=sum(r.finish_reason == "stop" for r in rollouts) / len(rollouts),
+            tokens_per_s=tokens / max(generated - started, 1e-9),
+            logprob_diff_max=float(diff.max()) if diff.numel() else 0.0,
+            step_time=done - started, generate_time=generated - started, train_time=trained - train_started,
+            sync_time=done - trained,
+        )
+        return metrics
+
+    def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: dict):
+        a = self.spec.trainer.algorithm
+        name = a.advantage_estimator
+        if name == "grpo":
+            out = adv.grpo_advantages(rewards, mask, batch["group"], norm_by_std=a.grpo_norm_by_std)
+        elif name == "rloo":
+            out = adv.rloo_advantages(rewards, mask, batch["group"])
+        elif name == "reinforce++":
+            out = adv.reinforce_pp_advantages(rewards, mask, gamma=a.gamma)
+        elif name == "gae":
+            out = adv.gae_advantages(rewards, batch["old_values"], mask, gamma=a.gamma, lambd=a.lambd)
+        else:
+            raise RunError(f"advantage estimator {name!r} is not in this runtime")
+        advantages, returns = out
+        if a.advantage_batch_normalize:
+            m = mask.bool()
+            values = advantages[m]
+            advantages = torch.where(m, (advantages - values.mean()) / (values.std() + 1e-8), 0.0)
+        return advantages, returns
+
+    def _sync_weights(self, ray, version: int) -> None:
+        """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
+        dtype = getattr(self, "engine_dtype", None)
+        refs = [w.full_state_dict.remote(dtype) for w in self.workers["policy"]]
+        ray.get(refs[1:])
+        ray.get([e.update_weights.remote(refs[0], version) for e in self.engines])
+
+    # -- eval, checkpoints, export ---------------------------------------------------------------------
+
+    def _evaluate(self, ray, val, step: int) -> dict:
+        g = self.spec.generator
+        params = g.eval_sampling_params or g.sampling_params
+        size = self.spec.trainer.eval_batch_size
+        rewards: list[float] = []
+        for i in range(0, len(val), size):
+            rollouts = self._generate(ray, val[i:i + size], Sampling.from_spec(params), g.eval_n_samples_per_prompt,
+                                      -step - 1)
+            rewards.extend(r.reward for r in rollouts)
+        return {"eval/reward": sum(rewards) / max(1, len(rewards))}
+
+    def _save(self, ray, step: int, epoch: int) -> Path:
+        t = self.spec.trainer
+        staging = ckpt.staging_dir(self.ckpt_root, step)
+        for name, workers in self.workers.items():
+            if name != "ref":
+                ray.get([w.save_checkpoint.remote(str(staging / name)) for w in workers])
+        state = {"global_step": step, "epoch": epoch, "kl_coef": self.kl_coef,
+                 "content_hash_training": self._training_hash(), "world_sizes": {k: len(v) for k, v in self.workers.items()}}
+        final = ckpt.commit(self.ckpt_root, staging, step, state)
+        ckpt.prune(self.ckpt_root, t.max_ckpts_to_keep)
+        return final
+
+    def _export(self, ray, step: int) -> None:
+        target = expand(self.spec.trainer.export_path) / f"global_step_{step}"
+        for name in ("policy", "critic"):
+            if name in self.workers:
+                ray.get([w.export_hf.remote(str(target / name), self.policy_path) for w in self.workers[name]])
+
+
+def run(job: CompiledJob, *, address: str | None = None, progress: bool = True) -> RunResult:
+    return Driver(job, address=address, progress=progress).run()

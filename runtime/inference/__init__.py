@@ -1,0 +1,1 @@
+"""Inference engines: `hf` (transformers forward passes, runs anywhere) and `vllm` (GPU)."""

@@ -1,0 +1,206 @@
+"""The `hf` inference engine: batched sampling with a transformers model and its KV cache.
+
+It has the interface the vLLM engine has (generate, sleep / wake_up, update_weights), so the driver
+does not care which one runs. Sampling is written out here rather than delegated to `generate()` so
+the log-probability of every sampled token is the one the trainer computes: log_softmax(logits / T)
+before top-k / top-p / min-p filtering and the repetition penalty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Sampling:
+    """The engine's view of `generator.sampling_params`."""
+
+    max_generate_length: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    logprobs: bool = True
+
+    @classmethod
+    def from_spec(cls, params) -> "Sampling":
+        return cls(
+            max_generate_length=params.max_generate_length,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            min_p=params.min_p,
+            repetition_penalty=params.repetition_penalty,
+            stop=list(params.stop or []),
+            logprobs=params.logprobs is not None,
+        )
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: str  # "stop" (EOS or a stop string) or "length"
+
+
+def _filter_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Top-k, then top-p, then min-p; removed tokens get -inf."""
+    neg_inf = torch.finfo(logits.dtype).min
+    if 0 < s.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, s.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, neg_inf)
+    if s.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        # Drop a token when the mass before it already reaches top_p; the top token always stays.
+        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= s.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, neg_inf)
+    if s.min_p > 0.0:
+        probs = torch.softmax(logits, dim=-1)
+        floor = probs.max(dim=-1, keepdim=True).values * s.min_p
+        logits = logits.masked_fill(probs < floor, neg_inf)
+    return logits
+
+
+def _penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL-style repetition penalty on every token id already in the sequence."""
+    scores = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, scores, logits)
+
+
+class HFEngine:
+    """One engine replica: a causal LM on one device that samples completions for batches of prompts."""
+
+    def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu", pad_token_id: int | None = None,
+                 eos_token_id: int | None = None, tokenizer=None):
+        from transformers import AutoModelForCausalLM
+
+        self.device = torch.device(device)
+        self.dtype = _DTYPES[dtype]
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(self.device).eval()
+        config = self.model.config
+        self.eos_token_id = eos_token_id if eos_token_id is not None else config.eos_token_id
+        self.pad_token_id = pad_token_id if pad_token_id is not None else (config.pad_token_id or self.eos_token_id)
+        self.tokenizer = tokenizer
+        self.weights_on = True
+        self.weight_version = 0
+
+    # -- the engine interface ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], sampling: Sampling, n: int = 1, seed: int = 0) -> list[list[Completion]]:
+        """`n` completions for each prompt (token ids), in prompt order."""
+        if not self.weights_on:
+            raise RuntimeError("the engine is asleep: wake_up(['weights']) before generate")
+        if not prompts:
+            return []
+        rows = [p for p in prompts for _ in range(n)]
+        out = self._sample(rows, sampling, torch.Generator(device=self.device).manual_seed(seed))
+        return [out[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def sleep(self, level: int = 1) -> None:
+        """Level 1 keeps the weights on the CPU; level 2 drops them (the next update_weights refills them)."""
+        if level >= 2:
+            self.model.to_empty(device="meta")
+            self.weights_on = False
+        elif self.device.type != "cpu":
+            self.model.to("cpu")
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Bring back the weights (level 1) or re-allocate them empty (level 2, before update_weights)."""
+        if tags is not None and "weights" not in tags:
+            return  # the hf engine allocates its KV cache per call; there is nothing else to wake
+        if not self.weights_on:
+            self.model.to_empty(device=self.device)
+        else:
+            self.model.to(self.device)
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> int:
+        """Load a full (unsharded) state dict from the trainer, cast to the engine dtype."""
+        own = self.model.state_dict()
+        missing = [k for k in own if k not in state_dict and not k.endswith("rotary_emb.inv_freq")]
+        if missing:
+            raise ValueError(f"weight sync is missing {len(missing)} tensors, e.g. {missing[:3]}")
+        if not self.weights_on:
+            self.model.to_empty(device=self.device)
+        with torch.no_grad():
+            for name, tensor in own.items():
+                if name in state_dict:
+                    tensor.copy_(state_dict[name].to(device=self.device, dtype=tensor.dtype))
+        if not self.weights_on:
+            # Non-persistent buffers (rotary frequencies) were emptied with the weights; recompute them.
+            for module in self.model.modules():
+                if hasattr(module, "rope_init_fn") and hasattr(module, "inv_freq"):
+                    inv_freq, _ = module.rope_init_fn(module.config, self.device)
+                    module.inv_freq.copy_(inv_freq)
+                    if hasattr(module, "original_inv_freq"):
+                        module.original_inv_freq = module.inv_freq
+        self.weights_on = True
+        self.weight_version = version if version is not None else self.weight_version + 1
+        return self.weight_version
+
+    # -- sampling --------------------------------------------------------------------------------------
+
+    def _sample(self, rows: list[list[int]], s: Sampling, gen: torch.Generator) -> list[Completion]:
+        batch, width = len(rows), max(len(r) for r in rows)
+        ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        vocab = self.model.config.vocab_size
+        seen = torch.zeros((batch, vocab), dtype=torch.bool, device=self.device)
+        if s.repetition_penalty != 1.0:
+            seen.scatter_(1, ids.clamp(max=vocab - 1), mask.bool())
+        tokens = [[] for _ in range(batch)]
+        logps: list[list[float]] = [[] for _ in range(batch)]
+        finish = ["length"] * batch
+        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        next_pos = positions[:, -1] + 1
+        for _ in range(s.max_generate_length):
+            if s.temperature > 0:
+                scaled = logits / s.temperature
+                logprob_all = torch.log_softmax(scaled, dim=-1)
+                if s.repetition_penalty != 1.0:
+                    scaled = _penalize_repeats(scaled, seen, s.repetition_penalty)
+                probs = torch.softmax(_filter_logits(scaled, s), dim=-1)
+                picked = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            else:
+                logprob_all = torch.log_softmax(logits, dim=-1)
+                greedy = _penalize_repeats(logits, seen, s.repetition_penalty) if s.repetition_penalty != 1.0 else logits
+                picked = greedy.argmax(dim=-1)
+            picked_logp = logprob_all.gather(-1, picked[:, None]).squeeze(-1)
+            for i in torch.nonzero(~done).flatten().tolist():
+                tok = int(picked[i])
+                tokens[i].append(tok)
+                logps[i].append(float(picked_logp[i]))
+                if tok == self.eos_token_id or (s.stop and self._hits_stop(tokens[i], s.stop)):
+                    finish[i] = "stop"
+                    done[i] = True
+            if bool(done.all()):
+                break
+            seen[torch.arange(batch, device=self.device), picked] = True
+            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=self.device)], dim=1)
+            out = self.model(input_ids=picked[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                             past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+            next_pos = next_pos + 1
+        return [Completion(tokens[i], logps[i] if s.logprobs else None, finish[i]) for i in range(batch)]
+
+    def _hits_stop(self, token_ids: list[int], stop: list[str]) -> bool:
+        if self.tokenizer is None:
+            raise RuntimeError("stop strings need the engine's tokenizer")
+        text = self.tokenizer.decode(token_ids[-16:], skip_special_tokens=True)
+        return any(s in text for s in stop)
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -1,0 +1,48 @@
+"""`rlc plot RUN_DIR`: reward and loss curves of a run, from its metrics.jsonl, as a PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlc.runtime.tracking import read_metrics
+
+
+class PlotError(Exception):
+    """Nothing to plot."""
+
+
+def plot_run(run_dir: Path, output: Path | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    try:
+        records = [r for r in read_metrics(run_dir) if "reward" in r]
+    except OSError:
+        raise PlotError(f"{run_dir} has no metrics.jsonl (is it a run directory?)") from None
+    if not records:
+        raise PlotError(f"{run_dir}/metrics.jsonl has no training steps yet")
+    steps = [r["step"] for r in records]
+    panels = [("reward", "mean training reward")]
+    if any("eval/reward" in r for r in records):
+        panels.append(("eval/reward", "evaluation reward"))
+    panels += [(k, k.replace("_", " ")) for k in ("policy_loss", "kl", "entropy", "response_length") if any(k in r for r in records)]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
+    for ax, (key, title) in zip(axes[:, 0], panels):
+        xs = [s for s, r in zip(steps, records) if key in r]
+        ys = [r[key] for r in records if key in r]
+        ax.plot(xs, ys, lw=1, alpha=0.45 if len(ys) > 20 else 1.0)
+        if len(ys) > 20:  # a moving average makes the trend readable through per-step noise
+            w = max(5, len(ys) // 20)
+            smooth = [sum(ys[max(0, i - w + 1):i + 1]) / len(ys[max(0, i - w + 1):i + 1]) for i in range(len(ys))]
+            ax.plot(xs, smooth, lw=2)
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    fig.suptitle(run_dir.name)
+    fig.tight_layout()
+    target = output or run_dir / "curves.png"
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target

@@ -1,0 +1,351 @@
+"""FSDP2 training workers (strategy `fsdp2`): one process per rank of the policy, ref or critic.
+
+A worker is a plain class; the driver makes it a Ray actor, and tests run it in plain processes. Each
+decoder layer is a `fully_shard` unit, then the root. Gradients are averaged over ranks by FSDP, so
+the loss is scaled by the world size and weighted by the whole mini-batch's token and sequence counts
+(`token_weights`): any split into ranks and micro-batches gives the mini-batch's gradient.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from rlc.runtime.algorithms.kl import token_kl
+from rlc.runtime.algorithms.losses import POLICY_TOKEN_LOSSES, entropy_from_logits, token_log_probs, token_weights
+
+ROLES = ("policy", "ref", "critic")
+
+
+@dataclass
+class WorkerSettings:
+    """What a worker needs beyond its own sub-config; the driver fills it from the resolved spec."""
+
+    role: str
+    model_path: str
+    device: str = "cpu"  # "cpu" or "cuda"
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    gradient_checkpointing_use_reentrant: bool = False
+    micro_train_batch_size: int = 1
+    micro_forward_batch_size: int = 1
+    temperature: float = 1.0
+    seed: int = 42
+    total_optimizer_steps: int = 1
+    max_seq_len: int | None = None
+
+
+def free_address() -> tuple[str, int]:
+    """This host's address and a free TCP port, for rank 0 to host the process group."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    try:
+        host = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        host = "127.0.0.1"
+    return host, port
+
+
+def _lr_lambda(scheduler: str, warmup: int, total: int):
+    def factor(step: int) -> float:
+        if scheduler != "constant" and warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if scheduler in ("constant", "constant_with_warmup"):
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if scheduler == "linear":
+            return max(0.0, 1.0 - progress)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
+
+    return factor
+
+
+class ValueModel(torch.nn.Module):
+    """A critic: the causal LM's decoder with a scalar value head instead of the vocabulary head."""
+
+    def __init__(self, lm: torch.nn.Module, head_name: str):
+        super().__init__()
+        self.config = lm.config
+        self.backbone = lm.get_decoder()
+        self._no_split_modules = getattr(lm, "_no_split_modules", None)
+        self.head_name = head_name
+        setattr(self, head_name, torch.nn.Linear(lm.config.hidden_size, 1))
+        torch.nn.init.zeros_(getattr(self, head_name).weight)
+        torch.nn.init.zeros_(getattr(self, head_name).bias)
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        return getattr(self, self.head_name)(hidden).squeeze(-1)
+
+
+class FSDPWorker:
+    """One rank of one role. `config` is that role's sub-config (trainer.policy, .ref or .critic)."""
+
+    def __init__(self, settings: WorkerSettings, config: Any, algorithm: Any, rank: int, world_size: int):
+        if settings.role not in ROLES:
+            raise ValueError(f"unknown role {settings.role!r}")
+        self.s, self.config, self.algorithm = settings, config, algorithm
+        self.rank, self.world_size = rank, world_size
+        self.model = self.optimizer = self.scheduler = None
+        self.optimizer_steps = 0
+
+    # -- set-up ---------------------------------------------------------------------------------------
+
+    def address(self) -> tuple[str, int]:
+        return free_address()
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        torch.manual_seed(self.s.seed)
+        if self.s.device == "cuda":
+            # Ray gives each actor its own CUDA_VISIBLE_DEVICES, so the local device is always 0.
+            torch.cuda.set_device(0)
+            backend = "cpu:gloo,cuda:nccl"
+        else:
+            backend = "gloo"
+        if not dist.is_initialized():
+            dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
+                                    world_size=self.world_size)
+        self.mesh = init_device_mesh(self.s.device, (self.world_size,), mesh_dim_names=("fsdp",))
+        self.model = self._build_model()
+        if self.s.role != "ref":
+            opt = self.config.optimizer_config
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=opt.lr, betas=tuple(opt.adam_betas),
+                                               weight_decay=opt.weight_decay)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, _lr_lambda(opt.scheduler, opt.num_warmup_steps, self.s.total_optimizer_steps))
+
+    def _build_model(self) -> torch.nn.Module:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from transformers import AutoModelForCausalLM
+
+        lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
+        if self.s.gradient_checkpointing and self.s.role != "ref":
+            lm.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": self.s.gradient_checkpointing_use_reentrant})
+        lm.config.use_cache = False
+        model = ValueModel(lm, self.algorithm.value_head_prefix) if self.s.role == "critic" else lm
+        model.to(self.s.device)
+        fsdp = self.config.fsdp_config
+        mp = None
+        if self.s.bf16:
+            mpc = fsdp.mixed_precision
+            names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+            mp = MixedPrecisionPolicy(param_dtype=names[mpc.param_dtype] if mpc else torch.bfloat16,
+                                      reduce_dtype=names[mpc.reduce_dtype] if mpc else torch.float32)
+        kwargs: dict[str, Any] = {"mesh": self.mesh, "reshard_after_forward": bool(fsdp.reshard_after_forward)}
+        if mp is not None:
+            kwargs["mp_policy"] = mp
+        if fsdp.cpu_offload and self.s.device == "cuda":
+            from torch.distributed.fsdp import CPUOffloadPolicy
+
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+        layer_classes = set(getattr(model, "_no_split_modules", None) or [])
+        for module in model.modules():
+            if type(module).__name__ in layer_classes:
+                fully_shard(module, **kwargs)
+        fully_shard(model, **kwargs)
+        return model
+
+    # -- forward passes -------------------------------------------------------------------------------
+
+    def _device_batch(self, batch: dict, rows: slice) -> dict:
+        return {k: (v[rows].to(self.s.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+
+    def _outputs(self, mb: dict, want_entropy: bool = False):
+        """Per response token: log-probs (policy/ref) or values (critic), and entropy when asked."""
+        ids, attn = mb["input_ids"], mb["attention_mask"]
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        start, length = mb["prompt_len"] - 1, mb["response_ids"].shape[1]
+        if self.s.role == "critic":
+            values = self.model(input_ids=ids, attention_mask=attn, position_ids=positions)
+            return values[:, start:start + length].float(), None
+        logits = self.model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
+        logits = logits[:, start:start + length]
+        logp = token_log_probs(logits, mb["response_ids"], self.s.temperature)
+        entropy = entropy_from_logits(logits, self.s.temperature) if want_entropy else None
+        return logp, entropy
+
+    @torch.no_grad()
+    def forward(self, batch: dict) -> torch.Tensor:
+        """Log-probs (policy, ref) or values (critic) of this rank's rows, on the CPU."""
+        self.model.eval()
+        rows = batch["response_ids"].shape[0]
+        size = self.s.micro_forward_batch_size
+        outs = [self._outputs(self._device_batch(batch, slice(i, i + size)))[0].cpu() for i in range(0, rows, size)]
+        return torch.cat(outs) if outs else torch.empty(0)
+
+    # -- training -------------------------------------------------------------------------------------
+
+    def train_mini_batch(self, batch: dict, totals: dict) -> dict:
+        """One optimizer step on this rank's share of a mini-batch; `totals` are the whole mini-batch's counts."""
+        self.model.train()
+        rows = batch["response_ids"].shape[0]
+        size = self.s.micro_train_batch_size
+        sums: dict[str, float] = {}
+        for i in range(0, rows, size):
+            mb = self._device_batch(batch, slice(i, i + size))
+            loss, metrics = self._critic_loss(mb, totals) if self.s.role == "critic" else self._policy_loss(mb, totals)
+            (loss * self.world_size).backward()
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optimizer_config.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        grad_norm = float(grad_norm)
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.optimizer_steps += 1
+        sums.update(grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0], skipped=float(not math.isfinite(grad_norm)))
+        return sums
+
+    def _policy_loss(self, mb: dict, totals: dict) -> tuple[torch.Tensor, dict]:
+        a = self.algorithm
+        want_entropy = a.use_entropy_loss
+        logp, entropy = self._outputs(mb, want_entropy=True)
+        mask = mb["loss_mask"]
+        token_loss, parts = POLICY_TOKEN_LOSSES[a.policy_loss_type](
+            logp, mb["old_logprobs"], mb["advantages"], mask,
+            eps_clip_low=a.eps_clip_low, eps_clip_high=a.eps_clip_high, clip_ratio_c=a.clip_ratio_c)
+        w = token_weights(mask, a.loss_reduction, total_tokens=totals["tokens"], total_sequences=totals["sequences"],
+                          max_seq_len=self.s.max_seq_len)
+        policy = (token_loss * w).sum()
+        loss = policy
+        # Share of the mini-batch in this micro-batch: metrics below sum to mini-batch means over ranks.
+        share = mask.sum().item() / max(totals["tokens"], 1.0)
+        seq_w = mask.float() / mask.float().sum(-1, keepdim=True).clamp(min=1) / max(totals["sequences"], 1.0)
+        metrics = {"policy_loss": policy.item(), **{k: float(v) * share for k, v in parts.items()}}
+        if a.use_kl_loss and "ref_logprobs" in mb:
+            kl = (token_kl(logp, mb["ref_logprobs"], mask, a.kl_estimator_type) * seq_w).sum()
+            loss = loss + a.kl_loss_coef * kl
+            metrics["kl"] = kl.item()
+        ent = (entropy * mask / max(totals["tokens"], 1.0)).sum()
+        if want_entropy:
+            loss = loss - a.entropy_loss_coef * ent
+        metrics["entropy"] = ent.item()
+        return loss, metrics
+
+    def _critic_loss(self, mb: dict, totals: dict) -> tuple[torch.Tensor, dict]:
+        values, _ = self._outputs(mb)
+        mask, returns, old = mb["loss_mask"], mb["returns"], mb["old_values"]
+        clip = self.algorithm.value_clip
+        clipped = old + (values - old).clamp(-clip, clip)
+        token_loss = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+        loss = (token_loss * mask / max(totals["tokens"], 1.0)).sum()
+        return loss, {"critic_loss": loss.item()}
+
+    # -- weights out ------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def full_state_dict(self, dtype: str | None = None) -> dict[str, torch.Tensor] | None:
+        """The unsharded weights, gathered one tensor at a time; rank 0 gets them (on the CPU), others None.
+
+        Every rank must call this: each `full_tensor()` is a collective.
+        """
+        cast = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(dtype or "")
+        out: dict[str, torch.Tensor] = {}
+        for name, value in self.model.state_dict().items():
+            full = value.full_tensor() if hasattr(value, "full_tensor") else value
+            if self.rank == 0:
+                full = full.detach().to("cpu")
+                out[name] = full.to(cast) if cast is not None and full.is_floating_point() else full.clone()
+        return out if self.rank == 0 else None
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+
+    def save_checkpoint(self, directory: str) -> None:
+        """Sharded model and optimizer state with torch.distributed.checkpoint, plus this rank's scheduler and RNG."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        state = {"model": get_model_state_dict(self.model)}
+        if self.optimizer is not None:
+            state["optim"] = get_optimizer_state_dict(self.model, self.optimizer)
+        dcp.save(state, checkpoint_id=directory)
+        extra = {"rng": torch.get_rng_state(), "optimizer_steps": self.optimizer_steps,
+                 "scheduler": self.scheduler.state_dict() if self.scheduler else None}
+        if self.s.device == "cuda":
+            extra["cuda_rng"] = torch.cuda.get_rng_state()
+        torch.save(extra, Path(directory) / f"extra_rank{self.rank}.pt")
+        dist.barrier()
+
+    def load_checkpoint(self, directory: str) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                             set_model_state_dict, set_optimizer_state_dict)
+
+        state = {"model": get_model_state_dict(self.model)}
+        if self.optimizer is not None:
+            state["optim"] = get_optimizer_state_dict(self.model, self.optimizer)
+        dcp.load(state, checkpoint_id=directory)
+        set_model_state_dict(self.model, state["model"])
+        if self.optimizer is not None:
+            set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
+        extra_path = Path(directory) / f"extra_rank{self.rank}.pt"
+        if extra_path.exists():  # absent when resuming on a different world size
+            extra = torch.load(extra_path, weights_only=False)
+            torch.set_rng_state(extra["rng"])
+            if "cuda_rng" in extra and self.s.device == "cuda":
+                torch.cuda.set_rng_state(extra["cuda_rng"])
+            self.optimizer_steps = extra["optimizer_steps"]
+            if self.scheduler is not None and extra["scheduler"] is not None:
+                self.scheduler.load_state_dict(extra["scheduler"])
+
+    def export_hf(self, directory: str, tokenizer_path: str) -> None:
+        """A Hugging Face model directory of the current weights (policy: the LM; critic: backbone + head)."""
+        full = self.full_state_dict()
+        if self.rank == 0:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            os.makedirs(directory, exist_ok=True)
+            if self.s.role == "critic":
+                torch.save(full, Path(directory) / "critic.pt")
+            else:
+                lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
+                lm.load_state_dict(full)
+                lm.save_pretrained(directory)
+            AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(directory)
+        dist.barrier()
+
+    # -- colocation ---------------------------------------------------------------------------------------
+
+    def offload(self, model: bool = True, optimizer: bool = True) -> None:
+        """Move weights and/or optimizer state to the CPU (colocated GPUs); a no-op on a CPU run."""
+        if self.s.device != "cuda":
+            return
+        if model:
+            self.model.to("cpu")
+        if optimizer and self.optimizer is not None:
+            for st in self.optimizer.state.values():
+                for k, v in st.items():
+                    if torch.is_tensor(v):
+                        st[k] = v.to("cpu", non_blocking=True)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    def backload(self, model: bool = True, optimizer: bool = True) -> None:
+        if self.s.device != "cuda":
+            return
+        if model:
+            self.model.to("cuda")
+        if optimizer and self.optimizer is not None:
+            for st in self.optimizer.state.values():
+                for k, v in st.items():
+                    if torch.is_tensor(v) and k != "step":
+                        st[k] = v.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
