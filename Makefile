@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test bench schema clean
+.PHONY: venv test run bench schema clean
 
 $(BIN)/rlc: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -16,6 +16,12 @@ venv: $(BIN)/rlc
 
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The main job: GRPO on the embedded tiny model, CPU only, a few minutes on 2 cores. Metrics and a plot go to
+# ~/.cache/rlc/runs/local-cpu-grpo/.
+run: venv
+	$(BIN)/rlc run examples/local-cpu.yaml
+	$(BIN)/rlc plot ~/.cache/rlc/runs/local-cpu-grpo
 
 # Benchmarks run rlc from a plain (non-editable) install without the test extension, as users have it.
 BENCH_VENV := bench/.venv-rlc

@@ -80,7 +80,7 @@ def _gpu_paths(c: Context):
     ie, t = c.s.generator.inference_engine, c.t
     found = []
     if ie.backend == "vllm":
-        found.append(("generator.inference_engine.backend", "the vllm engine", "backend: hf runs on GPUs and CPUs"))
+        found.append(("generator.inference_engine.backend", "the vllm engine", "backend: hf (it runs on GPUs too)"))
     if t.strategy == "megatron":
         found.append(("trainer.strategy", "the megatron strategy", "strategy: fsdp2"))
     if not ie.run_engines_locally:
@@ -89,4 +89,4 @@ def _gpu_paths(c: Context):
         found.append(("trainer.policy.model.lora.rank", "LoRA training", "lora.rank: 0"))
     for key, what, instead in found:
         yield c.warning("RLC-W901", key, f"{what} is not in this rlc runtime yet: the launch files are written, but the job stops at "
-                        "start-up before any model loads", f"to train with this version use {instead}")
+                        "start-up before any model loads", f"to train with this version, use {instead}")

@@ -92,15 +92,20 @@ def read_state(directory: Path) -> dict:
     return json.loads((directory / "trainer_state.json").read_text(encoding="utf-8"))
 
 
-def prune(root: Path, keep: int) -> list[Path]:
-    """Delete all but the newest `keep` complete steps (keep <= 0: keep everything) and stale staging dirs."""
+def prune(root: Path, keep: int, current: int | None = None) -> list[Path]:
+    """Delete all but the newest `keep` complete steps (keep <= 0: keep everything) and stale staging dirs.
+
+    Steps above `current` were left by an older run (a fresh start with resume_mode none); they are not
+    this run's to count or delete.
+    """
     removed = []
     for p in _children(root):
         if p.name.startswith(".global_step_"):
             shutil.rmtree(p, ignore_errors=True)
     if keep <= 0:
         return removed
-    steps = sorted((int(m.group(1)), p) for p in _children(root) if (m := _STEP_DIR.match(p.name)))
+    steps = sorted((int(m.group(1)), p) for p in _children(root)
+                   if (m := _STEP_DIR.match(p.name)) and is_complete(p) and (current is None or int(m.group(1)) <= current))
     for _, path in steps[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

@@ -46,6 +46,15 @@ class RunResult:
     checkpoints: list[str] = field(default_factory=list)
 
 
+def encode_prompt(tokenizer, prompt) -> list[int]:
+    """Token ids of a text prompt, or of chat messages through the chat template (plain text without one)."""
+    if isinstance(prompt, list):
+        if getattr(tokenizer, "chat_template", None):
+            return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+        prompt = "\n".join(str(m.get("content", "")) for m in prompt)
+    return tokenizer(prompt, add_special_tokens=False).input_ids
+
+
 def _seed_for(seed: int, step: int, engine: int) -> int:
     return (seed * 1_000_003 + step * 7919 + engine) % (2**63)
 
@@ -201,11 +210,7 @@ class Driver:
         return kept
 
     def _encode(self, row: dict) -> list[int]:
-        prompt = self.env.prompt(row)
-        if isinstance(prompt, list):
-            return list(self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
-                                                           return_dict=False))
-        return self.tokenizer(prompt, add_special_tokens=False).input_ids
+        return encode_prompt(self.tokenizer, self.env.prompt(row))
 
     def _epoch_order(self, epoch: int, count: int) -> list[int]:
         order = list(range(count))
@@ -438,7 +443,7 @@ class Driver:
         state = {"global_step": step, "epoch": epoch, "kl_coef": self.kl_coef,
                  "content_hash_training": self._training_hash(), "world_sizes": {k: len(v) for k, v in self.workers.items()}}
         final = ckpt.commit(self.ckpt_root, staging, step, state)
-        ckpt.prune(self.ckpt_root, t.max_ckpts_to_keep)
+        ckpt.prune(self.ckpt_root, t.max_ckpts_to_keep, current=step)
         return final
 
     def _export(self, ray, step: int) -> None:

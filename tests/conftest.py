@@ -21,11 +21,12 @@ def rlc_executable() -> str:
     return str(here) if here.exists() else (shutil.which("rlc") or "rlc")
 
 
-def run_rlc(*args: str, cwd: str | Path | None = None, env: dict | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+def run_rlc(*args: str, cwd: str | Path | None = None, env: dict | None = None, input: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
     full_env.pop("RLC_DEBUG", None)
     return subprocess.run([rlc_executable(), *args], cwd=cwd, env=full_env, input=input,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture
@@ -38,3 +39,25 @@ def spec_file(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session", autouse=True)
+def rlc_cache(tmp_path_factory):
+    """One cache of embedded models and datasets per test session, never the user's ~/.cache/rlc."""
+    path = tmp_path_factory.mktemp("rlc-cache")
+    old = os.environ.get("RLC_CACHE")
+    os.environ["RLC_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("RLC_CACHE", None)
+    else:
+        os.environ["RLC_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_model(rlc_cache) -> str:
+    """The embedded `rlc:tiny` model, built once per session."""
+    pytest.importorskip("transformers")
+    from rlc.runtime.models import local_path
+
+    return local_path("rlc:tiny")

@@ -58,3 +58,26 @@ def test_submit_script_runs_the_runtime_check_on_ray(tmp_path, ray_cluster):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "local-cpu-grpo: config and plan load" in result.stdout + result.stderr
     assert "rlc-local-cpu-grpo-" in result.stdout + result.stderr  # the submission id from the content hash
+
+
+@pytest.mark.slow
+def test_submit_script_trains_two_steps_on_ray(tmp_path, ray_cluster):
+    pytest.importorskip("transformers")
+    env, address = ray_cluster
+    data = tmp_path / "data"
+    made = run_rlc("data", "synthetic", "-o", str(data), "--train", "32", "--validation", "4")
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "job"
+    compiled = run_rlc("compile", str(EXAMPLES / "local-cpu.yaml"), "-o", str(out),
+                       f"data.train_data=['{data / 'train.parquet'}']", f"data.val_data=['{data / 'validation.parquet'}']",
+                       f"trainer.log_path={tmp_path / 'runs'}", f"trainer.ckpt_path={tmp_path / 'ckpts'}",
+                       f"trainer.export_path={tmp_path / 'exports'}")
+    assert compiled.returncode == 0, compiled.stderr
+    result = subprocess.run(["bash", str(out / "ray" / "submit.sh")], env={**env, "RAY_ADDRESS": address},
+                            capture_output=True, text=True, timeout=600)
+    log = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, log
+    assert "trained to step 2" in log
+    lines = (tmp_path / "runs" / "local-cpu-grpo" / "metrics.jsonl").read_text().splitlines()
+    assert [__import__("json").loads(line)["step"] for line in lines] == [1, 2]
+    assert (tmp_path / "ckpts" / "latest_ckpt_global_step.txt").read_text().strip() == "2"

@@ -85,7 +85,8 @@ class HFEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(self.device).eval()
         config = self.model.config
         self.eos_token_id = eos_token_id if eos_token_id is not None else config.eos_token_id
-        self.pad_token_id = pad_token_id if pad_token_id is not None else (config.pad_token_id or self.eos_token_id)
+        self.pad_token_id = pad_token_id if pad_token_id is not None else (
+            config.pad_token_id if config.pad_token_id is not None else self.eos_token_id)
         self.tokenizer = tokenizer
         self.weights_on = True
         self.weight_version = 0
@@ -106,6 +107,8 @@ class HFEngine:
     def sleep(self, level: int = 1) -> None:
         """Level 1 keeps the weights on the CPU; level 2 drops them (the next update_weights refills them)."""
         if level >= 2:
+            # Buffers (rotary frequencies) are not in the trainer's state dict: keep them to restore on wake.
+            self._buffers = {n: b.detach().to("cpu", copy=True) for n, b in self.model.named_buffers()}
             self.model.to_empty(device="meta")
             self.weights_on = False
         elif self.device.type != "cpu":
@@ -116,30 +119,33 @@ class HFEngine:
         if tags is not None and "weights" not in tags:
             return  # the hf engine allocates its KV cache per call; there is nothing else to wake
         if not self.weights_on:
-            self.model.to_empty(device=self.device)
+            self._materialize()
         else:
             self.model.to(self.device)
 
+    def _materialize(self) -> None:
+        """Fresh storage for dropped weights, with the saved buffers put back; weights are filled by update_weights."""
+        if getattr(self, "_buffers", None) is None:
+            return  # already materialized by an earlier wake_up
+        self.model.to_empty(device=self.device)
+        with torch.no_grad():
+            for name, buf in self.model.named_buffers():
+                if name in self._buffers:
+                    buf.copy_(self._buffers[name].to(self.device))
+        self._buffers = None
+
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> int:
         """Load a full (unsharded) state dict from the trainer, cast to the engine dtype."""
-        own = self.model.state_dict()
-        missing = [k for k in own if k not in state_dict and not k.endswith("rotary_emb.inv_freq")]
+        buffers = {n for n, _ in self.model.named_buffers()}
+        missing = [k for k in self.model.state_dict() if k not in state_dict and k not in buffers]
         if missing:
             raise ValueError(f"weight sync is missing {len(missing)} tensors, e.g. {missing[:3]}")
         if not self.weights_on:
-            self.model.to_empty(device=self.device)
+            self._materialize()
         with torch.no_grad():
-            for name, tensor in own.items():
+            for name, tensor in self.model.state_dict().items():
                 if name in state_dict:
                     tensor.copy_(state_dict[name].to(device=self.device, dtype=tensor.dtype))
-        if not self.weights_on:
-            # Non-persistent buffers (rotary frequencies) were emptied with the weights; recompute them.
-            for module in self.model.modules():
-                if hasattr(module, "rope_init_fn") and hasattr(module, "inv_freq"):
-                    inv_freq, _ = module.rope_init_fn(module.config, self.device)
-                    module.inv_freq.copy_(inv_freq)
-                    if hasattr(module, "original_inv_freq"):
-                        module.original_inv_freq = module.inv_freq
         self.weights_on = True
         self.weight_version = version if version is not None else self.weight_version + 1
         return self.weight_version

@@ -1,0 +1,103 @@
+"""FSDP2 workers: two gloo ranks that really shard give the same step as one rank on the same batch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import torch.multiprocessing as mp  # noqa: E402
+
+from rlc.runtime.workers.fsdp import free_address  # noqa: E402
+
+ROWS, PROMPT, RESPONSE = 8, 5, 3
+
+
+def _batch(vocab: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(4, vocab, (ROWS, PROMPT), generator=g)
+    response = torch.randint(4, vocab, (ROWS, RESPONSE), generator=g)
+    mask = torch.ones(ROWS, RESPONSE)
+    mask[1, 2:] = 0  # rows of different lengths, so the weighting of tokens matters
+    mask[5, 1:] = 0
+    attention = torch.cat([torch.ones(ROWS, PROMPT, dtype=torch.long), mask.long()], dim=1)
+    return {
+        "input_ids": torch.cat([prompt, response], dim=1),
+        "attention_mask": attention,
+        "response_ids": response,
+        "loss_mask": mask,
+        "advantages": torch.randn(ROWS, RESPONSE, generator=g) * mask,
+        "ref_logprobs": -torch.rand(ROWS, RESPONSE, generator=g) * 5,
+        "noise": torch.randn(ROWS, RESPONSE, generator=g) * 0.05,
+        "prompt_len": PROMPT,
+    }
+
+
+def _rank(rank: int, world: int, port: int, model_path: str, out: str, q) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import shards, totals
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": {
+        "policy": {"optimizer_config": {"lr": 1e-2}},
+        "algorithm": {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True, "policy_loss_type": "dual_clip"},
+    }})
+    settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4)
+    worker = FSDPWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    batch = _batch(worker.model.config.vocab_size)
+    mine = shards(batch, world)[rank]
+    old = worker.forward(mine)
+    mine["old_logprobs"] = old + mine["noise"]  # ratios != 1, so the clipping is exercised
+    metrics = worker.train_mini_batch(mine, totals(batch))
+    full = worker.full_state_dict()
+    if rank == 0:
+        torch.save({"weights": full}, out)
+    q.put((rank, metrics))
+    worker.shutdown()
+
+
+def _run(world: int, model_path: str, out: str) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_address()[1]
+    procs = [ctx.Process(target=_rank, args=(r, world, port, model_path, out, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = dict(q.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return [results[r] for r in range(world)]
+
+
+@pytest.fixture(scope="module")
+def steps(tiny_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("fsdp")
+    return _run(1, tiny_model, str(d / "one.pt")), _run(2, tiny_model, str(d / "two.pt")), d
+
+
+def test_two_ranks_match_one_rank(steps):
+    one, two, tmp_path = steps
+    for key in ("policy_loss", "kl", "entropy", "clip_fraction"):
+        assert sum(m[key] for m in two) == pytest.approx(one[0][key], rel=1e-4, abs=1e-6), key
+    assert two[0]["grad_norm"] == pytest.approx(one[0]["grad_norm"], rel=1e-4)
+    w1 = torch.load(tmp_path / "one.pt")["weights"]
+    w2 = torch.load(tmp_path / "two.pt")["weights"]
+    assert w1.keys() == w2.keys()
+    for name in w1:
+        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_the_step_changes_the_weights(steps, tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    tmp_path = steps[2]
+    before = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    after = torch.load(tmp_path / "one.pt")["weights"]
+    changed = [n for n in after if not torch.equal(after[n], before[n])]
+    assert len(changed) > len(after) // 2
