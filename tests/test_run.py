@@ -110,3 +110,27 @@ def test_killed_run_resumes_at_its_last_checkpoint(tmp_path, run_env):
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
+    extra = ("trainer.algorithm.use_kl_loss=true", "trainer.critic.model.path=rlc:tiny", "trainer.algorithm.advantage_estimator=gae",
+             "trainer.critic_mini_batch_size=8", "trainer.ckpt_interval=2", "trainer.hf_save_interval=3",
+             "trainer.eval_interval=2", "trainer.eval_before_train=true")
+    result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = _metrics(tmp_path)
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]
+    assert "eval/reward" in metrics[0] and "eval/reward" in metrics[2]
+    assert all("critic/critic_loss" in m and "kl" in m for m in metrics[1:])
+    assert metrics[1]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[3]["kl"] > 0  # the policy moved away from the reference
+    last = tmp_path / "ckpts" / "global_step_3"
+    assert (last / "critic" / ".metadata").exists() and (last / "policy" / ".metadata").exists()
+    export = tmp_path / "exports" / "global_step_3"
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(export / "policy")
+    trained = _weights(last)
+    for name, value in exported.state_dict().items():
+        torch.testing.assert_close(value, trained[name], msg=name)
+    assert (export / "critic" / "critic.pt").exists()

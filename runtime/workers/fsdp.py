@@ -83,7 +83,7 @@ class ValueModel(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask, position_ids):
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
-        return getattr(self, self.head_name)(hidden).squeeze(-1)
+        return getattr(self, self.head_name)(hidden).squeeze(-1).clone()  # not a view: FSDP hooks the output
 
 
 class FSDPWorker:
