@@ -21,7 +21,7 @@ import torch
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms import advantages as adv
 from rlc.runtime.algorithms.kl import kl_penalized_rewards, token_kl
-from rlc.runtime.batch import Rollout, mini_batches, select, shards, to_batch, totals
+from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals
 from rlc.runtime.config import CompiledJob
 from rlc.runtime.data import DataError, expand, read_rows, synthetic
 from rlc.runtime.envs import make as make_env
@@ -222,9 +222,9 @@ class Driver:
     def run(self) -> RunResult:
         from transformers import AutoTokenizer
 
-        from rlc.runtime.tracking import Tracker
+        from rlc.runtime.tracking import Tracker, TrackerError
 
-        t, g = self.spec.trainer, self.spec.generator
+        t = self.spec.trainer
         self.policy_path = self.model_path(t.policy.model.path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
         if self.tokenizer.pad_token_id is None:
@@ -237,6 +237,12 @@ class Driver:
         total_steps = steps_per_epoch * t.epochs
         mini_per_step = max(1, t.train_batch_size // t.policy_mini_batch_size)
         start_step, resume_state, resume_dir = self._resume_point()
+        try:  # before Ray and the models: a tracker that cannot start stops the run at once
+            tracker = Tracker(self.run_dir, logger=t.logger, project=t.project_name, run_name=t.run_name,
+                              config={"content_hash": self.job.content_hash}, total_steps=total_steps,
+                              start_step=start_step, progress=self.progress)
+        except TrackerError as exc:
+            raise RunError(str(exc)) from None
         ray = self._ray()
         try:
             groups = self._placement_groups(ray)
@@ -250,42 +256,40 @@ class Driver:
                     if name != "ref":
                         ray.get([w.load_checkpoint.remote(str(resume_dir / name)) for w in workers])
                 self.kl_coef = resume_state.get("kl_coef", self.kl_coef)
-            self._sync_weights(ray, version=start_step)
-            tracker = Tracker(self.run_dir, logger=t.logger, project=t.project_name, run_name=t.run_name,
-                              config={"content_hash": self.job.content_hash}, total_steps=total_steps,
-                              start_step=start_step, progress=self.progress)
-            if resume_dir is not None:
                 tracker.message(f"rlc: resumed from {resume_dir} at step {start_step}")
-            result = RunResult(self.run_dir, start_step)
-            try:
-                if t.eval_before_train and val and start_step == 0:
-                    tracker.log(0, self._evaluate(ray, val, 0))
-                last_saved = start_step
-                for step in range(start_step + 1, total_steps + 1):
-                    epoch, offset = divmod(step - 1, steps_per_epoch)
-                    order = self._epoch_order(epoch, len(train))
-                    picked = [train[i] for i in order[offset * t.train_batch_size:(offset + 1) * t.train_batch_size]]
-                    metrics = self._step(ray, step, picked)
-                    if t.eval_interval > 0 and val and step % t.eval_interval == 0:
-                        metrics.update(self._evaluate(ray, val, step))
-                    tracker.log(step, metrics)
-                    result.steps = step
-                    result.first_reward = metrics["reward"] if result.first_reward is None else result.first_reward
-                    result.last_reward = metrics["reward"]
-                    if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
-                        result.checkpoints.append(str(self._save(ray, step, epoch)))
-                        last_saved = step
-                    if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
-                        self._export(ray, step)
-                if t.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
-                    result.checkpoints.append(str(self._save(ray, total_steps, t.epochs - 1)))
-                if start_step >= total_steps:
-                    tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
-            finally:
-                tracker.close()
-            return result
+            self._sync_weights(ray, version=start_step)
+            return self._loop(ray, tracker, train, val, start_step, total_steps, steps_per_epoch)
         finally:
+            tracker.close()
             ray.shutdown()
+
+    def _loop(self, ray, tracker, train, val, start_step: int, total_steps: int, steps_per_epoch: int) -> RunResult:
+        t = self.spec.trainer
+        result = RunResult(self.run_dir, start_step)
+        if t.eval_before_train and val and start_step == 0:
+            tracker.log(0, self._evaluate(ray, val, 0))
+        last_saved = start_step
+        for step in range(start_step + 1, total_steps + 1):
+            epoch, offset = divmod(step - 1, steps_per_epoch)
+            order = self._epoch_order(epoch, len(train))
+            picked = [train[i] for i in order[offset * t.train_batch_size:(offset + 1) * t.train_batch_size]]
+            metrics = self._step(ray, step, picked)
+            if t.eval_interval > 0 and val and step % t.eval_interval == 0:
+                metrics.update(self._evaluate(ray, val, step))
+            tracker.log(step, metrics)
+            result.steps = step
+            result.first_reward = metrics["reward"] if result.first_reward is None else result.first_reward
+            result.last_reward = metrics["reward"]
+            if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
+                result.checkpoints.append(str(self._save(ray, step, epoch)))
+                last_saved = step
+            if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
+                self._export(ray, step)
+        if t.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
+            result.checkpoints.append(str(self._save(ray, total_steps, t.epochs - 1)))
+        if start_step >= total_steps:
+            tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
+        return result
 
     def _resume_point(self) -> tuple[int, dict, Path | None]:
         t = self.spec.trainer

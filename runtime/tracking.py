@@ -10,6 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+class TrackerError(Exception):
+    """The configured tracker cannot start."""
+
+
 SHOWN = (("reward", "reward {:.3f}"), ("policy_loss", "loss {:+.4f}"), ("kl", "kl {:.4f}"), ("tokens_per_s", "{:.0f} tok/s"))
 
 
@@ -23,14 +27,19 @@ class Tracker:
         self._file = self.path.open("a", encoding="utf-8")
         self.total, self.logger = total_steps, logger
         self._backend = None
-        if logger == "wandb":
-            import wandb
+        try:
+            if logger == "wandb":
+                import wandb
 
-            self._backend = wandb.init(project=project, name=run_name, config=config, resume="allow")
-        elif logger == "tensorboard":
-            from torch.utils.tensorboard import SummaryWriter
+                self._backend = wandb.init(project=project, name=run_name, config=config, resume="allow")
+            elif logger == "tensorboard":
+                from torch.utils.tensorboard import SummaryWriter
 
-            self._backend = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+                self._backend = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        except ImportError as exc:
+            self._file.close()
+            raise TrackerError(f"trainer.logger is {logger}, which needs a package this environment lacks ({exc}); "
+                               f"pip install {'wandb' if logger == 'wandb' else 'tensorboard'}, or use logger: console") from None
         self._bar = None
         if progress and sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

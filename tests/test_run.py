@@ -134,3 +134,15 @@ def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
     for name, value in exported.state_dict().items():
         torch.testing.assert_close(value, trained[name], msg=name)
     assert (export / "critic" / "critic.pt").exists()
+
+
+def test_a_tracker_that_cannot_start_stops_the_run_before_ray(tmp_path, run_env):
+    try:
+        import tensorboard  # noqa: F401
+        pytest.skip("tensorboard is installed here")
+    except ImportError:
+        pass
+    result = run_rlc("run", *_args(tmp_path, 32, "trainer.logger=tensorboard"), env=run_env, timeout=300)
+    assert result.returncode == 1
+    assert "trainer.logger is tensorboard" in result.stderr and "Traceback" not in result.stderr
+    assert "Started a local Ray instance" not in result.stderr
