@@ -349,7 +349,11 @@ class Driver:
             batch["old_values"] = self._forward(ray, "critic", batch)
         if "ref" in self.workers:
             batch["ref_logprobs"] = self._forward(ray, "ref", batch)
-        batch["old_logprobs"] = self._forward(ray, "policy", batch)
+        # With one optimizer step per batch the policy being updated is the one that scored the batch, so the
+        # old log-probs are the current ones (ratio 1) and their separate forward pass is skipped.
+        single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
+        if not single_update or a.use_kl_in_reward:
+            batch["old_logprobs"] = self._forward(ray, "policy", batch)
         rewards = batch["token_rewards"]
         metrics: dict[str, float] = {}
         if a.use_kl_in_reward and "ref_logprobs" in batch:
@@ -386,13 +390,13 @@ class Driver:
             metrics[name if role == "policy" else k] = v / max(1, updates[role])
         tokens = sum(len(r.response_ids) for r in rollouts)
         real = batch["attention_mask"][:, batch["prompt_len"]:].bool()
-        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real]
+        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real] if "old_logprobs" in batch else torch.empty(0)
         metrics.update(
             reward=sum(r.reward for r in rollouts) / len(rollouts),
             response_length=tokens / len(rollouts),
             stop_fraction=sum(r.finish_reason == "stop" for r in rollouts) / len(rollouts),
             tokens_per_s=tokens / max(generated - started, 1e-9),
-            logprob_diff_max=float(diff.max()) if diff.numel() else 0.0,
+            **({"logprob_diff_max": float(diff.max())} if diff.numel() else {}),
             step_time=done - started, generate_time=generated - started, train_time=trained - train_started,
             sync_time=done - trained,
         )

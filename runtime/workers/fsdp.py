@@ -215,8 +215,10 @@ class FSDPWorker:
         want_entropy = a.use_entropy_loss
         logp, entropy = self._outputs(mb, want_entropy=True)
         mask = mb["loss_mask"]
+        # No old log-probs: this is the only update on the batch, so the old policy is the current one.
+        old = mb["old_logprobs"] if "old_logprobs" in mb else logp.detach()
         token_loss, parts = POLICY_TOKEN_LOSSES[a.policy_loss_type](
-            logp, mb["old_logprobs"], mb["advantages"], mask,
+            logp, old, mb["advantages"], mask,
             eps_clip_low=a.eps_clip_low, eps_clip_high=a.eps_clip_high, clip_ratio_c=a.clip_ratio_c)
         w = token_weights(mask, a.loss_reduction, total_tokens=totals["tokens"], total_sequences=totals["sequences"],
                           max_seq_len=self.s.max_seq_len)
