@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test run bench schema clean
+.PHONY: venv test run bench bench-grpo schema clean
 
 $(BIN)/rlc: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,15 @@ bench:
 	$(BENCH_VENV)/bin/python bench/validate_bench.py
 	$(BENCH_VENV)/bin/python bench/plan_bench.py
 	$(BENCH_VENV)/bin/python bench/compile_bench.py
+
+# GRPO training against TRL on CPU (about 6 minutes; not part of `make bench`). It needs rlc's runtime, so it
+# has its own plain install of rlc[runtime] (CPU torch first); the script creates TRL's venv, bench/.venv-trl.
+GRPO_BENCH_VENV := bench/.venv-rlc-runtime
+bench-grpo:
+	$(PY) -m venv $(GRPO_BENCH_VENV)
+	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime]'
+	$(GRPO_BENCH_VENV)/bin/python bench/grpo_bench.py
 
 # Rewrite the committed JSON Schema after changing the spec model (installed extensions left out).
 schema: venv
