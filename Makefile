@@ -32,8 +32,9 @@ bench:
 	$(BENCH_VENV)/bin/python bench/plan_bench.py
 	$(BENCH_VENV)/bin/python bench/compile_bench.py
 
-# GRPO training against TRL on CPU (about 6 minutes; not part of `make bench`). It needs rlc's runtime, so it
-# has its own plain install of rlc[runtime] (CPU torch first); the script creates TRL's venv, bench/.venv-trl.
+# GRPO training against TRL on CPU (about 3 minutes on an idle machine; not part of `make bench`). It needs
+# rlc's runtime, so it has its own plain install of rlc[runtime] (CPU torch first); the script creates TRL's
+# venv, bench/.venv-trl.
 GRPO_BENCH_VENV := bench/.venv-rlc-runtime
 bench-grpo:
 	$(PY) -m venv $(GRPO_BENCH_VENV)

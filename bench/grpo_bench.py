@@ -482,10 +482,10 @@ def results_section(results: dict, meta: dict) -> str:
     if shared:
         L += ["", f"- **Caution**: other processes kept more than {MAX_OTHER_CORES} cores busy during the kept run of "
                   f"{', '.join(shared)} (see the last column); those numbers are slower than on an idle machine."]
+    L.append("")
     for size, r in results.items():
         if "trl" in r:
             a, b = r["rlc_rates"], r["trl_rates"]
-            L.append("")
             L.append(f"- `{SIZES[size]}` secondary ratios rlc / TRL: steps 2.. only (first step as warm-up) "
                      f"{ratio(a['steady_steps_per_s'], b['steady_steps_per_s'])} steps/s and "
                      f"{ratio(a['steady_tokens_per_s'], b['steady_tokens_per_s'])} tokens/s; whole processes "
@@ -509,8 +509,10 @@ def results_section(results: dict, meta: dict) -> str:
           "dapo (token mean over the batch, as rlc's token_mean), `scale_rewards` group, `use_cpu`, bf16 off, "
           "constant lr, `save_strategy` no; the reward is rlc's copy-the-digit rule written out. Step time: "
           "`on_step_begin` to `on_step_end` of a callback (generation, rewards, loss forward and backward, "
-          "clipping, optimizer step; the logging after each step is outside it). TRL skips the old log-prob "
-          "forward here (with one update per generation it uses the current log-probs, detached); rlc runs it.",
+          "clipping, optimizer step; the logging after each step is outside it). TRL runs the loss forward and "
+          "backward over all the step's completions at once (one micro-batch), where rlc's example uses "
+          "micro-batches per rank; with one update per generation TRL skips the old log-prob forward (it uses the "
+          "current log-probs, detached), and whatever rlc spends on one is in 'old log-probs + advantages'.",
           "- Generated tokens count every completion token up to and including EOS, on both sides; tokens/s is "
           "generated tokens over summed step time, gen-only tokens/s is over generation time alone (rlc: "
           "`generate_time`, which includes decoding and rewards; TRL: its `_generate`, tokenizing, `generate` and "
