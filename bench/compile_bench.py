@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -17,16 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from results import find_rlc, loadavg, write_section  # bench/results.py
+
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "examples" / "gsm8k-grpo-2node.yaml"
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-START, END = "<!-- compile-bench:start -->", "<!-- compile-bench:end -->"
 GOAL_S = 0.25
 
 
 def rlc() -> str:
-    here = Path(sys.executable).parent / "rlc"
-    return str(here) if here.exists() else (shutil.which("rlc") or sys.exit("rlc is not installed"))
+    return find_rlc() or sys.exit("rlc is not installed")
 
 
 def main() -> int:
@@ -49,15 +47,9 @@ def main() -> int:
             f"{median * 1000:.0f} ms of 15 runs (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}); "
             f"goal at most {GOAL_S * 1000:.0f} ms: **{verdict}**.")
     print(line)
-    section = "\n".join([START, "## rlc compile", "", line, "",
-                         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; load average "
-                         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}. Run: `make bench`.", END])
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if START in text and END in text:
-        text = text[: text.index(START)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS.write_text(text)
+    write_section("compile-bench", "\n".join(["## rlc compile", "", line, "",
+                                              f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; "
+                                              f"load average {loadavg()}. Run: `make bench`."]))
     return 0
 
 

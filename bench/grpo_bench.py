@@ -34,11 +34,11 @@ import threading
 import time
 from pathlib import Path
 
+from results import RESULTS, cpu_model, find_rlc, loadavg, nproc, write_section  # bench/results.py
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 EXAMPLE = "examples/local-cpu.yaml"
-RESULTS = BENCH / "RESULTS.md"
-MARK_START, MARK_END = "<!-- grpo-bench:start -->", "<!-- grpo-bench:end -->"
 GOAL_RATIO = 1.5
 MAX_OTHER_CORES = 0.2  # other load during a run above this (mean busy cores) makes it measured again
 SIZES = {"tiny": "rlc:tiny", "small": "rlc:small"}
@@ -57,29 +57,6 @@ class BenchError(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------------- machine
-
-def nproc() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "n/a"
 
 
 def busy_seconds() -> float | None:
@@ -194,10 +171,6 @@ def stop_leftovers(marker: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------- rlc side
-
-def find_rlc() -> str | None:
-    here = Path(sys.executable).parent / "rlc"
-    return str(here) if here.exists() else shutil.which("rlc")
 
 
 def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str) -> dict:
@@ -424,7 +397,7 @@ def _mean(xs: list[float]) -> float:
 def results_section(results: dict, meta: dict) -> str:
     any_size = next(iter(results.values()))
     job = any_size["case"]["job"]
-    L = [MARK_START, "## GRPO on CPU: rlc's runtime vs TRL's GRPOTrainer", "",
+    L = ["## GRPO on CPU: rlc's runtime vs TRL's GRPOTrainer", "",
          f"Measured {meta['now']} with `python bench/grpo_bench.py` (`make bench-grpo`) on {platform.system()} "
          f"{platform.machine()}, nproc {nproc()} ({cpu_model()}), no GPU used; load average (1, 5, 15 min) "
          f"{meta['load_before']} before and {meta['load_after']} after. rlc {meta['rlc_version']}, Python "
@@ -522,8 +495,7 @@ def results_section(results: dict, meta: dict) -> str:
           "machine to be quiet (at most --quiet-wait s). 'Cores used' comes from /proc: the side's own process tree "
           "(Ray's processes included) and everything else on the machine; others near 0 means the run had the "
           "machine to itself. A run during which others kept more than "
-          f"{MAX_OTHER_CORES} cores busy was measured again (up to --retries times) and the least loaded run kept.",
-          MARK_END]
+          f"{MAX_OTHER_CORES} cores busy was measured again (up to --retries times) and the least loaded run kept."]
     return "\n".join(L) + "\n"
 
 
@@ -531,20 +503,6 @@ def _cpu(raw: dict) -> str:
     other = "n/a" if raw.get("other_cores") is None else f"{raw['other_cores']:.2f}"
     tries = f" (least loaded of {raw['attempts']} runs)" if raw.get("attempts", 1) > 1 else ""
     return f"{raw['cpu'] / raw['wall']:.2f} / {other}{tries}"
-
-
-def write_results(section: str) -> None:
-    if RESULTS.exists():
-        text = RESULTS.read_text(encoding="utf-8")
-        start, end = text.find(MARK_START), text.find(MARK_END)
-        if start != -1 and end > start:
-            text = text[:start] + section.rstrip("\n") + text[end + len(MARK_END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section
-    else:
-        text = ("# Benchmark results\n\nEach section below is written by the benchmark it names (see README.md) "
-                "and is replaced when that benchmark runs again.\n\n" + section)
-    RESULTS.write_text(text, encoding="utf-8")
 
 
 def count_params(model_dir: str) -> int:
@@ -579,7 +537,6 @@ def measure(label: str, run, args) -> dict:
         print(f"  other processes kept {other:.2f} cores busy during that run; measuring again", flush=True)
     best["attempts"] = attempt + 1
     return best
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -663,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(results)
     print(f"load average (1, 5, 15 min): {meta['load_before']} before, {meta['load_after']} after")
     if not args.no_write:
-        write_results(results_section(results, meta))
+        write_section("grpo-bench", results_section(results, meta))
         print(f"\nwrote {RESULTS.relative_to(ROOT)}")
     ok, parts = verdict(results)
     return 1 if args.check and parts and not ok else 0

@@ -31,9 +31,9 @@ import textwrap
 import time
 from pathlib import Path
 
+from results import RESULTS, write_section  # bench/results.py
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "RESULTS.md"
-MARK_START, MARK_END = "<!-- plan-bench:start -->", "<!-- plan-bench:end -->"
 SIZES = (1, 16, 128, 1024)
 PER_NODE = 8
 GOAL_SECONDS = 1.0
@@ -140,19 +140,6 @@ def report(rows: list[dict], runs: int) -> tuple[list[str], list[str]]:
     return table, verdicts
 
 
-def write_results(section: str) -> None:
-    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else (
-        "# Benchmark results\n\nEach section below is written by the benchmark it names (see README.md) "
-        "and is replaced when that benchmark runs again.\n")
-    block = f"{MARK_START}\n{section.rstrip()}\n{MARK_END}"
-    if MARK_START in text and MARK_END in text:
-        head, rest = text.split(MARK_START, 1)
-        text = head + block + rest.split(MARK_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    RESULTS.write_text(text, encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="timed calls per size (median reported); default 15")
@@ -190,7 +177,7 @@ def main() -> int:
         "GPUs, critic bundles of 2, an inference group of TP=2 engines on the rest). The peer is `analyze` (load, validate, "
         "resolve, check; median of 3 after a warm-up) of the same generated spec, to show what planning adds to a compile.",
     ])
-    write_results(section)
+    write_section("plan-bench", section)
     print(f"\nupdated {RESULTS.relative_to(ROOT)}")
     return 0
 

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from results import RESULTS, cpu_model, find_rlc, loadavg, nproc, write_section  # bench/results.py
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 GOOD_SPEC = "examples/gsm8k-grpo-2node.yaml"  # relative to ROOT, as a user would type it
-RESULTS = BENCH / "RESULTS.md"
-MARK_START, MARK_END = "<!-- validate-bench:start -->", "<!-- validate-bench:end -->"
 
 GOAL_SECONDS = 0.25
 GOAL_RATIO = 20.0
@@ -73,29 +73,6 @@ class BenchError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-
-def find_rlc() -> str | None:
-    here = Path(sys.executable).parent / "rlc"
-    if here.exists():
-        return str(here)
-    return shutil.which("rlc")
-
-
-def nproc() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 @dataclass
@@ -397,18 +374,11 @@ def goals_met(rlc: dict, peer: dict | None) -> bool:
     return ok
 
 
-def loadavg() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "n/a"
-
-
 def results_section(rlc: dict, peer: dict | None, peer_reason: str, args, loads: tuple[str, str]) -> str:
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = "no GPU" if not shutil.which("nvidia-smi") else "GPU present (not used)"
     rlc_py = platform.python_version()
-    L = [MARK_START,
+    L = [
          "## rlc validate vs SkyRL config validation",
          "",
          f"Measured {now} with `python bench/validate_bench.py` on {platform.system()} {platform.machine()}, "
@@ -483,25 +453,8 @@ def results_section(rlc: dict, peer: dict | None, peer_reason: str, args, loads:
           + (f" Files it left in that `HOME`: {len(peer['home_files'])}." if peer else ""),
           "- The misspelt key is not in SkyRL's broken variant: Hydra rejects an unknown override "
           "(`Could not override ...`) while composing, before `validate_cfg` runs, so SkyRL would report that one "
-          "problem and not reach the batch-size check. rlc reports all of them in one run.",
-          MARK_END]
+          "problem and not reach the batch-size check. rlc reports all of them in one run."]
     return "\n".join(L) + "\n"
-
-
-
-def write_results(section: str) -> None:
-    if RESULTS.exists():
-        text = RESULTS.read_text(encoding="utf-8")
-        start, end = text.find(MARK_START), text.find(MARK_END)
-        if start != -1 and end > start:
-            text = text[:start] + section.rstrip("\n") + text[end + len(MARK_END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section
-    else:
-        text = ("# Benchmark results\n\n"
-                "Each section below is written by the benchmark it names (see README.md) and is replaced "
-                "when that benchmark runs again.\n\n" + section)
-    RESULTS.write_text(text, encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -568,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rlc, peer, peer_reason)
     print(f"load average (1, 5, 15 min): {load_before} before, {load_after} after")
     if not args.no_write:
-        write_results(results_section(rlc, peer, peer_reason, args, (load_before, load_after)))
+        write_section("validate-bench", results_section(rlc, peer, peer_reason, args, (load_before, load_after)))
         print(f"\nwrote {RESULTS.relative_to(ROOT)}")
     return 1 if args.check and not goals_met(rlc, peer) else 0
 

@@ -1,0 +1,57 @@
+"""What every benchmark shares: facts about the machine, and its own section of bench/RESULTS.md.
+
+A section sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`; writing one replaces only that section.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+_HEADER = ("# Benchmark results\n\nEach section below is written by the benchmark it names (see README.md) and is "
+           "replaced when that benchmark runs again.\n")
+
+
+def write_section(name: str, body: str) -> None:
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{body.strip(chr(10))}\n{end}"
+    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else _HEADER
+    if start in text and end in text and text.index(start) < text.index(end):
+        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    RESULTS.write_text(text, encoding="utf-8")
+
+
+def nproc() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return "n/a"
+
+
+def find_rlc() -> str | None:
+    """The `rlc` next to the Python running the benchmark, else the one on PATH."""
+    here = Path(sys.executable).parent / "rlc"
+    return str(here) if here.exists() else shutil.which("rlc")
