@@ -306,12 +306,10 @@ class Driver:
         if found is None:
             return 0, {}, None
         state = ckpt.read_state(found)
-        if state.get("content_hash_training") not in (None, self._training_hash()):
-            print(f"rlc: note: {found} was written by a differently configured run; resuming from it anyway", flush=True)
+        if state.get("content_hash") not in (None, self.job.content_hash):
+            print(f"rlc: note: {found} was written by another compile of the job (its resolved config differs); "
+                  "resuming from it", flush=True)
         return int(state["global_step"]), state, found
-
-    def _training_hash(self) -> str:
-        return self.job.content_hash
 
     # -- one step -----------------------------------------------------------------------------------------
 
@@ -449,7 +447,7 @@ class Driver:
             if name != "ref":
                 ray.get([w.save_checkpoint.remote(str(staging / name)) for w in workers])
         state = {"global_step": step, "epoch": epoch, "kl_coef": self.kl_coef,
-                 "content_hash_training": self._training_hash(), "world_sizes": {k: len(v) for k, v in self.workers.items()}}
+                 "content_hash": self.job.content_hash, "world_sizes": {k: len(v) for k, v in self.workers.items()}}
         final = ckpt.commit(self.ckpt_root, staging, step, state)
         ckpt.prune(self.ckpt_root, t.max_ckpts_to_keep, current=step)
         return final
