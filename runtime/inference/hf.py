@@ -77,10 +77,14 @@ class HFEngine:
     """One engine replica: a causal LM on one device that samples completions for batches of prompts."""
 
     def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu", pad_token_id: int | None = None,
-                 eos_token_id: int | None = None, tokenizer=None):
+                 eos_token_id: int | None = None, tokenizer=None, cpu_slots_per_node: int | None = None):
         from transformers import AutoModelForCausalLM
 
         self.device = torch.device(device)
+        if cpu_slots_per_node and self.device.type == "cpu":
+            from rlc.runtime.transfer import cpu_threads
+
+            cpu_threads(cpu_slots_per_node)
         self.dtype = _DTYPES[dtype]
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(self.device).eval()
         config = self.model.config
@@ -100,8 +104,7 @@ class HFEngine:
             raise RuntimeError("the engine is asleep: wake_up(['weights']) before generate")
         if not prompts:
             return []
-        rows = [p for p in prompts for _ in range(n)]
-        out = self._sample(rows, sampling, torch.Generator(device=self.device).manual_seed(seed))
+        out = self._sample(prompts, n, sampling, torch.Generator(device=self.device).manual_seed(seed))
         return [out[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     def sleep(self, level: int = 1) -> None:
@@ -134,8 +137,11 @@ class HFEngine:
                     buf.copy_(self._buffers[name].to(self.device))
         self._buffers = None
 
-    def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> int:
-        """Load a full (unsharded) state dict from the trainer, cast to the engine dtype."""
+    def update_weights(self, state_dict: dict, version: int | None = None) -> int:
+        """Load a full (unsharded) state dict from the trainer (tensors or `transfer.pack`ed), cast to the engine dtype."""
+        from rlc.runtime.transfer import unpack
+
+        state_dict = unpack(state_dict)
         buffers = {n for n, _ in self.model.named_buffers()}
         missing = [k for k in self.model.state_dict() if k not in state_dict and k not in buffers]
         if missing:
@@ -152,55 +158,90 @@ class HFEngine:
 
     # -- sampling --------------------------------------------------------------------------------------
 
-    def _sample(self, rows: list[list[int]], s: Sampling, gen: torch.Generator) -> list[Completion]:
-        batch, width = len(rows), max(len(r) for r in rows)
-        ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r):] = 1
+    def _prefill(self, prompts: list[list[int]], n: int):
+        """Run the prompts once, then give each of the n samples of a prompt its own copy of the KV cache.
+
+        The samples of a group share their prompt, so the prompt pass costs 1/n of running every row.
+        """
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        vocab = self.model.config.vocab_size
-        seen = torch.zeros((batch, vocab), dtype=torch.bool, device=self.device)
-        if s.repetition_penalty != 1.0:
-            seen.scatter_(1, ids.clamp(max=vocab - 1), mask.bool())
-        tokens = [[] for _ in range(batch)]
-        logps: list[list[float]] = [[] for _ in range(batch)]
-        finish = ["length"] * batch
-        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        from transformers import DynamicCache
+
+        shared = n > 1 and hasattr(DynamicCache, "batch_repeat_interleave")
+        if n > 1 and not shared:
+            ids, mask, positions = (t.repeat_interleave(n, dim=0) for t in (ids, mask, positions))
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1, :].float()
-        next_pos = positions[:, -1] + 1
-        for _ in range(s.max_generate_length):
+        if shared:
+            cache.batch_repeat_interleave(n)
+            logits, mask, positions = (t.repeat_interleave(n, dim=0) for t in (logits, mask, positions))
+        return cache, logits, mask, positions[:, -1] + 1
+
+    def _sample(self, prompts: list[list[int]], n: int, s: Sampling, gen: torch.Generator) -> list[Completion]:
+        """Sample every row until EOS, a stop string or max_generate_length.
+
+        Finished rows leave the batch (and the KV cache), so the decode steps run on live rows only.
+        """
+        dev = self.device
+        cache, logits, mask, next_pos = self._prefill(prompts, n)
+        batch, steps = logits.shape[0], s.max_generate_length
+        vocab = self.model.config.vocab_size
+        rows = [p for p in prompts for _ in range(n)]
+        seen = None
+        if s.repetition_penalty != 1.0:
+            seen = torch.zeros((batch, vocab), dtype=torch.bool, device=dev)
+            for i, r in enumerate(rows):
+                seen[i, torch.tensor([t for t in r if t < vocab], dtype=torch.long)] = True
+        tokens = torch.full((batch, max(steps, 1)), self.pad_token_id, dtype=torch.long, device=dev)
+        logps = torch.zeros((batch, max(steps, 1)), dtype=torch.float32, device=dev)
+        lengths = torch.zeros(batch, dtype=torch.long, device=dev)
+        stopped = torch.zeros(batch, dtype=torch.bool, device=dev)
+        live = torch.arange(batch, device=dev)  # full-batch index of each row still decoding
+        for step in range(steps):
             if s.temperature > 0:
                 scaled = logits / s.temperature
                 logprob_all = torch.log_softmax(scaled, dim=-1)
-                if s.repetition_penalty != 1.0:
+                if seen is not None:
                     scaled = _penalize_repeats(scaled, seen, s.repetition_penalty)
                 probs = torch.softmax(_filter_logits(scaled, s), dim=-1)
                 picked = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
             else:
                 logprob_all = torch.log_softmax(logits, dim=-1)
-                greedy = _penalize_repeats(logits, seen, s.repetition_penalty) if s.repetition_penalty != 1.0 else logits
-                picked = greedy.argmax(dim=-1)
-            picked_logp = logprob_all.gather(-1, picked[:, None]).squeeze(-1)
-            for i in torch.nonzero(~done).flatten().tolist():
-                tok = int(picked[i])
-                tokens[i].append(tok)
-                logps[i].append(float(picked_logp[i]))
-                if tok == self.eos_token_id or (s.stop and self._hits_stop(tokens[i], s.stop)):
-                    finish[i] = "stop"
-                    done[i] = True
-            if bool(done.all()):
+                picked = (_penalize_repeats(logits, seen, s.repetition_penalty) if seen is not None else logits).argmax(dim=-1)
+            tokens[live, step] = picked
+            logps[live, step] = logprob_all.gather(-1, picked[:, None]).squeeze(-1)
+            lengths[live] = step + 1
+            ends = picked == self.eos_token_id
+            if s.stop:
+                for j in torch.nonzero(~ends).flatten().tolist():
+                    row = int(live[j])
+                    ends[j] = self._hits_stop(tokens[row, :step + 1].tolist(), s.stop)
+            stopped[live[ends]] = True
+            if step == steps - 1 or bool(ends.all()):
                 break
-            seen[torch.arange(batch, device=self.device), picked] = True
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=self.device)], dim=1)
+            if bool(ends.any()):
+                keep = torch.nonzero(~ends).flatten()
+                cache.batch_select_indices(keep)
+                live, picked, mask, next_pos = live[keep], picked[keep], mask[keep], next_pos[keep]
+                if seen is not None:
+                    seen = seen[keep]
+            if seen is not None:
+                seen[torch.arange(len(live), device=dev), picked] = True
+            mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
             out = self.model(input_ids=picked[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                              past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1, :].float()
             next_pos = next_pos + 1
-        return [Completion(tokens[i], logps[i] if s.logprobs else None, finish[i]) for i in range(batch)]
+        token_lists, logp_lists = tokens.cpu().tolist(), logps.cpu().tolist()
+        counts, ended = lengths.cpu().tolist(), stopped.cpu().tolist()
+        return [Completion(token_lists[i][:counts[i]], logp_lists[i][:counts[i]] if s.logprobs else None,
+                           "stop" if ended[i] else "length") for i in range(batch)]
 
     def _hits_stop(self, token_ids: list[int], stop: list[str]) -> bool:
         if self.tokenizer is None:
