@@ -141,6 +141,7 @@ class Driver:
             micro_forward_batch_size=t.micro_forward_batch_size_per_gpu,
             temperature=self._temperature(), seed=t.seed, total_optimizer_steps=total_optimizer_steps,
             max_seq_len=t.algorithm.max_seq_len or self.spec.generator.sampling_params.max_generate_length,
+            cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None,
         )
         env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
         actor = ray.remote(FSDPWorker)
@@ -173,7 +174,8 @@ class Driver:
                 scheduling_strategy=self._strategy(groups[inference["placement_group"]], e["bundles"][0]),
                 runtime_env={"env_vars": env} if env else None,
             ).remote(self.policy_path, dtype=dtype, device=self.device, pad_token_id=self.tokenizer.pad_token_id,
-                     eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer))
+                     eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
+                     cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None))
         return engines
 
     def model_path(self, path: str) -> str:
@@ -423,7 +425,7 @@ class Driver:
     def _sync_weights(self, ray, version: int) -> None:
         """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
         dtype = getattr(self, "engine_dtype", None)
-        refs = [w.full_state_dict.remote(dtype) for w in self.workers["policy"]]
+        refs = [w.packed_state_dict.remote(dtype) for w in self.workers["policy"]]
         ray.get(refs[1:])
         ray.get([e.update_weights.remote(refs[0], version) for e in self.engines])
 

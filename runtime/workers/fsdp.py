@@ -40,6 +40,7 @@ class WorkerSettings:
     seed: int = 42
     total_optimizer_steps: int = 1
     max_seq_len: int | None = None
+    cpu_slots_per_node: int | None = None  # CPU runs: the node's cores are shared by this many slots
 
 
 def free_address() -> tuple[str, int]:
@@ -106,6 +107,10 @@ class FSDPWorker:
         from torch.distributed.device_mesh import init_device_mesh
 
         torch.manual_seed(self.s.seed)
+        if self.s.device == "cpu" and self.s.cpu_slots_per_node:
+            from rlc.runtime.transfer import cpu_threads
+
+            cpu_threads(self.s.cpu_slots_per_node)
         if self.s.device == "cuda":
             # Ray gives each actor its own CUDA_VISIBLE_DEVICES, so the local device is always 0.
             torch.cuda.set_device(0)
@@ -149,6 +154,10 @@ class FSDPWorker:
             from torch.distributed.fsdp import CPUOffloadPolicy
 
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+        if self.world_size == 1 and self.s.device == "cpu" and mp is None:
+            # One CPU rank has nothing to shard and no dtype policy to apply: FSDP would only add hooks and
+            # single-member collectives to every layer. Like torchtitan, train the plain module then.
+            return model
         layer_classes = set(getattr(model, "_no_split_modules", None) or [])
         for module in model.modules():
             if type(module).__name__ in layer_classes:
@@ -192,7 +201,12 @@ class FSDPWorker:
         rows = batch["response_ids"].shape[0]
         size = self.s.micro_train_batch_size
         sums: dict[str, float] = {}
+        # On gloo every reduce-scatter is a round trip through the host's network stack: sum the micro-batches'
+        # gradients locally and reduce once, at the last one (FSDP keeps them unsharded until then).
+        defer = self.world_size > 1 and self.s.device == "cpu" and hasattr(self.model, "set_requires_gradient_sync")
         for i in range(0, rows, size):
+            if defer:
+                self.model.set_requires_gradient_sync(i + size >= rows)
             mb = self._device_batch(batch, slice(i, i + size))
             loss, metrics = self._critic_loss(mb, totals) if self.s.role == "critic" else self._policy_loss(mb, totals)
             (loss * self.world_size).backward()
@@ -248,6 +262,13 @@ class FSDPWorker:
         return loss, {"critic_loss": loss.item()}
 
     # -- weights out ------------------------------------------------------------------------------------
+
+    def packed_state_dict(self, dtype: str | None = None) -> dict | None:
+        """`full_state_dict` as numpy arrays (`transfer.pack`): engines read it from the object store without a copy."""
+        from rlc.runtime.transfer import pack
+
+        full = self.full_state_dict(dtype)
+        return pack(full) if full is not None else None
 
     @torch.no_grad()
     def full_state_dict(self, dtype: str | None = None) -> dict[str, torch.Tensor] | None:
