@@ -173,7 +173,7 @@ def stop_leftovers(marker: str) -> None:
 # ------------------------------------------------------------------------------------------- rlc side
 
 
-def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str) -> dict:
+def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str, extra: list[str] = ()) -> dict:
     """Data, model and compiled job of one size; the settings both sides share, read from the resolved config."""
     from rlc.runtime.config import load
     from rlc.runtime.data import write_rows
@@ -195,6 +195,7 @@ def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str) -> di
         "trainer.ckpt_interval=-1",  # the peer saves nothing either
         f"trainer.log_path={d / 'runs'}", f"trainer.run_name=rlc-{size}",
         f"trainer.ckpt_path={d / 'ckpts'}", f"trainer.export_path={d / 'exports'}",
+        *extra,
     ]
     p = subprocess.run([rlc_exe, "compile", EXAMPLE, *overrides, "-o", str(out)], cwd=ROOT, env=env,
                        capture_output=True, text=True)
@@ -552,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds to wait at most, before each run, for other processes to go quiet (default 60)")
     ap.add_argument("--retries", type=int, default=2,
                     help=f"runs measured again when other processes kept over {MAX_OTHER_CORES} cores busy (default 2)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override of rlc's side of the job (layout, micro-batches); repeatable")
     ap.add_argument("--skip-peer", action="store_true", help="measure rlc only")
     ap.add_argument("--no-peer-setup", action="store_true", help="never create or repair bench/.venv-trl")
     ap.add_argument("--reinstall-peer", action="store_true", help="delete and recreate bench/.venv-trl first")
@@ -600,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["load_before"] = loadavg()
     try:
         for size in sizes:
-            case = prepare(size, steps[size], args.max_generate_length, work, rlc_exe)
+            case = prepare(size, steps[size], args.max_generate_length, work, rlc_exe, args.set)
             r = results[size] = {"case": case, "params": count_params(case["model"])}
             per_step = case["job"]["prompts_per_step"] * case["job"]["group"]
             r["rlc"] = measure(f"{size}: rlc, {steps[size]} steps", lambda: run_rlc(case, work), args)
