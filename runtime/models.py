@@ -121,6 +121,9 @@ def _build(recipe: EmbeddedModel, target: Path) -> None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar for one small shard is noise in the run's output
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

@@ -78,7 +78,9 @@ def _weights(step_dir: Path) -> dict:
 @pytest.mark.slow
 def test_killed_run_resumes_at_its_last_checkpoint(tmp_path, run_env):
     steps = 8
-    common = ("trainer.ckpt_interval=2", "trainer.max_ckpts_to_keep=-1")
+    # Two ranks: the checkpoint is really sharded (DCP) and both ranks' RNG and optimizer state come back.
+    common = ("trainer.ckpt_interval=2", "trainer.max_ckpts_to_keep=-1", "cluster.gpus_per_node=2",
+              "trainer.micro_train_batch_size_per_gpu=16")
     straight = tmp_path / "straight"
     straight.mkdir()
     done = run_rlc("run", *_args(straight, steps * 16, *common), env=run_env, timeout=600)
