@@ -1,12 +1,15 @@
-"""Policy-loss math: log-probs and entropy from logits, PPO clipped losses, loss reductions.
+"""Policy-loss math: log-probs and entropy from logits, the spec's policy losses, loss reductions.
 
 Token tensors are (batch, response_len) with `mask` marking the tokens that carry loss; masked
-positions never reach the result, even when they hold inf or NaN.
+positions never reach the result, even when they hold inf or NaN. Every policy loss is per token:
+`fn(log_probs, old_log_probs, advantages, mask, **options) -> (token_loss, metrics)`, with the
+options read from trainer.algorithm by `policy_loss_options`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import functools
+from typing import Any, Callable
 
 import torch
 
@@ -14,6 +17,8 @@ LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
 
 # Log-ratios are clamped before exp so a stale token cannot overflow the ratio (SkyRL's safe_exp_delta).
 _MAX_LOG_RATIO = 20.0
+# GSPO caps only the top of its sequence log-ratio, at 10 like SkyRL (e^10 ~ 2.2e4).
+_GSPO_MAX_LOG_RATIO = 10.0
 
 
 def scale_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -70,6 +75,36 @@ def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return reduce_loss(values.to(torch.float32), mask, "token_mean").detach()
 
 
+def _safe_exp(log_ratio: torch.Tensor) -> torch.Tensor:
+    """exp of a log-ratio clamped to +-_MAX_LOG_RATIO, in float32 or wider."""
+    wide = torch.promote_types(log_ratio.dtype, torch.float32)
+    return log_ratio.to(wide).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
+
+
+def _ppo_objective(
+    ratio: torch.Tensor, advantages: torch.Tensor, eps_clip_low: float, eps_clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """-min(r*A, clip(r, 1-low, 1+high)*A), and where the clip lowered the objective.
+
+    A ratio exactly on a boundary is not clipped.
+    """
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * advantages
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def _present(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The mask as bool, and `tensors` with 0 outside it, so inf/NaN there reach no value or gradient."""
+    keep = mask.bool()
+    return keep, [torch.where(keep, x, 0.0) for x in tensors]
+
+
+def _centred(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """`values` minus their mean over the kept tokens of the whole batch (float32 or wider)."""
+    values = values.to(torch.promote_types(values.dtype, torch.float32))
+    return values - torch.where(keep, values, 0.0).sum() / keep.sum().clamp(min=1)
+
+
 def _clipped_surrogate(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -80,14 +115,10 @@ def _clipped_surrogate(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token PPO clipped loss -min(r*A, clip(r, 1-low, 1+high)*A) and its metrics."""
     log_ratio = log_probs - old_log_probs
-    wide = torch.promote_types(log_ratio.dtype, torch.float32)
-    ratio = log_ratio.to(wide).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp().to(log_ratio.dtype)
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * advantages
-    token_loss = -torch.minimum(unclipped, clipped)
+    ratio = _safe_exp(log_ratio).to(log_ratio.dtype)
+    token_loss, clipped = _ppo_objective(ratio, advantages, eps_clip_low, eps_clip_high)
     metrics = {
-        # Tokens whose objective the clip actually lowered (a ratio exactly on the boundary is not clipped).
-        "clip_fraction": _token_mean((clipped < unclipped).float(), mask),
+        "clip_fraction": _token_mean(clipped.float(), mask),
         # KL(old || new) estimated on the sampled tokens: mean of log old - log new.
         "approx_kl": _token_mean(-log_ratio, mask),
     }
@@ -171,12 +202,208 @@ def token_weights(
     raise ValueError(f"unknown loss_reduction {loss_reduction!r}; expected one of {', '.join(LOSS_REDUCTIONS)}")
 
 
-# Keys are spec v1's `policy_loss_type` values implemented so far.
+def gspo_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token GSPO-token loss (Zheng et al., 2025): the PPO clip applied to a sequence-level ratio.
+
+    Every token of a sequence has the value s = exp(masked mean of its log-ratios), capped at e^10,
+    but the gradient of its own log-prob only: s_t = sg(s) * p_t / sg(p_t). SkyRL advises sequence_mean.
+    """
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    log_ratio = log_probs - old_log_probs
+    wide = torch.promote_types(log_ratio.dtype, torch.float32)
+    seq_log_ratio = log_ratio.detach().to(wide).sum(-1, keepdim=True) / keep.sum(-1, keepdim=True).clamp(min=1)
+    # logp - sg(logp) is exactly 0, so the value is the sequence term's alone.
+    own = log_probs.to(wide) - log_probs.detach().to(wide)
+    ratio = (own + seq_log_ratio).clamp(max=_GSPO_MAX_LOG_RATIO).exp()
+    token_loss, clipped = _ppo_objective(ratio, advantages, eps_clip_low, eps_clip_high)
+    metrics = {
+        "clip_fraction": _token_mean(clipped.float(), keep),
+        "approx_kl": _token_mean(-log_ratio, keep),
+        "ratio_mean": _token_mean(ratio, keep),
+    }
+    return torch.where(keep, token_loss, 0.0), metrics
+
+
+def cispo_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    cispo_eps_clip_low: float = 0.0,
+    cispo_eps_clip_high: float = 5.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token CISPO loss (MiniMax-M1, 2025): -sg(clip(r, 1-low, 1+high)) * A * log p.
+
+    The clipped ratio only weights a REINFORCE gradient, so a clipped token still learns (in PPO
+    it would get no gradient).
+    """
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    log_ratio = log_probs - old_log_probs
+    ratio = _safe_exp(log_ratio.detach())
+    low, high = 1.0 - cispo_eps_clip_low, 1.0 + cispo_eps_clip_high
+    weight = ratio.clamp(low, high)
+    token_loss = -weight * advantages * log_probs
+    metrics = {
+        "clip_fraction": _token_mean(((ratio < low) | (ratio > high)).float(), keep),
+        "approx_kl": _token_mean(-log_ratio, keep),
+        "ratio_mean": _token_mean(ratio, keep),
+        "clipped_ratio_mean": _token_mean(weight, keep),
+    }
+    return torch.where(keep, token_loss, 0.0), metrics
+
+
+def sapo_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token SAPO loss (Gao et al., 2025): -A * (4 / tau) * sigmoid(tau * (r - 1)).
+
+    tau is tau_pos where A > 0, else tau_neg. The gate has slope 1 at r = 1 (the plain policy
+    gradient) and flattens as r moves away: a soft trust region instead of a hard clip.
+    """
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    log_ratio = log_probs - old_log_probs
+    ratio = _safe_exp(log_ratio)
+    tau = torch.where(advantages > 0, torch.as_tensor(tau_pos, dtype=ratio.dtype, device=ratio.device),
+                      torch.as_tensor(tau_neg, dtype=ratio.dtype, device=ratio.device))
+    gate = torch.sigmoid(tau * (ratio - 1.0))
+    token_loss = -(4.0 / tau) * gate * advantages
+    metrics = {
+        "approx_kl": _token_mean(-log_ratio, keep),
+        "ratio_mean": _token_mean(ratio, keep),
+        # d(gate value)/dr: the share of the plain policy gradient each token keeps.
+        "gate_weight_mean": _token_mean(4.0 * gate * (1.0 - gate), keep),
+    }
+    return torch.where(keep, token_loss, 0.0), metrics
+
+
+def _pick_at_random(candidates: torch.Tensor, count: int, generator: torch.Generator | None) -> torch.Tensor:
+    """A bool tensor like `candidates` marking `count` of its True entries chosen uniformly (all if fewer)."""
+    index = candidates.flatten().nonzero().squeeze(-1)
+    if index.numel() > count:
+        device = generator.device if generator is not None else torch.device("cpu")
+        order = torch.randperm(index.numel(), generator=generator, device=device).to(index.device)
+        index = index[order[:count]]
+    chosen = torch.zeros(candidates.numel(), dtype=torch.bool, device=candidates.device)
+    chosen[index] = True
+    return chosen.view_as(candidates)
+
+
+def clip_cov_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+    clip_ratio: float = 0.0002,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token Clip-Cov loss (Cui et al., 2025): the PPO loss, with a few high-covariance tokens dropped.
+
+    cov_t = (A_t - mean A) * (log p_t - mean log p) over the batch's masked tokens. Among tokens the
+    PPO clip left alone with clip_cov_lb < cov_t < clip_cov_ub, max(1, floor(clip_ratio * tokens))
+    chosen uniformly at random get loss 0. The draw uses `generator`, else torch's default generator
+    (reproducible under torch.manual_seed), as the paper and SkyRL draw at random.
+    """
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    log_ratio = log_probs - old_log_probs
+    token_loss, clipped = _ppo_objective(_safe_exp(log_ratio), advantages, eps_clip_low, eps_clip_high)
+    with torch.no_grad():
+        cov = _centred(advantages, keep) * _centred(log_probs, keep)
+        candidates = keep & ~clipped & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+        count = max(int(clip_ratio * int(keep.sum())), 1)
+        dropped = _pick_at_random(candidates, count, generator)
+    metrics = {
+        "clip_fraction": _token_mean(clipped.float(), keep),
+        "cov_clip_fraction": _token_mean(dropped.float(), keep),
+        "approx_kl": _token_mean(-log_ratio, keep),
+    }
+    return torch.where(keep & ~dropped, token_loss, 0.0), metrics
+
+
+def kl_cov_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kl_cov_frac: float = 0.2,
+    ppo_kl_coef: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token KL-Cov loss (Cui et al., 2025): -r*A, plus ppo_kl_coef * |log r| on the top-covariance tokens.
+
+    cov_t as in Clip-Cov; the max(1, floor(kl_cov_frac * tokens)) masked tokens with the largest cov
+    are penalized, ties going to the earlier position, so the choice is deterministic. No clipping.
+    """
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    log_ratio = log_probs - old_log_probs
+    ratio = _safe_exp(log_ratio)
+    with torch.no_grad():
+        cov = torch.where(keep, _centred(advantages, keep) * _centred(log_probs, keep), -torch.inf)
+        tokens = int(keep.sum())
+        count = max(int(kl_cov_frac * tokens), 1) if tokens else 0
+        top = torch.sort(cov.flatten(), descending=True, stable=True).indices[:count]
+        penalized = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+        penalized[top] = True
+        penalized = penalized.view_as(cov)
+    token_loss = -ratio * advantages + torch.where(penalized, ppo_kl_coef * log_ratio.abs(), 0.0)
+    metrics = {
+        "approx_kl": _token_mean(-log_ratio, keep),
+        "kl_cov_fraction": _token_mean(penalized.float(), keep),
+    }
+    return torch.where(keep, token_loss, 0.0), metrics
+
+
+# Keys are spec v1's `policy_loss_type` values.
 POLICY_TOKEN_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
     "regular": regular_token_loss,
     "dual_clip": dual_clip_token_loss,
+    "gspo": gspo_token_loss,
+    "clip_cov": clip_cov_token_loss,
+    "kl_cov": kl_cov_token_loss,
+    "cispo": cispo_token_loss,
+    "sapo": sapo_token_loss,
 }
+# Scalar-loss forms of regular and dual_clip, which share one signature with the reduction options.
 POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
     "regular": regular_policy_loss,
     "dual_clip": dual_clip_policy_loss,
 }
+
+# Each built-in loss's keyword options as attribute paths into trainer.algorithm; the keyword is the last part.
+_PPO_CLIP = ("eps_clip_low", "eps_clip_high")
+_LOSS_OPTIONS: dict[str, tuple[str, ...]] = {
+    "regular": (*_PPO_CLIP, "clip_ratio_c"),
+    "dual_clip": (*_PPO_CLIP, "clip_ratio_c"),
+    "gspo": _PPO_CLIP,
+    "clip_cov": (*_PPO_CLIP, "clip_cov.clip_ratio", "clip_cov.clip_cov_lb", "clip_cov.clip_cov_ub"),
+    "kl_cov": ("kl_cov.kl_cov_frac", "kl_cov.ppo_kl_coef"),
+    "cispo": ("cispo.cispo_eps_clip_low", "cispo.cispo_eps_clip_high"),
+    "sapo": ("sapo.tau_pos", "sapo.tau_neg"),
+}
+
+
+def policy_loss_options(name: str, algorithm: Any) -> dict[str, Any]:
+    """Keyword options of built-in policy loss `name`, read from a trainer.algorithm config."""
+    if name not in _LOSS_OPTIONS:
+        raise KeyError(f"{name!r} is not a built-in policy loss; built-ins: {', '.join(_LOSS_OPTIONS)}")
+    return {path.rpartition(".")[2]: functools.reduce(getattr, path.split("."), algorithm)
+            for path in _LOSS_OPTIONS[name]}
