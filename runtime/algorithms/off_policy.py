@@ -1,0 +1,170 @@
+"""Off-policy correction (`trainer.algorithm.off_policy_correction`): the rollout engine's log-probs
+differ from the trainer's, so the policy loss is reweighted by truncated importance sampling (TIS)
+and rows or tokens that drifted too far are masked out.
+
+Every rule reads the importance ratio pi_old / pi_rollout = exp(old - rollout), computed in float32
+or wider from a log ratio clamped to [-20, 20] (SkyRL's `safe_exp_delta`). Positions outside `mask`
+are absent: they count as a log ratio of 0 and never reach a result, even when they hold inf or NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Clamp of log ratios before exp, shared with the PPO ratio in losses.py.
+_MAX_LOG_RATIO = 20.0
+
+TIS_RATIO_TYPES = ("token", "sequence")
+SEQUENCE_MASK_METRICS = ("geometric", "product")
+
+_OPTIONS = (
+    "tis_ratio_type", "token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high", "sequence_mask_metric",
+    "geo_mask_high", "geo_mask_low", "product_mask_high", "product_mask_low",
+    "outlier_token_is_threshold_low", "outlier_token_is_threshold_high",
+    "token_mask_is_threshold_low", "token_mask_is_threshold_high",
+)
+
+
+def options_from_config(opc) -> dict:
+    """Keyword arguments of `off_policy_correction` from a `trainer.algorithm.off_policy_correction` section."""
+    return {name: getattr(opc, name) for name in _OPTIONS}
+
+
+def _active(tis_ratio_type, sequence_mask_metric, outlier_low, outlier_high, token_low, token_high) -> bool:
+    # As SkyRL: one outlier bound is enough, but the token mask needs both of its bounds.
+    return (
+        tis_ratio_type is not None
+        or sequence_mask_metric is not None
+        or outlier_low is not None
+        or outlier_high is not None
+        or (token_low is not None and token_high is not None)
+    )
+
+
+def is_active(opc) -> bool:
+    """Whether the section changes anything: TIS, a sequence mask, an outlier bound, or both token-mask bounds."""
+    return _active(
+        opc.tis_ratio_type, opc.sequence_mask_metric,
+        opc.outlier_token_is_threshold_low, opc.outlier_token_is_threshold_high,
+        opc.token_mask_is_threshold_low, opc.token_mask_is_threshold_high,
+    )
+
+
+def _exp(log_ratio: torch.Tensor) -> torch.Tensor:
+    return log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
+
+
+def _share(flags: torch.Tensor, count) -> torch.Tensor:
+    """Number of True flags over `count` (at least 1), as a 0-d float32 tensor."""
+    return (flags.sum().to(torch.float32) / max(float(count), 1.0)).detach()
+
+
+def _ratio_stats(ratio: torch.Tensor, valid: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Mean, unbiased std, max and min of the ratio over the valid tokens (0 when there are none)."""
+    count = valid.sum()
+    if count == 0:
+        zero = torch.zeros((), dtype=torch.float32, device=ratio.device)
+        return {"is_ratio_mean": zero, "is_ratio_std": zero, "is_ratio_max": zero, "is_ratio_min": zero}
+    values = ratio[valid]
+    mean = values.mean()
+    std = (((values - mean) ** 2).sum() / (count - 1).clamp(min=1)).sqrt()
+    # SkyRL takes std/max/min over every position with padding as 0; here padding is left out.
+    stats = {"is_ratio_mean": mean, "is_ratio_std": std, "is_ratio_max": values.max(), "is_ratio_min": values.min()}
+    return {name: value.to(torch.float32) for name, value in stats.items()}
+
+
+@torch.no_grad()
+def off_policy_correction(
+    old_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tis_ratio_type: str | None = None,
+    token_tis_ratio_clip_high: float = 2.0,
+    sequence_tis_ratio_clip_high: float = 5.0,
+    sequence_mask_metric: str | None = None,
+    geo_mask_high: float = 1.01,
+    geo_mask_low: float = 0.99,
+    product_mask_high: float = 2.0,
+    product_mask_low: float = 0.5,
+    outlier_token_is_threshold_low: float | None = None,
+    outlier_token_is_threshold_high: float | None = None,
+    token_mask_is_threshold_low: float | None = None,
+    token_mask_is_threshold_high: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """`(token_weight, new_mask, metrics)`: multiply the per-token policy loss by `token_weight` and
+    reduce it with `new_mask`.
+
+    The rules run in SkyRL's order, each on the mask left by the ones before:
+    1. outlier: a row holding a token ratio < outlier low or > outlier high loses all its tokens;
+    2. token mask (only when both bounds are set): tokens whose ratio is outside [low, high] are dropped;
+    3. TIS weight: token = min(ratio, token cap); sequence = min(exp(sum of the row's log ratios),
+       sequence cap) on every token of the row; 1 outside `mask` and when `tis_ratio_type` is None;
+    4. sequence mask: geometric = exp(mean log ratio of the row), product = exp(sum), a row whose value
+       is < low or > high loses all its tokens.
+    A value exactly on a bound is kept. With nothing configured the weight is 1, the mask is returned
+    as given and metrics are empty.
+    """
+    if tis_ratio_type not in (None, *TIS_RATIO_TYPES):
+        raise ValueError(f"unknown tis_ratio_type {tis_ratio_type!r}; expected one of {', '.join(TIS_RATIO_TYPES)}")
+    if sequence_mask_metric not in (None, *SEQUENCE_MASK_METRICS):
+        raise ValueError(
+            f"unknown sequence_mask_metric {sequence_mask_metric!r}; expected one of {', '.join(SEQUENCE_MASK_METRICS)}"
+        )
+    weight_dtype = old_log_probs.dtype
+    if not _active(tis_ratio_type, sequence_mask_metric, outlier_token_is_threshold_low,
+                   outlier_token_is_threshold_high, token_mask_is_threshold_low, token_mask_is_threshold_high):
+        return torch.ones_like(old_log_probs, dtype=weight_dtype), mask, {}
+
+    rows = mask.shape[0]
+    present = mask.bool()
+    wide = torch.promote_types(old_log_probs.dtype, torch.float32)
+    log_ratio = torch.where(present, old_log_probs.to(wide) - rollout_log_probs.to(wide), 0.0)
+    ratio = _exp(log_ratio)
+    metrics = _ratio_stats(ratio, present)
+    keep = present
+
+    if outlier_token_is_threshold_low is not None or outlier_token_is_threshold_high is not None:
+        over, under = torch.zeros_like(keep), torch.zeros_like(keep)
+        if outlier_token_is_threshold_high is not None:
+            over = keep & (ratio > outlier_token_is_threshold_high)
+        if outlier_token_is_threshold_low is not None:
+            under = keep & (ratio < outlier_token_is_threshold_low)
+        bad_row = (over | under).any(dim=-1)
+        metrics["outlier_seq_masked_ratio"] = _share(bad_row, rows)
+        metrics["outlier_seq_over_high_ratio"] = _share(over.any(dim=-1), rows)
+        metrics["outlier_seq_under_low_ratio"] = _share(under.any(dim=-1), rows)
+        keep = keep & ~bad_row[:, None]
+
+    if token_mask_is_threshold_low is not None and token_mask_is_threshold_high is not None:
+        outside = keep & ((ratio < token_mask_is_threshold_low) | (ratio > token_mask_is_threshold_high))
+        metrics["token_mask_ratio"] = _share(outside, keep.sum())
+        keep = keep & ~outside
+
+    # Row log ratio over the tokens still kept; rows with none get 0, i.e. a ratio of 1.
+    row_log_ratio = torch.where(keep, log_ratio, 0.0).sum(dim=-1)
+    weight = torch.ones_like(ratio)
+    if tis_ratio_type == "token":
+        metrics["tis_token_clip_high_ratio"] = _share(keep & (ratio > token_tis_ratio_clip_high), keep.sum())
+        weight = torch.where(present, ratio.clamp(max=token_tis_ratio_clip_high), 1.0)
+    elif tis_ratio_type == "sequence":
+        row_ratio = _exp(row_log_ratio)
+        metrics["tis_seq_clip_high_ratio"] = _share(row_ratio > sequence_tis_ratio_clip_high, rows)
+        weight = torch.where(present, row_ratio.clamp(max=sequence_tis_ratio_clip_high)[:, None], 1.0)
+
+    if sequence_mask_metric is not None:
+        if sequence_mask_metric == "geometric":
+            row_value = _exp(row_log_ratio / keep.sum(dim=-1).clamp(min=1))
+            low, high = geo_mask_low, geo_mask_high
+        else:
+            row_value = _exp(row_log_ratio)
+            low, high = product_mask_low, product_mask_high
+        over, under = row_value > high, row_value < low
+        prefix = "geo" if sequence_mask_metric == "geometric" else "product"
+        metrics[f"{prefix}_sequence_mask_masked_ratio"] = _share(over | under, rows)
+        metrics[f"{prefix}_sequence_mask_over_high_ratio"] = _share(over, rows)
+        metrics[f"{prefix}_sequence_mask_under_low_ratio"] = _share(under, rows)
+        keep = keep & ~(over | under)[:, None]
+
+    new_mask = torch.where(keep, mask, torch.zeros_like(mask))
+    return weight.to(weight_dtype), new_mask, metrics
