@@ -95,6 +95,47 @@ def _dyn(c: Context):
 
 
 
+FA = "trainer.fully_async"
+
+
+@rule("RLC-E311", "fully async training needs engines apart from the trainer (colocate_all false)", f"{FA}.enabled",
+      "trainer.placement.colocate_all")
+def _async_colocate(c: Context):
+    if c.t.fully_async.enabled and c.t.placement.colocate_all:
+        yield c.error("RLC-E311", f"{FA}.enabled", "fully async training generates while the trainer trains, but colocate_all puts "
+                      "both on the same GPUs, which then take turns", "set trainer.placement.colocate_all: false",
+                      ["trainer.placement.colocate_all"])
+
+
+@rule("RLC-E312", "fully async training takes one optimizer step per batch and no dynamic sampling", f"{FA}.enabled",
+      "trainer.policy_mini_batch_size", f"{ALG}.dynamic_sampling.type")
+def _async_batches(c: Context):
+    if not c.t.fully_async.enabled:
+        return
+    if num(c.t.train_batch_size) is not None and c.t.train_batch_size != c.t.policy_mini_batch_size:
+        yield c.error("RLC-E312", "trainer.policy_mini_batch_size", f"fully async training needs policy_mini_batch_size == "
+                      f"train_batch_size ({c.t.policy_mini_batch_size} != {c.t.train_batch_size})",
+                      f"set trainer.policy_mini_batch_size: {c.t.train_batch_size}", ["trainer.train_batch_size", f"{FA}.enabled"])
+    if c.alg.dynamic_sampling.type is not None:
+        yield c.error("RLC-E312", f"{ALG}.dynamic_sampling.type", "dynamic sampling regenerates a step's batch, which fully async "
+                      "training has already generated ahead", "remove trainer.algorithm.dynamic_sampling.type", [f"{FA}.enabled"])
+
+
+@rule("RLC-E313", "fully async generation workers are between policy_mini_batch_size and that times (max_staleness_steps + 1)",
+      f"{FA}.num_parallel_generation_workers")
+def _async_workers(c: Context):
+    fa, mp = c.t.fully_async, c.t.policy_mini_batch_size
+    if not fa.enabled or num(mp) is None:
+        return
+    high = mp * (fa.max_staleness_steps + 1)
+    if not mp <= fa.num_parallel_generation_workers <= high:
+        yield c.error("RLC-E313", f"{FA}.num_parallel_generation_workers", f"num_parallel_generation_workers "
+                      f"{fa.num_parallel_generation_workers} is outside [{mp}, {high}] (policy_mini_batch_size x "
+                      "(max_staleness_steps + 1)): fewer cannot fill a mini-batch, more would exceed the staleness bound",
+                      f"set trainer.fully_async.num_parallel_generation_workers between {mp} and {high}",
+                      ["trainer.policy_mini_batch_size", f"{FA}.max_staleness_steps"])
+
+
 # -- generator and inference engines (§3.2, §3.4, §3.5) ------------------------------------------------
 
 @rule("RLC-E401", "max_input_length equals max_prompt_length for single turn, and is at least it for multi-turn",

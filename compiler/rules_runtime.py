@@ -10,28 +10,13 @@ from __future__ import annotations
 from rlc.compiler.check import Context, rule
 
 ALG = "trainer.algorithm"
-RUNNABLE_LOSSES = ("regular", "dual_clip")
 BUILTIN_ENVS = ("gsm8k", "synthetic")  # rlc.runtime.envs.BUILTIN (kept here so the compiler imports no runtime code)
-
-
-def _from_extensions(path: str) -> set[str]:
-    """Values an installed extension added to a field: the extension brings their implementation."""
-    from rlc.spec.model import default_model
-
-    return set(default_model().extensions.values.get(path, ()))
 
 
 def _extension_envs() -> set[str]:
     from rlc.spec.model import default_model
 
     return {p.rsplit(".", 1)[1] for p in default_model().extensions.sections if p.startswith("environment.")}
-
-
-@rule("RLC-E901", "the runtime runs this policy loss", f"{ALG}.policy_loss_type")
-def _loss(c: Context):
-    if c.alg.policy_loss_type not in RUNNABLE_LOSSES and c.alg.policy_loss_type not in _from_extensions(f"{ALG}.policy_loss_type"):
-        yield c.error("RLC-E901", f"{ALG}.policy_loss_type", f"policy_loss_type {c.alg.policy_loss_type} is in spec v1 but this rlc "
-                      "runtime cannot run it yet", f"use one of {', '.join(RUNNABLE_LOSSES)}")
 
 
 @rule("RLC-E902", "the runtime has this environment", "environment.env_class")
@@ -43,14 +28,8 @@ def _env(c: Context):
 
 def _unsupported(c: Context):
     """(key, what is set) for every feature the runtime does not execute yet."""
-    a, t, g = c.alg, c.t, c.s.generator
-    opc = a.off_policy_correction
+    t, g = c.t, c.s.generator
     checks = [
-        (f"{ALG}.dynamic_sampling.type", a.dynamic_sampling.type is not None, "dynamic sampling"),
-        (f"{ALG}.off_policy_correction.tis_ratio_type", opc.tis_ratio_type is not None, "truncated importance sampling"),
-        (f"{ALG}.off_policy_correction.sequence_mask_metric", opc.sequence_mask_metric is not None, "sequence masking"),
-        (f"{ALG}.use_tis", a.use_tis, "truncated importance sampling"),
-        (f"{ALG}.zero_variance_filter", a.zero_variance_filter, "the zero-variance filter"),
         ("generator.max_turns", g.max_turns > 1, "multi-turn rollouts"),
         ("generator.step_wise_trajectories", g.step_wise_trajectories, "step-wise trajectories"),
         ("generator.inference_engine.enable_http_endpoint", g.inference_engine.enable_http_endpoint, "the HTTP endpoint"),
@@ -67,7 +46,7 @@ def _unsupported(c: Context):
     return [(key, what) for key, on, what in checks if on]
 
 
-@rule("RLC-E903", "the runtime executes every feature the spec turns on", f"{ALG}.dynamic_sampling.type", "generator.max_turns")
+@rule("RLC-E903", "the runtime executes every feature the spec turns on", "generator.max_turns")
 def _features(c: Context):
     for key, what in _unsupported(c):
         yield c.error("RLC-E903", key, f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",

@@ -200,6 +200,7 @@ class RefConfig:
 
 @dataclass
 class FullyAsyncConfig:
+    enabled: bool = setting(False, "Generate batches for later steps while the trainer trains (SkyRL's fully async trainer).")
     max_staleness_steps: int = setting(
         4, "Most steps a trajectory may lag: scheduled at step i, trained at j, j - i <= this.", minimum=0
     )

@@ -301,10 +301,25 @@ CASES = {
             model:
               lora: {rank: 8, alpha: 0}  # <-
         """),
-    "RLC-E901": ("trainer.algorithm.policy_loss_type", """
+    "RLC-E311": ("trainer.fully_async.enabled", """
         trainer:
-          algorithm:
-            policy_loss_type: gspo  # <-
+          placement: {colocate_all: true}
+          fully_async:
+            enabled: true  # <-
+        """),
+    "RLC-E312": ("trainer.policy_mini_batch_size", """
+        trainer:
+          placement: {colocate_all: false}
+          train_batch_size: 64
+          policy_mini_batch_size: 32  # <-
+          fully_async: {enabled: true, num_parallel_generation_workers: 64}
+        """),
+    "RLC-E313": ("trainer.fully_async.num_parallel_generation_workers", """
+        trainer:
+          placement: {colocate_all: false}
+          fully_async:
+            enabled: true
+            num_parallel_generation_workers: 4  # <-
         """),
     "RLC-E902": ("environment.env_class", """
         environment:
