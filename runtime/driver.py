@@ -19,8 +19,11 @@ from pathlib import Path
 import torch
 
 from rlc.runtime import checkpoint as ckpt
-from rlc.runtime.algorithms import advantages as adv
+from rlc.runtime.algorithms.filtering import DynamicSampler, zero_variance_groups
 from rlc.runtime.algorithms.kl import kl_penalized_rewards, token_kl
+from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
+from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
+from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals
 from rlc.runtime.config import CompiledJob
 from rlc.runtime.data import DataError, expand, read_rows, synthetic
@@ -148,7 +151,9 @@ class Driver:
         world = role["world_size"]
         workers = [
             actor.options(num_cpus=role["num_cpus"], num_gpus=role["num_gpus"],
-                          scheduling_strategy=self._strategy(groups[role["placement_group"]], r["bundle"]),
+                          # No group in the plan: Ray places the rank by its resources alone.
+                          scheduling_strategy=(self._strategy(groups[role["placement_group"]], r["bundle"])
+                                               if role["placement_group"] else None),
                           runtime_env={"env_vars": env} if env else None)
             .remote(settings, sub, t.algorithm, r["rank"], world)
             for r in role["ranks"]
@@ -234,6 +239,7 @@ class Driver:
         train = self._rows(self.spec.data.train_data)
         val = self._rows(self.spec.data.val_data) if (t.eval_interval > 0 or t.eval_before_train) else []
         steps_per_epoch = len(train) // t.train_batch_size
+        self.train, self.steps_per_epoch = train, steps_per_epoch
         if steps_per_epoch == 0:
             raise RunError(f"{len(train)} usable training prompts are fewer than train_batch_size={t.train_batch_size}")
         total_steps = steps_per_epoch * t.epochs
@@ -271,11 +277,15 @@ class Driver:
         if t.eval_before_train and val and start_step == 0:
             tracker.log(0, self._evaluate(ray, val, 0))
         last_saved = start_step
+        ahead = _Ahead(self, ray, total_steps) if t.fully_async.enabled else None
         for step in range(start_step + 1, total_steps + 1):
-            epoch, offset = divmod(step - 1, steps_per_epoch)
-            order = self._epoch_order(epoch, len(train))
-            picked = [train[i] for i in order[offset * t.train_batch_size:(offset + 1) * t.train_batch_size]]
-            metrics = self._step(ray, step, picked)
+            epoch = (step - 1) // steps_per_epoch
+            if ahead is not None:
+                picked, rollouts, staleness = ahead.batch_for(step)
+                metrics = self._step(ray, step, picked, rollouts)
+                metrics["async/staleness"] = staleness
+            else:
+                metrics = self._step(ray, step, self._rows_for(step))
             if t.eval_interval > 0 and val and step % t.eval_interval == 0:
                 metrics.update(self._evaluate(ray, val, step))
             tracker.log(step, metrics)
@@ -292,6 +302,22 @@ class Driver:
         if start_step >= total_steps:
             tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
         return result
+
+    def _rows_for(self, step: int) -> list[tuple[dict, list[int]]]:
+        """The prompts of a step: its slice of the epoch's seeded order (so a resumed run picks the same ones)."""
+        size = self.spec.trainer.train_batch_size
+        epoch, offset = divmod(step - 1, self.steps_per_epoch)
+        order = self._epoch_order(epoch, len(self.train))
+        return [self.train[i] for i in order[offset * size:(offset + 1) * size]]
+
+    def _extra_rows(self, step: int, draw: int) -> list[tuple[dict, list[int]]]:
+        """Another batch of prompts for dynamic sampling: drawn at random, seeded by step and draw.
+
+        SkyRL takes the data loader's next batch; a draw derived from the step keeps the data position a
+        function of the step, so a resumed run still sees exactly what the uninterrupted one saw.
+        """
+        rng = random.Random((self.spec.trainer.seed * 7_777_777 + step * 104_729 + draw) % (2**63))
+        return [self.train[i] for i in rng.sample(range(len(self.train)), self.spec.trainer.train_batch_size)]
 
     def _resume_point(self) -> tuple[int, dict, Path | None]:
         t = self.spec.trainer
@@ -315,13 +341,17 @@ class Driver:
 
     # -- one step -----------------------------------------------------------------------------------------
 
-    def _generate(self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int) -> list[Rollout]:
+    def _dispatch(self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int, draw: int = 0) -> list:
+        """Start generating: the prompts split evenly over the engines; returns the pending Ray refs in order."""
         prompts = [ids for _, ids in rows]
-        engines = self.engines
-        per = -(-len(prompts) // len(engines))
-        calls = [(i, e.generate.remote(prompts[i * per:(i + 1) * per], sampling, n, _seed_for(self.spec.trainer.seed, step, i)))
-                 for i, e in enumerate(engines) if prompts[i * per:(i + 1) * per]]
-        outputs = [c for _, ref in calls for c in ray.get(ref)]
+        per = -(-len(prompts) // len(self.engines))
+        return [e.generate.remote(prompts[i * per:(i + 1) * per], sampling, n,
+                                  _seed_for(self.spec.trainer.seed, step, i + 1000 * draw))
+                for i, e in enumerate(self.engines) if prompts[i * per:(i + 1) * per]]
+
+    def _collect(self, ray, rows: list[tuple[dict, list[int]]], refs: list, group_offset: int = 0) -> list[Rollout]:
+        """The finished completions of `_dispatch`, scored by the environment."""
+        outputs = [c for ref in refs for c in ray.get(ref)]
         rollouts = []
         zero_on_non_stop = self.spec.generator.zero_reward_on_non_stop
         for group, ((row, ids), completions) in enumerate(zip(rows, outputs)):
@@ -331,31 +361,76 @@ class Driver:
                 reward = self.env.reward(row, text, finished)
                 if zero_on_non_stop and not finished:
                     reward = 0.0
-                rollouts.append(Rollout(ids, c.token_ids, c.logprobs, c.finish_reason, float(reward), group))
+                rollouts.append(Rollout(ids, c.token_ids, c.logprobs, c.finish_reason, float(reward), group_offset + group))
         return rollouts
+
+    def _generate(self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int, draw: int = 0,
+                  group_offset: int = 0) -> list[Rollout]:
+        return self._collect(ray, rows, self._dispatch(ray, rows, sampling, n, step, draw), group_offset)
+
+    def _dynamic_sampling(self, ray, step: int, rows, rollouts: list[Rollout], sampling: Sampling, n: int):
+        """Generate more batches until dynamic sampling (filter / replace) has a full one; its rollouts and metrics."""
+        a = self.spec.trainer.algorithm
+        sampler = DynamicSampler.from_config(a.dynamic_sampling, len(rows), seed=_seed_for(self.spec.trainer.seed, step, 0))
+        pool, batch, draw = [], rollouts, 0
+        while True:
+            pool += batch
+            try:
+                if sampler.add(torch.tensor([r.reward for r in batch]), torch.tensor([r.group for r in batch])):
+                    break
+            except RuntimeError as exc:
+                raise RunError(f"step {step}: {exc}") from None
+            draw += 1
+            batch = self._generate(ray, self._extra_rows(step, draw), sampling, n, step, draw, group_offset=draw * len(rows))
+        picked = [pool[i] for i in sampler.indices().tolist()]
+        renumber: dict[int, int] = {}
+        for r in picked:  # groups 0..G-1 in order, as the advantage estimators expect
+            r.group = renumber.setdefault(r.group, len(renumber))
+        return picked, {k: float(v) for k, v in sampler.metrics().items()}
 
     def _forward(self, ray, role: str, batch: dict) -> torch.Tensor:
         workers = self.workers[role]
         return torch.cat(ray.get([w.forward.remote(s) for w, s in zip(workers, shards(batch, len(workers)))]))
 
-    def _step(self, ray, step: int, rows) -> dict:
+    def _step(self, ray, step: int, rows, rollouts: list[Rollout] | None = None) -> dict:
+        """One training step on `rows`; `rollouts` are given when they were generated ahead (fully async)."""
         t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
+        metrics: dict[str, float] = {}
         started = time.monotonic()
-        rollouts = self._generate(ray, rows, Sampling.from_spec(g.sampling_params), g.n_samples_per_prompt, step)
+        sampling = Sampling.from_spec(g.sampling_params)
+        if rollouts is None:
+            rollouts = self._generate(ray, rows, sampling, g.n_samples_per_prompt, step)
+        if a.dynamic_sampling.type:
+            rollouts, sampled = self._dynamic_sampling(ray, step, rows, rollouts, sampling, g.n_samples_per_prompt)
+            metrics.update(sampled)
         generated = time.monotonic()
         batch = to_batch(rollouts, self.tokenizer.pad_token_id, mask_truncated=g.apply_overlong_filtering)
+        if a.zero_variance_filter:
+            flat = zero_variance_groups(torch.tensor([r.reward for r in rollouts]), batch["group"], mask=batch["loss_mask"])
+            batch["loss_mask"] = batch["loss_mask"] * (~flat).float()[:, None]
+            metrics["zero_variance_fraction"] = float(flat.float().mean())
         mask = batch["loss_mask"]
         if "critic" in self.workers:
             batch["old_values"] = self._forward(ray, "critic", batch)
         if "ref" in self.workers:
             batch["ref_logprobs"] = self._forward(ray, "ref", batch)
-        # With one optimizer step per batch the policy being updated is the one that scored the batch, so the
-        # old log-probs are the current ones (ratio 1) and their separate forward pass is skipped.
-        single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
-        if not single_update or a.use_kl_in_reward:
-            batch["old_logprobs"] = self._forward(ray, "policy", batch)
+        opc = a.off_policy_correction
+        if t.fully_async.enabled:
+            # Generated ahead with older weights: the behaviour policy is the engine's, so its log-probs anchor
+            # the importance ratio.
+            batch["old_logprobs"] = batch["rollout_logprobs"].clone()
+        else:
+            # With one optimizer step per batch the policy being updated is the one that scored the batch, so the
+            # old log-probs are the current ones (ratio 1) and their separate forward pass is skipped.
+            single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
+            if not single_update or a.use_kl_in_reward or off_policy_active(opc):
+                batch["old_logprobs"] = self._forward(ray, "policy", batch)
+        if off_policy_active(opc):
+            weight, mask, corrected = off_policy_correction(batch["old_logprobs"], batch["rollout_logprobs"], mask,
+                                                            **options_from_config(opc))
+            batch["is_weight"], batch["loss_mask"] = weight, mask
+            metrics.update({f"off_policy/{k}": float(v) for k, v in corrected.items()})
         rewards = batch["token_rewards"]
-        metrics: dict[str, float] = {}
         if a.use_kl_in_reward and "ref_logprobs" in batch:
             kl = token_kl(batch["old_logprobs"], batch["ref_logprobs"], mask, a.kl_estimator_type)
             rewards = kl_penalized_rewards(rewards, kl, self.kl_coef)
@@ -377,9 +452,8 @@ class Driver:
                     tot = totals(mb)
                     results = ray.get([w.train_mini_batch.remote(s, tot) for w, s in zip(workers, shards(mb, len(workers)))])
                     for k in results[0]:
-                        # Loss-like metrics are per-rank shares of the mini-batch; the rest are the same on every rank.
-                        value = sum(r[k] for r in results) if k in ("policy_loss", "kl", "entropy", "critic_loss", "clip_fraction",
-                                                                      "approx_kl", "dual_clip_fraction") else results[0][k]
+                        # Loss metrics are per-rank shares of the mini-batch; the optimizer's are the same on every rank.
+                        value = results[0][k] if k in ("grad_norm", "lr", "skipped") else sum(r[k] for r in results)
                         sums[f"{role}/{k}"] = sums.get(f"{role}/{k}", 0.0) + value
                     updates[role] += 1
         trained = time.monotonic()
@@ -390,12 +464,14 @@ class Driver:
             metrics[name if role == "policy" else k] = v / max(1, updates[role])
         tokens = sum(len(r.response_ids) for r in rollouts)
         real = batch["attention_mask"][:, batch["prompt_len"]:].bool()
-        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real] if "old_logprobs" in batch else torch.empty(0)
+        recomputed = "old_logprobs" in batch and not t.fully_async.enabled  # async: they are the rollout's own
+        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real] if recomputed else torch.empty(0)
         metrics.update(
             reward=sum(r.reward for r in rollouts) / len(rollouts),
             response_length=tokens / len(rollouts),
             stop_fraction=sum(r.finish_reason == "stop" for r in rollouts) / len(rollouts),
-            tokens_per_s=tokens / max(generated - started, 1e-9),
+            # Generated ahead (fully async), the step's own generation time is only the wait for it.
+            tokens_per_s=tokens / max((done if t.fully_async.enabled else generated) - started, 1e-9),
             **({"logprob_diff_max": float(diff.max())} if diff.numel() else {}),
             step_time=done - started, generate_time=generated - started, train_time=trained - train_started,
             sync_time=done - trained,
@@ -404,18 +480,11 @@ class Driver:
 
     def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: dict):
         a = self.spec.trainer.algorithm
-        name = a.advantage_estimator
-        if name == "grpo":
-            out = adv.grpo_advantages(rewards, mask, batch["group"], norm_by_std=a.grpo_norm_by_std)
-        elif name == "rloo":
-            out = adv.rloo_advantages(rewards, mask, batch["group"])
-        elif name == "reinforce++":
-            out = adv.reinforce_pp_advantages(rewards, mask, gamma=a.gamma)
-        elif name == "gae":
-            out = adv.gae_advantages(rewards, batch["old_values"], mask, gamma=a.gamma, lambd=a.lambd)
-        else:
-            raise RunError(f"advantage estimator {name!r} is not in this runtime")
-        advantages, returns = out
+        try:
+            estimator = get_advantage_estimator(a.advantage_estimator)
+        except (KeyError, ValueError) as exc:
+            raise RunError(str(exc)) from None
+        advantages, returns = estimator(rewards, mask, index=batch["group"], values=batch.get("old_values"), algorithm=a)
         if a.advantage_batch_normalize:
             m = mask.bool()
             values = advantages[m]
@@ -459,6 +528,39 @@ class Driver:
         for name in ("policy", "critic"):
             if name in self.workers:
                 ray.get([w.export_hf.remote(str(target / name), self.policy_path) for w in self.workers[name]])
+
+
+class _Ahead:
+    """Fully async generation: batches for later steps are generated while the trainer trains.
+
+    A batch is dispatched with the engines' current weights (version v = steps trained so far) and
+    trained at step s, so its staleness is s - 1 - v; batches are dispatched only while that stays at
+    most `max_staleness_steps`, and at most `num_parallel_generation_workers // train_batch_size` of
+    them (at least one) are in flight. An engine runs its calls in order, so the weight update queued
+    after a training step reaches it after the batches dispatched before.
+    """
+
+    def __init__(self, driver: Driver, ray, total_steps: int):
+        t, g = driver.spec.trainer, driver.spec.generator
+        self.d, self.ray, self.total = driver, ray, total_steps
+        self.staleness = t.fully_async.max_staleness_steps
+        self.in_flight = max(1, min(self.staleness + 1, t.fully_async.num_parallel_generation_workers // t.train_batch_size))
+        self.sampling, self.n = Sampling.from_spec(g.sampling_params), g.n_samples_per_prompt
+        self.pending: dict[int, tuple[int, list, list]] = {}  # step -> (weights version, rows, refs)
+        self.next = None
+
+    def batch_for(self, step: int):
+        """Rows, rollouts and staleness of `step`'s batch; tops up the batches in flight first."""
+        version = step - 1  # weights the engines hold once the previous step's sync has run
+        if self.next is None:
+            self.next = step
+        while (self.next <= self.total and len(self.pending) < self.in_flight
+               and self.next - 1 - version <= self.staleness):
+            rows = self.d._rows_for(self.next)
+            self.pending[self.next] = (version, rows, self.d._dispatch(self.ray, rows, self.sampling, self.n, self.next))
+            self.next += 1
+        dispatched, rows, refs = self.pending.pop(step)
+        return rows, self.d._collect(self.ray, rows, refs), step - 1 - dispatched
 
 
 def run(job: CompiledJob, *, address: str | None = None, progress: bool = True) -> RunResult:

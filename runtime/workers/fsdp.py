@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 from rlc.runtime.algorithms.kl import token_kl
-from rlc.runtime.algorithms.losses import POLICY_TOKEN_LOSSES, entropy_from_logits, token_log_probs, token_weights
+from rlc.runtime.algorithms.losses import entropy_from_logits, token_log_probs, token_weights
+from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_options
 
 ROLES = ("policy", "ref", "critic")
 
@@ -231,9 +232,11 @@ class FSDPWorker:
         mask = mb["loss_mask"]
         # No old log-probs: this is the only update on the batch, so the old policy is the current one.
         old = mb["old_logprobs"] if "old_logprobs" in mb else logp.detach()
-        token_loss, parts = POLICY_TOKEN_LOSSES[a.policy_loss_type](
-            logp, old, mb["advantages"], mask,
-            eps_clip_low=a.eps_clip_low, eps_clip_high=a.eps_clip_high, clip_ratio_c=a.clip_ratio_c)
+        token_loss, parts = get_policy_loss(a.policy_loss_type)(
+            logp, old, mb["advantages"], mask, **get_policy_loss_options(a.policy_loss_type, a))
+        token_loss = torch.where(mask.bool(), token_loss, 0.0)  # NaN * 0 would still be NaN
+        if "is_weight" in mb:  # off-policy correction: truncated importance weights, decided by the driver
+            token_loss = token_loss * mb["is_weight"]
         w = token_weights(mask, a.loss_reduction, total_tokens=totals["tokens"], total_sequences=totals["sequences"],
                           max_seq_len=self.s.max_seq_len)
         policy = (token_loss * w).sum()
