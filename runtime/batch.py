@@ -19,6 +19,7 @@ class Rollout:
     finish_reason: str
     reward: float
     group: int  # index of the prompt in the step's batch: the GRPO group
+    zeroed: bool = False  # a reward set to 0 because the completion did not stop (zero_reward_on_non_stop)
 
 
 def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = False) -> dict:

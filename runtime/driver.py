@@ -359,9 +359,9 @@ class Driver:
                 text = self.tokenizer.decode(c.token_ids, skip_special_tokens=True)
                 finished = c.finish_reason == "stop"
                 reward = self.env.reward(row, text, finished)
-                if zero_on_non_stop and not finished:
-                    reward = 0.0
-                rollouts.append(Rollout(ids, c.token_ids, c.logprobs, c.finish_reason, float(reward), group_offset + group))
+                zeroed = zero_on_non_stop and not finished and reward != 0
+                rollouts.append(Rollout(ids, c.token_ids, c.logprobs, c.finish_reason, 0.0 if zeroed else float(reward),
+                                        group_offset + group, zeroed))
         return rollouts
 
     def _generate(self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int, draw: int = 0,
@@ -405,6 +405,10 @@ class Driver:
             metrics.update(sampled)
         generated = time.monotonic()
         batch = to_batch(rollouts, self.tokenizer.pad_token_id, mask_truncated=g.apply_overlong_filtering)
+        if g.zero_reward_on_non_stop:
+            metrics["zeroed_non_stop_fraction"] = sum(r.zeroed for r in rollouts) / len(rollouts)
+        if g.apply_overlong_filtering:
+            metrics["overlong_filtered_fraction"] = sum(r.finish_reason != "stop" for r in rollouts) / len(rollouts)
         if a.zero_variance_filter:
             flat = zero_variance_groups(torch.tensor([r.reward for r in rollouts]), batch["group"], mask=batch["loss_mask"])
             batch["loss_mask"] = batch["loss_mask"] * (~flat).float()[:, None]

@@ -165,7 +165,7 @@ OPTION_RUNS = {
          f"{OPC}.token_tis_ratio_clip_high=1.001", f"{OPC}.sequence_mask_metric=geometric", f"{OPC}.geo_mask_high=1.001",
          f"{OPC}.geo_mask_low=0.999", f"{ALG}.zero_variance_filter=true", "generator.apply_overlong_filtering=true"),
         ("ratio_mean", "off_policy/is_ratio_mean", "off_policy/tis_token_clip_high_ratio",
-         "off_policy/geo_sequence_mask_masked_ratio", "zero_variance_fraction"),
+         "off_policy/geo_sequence_mask_masked_ratio", "zero_variance_fraction", "overlong_filtered_fraction"),
         lambda ms: (any(m["off_policy/tis_token_clip_high_ratio"] > 0 for m in ms)
                     and any(m["off_policy/geo_sequence_mask_masked_ratio"] > 0 for m in ms)
                     and any(m["off_policy/is_ratio_max"] != 1.0 for m in ms)),
@@ -193,12 +193,15 @@ OPTION_RUNS = {
         # The KL stays far under kl_target (0.1), so the adaptive controller lowers the coefficient every step.
         lambda ms: all(b["kl_coef"] < a["kl_coef"] for a, b in zip(ms[1:], ms[2:])) and ms[-1]["kl_in_reward"] > 0,
     ),
-    "kl_cov + batch-normalized advantages + outlier and token masks": (
+    "kl_cov + batch-normalized advantages + outlier and token masks + zero reward without a stop": (
         ("generator.inference_engine.model_dtype=bfloat16", f"{ALG}.policy_loss_type=kl_cov", f"{ALG}.advantage_batch_normalize=true",
+         "generator.zero_reward_on_non_stop=true",
          f"{OPC}.outlier_token_is_threshold_low=0.5", f"{OPC}.outlier_token_is_threshold_high=2.0",
          f"{OPC}.token_mask_is_threshold_low=0.999", f"{OPC}.token_mask_is_threshold_high=1.001"),
-        ("kl_cov_fraction", "off_policy/outlier_seq_masked_ratio", "off_policy/token_mask_ratio"),
-        lambda ms: all(m["kl_cov_fraction"] > 0 for m in ms) and any(m["off_policy/token_mask_ratio"] > 0 for m in ms),
+        ("kl_cov_fraction", "off_policy/outlier_seq_masked_ratio", "off_policy/token_mask_ratio", "zeroed_non_stop_fraction"),
+        # Only completions that stopped (1.0 at most each) keep a reward.
+        lambda ms: (all(m["kl_cov_fraction"] > 0 for m in ms) and any(m["off_policy/token_mask_ratio"] > 0 for m in ms)
+                    and any(m["zeroed_non_stop_fraction"] > 0 for m in ms) and all(m["reward"] <= m["stop_fraction"] for m in ms)),
     ),
     "an extension's policy loss and advantage estimator (entry points)": (
         (f"{ALG}.policy_loss_type=demo_loss", f"{ALG}.advantage_estimator=demo_advantage", f"{ALG}.demo_bonus_coef=0.01"),
