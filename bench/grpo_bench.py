@@ -6,7 +6,8 @@
 
 Run it with the Python of an environment where rlc and its runtime are installed (`make bench-grpo` builds
 bench/.venv-rlc-runtime, a plain install of `rlc[runtime]`). The job is examples/local-cpu.yaml (GRPO on the
-copy-the-digit task, 2 CPU slots: 2 FSDP2 ranks over gloo and 2 hf engines, as Ray actors) at two sizes: the
+copy-the-digit task, one CPU slot: an FSDP2 rank and an hf engine, Ray actors taking turns with all the
+cores; `--set cluster.gpus_per_node=2` measures two ranks and two engines) at two sizes: the
 embedded `rlc:tiny` model, where framework overhead dominates, and `rlc:small` (about 25 M parameters), where
 compute does. Both sides get the same model directory, the same prompts (a parquet file of exactly
 steps x prompts-per-step synthetic rows), group size, generation length, temperature, learning rate, optimizer
@@ -228,7 +229,8 @@ def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str, extra
                 "adam_betas": list(opt.adam_betas), "weight_decay": opt.weight_decay,
                 "max_grad_norm": opt.max_grad_norm, "eps_clip": a.eps_clip_low, "seed": t.seed},
         "micro_train": t.micro_train_batch_size_per_gpu, "micro_forward": t.micro_forward_batch_size_per_gpu,
-        "slots": spec.cluster.gpus_per_node * spec.cluster.num_nodes,
+        "slots": spec.cluster.gpus_per_node * spec.cluster.num_nodes, "extra": list(extra),
+        "threads": max(1, len(os.sched_getaffinity(0)) // spec.cluster.gpus_per_node),
     }
 
 
@@ -469,9 +471,14 @@ def results_section(results: dict, meta: dict) -> str:
     L += ["", "What each side ran and what was timed:", "",
           f"- **rlc**: `rlc compile {EXAMPLE}` with the model, data paths, generation length and `ckpt_interval=-1` "
           "as overrides, then `python -m rlc.runtime run resolved.yaml --no-progress` from a plain install of "
-          f"`rlc[runtime]`: a local Ray instance with {slots} CPU slots, {slots} FSDP2 policy ranks (gloo) and "
-          f"{slots} `hf` inference engines, each a Ray actor of one CPU, micro-batches of "
-          f"{any_size['case']['micro_train']} (train) and {any_size['case']['micro_forward']} (forward) per rank. "
+          f"`rlc[runtime]`: a local Ray instance with {slots} CPU slot{'s' if slots > 1 else ''}, "
+          f"{slots} FSDP2 policy rank{'s' if slots > 1 else ''} ({'gloo' if slots > 1 else 'one rank trains the plain module'}) "
+          f"and {slots} `hf` inference engine{'s' if slots > 1 else ''} as Ray actors, each slot's engine and rank "
+          f"taking turns with the slot's share of the cores ({any_size['case']['threads']} torch threads), "
+          f"micro-batches of {any_size['case']['micro_train']} (train) and {any_size['case']['micro_forward']} "
+          "(forward) per rank. "
+          + (f"Extra overrides: {', '.join(f'`{o}`' for o in any_size['case']['extra'])}. " if any_size['case']['extra'] else "")
+          + 
           "Step time: the sum of `step_time` in metrics.jsonl (generate, rewards, old log-probs, advantages, "
           "policy update, weight sync into the engines); start-up (Ray, actors, model loads) and shutdown are "
           "outside it.",
@@ -484,8 +491,8 @@ def results_section(results: dict, meta: dict) -> str:
           "constant lr, `save_strategy` no; the reward is rlc's copy-the-digit rule written out. Step time: "
           "`on_step_begin` to `on_step_end` of a callback (generation, rewards, loss forward and backward, "
           "clipping, optimizer step; the logging after each step is outside it). TRL runs the loss forward and "
-          "backward over all the step's completions at once (one micro-batch), where rlc's example uses "
-          "micro-batches per rank; with one update per generation TRL skips the old log-prob forward (it uses the "
+          "backward over all the step's completions at once (one micro-batch), as rlc's example does with its one "
+          "slot; with one update per generation TRL skips the old log-prob forward (it uses the "
           "current log-probs, detached), and whatever rlc spends on one is in 'old log-probs + advantages'.",
           "- Generated tokens count every completion token up to and including EOS, on both sides; tokens/s is "
           "generated tokens over summed step time, gen-only tokens/s is over generation time alone (rlc: "
