@@ -25,6 +25,7 @@ from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
 from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals
+from rlc.runtime.colocation import Colocation
 from rlc.runtime.config import CompiledJob
 from rlc.runtime.data import DataError, expand, read_rows, synthetic
 from rlc.runtime.envs import make as make_env
@@ -265,6 +266,12 @@ class Driver:
                         ray.get([w.load_checkpoint.remote(str(resume_dir / name)) for w in workers])
                 self.kl_coef = resume_state.get("kl_coef", self.kl_coef)
                 tracker.message(f"rlc: resumed from {resume_dir} at step {start_step}")
+            self.colocation = Colocation(
+                roles={name: name != "ref" for name in self.workers},
+                colocated=t.placement.colocate_all and not t.fully_async.enabled,
+                offload_after_step={name: getattr(t, name).optimizer_config.offload_after_step
+                                    for name in self.workers if name != "ref"})
+            self._apply(ray, self.colocation.start())
             self._sync_weights(ray, version=start_step)
             return self._loop(ray, tracker, train, val, start_step, total_steps, steps_per_epoch)
         finally:
@@ -389,6 +396,7 @@ class Driver:
         return picked, {k: float(v) for k, v in sampler.metrics().items()}
 
     def _forward(self, ray, role: str, batch: dict) -> torch.Tensor:
+        self._apply(ray, self.colocation.before_forward(role))
         workers = self.workers[role]
         return torch.cat(ray.get([w.forward.remote(s) for w, s in zip(workers, shards(batch, len(workers)))]))
 
@@ -398,11 +406,13 @@ class Driver:
         metrics: dict[str, float] = {}
         started = time.monotonic()
         sampling = Sampling.from_spec(g.sampling_params)
+        self._apply(ray, self.colocation.before_generate())
         if rollouts is None:
             rollouts = self._generate(ray, rows, sampling, g.n_samples_per_prompt, step)
         if a.dynamic_sampling.type:
             rollouts, sampled = self._dynamic_sampling(ray, step, rows, rollouts, sampling, g.n_samples_per_prompt)
             metrics.update(sampled)
+        self._apply(ray, self.colocation.after_generate())
         generated = time.monotonic()
         batch = to_batch(rollouts, self.tokenizer.pad_token_id, mask_truncated=g.apply_overlong_filtering)
         if g.zero_reward_on_non_stop:
@@ -451,6 +461,7 @@ class Driver:
             if role not in self.workers:
                 continue
             workers = self.workers[role]
+            self._apply(ray, self.colocation.before_train(role))
             for _ in range(t.update_epochs_per_batch):
                 for mb in mini_batches(batch, mini * g.n_samples_per_prompt):
                     tot = totals(mb)
@@ -460,6 +471,7 @@ class Driver:
                         value = results[0][k] if k in ("grad_norm", "lr", "skipped") else sum(r[k] for r in results)
                         sums[f"{role}/{k}"] = sums.get(f"{role}/{k}", 0.0) + value
                     updates[role] += 1
+            self._apply(ray, self.colocation.after_train(role))
         trained = time.monotonic()
         self._sync_weights(ray, version=step)
         done = time.monotonic()
@@ -496,11 +508,26 @@ class Driver:
         return advantages, returns
 
     def _sync_weights(self, ray, version: int) -> None:
+        """The policy's weights into every engine, in the order the colocation state machine gives."""
+        self._apply(ray, self.colocation.sync_weights(), version)
+
+    def _send_weights(self, ray, version: int) -> None:
         """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
         dtype = getattr(self, "engine_dtype", None)
         refs = [w.packed_state_dict.remote(dtype) for w in self.workers["policy"]]
         ray.get(refs[1:])
         ray.get([e.update_weights.remote(refs[0], version) for e in self.engines])
+
+    def _apply(self, ray, actions, version: int | None = None) -> None:
+        """Carry out the colocation state machine's actions, in order (each waits for all ranks / engines)."""
+        for act in actions:
+            if act.op == "send_weights":
+                self._send_weights(ray, version)
+            elif act.target == "engines":
+                args = {"sleep": (2,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
+                ray.get([getattr(e, act.op).remote(*args) for e in self.engines])
+            else:
+                ray.get([getattr(w, act.op).remote(model=act.model, optimizer=act.optimizer) for w in self.workers[act.target]])
 
     # -- eval, checkpoints, export ---------------------------------------------------------------------
 

@@ -126,6 +126,9 @@ class HFEngine:
         else:
             self.model.to(self.device)
 
+    def reset_prefix_cache(self) -> None:
+        """Nothing to drop: the hf engine builds its KV cache per generate call and keeps no prefix cache."""
+
     def _materialize(self) -> None:
         """Fresh storage for dropped weights, with the saved buffers put back; weights are filled by update_weights."""
         if getattr(self, "_buffers", None) is None:
