@@ -27,3 +27,24 @@ def wait_cluster(address: str, nodes: int, devices: int, kind: str, timeout_s: f
             time.sleep(poll_s)
     finally:
         ray.shutdown()
+
+
+def device_shortfall(plan: dict, nodes: list[dict]) -> str | None:
+    """What the Ray cluster lacks for the plan, per node, or None when it fits.
+
+    `nodes` is `ray.nodes()`. The plan places `gpus_per_node` GPUs (CPU slots on a CPU run) on each of
+    `nodes` nodes; a node with fewer cannot hold its bundles, and Ray would wait for them forever.
+    """
+    cluster = plan["cluster"]
+    kind = "CPU" if cluster["device"] == "CPU" else "GPU"
+    want_nodes, per_node = int(cluster["nodes"]), int(cluster["gpus_per_node"])
+    alive = [n for n in nodes if n.get("Alive")]
+    have = sorted(((n.get("Resources", {}).get(kind, 0), n.get("NodeManagerAddress", "?")) for n in alive), reverse=True)
+    enough = [h for h in have if h[0] >= per_node]
+    if len(enough) >= want_nodes:
+        return None
+    unit = "GPUs" if kind == "GPU" else "CPUs"
+    seen = ", ".join(f"{addr}: {count:g} {unit}" for count, addr in have) or "no live node"
+    return (f"the plan needs {want_nodes} node(s) with {per_node} {unit} each, but Ray has {len(enough)} such node(s) "
+            f"({seen}); start the job on a cluster that matches cluster.gpus_per_node and cluster.num_nodes, "
+            "or change them")

@@ -106,8 +106,8 @@ class Driver:
             ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
         else:
             slots = sum(pg["num_bundles"] * pg["bundle"].get("CPU", 0) for pg in self.plan["placement_groups"])
-            gpus = sum(pg["num_bundles"] * pg["bundle"].get("GPU", 0) for pg in self.plan["placement_groups"])
-            ray.init(num_cpus=max(slots, os.cpu_count() or 1), num_gpus=gpus or None, include_dashboard=False,
+            # GPUs are detected, never declared: a machine without the plan's GPUs fails the preflight below.
+            ray.init(num_cpus=max(slots, os.cpu_count() or 1), include_dashboard=False,
                      runtime_env={"env_vars": env_vars}, log_to_driver=True)
         return ray
 
@@ -254,6 +254,11 @@ class Driver:
             raise RunError(str(exc)) from None
         ray = self._ray()
         try:
+            from rlc.runtime.cluster_gate import device_shortfall
+
+            short = device_shortfall(self.plan, ray.nodes())
+            if short:  # before any model loads
+                raise RunError(short)
             groups = self._placement_groups(ray)
             roles = {r["name"]: r for r in self.plan["roles"]}
             self.engines = self._start_engines(ray, groups)

@@ -233,3 +233,13 @@ def test_algorithm_option_runs(tmp_path, run_env, name):
         missing = [k for k in keys if k not in m]
         assert not missing, (m["step"], missing)
     assert check(metrics), metrics
+
+
+def test_a_gpu_plan_stops_before_any_model_loads_on_a_machine_without_its_gpus(tmp_path, run_env):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has GPUs")
+    result = run_rlc("run", *_args(tmp_path, 32, "cluster.accelerator=H100", "trainer.bf16=true"), env=run_env, timeout=300)
+    assert result.returncode != 0
+    assert "the plan needs 1 node(s) with 1 GPUs each, but Ray has 0 such node(s)" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs" / "local-cpu-grpo" / "metrics.jsonl").exists() or not _metrics(tmp_path)
