@@ -55,12 +55,6 @@ def _ep(c: Context):
 
 # -- LoRA (§3.7 C16) -------------------------------------------------------------------------------------
 
-@rule("RLC-E601", "LoRA adapters sync to vllm engines only", "trainer.policy.model.lora.rank", f"{IE}.backend")
-def _c16(c: Context):
-    if c.t.policy.model.lora.rank > 0 and c.ie.backend != "vllm":
-        yield c.error("RLC-E601", "trainer.policy.model.lora.rank", f"LoRA adapters are loaded into vllm engines; backend is {c.ie.backend}", "set backend: vllm, or lora.rank: 0", [f"{IE}.backend"])
-
-
 @rule("RLC-E602", "LoRA alpha is positive when LoRA is on", "trainer.policy.model.lora.alpha")
 def _lora_alpha(c: Context):
     for role in ("policy", "critic"):

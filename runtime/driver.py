@@ -88,8 +88,6 @@ class Driver:
             missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
         if not ie.run_engines_locally:
             missing.append("remote inference engines (run_engines_locally: false)")
-        if t.policy.model.lora.rank > 0:
-            missing.append("LoRA training (trainer.policy.model.lora.rank > 0)")
         if missing:
             raise RunError("this rlc runtime cannot run " + "; ".join(missing))
 
@@ -181,7 +179,8 @@ class Driver:
                 runtime_env={"env_vars": env} if env else None,
             ).remote(self.policy_path, dtype=dtype, device=self.device, pad_token_id=self.tokenizer.pad_token_id,
                      eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
-                     cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None))
+                     cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None,
+                     lora=self.spec.trainer.policy.model.lora))
         return engines
 
     def model_path(self, path: str) -> str:
@@ -529,7 +528,9 @@ class Driver:
             if act.op == "send_weights":
                 self._send_weights(ray, version)
             elif act.target == "engines":
-                args = {"sleep": (2,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
+                # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
+                level = 1 if self.spec.trainer.policy.model.lora.rank > 0 else 2
+                args = {"sleep": (level,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
                 ray.get([getattr(e, act.op).remote(*args) for e in self.engines])
             else:
                 ray.get([getattr(w, act.op).remote(model=act.model, optimizer=act.optimizer) for w in self.workers[act.target]])

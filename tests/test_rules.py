@@ -286,15 +286,6 @@ CASES = {
             megatron_config:
               expert_model_parallel_size: 3  # <-
         """),
-    "RLC-E601": ("trainer.policy.model.lora.rank", """
-        trainer:
-          policy:
-            model:
-              lora:
-                rank: 8  # <-
-        generator:
-          inference_engine: {backend: hf}
-        """),
     "RLC-E602": ("trainer.policy.model.lora.alpha", """
         trainer:
           policy:

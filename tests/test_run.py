@@ -243,3 +243,24 @@ def test_a_gpu_plan_stops_before_any_model_loads_on_a_machine_without_its_gpus(t
     assert "the plan needs 1 node(s) with 1 GPUs each, but Ray has 0 such node(s)" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs" / "local-cpu-grpo" / "metrics.jsonl").exists() or not _metrics(tmp_path)
+
+
+@pytest.mark.slow
+def test_lora_trains_only_adapters_and_exports_them_merged(tmp_path, run_env):
+    pytest.importorskip("peft")
+    extra = ("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.alpha=16", "trainer.hf_save_interval=3",
+             "trainer.ckpt_interval=-1")
+    result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "FutureWarning" not in result.stderr
+    assert [m["step"] for m in _metrics(tmp_path)] == [1, 2, 3]
+    from transformers import AutoModelForCausalLM
+
+    from rlc.runtime.models import local_path
+
+    base = AutoModelForCausalLM.from_pretrained(local_path("rlc:tiny")).state_dict()
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "exports" / "global_step_3" / "policy").state_dict()
+    assert merged.keys() == base.keys()  # a plain model: the adapters are merged in
+    moved = [k for k in base if not torch.equal(base[k], merged[k])]
+    assert moved and all(k.endswith("proj.weight") for k in moved), moved  # only adapted linear layers changed
+    assert torch.equal(base["model.embed_tokens.weight"], merged["model.embed_tokens.weight"])

@@ -77,7 +77,7 @@ class HFEngine:
     """One engine replica: a causal LM on one device that samples completions for batches of prompts."""
 
     def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu", pad_token_id: int | None = None,
-                 eos_token_id: int | None = None, tokenizer=None, cpu_slots_per_node: int | None = None):
+                 eos_token_id: int | None = None, tokenizer=None, cpu_slots_per_node: int | None = None, lora=None):
         from transformers import AutoModelForCausalLM
 
         self.device = torch.device(device)
@@ -86,7 +86,13 @@ class HFEngine:
 
             cpu_threads(cpu_slots_per_node)
         self.dtype = _DTYPES[dtype]
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(self.device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
+        self.lora = lora is not None and lora.rank > 0
+        if self.lora:  # the trainer's adapters, refreshed by every sync; the base weights stay as loaded
+            from rlc.runtime.lora import with_lora
+
+            self.model = with_lora(self.model, lora)
+        self.model = self.model.to(self.device).eval()
         config = self.model.config
         self.eos_token_id = eos_token_id if eos_token_id is not None else config.eos_token_id
         self.pad_token_id = pad_token_id if pad_token_id is not None else (
@@ -108,8 +114,11 @@ class HFEngine:
         return [out[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     def sleep(self, level: int = 1) -> None:
-        """Level 1 keeps the weights on the CPU; level 2 drops them (the next update_weights refills them)."""
-        if level >= 2:
+        """Level 1 keeps the weights on the CPU; level 2 drops them (the next update_weights refills them).
+
+        With LoRA a sync brings only the adapters, so the base weights are kept (level 1) whatever the level.
+        """
+        if level >= 2 and not self.lora:
             # Buffers (rotary frequencies) are not in the trainer's state dict: keep them to restore on wake.
             self._buffers = {n: b.detach().to("cpu", copy=True) for n, b in self.model.named_buffers()}
             self.model.to_empty(device="meta")
@@ -146,7 +155,12 @@ class HFEngine:
 
         state_dict = unpack(state_dict)
         buffers = {n for n, _ in self.model.named_buffers()}
-        missing = [k for k in self.model.state_dict() if k not in state_dict and k not in buffers]
+        expected = list(self.model.state_dict())
+        if self.lora:
+            from rlc.runtime.lora import adapter_names
+
+            expected = adapter_names(expected)
+        missing = [k for k in expected if k not in state_dict and k not in buffers]
         if missing:
             raise ValueError(f"weight sync is missing {len(missing)} tensors, e.g. {missing[:3]}")
         if not self.weights_on:

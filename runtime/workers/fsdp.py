@@ -21,6 +21,7 @@ import torch.distributed as dist
 from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import entropy_from_logits, token_log_probs, token_weights
 from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_options
+from rlc.runtime.lora import with_lora
 
 ROLES = ("policy", "ref", "critic")
 
@@ -70,6 +71,12 @@ def _lr_lambda(scheduler: str, warmup: int, total: int):
     return factor
 
 
+def _base(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside a PEFT wrapper (or the model itself)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
 class ValueModel(torch.nn.Module):
     """A critic: the causal LM's decoder with a scalar value head instead of the vocabulary head."""
 
@@ -96,6 +103,8 @@ class FSDPWorker:
             raise ValueError(f"unknown role {settings.role!r}")
         self.s, self.config, self.algorithm = settings, config, algorithm
         self.rank, self.world_size = rank, world_size
+        lora = getattr(getattr(config, "model", None), "lora", None)
+        self.lora = bool(lora is not None and lora.rank > 0 and settings.role != "ref")
         self.model = self.optimizer = self.scheduler = None
         self.optimizer_steps = 0
 
@@ -125,7 +134,8 @@ class FSDPWorker:
         self.model = self._build_model()
         if self.s.role != "ref":
             opt = self.config.optimizer_config
-            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=opt.lr, betas=tuple(opt.adam_betas),
+            trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
+            self.optimizer = torch.optim.AdamW(trainable, lr=opt.lr, betas=tuple(opt.adam_betas),
                                                weight_decay=opt.weight_decay)
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, _lr_lambda(opt.scheduler, opt.num_warmup_steps, self.s.total_optimizer_steps))
@@ -139,6 +149,9 @@ class FSDPWorker:
             lm.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": self.s.gradient_checkpointing_use_reentrant})
         lm.config.use_cache = False
+        lora = getattr(self.config.model, "lora", None)
+        if lora is not None and lora.rank > 0 and self.s.role != "ref":
+            lm = with_lora(lm, lora)
         model = ValueModel(lm, self.algorithm.value_head_prefix) if self.s.role == "critic" else lm
         model.to(self.s.device)
         fsdp = self.config.fsdp_config
@@ -159,7 +172,7 @@ class FSDPWorker:
             # One CPU rank has nothing to shard and no dtype policy to apply: FSDP would only add hooks and
             # single-member collectives to every layer. Like torchtitan, train the plain module then.
             return model
-        layer_classes = set(getattr(model, "_no_split_modules", None) or [])
+        layer_classes = set(getattr(model, "_no_split_modules", None) or getattr(_base(model), "_no_split_modules", None) or [])
         for module in model.modules():
             if type(module).__name__ in layer_classes:
                 fully_shard(module, **kwargs)
@@ -267,21 +280,28 @@ class FSDPWorker:
     # -- weights out ------------------------------------------------------------------------------------
 
     def packed_state_dict(self, dtype: str | None = None) -> dict | None:
-        """`full_state_dict` as numpy arrays (`transfer.pack`): engines read it from the object store without a copy."""
+        """`full_state_dict` as numpy arrays (`transfer.pack`): engines read it from the object store without a copy.
+
+        With LoRA only the adapters travel: the engines keep the frozen base weights they loaded.
+        """
         from rlc.runtime.transfer import pack
 
-        full = self.full_state_dict(dtype)
+        full = self.full_state_dict(dtype, adapters_only=self.lora)
         return pack(full) if full is not None else None
 
     @torch.no_grad()
-    def full_state_dict(self, dtype: str | None = None) -> dict[str, torch.Tensor] | None:
-        """The unsharded weights, gathered one tensor at a time; rank 0 gets them (on the CPU), others None.
+    def full_state_dict(self, dtype: str | None = None, adapters_only: bool = False) -> dict[str, torch.Tensor] | None:
+        """The unsharded weights (LoRA adapters only when asked), gathered one tensor at a time; rank 0 gets
+        them (on the CPU), others None.
 
         Every rank must call this: each `full_tensor()` is a collective.
         """
         cast = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(dtype or "")
         out: dict[str, torch.Tensor] = {}
-        for name, value in self.model.state_dict().items():
+        state = self.model.state_dict()
+        if adapters_only:
+            state = {k: v for k, v in state.items() if ".lora_" in k}
+        for name, value in state.items():
             full = value.full_tensor() if hasattr(value, "full_tensor") else value
             if self.rank == 0:
                 full = full.detach().to("cpu")
@@ -339,7 +359,12 @@ class FSDPWorker:
                 torch.save(full, Path(directory) / "critic.pt")
             else:
                 lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
-                lm.load_state_dict(full)
+                if self.lora:  # the adapters merged into the base weights: a plain model anyone can load
+                    lm = with_lora(lm, self.config.model.lora)
+                    lm.load_state_dict(full)
+                    lm = lm.merge_and_unload()
+                else:
+                    lm.load_state_dict(full)
                 lm.save_pretrained(directory)
             AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(directory)
         dist.barrier()
