@@ -144,6 +144,7 @@ class Driver:
             temperature=self._temperature(), seed=t.seed, total_optimizer_steps=total_optimizer_steps,
             max_seq_len=t.algorithm.max_seq_len or self.spec.generator.sampling_params.max_generate_length,
             cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None,
+            memory_snapshot_dir=str(self.ckpt_root / "memory_snapshots"),
         )
         env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
         actor = ray.remote(FSDPWorker)

@@ -36,14 +36,14 @@ def _batch(vocab: int) -> dict:
     }
 
 
-def _rank(rank: int, world: int, port: int, model_path: str, out: str, q) -> None:
+def _rank(rank: int, world: int, port: int, model_path: str, out: str, q, fsdp_size: int = -1) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from rlc.runtime.batch import shards, totals
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
     from rlc.spec.model import default_model
 
     spec = default_model().to_typed({"version": 1, "trainer": {
-        "policy": {"optimizer_config": {"lr": 1e-2}},
+        "policy": {"optimizer_config": {"lr": 1e-2}, "fsdp_config": {"fsdp_size": fsdp_size}},
         "algorithm": {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True, "policy_loss_type": "dual_clip"},
     }})
     settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4)
@@ -61,11 +61,11 @@ def _rank(rank: int, world: int, port: int, model_path: str, out: str, q) -> Non
     worker.shutdown()
 
 
-def _run(world: int, model_path: str, out: str) -> list[dict]:
+def _run(world: int, model_path: str, out: str, fsdp_size: int = -1) -> list[dict]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_address()[1]
-    procs = [ctx.Process(target=_rank, args=(r, world, port, model_path, out, q)) for r in range(world)]
+    procs = [ctx.Process(target=_rank, args=(r, world, port, model_path, out, q, fsdp_size)) for r in range(world)]
     for p in procs:
         p.start()
     results = dict(q.get(timeout=300) for _ in procs)
@@ -78,16 +78,20 @@ def _run(world: int, model_path: str, out: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def steps(tiny_model, tmp_path_factory):
     d = tmp_path_factory.mktemp("fsdp")
-    return _run(1, tiny_model, str(d / "one.pt")), _run(2, tiny_model, str(d / "two.pt")), d
+    # fsdp_size 1 of 2 ranks: hybrid sharding, each rank a whole replica (a 2-D replicate x shard mesh).
+    return (_run(1, tiny_model, str(d / "one.pt")), {"two": _run(2, tiny_model, str(d / "two.pt")),
+            "hybrid": _run(2, tiny_model, str(d / "hybrid.pt"), fsdp_size=1)}, d)
 
 
-def test_two_ranks_match_one_rank(steps):
-    one, two, tmp_path = steps
+@pytest.mark.parametrize("layout", ["two", "hybrid"])
+def test_two_ranks_match_one_rank(steps, layout):
+    one, layouts, tmp_path = steps
+    two = layouts[layout]
     for key in ("policy_loss", "kl", "entropy", "clip_fraction"):
         assert sum(m[key] for m in two) == pytest.approx(one[0][key], rel=1e-4, abs=1e-6), key
     assert two[0]["grad_norm"] == pytest.approx(one[0]["grad_norm"], rel=1e-4)
     w1 = torch.load(tmp_path / "one.pt")["weights"]
-    w2 = torch.load(tmp_path / "two.pt")["weights"]
+    w2 = torch.load(tmp_path / f"{layout}.pt")["weights"]
     assert w1.keys() == w2.keys()
     for name in w1:
         torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)

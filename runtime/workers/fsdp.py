@@ -43,6 +43,7 @@ class WorkerSettings:
     total_optimizer_steps: int = 1
     max_seq_len: int | None = None
     cpu_slots_per_node: int | None = None  # CPU runs: the node's cores are shared by this many slots
+    memory_snapshot_dir: str | None = None  # record_memory on CUDA: snapshots written at every checkpoint
 
 
 def free_address() -> tuple[str, int]:
@@ -124,13 +125,22 @@ class FSDPWorker:
         if self.s.device == "cuda":
             # Ray gives each actor its own CUDA_VISIBLE_DEVICES, so the local device is always 0.
             torch.cuda.set_device(0)
+            if getattr(self.config, "record_memory", False) and self.s.memory_snapshot_dir:
+                torch.cuda.memory._record_memory_history(max_entries=100_000)
             backend = "cpu:gloo,cuda:nccl"
         else:
             backend = "gloo"
         if not dist.is_initialized():
             dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
                                     world_size=self.world_size)
-        self.mesh = init_device_mesh(self.s.device, (self.world_size,), mesh_dim_names=("fsdp",))
+        shard = self.config.fsdp_config.fsdp_size
+        if 0 < shard < self.world_size:
+            if self.world_size % shard:
+                raise ValueError(f"fsdp_size {shard} does not divide the {self.s.role} world size {self.world_size}")
+            # Hybrid sharding: parameters sharded within groups of fsdp_size ranks, replicated across the groups.
+            self.mesh = init_device_mesh(self.s.device, (self.world_size // shard, shard), mesh_dim_names=("replicate", "shard"))
+        else:
+            self.mesh = init_device_mesh(self.s.device, (self.world_size,), mesh_dim_names=("fsdp",))
         self.model = self._build_model()
         if self.s.role != "ref":
             opt = self.config.optimizer_config
@@ -161,7 +171,10 @@ class FSDPWorker:
             names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
             mp = MixedPrecisionPolicy(param_dtype=names[mpc.param_dtype] if mpc else torch.bfloat16,
                                       reduce_dtype=names[mpc.reduce_dtype] if mpc else torch.float32)
-        kwargs: dict[str, Any] = {"mesh": self.mesh, "reshard_after_forward": bool(fsdp.reshard_after_forward)}
+        reshard = fsdp.reshard_after_forward  # True, False, or an int: reshard to groups of that many ranks
+        kwargs: dict[str, Any] = {"mesh": self.mesh,
+                                  "reshard_after_forward": reshard if isinstance(reshard, int) and not isinstance(reshard, bool)
+                                  else bool(reshard)}
         if mp is not None:
             kwargs["mp_policy"] = mp
         if fsdp.cpu_offload and self.s.device == "cuda":
@@ -172,7 +185,8 @@ class FSDPWorker:
             # One CPU rank has nothing to shard and no dtype policy to apply: FSDP would only add hooks and
             # single-member collectives to every layer. Like torchtitan, train the plain module then.
             return model
-        layer_classes = set(getattr(model, "_no_split_modules", None) or getattr(_base(model), "_no_split_modules", None) or [])
+        layer_classes = set(fsdp.wrap_policy.get("transformer_layer_cls_to_wrap") or getattr(model, "_no_split_modules", None)
+                            or getattr(_base(model), "_no_split_modules", None) or [])
         for module in model.modules():
             if type(module).__name__ in layer_classes:
                 fully_shard(module, **kwargs)
@@ -324,6 +338,10 @@ class FSDPWorker:
         if self.s.device == "cuda":
             extra["cuda_rng"] = torch.cuda.get_rng_state()
         torch.save(extra, Path(directory) / f"extra_rank{self.rank}.pt")
+        if self.s.device == "cuda" and getattr(self.config, "record_memory", False) and self.s.memory_snapshot_dir:
+            out = Path(self.s.memory_snapshot_dir)
+            out.mkdir(parents=True, exist_ok=True)  # open the pickle at pytorch.org/memory_viz
+            torch.cuda.memory._dump_snapshot(str(out / f"{self.s.role}_rank{self.rank}_step{self.optimizer_steps}.pickle"))
         dist.barrier()
 
     def load_checkpoint(self, directory: str) -> None:
