@@ -1,7 +1,7 @@
 """What this rlc runtime can execute: a spec value it cannot run yet is refused at compile time.
 
 A compiled spec must never fail on the cluster for lack of an implementation. Values the CPU runtime
-lacks are errors. The GPU paths (the vLLM engine, Megatron, remote engines) are warnings for now:
+lacks are errors. The GPU paths (the vLLM engine, Megatron) are warnings for now:
 their launch files are still worth checking, and the runtime stops at start-up, before any model loads.
 """
 
@@ -53,7 +53,7 @@ def _features(c: Context):
                       f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)")
 
 
-@rule("RLC-W901", "GPU runtime paths not in this rlc version (vLLM, Megatron, remote engines)",
+@rule("RLC-W901", "GPU runtime paths not in this rlc version (vLLM, Megatron)",
       "generator.inference_engine.backend", "trainer.strategy")
 def _gpu_paths(c: Context):
     ie, t = c.s.generator.inference_engine, c.t
@@ -62,8 +62,6 @@ def _gpu_paths(c: Context):
         found.append(("generator.inference_engine.backend", "the vllm engine", "backend: hf (it runs on GPUs too)"))
     if t.strategy == "megatron":
         found.append(("trainer.strategy", "the megatron strategy", "strategy: fsdp2"))
-    if not ie.run_engines_locally:
-        found.append(("generator.inference_engine.run_engines_locally", "remote inference engines", "run_engines_locally: true"))
     for key, what, instead in found:
         yield c.warning("RLC-W901", key, f"{what} is not in this rlc runtime yet: the launch files are written, but the job stops at "
                         "start-up before any model loads", f"to train with this version, use {instead}")

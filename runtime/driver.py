@@ -86,8 +86,6 @@ class Driver:
             missing.append(f"the {ie.backend} inference engine (use generator.inference_engine.backend: hf)")
         if t.strategy not in ("fsdp", "fsdp2"):
             missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
-        if not ie.run_engines_locally:
-            missing.append("remote inference engines (run_engines_locally: false)")
         if missing:
             raise RunError("this rlc runtime cannot run " + "; ".join(missing))
 
@@ -169,6 +167,19 @@ class Driver:
 
         dtype = ie.model_dtype if ie.model_dtype != "auto" else ("float32" if self.cpu else "bfloat16")
         self.engine_dtype = dtype
+        if not ie.run_engines_locally:
+            from rlc.runtime.inference.http import EngineHTTPError, RemoteEngine
+
+            # A client actor per server (no resources of its own), so remote and local engines look the same.
+            remote = ray.remote(RemoteEngine)
+            engines = [remote.options(num_cpus=0).remote(r["url"], model_name=ie.served_model_name)
+                       for r in inference["remote_engines"]]
+            try:
+                ray.get([e.connect.remote() for e in engines])
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if isinstance(exc.cause, EngineHTTPError) else exc
+                raise RunError(f"a remote inference engine cannot be used: {cause}") from None
+            return engines
         env = {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
         actor = ray.remote(HFEngine)
         worker = inference["worker"]
@@ -273,7 +284,8 @@ class Driver:
                 tracker.message(f"rlc: resumed from {resume_dir} at step {start_step}")
             self.colocation = Colocation(
                 roles={name: name != "ref" for name in self.workers},
-                colocated=t.placement.colocate_all and not t.fully_async.enabled,
+                colocated=(t.placement.colocate_all and not t.fully_async.enabled
+                           and self.spec.generator.inference_engine.run_engines_locally),
                 offload_after_step={name: getattr(t, name).optimizer_config.offload_after_step
                                     for name in self.workers if name != "ref"})
             self._apply(ray, self.colocation.start())

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -264,3 +265,37 @@ def test_lora_trains_only_adapters_and_exports_them_merged(tmp_path, run_env):
     moved = [k for k in base if not torch.equal(base[k], merged[k])]
     assert moved and all(k.endswith("proj.weight") for k in moved), moved  # only adapted linear layers changed
     assert torch.equal(base["model.embed_tokens.weight"], merged["model.embed_tokens.weight"])
+
+
+@pytest.mark.slow
+def test_remote_engines_generate_and_take_weights_over_http(tmp_path, run_env):
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "rlc.runtime.inference.http", "--model", "rlc:tiny", "--port", str(port),
+                               "--name", "tiny"], env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        extra = ("generator.inference_engine.run_engines_locally=false", f"generator.inference_engine.remote_urls=['127.0.0.1:{port}']",
+                 "generator.inference_engine.served_model_name=tiny", "trainer.placement.colocate_all=false",
+                 "trainer.ckpt_interval=-1")
+        result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert [m["step"] for m in _metrics(tmp_path)] == [1, 2, 3]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/rlc/weight_version", timeout=10) as r:
+            assert json.loads(r.read())["weight_version"] == 3  # the server got the weights after every step
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+
+
+def test_an_unreachable_remote_engine_is_a_clear_error(tmp_path, run_env):
+    extra = ("generator.inference_engine.run_engines_locally=false", "generator.inference_engine.remote_urls=['127.0.0.1:9']",
+             "trainer.placement.colocate_all=false")
+    env = {**run_env, "RLC_ENGINE_CONNECT_TIMEOUT_S": "3"}
+    result = run_rlc("run", *_args(tmp_path, 32, *extra), env=env, timeout=600)
+    assert result.returncode != 0
+    assert "a remote inference engine cannot be used" in result.stderr and "127.0.0.1:9" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,263 @@
+"""Engines over HTTP: an OpenAI-compatible server in front of an engine, and the client for remote ones.
+
+The server speaks the part of vLLM's OpenAI-compatible API an RL loop needs: `POST /v1/completions`
+with token-id prompts (`return_tokens_as_token_ids` gives `token_id:N` tokens and per-token log-probs),
+`GET /v1/models`, the dev-mode control routes `POST /sleep?level=`, `POST /wake_up?tags=` and
+`POST /reset_prefix_cache`, and rlc's own `POST /rlc/update_weights` (a safetensors body, the new weight
+version in `X-Weight-Version`) with `GET /rlc/weight_version`. `RemoteEngine` is the engine interface
+over those routes, for `generator.inference_engine.run_engines_locally: false` (`remote_urls`).
+
+    python -m rlc.runtime.inference.http --model PATH [--host 127.0.0.1] [--port 8000] [--name NAME]
+
+serves the hf engine (a stand-in for a remote vLLM server on a machine without GPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from rlc.runtime.inference.hf import Completion, Sampling
+
+_TOKEN_PREFIX = "token_id:"
+
+
+class EngineHTTPError(Exception):
+    """A remote engine refused a request or could not be reached; the message says which and why."""
+
+
+# -- server ----------------------------------------------------------------------------------------------
+
+
+def completion_request_sampling(body: dict) -> tuple[list[list[int]], Sampling, int, int]:
+    """Prompts (token ids), sampling, n and seed of a /v1/completions request body."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        prompts = [prompt]
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+        prompts = prompt
+    else:
+        raise ValueError("prompt must be token ids (a list of ints, or a list of such lists)")
+    top_k = int(body.get("top_k", -1))
+    sampling = Sampling(
+        max_generate_length=int(body.get("max_tokens", 16)), temperature=float(body.get("temperature", 1.0)),
+        top_p=float(body.get("top_p", 1.0)), top_k=-1 if top_k <= 0 else top_k, min_p=float(body.get("min_p", 0.0)),
+        repetition_penalty=float(body.get("repetition_penalty", 1.0)), stop=list(body.get("stop") or []),
+        logprobs=body.get("logprobs") is not None)
+    return prompts, sampling, int(body.get("n", 1)), int(body.get("seed") or 0)
+
+
+def completion_response(model: str, completions: list[list[Completion]], tokenizer=None) -> dict:
+    choices = []
+    for group in completions:
+        for c in group:
+            choice = {"index": len(choices), "finish_reason": c.finish_reason, "token_ids": c.token_ids,
+                      "text": tokenizer.decode(c.token_ids, skip_special_tokens=True) if tokenizer is not None else ""}
+            choice["logprobs"] = ({"tokens": [f"{_TOKEN_PREFIX}{t}" for t in c.token_ids], "token_logprobs": c.logprobs}
+                                  if c.logprobs is not None else None)
+            choices.append(choice)
+    tokens = sum(len(c["token_ids"]) for c in choices)
+    return {"id": f"cmpl-{time.monotonic_ns()}", "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": choices, "usage": {"completion_tokens": tokens}}
+
+
+def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -> ThreadingHTTPServer:
+    """An HTTP server in front of `engine` (an object with the engine interface); call serve_forever()."""
+    lock = threading.Lock()  # one engine call at a time, as an engine actor runs them
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:  # quiet: a request per rollout batch
+            pass
+
+        def _reply(self, status: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> bytes:
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def do_GET(self) -> None:
+            path = urlparse(self.path).path
+            if path == "/v1/models":
+                self._reply(200, {"object": "list", "data": [{"id": model_name, "object": "model"}]})
+            elif path == "/rlc/weight_version":
+                self._reply(200, {"weight_version": engine.weight_version})
+            elif path == "/health":
+                self._reply(200, {})
+            else:
+                self._reply(404, {"error": {"message": f"no route {path}"}})
+
+        def do_POST(self) -> None:
+            url = urlparse(self.path)
+            query = parse_qs(url.query)
+            try:
+                body = self._body()
+                with lock:
+                    if url.path == "/v1/completions":
+                        request = json.loads(body or b"{}")
+                        if request.get("model") not in (None, model_name):
+                            self._reply(404, {"error": {"message": f"model {request.get('model')!r} is not served here"}})
+                            return
+                        prompts, sampling, n, seed = completion_request_sampling(request)
+                        self._reply(200, completion_response(model_name, engine.generate(prompts, sampling, n, seed), tokenizer))
+                    elif url.path == "/sleep":
+                        engine.sleep(int(query.get("level", ["1"])[0]))
+                        self._reply(200, {})
+                    elif url.path == "/wake_up":
+                        engine.wake_up(query.get("tags") or None)
+                        self._reply(200, {})
+                    elif url.path == "/reset_prefix_cache":
+                        engine.reset_prefix_cache()
+                        self._reply(200, {})
+                    elif url.path == "/rlc/update_weights":
+                        from safetensors.torch import load
+
+                        version = self.headers.get("X-Weight-Version")
+                        done = engine.update_weights(load(body), int(version) if version is not None else None)
+                        self._reply(200, {"weight_version": done})
+                    else:
+                        self._reply(404, {"error": {"message": f"no route {url.path}"}})
+            except (ValueError, KeyError, RuntimeError) as exc:
+                self._reply(400, {"error": {"message": str(exc)}})
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+# -- client ----------------------------------------------------------------------------------------------
+
+
+class RemoteEngine:
+    """The engine interface over HTTP to a server at `url` (host:port, or a full http:// URL)."""
+
+    def __init__(self, url: str, *, model_name: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float | None = None):
+        if connect_timeout_s is None:  # a server may still be loading its model: wait this long for it to answer
+            connect_timeout_s = float(os.environ.get("RLC_ENGINE_CONNECT_TIMEOUT_S", "300"))
+        self.base = url if url.startswith(("http://", "https://")) else f"http://{url}"
+        self.base = self.base.rstrip("/")
+        self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
+        self.weight_version = 0
+        self.wanted_name, self.model_name = model_name, model_name
+
+    def connect(self) -> str:
+        """Wait until the server answers, check it serves the model asked for; its model name."""
+        model_name = self.wanted_name
+        deadline = time.monotonic() + self.connect_timeout_s
+        while True:  # the server may still be loading its model
+            try:
+                models = self._call("GET", "/v1/models", timeout=10)
+                break
+            except EngineHTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        served = [m["id"] for m in models.get("data", [])]
+        self.model_name = model_name or (served[0] if served else None)
+        if model_name is not None and model_name not in served:
+            raise EngineHTTPError(f"{self.base} serves {served}, not {model_name!r} (generator.inference_engine.served_model_name)")
+        return self.model_name
+
+    def _call(self, method: str, path: str, payload: dict | None = None, data: bytes | None = None,
+              headers: dict | None = None, timeout: float | None = None) -> dict:
+        if payload is not None:
+            data, headers = json.dumps(payload).encode(), {"Content-Type": "application/json", **(headers or {})}
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout_s) as response:
+                text = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            raise EngineHTTPError(f"{method} {self.base}{path}: HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise EngineHTTPError(f"{method} {self.base}{path}: {getattr(exc, 'reason', exc)}") from None
+        return json.loads(text or b"{}")
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling, n: int = 1, seed: int = 0) -> list[list[Completion]]:
+        if not prompts:
+            return []
+        body = {"model": self.model_name, "prompt": prompts, "n": n, "max_tokens": sampling.max_generate_length,
+                "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                "min_p": sampling.min_p, "repetition_penalty": sampling.repetition_penalty, "seed": seed,
+                "logprobs": 0, "return_tokens_as_token_ids": True, "skip_special_tokens": False}
+        if sampling.stop:
+            body["stop"] = sampling.stop
+        choices = self._call("POST", "/v1/completions", body)["choices"]
+        if len(choices) != len(prompts) * n:
+            raise EngineHTTPError(f"{self.base} returned {len(choices)} completions for {len(prompts)} prompts x n={n}")
+        choices.sort(key=lambda c: c["index"])
+        out = [_completion(c, sampling.logprobs) for c in choices]
+        return [out[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def sleep(self, level: int = 1) -> None:
+        self._call("POST", f"/sleep?level={level}", data=b"")
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self._call("POST", "/wake_up" + ("?" + "&".join(f"tags={t}" for t in tags) if tags else ""), data=b"")
+
+    def reset_prefix_cache(self) -> None:
+        self._call("POST", "/reset_prefix_cache", data=b"")
+
+    def update_weights(self, state_dict: dict, version: int | None = None) -> int:
+        """Send the weights as one safetensors body (servers that take weights over HTTP, such as rlc's)."""
+        from safetensors.torch import save
+
+        from rlc.runtime.transfer import unpack
+
+        tensors = {k: v.contiguous() for k, v in unpack(state_dict).items()}
+        headers = {"Content-Type": "application/octet-stream"}
+        if version is not None:
+            headers["X-Weight-Version"] = str(version)
+        self.weight_version = self._call("POST", "/rlc/update_weights", data=save(tensors), headers=headers)["weight_version"]
+        return self.weight_version
+
+
+def _completion(choice: dict, want_logprobs: bool) -> Completion:
+    ids = choice.get("token_ids")
+    lp = choice.get("logprobs") or {}
+    if ids is None:  # vLLM without token ids in the choice: read them from the token_id:N tokens
+        ids = [int(t[len(_TOKEN_PREFIX):]) for t in lp.get("tokens") or [] if t.startswith(_TOKEN_PREFIX)]
+    logprobs = lp.get("token_logprobs") if want_logprobs else None
+    finish = "stop" if choice.get("finish_reason") == "stop" else "length"
+    return Completion(list(ids), list(logprobs) if logprobs is not None else None, finish)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlc.runtime.inference.http", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="model directory (or rlc:tiny / rlc:small)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--name", help="model name clients must ask for (default: --model)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    args = parser.parse_args(argv)
+    from transformers import AutoTokenizer
+
+    from rlc.runtime.inference.hf import HFEngine
+    from rlc.runtime.models import local_path
+
+    path = local_path(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    engine = HFEngine(path, dtype=args.dtype, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                      tokenizer=tokenizer)
+    server = make_server(engine, args.host, args.port, args.name or args.model, tokenizer)
+    print(f"rlc: serving {args.model} at http://{args.host}:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
