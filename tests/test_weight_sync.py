@@ -1,0 +1,369 @@
+"""Weight sync: full weights streamed out of FSDP2 shards, chunked by module, broadcast to an engine process
+outside the trainer's process group, and packed into buckets for CUDA IPC."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.multiprocessing as mp  # noqa: E402
+
+from rlc.runtime.weight_sync import (  # noqa: E402
+    BucketEntry,
+    WeightMeta,
+    chunk_by_module,
+    close_group,
+    init_group,
+    ipc_handle,
+    iter_full_params,
+    metas_of,
+    open_ipc_handle,
+    pack_ipc_bucket,
+    receive_weights,
+    send_weights,
+    unpack_bucket,
+)
+from rlc.runtime.workers.fsdp import free_address  # noqa: E402
+
+TIMEOUT = 120  # seconds; bounds every queue read, join and collective, so a broken run fails instead of hanging
+RECEIVE_CHUNK = 40 * 1024  # bytes: the tiny model's attention and MLP modules (8-32 KiB each) land in several chunks
+
+
+def _report_errors(who: str, results, body) -> None:
+    try:
+        body()
+    except BaseException:
+        results.put(("error", who, traceback.format_exc()))
+        raise
+
+
+def _copies(stream):
+    return [(n, None if t is None else t.clone()) for n, t in stream]
+
+
+def _trainer(rank: int, fsdp_port: int, sync_port: int, model_path: str, out: str, results, metas_q) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    def body():
+        from torch.distributed.tensor import DTensor
+
+        from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+        from rlc.spec.model import default_model
+
+        spec = default_model().to_typed({"version": 1})
+        worker = FSDPWorker(WorkerSettings("policy", model_path), spec.trainer.policy, spec.trainer.algorithm, rank, 2)
+        worker.setup("127.0.0.1", fsdp_port)
+        model = worker.model
+        fp32 = _copies(iter_full_params(model))
+        bf16 = _copies(iter_full_params(model, torch.bfloat16))
+        everyone = _copies(iter_full_params(model, rank0_only=False))
+        report = {
+            "sharded": all(isinstance(v, DTensor) for v in model.state_dict().values()),
+            "names": [n for n, _ in fp32],
+            "all_none": all(t is None for _, t in fp32 + bf16),
+        }
+        torch.save(everyone, os.path.join(out, f"everyone{rank}.pt"))
+        # Move the trainer's weights away from the checkpoint, through the shards, as an optimizer step would.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.to_local().mul_(-2.0).add_(0.5)
+        if rank == 0:
+            report["planned_bf16"] = metas_of(model.state_dict().items(), torch.bfloat16) == metas_of(bf16)
+            planned = metas_of(model.state_dict().items())
+            metas_q.put(planned)  # in the runtime the driver hands these to the engines
+            group = init_group("127.0.0.1", sync_port, 0, 2, backend="gloo", timeout_s=TIMEOUT)
+            sent: list = []
+
+            def recorded():
+                for name, tensor in iter_full_params(model):
+                    sent.append((name, tensor.clone()))
+                    yield name, tensor
+
+            report["sent_as_planned"] = send_weights(group, recorded()) == planned
+            close_group(group)
+            torch.save({"fp32": fp32, "bf16": bf16, "sent": sent}, os.path.join(out, "trainer.pt"))
+        else:
+            for _ in iter_full_params(model):  # rank 0's gathers need this rank, though it keeps nothing
+                pass
+        worker.shutdown()
+        results.put(("ok", f"trainer{rank}", report))
+
+    _report_errors(f"trainer{rank}", results, body)
+
+
+def _engine(sync_port: int, model_path: str, out: str, results, metas_q) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    def body():
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        torch.manual_seed(1234)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path)).float()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        metas = metas_q.get(timeout=TIMEOUT)
+        group = init_group("127.0.0.1", sync_port, 1, 2, backend="gloo", timeout_s=TIMEOUT)
+        chunks = []
+
+        def load(chunk):
+            chunks.append([(n, t.numel() * t.element_size()) for n, t in chunk])
+            result = model.load_state_dict(dict(chunk), strict=False)
+            assert not result.unexpected_keys, result.unexpected_keys
+
+        count = receive_weights(group, metas, "cpu", load, chunk_bytes=RECEIVE_CHUNK)
+        close_group(group)
+        torch.save({"before": before, "after": model.state_dict(), "chunks": chunks}, os.path.join(out, "engine.pt"))
+        results.put(("ok", "engine", {"count": count}))
+
+    _report_errors("engine", results, body)
+
+
+def _join_all(procs, results) -> dict:
+    """Each process's report; fails at the first error a process reports, and never waits past TIMEOUT."""
+    reports = {}
+    try:
+        for _ in procs:
+            kind, who, value = results.get(timeout=TIMEOUT)
+            if kind == "error":
+                pytest.fail(f"{who} failed:\n{value}")
+            reports[who] = value
+        for p in procs:
+            p.join(timeout=30)
+            assert p.exitcode == 0, p
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    return reports
+
+
+def _two_ports() -> tuple[int, int]:
+    a = free_address()[1]
+    b = free_address()[1]
+    while b == a:
+        b = free_address()[1]
+    return a, b
+
+
+@pytest.fixture(scope="module")
+def synced(tiny_model, tmp_path_factory):
+    """Two FSDP2 trainer ranks (their own gloo default group) and a third engine process that is in no group."""
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("weight-sync")
+    ctx = mp.get_context("spawn")
+    results, metas_q = ctx.Queue(), ctx.Queue()
+    fsdp_port, sync_port = _two_ports()
+    procs = [ctx.Process(target=_trainer, args=(r, fsdp_port, sync_port, tiny_model, str(out), results, metas_q))
+             for r in range(2)]
+    procs.append(ctx.Process(target=_engine, args=(sync_port, tiny_model, str(out), results, metas_q)))
+    for p in procs:
+        p.start()
+    reports = _join_all(procs, results)
+    reports["everyone"] = [torch.load(out / f"everyone{r}.pt") for r in range(2)]
+    return reports, torch.load(out / "trainer.pt"), torch.load(out / "engine.pt")
+
+
+@pytest.fixture(scope="module")
+def unsharded(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).state_dict()
+
+
+def test_rank0_streams_the_unsharded_state_dict_in_order(synced, unsharded):
+    reports, trainer, _ = synced
+    assert reports["trainer0"]["sharded"]
+    assert [n for n, _ in trainer["fp32"]] == list(unsharded)
+    for name, tensor in trainer["fp32"]:
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, unsharded[name]), name
+
+
+def test_floating_weights_are_cast_while_streaming(synced, unsharded):
+    _, trainer, _ = synced
+    assert [n for n, _ in trainer["bf16"]] == list(unsharded)
+    for name, tensor in trainer["bf16"]:
+        assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, unsharded[name].to(torch.bfloat16)), name
+
+
+def test_other_ranks_take_part_but_get_no_values(synced, unsharded):
+    reports, _, _ = synced
+    assert reports["trainer1"]["names"] == list(unsharded)
+    assert reports["trainer1"]["all_none"]
+    for stream in reports["everyone"]:  # unless every rank asks for the values (the CUDA IPC path)
+        assert [n for n, _ in stream] == list(unsharded)
+        for name, tensor in stream:
+            assert torch.equal(tensor, unsharded[name]), name
+
+
+def test_metas_are_known_before_any_gather(synced):
+    reports, _, _ = synced
+    assert reports["trainer0"]["planned_bf16"]
+    assert reports["trainer0"]["sent_as_planned"]
+
+
+def test_engine_outside_the_trainer_group_receives_the_trainers_weights(synced, unsharded):
+    reports, trainer, engine = synced
+    sent = dict(trainer["sent"])
+    assert reports["engine"]["count"] == len(sent) == len(unsharded)
+    for name, before in unsharded.items():
+        assert torch.equal(sent[name], before * -2.0 + 0.5), name  # the trainer's own, moved weights
+        assert torch.equal(engine["after"][name], sent[name]), name
+        assert not torch.equal(engine["before"][name], sent[name]), name  # the engine really started elsewhere
+
+
+def test_engine_loads_whole_modules_in_bounded_chunks(synced, unsharded):
+    _, _, engine = synced
+    chunks = engine["chunks"]
+    assert len(chunks) > 2
+    assert [n for chunk in chunks for n, _ in chunk] == list(unsharded)
+    modules = [{n.rpartition(".")[0] for n, _ in chunk} for chunk in chunks]
+    for first, second in zip(modules, modules[1:]):
+        assert not first & second
+    for chunk, mods in zip(chunks, modules):
+        assert sum(b for _, b in chunk) <= RECEIVE_CHUNK or len(mods) == 1
+    for chunk, following in zip(chunks, chunks[1:]):  # full: the next module would not have fitted
+        first = following[0][0].rpartition(".")[0]
+        assert sum(b for _, b in chunk) + sum(b for n, b in following if n.rpartition(".")[0] == first) > RECEIVE_CHUNK
+
+
+def _plain_member(rank: int, port: int, expect: list, results) -> None:
+    """A process in no default group at all; rank 0 sends two tensors, rank 1 expects `expect`."""
+    def body():
+        group = init_group("127.0.0.1", port, rank, 2, backend="gloo", timeout_s=TIMEOUT)
+        if rank == 0:
+            send_weights(group, [("a.weight", torch.ones(3)), ("a.bias", torch.zeros(2, dtype=torch.int64))])
+            results.put(("ok", "sender", None))
+        else:
+            try:
+                receive_weights(group, expect, "cpu", lambda chunk: None)
+                results.put(("ok", "receiver", "no error"))
+            except RuntimeError as e:
+                results.put(("ok", "receiver", str(e)))
+        close_group(group)
+
+    _report_errors(f"member{rank}", results, body)
+
+
+def test_a_receiver_expecting_other_weights_raises():
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_address()[1]
+    wrong = [WeightMeta("a.weight", "float32", (3,)), WeightMeta("a.scale", "int64", (2,))]  # a name differs
+    procs = [ctx.Process(target=_plain_member, args=(r, port, wrong, results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    assert "disagreement" in _join_all(procs, results)["receiver"]
+
+
+@pytest.mark.parametrize("rank", [0, 1], ids=["host-whose-peers-never-come", "member-whose-host-never-comes"])
+def test_forming_a_group_alone_times_out(rank):
+    with pytest.raises(torch.distributed.DistError):
+        init_group("127.0.0.1", free_address()[1], rank, 2, backend="gloo", timeout_s=1)
+
+
+# -- chunk_by_module ---------------------------------------------------------------------------------------
+
+
+def _named(spec):
+    return [(name, torch.zeros(n, dtype=torch.uint8)) for name, n in spec]
+
+
+def _layout(chunks):
+    return [[n for n, _ in chunk] for chunk in chunks]
+
+
+def test_chunks_keep_modules_whole_and_respect_the_threshold():
+    items = _named([("a.q.weight", 40), ("a.q.bias", 10), ("a.k.weight", 40), ("a.k.bias", 10),
+                    ("a.norm.weight", 20), ("head.weight", 30)])
+    assert _layout(chunk_by_module(items, 100)) == [
+        ["a.q.weight", "a.q.bias", "a.k.weight", "a.k.bias"],  # 100 bytes: exactly at the threshold
+        ["a.norm.weight", "head.weight"],
+    ]
+    assert _layout(chunk_by_module(items, 60)) == [
+        ["a.q.weight", "a.q.bias"], ["a.k.weight", "a.k.bias"], ["a.norm.weight", "head.weight"]]
+
+
+def test_a_module_larger_than_the_threshold_travels_alone():
+    items = _named([("a.weight", 10), ("big.weight", 70), ("big.bias", 40), ("c.weight", 10), ("d.weight", 10)])
+    assert _layout(chunk_by_module(items, 50)) == [["a.weight"], ["big.weight", "big.bias"], ["c.weight", "d.weight"]]
+
+
+def test_chunking_keeps_order_and_every_item():
+    items = _named([(f"layers.{i % 3}.w{i}", 7 + i) for i in range(20)] + [("top", 5)])
+    for threshold in (1, 30, 64, 1000):
+        assert [n for chunk in chunk_by_module(iter(items), threshold) for n, _ in chunk] == [n for n, _ in items]
+    assert list(chunk_by_module([], 10)) == []
+    with pytest.raises(ValueError):
+        list(chunk_by_module(items, 0))
+
+
+# -- buckets -----------------------------------------------------------------------------------------------
+
+
+def test_pack_and_unpack_round_trip_mixed_dtypes_aligned():
+    g = torch.Generator().manual_seed(0)
+    named = [
+        ("embed.weight", torch.randn(5, 3, generator=g)),
+        ("norm.weight", torch.randn(7, generator=g).to(torch.bfloat16)),
+        ("positions", torch.arange(11, dtype=torch.int64)),
+        ("scale", torch.tensor(2.5)),
+        ("empty", torch.zeros(0, 4)),
+        ("transposed", torch.randn(4, 6, generator=g).t()),  # not contiguous: packing copies it in order
+    ]
+    buffer, entries = pack_ipc_bucket(named, "cpu", alignment=64)
+    assert buffer.dtype == torch.uint8 and buffer.dim() == 1
+    assert all(e.offset % 64 == 0 for e in entries)
+    spans = sorted((e.offset, e.offset + e.nbytes) for e in entries)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # no overlaps
+    unpacked = unpack_bucket(buffer, entries)
+    assert [n for n, _ in unpacked] == [n for n, _ in named]
+    for (_, original), (_, view) in zip(named, unpacked):
+        assert view.dtype == original.dtype and view.shape == original.shape
+        assert torch.equal(view, original)
+    assert unpacked[0][1].data_ptr() == buffer.data_ptr() + entries[0].offset  # views, not copies
+
+
+def test_unpack_refuses_entries_that_do_not_fit():
+    buffer, entries = pack_ipc_bucket([("w", torch.ones(4))], "cpu")
+    with pytest.raises(ValueError):
+        unpack_bucket(buffer, [BucketEntry("w", "float32", (8,), entries[0].offset, 32)])
+    with pytest.raises(ValueError):
+        unpack_bucket(buffer, [BucketEntry("w", "float32", (3,), 0, 16)])
+
+
+def test_weight_meta_normalises_shapes():
+    meta = WeightMeta("w", "bfloat16", [2, 3])
+    assert meta == WeightMeta("w", "bfloat16", torch.Size([2, 3]))
+    assert meta.torch_dtype is torch.bfloat16 and meta.nbytes == 12
+    with pytest.raises(ValueError):
+        WeightMeta("w", "Tensor", (1,)).torch_dtype
+
+
+# -- CUDA IPC (needs a GPU) --------------------------------------------------------------------------------
+
+
+def _ipc_receiver(handle, entries, results) -> None:
+    def body():
+        buffer = open_ipc_handle(handle)
+        results.put(("ok", "receiver", [(n, t.float().sum().item()) for n, t in unpack_bucket(buffer, entries)]))
+
+    _report_errors("receiver", results, body)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
+def test_cuda_ipc_bucket_opens_in_another_process():
+    named = [("a.weight", torch.randn(32, 16)), ("a.bias", torch.arange(16, dtype=torch.int64)),
+             ("b.weight", torch.randn(8, dtype=torch.float32).to(torch.bfloat16))]
+    buffer, entries = pack_ipc_bucket(named, "cuda")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_ipc_receiver, args=(ipc_handle(buffer), entries, results))
+    proc.start()
+    sums = _join_all([proc], results)["receiver"]
+    assert [n for n, _ in sums] == [n for n, _ in named]
+    for (_, got), (_, t) in zip(sums, named):
+        assert got == pytest.approx(t.float().sum().item(), rel=1e-6, abs=1e-6)
