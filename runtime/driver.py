@@ -289,6 +289,7 @@ class Driver:
                 offload_after_step={name: getattr(t, name).optimizer_config.offload_after_step
                                     for name in self.workers if name != "ref"})
             self._apply(ray, self.colocation.start())
+            self._init_weight_group(ray)
             self._sync_weights(ray, version=start_step)
             return self._loop(ray, tracker, train, val, start_step, total_steps, steps_per_epoch)
         finally:
@@ -528,9 +529,40 @@ class Driver:
         """The policy's weights into every engine, in the order the colocation state machine gives."""
         self._apply(ray, self.colocation.sync_weights(), version)
 
+    def _broadcast_backend(self) -> str | None:
+        """The collective weights travel by, or None for Ray's object store.
+
+        gloo: a broadcast group of policy rank 0 and the engines, over the host network; nccl: the same on
+        GPUs the two sides do not share. Colocated GPUs (NCCL cannot join two ranks on one GPU), remote
+        engines (they take weights over HTTP) and LoRA (only the adapters travel) use the object store.
+        """
+        ie, t = self.spec.generator.inference_engine, self.spec.trainer
+        if not ie.run_engines_locally or t.policy.model.lora.rank > 0:
+            return None
+        if ie.weight_sync_backend == "gloo":
+            return "gloo"
+        if ie.weight_sync_backend == "nccl" and not self.cpu and not t.placement.colocate_all:
+            return "nccl"
+        return None
+
+    def _init_weight_group(self, ray) -> None:
+        backend = self._broadcast_backend()
+        if backend is None:
+            return
+        host, port = ray.get(self.workers["policy"][0].address.remote())
+        world = 1 + len(self.engines)
+        # Every member joins at once: the group forms only when all of them are in.
+        ray.get([w.init_weight_group.remote(host, port, world, backend) for w in self.workers["policy"]]
+                + [e.init_weight_group.remote(host, port, 1 + i, world, backend) for i, e in enumerate(self.engines)])
+
     def _send_weights(self, ray, version: int) -> None:
         """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
         dtype = getattr(self, "engine_dtype", None)
+        if self._broadcast_backend() is not None:
+            workers = self.workers["policy"]
+            metas = ray.get(workers[0].weight_metas.remote(dtype))
+            ray.get([w.broadcast_weights.remote(dtype) for w in workers] + [e.receive_weights.remote(metas, version) for e in self.engines])
+            return
         refs = [w.packed_state_dict.remote(dtype) for w in self.workers["policy"]]
         ray.get(refs[1:])
         ray.get([e.update_weights.remote(refs[0], version) for e in self.engines])

@@ -173,6 +173,35 @@ class HFEngine:
         self.weight_version = version if version is not None else self.weight_version + 1
         return self.weight_version
 
+    # -- weights over a broadcast group (weight_sync_backend gloo / nccl) --------------------------------
+
+    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str) -> None:
+        """Join the trainer's weight-sync group as `rank` (rank 0 is the trainer's first rank)."""
+        from rlc.runtime.weight_sync import init_group
+
+        self.weight_group = init_group(master_address, master_port, rank, world_size, backend)
+
+    @torch.no_grad()
+    def receive_weights(self, metas: list, version: int | None = None) -> int:
+        """Receive the weights the trainer broadcasts (same names as its state dict) and load them."""
+        from rlc.runtime.weight_sync import _group_device, receive_weights
+
+        if not self.weights_on:
+            self._materialize()
+        params = self.model.state_dict()
+
+        def load(chunk):
+            for name, tensor in chunk:
+                params[name].copy_(tensor)
+
+        unknown = [m.name for m in metas if m.name not in params]
+        if unknown:
+            raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
+        receive_weights(self.weight_group, metas, _group_device(self.weight_group), load)  # gloo: CPU, nccl: GPU
+        self.weights_on = True
+        self.weight_version = version if version is not None else self.weight_version + 1
+        return self.weight_version
+
     # -- sampling --------------------------------------------------------------------------------------
 
     def _prefill(self, prompts: list[list[int]], n: int):

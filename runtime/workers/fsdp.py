@@ -24,6 +24,7 @@ from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_opt
 from rlc.runtime.lora import with_lora
 
 ROLES = ("policy", "ref", "critic")
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -292,6 +293,33 @@ class FSDPWorker:
         return loss, {"critic_loss": loss.item()}
 
     # -- weights out ------------------------------------------------------------------------------------
+
+    # -- weights over a broadcast group (weight_sync_backend gloo / nccl) --------------------------------
+
+    def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None:
+        """Rank 0 joins the weight-sync group (rank 0 of it) with every engine worker; other ranks stay out."""
+        if self.rank == 0:
+            from rlc.runtime.weight_sync import init_group
+
+            self.weight_group = init_group(master_address, master_port, 0, world_size, backend)
+
+    def weight_metas(self, dtype: str | None = None) -> list:
+        """Names, dtypes and shapes of what `broadcast_weights` sends (no gather needed)."""
+        from rlc.runtime.weight_sync import metas_of
+
+        return metas_of(self.model.state_dict().items(), _DTYPES.get(dtype or ""))
+
+    @torch.no_grad()
+    def broadcast_weights(self, dtype: str | None = None) -> int:
+        """Stream the full weights to the engines, one gathered tensor at a time; every rank must call it."""
+        from rlc.runtime.weight_sync import iter_full_params, send_weights
+
+        stream = iter_full_params(self.model, _DTYPES.get(dtype or ""))
+        if self.rank == 0:
+            return len(send_weights(self.weight_group, stream))
+        for _ in stream:  # the gathers are collectives of the trainer ranks
+            pass
+        return 0
 
     def packed_state_dict(self, dtype: str | None = None) -> dict | None:
         """`full_state_dict` as numpy arrays (`transfer.pack`): engines read it from the object store without a copy.
