@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test run bench bench-grpo schema clean
+.PHONY: venv test run bench bench-grpo test-vllm-api schema clean
 
 $(BIN)/rlc: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,21 @@ bench-grpo:
 	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
 	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime]'
 	$(GRPO_BENCH_VENV)/bin/python bench/grpo_bench.py
+
+# rlc's vLLM mapping checked against vLLM 0.30's own EngineArgs / SamplingParams / output classes (tests marked
+# vllm_api). CPU only, but a ~5.5 GB venv and a few minutes to build: not part of `make test`. vLLM's CUDA builds
+# of torchvision, torchaudio and torchcodec do not import on a CPU machine and are removed.
+VLLM_API_VENV := .venv-vllm-api
+$(VLLM_API_VENV)/bin/vllm:
+	$(PY) -m venv $(VLLM_API_VENV)
+	$(VLLM_API_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_API_VENV)/bin/pip install -q vllm==0.30.0
+	$(VLLM_API_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
+	$(VLLM_API_VENV)/bin/pip install -q --no-deps -e .
+	$(VLLM_API_VENV)/bin/pip install -q ruamel.yaml jinja2 click rich pytest pytest-timeout
+
+test-vllm-api: $(VLLM_API_VENV)/bin/vllm
+	$(VLLM_API_VENV)/bin/python -m pytest tests/test_vllm_engine.py -q -p no:cacheprovider
 
 # Rewrite the committed JSON Schema after changing the spec model (installed extensions left out).
 schema: venv

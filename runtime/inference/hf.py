@@ -25,6 +25,7 @@ class Sampling:
     repetition_penalty: float = 1.0
     stop: list[str] = field(default_factory=list)
     logprobs: bool = True
+    additional_kwargs: dict = field(default_factory=dict)  # passed to the vllm engine's SamplingParams as is
 
     @classmethod
     def from_spec(cls, params) -> "Sampling":
@@ -37,6 +38,7 @@ class Sampling:
             repetition_penalty=params.repetition_penalty,
             stop=list(params.stop or []),
             logprobs=params.logprobs is not None,
+            additional_kwargs=dict(params.additional_kwargs or {}),
         )
 
 

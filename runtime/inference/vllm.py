@@ -1,0 +1,257 @@
+"""The `vllm` inference engine: the `hf` engine's interface over a vLLM `LLM` (GPU only).
+
+`engine_kwargs` and `sampling_kwargs` turn rlc's settings into vLLM 0.30's `EngineArgs` and
+`SamplingParams` keywords; they are plain functions, testable without vLLM. `VLLMEngine` is what the
+driver starts as a Ray actor; it imports vLLM when built. Weights reach the model through
+`vllm_worker.WeightSyncExtension`, which vLLM mixes into its workers.
+
+`generator.inference_engine` fields that are not vLLM engine arguments: `async_engine` (see
+`VLLMEngine`), `enable_ray_prometheus_stats`, the weight-sync and HTTP / remote-server settings (the
+driver's), `vllm_v1_disable_multiproc` (an environment variable, `engine_env`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+
+from rlc.runtime.inference.hf import Completion, Sampling
+from rlc.runtime.inference.vllm_worker import WEIGHT_GROUP, WeightSyncExtension
+
+# EngineArgs.max_lora_rank is one of these (a Literal in vLLM 0.30; the vllm_api tests compare).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+_WORKER_EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
+
+
+def engine_kwargs(ie, *, model: str, seed: int, max_model_len: int | None = None, colocated: bool = False,
+                  rope_scaling: dict | None = None, rope_theta: float | None = None, lora_rank: int = 0,
+                  max_loras: int = 1) -> dict:
+    """`vllm.LLM(**...)` keywords for one engine from `generator.inference_engine` (`ie`).
+
+    `seed` should differ between engines; `colocated` (trainer.placement.colocate_all) turns on sleep
+    mode. `ie.engine_init_kwargs` are applied last and override everything.
+    """
+    kwargs = {
+        "model": model,
+        "seed": seed,
+        "dtype": ie.model_dtype,  # vLLM's names include rlc's four
+        "tensor_parallel_size": ie.tensor_parallel_size,
+        "pipeline_parallel_size": ie.pipeline_parallel_size,
+        # vLLM 0.30's LLM refuses more than 1 (it is one process): then run an engine per data-parallel rank.
+        "data_parallel_size": ie.data_parallel_size,
+        "gpu_memory_utilization": ie.gpu_memory_utilization,
+        "enforce_eager": ie.enforce_eager,
+        "enable_prefix_caching": ie.enable_prefix_caching,
+        "enable_chunked_prefill": ie.enable_chunked_prefill,
+        "max_num_seqs": ie.max_num_seqs,
+        "max_num_batched_tokens": ie.max_num_batched_tokens,
+        # A one-GPU engine runs its worker in the actor itself ("uni"), on the GPU Ray gave the actor.
+        "distributed_executor_backend": (
+            "uni" if ie.tensor_parallel_size * ie.pipeline_parallel_size == 1 else ie.distributed_executor_backend),
+        # Log-probs after penalties, temperature and top-k/top-p/min-p: with those filters off (the default),
+        # log_softmax(logits / T), what the trainer computes; vLLM's default (raw) ignores the temperature.
+        "logprobs_mode": "processed_logprobs",
+        "worker_extension_cls": _WORKER_EXTENSION,
+    }
+    if ie.expert_parallel_size > 1:
+        kwargs["enable_expert_parallel"] = True  # vLLM's expert-parallel size is dp x tp: the flag is all it takes
+    if colocated:
+        kwargs["enable_sleep_mode"] = True  # the CuMem allocator that lets sleep() hand the GPU to the trainer
+    if max_model_len is not None:
+        kwargs["max_model_len"] = max_model_len
+    if rope_scaling or rope_theta is not None:
+        # vLLM 0.30 has no rope arguments; a callable override edits the config before vLLM checks its RoPE.
+        kwargs["hf_overrides"] = functools.partial(rope_override, rope_scaling=rope_scaling, rope_theta=rope_theta)
+    if lora_rank > 0:
+        kwargs.update(enable_lora=True, max_lora_rank=lora_max_rank(lora_rank), max_loras=max_loras,
+                      fully_sharded_loras=ie.fully_sharded_loras)
+    kwargs.update(ie.engine_init_kwargs or {})
+    return kwargs
+
+
+def engine_env(ie) -> dict[str, str]:
+    """Environment variables an engine process needs before vLLM is imported."""
+    if ie.vllm_v1_disable_multiproc:
+        # The engine core runs in the actor's process: scheduling is deterministic and no serialization
+        # stands between the actor and its workers.
+        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    return {}
+
+
+def lora_max_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds adapters of `rank`."""
+    for allowed in LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank, {LORA_RANKS[-1]}")
+
+
+def rope_override(config, *, rope_scaling: dict | None, rope_theta: float | None):
+    """`hf_overrides` callable: merge rlc's RoPE settings into the model config's `rope_parameters`.
+
+    Transformers 5 keeps the RoPE base and scaling in one dict; a plain override would replace it whole
+    (losing the model's `rope_theta`) or be ignored (a flat `rope_theta` is only a default).
+    """
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    params.update(rope_scaling or {})
+    if rope_theta is not None:
+        params["rope_theta"] = rope_theta
+    config.rope_parameters = params
+    return config
+
+
+def sampling_kwargs(sampling: Sampling, n: int, seed: int | None, additional_kwargs: dict | None = None) -> dict:
+    """`vllm.SamplingParams(**...)` keywords: `n` samples of one prompt; `additional_kwargs` (the spec's
+    `sampling_params.additional_kwargs`) are applied last."""
+    kwargs = {
+        "n": n,
+        "max_tokens": sampling.max_generate_length,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else 0,  # rlc's -1 (off) is 0 in vLLM 0.30
+        "min_p": sampling.min_p,
+        "repetition_penalty": sampling.repetition_penalty,
+        "stop": list(sampling.stop) or None,
+        "logprobs": 0 if sampling.logprobs else None,  # 0: the sampled token's alone
+        "seed": seed,  # the i-th of the n samples uses seed + i (vLLM's parallel sampling)
+        "detokenize": bool(sampling.stop),  # stop strings need the text; the driver reads token ids only
+    }
+    kwargs.update(additional_kwargs or {})
+    return kwargs
+
+
+def completions(outputs, logprobs: bool) -> list[list[Completion]]:
+    """vLLM `RequestOutput`s (one per prompt, in prompt order) as the engine interface's completions."""
+    return [[_completion(o, logprobs) for o in sorted(request.outputs, key=lambda o: o.index)]
+            for request in outputs]
+
+
+def _completion(out, logprobs: bool) -> Completion:
+    if out.finish_reason == "error":
+        raise RuntimeError("vLLM failed a request (finish_reason 'error')")
+    ids = list(out.token_ids)
+    values = None
+    if logprobs:
+        # One {token id: Logprob} per position; with logprobs=0 it holds the sampled token's.
+        values = [float(position[token].logprob) for token, position in zip(ids, out.logprobs)]
+    # "length", and "abort" or "repetition": the completion did not end on its own.
+    return Completion(ids, values, "stop" if out.finish_reason == "stop" else "length")
+
+
+class VLLMEngine:
+    """One engine replica: a vLLM `LLM` with the `hf` engine's interface, run by the driver as a Ray actor.
+
+    The synchronous `LLM`, not `AsyncLLM`: the driver hands each engine whole batches, which
+    `LLM.generate` already schedules with continuous batching, and relies on Ray running an actor's
+    calls one after another (a weight update queued after a batch reaches the engine after it); an
+    async actor would interleave them. Per-request streaming (multi-turn rollouts) is what would need
+    `AsyncLLM`.
+    """
+
+    def __init__(self, model_path: str, *, dtype: str | None = None, device: str = "cuda",
+                 pad_token_id: int | None = None, eos_token_id: int | None = None, tokenizer=None,
+                 engine_args: dict | None = None, env: dict | None = None):
+        """`engine_args` come from `engine_kwargs` (`dtype` applies only when they name none), `env` from
+        `engine_env`. vLLM places the model itself (`device` is unused) and reads the tokenizer from the
+        model path (`tokenizer` is unused)."""
+        os.environ.update(env or {})
+        args = {"model": model_path, **(engine_args or {})}
+        if dtype is not None:
+            args.setdefault("dtype", dtype)
+        if args.get("distributed_executor_backend") == "ray":
+            # Ray narrowed this actor's CUDA_VISIBLE_DEVICES; vLLM's own Ray workers pick their GPUs.
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        import vllm
+        from vllm import envs
+
+        self._vllm = vllm
+        self.llm = vllm.LLM(**args)
+        # Arguments to an engine core in its own process travel as msgpack; ours go pickled (rlc_call).
+        self._pickled_rpc = bool(envs.VLLM_ENABLE_V1_MULTIPROCESSING)
+        self.pad_token_id, self.eos_token_id, self.tokenizer = pad_token_id, eos_token_id, tokenizer
+        self.weight_version = 0
+        self._asleep: set[str] = set()
+
+    # -- the engine interface ------------------------------------------------------------------------
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling, n: int = 1,
+                 seed: int = 0) -> list[list[Completion]]:
+        """`n` completions for each prompt (token ids), in prompt order."""
+        if self._asleep:
+            raise RuntimeError(f"the engine is asleep ({', '.join(sorted(self._asleep))}): wake_up before generate")
+        if not prompts:
+            return []
+        extra = dict(getattr(sampling, "additional_kwargs", None) or {})
+        if self.eos_token_id is not None:
+            # Stop at the tokenizer's EOS as the hf engine does, besides the ids the model's generation config names.
+            extra.setdefault("stop_token_ids", [self.eos_token_id])
+        # vLLM 0.30 refuses n > 1 with greedy sampling: send such a prompt n times, one sample each.
+        copies = n if sampling.temperature == 0 else 1
+        per_request = n // copies
+        # Samples of prompt i use seeds seed + i*n ... seed + i*n + n - 1 (vLLM gives sample k of a request seed + k).
+        params = [self._vllm.SamplingParams(**sampling_kwargs(sampling, per_request,
+                                                              (seed + i * n + j * per_request) % 2**63, extra))
+                  for i in range(len(prompts)) for j in range(copies)]
+        requests = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompts for _ in range(copies)]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        flat = [c for group in completions(outputs, sampling.logprobs) for c in group]
+        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def sleep(self, level: int = 1) -> None:
+        """Level 1 keeps the weights in CPU memory, level 2 drops them; both drop the KV cache."""
+        # Cached prefixes would point at KV blocks that no longer hold them after a wake (vLLM #17103).
+        self.llm.reset_prefix_cache()
+        self.llm.sleep(level=level)
+        if level >= 1:
+            self._asleep = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Re-allocate `tags` ("weights", "kv_cache"), or everything; after a level-2 sleep the weights
+        are garbage until the next update (rlc always sends new weights after waking them)."""
+        self.llm.wake_up(tags=list(tags) if tags is not None else None)
+        self._asleep = set() if tags is None else self._asleep - set(tags)
+
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
+
+    def update_weights(self, state_dict: dict, version: int | None = None) -> int:
+        """Load a full state dict from the trainer (tensors or `transfer.pack`ed) on every worker."""
+        self._rpc("rlc_load_weights", state_dict)
+        return self.finish_weight_update(version)
+
+    # -- weight sync over a broadcast group or CUDA IPC (GPU only) --------------------------------------
+
+    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int,
+                          backend: str = "nccl", group_name: str = WEIGHT_GROUP) -> list[int]:
+        """Every worker joins trainer rank 0's broadcast group (call it while the trainer joins); `rank` is
+        this engine's first worker's, the others follow it (TP x PP of them). Returns the workers' ranks."""
+        return self._rpc("rlc_init_weight_update_group", master_address, master_port, rank, world_size, backend,
+                         group_name)
+
+    def receive_weights(self, metas: list, version: int | None = None) -> int:
+        """Receive and load the weights trainer rank 0 broadcasts now (`weight_sync.send_weights`); `metas`
+        are its `weight_sync.WeightMeta`s, in sending order."""
+        self._rpc("rlc_receive_weights", [m.name for m in metas], [m.dtype for m in metas],
+                  [list(m.shape) for m in metas])
+        return self.finish_weight_update(version)
+
+    def close_weight_group(self) -> None:
+        self._rpc("rlc_close_weight_update_group")
+
+    def update_weights_ipc(self, handles_by_gpu_uuid: dict, entries: list) -> None:
+        """Load one CUDA-IPC bucket on every worker (`vllm_worker.WeightSyncExtension.rlc_update_weights_ipc`);
+        call `finish_weight_update` after the last one."""
+        self._rpc("rlc_update_weights_ipc", handles_by_gpu_uuid, entries)
+
+    def finish_weight_update(self, version: int | None = None) -> int:
+        """Bump the weight version and drop the prefix cache, whose KV the old weights computed."""
+        self.llm.reset_prefix_cache()
+        self.weight_version = version if version is not None else self.weight_version + 1
+        return self.weight_version
+
+    def _rpc(self, method: str, *args) -> list:
+        if self._pickled_rpc:
+            return self.llm.collective_rpc("rlc_call", args=(pickle.dumps((method, args)),))
+        return self.llm.collective_rpc(method, args=args)
