@@ -1,7 +1,7 @@
 """What this rlc runtime can execute: a spec value it cannot run yet is refused at compile time.
 
 A compiled spec must never fail on the cluster for lack of an implementation. Values the CPU runtime
-lacks are errors. The GPU paths (the vLLM engine, Megatron) are warnings for now:
+lacks are errors. The Megatron strategy is a warning for now:
 their launch files are still worth checking, and the runtime stops at start-up, before any model loads.
 """
 
@@ -53,15 +53,9 @@ def _features(c: Context):
                       f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)")
 
 
-@rule("RLC-W901", "GPU runtime paths not in this rlc version (vLLM, Megatron)",
-      "generator.inference_engine.backend", "trainer.strategy")
+@rule("RLC-W901", "GPU runtime paths not in this rlc version (Megatron)", "trainer.strategy")
 def _gpu_paths(c: Context):
-    ie, t = c.s.generator.inference_engine, c.t
-    found = []
-    if ie.backend == "vllm":
-        found.append(("generator.inference_engine.backend", "the vllm engine", "backend: hf (it runs on GPUs too)"))
-    if t.strategy == "megatron":
-        found.append(("trainer.strategy", "the megatron strategy", "strategy: fsdp2"))
-    for key, what, instead in found:
-        yield c.warning("RLC-W901", key, f"{what} is not in this rlc runtime yet: the launch files are written, but the job stops at "
-                        "start-up before any model loads", f"to train with this version, use {instead}")
+    if c.t.strategy == "megatron":
+        yield c.warning("RLC-W901", "trainer.strategy", "the megatron strategy is not in this rlc runtime yet: the launch files are "
+                        "written, but the job stops at start-up before any model loads",
+                        "to train with this version, use strategy: fsdp2")

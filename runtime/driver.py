@@ -82,8 +82,13 @@ class Driver:
         """Stop before Ray starts or a model loads when the job needs a path this runtime does not have (RLC-W901)."""
         t, ie = self.spec.trainer, self.spec.generator.inference_engine
         missing = []
-        if ie.backend != "hf":
-            missing.append(f"the {ie.backend} inference engine (use generator.inference_engine.backend: hf)")
+        if ie.backend == "vllm" and self.plan["cluster"]["device"] == "CPU":
+            missing.append("the vllm engine on a CPU-only cluster (use generator.inference_engine.backend: hf)")
+        elif ie.backend == "vllm" and ie.run_engines_locally:
+            import importlib.util
+
+            if importlib.util.find_spec("vllm") is None:
+                missing.append("the vllm engine without vLLM installed (pip install 'rlc[vllm]')")
         if t.strategy not in ("fsdp", "fsdp2"):
             missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
         if missing:
@@ -181,19 +186,46 @@ class Driver:
                 raise RunError(f"a remote inference engine cannot be used: {cause}") from None
             return engines
         env = {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
-        actor = ray.remote(HFEngine)
         worker = inference["worker"]
         engines = []
+        self.engine_workers = []  # weight-sync group members per engine (tp x pp GPU workers each)
         for e in inference["engines"]:
-            engines.append(actor.options(
+            group = groups[inference["placement_group"]]
+            if ie.backend == "vllm":
+                engines.append(self._vllm_engine(ray, e, group, env, dtype))
+                continue
+            engines.append(ray.remote(HFEngine).options(
                 num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"],
-                scheduling_strategy=self._strategy(groups[inference["placement_group"]], e["bundles"][0]),
+                scheduling_strategy=self._strategy(group, e["bundles"][0]),
                 runtime_env={"env_vars": env} if env else None,
             ).remote(self.policy_path, dtype=dtype, device=self.device, pad_token_id=self.tokenizer.pad_token_id,
                      eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
                      cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None,
                      lora=self.spec.trainer.policy.model.lora))
+            self.engine_workers.append(1)
         return engines
+
+    def _vllm_engine(self, ray, e: dict, group, env: dict, dtype: str):
+        """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
+        from rlc.runtime.inference.vllm import VLLMEngine, engine_env, engine_kwargs
+
+        t, g, ie = self.spec.trainer, self.spec.generator, self.spec.generator.inference_engine
+        args = engine_kwargs(ie, model=self.policy_path, seed=_seed_for(t.seed, 0, e["index"]),
+                             max_model_len=t.max_prompt_length + g.sampling_params.max_generate_length,
+                             colocated=t.placement.colocate_all, rope_scaling=g.rope_scaling, rope_theta=g.rope_theta,
+                             lora_rank=t.policy.model.lora.rank)
+        workers = e["tp"] * e["pp"]
+        self.engine_workers.append(workers)
+        env = {**env, **engine_env(ie)}
+        if workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
+            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e["bundles"])
+            res = self.plan["inference"]["server_actor"]
+        else:
+            res = self.plan["inference"]["worker"]
+        return ray.remote(VLLMEngine).options(
+            num_cpus=res["num_cpus"], num_gpus=res["num_gpus"], scheduling_strategy=self._strategy(group, e["bundles"][0]),
+            runtime_env={"env_vars": env},
+        ).remote(self.policy_path, dtype=dtype, eos_token_id=self.tokenizer.eos_token_id, engine_args=args, env=engine_env(ie))
 
     def model_path(self, path: str) -> str:
         from rlc.runtime.models import ModelPathError, local_path
@@ -550,10 +582,12 @@ class Driver:
         if backend is None:
             return
         host, port = ray.get(self.workers["policy"][0].address.remote())
-        world = 1 + len(self.engines)
+        sizes = getattr(self, "engine_workers", None) or [1] * len(self.engines)
+        world = 1 + sum(sizes)
+        firsts = [1 + sum(sizes[:i]) for i in range(len(sizes))]  # an engine's workers take consecutive ranks
         # Every member joins at once: the group forms only when all of them are in.
         ray.get([w.init_weight_group.remote(host, port, world, backend) for w in self.workers["policy"]]
-                + [e.init_weight_group.remote(host, port, 1 + i, world, backend) for i, e in enumerate(self.engines)])
+                + [e.init_weight_group.remote(host, port, first, world, backend) for first, e in zip(firsts, self.engines)])
 
     def _send_weights(self, ray, version: int) -> None:
         """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""

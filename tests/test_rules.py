@@ -321,10 +321,11 @@ CASES = {
           max_turns: 3  # <-
           max_input_length: 4096
         """),
-    "RLC-W901": ("generator.inference_engine.backend", """
+    "RLC-W901": ("trainer.strategy", """
+        trainer:
+          strategy: megatron  # <-
         generator:
-          inference_engine:
-            backend: vllm  # <-
+          inference_engine: {weight_sync_backend: nccl}
         """),
 }
 
@@ -364,8 +365,7 @@ def test_base_spec_is_valid(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text("version: 1\n" + BASE_CLUSTER + "trainer: {logger: console}\n")
     analysis = analyze(path, env={})
-    # W901 only says the default vllm engine is not in this runtime yet.
-    assert analysis.ok and not [d for d in analysis.diagnostics if d.code != "RLC-W901"], [(d.code, d.message) for d in analysis.diagnostics]
+    assert analysis.ok and not analysis.diagnostics, [(d.code, d.message) for d in analysis.diagnostics]
 
 
 def test_rules_are_documented():
