@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test run bench bench-grpo test-vllm-api schema clean
+.PHONY: venv test run bench bench-grpo test-vllm-api sim-multinode schema clean
 
 $(BIN)/rlc: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -56,6 +56,14 @@ $(VLLM_API_VENV)/bin/vllm:
 
 test-vllm-api: $(VLLM_API_VENV)/bin/vllm
 	$(VLLM_API_VENV)/bin/python -m pytest tests/test_vllm_engine.py -q -p no:cacheprovider
+
+# The local example compiled for 2 nodes, its SkyPilot task run on 2 simulated hosts (network namespaces;
+# root and iproute2 needed): Ray forms through the generated script, the job trains on both hosts.
+sim-multinode: venv
+	$(BIN)/rlc compile examples/local-cpu.yaml -o build/sim-2node cluster.num_nodes=2 cluster.gpus_per_node=1 \
+	  trainer.micro_train_batch_size_per_gpu=64 trainer.micro_forward_batch_size_per_gpu=64 trainer.run_name=sim-2node \
+	  trainer.log_path=$(CURDIR)/build/sim-2node/runs trainer.ckpt_path=$(CURDIR)/build/sim-2node/ckpts
+	$(BIN)/python tools/skysim.py build/sim-2node/sky.yaml --keep build/sim-2node/hosts
 
 # Rewrite the committed JSON Schema after changing the spec model (installed extensions left out).
 schema: venv

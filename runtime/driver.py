@@ -10,6 +10,7 @@ engine `generator.inference_engine`, the sampler `generator.sampling_params`.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -102,6 +103,9 @@ class Driver:
         if ray.is_initialized():
             return ray
         env_vars = {**_QUIET_ENV, **{k: str(v) for k, v in (self.spec.launch.envs or {}).items()}}
+        # Under `ray job submit` the job's runtime env already set launch.envs in this process, and Ray refuses
+        # a ray.init that names the same variables again: pass only what is not set that way.
+        env_vars = {k: v for k, v in env_vars.items() if os.environ.get(k) != v}
         address = self.address or os.environ.get("RAY_ADDRESS")
         if address:
             ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
@@ -322,8 +326,20 @@ class Driver:
                                     for name in self.workers if name != "ref"})
             self._apply(ray, self.colocation.start())
             self._init_weight_group(ray)
+            self._write_placement(ray)
             self._sync_weights(ray, version=start_step)
             return self._loop(ray, tracker, train, val, start_step, total_steps, steps_per_epoch)
+        except ray.exceptions.RayTaskError as exc:
+            # A worker's or engine's call failed (a collective whose peer died fails this way too): its own error,
+            # without Ray's traceback around it.
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            first = str(cause).strip().splitlines()[0][:500] if str(cause).strip() else ""
+            raise RunError(f"a worker or engine call failed mid-run: {type(cause).__name__}: {first}; "
+                           f"{self._resume_hint()}") from None
+        except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
+            # A worker, an engine or a whole node went away: no step can finish any more.
+            raise RunError(f"a training or inference process died mid-run ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:300]}); {self._resume_hint()}") from None
         finally:
             tracker.close()
             ray.shutdown()
@@ -560,6 +576,25 @@ class Driver:
     def _sync_weights(self, ray, version: int) -> None:
         """The policy's weights into every engine, in the order the colocation state machine gives."""
         self._apply(ray, self.colocation.sync_weights(), version)
+
+    def _resume_hint(self) -> str:
+        last = ckpt.latest(self.ckpt_root)
+        where = f"the last complete checkpoint is {last}" if last else "no checkpoint was written yet"
+        return f"{where}; rerun with trainer.resume_mode=latest to continue from it"
+
+    def _write_placement(self, ray) -> None:
+        """{run_dir}/placement.json: the node address every rank and engine actually runs on, beside the plan's node."""
+        roles = {r["name"]: r for r in self.plan["roles"]}
+        out: dict = {"roles": {}, "engines": []}
+        for name, workers in self.workers.items():
+            ips = ray.get([w.node_ip.remote() for w in workers])
+            out["roles"][name] = [{"rank": r["rank"], "plan_node": r["node"], "ip": ip} for r, ip in zip(roles[name]["ranks"], ips)]
+        if self.spec.generator.inference_engine.run_engines_locally:
+            ips = ray.get([e.node_ip.remote() for e in self.engines])
+            out["engines"] = [{"index": e["index"], "plan_nodes": e["nodes"], "ip": ip}
+                              for e, ip in zip(self.plan["inference"]["engines"], ips)]
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "placement.json").write_text(json.dumps(out, indent=2) + "\n")
 
     def _broadcast_backend(self) -> str | None:
         """The collective weights travel by, or None for Ray's object store.

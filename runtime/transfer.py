@@ -54,3 +54,27 @@ def unpack(packed: dict) -> dict[str, torch.Tensor]:
             dt = getattr(torch, dtype)
             out[name] = (t.view(dt) if dt in _RAW else t).reshape(shape)
     return out
+
+
+def pin_gloo_interface() -> str | None:
+    """Point gloo at the network interface holding this node's Ray address; the interface name, or None.
+
+    Gloo binds to whatever the hostname resolves to, which on many machines (and in network namespaces)
+    is a loopback address peers on other nodes cannot reach. An explicit GLOO_SOCKET_IFNAME is kept.
+    """
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return os.environ["GLOO_SOCKET_IFNAME"]
+    try:
+        import psutil
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        ip = ray.util.get_node_ip_address()
+    except ImportError:
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == ip for a in addrs):
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+            return name
+    return None

@@ -137,6 +137,12 @@ class HFEngine:
         else:
             self.model.to(self.device)
 
+    def node_ip(self) -> str:
+        """The address of the node this process runs on (as Ray sees it)."""
+        import ray
+
+        return ray.util.get_node_ip_address()
+
     def reset_prefix_cache(self) -> None:
         """Nothing to drop: the hf engine builds its KV cache per generate call and keeps no prefix cache."""
 
@@ -179,8 +185,10 @@ class HFEngine:
 
     def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str) -> None:
         """Join the trainer's weight-sync group as `rank` (rank 0 is the trainer's first rank)."""
+        from rlc.runtime.transfer import pin_gloo_interface
         from rlc.runtime.weight_sync import init_group
 
+        pin_gloo_interface()
         self.weight_group = init_group(master_address, master_port, rank, world_size, backend)
 
     @torch.no_grad()

@@ -213,6 +213,12 @@ class VLLMEngine:
         self.llm.wake_up(tags=list(tags) if tags is not None else None)
         self._asleep = set() if tags is None else self._asleep - set(tags)
 
+    def node_ip(self) -> str:
+        """The address of the node this process runs on (as Ray sees it)."""
+        import ray
+
+        return ray.util.get_node_ip_address()
+
     def reset_prefix_cache(self) -> None:
         self.llm.reset_prefix_cache()
 

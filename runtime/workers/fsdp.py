@@ -8,6 +8,7 @@ the loss is scaled by the world size and weighted by the whole mini-batch's toke
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import socket
@@ -112,8 +113,23 @@ class FSDPWorker:
 
     # -- set-up ---------------------------------------------------------------------------------------
 
+    def node_ip(self) -> str:
+        """The address of the node this process runs on (as Ray sees it)."""
+        import ray
+
+        return ray.util.get_node_ip_address()
+
     def address(self) -> tuple[str, int]:
-        return free_address()
+        """Where rank 0 hosts the process group: the address Ray knows this node by, and a free port."""
+        host, port = free_address()
+        try:
+            import ray
+
+            if ray.is_initialized():
+                host = ray.util.get_node_ip_address()  # the hostname may resolve to an address peers cannot reach
+        except ImportError:
+            pass
+        return host, port
 
     def setup(self, master_addr: str, master_port: int) -> None:
         from torch.distributed.device_mesh import init_device_mesh
@@ -132,8 +148,13 @@ class FSDPWorker:
         else:
             backend = "gloo"
         if not dist.is_initialized():
+            from rlc.runtime.transfer import pin_gloo_interface
+
+            pin_gloo_interface()
+            # A rank whose peer died waits this long in a collective before failing (RLC_DIST_TIMEOUT_S, default 30 min).
+            timeout = datetime.timedelta(seconds=float(os.environ.get("RLC_DIST_TIMEOUT_S", "1800")))
             dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
-                                    world_size=self.world_size)
+                                    world_size=self.world_size, timeout=timeout)
         shard = self.config.fsdp_config.fsdp_size
         if 0 < shard < self.world_size:
             if self.world_size % shard:
@@ -299,8 +320,10 @@ class FSDPWorker:
     def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None:
         """Rank 0 joins the weight-sync group (rank 0 of it) with every engine worker; other ranks stay out."""
         if self.rank == 0:
+            from rlc.runtime.transfer import pin_gloo_interface
             from rlc.runtime.weight_sync import init_group
 
+            pin_gloo_interface()
             self.weight_group = init_group(master_address, master_port, 0, world_size, backend)
 
     def weight_metas(self, dtype: str | None = None) -> list:
