@@ -21,11 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--devices", type=int, required=True)
     gate.add_argument("--kind", choices=("GPU", "CPU"), default="GPU")
     gate.add_argument("--timeout", type=float, default=600)
+    gate.add_argument("--expect-ips", default="", help="comma-separated node addresses, to name the ones that never joined")
     args = parser.parse_args(argv)
     if args.command == "wait-cluster":
         from rlc.runtime.cluster_gate import wait_cluster
 
-        return wait_cluster(args.address, args.nodes, args.devices, args.kind, args.timeout)
+        return wait_cluster(args.address, args.nodes, args.devices, args.kind, args.timeout,
+                            expect_ips=[ip for ip in args.expect_ips.split(",") if ip.strip()])
 
     from rlc.runtime.config import CompiledJobError, load
 

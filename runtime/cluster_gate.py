@@ -6,7 +6,8 @@ import sys
 import time
 
 
-def wait_cluster(address: str, nodes: int, devices: int, kind: str, timeout_s: float, poll_s: float = 2.0) -> int:
+def wait_cluster(address: str, nodes: int, devices: int, kind: str, timeout_s: float, poll_s: float = 2.0,
+                 expect_ips: list[str] | None = None) -> int:
     import ray
 
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
@@ -20,9 +21,12 @@ def wait_cluster(address: str, nodes: int, devices: int, kind: str, timeout_s: f
                 return 0
             if time.monotonic() > deadline:
                 ips = sorted(n.get("NodeManagerAddress", "?") for n in alive)
+                absent = [ip.strip() for ip in expect_ips or [] if ip.strip() and ip.strip() not in ips]
+                named = f" ({', '.join(absent)})" if absent else ""
                 print(f"rlc: after {timeout_s:g} s the Ray cluster at {address} has {len(alive)} of {nodes} node(s) "
                       f"and {have:g} of {devices} {kind}; joined: {', '.join(ips) or 'none'}. "
-                      f"Missing {nodes - len(alive)} node(s): check that every node ran its `ray start`.", file=sys.stderr)
+                      f"Missing {max(nodes - len(alive), len(absent))} node(s){named}: check that every node ran its "
+                      "`ray start`.", file=sys.stderr)
                 return 1
             time.sleep(poll_s)
     finally:

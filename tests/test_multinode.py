@@ -116,7 +116,7 @@ def test_a_host_that_never_starts_fails_the_head_after_the_gate_timeout(tmp_path
         assert codes[0] not in (0, None)
         assert time.monotonic() - started >= 10
         log = _log(work, "run", 0)
-        assert "has 1 of 2 node(s)" in log and "Missing 1 node(s)" in log, log[-2000:]
+        assert "has 1 of 2 node(s)" in log and f"Missing 1 node(s) ({cluster.members[1].ip})" in log, log[-2000:]
         assert not _metrics(tmp_path, "sim-missing")
     _gone(cluster)
 

@@ -88,7 +88,8 @@ def test_head_and_worker_branches(tmp_path):
     head, calls = _run_script("run", task, tmp_path, 0)
     assert head.returncode == 0, head.stderr
     assert any(c.startswith("ray start --head --node-ip-address 10.0.0.1 --port 6479") and "--num-gpus 8" in c for c in calls)
-    assert "python -m rlc.runtime wait-cluster --address 10.0.0.1:6479 --nodes 2 --devices 16 --kind GPU --timeout 600" in calls
+    assert ("python -m rlc.runtime wait-cluster --address 10.0.0.1:6479 --nodes 2 --devices 16 --kind GPU --timeout 600 "
+            "--expect-ips 10.0.0.1,10.0.0.2") in calls
     assert any(c.startswith("python -m rlc.runtime run ") and c.endswith("/.rlc/jobs/gsm8k-grpo-2node/resolved.yaml") for c in calls)
     worker, calls = _run_script("run", task, tmp_path, 1)
     assert worker.returncode == 0, worker.stderr
