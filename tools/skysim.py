@@ -54,6 +54,56 @@ def why_unavailable() -> str | None:
     return None
 
 
+_made = 0
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if n == 0:
+            return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers() -> list[str]:
+    """Namespaces and bridges of simulations whose owner died without cleaning up (killed mid-test); removed."""
+    import re
+
+    removed = []
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    for ns in listed:
+        m = re.fullmatch(r"rlcsim([0-9a-z]+)x\d+-\d+", ns)
+        if m and not _alive(int(m.group(1), 36)):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _ip("netns", "del", ns, check=False)
+            removed.append(ns)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
+    for line in links:
+        name = line.split(": ")[1].split("@")[0] if ": " in line else ""
+        m = re.fullmatch(r"rlcbr([0-9a-z]+)x\d+(?:[vp]\d+)?", name)
+        if m and not _alive(int(m.group(1), 36)):
+            _ip("link", "del", name, check=False)
+            removed.append(name)
+    return removed
+
+
 @dataclass
 class Host:
     index: int
@@ -73,9 +123,13 @@ class Cluster:
     members: list[Host] = field(default_factory=list)
 
     def __post_init__(self):
-        tag = f"{os.getpid() % 10000}"
+        # Names carry the owner's pid (base 36, to fit 15-character link names) and a per-process count, so two
+        # clusters of one process never meet and leftovers of a killed owner can be told apart.
+        global _made
+        _made += 1
+        tag = f"{_base36(os.getpid())}x{_made}"
         self.bridge = f"rlcbr{tag}"
-        self.subnet = f"10.250.{os.getpid() % 250}"
+        self.subnet = f"10.250.{(os.getpid() + _made) % 250}"
         self.names = [f"rlcsim{tag}-{i}" for i in range(self.hosts)]
 
     # -- bring-up / tear-down ----------------------------------------------------------------------------
@@ -92,6 +146,7 @@ class Cluster:
         self.close()
 
     def _create(self) -> None:
+        remove_leftovers()
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
@@ -129,9 +184,12 @@ class Cluster:
                 (venv / "bin" / script).symlink_to(self.python_prefix / "bin" / script)
 
     def close(self) -> None:
-        for ns in self.names:
+        for i, ns in enumerate(self.names):
             self.kill(ns)
             _ip("netns", "del", ns, check=False)
+            # A namespace outlives `netns del` while killed processes are being reaped; deleting the bridge-side
+            # end of its veth pair removes both ends at once.
+            _ip("link", "del", f"{self.bridge}p{i}", check=False)
         _ip("link", "del", self.bridge, check=False)
         for h in self.members:
             shutil.rmtree(h.ray_tmp, ignore_errors=True)
