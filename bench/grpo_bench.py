@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from results import RESULTS, cpu_model, find_rlc, loadavg, nproc, write_section  # bench/results.py
+from results import RESULTS, cpu_model, find_rlc, loadavg, make_venv, nproc, write_section  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -296,10 +296,9 @@ def setup_peer(reinstall: bool, allow_install: bool) -> tuple[Path | None, str]:
           f"{PEER_SETUP_LOG.relative_to(ROOT)}) ...", flush=True)
     t0 = time.perf_counter()
     if not py.exists():
-        base = getattr(sys, "_base_executable", None) or sys.executable
-        p = subprocess.run([base, "-m", "venv", str(PEER_VENV)], capture_output=True, text=True)
-        if p.returncode != 0:
-            return None, f"could not create the peer venv: {(p.stderr or p.stdout).strip()[-500:]}"
+        error = make_venv(PEER_VENV)
+        if error:
+            return None, error
     PEER_MARKER.unlink(missing_ok=True)
     env = {**os.environ}
     env.pop("PYTHONPATH", None)

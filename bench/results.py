@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,3 +56,15 @@ def find_rlc() -> str | None:
     """The `rlc` next to the Python running the benchmark, else the one on PATH."""
     here = Path(sys.executable).parent / "rlc"
     return str(here) if here.exists() else shutil.which("rlc")
+
+
+def make_venv(path: Path) -> str | None:
+    """Create a venv at `path` from the real interpreter; an error message, or None when it worked.
+
+    sys._base_executable: a venv made from inside another venv is based on the real interpreter.
+    """
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    p = subprocess.run([base, "-m", "venv", str(path)], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"could not create the peer venv: {(p.stderr or p.stdout).strip()[-500:]}"
+    return None

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from results import RESULTS, cpu_model, find_rlc, loadavg, nproc, write_section  # bench/results.py
+from results import RESULTS, cpu_model, find_rlc, loadavg, make_venv, nproc, write_section  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -243,11 +243,9 @@ def setup_peer(reinstall: bool) -> tuple[Path | None, str]:
           f"log in {PEER_SETUP_LOG.relative_to(ROOT)}) ...", flush=True)
     t0 = time.perf_counter()
     if not py.exists():
-        # sys._base_executable: a venv made from inside another venv is based on the real interpreter.
-        base = getattr(sys, "_base_executable", None) or sys.executable
-        p = subprocess.run([base, "-m", "venv", str(PEER_VENV)], capture_output=True, text=True)
-        if p.returncode != 0:
-            return None, f"could not create the peer venv: {(p.stderr or p.stdout).strip()[-500:]}"
+        error = make_venv(PEER_VENV)
+        if error:
+            return None, error
     PEER_MARKER.unlink(missing_ok=True)
     pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check"]
     steps = [

@@ -442,28 +442,24 @@ class FSDPWorker:
 
     def offload(self, model: bool = True, optimizer: bool = True) -> None:
         """Move weights and/or optimizer state to the CPU (colocated GPUs); a no-op on a CPU run."""
-        if self.s.device != "cuda":
-            return
-        if model:
-            self.model.to("cpu")
-        if optimizer and self.optimizer is not None:
-            for st in self.optimizer.state.values():
-                for k, v in st.items():
-                    if torch.is_tensor(v):
-                        st[k] = v.to("cpu", non_blocking=True)
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+        self._move("cpu", model, optimizer)
+        if self.s.device == "cuda":
+            torch.cuda.empty_cache()
 
     def backload(self, model: bool = True, optimizer: bool = True) -> None:
+        """Bring weights and/or optimizer state back to the GPU; a no-op on a CPU run."""
+        self._move("cuda", model, optimizer)
+
+    def _move(self, device: str, model: bool, optimizer: bool) -> None:
         if self.s.device != "cuda":
             return
         if model:
-            self.model.to("cuda")
+            self.model.to(device)
         if optimizer and self.optimizer is not None:
             for st in self.optimizer.state.values():
                 for k, v in st.items():
-                    if torch.is_tensor(v) and k != "step":
-                        st[k] = v.to("cuda", non_blocking=True)
+                    if torch.is_tensor(v) and k != "step":  # AdamW keeps its step count on the CPU
+                        st[k] = v.to(device, non_blocking=True)
         torch.cuda.synchronize()
 
     def shutdown(self) -> None:
