@@ -105,3 +105,34 @@ def test_the_step_changes_the_weights(steps, tiny_model):
     after = torch.load(tmp_path / "one.pt")["weights"]
     changed = [n for n in after if not torch.equal(after[n], before[n])]
     assert len(changed) > len(after) // 2
+
+
+def _packed_rank(model_path: str, q) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1})
+    worker = FSDPWorker(WorkerSettings("policy", model_path, micro_forward_batch_size=4, sample_packing=True),
+                        spec.trainer.policy, spec.trainer.algorithm, 0, 1)
+    worker.setup("127.0.0.1", free_address()[1])
+    batch = _batch(worker.model.config.vocab_size)
+    batch["attention_mask"][2, :2] = 0  # left padding in some prompts
+    batch["attention_mask"][6, :1] = 0
+    padded = worker.forward(batch)
+    chosen = worker.packing  # sdpa on a CPU: packing is not chosen (it would cost more than it saves)
+    worker.packing = True  # the packed path, as flash attention takes it
+    q.put((chosen, padded, worker.forward(batch)))
+    worker.shutdown()
+
+
+def test_packed_micro_batches_give_the_padded_log_probs(tiny_model):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_packed_rank, args=(tiny_model, q))
+    p.start()
+    chosen, padded, packed = q.get(timeout=300)
+    p.join(timeout=60)
+    assert not chosen
+    mask = _batch(64)["loss_mask"].bool()
+    torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)

@@ -1,0 +1,136 @@
+"""What every training strategy's worker shares: its settings, where it runs, the LR schedule, and the
+policy and critic objectives on per-token outputs (so `fsdp2` and `megatron` optimise the same loss).
+
+Losses are weighted by the whole mini-batch's token and sequence counts (`totals`): summed over the
+micro-batches and data-parallel ranks of a mini-batch they give the mini-batch's loss, so any split of it
+gives the same gradient.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from dataclasses import dataclass
+
+import torch
+
+from rlc.runtime.algorithms.kl import token_kl
+from rlc.runtime.algorithms.losses import token_weights
+from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_options
+
+ROLES = ("policy", "ref", "critic")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass
+class WorkerSettings:
+    """What a worker needs beyond its own sub-config; the driver fills it from the resolved spec."""
+
+    role: str
+    model_path: str
+    device: str = "cpu"  # "cpu" or "cuda"
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    gradient_checkpointing_use_reentrant: bool = False
+    micro_train_batch_size: int = 1
+    micro_forward_batch_size: int = 1
+    temperature: float = 1.0
+    seed: int = 42
+    total_optimizer_steps: int = 1
+    max_seq_len: int | None = None
+    cpu_slots_per_node: int | None = None  # CPU runs: the node's cores are shared by this many slots
+    memory_snapshot_dir: str | None = None  # record_memory on CUDA: snapshots written at every checkpoint
+    sample_packing: bool = False  # micro-batches without padding (trainer.use_sample_packing)
+    colocated: bool = False  # training shares its GPUs with the inference engines
+
+
+def free_address() -> tuple[str, int]:
+    """This host's address and a free TCP port, for rank 0 to host the process group."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    try:
+        host = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        host = "127.0.0.1"
+    return host, port
+
+
+def lr_lambda(scheduler: str, warmup: int, total: int):
+    """The learning-rate factor of an optimizer step (constant / constant_with_warmup / linear / cosine)."""
+
+    def factor(step: int) -> float:
+        if scheduler != "constant" and warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if scheduler in ("constant", "constant_with_warmup"):
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if scheduler == "linear":
+            return max(0.0, 1.0 - progress)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
+
+    return factor
+
+
+class RayPlaced:
+    """Where a worker runs, as Ray sees it."""
+
+    def node_ip(self) -> str:
+        """The address of the node this process runs on (as Ray sees it)."""
+        import ray
+
+        return ray.util.get_node_ip_address()
+
+    def address(self) -> tuple[str, int]:
+        """Where rank 0 hosts the process group: the address Ray knows this node by, and a free port."""
+        host, port = free_address()
+        try:
+            import ray
+
+            if ray.is_initialized():
+                host = ray.util.get_node_ip_address()  # the hostname may resolve to an address peers cannot reach
+        except ImportError:
+            pass
+        return host, port
+
+
+def policy_objective(algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: dict, totals: dict,
+                     max_seq_len: int | None) -> tuple[torch.Tensor, dict]:
+    """The policy's loss on one micro-batch (its share of the mini-batch's) and its metrics, from the
+    response tokens' log-probs and entropies."""
+    a = algorithm
+    mask = mb["loss_mask"]
+    # No old log-probs: this is the only update on the batch, so the old policy is the current one.
+    old = mb["old_logprobs"] if "old_logprobs" in mb else logp.detach()
+    token_loss, parts = get_policy_loss(a.policy_loss_type)(
+        logp, old, mb["advantages"], mask, **get_policy_loss_options(a.policy_loss_type, a))
+    token_loss = torch.where(mask.bool(), token_loss, 0.0)  # NaN * 0 would still be NaN
+    if "is_weight" in mb:  # off-policy correction: truncated importance weights, decided by the driver
+        token_loss = token_loss * mb["is_weight"]
+    w = token_weights(mask, a.loss_reduction, total_tokens=totals["tokens"], total_sequences=totals["sequences"],
+                      max_seq_len=max_seq_len)
+    policy = (token_loss * w).sum()
+    loss = policy
+    # Share of the mini-batch in this micro-batch: metrics below sum to mini-batch means over ranks.
+    share = mask.sum().item() / max(totals["tokens"], 1.0)
+    seq_w = mask.float() / mask.float().sum(-1, keepdim=True).clamp(min=1) / max(totals["sequences"], 1.0)
+    metrics = {"policy_loss": policy.item(), **{k: float(v) * share for k, v in parts.items()}}
+    if a.use_kl_loss and "ref_logprobs" in mb:
+        kl = (token_kl(logp, mb["ref_logprobs"], mask, a.kl_estimator_type) * seq_w).sum()
+        loss = loss + a.kl_loss_coef * kl
+        metrics["kl"] = kl.item()
+    ent = (entropy * mask / max(totals["tokens"], 1.0)).sum()
+    if a.use_entropy_loss:
+        loss = loss - a.entropy_loss_coef * ent
+    metrics["entropy"] = ent.item()
+    return loss, metrics
+
+
+def critic_objective(algorithm, values: torch.Tensor, mb: dict, totals: dict) -> tuple[torch.Tensor, dict]:
+    """The clipped value loss on one micro-batch (its share of the mini-batch's)."""
+    mask, returns, old = mb["loss_mask"], mb["returns"], mb["old_values"]
+    clip = algorithm.value_clip
+    clipped = old + (values - old).clamp(-clip, clip)
+    token_loss = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+    loss = (token_loss * mask / max(totals["tokens"], 1.0)).sum()
+    return loss, {"critic_loss": loss.item()}
