@@ -4,24 +4,12 @@ from __future__ import annotations
 
 
 from rlc.compiler.check import Context, rule
-from rlc.compiler.resolve import critic_on
+from rlc.compiler.resolve import critic_on, ref_on
 
 IE = "generator.inference_engine"
 
 
 # -- Megatron (§3.3) ------------------------------------------------------------------------------------
-
-@rule("RLC-E501", "Megatron syncs weights over nccl", f"{IE}.weight_sync_backend", "trainer.strategy")
-def _m1(c: Context):
-    if c.megatron and c.ie.weight_sync_backend != "nccl":
-        yield c.error("RLC-E501", f"{IE}.weight_sync_backend", f"the megatron strategy syncs weights over nccl, not {c.ie.weight_sync_backend}", "set weight_sync_backend: nccl", ["trainer.strategy"])
-
-
-@rule("RLC-E502", "Megatron needs the vllm inference backend", f"{IE}.backend", "trainer.strategy")
-def _m2(c: Context):
-    if c.megatron and c.ie.backend != "vllm":
-        yield c.error("RLC-E502", f"{IE}.backend", f"the megatron strategy runs with vllm engines, not {c.ie.backend}", "set backend: vllm, or strategy: fsdp2", ["trainer.strategy"])
-
 
 @rule("RLC-E503", "Megatron trains no critic (GRPO-style only)", "trainer.critic.model.path", "trainer.strategy")
 def _m3(c: Context):
@@ -38,6 +26,19 @@ def _m7(c: Context):
         if sp != 1:
             yield c.error("RLC-E504", f"trainer.{role}.sequence_parallel_size", f"sequence_parallel_size is {sp}; Megatron splits sequences with context_parallel_size instead",
                           f"set sequence_parallel_size: 1 and megatron_config.context_parallel_size: {sp}", ["trainer.strategy"])
+
+
+@rule("RLC-W502", "Megatron: context parallelism needs TransformerEngine", "trainer.policy.megatron_config.context_parallel_size")
+def _cp(c: Context):
+    if not c.megatron:
+        return
+    for role in ("policy",) + (("ref",) if ref_on(c.s) else ()):
+        cp = getattr(c.t, role).megatron_config.context_parallel_size
+        if cp > 1:
+            yield c.warning("RLC-W502", f"trainer.{role}.megatron_config.context_parallel_size",
+                            f"context_parallel_size is {cp}: Megatron splits attention over ranks only with TransformerEngine, "
+                            "so the job stops at start-up on nodes without it",
+                            "install transformer-engine on the cluster (launch.setup), or set context_parallel_size: 1")
 
 
 @rule("RLC-W501", "Megatron: world divisible by pp * ep * etp", "trainer.policy.megatron_config.expert_model_parallel_size")

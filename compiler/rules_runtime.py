@@ -51,11 +51,3 @@ def _features(c: Context):
     for key, what in _unsupported(c):
         yield c.error("RLC-E903", key, f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",
                       f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)")
-
-
-@rule("RLC-W901", "GPU runtime paths not in this rlc version (Megatron)", "trainer.strategy")
-def _gpu_paths(c: Context):
-    if c.t.strategy == "megatron":
-        yield c.warning("RLC-W901", "trainer.strategy", "the megatron strategy is not in this rlc runtime yet: the launch files are "
-                        "written, but the job stops at start-up before any model loads",
-                        "to train with this version, use strategy: fsdp2")

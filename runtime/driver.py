@@ -31,7 +31,7 @@ from rlc.runtime.config import CompiledJob
 from rlc.runtime.data import DataError, expand, read_rows, synthetic
 from rlc.runtime.envs import make as make_env
 from rlc.runtime.inference.hf import Sampling
-from rlc.runtime.workers.fsdp import WorkerSettings
+from rlc.runtime.workers.common import WorkerSettings
 
 # Quiet third-party chatter in every process the driver starts.
 _QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -90,7 +90,12 @@ class Driver:
 
             if importlib.util.find_spec("vllm") is None:
                 missing.append("the vllm engine without vLLM installed (pip install 'rlc[vllm]')")
-        if t.strategy not in ("fsdp", "fsdp2"):
+        if t.strategy == "megatron":
+            import importlib.util
+
+            if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+                missing.append("the megatron strategy without Megatron-Core installed (pip install 'rlc[megatron]')")
+        elif t.strategy not in ("fsdp", "fsdp2"):
             missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
         if missing:
             raise RunError("this rlc runtime cannot run " + "; ".join(missing))
@@ -137,9 +142,12 @@ class Driver:
                                                 placement_group_capture_child_tasks=True)
 
     def _start_role(self, ray, groups, role: dict, total_optimizer_steps: int) -> list:
-        from rlc.runtime.workers.fsdp import FSDPWorker
-
         t = self.spec.trainer
+        if t.strategy == "megatron" and role["name"] != "critic":
+            from rlc.runtime.workers.megatron import MegatronWorker as Worker
+        else:
+            from rlc.runtime.workers.fsdp import FSDPWorker as Worker
+
         sub = getattr(t, role["name"])
         model_path = sub.model.path or t.policy.model.path
         settings = WorkerSettings(
@@ -152,9 +160,11 @@ class Driver:
             max_seq_len=t.algorithm.max_seq_len or self.spec.generator.sampling_params.max_generate_length,
             cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None,
             memory_snapshot_dir=str(self.ckpt_root / "memory_snapshots"),
+            sample_packing=t.use_sample_packing,
+            colocated=t.placement.colocate_all,
         )
         env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
-        actor = ray.remote(FSDPWorker)
+        actor = ray.remote(Worker)
         world = role["world_size"]
         workers = [
             actor.options(num_cpus=role["num_cpus"], num_gpus=role["num_gpus"],
@@ -167,7 +177,19 @@ class Driver:
         ]
         host, port = ray.get(workers[0].address.remote())
         ray.get([w.setup.remote(host, port) for w in workers])
+        self.layouts[role["name"]] = ray.get([w.layout.remote() for w in workers])
         return workers
+
+    def _shards(self, role: str, batch: dict) -> list[dict]:
+        """Each worker's rows: the block of its data-parallel rank (ranks of one model-parallel group share it)."""
+        layouts = self.layouts[role]
+        blocks = shards(batch, layouts[0]["dp_size"])
+        return [blocks[lay["dp_rank"]] for lay in layouts]
+
+    def _collected(self, role: str, results: list) -> list:
+        """The results of the ranks that return them (one per data-parallel rank), in data-parallel order."""
+        picked = [(lay["dp_rank"], r) for lay, r in zip(self.layouts[role], results) if lay["collect"]]
+        return [r for _, r in sorted(picked, key=lambda x: x[0])]
 
     def _start_engines(self, ray, groups) -> list:
         inference = self.plan["inference"]
@@ -309,6 +331,7 @@ class Driver:
             groups = self._placement_groups(ray)
             roles = {r["name"]: r for r in self.plan["roles"]}
             self.engines = self._start_engines(ray, groups)
+            self.layouts: dict[str, list[dict]] = {}
             self.workers = {name: self._start_role(ray, groups, role, total_steps * mini_per_step * t.update_epochs_per_batch)
                             for name, role in roles.items()}
             self.kl_coef = t.algorithm.kl_loss_coef
@@ -464,7 +487,8 @@ class Driver:
     def _forward(self, ray, role: str, batch: dict) -> torch.Tensor:
         self._apply(ray, self.colocation.before_forward(role))
         workers = self.workers[role]
-        return torch.cat(ray.get([w.forward.remote(s) for w, s in zip(workers, shards(batch, len(workers)))]))
+        outs = ray.get([w.forward.remote(s) for w, s in zip(workers, self._shards(role, batch))])
+        return torch.cat(self._collected(role, outs))
 
     def _step(self, ray, step: int, rows, rollouts: list[Rollout] | None = None) -> dict:
         """One training step on `rows`; `rollouts` are given when they were generated ahead (fully async)."""
@@ -531,7 +555,8 @@ class Driver:
             for _ in range(t.update_epochs_per_batch):
                 for mb in mini_batches(batch, mini * g.n_samples_per_prompt):
                     tot = totals(mb)
-                    results = ray.get([w.train_mini_batch.remote(s, tot) for w, s in zip(workers, shards(mb, len(workers)))])
+                    results = self._collected(role, ray.get([w.train_mini_batch.remote(s, tot)
+                                                             for w, s in zip(workers, self._shards(role, mb))]))
                     for k in results[0]:
                         # Loss metrics are per-rank shares of the mini-batch; the optimizer's are the same on every rank.
                         value = results[0][k] if k in ("grad_norm", "lr", "skipped") else sum(r[k] for r in results)

@@ -254,18 +254,6 @@ CASES = {
           max_turns: 3
           max_input_length: 2048
         """),
-    "RLC-E501": ("generator.inference_engine.weight_sync_backend", """
-        trainer: {strategy: megatron}
-        generator:
-          inference_engine:
-            weight_sync_backend: gloo  # <-
-        """),
-    "RLC-E502": ("generator.inference_engine.backend", """
-        trainer: {strategy: megatron}
-        generator:
-          inference_engine:
-            backend: hf  # <-
-        """),
     "RLC-E503": ("trainer.critic.model.path", """
         trainer:
           strategy: megatron
@@ -321,11 +309,13 @@ CASES = {
           max_turns: 3  # <-
           max_input_length: 4096
         """),
-    "RLC-W901": ("trainer.strategy", """
+    "RLC-W502": ("trainer.policy.megatron_config.context_parallel_size", """
         trainer:
-          strategy: megatron  # <-
-        generator:
-          inference_engine: {weight_sync_backend: nccl}
+          strategy: megatron
+          placement: {policy_num_gpus_per_node: 2}
+          policy:
+            megatron_config:
+              context_parallel_size: 2  # <-
         """),
 }
 

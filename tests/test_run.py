@@ -140,6 +140,29 @@ def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
     assert (export / "critic" / "critic.pt").exists()
 
 
+def test_megatron_tensor_parallel_run_checkpoints_and_exports(tmp_path, run_env, tiny_model):
+    """strategy megatron on two CPU slots (tp=2, through megatron_cpu), with a reference model for the KL loss.
+    (Resuming a Megatron checkpoint in fresh workers, on another layout, is in test_megatron.py.)"""
+    pytest.importorskip("megatron.core")
+    extra = ("trainer.strategy=megatron", "cluster.gpus_per_node=2", "trainer.policy.megatron_config.tensor_model_parallel_size=2",
+             "trainer.algorithm.use_kl_loss=true", "trainer.micro_train_batch_size_per_gpu=64", "trainer.ckpt_interval=2",
+             "trainer.hf_save_interval=4")
+    result = run_rlc("run", *_args(tmp_path, 64, *extra), env=run_env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "Apex is not installed" not in result.stderr
+    metrics = _metrics(tmp_path)
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[-1]["kl"] > 0  # the policy moved from the reference
+    assert all(m["grad_norm"] > 0 for m in metrics)
+    assert (tmp_path / "ckpts" / "global_step_2" / "policy" / "metadata.json").exists()  # Megatron's dist checkpoint
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "exports" / "global_step_4" / "policy").state_dict()
+    start = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()  # the same seeded build as the run's
+    assert exported.keys() == start.keys()
+    assert sum(not torch.equal(exported[k], start[k]) for k in start) > len(start) // 2
+
+
 def test_a_tracker_that_cannot_start_stops_the_run_before_ray(tmp_path, run_env):
     try:
         import tensorboard  # noqa: F401

@@ -1,0 +1,684 @@
+"""Megatron-Core training workers (strategy `megatron`): one process per rank of the policy or ref.
+
+Each rank builds Megatron's parallel state from the role's `megatron_config` (tensor, pipeline, context
+and expert parallel sizes; data parallel is what remains of the world), a GPTModel stage from the Hugging
+Face config (TransformerEngine's layer spec when it is installed, Megatron's local spec otherwise), loads
+the Hugging Face weights through rlc's conversion (`rlc.runtime.megatron_weights`; Megatron-Bridge is not
+needed), and wraps it in Megatron's DDP and optimizer. Steps run Megatron's forward-backward schedule, so
+pipeline stages pass activations as Megatron does.
+
+The driver gives every rank of a data-parallel group the same rows (`layout()`); only the ranks that
+`collect` (tensor rank 0 of the last pipeline stage, context rank 0) return log-probs and loss metrics.
+Losses are the same objective as fsdp2's (`workers.common.policy_objective`), computed from vocab-parallel
+logits without gathering the vocabulary. Weights leave as Hugging Face tensors on global rank 0: each
+parameter's tensor shards are gathered, pipeline stages send theirs to stage 0, and the conversion turns
+them into Hugging Face names.
+
+Megatron-Core needs CUDA; without a GPU, `megatron_cpu` redirects its CUDA calls to the CPU (slow, for
+checking a job on a tiny model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+from functools import partial
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from rlc.runtime import megatron_weights as mw
+from rlc.runtime.workers.common import (DTYPES, RayPlaced, WorkerSettings, lr_lambda, policy_objective)
+
+__all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
+
+# Fused kernels are CUDA code: a CPU run turns them off whatever the spec says.
+_CPU_OFF = dict(bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
+                gradient_accumulation_fusion=False, apply_rope_fusion=False, bias_dropout_fusion=False)
+
+
+def _quiet() -> None:
+    """Megatron-Core's and torch's notices that say nothing about the job (falling back to torch kernels without
+    Apex/TransformerEngine, its own deprecated calls) are not shown; real warnings still are."""
+    import warnings
+
+    for message in ("Apex is not installed", "Transformer Engine and Apex are not installed", "full scope is deprecated",
+                    "The .grad attribute of a Tensor that is not a leaf", "Please use DTensor instead",
+                    "`load_state_dict` is deprecated",
+                    r"`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated"):
+        warnings.filterwarnings("ignore", message=message)
+
+
+def _have_te() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+def vocab_parallel_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, vocab_size: int,
+                            want_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of `targets` (and the entropy) from this tensor rank's slice of the vocabulary's logits.
+
+    The softmax normaliser and the target's logit are summed over the tensor-parallel group (forward:
+    all-reduce; backward: each rank's own slice, since every rank holds the same loss). Columns past
+    `vocab_size` (padding that makes the vocabulary divide by tp) get no probability.
+    """
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce_sum
+
+    logits = logits.float() / temperature
+    local = logits.shape[-1]
+    start = ps.get_tensor_model_parallel_rank() * local
+    if start + local > vocab_size:
+        cols = torch.arange(start, start + local, device=logits.device)
+        logits = logits.masked_fill(cols >= vocab_size, float("-inf"))
+    peak = logits.detach().max(-1, keepdim=True).values
+    if ps.get_tensor_model_parallel_world_size() > 1:
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=ps.get_tensor_model_parallel_group())
+    shifted = logits - peak
+    exp = shifted.exp()
+    total = reduce_sum(exp.sum(-1))
+    mine = (targets >= start) & (targets < start + local)
+    picked = shifted.gather(-1, (targets - start).clamp(0, local - 1).unsqueeze(-1)).squeeze(-1)
+    picked = reduce_sum(torch.where(mine, picked, 0.0))
+    logp = picked - total.log()
+    if not want_entropy:
+        return logp, None
+    probs = exp / total.unsqueeze(-1)
+    weighted = reduce_sum(torch.where(probs > 0, probs * shifted, 0.0).sum(-1))
+    return logp, total.log() - weighted
+
+
+class MegatronWorker(RayPlaced):
+    """One rank of the policy or ref under Megatron-Core. `config` is the role's sub-config."""
+
+    def __init__(self, settings: WorkerSettings, config: Any, algorithm: Any, rank: int, world_size: int):
+        if settings.role not in ("policy", "ref"):
+            raise ValueError(f"the megatron strategy trains no {settings.role!r} (policy and ref only)")
+        _quiet()
+        # Megatron's tensor-parallel layers overlap their gradient all-reduce with compute only when kernels queue
+        # in order on one CUDA connection; it must be set before CUDA starts.
+        os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+        self.s, self.config, self.algorithm = settings, config, algorithm
+        self.mc = config.megatron_config
+        self.rank, self.world_size = rank, world_size
+        self.model = self.optimizer = None
+        self.optimizer_steps = 0
+        self.lora = False
+        self._schedule = lr_lambda("constant", 0, 1)
+        self._stage_metas: list | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------------
+
+    def _device(self):
+        """The context every call into Megatron runs in: the CPU redirection on a run without a GPU."""
+        if self.s.device == "cpu":
+            from rlc.runtime.workers import megatron_cpu
+
+            return megatron_cpu.active()
+        return contextlib.nullcontext()
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        from transformers import AutoConfig
+
+        torch.manual_seed(self.s.seed)
+        if self.s.device == "cpu":
+            from rlc.runtime.transfer import cpu_threads
+            from rlc.runtime.workers import megatron_cpu
+
+            megatron_cpu.enable()
+            if self.s.cpu_slots_per_node:
+                cpu_threads(self.s.cpu_slots_per_node)
+            backend = "gloo"
+        else:
+            torch.cuda.set_device(0)  # Ray gives each actor its own CUDA_VISIBLE_DEVICES
+            backend = "cpu:gloo,cuda:nccl"
+        if not dist.is_initialized():
+            from rlc.runtime.transfer import pin_gloo_interface
+
+            pin_gloo_interface()
+            timeout = datetime.timedelta(seconds=float(os.environ.get("RLC_DIST_TIMEOUT_S", "1800")))
+            dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
+                                    world_size=self.world_size, timeout=timeout)
+        self.hf_config = AutoConfig.from_pretrained(self.s.model_path)
+        with self._device():
+            self._parallel_state()
+            self._build()
+
+    def _parallel_state(self) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core import tensor_parallel
+
+        mc = self.mc
+        model_parallel = mc.tensor_model_parallel_size * mc.pipeline_model_parallel_size * mc.context_parallel_size
+        if self.world_size % model_parallel:
+            raise ValueError(f"the {self.s.role} world size {self.world_size} is not divisible by tp*pp*cp = {model_parallel}")
+        if mc.context_parallel_size > 1 and not _have_te():
+            raise RuntimeError("context_parallel_size > 1 needs TransformerEngine's attention (pip install transformer-engine); "
+                               "Megatron's local layer spec has no context-parallel attention")
+        if not ps.model_parallel_is_initialized():
+            ps.initialize_model_parallel(
+                tensor_model_parallel_size=mc.tensor_model_parallel_size,
+                pipeline_model_parallel_size=mc.pipeline_model_parallel_size,
+                context_parallel_size=mc.context_parallel_size,
+                expert_model_parallel_size=mc.expert_model_parallel_size,
+                expert_tensor_parallel_size=mc.expert_tensor_parallel_size)
+        self.tp, self.tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+        self.pp, self.pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
+        self.dp, self.dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+        self.cp_rank = ps.get_context_parallel_rank()
+        tensor_parallel.model_parallel_cuda_manual_seed(self.s.seed)
+
+    def _transformer_config(self):
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        mc, cpu = self.mc, self.s.device == "cpu"
+        dtype = torch.bfloat16 if self.s.bf16 and not cpu else torch.float32
+        kwargs = dict(mw.transformer_config_kwargs(self.hf_config))
+        kwargs.update(
+            tensor_model_parallel_size=mc.tensor_model_parallel_size,
+            pipeline_model_parallel_size=mc.pipeline_model_parallel_size,
+            context_parallel_size=mc.context_parallel_size,
+            expert_model_parallel_size=mc.expert_model_parallel_size,
+            expert_tensor_parallel_size=mc.expert_tensor_parallel_size,
+            bf16=dtype == torch.bfloat16, params_dtype=dtype, pipeline_dtype=dtype,
+            use_cpu_initialization=True)  # weights are loaded into CPU tensors, then moved
+        if getattr(self.hf_config, "num_experts", None) or getattr(self.hf_config, "num_local_experts", None):
+            kwargs.update(moe_token_dispatcher_type=mc.moe_token_dispatcher_type,
+                          moe_router_load_balancing_type=mc.moe_router_load_balancing_type,
+                          moe_grouped_gemm=mc.moe_grouped_gemm)
+            if mc.moe_router_score_function is not None:
+                kwargs["moe_router_score_function"] = mc.moe_router_score_function
+            if mc.moe_router_enable_expert_bias is not None:
+                kwargs["moe_router_enable_expert_bias"] = mc.moe_router_enable_expert_bias
+        kwargs.update(mc.transformer_config_kwargs or {})
+        if cpu:
+            kwargs.update(_CPU_OFF)
+        if not self.s.gradient_checkpointing and "recompute_granularity" not in (mc.transformer_config_kwargs or {}):
+            kwargs.pop("recompute_granularity", None)
+        if kwargs.get("recompute_granularity") is None:
+            for k in ("recompute_method", "recompute_num_layers", "recompute_modules"):
+                kwargs.pop(k, None)
+        try:
+            return TransformerConfig(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"trainer.{self.s.role}.megatron_config.transformer_config_kwargs: {exc}") from None
+
+    def _build(self) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core.models.gpt import GPTModel
+
+        self.tconfig = config = self._transformer_config()
+        te = _have_te() and self.s.device == "cuda"
+        if te:
+            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+            from megatron.core.transformer.enums import AttnMaskType
+
+            spec = get_gpt_layer_with_transformer_engine_spec()
+            # TransformerEngine ignores the mask of a plain `causal` layer: padding must be masked too.
+            spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
+        else:
+            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+            spec = get_gpt_layer_local_spec()  # the mask given to forward is applied as it is
+        self.arch = mw.layout_from_hf(self.hf_config, self.tp, fused_norms=te)
+        kwargs = {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
+        model = GPTModel(config, transformer_layer_spec=spec, pre_process=ps.is_pipeline_first_stage(),
+                         post_process=ps.is_pipeline_last_stage(), **kwargs)
+        self.gpt = model
+        self._load_hf(model)
+        if self.s.device == "cuda":
+            model.cuda()
+        if config.bf16:
+            from megatron.core.transformer.module import Float16Module
+
+            model = Float16Module(config, model)
+        if self.s.role == "ref":
+            self.model = model
+            for p in model.parameters():
+                p.requires_grad_(False)
+        else:
+            self._wrap_for_training(model)
+        self._exchange_stage_metas()
+
+    def _load_hf(self, model) -> None:
+        from transformers import AutoModelForCausalLM
+
+        hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
+        state = mw.hf_to_megatron(hf.state_dict(), self.arch, self.tp_rank, self.tp, self.pp_rank, self.pp)
+        del hf
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.endswith("_extra_state")]
+        if missing or unexpected:
+            raise RuntimeError(f"the converted weights do not fit the Megatron model: missing {missing[:5]}, "
+                               f"unexpected {unexpected[:5]}")
+
+    def _wrap_for_training(self, model) -> None:
+        from megatron.core.distributed import (DistributedDataParallel, DistributedDataParallelConfig,
+                                               finalize_model_grads)
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        mc, opt = self.mc, self.config.optimizer_config
+        extra = dict(mc.optimizer_config_kwargs or {})
+        distributed = bool(extra.pop("use_distributed_optimizer", True))
+        ddp = mc.ddp_config
+        self.model = DistributedDataParallel(
+            config=self.tconfig, module=model,
+            ddp_config=DistributedDataParallelConfig(
+                grad_reduce_in_fp32=ddp.grad_reduce_in_fp32, overlap_grad_reduce=ddp.overlap_grad_reduce,
+                overlap_param_gather=ddp.overlap_param_gather, average_in_collective=ddp.average_in_collective,
+                use_distributed_optimizer=distributed))
+        self.tconfig.finalize_model_grads_func = finalize_model_grads
+        try:
+            ocfg = OptimizerConfig(
+                optimizer="adam", lr=opt.lr, min_lr=0.0, weight_decay=opt.weight_decay,
+                adam_beta1=opt.adam_betas[0], adam_beta2=opt.adam_betas[1], clip_grad=opt.max_grad_norm,
+                bf16=self.tconfig.bf16, params_dtype=self.tconfig.params_dtype,
+                use_distributed_optimizer=distributed, **extra)
+        except TypeError as exc:
+            raise ValueError(f"trainer.{self.s.role}.megatron_config.optimizer_config_kwargs: {exc}") from None
+        self.optimizer = get_megatron_optimizer(ocfg, [self.model])
+        self._base_lr = opt.lr
+        self._schedule = lr_lambda(opt.scheduler, opt.num_warmup_steps, self.s.total_optimizer_steps)
+
+    def layout(self) -> dict:
+        """Which rows this rank takes (its data-parallel rank of `dp`) and whether it returns results."""
+        collect = self.tp_rank == 0 and self.pp_rank == self.pp - 1 and self.cp_rank == 0
+        return {"dp_rank": self.dp_rank, "dp_size": self.dp, "collect": collect}
+
+    # -- forward-backward -------------------------------------------------------------------------------
+
+    def _micro_batches(self, batch: dict, size: int) -> list[dict]:
+        """Row blocks of `size`; with pipeline stages every block has the same shape (the last one padded
+        with rows that carry no loss), since stages exchange fixed-size activations."""
+        rows = batch["response_ids"].shape[0]
+        out = []
+        for i in range(0, rows, size):
+            mb = {k: (v[i:i + size] if torch.is_tensor(v) else v) for k, v in batch.items()}
+            short = size - mb["response_ids"].shape[0]
+            if short and self.pp > 1:
+                mb = {k: (torch.cat([v, torch.zeros((short, *v.shape[1:]), dtype=v.dtype)]) if torch.is_tensor(v) else v)
+                      for k, v in mb.items()}
+            mb["rows"] = min(size, rows - i)
+            out.append(mb)
+        return out
+
+    def _inputs(self, mb: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token ids, positions and Megatron's attention mask (True = masked: causal and padding)."""
+        dev = "cuda" if self.s.device == "cuda" else "cpu"
+        ids, attn = mb["input_ids"].to(dev), mb["attention_mask"].to(dev)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        seq = ids.shape[1]
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=dev).tril()
+        allowed = causal[None, None] & attn.bool()[:, None, None, :]
+        return ids, positions, ~allowed
+
+    def _response_logprobs(self, logits: torch.Tensor, mb: dict, want_entropy: bool):
+        start, length = mb["prompt_len"] - 1, mb["response_ids"].shape[1]
+        response = mb["response_ids"].to(logits.device)
+        return vocab_parallel_logprobs(logits[:, start:start + length], response, self.s.temperature,
+                                       self.arch.vocab_size, want_entropy)
+
+    def _schedule_run(self, micro: list[dict], loss_fn, forward_only: bool) -> list:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def step(data_iterator, model):
+            mb = next(data_iterator)
+            ids, positions, mask = self._inputs(mb)
+            return model(ids, positions, mask), partial(loss_fn, mb)
+
+        return get_forward_backward_func()(
+            forward_step_func=step, data_iterator=iter(micro), model=[self.model], num_microbatches=len(micro),
+            seq_length=micro[0]["input_ids"].shape[1], micro_batch_size=micro[0]["input_ids"].shape[0],
+            forward_only=forward_only)
+
+    @torch.no_grad()
+    def forward(self, batch: dict) -> torch.Tensor:
+        """Log-probs of this data-parallel rank's rows on the collecting ranks; an empty tensor elsewhere."""
+        with self._device():
+            self.model.eval()
+            micro = self._micro_batches(batch, self.s.micro_forward_batch_size)
+
+            def scored(mb, logits):
+                logp, _ = self._response_logprobs(logits, mb, False)
+                return logp.sum() * 0.0, {"logp": logp[:mb["rows"]].float().cpu()}
+
+            outs = self._schedule_run(micro, scored, forward_only=True)
+            self._maybe_empty_cache()
+        if not self.layout()["collect"]:
+            return torch.empty(0)
+        return torch.cat([o["logp"] for o in outs])
+
+    def train_mini_batch(self, batch: dict, totals: dict) -> dict:
+        """One optimizer step on this data-parallel rank's share of a mini-batch."""
+        with self._device(), self._profiled():
+            self.model.train()
+            self.model.zero_grad_buffer()
+            self.optimizer.zero_grad()
+            lr = self._base_lr * self._schedule(self.optimizer_steps)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            micro = self._micro_batches(batch, self.s.micro_train_batch_size)
+            # Megatron divides each micro-batch's loss by their number and averages gradients over data-parallel
+            # ranks; the objective is already each micro-batch's share of the mini-batch, so undo both.
+            scale = len(micro) * self.dp
+
+            def objective(mb, logits):
+                logp, entropy = self._response_logprobs(logits, mb, True)
+                device_mb = {k: (v.to(logp.device) if torch.is_tensor(v) else v) for k, v in mb.items()}
+                loss, metrics = policy_objective(self.algorithm, logp, entropy, device_mb, totals, self.s.max_seq_len)
+                return loss * scale, metrics
+
+            outs = self._schedule_run(micro, objective, forward_only=False)
+            ok, grad_norm, _ = self.optimizer.step()
+            self.optimizer_steps += 1
+            self._maybe_empty_cache()
+        grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
+        sums: dict[str, float] = {}
+        for metrics in outs:
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        sums.update(grad_norm=grad_norm, lr=lr, skipped=float(not ok or not math.isfinite(grad_norm)))
+        return sums
+
+    @contextlib.contextmanager
+    def _profiled(self):
+        """torch_profiler_config: a trace of each optimizer step on the listed ranks."""
+        prof = self.mc.torch_profiler_config
+        if not prof.enable or self.rank not in (prof.ranks or []):
+            yield
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.s.device == "cuda" else [])
+        out = Path(os.path.expanduser(prof.save_path or "profiler"))
+        out.mkdir(parents=True, exist_ok=True)
+        with profile(activities=activities, record_shapes=True) as p:
+            yield
+        p.export_chrome_trace(str(out / f"{self.s.role}_rank{self.rank}_step{self.optimizer_steps}.json"))
+
+    def _maybe_empty_cache(self) -> None:
+        empty = self.mc.empty_cuda_cache
+        if self.s.device == "cuda" and (empty if empty is not None else self.s.colocated):
+            torch.cuda.empty_cache()
+
+    # -- weights out ------------------------------------------------------------------------------------
+
+    def _exchange_stage_metas(self) -> None:
+        """Every stage's parameters (global Megatron name, local shape, dtype), known to every rank of the pipeline."""
+        from megatron.core import parallel_state as ps
+
+        offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start
+        mine = [(mw.global_name(n, offset), tuple(p.shape), str(p.dtype).removeprefix("torch."))
+                for n, p in self._named_params()]
+        if self.pp == 1:
+            self._stage_metas = [mine]
+            return
+        gathered: list = [None] * self.pp
+        dist.all_gather_object(gathered, mine, group=ps.get_pipeline_model_parallel_group())
+        self._stage_metas = gathered
+
+    def _named_params(self) -> list[tuple[str, torch.Tensor]]:
+        return [(n, p) for n, p in self.gpt.state_dict(keep_vars=True).items()
+                if torch.is_tensor(p) and not n.endswith("_extra_state")]
+
+    def _shard_count(self, name: str) -> int:
+        return self.tp if mw.tp_split_dim(name) is not None else 1
+
+    def weight_metas(self, dtype: str | None = None) -> list:
+        """Hugging Face names, dtypes and shapes of what `broadcast_weights` sends, in order (no collectives:
+        the conversion runs on meta tensors)."""
+        from rlc.runtime.weight_sync import metas_of
+
+        return metas_of(self._hf_stream(meta=True), DTYPES.get(dtype or ""))
+
+    def _hf_stream(self, meta: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+        """(Hugging Face name, full tensor) pairs on global rank 0, parameter by parameter.
+
+        Every rank of data-parallel replica 0 must iterate it (tensor shards are gathered, stages send to
+        stage 0); other replicas hold the same weights and take no part. `meta=True` yields meta tensors
+        of the right shapes on the calling rank without any communication.
+        """
+        from megatron.core import parallel_state as ps
+
+        if not meta and self.dp_rank != 0:
+            return
+        local = dict(self._named_params())
+        offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start
+        for stage, metas in enumerate(self._stage_metas):
+            for name, shape, dtype in metas:
+                if name == "output_layer.weight" and self.arch.tied:
+                    continue  # the embedding carries it
+                count = self._shard_count(name)
+                if meta:
+                    shards = [torch.empty(shape, dtype=getattr(torch, dtype), device="meta")] * count
+                    yield from mw.megatron_to_hf(name, shards, self.arch)
+                    continue
+                stacked = None
+                if stage == self.pp_rank:
+                    tensor = local[_local_name(name, offset)].detach()
+                    if count > 1:
+                        parts = [torch.empty_like(tensor) for _ in range(count)]
+                        dist.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
+                        stacked = torch.stack(parts)
+                    else:
+                        stacked = tensor.unsqueeze(0)
+                if self.tp_rank != 0:
+                    continue
+                if self.pp > 1:
+                    group = ps.get_pipeline_model_parallel_group()
+                    if stacked is None:
+                        dev = "cuda" if self.s.device == "cuda" else "cpu"
+                        stacked = torch.empty((count, *shape), dtype=getattr(torch, dtype), device=dev)
+                    src = dist.get_global_rank(group, stage)
+                    dist.broadcast(stacked.contiguous(), src=src, group=group)
+                if self.rank == 0:
+                    yield from mw.megatron_to_hf(name, list(stacked.cpu().unbind(0)), self.arch)
+
+    @torch.no_grad()
+    def full_state_dict(self, dtype: str | None = None, adapters_only: bool = False) -> dict[str, torch.Tensor] | None:
+        """The Hugging Face state dict on global rank 0 (None elsewhere); every rank must call it."""
+        cast = DTYPES.get(dtype or "")
+        with self._device():
+            out = {name: (t.to(cast) if cast is not None and t.is_floating_point() else t.clone())
+                   for name, t in self._hf_stream()}
+        return out if self.rank == 0 else None
+
+    def packed_state_dict(self, dtype: str | None = None) -> dict | None:
+        from rlc.runtime.transfer import pack
+
+        full = self.full_state_dict(dtype)
+        return pack(full) if full is not None else None
+
+    def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None:
+        """Global rank 0 joins the weight-sync group with every engine worker; other ranks stay out."""
+        if self.rank == 0:
+            from rlc.runtime.transfer import pin_gloo_interface
+            from rlc.runtime.weight_sync import init_group
+
+            pin_gloo_interface()
+            self.weight_group = init_group(master_address, master_port, 0, world_size, backend)
+
+    @torch.no_grad()
+    def broadcast_weights(self, dtype: str | None = None) -> int:
+        """Stream the Hugging Face weights to the engines; every rank must call it."""
+        from rlc.runtime.weight_sync import send_weights
+
+        cast = DTYPES.get(dtype or "")
+        with self._device():
+            stream = ((n, t.to(cast) if cast is not None and t.is_floating_point() else t) for n, t in self._hf_stream())
+            if self.rank == 0:
+                return len(send_weights(self.weight_group, stream))
+            for _ in stream:
+                pass
+        return 0
+
+    def export_hf(self, directory: str, tokenizer_path: str) -> None:
+        """A Hugging Face model directory of the current weights."""
+        full = self.full_state_dict()
+        if self.rank == 0:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            os.makedirs(directory, exist_ok=True)
+            lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
+            lm.load_state_dict(full, strict=not self.arch.tied)
+            lm.save_pretrained(directory)
+            AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(directory)
+        dist.barrier()
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+
+    def _sharded_state(self, loading: bool) -> dict:
+        module = self.model.module if hasattr(self.model, "zero_grad_buffer") else self.model
+        state = {"model": module.sharded_state_dict()}
+        if self.optimizer is not None:
+            kind = "fully_reshardable" if self.mc.dist_ckpt_optim_fully_reshardable else "dp_reshardable"
+            state["optimizer"] = self.optimizer.sharded_state_dict(
+                state["model"], is_loading=loading, metadata={"distrib_optim_sharding_type": kind})
+        return state
+
+    def save_checkpoint(self, directory: str) -> None:
+        """Model and optimizer through Megatron's distributed checkpointing, plus this rank's RNG and step."""
+        from megatron.core import dist_checkpointing
+
+        with self._device():
+            os.makedirs(directory, exist_ok=True)
+            dist.barrier()
+            dist_checkpointing.save(self._sharded_state(loading=False), directory)
+            extra = {"rng": torch.get_rng_state(), "optimizer_steps": self.optimizer_steps}
+            if self.s.device == "cuda":
+                extra["cuda_rng"] = torch.cuda.get_rng_state()
+            torch.save(extra, Path(directory) / f"extra_rank{self.rank}.pt")
+            dist.barrier()
+
+    def load_checkpoint(self, directory: str) -> None:
+        from megatron.core import dist_checkpointing
+
+        with self._device(), torch.no_grad():
+            self._prime_optimizer_state()
+            loaded = dist_checkpointing.load(self._sharded_state(loading=True), directory)
+            module = self.model.module if hasattr(self.model, "zero_grad_buffer") else self.model
+            module.load_state_dict(loaded["model"])
+            if self.optimizer is not None:
+                self.optimizer.load_state_dict(loaded["optimizer"])
+                self._unshare_steps()
+        extra_path = Path(directory) / f"extra_rank{self.rank}.pt"
+        if extra_path.exists():
+            extra = torch.load(extra_path, weights_only=False)
+            torch.set_rng_state(extra["rng"])
+            if "cuda_rng" in extra and self.s.device == "cuda":
+                torch.cuda.set_rng_state(extra["cuda_rng"])
+            self.optimizer_steps = extra["optimizer_steps"]
+
+    def _prime_optimizer_state(self) -> None:
+        """Megatron-Core 0.16 with torch's Adam (no Apex/TransformerEngine) cannot load a checkpoint as it is:
+
+        - a fresh optimizer has no state, and Megatron's state dict wants the step count only a first step makes:
+          the state entries are created, zero, for the checkpoint to fill;
+        - the fully reshardable format stores no per-parameter `step`, yet Megatron copies every state entry
+          torch's Adam has (`step` included) from it: only the entries the checkpoint holds are copied.
+        """
+        for opt in getattr(self.optimizer, "chained_optimizers", None) or ([self.optimizer] if self.optimizer else []):
+            torch_opt = getattr(opt, "optimizer", None)
+            if torch_opt is None or not type(torch_opt).__module__.startswith("torch.optim"):
+                continue
+            for group in torch_opt.param_groups:
+                for p in group["params"]:
+                    state = torch_opt.state[p]
+                    if not state:
+                        state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+            if hasattr(opt, "_set_main_param_and_optimizer_states") and not getattr(opt, "_rlc_tolerant", False):
+                opt._set_main_param_and_optimizer_states = partial(_set_held_states, opt,
+                                                                   opt._set_main_param_and_optimizer_states)
+                opt._rlc_tolerant = True
+
+    def _unshare_steps(self) -> None:
+        """Megatron restores torch Adam's step count as one tensor shared by every parameter's state, and Adam
+        increments each parameter's count in place: each gets its own copy, or the count grows by the number of
+        parameters every step (and with it Adam's bias correction goes wrong)."""
+        for opt in getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]:
+            torch_opt = getattr(opt, "optimizer", None)
+            for state in (torch_opt.state.values() if torch_opt is not None else ()):
+                if torch.is_tensor(state.get("step")):
+                    state["step"] = state["step"].clone()
+
+    # -- colocation ---------------------------------------------------------------------------------------
+
+    def offload(self, model: bool = True, optimizer: bool = True) -> None:
+        """Free this rank's GPU memory (colocated GPUs): parameter buffers to pinned CPU copies, gradient
+        buffers dropped, optimizer state to the CPU. A no-op on a CPU run."""
+        if self.s.device != "cuda":
+            return
+        if model:
+            for buffer in self._buffers():
+                buffer.cpu_param = buffer.param_data.detach().to("cpu", non_blocking=True).pin_memory()
+                torch.cuda.synchronize()
+                buffer.param_data.untyped_storage().resize_(0)
+                buffer.grad_data.untyped_storage().resize_(0)
+            if not self._buffers():  # the ref: a plain module
+                self.model.to("cpu")
+        if optimizer and self.optimizer is not None:
+            self._move_optimizer("cpu")
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    def backload(self, model: bool = True, optimizer: bool = True) -> None:
+        if self.s.device != "cuda":
+            return
+        if model:
+            for buffer in self._buffers():
+                if getattr(buffer, "cpu_param", None) is None:
+                    continue
+                buffer.param_data.untyped_storage().resize_(buffer.param_data.numel() * buffer.param_data.element_size())
+                buffer.param_data.copy_(buffer.cpu_param, non_blocking=True)
+                buffer.grad_data.untyped_storage().resize_(buffer.grad_data.numel() * buffer.grad_data.element_size())
+                buffer.grad_data.zero_()
+                buffer.cpu_param = None
+            if not self._buffers():
+                self.model.to("cuda")
+        if optimizer and self.optimizer is not None:
+            self._move_optimizer("cuda")
+        torch.cuda.synchronize()
+
+    def _buffers(self) -> list:
+        return list(getattr(self.model, "buffers", []) or []) + list(getattr(self.model, "expert_parallel_buffers", []) or [])
+
+    def _move_optimizer(self, device: str) -> None:
+        inner = getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]
+        for opt in inner:
+            torch_opt = getattr(opt, "optimizer", None)
+            if torch_opt is None:
+                continue
+            for group in torch_opt.param_groups:
+                for p in group["params"]:
+                    p.data = p.data.to(device, non_blocking=True)  # fp32 master copies (distributed optimizer)
+            for state in torch_opt.state.values():
+                for k, v in state.items():
+                    if torch.is_tensor(v) and k != "step":
+                        state[k] = v.to(device, non_blocking=True)
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _set_held_states(opt, original, model_param, tensors: dict) -> None:
+    """A distributed optimizer's `_set_main_param_and_optimizer_states` for torch's Adam: the main parameter and
+    the state entries `tensors` holds (a fully reshardable checkpoint has no per-parameter `step`)."""
+    if "step" in tensors or opt.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+        return original(model_param, tensors)
+    group, order = opt.model_param_group_index_map[model_param]
+    main = opt.optimizer.param_groups[group]["params"][order]
+    with torch.no_grad():
+        main.copy_(tensors["param"])
+        for key, value in opt.optimizer.state[main].items():
+            if key in tensors:
+                value.copy_(tensors[key])
+
+
+def _local_name(global_name: str, offset: int) -> str:
+    return mw.global_name(global_name, -offset)

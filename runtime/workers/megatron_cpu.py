@@ -1,0 +1,105 @@
+"""Megatron-Core on a CPU: what lets the `megatron` strategy run (slowly) where there is no GPU.
+
+Megatron-Core is written for CUDA only. Its model, DDP, optimizer and schedules are plain PyTorch and
+compute correctly on the CPU, but they name the device in a few fixed ways: `device="cuda"` or
+`torch.cuda.current_device()` when they allocate, `.cuda()` on a tensor, the CUDA RNG state for the
+tensor-parallel RNG tracker, and `tensor.type() == "torch.cuda.FloatTensor"` asserts in gradient
+clipping. `enable()` redirects exactly those to the CPU for this process:
+
+- a torch function mode maps any CUDA device argument (`device=` or the target of `.to`) to the CPU,
+  makes `.cuda()` return the tensor and reports CPU tensor types under their CUDA names;
+- `torch.cuda.current_device`, the CUDA RNG getters/setters and seeding, `synchronize` and
+  `empty_cache` act on the CPU (the CPU generator plays the CUDA generator: dropout on CPU tensors
+  draws from it);
+- Megatron's RNG tracker saves and restores that generator's state.
+
+Everything else, Megatron computes as it would on a GPU, with gloo for its collectives. It is meant for
+checking a Megatron job on a laptop or in CI on a tiny model; `enable()` is called by the Megatron worker
+only when the run has no GPU. Nothing changes when CUDA is available: `enable()` refuses then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_CPU = torch.device("cpu")
+_enabled = False
+_mode: "_CpuDevices | None" = None
+_depth = threading.local()
+
+
+def _cpu_device(device):
+    if isinstance(device, str) and device.startswith("cuda"):
+        return _CPU
+    if isinstance(device, torch.device) and device.type == "cuda":
+        return _CPU
+    if isinstance(device, int) and not isinstance(device, bool):  # a bare index names a CUDA device
+        return _CPU
+    return device
+
+
+class _CpuDevices(TorchFunctionMode):
+    """CUDA device arguments become the CPU; `.cuda()` is the identity; `.type()` answers with CUDA names."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if "device" in kwargs:
+            kwargs = {**kwargs, "device": _cpu_device(kwargs["device"])}
+        name = getattr(func, "__name__", "")
+        if name == "cuda" and args and torch.is_tensor(args[0]):
+            return args[0]
+        if name == "type" and len(args) == 1 and not kwargs:
+            return func(*args).replace("torch.", "torch.cuda.", 1)
+        if name == "to" and len(args) > 1 and isinstance(args[1], (str, torch.device, int)) and not isinstance(args[1], bool):
+            args = (args[0], _cpu_device(args[1]), *args[2:])
+        return func(*args, **kwargs)
+
+
+def enable() -> None:
+    """Redirect Megatron-Core's CUDA calls to the CPU in this process (idempotent)."""
+    global _enabled, _mode
+    if _enabled:
+        return
+    if torch.cuda.is_available():
+        raise RuntimeError("megatron_cpu.enable() is for machines without CUDA; this one has a GPU")
+    torch.cuda.current_device = lambda: _CPU
+    torch.cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
+    torch.cuda.set_rng_state = lambda new_state, device="cuda": torch.set_rng_state(new_state)
+    # Not torch.manual_seed: it calls torch.cuda.manual_seed_all itself.
+    torch.cuda.manual_seed = lambda seed: torch.default_generator.manual_seed(int(seed))
+    torch.cuda.manual_seed_all = lambda seed: torch.default_generator.manual_seed(int(seed))
+    torch.cuda.synchronize = lambda device=None: None
+    torch.cuda.empty_cache = lambda: None
+
+    from megatron.core.tensor_parallel import random as mrandom
+
+    mrandom._get_cuda_rng_state = lambda device=-1, clone=False, graph_safe=False: torch.get_rng_state()
+    mrandom._set_cuda_rng_state = lambda new_state, device=-1, graph_safe=False: torch.set_rng_state(new_state)
+    _mode = _CpuDevices()
+    _enabled = True
+
+
+@contextlib.contextmanager
+def active():
+    """The device redirection for the code inside (call `enable()` first). Modes are per thread, so each
+    call into Megatron enters it rather than relying on the thread that called `enable()`."""
+    if _mode is None:
+        raise RuntimeError("megatron_cpu.enable() was not called")
+    depth = getattr(_depth, "n", 0)
+    _depth.n = depth + 1
+    try:
+        if depth:  # already inside, in this thread
+            yield
+        else:
+            with _mode:
+                yield
+    finally:
+        _depth.n = depth
+
+
+def enabled() -> bool:
+    return _enabled
