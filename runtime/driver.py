@@ -227,7 +227,7 @@ class Driver:
             ).remote(self.policy_path, dtype=dtype, device=self.device, pad_token_id=self.tokenizer.pad_token_id,
                      eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
                      cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None,
-                     lora=self.spec.trainer.policy.model.lora))
+                     lora=self.spec.trainer.policy.model.lora if self._adapter_sync() else None))
             self.engine_workers.append(1)
         return engines
 
@@ -239,7 +239,7 @@ class Driver:
         args = engine_kwargs(ie, model=self.policy_path, seed=_seed_for(t.seed, 0, e["index"]),
                              max_model_len=t.max_prompt_length + g.sampling_params.max_generate_length,
                              colocated=t.placement.colocate_all, rope_scaling=g.rope_scaling, rope_theta=g.rope_theta,
-                             lora_rank=t.policy.model.lora.rank)
+                             lora_rank=t.policy.model.lora.rank if self._adapter_sync() else 0)
         workers = e["tp"] * e["pp"]
         self.engine_workers.append(workers)
         env = {**env, **engine_env(ie)}
@@ -621,6 +621,12 @@ class Driver:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "placement.json").write_text(json.dumps(out, indent=2) + "\n")
 
+    def _adapter_sync(self) -> bool:
+        """LoRA under fsdp2: the engines hold the base weights and take only the adapters. (Under megatron the
+        policy sends its weights with the adapters merged in, so the engines run a plain model.)"""
+        t = self.spec.trainer
+        return t.policy.model.lora.rank > 0 and t.strategy != "megatron"
+
     def _broadcast_backend(self) -> str | None:
         """The collective weights travel by, or None for Ray's object store.
 
@@ -629,7 +635,7 @@ class Driver:
         engines (they take weights over HTTP) and LoRA (only the adapters travel) use the object store.
         """
         ie, t = self.spec.generator.inference_engine, self.spec.trainer
-        if not ie.run_engines_locally or t.policy.model.lora.rank > 0:
+        if not ie.run_engines_locally or self._adapter_sync():
             return None
         if ie.weight_sync_backend == "gloo":
             return "gloo"
@@ -668,7 +674,7 @@ class Driver:
                 self._send_weights(ray, version)
             elif act.target == "engines":
                 # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
-                level = 1 if self.spec.trainer.policy.model.lora.rank > 0 else 2
+                level = 1 if self._adapter_sync() else 2
                 args = {"sleep": (level,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
                 ray.get([getattr(e, act.op).remote(*args) for e in self.engines])
             else:
