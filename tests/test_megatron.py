@@ -218,3 +218,82 @@ def test_weight_metas_are_the_hf_model(runs, tiny_model):
     metas = dict(by_name["one"][0]["metas"])
     assert metas == {k: tuple(v.shape) for k, v in hf.items()}
     assert torch.load(d / "one.pt")["weights"].keys() == hf.keys()
+
+
+# -- LoRA -------------------------------------------------------------------------------------------------
+
+LORA_TYPES = ("lora", "canonical_lora", "dora")
+
+
+def _lora_rank(rank: int, world: int, port: int, model_path: str, out: str, q) -> None:
+    """Per lora_type, on tp=2: one step, then the LoRA model's log-probs and its merged Hugging Face weights."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.common import WorkerSettings
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.runtime.workers.megatron_lora import LoraLinear
+    from rlc.spec.model import default_model
+
+    result = {}
+    for lora_type in LORA_TYPES:
+        spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "algorithm": ALGORITHM, "policy": {
+            "optimizer_config": {"lr": 5e-2}, "model": {"lora": {"rank": 4, "alpha": 8}},
+            "megatron_config": {"tensor_model_parallel_size": 2, "lora_config": {"lora_type": lora_type}}}}})
+        worker = MegatronWorker(WorkerSettings("policy", model_path, micro_train_batch_size=4, micro_forward_batch_size=8),
+                                spec.trainer.policy, spec.trainer.algorithm, rank, world)
+        worker.setup("127.0.0.1", port)
+        batch = _batch(64)
+        trainable = {n for n, p in worker.gpt.named_parameters() if p.requires_grad}
+        metrics = worker.train_mini_batch({**batch, "old_logprobs": _old_logprobs(worker, batch, world, rank)}, totals(batch))
+        logp = worker.forward(batch)
+        full = worker.full_state_dict()
+        adapted = sum(isinstance(m, LoraLinear) for m in worker.gpt.modules())
+        if rank == 0:
+            torch.save(full, f"{out}.{lora_type}")
+        result[lora_type] = {"logp": logp.numpy(), "trainable": trainable, "adapted": adapted, "grad_norm": metrics["grad_norm"]}
+    q.put((rank, result))  # numpy: a tensor would be shared memory that dies with this process
+    worker.shutdown()
+
+
+@pytest.fixture(scope="module")
+def lora_runs(tiny_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("megatron_lora")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_address()[1]
+    procs = [ctx.Process(target=_lora_rank, args=(r, 2, port, tiny_model, str(d / "merged"), q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(q.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return results, d
+
+
+@pytest.mark.parametrize("lora_type", LORA_TYPES)
+def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
+    """The adapted Megatron model (tp=2) scores tokens as the plain Hugging Face model with its merged weights does:
+    the adapters' tensor-parallel split, canonical_lora's per-projection layout and DoRA's norms are all right."""
+    from transformers import AutoModelForCausalLM
+
+    from rlc.runtime.algorithms.losses import token_log_probs
+
+    results, d = lora_runs
+    got = results[0][lora_type]
+    assert got["adapted"] == 8  # qkv, proj, fc1, fc2 of both layers
+    assert got["trainable"] and all(".lora_" in n or n.endswith("magnitude") for n in got["trainable"])
+    assert got["grad_norm"] > 0
+    merged = torch.load(str(d / "merged") + f".{lora_type}")
+    start = AutoModelForCausalLM.from_pretrained(tiny_model)
+    changed = [n for n, v in start.state_dict().items() if not torch.equal(v, merged[n])]
+    assert changed and all(n.split(".")[-2] in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+                           for n in changed)  # only the adapted layers moved
+    start.load_state_dict(merged)
+    batch = _batch(64)
+    attn = batch["attention_mask"]
+    with torch.no_grad():
+        logits = start(input_ids=batch["input_ids"], attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
+    want = token_log_probs(logits[:, batch["prompt_len"] - 1:-1], batch["response_ids"], 1.0)
+    real = batch["loss_mask"].bool()
+    torch.testing.assert_close(torch.from_numpy(got["logp"])[real], want[real], rtol=1e-4, atol=1e-4)

@@ -198,9 +198,7 @@ class MegatronWorker(RayPlaced):
         kwargs.update(mc.transformer_config_kwargs or {})
         if cpu:
             kwargs.update(_CPU_OFF)
-        if not self.s.gradient_checkpointing and "recompute_granularity" not in (mc.transformer_config_kwargs or {}):
-            kwargs.pop("recompute_granularity", None)
-        if kwargs.get("recompute_granularity") is None:
+        if kwargs.get("recompute_granularity") is None:  # no activation recompute: its options would be refused
             for k in ("recompute_method", "recompute_num_layers", "recompute_modules"):
                 kwargs.pop(k, None)
         try:
@@ -231,6 +229,12 @@ class MegatronWorker(RayPlaced):
                          post_process=ps.is_pipeline_last_stage(), **kwargs)
         self.gpt = model
         self._load_hf(model)
+        lora = getattr(self.config.model, "lora", None)
+        if self.s.role == "policy" and lora is not None and lora.rank > 0:
+            from rlc.runtime.workers.megatron_lora import add_adapters
+
+            add_adapters(model, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
+            self.lora = True
         if self.s.device == "cuda":
             model.cuda()
         if config.bf16:
@@ -423,8 +427,20 @@ class MegatronWorker(RayPlaced):
         self._stage_metas = gathered
 
     def _named_params(self) -> list[tuple[str, torch.Tensor]]:
-        return [(n, p) for n, p in self.gpt.state_dict(keep_vars=True).items()
-                if torch.is_tensor(p) and not n.endswith("_extra_state")]
+        """This stage's weights under Megatron's (local) names; with LoRA the adapted layers' merged weights
+        (every rank of the tensor group must call it then)."""
+        merged = {}
+        if self.lora:
+            from rlc.runtime.workers.megatron_lora import LoraLinear
+
+            merged = {f"{n}.weight": m.merged_weight() for n, m in self.gpt.named_modules() if isinstance(m, LoraLinear)}
+        out = []
+        for name, p in self.gpt.state_dict(keep_vars=True).items():
+            if not torch.is_tensor(p) or name.endswith("_extra_state") or ".lora_" in name or name.endswith(".magnitude"):
+                continue
+            name = name.replace(".base.", ".")
+            out.append((name, merged.get(name, p)))
+        return out
 
     def _shard_count(self, name: str) -> int:
         return self.tp if mw.tp_split_dim(name) is not None else 1
@@ -447,7 +463,7 @@ class MegatronWorker(RayPlaced):
 
         if not meta and self.dp_rank != 0:
             return
-        local = dict(self._named_params())
+        local = {} if meta else dict(self._named_params())
         offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start
         for stage, metas in enumerate(self._stage_metas):
             for name, shape, dtype in metas:

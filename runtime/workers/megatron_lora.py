@@ -1,0 +1,189 @@
+"""LoRA for the megatron strategy: `model.lora` (rank, alpha, dropout, target/exclude modules, init_method)
+with `megatron_config.lora_config.lora_type`:
+
+- `lora`: one adapter per Megatron layer, so the fused `linear_qkv` and `linear_fc1` share one A;
+- `canonical_lora`: an adapter per Hugging Face projection (q, k, v; gate, up), their outputs laid out as
+  Megatron's fused layers lay theirs out (per query group [q heads, k, v]; [gate | up]);
+- `dora`: `lora` plus a learned magnitude per output row, W' = m * (W + s·BA) / ||W + s·BA|| (the norm
+  taken as a constant in the backward pass, as DoRA's authors suggest).
+
+Tensor parallelism follows the base layer: on a column-parallel layer A sees the whole input and B gives
+this rank's rows (A's input gradient is summed over the tensor group); on a row-parallel layer A takes this
+rank's slice of the input and the rank's partial products are summed before B. Only the adapters train;
+the engines get the merged weights (`merged_weight`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Megatron layer -> the Hugging Face projections it fuses (in its output order), and its parallel style.
+LAYERS = {
+    "linear_qkv": (("q_proj", "k_proj", "v_proj"), "column"),
+    "linear_proj": (("o_proj",), "row"),
+    "linear_fc1": (("gate_proj", "up_proj"), "column"),
+    "linear_fc2": (("down_proj",), "row"),
+}
+LORA_TYPES = ("lora", "canonical_lora", "dora")
+
+
+def target_layers(target_modules: str, exclude_modules: str | None = None) -> list[str]:
+    """Megatron layer names that get adapters, from PEFT-style target/exclude module names."""
+    def names(spec: str | None) -> set[str]:
+        return {n.strip() for n in (spec or "").replace(",", " ").split() if n.strip()}
+
+    wanted, excluded = names(target_modules), names(exclude_modules)
+    out = []
+    for layer, (projections, _) in LAYERS.items():
+        chosen = {p for p in projections if "all-linear" in wanted or p in wanted or layer in wanted} - excluded
+        if chosen and layer not in excluded:
+            out.append(layer)
+    return out
+
+
+def _init_a(weight: torch.Tensor, method: str) -> None:
+    if method == "zero":
+        torch.nn.init.zeros_(weight)
+    elif method == "xavier":
+        torch.nn.init.xavier_normal_(weight)
+    elif method == "normal":
+        torch.nn.init.normal_(weight, std=1 / weight.shape[0])
+    else:  # kaiming (PEFT's default)
+        torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+
+
+class LoraLinear(torch.nn.Module):
+    """A Megatron column- or row-parallel linear layer with adapters; returns (output, bias) as the base does."""
+
+    def __init__(self, base: torch.nn.Module, style: str, pieces: list[int], rank: int, alpha: float, dropout: float,
+                 init: str, lora_type: str, qkv_groups: tuple[int, int, int] | None = None):
+        super().__init__()
+        from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+        if lora_type not in LORA_TYPES:
+            raise ValueError(f"lora_type {lora_type!r} is not one of {LORA_TYPES}")
+        self.base, self.style, self.lora_type = base, style, lora_type
+        self.scale = alpha / rank
+        self.dropout = torch.nn.Dropout(dropout) if dropout > 0 else torch.nn.Identity()
+        self.qkv_groups = qkv_groups  # (local groups, q rows per group, k/v rows per group) for canonical qkv
+        out_local, in_local = base.weight.shape
+        dtype, device = base.weight.dtype, base.weight.device
+        # canonical_lora: one adapter per fused piece; otherwise one for the whole layer.
+        sizes = pieces if lora_type == "canonical_lora" else [out_local]
+        self.lora_A = torch.nn.ParameterList()
+        self.lora_B = torch.nn.ParameterList()
+        for size in sizes:
+            a = torch.nn.Parameter(torch.empty(rank, in_local, dtype=dtype, device=device))
+            _init_a(a, init)
+            b = torch.nn.Parameter(torch.zeros(size, rank, dtype=dtype, device=device))
+            sharded, dim = (b, 0) if style == "column" else (a, 1)
+            set_tensor_model_parallel_attributes(sharded, True, dim, 1)
+            self.lora_A.append(a)
+            self.lora_B.append(b)
+        if lora_type == "dora":
+            self.magnitude = torch.nn.Parameter(self._row_norm(base.weight.detach()).to(dtype))
+            set_tensor_model_parallel_attributes(self.magnitude, style == "column", 0, 1)
+        for p in base.parameters():
+            p.requires_grad_(False)
+
+    def _row_norm(self, weight: torch.Tensor) -> torch.Tensor:
+        """Norm of each output row; a row-parallel layer's rows span the tensor group's input slices."""
+        squares = weight.float().pow(2).sum(-1)
+        if self.style == "row":
+            from megatron.core import parallel_state as ps
+
+            if ps.get_tensor_model_parallel_world_size() > 1:
+                torch.distributed.all_reduce(squares, group=ps.get_tensor_model_parallel_group())
+        return squares.sqrt()
+
+    def _layout(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """Pieces' outputs in the fused layer's row order."""
+        if len(parts) == 1:
+            return parts[0]
+        if self.qkv_groups is None:  # [gate | up]
+            return torch.cat(parts, dim=-1)
+        groups, q_rows, kv_rows = self.qkv_groups
+        q, k, v = parts
+        lead = q.shape[:-1]
+        fused = torch.cat([q.reshape(*lead, groups, q_rows), k.reshape(*lead, groups, kv_rows),
+                           v.reshape(*lead, groups, kv_rows)], dim=-1)
+        return fused.reshape(*lead, groups * (q_rows + 2 * kv_rows))
+
+    def delta_weight(self) -> torch.Tensor:
+        """s·BA in the base weight's (local) layout."""
+        parts = [(b @ a).T for a, b in zip(self.lora_A, self.lora_B)]  # (in, piece) each
+        return self._layout(parts).T * self.scale
+
+    def forward(self, x, *args, **kwargs):
+        from megatron.core.tensor_parallel.mappings import (copy_to_tensor_model_parallel_region,
+                                                            reduce_from_tensor_model_parallel_region)
+
+        out, bias = self.base(x, *args, **kwargs)
+        x = self.dropout(x)
+        parts = []
+        for a, b in zip(self.lora_A, self.lora_B):
+            h = x @ a.T
+            h = copy_to_tensor_model_parallel_region(h) if self.style == "column" else reduce_from_tensor_model_parallel_region(h)
+            parts.append(h @ b.T)
+        delta = self._layout(parts) * self.scale
+        if self.lora_type != "dora":
+            return out + delta, bias
+        norm = self._row_norm(self.base.weight + self.delta_weight()).detach()
+        return (out + delta) * (self.magnitude / norm).to(out.dtype), bias
+
+    @torch.no_grad()
+    def merged_weight(self) -> torch.Tensor:
+        """The weight an engine runs: W + s·BA (times m / ||W + s·BA|| for DoRA). Every rank of the tensor group
+        must call it (DoRA's row norms of a row-parallel layer are summed over it)."""
+        merged = self.base.weight + self.delta_weight()
+        if self.lora_type == "dora":
+            merged = merged * (self.magnitude.float() / self._row_norm(merged)).to(merged.dtype).unsqueeze(-1)
+        return merged
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets=(), metadata=None):
+        """Megatron checkpoint entries: the base layer's own, and the adapters split on the tensor-parallel axis
+        their layer splits them on."""
+        from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
+
+        out = self.base.sharded_state_dict(f"{prefix}base.", sharded_offsets, metadata)
+        own = {k: v for k, v in self.state_dict(prefix="", keep_vars=True).items() if not k.startswith("base.")}
+        axes = {k: (0 if self.style == "column" else 1) for k in own
+                if (k.startswith("lora_B") and self.style == "column") or (k.startswith("lora_A") and self.style == "row")}
+        if "magnitude" in own and self.style == "column":
+            axes["magnitude"] = 0
+        out.update(make_sharded_tensors_for_checkpoint(own, prefix, axes, sharded_offsets))
+        return out
+
+
+def add_adapters(gpt: torch.nn.Module, lora, lora_type: str, arch, tp: int) -> int:
+    """Wrap the targeted layers of every decoder layer of `gpt` (a GPTModel stage); returns how many."""
+    layers = target_layers(lora.target_modules, lora.exclude_modules)
+    if not layers:
+        raise ValueError(f"model.lora.target_modules {lora.target_modules!r} names no layer the megatron strategy has "
+                         f"(its layers fuse {', '.join(p for ps, _ in LAYERS.values() for p in ps)})")
+    for p in gpt.parameters():  # only the adapters train, as with PEFT
+        p.requires_grad_(False)
+    if getattr(gpt, "embedding", None) is not None:
+        # With every weight below frozen, activation recompute (Megatron's checkpoint is reentrant) would see no
+        # input that needs a gradient and cut the adapters off from the loss: the embedding output asks for one.
+        gpt.embedding.register_forward_hook(lambda module, args, out: out.requires_grad_(True) if not out.requires_grad else out)
+    groups = arch.num_query_groups // tp
+    q_rows, kv_rows = arch.heads_per_group * arch.head_dim, arch.head_dim
+    ffn = arch.ffn_hidden_size // tp
+    count = 0
+    for layer in gpt.decoder.layers:
+        for owner in (layer.self_attention, layer.mlp):
+            for name in layers:
+                base = getattr(owner, name, None)
+                if base is None:
+                    continue
+                style = LAYERS[name][1]
+                pieces = {"linear_qkv": [groups * q_rows, groups * kv_rows, groups * kv_rows],
+                          "linear_fc1": [ffn, ffn]}.get(name, [base.weight.shape[0]])
+                wrapped = LoraLinear(base, style, pieces, lora.rank, lora.alpha, lora.dropout, lora.init_method,
+                                     lora_type, (groups, q_rows, kv_rows) if name == "linear_qkv" else None)
+                setattr(owner, name, wrapped)
+                count += 1
+    return count
