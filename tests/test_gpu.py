@@ -136,3 +136,42 @@ def test_engine_sleep_and_wake_on_the_gpu(tiny_model):
     engine.update_weights(weights, 1)
     after = engine.generate(prompt, Sampling(max_generate_length=6, temperature=0), n=1)
     assert after[0][0].token_ids == before[0][0].token_ids
+
+
+def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
+    """strategy megatron on one GPU (tp=1, Megatron's CUDA path, no megatron_cpu): its GRPO loss and gradient norm on a
+    fixed batch equal fsdp2's (fp32 on both sides), then a few more steps train."""
+    pytest.importorskip("megatron.core")
+    from test_fsdp import _batch
+
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.common import WorkerSettings, free_address
+    from rlc.runtime.workers.fsdp import FSDPWorker
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.spec.model import default_model
+
+    def spec(strategy):
+        return default_model().to_typed({"version": 1, "trainer": {"strategy": strategy, "policy": {
+            "optimizer_config": {"lr": 1e-3, "weight_decay": 0.0}}, "algorithm": {"use_kl_loss": True, "kl_loss_coef": 0.1}}})
+
+    settings = dict(device="cuda", micro_train_batch_size=4, micro_forward_batch_size=8, total_optimizer_steps=8)
+    fsdp_spec, meg_spec = spec("fsdp2"), spec("megatron")
+    fsdp = FSDPWorker(WorkerSettings("policy", tiny_model, **settings), fsdp_spec.trainer.policy, fsdp_spec.trainer.algorithm, 0, 1)
+    fsdp.setup("127.0.0.1", free_address()[1])
+    meg = MegatronWorker(WorkerSettings("policy", tiny_model, **settings), meg_spec.trainer.policy, meg_spec.trainer.algorithm, 0, 1)
+    meg.setup("127.0.0.1", free_address()[1])
+    batch = _batch(64)
+    old = fsdp.forward(batch)
+    torch.testing.assert_close(meg.forward(batch)[batch["loss_mask"].bool()], old[batch["loss_mask"].bool()], rtol=1e-3, atol=1e-3)
+    batch["old_logprobs"] = old + batch["noise"]
+    a, b = fsdp.train_mini_batch(batch, totals(batch)), meg.train_mini_batch(batch, totals(batch))
+    for key in ("policy_loss", "kl", "entropy"):
+        assert b[key] == pytest.approx(a[key], rel=1e-3, abs=1e-5), key
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-3)
+    losses = [b["policy_loss"]]
+    for _ in range(3):
+        losses.append(meg.train_mini_batch(batch, totals(batch))["policy_loss"])
+    assert losses[-1] < losses[0]  # the same advantages again and again: the policy loss goes down
+    _report("megatron_vs_fsdp2", {"fsdp2_policy_loss": a["policy_loss"], "megatron_policy_loss": b["policy_loss"],
+                                  "fsdp2_grad_norm": a["grad_norm"], "megatron_grad_norm": b["grad_norm"],
+                                  "megatron_losses": losses})
