@@ -53,6 +53,15 @@ def _quiet() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
+def _have_bridge() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("megatron.bridge") is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def _have_te() -> bool:
     import importlib.util
 
@@ -176,9 +185,18 @@ class MegatronWorker(RayPlaced):
     def _transformer_config(self):
         from megatron.core.transformer.transformer_config import TransformerConfig
 
+        kwargs = self._config_kwargs(architecture=True)
+        try:
+            return TransformerConfig(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"trainer.{self.s.role}.megatron_config.transformer_config_kwargs: {exc}") from None
+
+    def _config_kwargs(self, architecture: bool) -> dict:
+        """TransformerConfig arguments: the model's architecture (from rlc's conversion, when `architecture`), the
+        parallel sizes, dtypes, MoE flags and the spec's transformer_config_kwargs."""
         mc, cpu = self.mc, self.s.device == "cpu"
         dtype = torch.bfloat16 if self.s.bf16 and not cpu else torch.float32
-        kwargs = dict(mw.transformer_config_kwargs(self.hf_config))
+        kwargs = dict(mw.transformer_config_kwargs(self.hf_config)) if architecture else {}
         kwargs.update(
             tensor_model_parallel_size=mc.tensor_model_parallel_size,
             pipeline_model_parallel_size=mc.pipeline_model_parallel_size,
@@ -201,17 +219,74 @@ class MegatronWorker(RayPlaced):
         if kwargs.get("recompute_granularity") is None:  # no activation recompute: its options would be refused
             for k in ("recompute_method", "recompute_num_layers", "recompute_modules"):
                 kwargs.pop(k, None)
-        try:
-            return TransformerConfig(**kwargs)
-        except TypeError as exc:
-            raise ValueError(f"trainer.{self.s.role}.megatron_config.transformer_config_kwargs: {exc}") from None
+        return kwargs
 
     def _build(self) -> None:
+        te = _have_te() and self.s.device == "cuda"
+        try:
+            self.arch = mw.layout_from_hf(self.hf_config, self.tp, fused_norms=te)
+        except mw.UnsupportedModel as exc:
+            if not _have_bridge():
+                raise RuntimeError(f"{exc}. Megatron-Bridge (pip install megatron-bridge, Python >= 3.12) converts more "
+                                   "architectures; rlc uses it for models its own conversion does not cover") from None
+            self.bridge = self._build_with_bridge()
+        else:
+            self.bridge = None
+            self._build_with_rlc_conversion(te)
+        lora = getattr(self.config.model, "lora", None)
+        if self.s.role == "policy" and lora is not None and lora.rank > 0:
+            if self.bridge is not None:
+                raise RuntimeError("LoRA under the megatron strategy needs a model rlc's conversion covers "
+                                   "(Llama, Qwen2, Mistral); this one goes through Megatron-Bridge")
+            from rlc.runtime.workers.megatron_lora import add_adapters
+
+            add_adapters(self.gpt, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
+            self.lora = True
+        model = self.gpt
+        if self.s.device == "cuda":
+            model.cuda()
+        if self.tconfig.bf16:
+            from megatron.core.transformer.module import Float16Module
+
+            model = Float16Module(self.tconfig, model)
+        if self.s.role == "ref":
+            self.model = model
+            for p in model.parameters():
+                p.requires_grad_(False)
+        else:
+            self._wrap_for_training(model)
+        self._exchange_stage_metas()
+
+    def _build_with_bridge(self):
+        """A GPTModel stage built and loaded by Megatron-Bridge (architectures rlc's conversion does not cover,
+        MoE ones among them); this rank's parallel sizes and the spec's Megatron settings set on its provider.
+        Weights leave through the bridge's own export."""
+        from megatron.bridge import AutoBridge
+        from megatron.core.utils import unwrap_model
+
+        bridge = AutoBridge.from_hf_pretrained(self.s.model_path)
+        provider = bridge.to_megatron_provider(load_weights=True)
+        for key, value in self._config_kwargs(architecture=False).items():
+            setattr(provider, key, value)
+        provider.finalize()
+        chunks = provider.provide_distributed_model(wrap_with_ddp=False)
+        self.gpt = unwrap_model(chunks[0])
+        self.tconfig = self.gpt.config
+        cfg = self.tconfig
+        vocab = self.hf_config.vocab_size
+        self.arch = mw.Layout(num_layers=cfg.num_layers, hidden_size=cfg.hidden_size,
+                              num_attention_heads=cfg.num_attention_heads,
+                              num_query_groups=cfg.num_query_groups or cfg.num_attention_heads,
+                              head_dim=cfg.kv_channels, ffn_hidden_size=cfg.ffn_hidden_size, vocab_size=vocab,
+                              padded_vocab_size=self.gpt.vocab_size, tied=self.gpt.share_embeddings_and_output_weights,
+                              qkv_bias=bool(cfg.add_qkv_bias))
+        return bridge
+
+    def _build_with_rlc_conversion(self, te: bool) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core.models.gpt import GPTModel
 
         self.tconfig = config = self._transformer_config()
-        te = _have_te() and self.s.device == "cuda"
         if te:
             from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
             from megatron.core.transformer.enums import AttnMaskType
@@ -223,31 +298,11 @@ class MegatronWorker(RayPlaced):
             from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
             spec = get_gpt_layer_local_spec()  # the mask given to forward is applied as it is
-        self.arch = mw.layout_from_hf(self.hf_config, self.tp, fused_norms=te)
         kwargs = {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
         model = GPTModel(config, transformer_layer_spec=spec, pre_process=ps.is_pipeline_first_stage(),
                          post_process=ps.is_pipeline_last_stage(), **kwargs)
         self.gpt = model
         self._load_hf(model)
-        lora = getattr(self.config.model, "lora", None)
-        if self.s.role == "policy" and lora is not None and lora.rank > 0:
-            from rlc.runtime.workers.megatron_lora import add_adapters
-
-            add_adapters(model, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
-            self.lora = True
-        if self.s.device == "cuda":
-            model.cuda()
-        if config.bf16:
-            from megatron.core.transformer.module import Float16Module
-
-            model = Float16Module(config, model)
-        if self.s.role == "ref":
-            self.model = model
-            for p in model.parameters():
-                p.requires_grad_(False)
-        else:
-            self._wrap_for_training(model)
-        self._exchange_stage_metas()
 
     def _load_hf(self, model) -> None:
         from transformers import AutoModelForCausalLM
@@ -416,6 +471,8 @@ class MegatronWorker(RayPlaced):
         """Every stage's parameters (global Megatron name, local shape, dtype), known to every rank of the pipeline."""
         from megatron.core import parallel_state as ps
 
+        if self.bridge is not None:  # its export knows the stages
+            return
         offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start
         mine = [(mw.global_name(n, offset), tuple(p.shape), str(p.dtype).removeprefix("torch."))
                 for n, p in self._named_params()]
@@ -461,6 +518,9 @@ class MegatronWorker(RayPlaced):
         """
         from megatron.core import parallel_state as ps
 
+        if self.bridge is not None:
+            yield from self._bridge_stream(meta)
+            return
         if not meta and self.dp_rank != 0:
             return
         local = {} if meta else dict(self._named_params())
@@ -494,6 +554,28 @@ class MegatronWorker(RayPlaced):
                     dist.broadcast(stacked.contiguous(), src=src, group=group)
                 if self.rank == 0:
                     yield from mw.megatron_to_hf(name, list(stacked.cpu().unbind(0)), self.arch)
+
+    def _bridge_stream(self, meta: bool) -> Iterator[tuple[str, torch.Tensor]]:
+        """The Hugging Face weights of a Megatron-Bridge model, in the HF model's own order (metas need no
+        collectives). The bridge's export gathers on every rank; rank 0 holds the whole model on the CPU once."""
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            shapes = AutoModelForCausalLM.from_config(self.hf_config).state_dict()
+        names = [n for n in shapes if not (n == "lm_head.weight" and getattr(self.hf_config, "tie_word_embeddings", False))]
+        if meta:
+            yield from ((n, shapes[n]) for n in names)
+            return
+        exported = {}
+        for name, tensor in self.bridge.export_hf_weights([self.model], cpu=True):
+            if self.rank == 0:
+                exported[name] = tensor
+        if self.rank != 0:
+            return
+        missing = [n for n in names if n not in exported]
+        if missing:
+            raise RuntimeError(f"Megatron-Bridge exported no {missing[:3]} of the Hugging Face model")
+        yield from ((n, exported.pop(n)) for n in names)
 
     @torch.no_grad()
     def full_state_dict(self, dtype: str | None = None, adapters_only: bool = False) -> dict[str, torch.Tensor] | None:
