@@ -73,44 +73,18 @@ def _gone(cluster: skysim.Cluster) -> None:
     assert not left, left
 
 
-def test_the_sky_task_trains_across_two_hosts_and_the_ray_job_runs_there(tmp_path):
-    job = _compile(tmp_path, "sim-sky", 4, "trainer.ckpt_interval=2")
-    submitted = _compile(tmp_path, "sim-submit", 4, "trainer.ckpt_interval=-1")
-    task = skysim.load_task(job / "sky.yaml")
-    work = tmp_path / "sim"
-    with skysim.Cluster(2, work) as cluster:
-        codes = skysim.run_task(cluster, task, slots=1, logs=work / "logs", run_timeout_s=600)
-        assert codes == {0: 0, 1: 0}, (_log(work, "run", 0)[-3000:], _log(work, "run", 1)[-2000:])
-        assert "2 node(s) with 2 CPU joined the Ray cluster" in _log(work, "run", 0)
-        assert [m["step"] for m in _metrics(tmp_path, "sim-sky")] == [1, 2, 3, 4]
-        assert (tmp_path / "ckpts" / "sim-sky" / "latest_ckpt_global_step.txt").read_text().strip() == "4"
-
-        # Each rank and engine on the host the plan names: plan node n is one host, and each host holds one node.
-        placed = json.loads((tmp_path / "runs" / "sim-sky" / "placement.json").read_text())
-        ips = {h.ip for h in cluster.members}
-        node_ip: dict[int, str] = {}
-        for r in placed["roles"]["policy"]:
-            assert r["ip"] in ips
-            assert node_ip.setdefault(r["plan_node"], r["ip"]) == r["ip"]
-        for e in placed["engines"]:
-            assert e["ip"] == node_ip[e["plan_nodes"][0]]
-        assert len(set(node_ip.values())) == 2  # the two plan nodes really are two hosts
-
-        # The Ray job artifact, submitted to the same (still running) cluster's head from the head host.
-        head = cluster.members[0]
-        submit = cluster.start(head, f"bash {submitted / 'ray' / 'submit.sh'}",
-                               skysim.task_env(cluster, head, task, 1, {"RAY_ADDRESS": "http://127.0.0.1:8265"}),
-                               work / "logs" / "submit.log")
-        assert skysim.wait_all({0: submit}, 600) == {0: 0}, (work / "logs" / "submit.log").read_text()[-3000:]
-        assert [m["step"] for m in _metrics(tmp_path, "sim-submit")] == [1, 2, 3, 4]
-    _gone(cluster)
-
-
-def test_a_host_that_never_starts_or_dies_mid_run_fails_clearly_and_a_rerun_resumes(tmp_path):
+def test_the_sky_task_across_two_hosts_a_missing_and_a_killed_host_a_resume_and_the_ray_job(tmp_path):
+    """One simulated cluster, in turn: a host that never starts fails the head clearly; with both hosts the job
+    trains until one host dies, which stops it naming its last checkpoint; the task run again resumes there and
+    finishes, every rank and engine on the host the plan names; `ray/submit.sh` then trains on the same head."""
     steps = 8
     job = _compile(tmp_path, "sim-kill", steps, "trainer.ckpt_interval=2", "trainer.resume_mode=latest",
-                   "trainer.max_ckpts_to_keep=-1")  # first: it writes the data (steps x 16 rows) both jobs read
+                   "trainer.max_ckpts_to_keep=-1")  # first: it writes the data (steps x 16 rows) the jobs read
     missing = _compile(tmp_path, "sim-missing", steps, "launch.node_wait_timeout_s=10")
+    small = tmp_path / "data-submit"  # 2 steps' rows: the Ray job only has to show it trains there
+    made = run_rlc("data", "synthetic", "-o", str(small), "--train", "32", "--validation", "16")
+    assert made.returncode == 0, made.stderr
+    submitted = _compile(tmp_path, "sim-submit", 2, "trainer.ckpt_interval=-1", f"data.train_data=['{small / 'train.parquet'}']")
     task = skysim.load_task(job / "sky.yaml")
     work = tmp_path / "sim"
     marker = tmp_path / "ckpts" / "sim-kill" / "latest_ckpt_global_step.txt"
@@ -152,5 +126,25 @@ def test_a_host_that_never_starts_or_dies_mid_run_fails_clearly_and_a_rerun_resu
         rerun = (work / "logs-rerun" / "run-0.log").read_text(errors="replace")
         assert codes == {0: 0, 1: 0}, rerun[-3000:]
         assert f"resumed from {tmp_path / 'ckpts' / 'sim-kill' / f'global_step_{last}'} at step {last}" in rerun, rerun[-3000:]
+        assert "2 node(s) with 2 CPU joined the Ray cluster" in rerun
         assert [m["step"] for m in _metrics(tmp_path, "sim-kill")] == list(range(1, steps + 1))
+
+        # Each rank and engine on the host the plan names: plan node n is one host, and each host holds one node.
+        placed = json.loads((tmp_path / "runs" / "sim-kill" / "placement.json").read_text())
+        ips = {h.ip for h in cluster.members}
+        node_ip: dict[int, str] = {}
+        for r in placed["roles"]["policy"]:
+            assert r["ip"] in ips
+            assert node_ip.setdefault(r["plan_node"], r["ip"]) == r["ip"]
+        for e in placed["engines"]:
+            assert e["ip"] == node_ip[e["plan_nodes"][0]]
+        assert len(set(node_ip.values())) == 2  # the two plan nodes really are two hosts
+
+        # The Ray job artifact, submitted to the same (still running) cluster's head from the head host.
+        head = cluster.members[0]
+        submit = cluster.start(head, f"bash {submitted / 'ray' / 'submit.sh'}",
+                               skysim.task_env(cluster, head, task, 1, {"RAY_ADDRESS": "http://127.0.0.1:8265"}),
+                               work / "logs" / "submit.log")
+        assert skysim.wait_all({0: submit}, 600) == {0: 0}, (work / "logs" / "submit.log").read_text()[-3000:]
+        assert [m["step"] for m in _metrics(tmp_path, "sim-submit")] == [1, 2]
     _gone(cluster)
