@@ -627,45 +627,112 @@ class Driver:
         t = self.spec.trainer
         return t.policy.model.lora.rank > 0 and t.strategy != "megatron"
 
-    def _broadcast_backend(self) -> str | None:
-        """The collective weights travel by, or None for Ray's object store.
+    def _weight_transport(self) -> str:
+        """How the policy's weights reach the engines after each step.
 
-        gloo: a broadcast group of policy rank 0 and the engines, over the host network; nccl: the same on
-        GPUs the two sides do not share. Colocated GPUs (NCCL cannot join two ranks on one GPU), remote
-        engines (they take weights over HTTP) and LoRA (only the adapters travel) use the object store.
+        "gloo" / "nccl": a broadcast group of policy rank 0 and every engine worker, local or remote (gloo over
+        the host network; nccl between GPUs the two sides do not share). "ipc": CUDA IPC buckets, when the
+        fsdp2 policy and local engines share GPUs (colocate_all with nccl, as SkyRL picks it), where NCCL
+        cannot join two ranks on one GPU. "payload": whole state dicts through Ray's object store (local
+        engines) or HTTP bodies (remote ones): for LoRA (only the adapters travel), nccl on a CPU run, and a
+        colocated megatron policy.
         """
         ie, t = self.spec.generator.inference_engine, self.spec.trainer
-        if not ie.run_engines_locally or self._adapter_sync():
-            return None
+        if self._adapter_sync():
+            return "payload"
         if ie.weight_sync_backend == "gloo":
             return "gloo"
-        if ie.weight_sync_backend == "nccl" and not self.cpu and not t.placement.colocate_all:
-            return "nccl"
-        return None
+        if self.cpu:
+            return "payload"
+        if ie.run_engines_locally and t.placement.colocate_all:
+            return "ipc" if t.strategy != "megatron" else "payload"
+        return "nccl"
+
+    def _broadcast_backend(self) -> str | None:
+        """The collective of the weight-update group ("gloo" or "nccl"), or None when no group is formed."""
+        transport = self._weight_transport()
+        return transport if transport in ("gloo", "nccl") else None
+
+    def _override_update_group(self) -> bool:
+        """Whether an engine still in a weight-update group leaves it for this run's (override_existing_update_group).
+
+        "enable": always; "disable": never (joining fails, naming the group it is in); "auto": for remote
+        engines, as SkyRL's config validation resolves it: a remote server outlives its runs, so the trainer of
+        a group it is still in is gone once a new run starts. Local engines are this run's own, in no group yet.
+        """
+        ie = self.spec.generator.inference_engine
+        return ie.override_existing_update_group == "enable" or (
+            ie.override_existing_update_group == "auto" and not ie.run_engines_locally)
+
+    def _weight_engines(self) -> list:
+        """The engines that take weights: every local one; of remote ones the servers (`remote_urls`,
+        `external_server_urls`), not a router in front of them (`external_proxy_url`, generation only)."""
+        if self.spec.generator.inference_engine.run_engines_locally:
+            return list(self.engines)
+        return [e for e, r in zip(self.engines, self.plan["inference"]["remote_engines"]) if r["kind"] == "server"]
 
     def _init_weight_group(self, ray) -> None:
         backend = self._broadcast_backend()
         if backend is None:
             return
         host, port = ray.get(self.workers["policy"][0].address.remote())
-        sizes = getattr(self, "engine_workers", None) or [1] * len(self.engines)
+        members = self._weight_engines()
+        sizes = getattr(self, "engine_workers", None) or [1] * len(members)
         world = 1 + sum(sizes)
         firsts = [1 + sum(sizes[:i]) for i in range(len(sizes))]  # an engine's workers take consecutive ranks
+        override = self._override_update_group()
         # Every member joins at once: the group forms only when all of them are in.
-        ray.get([w.init_weight_group.remote(host, port, world, backend) for w in self.workers["policy"]]
-                + [e.init_weight_group.remote(host, port, first, world, backend) for first, e in zip(firsts, self.engines)])
+        trainers = [w.init_weight_group.remote(host, port, world, backend) for w in self.workers["policy"]]
+        engines = [e.init_weight_group.remote(host, port, first, world, backend, override_existing=override)
+                   for first, e in zip(firsts, members)]
+        # A member that refuses or fails leaves the others waiting for it: stop at the first failure (the run's
+        # end stops the policy ranks, and with them the rendezvous the other members wait in).
+        ie = self.spec.generator.inference_engine
+        pending = engines + trainers
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done)
+            except ray.exceptions.RayTaskError as exc:
+                if done[0] not in engines or ie.run_engines_locally:
+                    raise
+                urls = [r["url"] for r in self.plan["inference"]["remote_engines"] if r["kind"] == "server"]
+                url = urls[engines.index(done[0])]
+                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                hint = (" (generator.inference_engine.override_existing_update_group: enable replaces it)"
+                        if getattr(cause, "status", None) == 409 else "")
+                raise RunError(f"remote inference engine {url} cannot join the weight-update group: "
+                               f"{str(cause).strip().splitlines()[0][:500]}{hint}") from None
 
     def _send_weights(self, ray, version: int) -> None:
         """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
         dtype = getattr(self, "engine_dtype", None)
-        if self._broadcast_backend() is not None:
+        transport, engines = self._weight_transport(), self._weight_engines()
+        if transport in ("gloo", "nccl"):
             workers = self.workers["policy"]
             metas = ray.get(workers[0].weight_metas.remote(dtype))
-            ray.get([w.broadcast_weights.remote(dtype) for w in workers] + [e.receive_weights.remote(metas, version) for e in self.engines])
+            ray.get([w.broadcast_weights.remote(dtype) for w in workers] + [e.receive_weights.remote(metas, version) for e in engines])
+            return
+        if transport == "ipc":
+            self._send_weights_ipc(ray, dtype, version)
             return
         refs = [w.packed_state_dict.remote(dtype) for w in self.workers["policy"]]
         ray.get(refs[1:])
-        ray.get([e.update_weights.remote(refs[0], version) for e in self.engines])
+        ray.get([e.update_weights.remote(refs[0], version) for e in engines])
+
+    def _send_weights_ipc(self, ray, dtype: str | None, version: int) -> None:
+        """CUDA IPC: every policy rank packs a bucket of whole modules on its GPU, the engines load it from the
+        GPU they share with a rank, and only then is the next bucket packed (the previous one freed)."""
+        workers = self.workers["policy"]
+        threshold = int(self.spec.generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB * (1 << 30))
+        ray.get([w.start_ipc_weights.remote(dtype, threshold) for w in workers])
+        while True:
+            buckets = ray.get([w.next_ipc_bucket.remote() for w in workers])  # each gather is a collective
+            if buckets[0] is None:
+                break
+            handles = {uuid: handle for by_gpu, _ in buckets for uuid, handle in by_gpu.items()}
+            ray.get([e.update_weights_ipc.remote(handles, buckets[0][1]) for e in self.engines])
+        ray.get([e.finish_weight_update.remote(version) for e in self.engines])
 
     def _apply(self, ray, actions, version: int | None = None) -> None:
         """Carry out the colocation state machine's actions, in order (each waits for all ranks / engines)."""

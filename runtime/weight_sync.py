@@ -3,10 +3,11 @@
 Two paths, as in the runtime notes (§1.5). Broadcast: trainer rank 0 and every engine worker form a
 process group of their own (`init_group`), rank 0 streams the unsharded weights one tensor at a time
 (`iter_full_params` → `send_weights`) and each engine allocates, receives and loads them chunk by chunk
-(`receive_weights`). CUDA IPC (trainer and engine on one GPU, where NCCL cannot pair them): the trainer
-packs a chunk into one buffer (`pack_ipc_bucket`), shares it (`ipc_handle`), and the engine opens it
-and takes views (`open_ipc_handle`, `unpack_bucket`). Chunks hold whole modules (`chunk_by_module`),
-because engine loaders fuse q/k/v and gate/up projections and need all of a module's tensors at once.
+(`receive_weights`). CUDA IPC (trainer and engine on one GPU, where NCCL cannot pair them): every
+trainer rank packs a chunk into one buffer on its GPU (`ipc_buckets`), shares it (`ipc_handle`), and
+the engine on that GPU opens it and takes views (`open_ipc_handle`, `unpack_bucket`). Chunks hold
+whole modules (`chunk_by_module`), because engine loaders fuse q/k/v and gate/up projections and need
+all of a module's tensors at once.
 """
 
 from __future__ import annotations
@@ -129,28 +130,50 @@ def _modules(named_tensors: NamedTensors) -> Iterator[list[tuple[str, torch.Tens
         yield run
 
 
-def chunk_by_module(named_tensors: NamedTensors, threshold_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def _packed_end(end: int, tensor: torch.Tensor, alignment: int | None) -> tuple[int, int]:
+    """Where `tensor` starts and ends when appended at byte `end` of a bucket (`pack_ipc_bucket`'s layout)."""
+    if alignment is not None:
+        step = math.lcm(alignment, tensor.element_size())
+        end = -(-end // step) * step
+    return end, end + _nbytes(tensor)
+
+
+def chunk_by_module(named_tensors: NamedTensors, threshold_bytes: int,
+                    alignment: int | None = None) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Consecutive items in lists of at most `threshold_bytes`, never splitting a module's tensors.
 
     A module is a run of consecutive names with the same prefix before the last dot. A module larger than
-    the threshold gets a chunk of its own. Lazy: it holds at most one chunk plus one module.
+    the threshold gets a chunk of its own. With `alignment`, a chunk's size is that of its
+    `pack_ipc_bucket(..., alignment=alignment)` buffer, padding included. Lazy: it holds at most one chunk
+    plus one module.
     """
     if threshold_bytes <= 0:
         raise ValueError(f"threshold_bytes must be positive, got {threshold_bytes}")
+    if alignment is not None and alignment <= 0:
+        raise ValueError(f"alignment must be positive, got {alignment}")
+
+    def grown(start: int, module: list[tuple[str, torch.Tensor]]) -> int:
+        for _, tensor in module:
+            start = _packed_end(start, tensor, alignment)[1]
+        return start
+
     chunk: list[tuple[str, torch.Tensor]] = []
     size = 0
     for module in _modules(named_tensors):
-        module_size = sum(_nbytes(t) for _, t in module)
-        if chunk and size + module_size > threshold_bytes:
+        size = grown(size, module)
+        if chunk and size > threshold_bytes:
             yield chunk
-            chunk, size = [], 0
+            chunk, size = [], grown(0, module)
         chunk.extend(module)
-        size += module_size
     if chunk:
         yield chunk
 
 
 # -- the broadcast group -------------------------------------------------------------------------------
+
+
+class WeightGroupExists(RuntimeError):
+    """An engine is already in a weight-update group and was not asked to leave it."""
 
 
 def init_group(master_address: str, master_port: int, rank: int, world_size: int, backend: str = "nccl",
@@ -314,15 +337,31 @@ def pack_ipc_bucket(named_tensors: NamedTensors, device: str | torch.device,
     items = list(named_tensors)
     entries, end = [], 0
     for name, tensor in items:
-        step = math.lcm(alignment, tensor.element_size())
-        offset = -(-end // step) * step
+        offset, end = _packed_end(end, tensor, alignment)
         entries.append(BucketEntry(name, dtype_name(tensor.dtype), tuple(tensor.shape), offset, _nbytes(tensor)))
-        end = offset + _nbytes(tensor)
     buffer = _allocate_shareable(end, torch.device(device))
     with torch.no_grad():
         for (_, tensor), entry in zip(items, entries):
             _view(buffer, entry).copy_(tensor)
     return buffer, entries
+
+
+def ipc_buckets(named_tensors: NamedTensors, threshold_bytes: int, device: str | torch.device,
+                alignment: int = IPC_ALIGNMENT) -> Iterator[tuple[torch.Tensor, list[BucketEntry]]]:
+    """`pack_ipc_bucket` of each `chunk_by_module` chunk: buffers of at most `threshold_bytes` (padding
+    included), except a module larger than that, which gets a buffer of its own.
+
+    Lazy, and holding nothing it yielded: once the caller drops a bucket, its buffer is freed before the
+    next is gathered and packed. A chunk's tensors are freed once packed, so while the caller holds a
+    bucket only its buffer, the stream's next module and the tensor after it are alive.
+    """
+    def packed(chunk: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor, list[BucketEntry]]:
+        bucket = pack_ipc_bucket(chunk, device, alignment)
+        chunk.clear()  # the suspended chunk_by_module still holds this list
+        return bucket
+
+    for chunk in chunk_by_module(named_tensors, threshold_bytes, alignment):
+        yield packed(chunk)
 
 
 def unpack_bucket(buffer: torch.Tensor, entries: list[BucketEntry]) -> list[tuple[str, torch.Tensor]]:

@@ -290,30 +290,6 @@ def test_lora_trains_only_adapters_and_exports_them_merged(tmp_path, run_env):
     assert torch.equal(base["model.embed_tokens.weight"], merged["model.embed_tokens.weight"])
 
 
-@pytest.mark.slow
-def test_remote_engines_generate_and_take_weights_over_http(tmp_path, run_env):
-    import socket
-    import urllib.request
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "rlc.runtime.inference.http", "--model", "rlc:tiny", "--port", str(port),
-                               "--name", "tiny"], env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        extra = ("generator.inference_engine.run_engines_locally=false", f"generator.inference_engine.remote_urls=['127.0.0.1:{port}']",
-                 "generator.inference_engine.served_model_name=tiny", "trainer.placement.colocate_all=false",
-                 "trainer.ckpt_interval=-1")
-        result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert [m["step"] for m in _metrics(tmp_path)] == [1, 2, 3]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/rlc/weight_version", timeout=10) as r:
-            assert json.loads(r.read())["weight_version"] == 3  # the server got the weights after every step
-    finally:
-        server.kill()
-        server.wait(timeout=30)
-
-
 def test_an_unreachable_remote_engine_is_a_clear_error(tmp_path, run_env):
     extra = ("generator.inference_engine.run_engines_locally=false", "generator.inference_engine.remote_urls=['127.0.0.1:9']",
              "trainer.placement.colocate_all=false")
@@ -322,3 +298,64 @@ def test_an_unreachable_remote_engine_is_a_clear_error(tmp_path, run_env):
     assert result.returncode != 0
     assert "a remote inference engine cannot be used" in result.stderr and "127.0.0.1:9" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_remote_engines_generate_and_take_weights_over_their_weight_group(tmp_path, run_env):
+    """A remote server (`python -m rlc.runtime.inference.http`) left in a gone trainer's weight-update group:
+    override_existing_update_group=disable stops the run before any step with one line naming that group; the
+    default (auto) replaces it, and the server generates every step and takes every step's weights over it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlc.runtime.inference.http import RemoteEngine
+    from rlc.runtime.weight_sync import close_group, init_group
+    from rlc.runtime.workers.fsdp import free_address
+
+    port = free_address()[1]
+    server = subprocess.Popen([sys.executable, "-m", "rlc.runtime.inference.http", "--model", "rlc:tiny",
+                               "--port", str(port), "--name", "tiny"],
+                              env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        client = RemoteEngine(f"127.0.0.1:{port}", model_name="tiny", timeout_s=60, connect_timeout_s=120)
+        client.connect()
+        gone = free_address()[1]
+        with ThreadPoolExecutor(1) as pool:  # a trainer forms a group with the server, then goes away
+            trainer = pool.submit(init_group, "127.0.0.1", gone, 0, 2, "gloo", timeout_s=60)
+            client.init_weight_group("127.0.0.1", gone, 1, 2, "gloo")
+            close_group(trainer.result(timeout=60))
+        extra = ("generator.inference_engine.run_engines_locally=false",
+                 f"generator.inference_engine.remote_urls=['127.0.0.1:{port}']",
+                 "generator.inference_engine.served_model_name=tiny", "trainer.placement.colocate_all=false",
+                 "trainer.ckpt_interval=-1")
+        disable = "generator.inference_engine.override_existing_update_group=disable"
+        refused = run_rlc("run", *_args(tmp_path, 48, *extra, disable), env=run_env, timeout=600)
+        assert refused.returncode != 0
+        lines = [line for line in refused.stderr.splitlines() if "cannot join the weight-update group" in line]
+        assert len(lines) == 1, refused.stderr[-3000:]
+        assert f"127.0.0.1:{port}" in lines[0] and f"master is 127.0.0.1:{gone}" in lines[0] and "enable" in lines[0]
+        assert "Traceback" not in refused.stderr
+        assert client.weight_group()["master_port"] == gone
+        result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert [m["step"] for m in _metrics(tmp_path)] == [1, 2, 3]
+        joined = client.weight_group()
+        assert joined["master_port"] != gone and joined["backend"] == "gloo"
+        assert client._call("GET", "/rlc/weight_version")["weight_version"] == 3
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_colocated_gpu_run_syncs_weights_through_cuda_ipc_buckets(tmp_path, run_env):
+    """The policy and the hf engine share one GPU (colocate_all, nccl): weights travel as CUDA-IPC buckets of
+    about 50 KB, so every sync takes many of them."""
+    extra = ("cluster.accelerator=H100", "trainer.bf16=true", "generator.inference_engine.model_dtype=bfloat16",
+             "generator.inference_engine.weight_sync_backend=nccl", "trainer.placement.colocate_all=true",
+             "generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB=0.00005", "trainer.ckpt_interval=-1")
+    result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = _metrics(tmp_path)
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert all(m["sync_time"] > 0 for m in metrics)

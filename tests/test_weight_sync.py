@@ -18,6 +18,7 @@ from rlc.runtime.weight_sync import (  # noqa: E402
     chunk_by_module,
     close_group,
     init_group,
+    ipc_buckets,
     ipc_handle,
     iter_full_params,
     metas_of,
@@ -343,6 +344,83 @@ def test_weight_meta_normalises_shapes():
         WeightMeta("w", "Tensor", (1,)).torch_dtype
 
 
+def test_chunk_sizes_count_the_padding_of_the_packed_bucket():
+    items = _named([("a.w", 10), ("b.w", 10), ("c.w", 10), ("d.w", 10), ("e.w", 10)])
+    assert _layout(chunk_by_module(items, 100)) == [["a.w", "b.w", "c.w", "d.w", "e.w"]]
+    # Packed at 64-byte boundaries: a at 0-10, b at 64-74, c would end at 138.
+    assert _layout(chunk_by_module(items, 100, alignment=64)) == [["a.w", "b.w"], ["c.w", "d.w"], ["e.w"]]
+    with pytest.raises(ValueError):
+        list(chunk_by_module(items, 100, alignment=0))
+
+
+def _decoder_like() -> list[tuple[str, torch.Tensor]]:
+    """State-dict-ordered tensors in three dtypes; the embedding (1280 bytes) is one tensor larger than 600."""
+    g = torch.Generator().manual_seed(0)
+    named = [("embed_tokens.weight", torch.randn(40, 8, generator=g))]
+    for i in range(3):
+        named += [(f"layers.{i}.attn.q.weight", torch.randn(6, 8, generator=g).to(torch.bfloat16)),
+                  (f"layers.{i}.attn.q.bias", torch.randn(6, generator=g).to(torch.bfloat16)),
+                  (f"layers.{i}.attn.o.weight", torch.randn(8, 6, generator=g).to(torch.bfloat16)),
+                  (f"layers.{i}.mlp.up.weight", torch.randn(5, 8, generator=g)),
+                  (f"layers.{i}.norm.weight", torch.randn(8, generator=g)),
+                  (f"layers.{i}.norm.steps", torch.tensor([i], dtype=torch.int64))]
+    return named + [("norm.weight", torch.randn(8, generator=g)), ("lm_head.weight", torch.randn(10, 8, generator=g))]
+
+
+def test_ipc_buckets_hold_whole_modules_within_the_threshold_and_round_trip():
+    named, threshold = _decoder_like(), 600
+    buckets = list(ipc_buckets(iter(named), threshold, "cpu"))
+    modules = [[e.name.rpartition(".")[0] for e in entries] for _, entries in buckets]
+    assert [e.name for e in buckets[0][1]] == ["embed_tokens.weight"]  # larger than the threshold: alone
+    assert buckets[0][0].numel() == 1280
+    assert len(buckets) > 3
+    for (buffer, entries), mods in zip(buckets[1:], modules[1:]):
+        assert buffer.numel() <= threshold
+        assert all(e.offset % 256 == 0 for e in entries)
+    for mods, following in zip(modules, modules[1:]):
+        assert not set(mods) & set(following)  # no module is split
+    tensors = dict(named)
+    for (_, entries), following in zip(buckets, buckets[1:]):  # full: the next module would not have fitted
+        first = following[1][0].name.rpartition(".")[0]
+        module = [f for f in following[1] if f.name.rpartition(".")[0] == first]
+        grown = [(e.name, tensors[e.name]) for e in entries + module]
+        assert pack_ipc_bucket(grown, "cpu")[0].numel() > threshold
+    unpacked = [item for buffer, entries in buckets for item in unpack_bucket(buffer, entries)]
+    assert [n for n, _ in unpacked] == [n for n, _ in named]
+    for name, view in unpacked:
+        assert view.dtype == tensors[name].dtype and torch.equal(view, tensors[name]), name
+
+
+def test_ipc_buckets_hold_on_to_nothing_they_packed_or_yielded():
+    """Once a chunk is packed its (gathered) tensors are freed: besides the bucket, only the stream's next
+    module and the tensor read to find its end are alive. A bucket the caller dropped is freed before the
+    next chunk is gathered."""
+    import gc
+    import weakref
+
+    named, alive, dropped, dropped_alive = _decoder_like(), {}, [], []
+
+    def stream():
+        for name, tensor in named:
+            if dropped:
+                gc.collect()
+                dropped_alive.append(dropped[0]() is not None)
+            fresh = tensor.clone()
+            alive[name] = weakref.ref(fresh)
+            yield name, fresh
+
+    buckets = ipc_buckets(stream(), 600, "cpu")
+    buffer, _ = next(buckets)
+    dropped.append(weakref.ref(buffer))
+    del buffer
+    _, entries = next(buckets)
+    assert dropped_alive and not any(dropped_alive)
+    gc.collect()
+    rest = [n for n, _ in named][[n for n, _ in named].index(entries[-1].name) + 1:]
+    module = [n for n in rest if n.rpartition(".")[0] == rest[0].rpartition(".")[0]]
+    assert {name for name, ref in alive.items() if ref() is not None} == {*module, rest[len(module)]}
+
+
 # -- CUDA IPC (needs a GPU) --------------------------------------------------------------------------------
 
 
@@ -367,3 +445,71 @@ def test_cuda_ipc_bucket_opens_in_another_process():
     assert [n for n, _ in sums] == [n for n, _ in named]
     for (_, got), (_, t) in zip(sums, named):
         assert got == pytest.approx(t.float().sum().item(), rel=1e-6, abs=1e-6)
+
+
+def _ipc_engine(model_path: str, out: str, requests, results) -> None:
+    """An hf engine on the GPU: loads each bucket it is sent and acknowledges it, then saves its weights."""
+    def body():
+        from rlc.runtime.inference.hf import HFEngine
+
+        engine = HFEngine(model_path, dtype="bfloat16", device="cuda")
+        loaded = 0
+        while (request := requests.get(timeout=TIMEOUT)) is not None:
+            loaded += engine.update_weights_ipc(*request)
+            results.put(("ack", "engine", loaded))
+        version = engine.finish_weight_update(4)
+        torch.save({k: v.cpu() for k, v in engine.model.state_dict().items()}, os.path.join(out, "engine.pt"))
+        results.put(("ok", "engine", {"version": version, "loaded": loaded}))
+
+    _report_errors("engine", results, body)
+
+
+def _next_message(results, kind: str):
+    got, who, value = results.get(timeout=TIMEOUT)
+    if got == "error":
+        pytest.fail(f"{who} failed:\n{value}")
+    assert got == kind, (got, who, value)
+    return value
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
+def test_a_colocated_engine_loads_the_policys_weights_from_cuda_ipc_buckets(tiny_model, tmp_path):
+    """An FSDP2 policy rank packs its gathered bf16 weights bucket by bucket; an hf engine on the same GPU, in
+    another process, loads each one before the next is packed."""
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1})
+    worker = FSDPWorker(WorkerSettings("policy", tiny_model, device="cuda", bf16=True), spec.trainer.policy,
+                        spec.trainer.algorithm, 0, 1)
+    worker.setup("127.0.0.1", free_address()[1])
+    ctx = mp.get_context("spawn")
+    requests, results = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_ipc_engine, args=(tiny_model, str(tmp_path), requests, results))
+    proc.start()
+    threshold, buckets = 48 * 1024, []
+    try:
+        with torch.no_grad():
+            for p in worker.model.parameters():
+                p.to_local().mul_(-2.0).add_(0.5)
+        worker.start_ipc_weights("bfloat16", threshold)
+        while (bucket := worker.next_ipc_bucket()) is not None:
+            handles, entries = bucket
+            buckets.append((max(e.offset + e.nbytes for e in entries), {e.name.rpartition(".")[0] for e in entries}))
+            requests.put((handles, entries))
+            _next_message(results, "ack")
+        requests.put(None)
+        report = _next_message(results, "ok")
+        proc.join(timeout=30)
+        expected = worker.full_state_dict("bfloat16")
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        worker.shutdown()
+    assert len(buckets) > 2
+    assert all(size <= threshold or len(modules) == 1 for size, modules in buckets)
+    assert report == {"version": 4, "loaded": len(expected)}
+    engine = torch.load(tmp_path / "engine.pt")
+    for name, tensor in expected.items():
+        assert engine[name].dtype == torch.bfloat16 and torch.equal(engine[name], tensor), name

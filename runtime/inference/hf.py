@@ -1,6 +1,6 @@
 """The `hf` inference engine: batched sampling with a transformers model and its KV cache.
 
-It has the interface the vLLM engine has (generate, sleep / wake_up, update_weights), so the driver
+It has the interface the vLLM engine has (generate, sleep / wake_up, the weight-update paths), so the driver
 does not care which one runs. Sampling is written out here rather than delegated to `generate()` so
 the log-probability of every sampled token is the one the trainer computes: log_softmax(logits / T)
 before top-k / top-p / min-p filtering and the repetition penalty.
@@ -102,6 +102,8 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.weights_on = True
         self.weight_version = 0
+        self.weight_group = None
+        self.weight_group_info: dict | None = None  # where the group's master is, for whoever asks to replace it
 
     # -- the engine interface ------------------------------------------------------------------------
 
@@ -177,37 +179,90 @@ class HFEngine:
             for name, tensor in self.model.state_dict().items():
                 if name in state_dict:
                     tensor.copy_(state_dict[name].to(device=self.device, dtype=tensor.dtype))
-        self.weights_on = True
-        self.weight_version = version if version is not None else self.weight_version + 1
-        return self.weight_version
+        return self.finish_weight_update(version)
 
     # -- weights over a broadcast group (weight_sync_backend gloo / nccl) --------------------------------
 
-    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str) -> None:
-        """Join the trainer's weight-sync group as `rank` (rank 0 is the trainer's first rank)."""
-        from rlc.runtime.transfer import pin_gloo_interface
-        from rlc.runtime.weight_sync import init_group
+    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str,
+                          override_existing: bool = False) -> None:
+        """Join the trainer's weight-sync group as `rank` (rank 0 is the trainer's first rank).
 
+        An engine already in a group leaves it first with `override_existing`, and raises
+        `WeightGroupExists` without.
+        """
+        from rlc.runtime.transfer import pin_gloo_interface
+        from rlc.runtime.weight_sync import WeightGroupExists, init_group
+
+        if self.weight_group is not None:
+            info = self.weight_group_info
+            if not override_existing:
+                raise WeightGroupExists(
+                    f"this engine is already rank {info['rank']} of a weight-update group of {info['world_size']} "
+                    f"whose master is {info['master_address']}:{info['master_port']} ({info['backend']})")
+            self.close_weight_group()
         pin_gloo_interface()
         self.weight_group = init_group(master_address, master_port, rank, world_size, backend)
+        self.weight_group_info = {"master_address": master_address, "master_port": master_port, "rank": rank,
+                                  "world_size": world_size, "backend": backend}
+
+    def close_weight_group(self) -> None:
+        """Leave the weight-sync group, if any."""
+        from rlc.runtime.weight_sync import close_group
+
+        if self.weight_group is not None:
+            group, self.weight_group, self.weight_group_info = self.weight_group, None, None
+            close_group(group)
 
     @torch.no_grad()
     def receive_weights(self, metas: list, version: int | None = None) -> int:
         """Receive the weights the trainer broadcasts (same names as its state dict) and load them."""
         from rlc.runtime.weight_sync import _group_device, receive_weights
 
+        if self.weight_group is None:
+            raise RuntimeError("this engine is in no weight-sync group: init_weight_group first")
         if not self.weights_on:
             self._materialize()
         params = self.model.state_dict()
-
-        def load(chunk):
-            for name, tensor in chunk:
-                params[name].copy_(tensor)
-
         unknown = [m.name for m in metas if m.name not in params]
         if unknown:
             raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
-        receive_weights(self.weight_group, metas, _group_device(self.weight_group), load)  # gloo: CPU, nccl: GPU
+        receive_weights(self.weight_group, metas, _group_device(self.weight_group),  # gloo: CPU, nccl: GPU
+                        lambda chunk: _copy_into(params, chunk))
+        return self.finish_weight_update(version)
+
+    # -- weights through CUDA IPC (colocated on one GPU) -------------------------------------------------
+
+    @torch.no_grad()
+    def update_weights_ipc(self, handles_by_gpu_uuid: dict, entries: list) -> int:
+        """CUDA only. Copy one bucket a trainer rank on this GPU shares (`weight_sync.ipc_buckets`) into the
+        model; returns the tensors loaded, once the copies are done (the sender may then free the bucket).
+
+        `handles_by_gpu_uuid` maps each trainer GPU's `vllm_worker.gpu_uuid` to its bucket's `ipc_handle`;
+        call `finish_weight_update` after the last bucket.
+        """
+        from rlc.runtime.inference.vllm_worker import gpu_uuid
+        from rlc.runtime.weight_sync import BucketEntry, open_ipc_handle, unpack_bucket
+
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        mine = gpu_uuid(index)
+        if mine not in handles_by_gpu_uuid:
+            raise RuntimeError(f"no weight bucket for this engine's GPU {mine}; "
+                               f"the trainer shared {sorted(handles_by_gpu_uuid)}")
+        if not self.weights_on:
+            self._materialize()
+        params = self.model.state_dict()
+        entries = [e if isinstance(e, BucketEntry) else BucketEntry(**e) for e in entries]
+        unknown = [e.name for e in entries if e.name not in params]
+        if unknown:
+            raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
+        buffer = open_ipc_handle(handles_by_gpu_uuid[mine], index)
+        _copy_into(params, unpack_bucket(buffer, entries))
+        torch.cuda.synchronize(index)
+        del buffer  # with no view left either, the sender may free the bucket once this returns
+        return len(entries)
+
+    def finish_weight_update(self, version: int | None = None) -> int:
+        """End a sync: the weights are on and their version is `version` (or the next)."""
         self.weights_on = True
         self.weight_version = version if version is not None else self.weight_version + 1
         return self.weight_version
@@ -304,6 +359,11 @@ class HFEngine:
             raise RuntimeError("stop strings need the engine's tokenizer")
         text = self.tokenizer.decode(token_ids[-16:], skip_special_tokens=True)
         return any(s in text for s in stop)
+
+
+def _copy_into(params: dict[str, torch.Tensor], named_tensors) -> None:
+    for name, tensor in named_tensors:
+        params[name].copy_(tensor)
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -3,9 +3,12 @@
 The server speaks the part of vLLM's OpenAI-compatible API an RL loop needs: `POST /v1/completions`
 with token-id prompts (`return_tokens_as_token_ids` gives `token_id:N` tokens and per-token log-probs),
 `GET /v1/models`, the dev-mode control routes `POST /sleep?level=`, `POST /wake_up?tags=` and
-`POST /reset_prefix_cache`, and rlc's own `POST /rlc/update_weights` (a safetensors body, the new weight
-version in `X-Weight-Version`) with `GET /rlc/weight_version`. `RemoteEngine` is the engine interface
-over those routes, for `generator.inference_engine.run_engines_locally: false` (`remote_urls`).
+`POST /reset_prefix_cache`, and rlc's own weight routes: `POST /rlc/update_weights` (a safetensors body,
+the new weight version in `X-Weight-Version`), `GET /rlc/weight_version`, and the weight-update group
+the trainer broadcasts over: `POST /rlc/init_weight_group` (join it; 409 when the engine is in another
+group and `override_existing` is false), `POST /rlc/receive_weights` (receive one broadcast),
+`POST /rlc/close_weight_group`, `GET /rlc/weight_group`. `RemoteEngine` is the engine interface over
+those routes, for `generator.inference_engine.run_engines_locally: false` (`remote_urls`).
 
     python -m rlc.runtime.inference.http --model PATH [--host 127.0.0.1] [--port 8000] [--name NAME]
 
@@ -25,12 +28,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from rlc.runtime.inference.hf import Completion, Sampling
+from rlc.runtime.weight_sync import WeightGroupExists, WeightMeta
 
 _TOKEN_PREFIX = "token_id:"
 
 
 class EngineHTTPError(Exception):
     """A remote engine refused a request or could not be reached; the message says which and why."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status of a refusal; None when the server was not reached
 
 
 # -- server ----------------------------------------------------------------------------------------------
@@ -95,6 +103,8 @@ def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -
                 self._reply(200, {"object": "list", "data": [{"id": model_name, "object": "model"}]})
             elif path == "/rlc/weight_version":
                 self._reply(200, {"weight_version": engine.weight_version})
+            elif path == "/rlc/weight_group":
+                self._reply(200, {"weight_group": getattr(engine, "weight_group_info", None)})
             elif path == "/health":
                 self._reply(200, {})
             else:
@@ -128,10 +138,25 @@ def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -
                         version = self.headers.get("X-Weight-Version")
                         done = engine.update_weights(load(body), int(version) if version is not None else None)
                         self._reply(200, {"weight_version": done})
+                    elif url.path == "/rlc/init_weight_group":
+                        r = json.loads(body)
+                        engine.init_weight_group(str(r["master_address"]), int(r["master_port"]), int(r["rank_offset"]),
+                                                 int(r["world_size"]), str(r["backend"]),
+                                                 override_existing=bool(r.get("override_existing", False)))
+                        self._reply(200, {"weight_group": engine.weight_group_info})
+                    elif url.path == "/rlc/receive_weights":
+                        r = json.loads(body)
+                        metas = [WeightMeta(m["name"], m["dtype"], m["shape"]) for m in r["metas"]]
+                        self._reply(200, {"weight_version": engine.receive_weights(metas, r.get("version"))})
+                    elif url.path == "/rlc/close_weight_group":
+                        engine.close_weight_group()
+                        self._reply(200, {})
                     else:
                         self._reply(404, {"error": {"message": f"no route {url.path}"}})
-            except (ValueError, KeyError, RuntimeError) as exc:
-                self._reply(400, {"error": {"message": str(exc)}})
+            except WeightGroupExists as exc:
+                self._reply(409, {"error": {"message": str(exc)}})
+            except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # torch's DistError is a RuntimeError
+                self._reply(400, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
 
     return ThreadingHTTPServer((host, port), Handler)
 
@@ -178,8 +203,12 @@ class RemoteEngine:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout_s) as response:
                 text = response.read()
         except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:500]
-            raise EngineHTTPError(f"{method} {self.base}{path}: HTTP {exc.code}: {detail}") from None
+            detail = exc.read().decode(errors="replace")
+            try:
+                detail = json.loads(detail)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                pass
+            raise EngineHTTPError(f"{method} {self.base}{path}: HTTP {exc.code}: {detail[:500]}", exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             raise EngineHTTPError(f"{method} {self.base}{path}: {getattr(exc, 'reason', exc)}") from None
         return json.loads(text or b"{}")
@@ -221,6 +250,33 @@ class RemoteEngine:
             headers["X-Weight-Version"] = str(version)
         self.weight_version = self._call("POST", "/rlc/update_weights", data=save(tensors), headers=headers)["weight_version"]
         return self.weight_version
+
+    # -- weights over a broadcast group ---------------------------------------------------------------
+
+    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str,
+                          override_existing: bool = False) -> None:
+        """Have the server join trainer rank 0's weight-update group as `rank`; returns once it has joined.
+
+        A server still in another group (from a run whose trainer is gone) leaves it with
+        `override_existing`; without, it answers 409 and this raises `EngineHTTPError` naming that group.
+        """
+        self._call("POST", "/rlc/init_weight_group", {
+            "master_address": master_address, "master_port": master_port, "rank_offset": rank,
+            "world_size": world_size, "backend": backend, "override_existing": override_existing})
+
+    def receive_weights(self, metas: list[WeightMeta], version: int | None = None) -> int:
+        """Have the server receive and load the broadcast trainer rank 0 sends now (`weight_sync.send_weights`)."""
+        body = {"metas": [{"name": m.name, "dtype": m.dtype, "shape": list(m.shape)} for m in metas],
+                "version": version}
+        self.weight_version = self._call("POST", "/rlc/receive_weights", body)["weight_version"]
+        return self.weight_version
+
+    def close_weight_group(self) -> None:
+        self._call("POST", "/rlc/close_weight_group", data=b"")
+
+    def weight_group(self) -> dict | None:
+        """The group the server is in (master address and port, rank, world size, backend), or None."""
+        return self._call("GET", "/rlc/weight_group")["weight_group"]
 
 
 def _completion(choice: dict, want_logprobs: bool) -> Completion:

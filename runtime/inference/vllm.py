@@ -173,6 +173,7 @@ class VLLMEngine:
         self.pad_token_id, self.eos_token_id, self.tokenizer = pad_token_id, eos_token_id, tokenizer
         self.weight_version = 0
         self._asleep: set[str] = set()
+        self._group_master: str | None = None  # host:port of the weight-update group the workers are in
 
     # -- the engine interface ------------------------------------------------------------------------
 
@@ -230,11 +231,25 @@ class VLLMEngine:
     # -- weight sync over a broadcast group or CUDA IPC (GPU only) --------------------------------------
 
     def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int,
-                          backend: str = "nccl", group_name: str = WEIGHT_GROUP) -> list[int]:
+                          backend: str = "nccl", group_name: str = WEIGHT_GROUP,
+                          override_existing: bool = False) -> list[int]:
         """Every worker joins trainer rank 0's broadcast group (call it while the trainer joins); `rank` is
-        this engine's first worker's, the others follow it (TP x PP of them). Returns the workers' ranks."""
-        return self._rpc("rlc_init_weight_update_group", master_address, master_port, rank, world_size, backend,
-                         group_name)
+        this engine's first worker's, the others follow it (TP x PP of them). Returns the workers' ranks.
+
+        An engine already in a group leaves it first with `override_existing`, and raises
+        `weight_sync.WeightGroupExists` without.
+        """
+        from rlc.runtime.weight_sync import WeightGroupExists
+
+        old = self._group_master
+        if old is not None:
+            if not override_existing:
+                raise WeightGroupExists(f"this engine is already in a weight-update group whose master is {old}")
+            self.close_weight_group()
+        ranks = self._rpc("rlc_init_weight_update_group", master_address, master_port, rank, world_size, backend,
+                          group_name)
+        self._group_master = f"{master_address}:{master_port}"
+        return ranks
 
     def receive_weights(self, metas: list, version: int | None = None) -> int:
         """Receive and load the weights trainer rank 0 broadcasts now (`weight_sync.send_weights`); `metas`
@@ -245,6 +260,7 @@ class VLLMEngine:
 
     def close_weight_group(self) -> None:
         self._rpc("rlc_close_weight_update_group")
+        self._group_master = None
 
     def update_weights_ipc(self, handles_by_gpu_uuid: dict, entries: list) -> None:
         """Load one CUDA-IPC bucket on every worker (`vllm_worker.WeightSyncExtension.rlc_update_weights_ipc`);

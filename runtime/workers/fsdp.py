@@ -282,6 +282,40 @@ class FSDPWorker(RayPlaced):
             pass
         return 0
 
+    # -- weights through CUDA IPC (engines on this rank's GPU) ------------------------------------------
+
+    def start_ipc_weights(self, dtype: str | None, threshold_bytes: int) -> None:
+        """Begin streaming the full weights, cast to `dtype`, as CUDA buffers of at most `threshold_bytes`
+        (whole modules each, `weight_sync.ipc_buckets`); then call `next_ipc_bucket` until it returns None.
+        Every rank must take part: each tensor is gathered by all, and each rank packs it on its own GPU."""
+        from rlc.runtime.weight_sync import ipc_buckets, iter_full_params
+
+        self._free_ipc_bucket()
+        device = torch.device("cuda", torch.cuda.current_device())
+        stream = iter_full_params(self.model, DTYPES.get(dtype or ""), device, rank0_only=False)
+        self._ipc_buckets = ipc_buckets(stream, threshold_bytes, device)
+
+    @torch.no_grad()
+    def next_ipc_bucket(self) -> tuple[dict, list] | None:
+        """Free the previous bucket (call this once the engines have loaded it) and pack the next: its IPC
+        handle keyed by this GPU's uuid, and its `weight_sync.BucketEntry`s; None after the last bucket."""
+        from rlc.runtime.inference.vllm_worker import gpu_uuid
+        from rlc.runtime.weight_sync import ipc_handle
+
+        self._free_ipc_bucket()
+        bucket = next(self._ipc_buckets, None)
+        if bucket is None:
+            self._ipc_buckets = None
+            return None
+        self._ipc_buffer, entries = bucket
+        torch.cuda.current_stream().synchronize()  # the copies are in the buffer before another process reads it
+        return {gpu_uuid(torch.cuda.current_device()): ipc_handle(self._ipc_buffer)}, entries
+
+    def _free_ipc_bucket(self) -> None:
+        if getattr(self, "_ipc_buffer", None) is not None:
+            self._ipc_buffer = None
+            torch.cuda.ipc_collect()  # release what the engines have let go of
+
     def packed_state_dict(self, dtype: str | None = None) -> dict | None:
         """`full_state_dict` as numpy arrays (`transfer.pack`): engines read it from the object store without a copy.
 
