@@ -28,17 +28,17 @@ def _m7(c: Context):
                           f"set sequence_parallel_size: 1 and megatron_config.context_parallel_size: {sp}", ["trainer.strategy"])
 
 
-@rule("RLC-W502", "Megatron: context parallelism needs TransformerEngine", "trainer.policy.megatron_config.context_parallel_size")
+@rule("RLC-E505", "Megatron: no context parallelism in this runtime", "trainer.policy.megatron_config.context_parallel_size")
 def _cp(c: Context):
     if not c.megatron:
         return
     for role in ("policy",) + (("ref",) if ref_on(c.s) else ()):
         cp = getattr(c.t, role).megatron_config.context_parallel_size
         if cp > 1:
-            yield c.warning("RLC-W502", f"trainer.{role}.megatron_config.context_parallel_size",
-                            f"context_parallel_size is {cp}: Megatron splits attention over ranks only with TransformerEngine, "
-                            "so the job stops at start-up on nodes without it",
-                            "install transformer-engine on the cluster (launch.setup), or set context_parallel_size: 1")
+            yield c.error("RLC-E505", f"trainer.{role}.megatron_config.context_parallel_size",
+                          f"context_parallel_size is {cp}, but this rlc runtime does not split sequences over "
+                          "context-parallel ranks yet (it needs TransformerEngine's attention and packed sequences)",
+                          "set context_parallel_size: 1; use tensor or pipeline parallelism for long sequences")
 
 
 @rule("RLC-W501", "Megatron: world divisible by pp * ep * etp", "trainer.policy.megatron_config.expert_model_parallel_size")

@@ -309,7 +309,7 @@ CASES = {
           max_turns: 3  # <-
           max_input_length: 4096
         """),
-    "RLC-W502": ("trainer.policy.megatron_config.context_parallel_size", """
+    "RLC-E505": ("trainer.policy.megatron_config.context_parallel_size", """
         trainer:
           strategy: megatron
           placement: {policy_num_gpus_per_node: 2}

@@ -166,9 +166,9 @@ class MegatronWorker(RayPlaced):
         model_parallel = mc.tensor_model_parallel_size * mc.pipeline_model_parallel_size * mc.context_parallel_size
         if self.world_size % model_parallel:
             raise ValueError(f"the {self.s.role} world size {self.world_size} is not divisible by tp*pp*cp = {model_parallel}")
-        if mc.context_parallel_size > 1 and not _have_te():
-            raise RuntimeError("context_parallel_size > 1 needs TransformerEngine's attention (pip install transformer-engine); "
-                               "Megatron's local layer spec has no context-parallel attention")
+        if mc.context_parallel_size > 1:  # the compiler refuses it too (RLC-E505)
+            raise RuntimeError("context_parallel_size > 1: this runtime does not split sequences over context-parallel "
+                               "ranks yet")
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(
                 tensor_model_parallel_size=mc.tensor_model_parallel_size,
