@@ -28,13 +28,15 @@ ALGORITHM = {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True,
 OPTIMIZER = {"lr": 1e-2, "weight_decay": 0.0}
 
 
-def _spec(strategy: str, tp: int = 1, pp: int = 1):
+def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None):
     from rlc.spec.model import default_model
 
     policy = {"optimizer_config": OPTIMIZER}
     if strategy == "megatron":
         policy["megatron_config"] = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
                                      "dist_ckpt_optim_fully_reshardable": True}  # resumable on another layout
+        if profile:  # the last pipeline stage's rank only
+            policy["megatron_config"]["torch_profiler_config"] = {"enable": True, "ranks": [1], "save_path": profile}
     return default_model().to_typed({"version": 1, "trainer": {"strategy": strategy, "policy": policy,
                                                                "algorithm": ALGORITHM}})
 
@@ -65,7 +67,7 @@ def _rank(rank: int, world: int, port: int, model_path: str, out: str, q, strate
         from rlc.runtime.workers.megatron import MegatronWorker as Worker
     else:
         from rlc.runtime.workers.fsdp import FSDPWorker as Worker
-    spec = _spec(strategy, tp, pp)
+    spec = _spec(strategy, tp, pp, profile=out + ".prof" if pp == 2 else None)
     settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3,
                               total_optimizer_steps=4)
     worker = Worker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
@@ -177,6 +179,16 @@ def _initial(model_path: str) -> dict:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(model_path).state_dict()
+
+
+def test_the_profiler_traces_the_listed_ranks_steps(runs):
+    _, d = runs
+    traces = sorted(p.name for p in (d / "pp2.pt.prof").iterdir())
+    assert traces == ["policy_rank1_step1.json"]  # rank 0 is not listed; one trace per optimizer step
+    import json
+
+    events = json.loads((d / "pp2.pt.prof" / traces[0]).read_text())["traceEvents"]
+    assert sum(str(e.get("name", "")).startswith("aten::") for e in events) > 100  # the step's ops were traced
 
 
 def test_layouts(runs):
