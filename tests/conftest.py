@@ -61,3 +61,35 @@ def tiny_model(rlc_cache) -> str:
     from rlc.runtime.models import local_path
 
     return local_path("rlc:tiny")
+
+
+def run_ranks(target, world: int, *args, timeout_s: float = 300) -> list:
+    """`target(rank, world, port, queue, *args)` in `world` spawned processes sharing a free port; each puts
+    `(rank, result)` on the queue. Returns the results in rank order; a rank that dies fails at once, not at the
+    timeout. Results must not hold tensors the sender's exit would free (send numpy, or keep the sender alive)."""
+    import queue
+    import time
+
+    import torch.multiprocessing as mp
+
+    from rlc.runtime.workers.common import free_address
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_address()[1]
+    procs = [ctx.Process(target=target, args=(r, world, port, q, *args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict = {}
+    deadline = time.monotonic() + timeout_s
+    while len(results) < world:
+        try:
+            rank, result = q.get(timeout=1)
+            results[rank] = result
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not dead and time.monotonic() < deadline, f"a rank failed (exit codes {dead})"
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return [results[r] for r in range(world)]

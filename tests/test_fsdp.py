@@ -11,6 +11,8 @@ pytest.importorskip("transformers")
 
 import torch.multiprocessing as mp  # noqa: E402
 
+from conftest import run_ranks  # noqa: E402
+
 from rlc.runtime.workers.fsdp import free_address  # noqa: E402
 
 ROWS, PROMPT, RESPONSE = 8, 5, 3
@@ -36,7 +38,7 @@ def _batch(vocab: int) -> dict:
     }
 
 
-def _rank(rank: int, world: int, port: int, model_path: str, out: str, q, fsdp_size: int = -1) -> None:
+def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, fsdp_size: int = -1) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from rlc.runtime.batch import shards, totals
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
@@ -62,17 +64,7 @@ def _rank(rank: int, world: int, port: int, model_path: str, out: str, q, fsdp_s
 
 
 def _run(world: int, model_path: str, out: str, fsdp_size: int = -1) -> list[dict]:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_address()[1]
-    procs = [ctx.Process(target=_rank, args=(r, world, port, model_path, out, q, fsdp_size)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = dict(q.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    return [results[r] for r in range(world)]
+    return run_ranks(_rank, world, model_path, out, fsdp_size)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,6 @@ the step exactly; the weights streamed to engines are named and shaped as the Hu
 from __future__ import annotations
 
 import os
-import queue
-import time
 
 import pytest
 
@@ -17,10 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("megatron.core")
 
-import torch.multiprocessing as mp  # noqa: E402
-
-from rlc.runtime.workers.common import free_address  # noqa: E402
-
+from conftest import run_ranks  # noqa: E402
 from test_fsdp import _batch  # noqa: E402
 
 ALGORITHM = {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True, "policy_loss_type": "dual_clip"}
@@ -55,7 +50,7 @@ def _old_logprobs(worker, mine: dict, world: int, rank: int) -> torch.Tensor:
     return old
 
 
-def _rank(rank: int, world: int, port: int, model_path: str, out: str, q, strategy: str, tp: int, pp: int,
+def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strategy: str, tp: int, pp: int,
           ckpt: str | None, mode: str) -> None:
     """mode: "step" (one step), "save" (a step, a checkpoint, a second step, then back to the checkpoint and the
     second step again), or "resume" (a fresh worker loads the checkpoint, then takes the second step)."""
@@ -109,26 +104,7 @@ def _rank(rank: int, world: int, port: int, model_path: str, out: str, q, strate
 
 def _run(world: int, model_path: str, out: str, strategy: str = "megatron", tp: int = 1, pp: int = 1,
          ckpt: str | None = None, mode: str = "step") -> list[dict]:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_address()[1]
-    procs = [ctx.Process(target=_rank, args=(r, world, port, model_path, out, q, strategy, tp, pp, ckpt, mode))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    results: dict = {}
-    deadline = time.monotonic() + 300
-    while len(results) < len(procs):  # a rank that dies fails the test at once, not at the timeout
-        try:
-            rank, result = q.get(timeout=1)
-            results[rank] = result
-        except queue.Empty:
-            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-            assert not dead and time.monotonic() < deadline, f"a rank failed (exit codes {dead})"
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    return [results[r] for r in range(world)]
+    return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode)
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +213,7 @@ def test_weight_metas_are_the_hf_model(runs, tiny_model):
 LORA_TYPES = ("lora", "canonical_lora", "dora")
 
 
-def _lora_rank(rank: int, world: int, port: int, model_path: str, out: str, q) -> None:
+def _lora_rank(rank: int, world: int, port: int, q, model_path: str, out: str) -> None:
     """Per lora_type, on tp=2: one step, then the LoRA model's log-probs and its merged Hugging Face weights."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from rlc.runtime.batch import totals
@@ -270,16 +246,7 @@ def _lora_rank(rank: int, world: int, port: int, model_path: str, out: str, q) -
 @pytest.fixture(scope="module")
 def lora_runs(tiny_model, tmp_path_factory):
     d = tmp_path_factory.mktemp("megatron_lora")
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_address()[1]
-    procs = [ctx.Process(target=_lora_rank, args=(r, 2, port, tiny_model, str(d / "merged"), q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict(q.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = dict(enumerate(run_ranks(_lora_rank, 2, tiny_model, str(d / "merged"))))
     return results, d
 
 

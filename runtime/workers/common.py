@@ -72,8 +72,10 @@ def lr_lambda(scheduler: str, warmup: int, total: int):
     return factor
 
 
-class RayPlaced:
-    """Where a worker runs, as Ray sees it."""
+class TrainWorker:
+    """What the fsdp2 and megatron workers do alike: where they run (as Ray sees it), joining the role's process
+    group, and handing the policy's weights to the engines. Subclasses set `s` (WorkerSettings), `rank`,
+    `world_size` and `lora`, and define `full_state_dict`."""
 
     def node_ip(self) -> str:
         """The address of the node this process runs on (as Ray sees it)."""
@@ -92,6 +94,50 @@ class RayPlaced:
         except ImportError:
             pass
         return host, port
+
+    def _join_process_group(self, master_addr: str, master_port: int) -> None:
+        """This rank's device and threads, and the role's process group (gloo on CPU; gloo + nccl on CUDA)."""
+        import datetime
+        import os
+
+        import torch.distributed as dist
+
+        if self.s.device == "cuda":
+            torch.cuda.set_device(0)  # Ray gives each actor its own CUDA_VISIBLE_DEVICES: the local device is 0
+            backend = "cpu:gloo,cuda:nccl"
+        else:
+            if self.s.cpu_slots_per_node:
+                from rlc.runtime.transfer import cpu_threads
+
+                cpu_threads(self.s.cpu_slots_per_node)
+            backend = "gloo"
+        if not dist.is_initialized():
+            from rlc.runtime.transfer import pin_gloo_interface
+
+            pin_gloo_interface()
+            # A rank whose peer died waits this long in a collective before failing (RLC_DIST_TIMEOUT_S, default 30 min).
+            timeout = datetime.timedelta(seconds=float(os.environ.get("RLC_DIST_TIMEOUT_S", "1800")))
+            dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
+                                    world_size=self.world_size, timeout=timeout)
+
+    def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None:
+        """Global rank 0 joins the weight-sync group (rank 0 of it) with every engine worker; other ranks stay out."""
+        if self.rank == 0:
+            from rlc.runtime.transfer import pin_gloo_interface
+            from rlc.runtime.weight_sync import init_group
+
+            pin_gloo_interface()
+            self.weight_group = init_group(master_address, master_port, 0, world_size, backend)
+
+    def packed_state_dict(self, dtype: str | None = None) -> dict | None:
+        """`full_state_dict` as numpy arrays (`transfer.pack`): engines read it from the object store without a copy.
+
+        With fsdp2 LoRA only the adapters travel: the engines keep the frozen base weights they loaded.
+        """
+        from rlc.runtime.transfer import pack
+
+        full = self.full_state_dict(dtype, adapters_only=self.lora)
+        return pack(full) if full is not None else None
 
 
 def policy_objective(algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: dict, totals: dict,

@@ -8,7 +8,6 @@ the loss is scaled by the world size and weighted by the whole mini-batch's toke
 
 from __future__ import annotations
 
-import datetime
 import math
 import os
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch.distributed as dist
 
 from rlc.runtime.algorithms.losses import entropy_from_logits, token_log_probs
 from rlc.runtime.lora import with_lora
-from rlc.runtime.workers.common import (DTYPES, ROLES, RayPlaced, WorkerSettings, critic_objective, free_address,
+from rlc.runtime.workers.common import (DTYPES, ROLES, TrainWorker, WorkerSettings, critic_objective, free_address,
                                         lr_lambda, policy_objective)
 
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
@@ -49,7 +48,7 @@ class ValueModel(torch.nn.Module):
         return getattr(self, self.head_name)(hidden).squeeze(-1).clone()  # not a view: FSDP hooks the output
 
 
-class FSDPWorker(RayPlaced):
+class FSDPWorker(TrainWorker):
     """One rank of one role. `config` is that role's sub-config (trainer.policy, .ref or .critic)."""
 
     def __init__(self, settings: WorkerSettings, config: Any, algorithm: Any, rank: int, world_size: int):
@@ -68,26 +67,9 @@ class FSDPWorker(RayPlaced):
         from torch.distributed.device_mesh import init_device_mesh
 
         torch.manual_seed(self.s.seed)
-        if self.s.device == "cpu" and self.s.cpu_slots_per_node:
-            from rlc.runtime.transfer import cpu_threads
-
-            cpu_threads(self.s.cpu_slots_per_node)
-        if self.s.device == "cuda":
-            # Ray gives each actor its own CUDA_VISIBLE_DEVICES, so the local device is always 0.
-            torch.cuda.set_device(0)
-            if getattr(self.config, "record_memory", False) and self.s.memory_snapshot_dir:
-                torch.cuda.memory._record_memory_history(max_entries=100_000)
-            backend = "cpu:gloo,cuda:nccl"
-        else:
-            backend = "gloo"
-        if not dist.is_initialized():
-            from rlc.runtime.transfer import pin_gloo_interface
-
-            pin_gloo_interface()
-            # A rank whose peer died waits this long in a collective before failing (RLC_DIST_TIMEOUT_S, default 30 min).
-            timeout = datetime.timedelta(seconds=float(os.environ.get("RLC_DIST_TIMEOUT_S", "1800")))
-            dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
-                                    world_size=self.world_size, timeout=timeout)
+        self._join_process_group(master_addr, master_port)
+        if self.s.device == "cuda" and getattr(self.config, "record_memory", False) and self.s.memory_snapshot_dir:
+            torch.cuda.memory._record_memory_history(max_entries=100_000)
         shard = self.config.fsdp_config.fsdp_size
         if 0 < shard < self.world_size:
             if self.world_size % shard:
@@ -255,15 +237,6 @@ class FSDPWorker(RayPlaced):
 
     # -- weights over a broadcast group (weight_sync_backend gloo / nccl) --------------------------------
 
-    def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None:
-        """Rank 0 joins the weight-sync group (rank 0 of it) with every engine worker; other ranks stay out."""
-        if self.rank == 0:
-            from rlc.runtime.transfer import pin_gloo_interface
-            from rlc.runtime.weight_sync import init_group
-
-            pin_gloo_interface()
-            self.weight_group = init_group(master_address, master_port, 0, world_size, backend)
-
     def weight_metas(self, dtype: str | None = None) -> list:
         """Names, dtypes and shapes of what `broadcast_weights` sends (no gather needed)."""
         from rlc.runtime.weight_sync import metas_of
@@ -315,16 +288,6 @@ class FSDPWorker(RayPlaced):
         if getattr(self, "_ipc_buffer", None) is not None:
             self._ipc_buffer = None
             torch.cuda.ipc_collect()  # release what the engines have let go of
-
-    def packed_state_dict(self, dtype: str | None = None) -> dict | None:
-        """`full_state_dict` as numpy arrays (`transfer.pack`): engines read it from the object store without a copy.
-
-        With LoRA only the adapters travel: the engines keep the frozen base weights they loaded.
-        """
-        from rlc.runtime.transfer import pack
-
-        full = self.full_state_dict(dtype, adapters_only=self.lora)
-        return pack(full) if full is not None else None
 
     @torch.no_grad()
     def full_state_dict(self, dtype: str | None = None, adapters_only: bool = False) -> dict[str, torch.Tensor] | None:

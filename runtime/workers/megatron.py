@@ -21,7 +21,6 @@ checking a job on a tiny model).
 from __future__ import annotations
 
 import contextlib
-import datetime
 import math
 import os
 from functools import partial
@@ -32,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from rlc.runtime import megatron_weights as mw
-from rlc.runtime.workers.common import (DTYPES, RayPlaced, WorkerSettings, lr_lambda, policy_objective)
+from rlc.runtime.workers.common import (DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective)
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
 
@@ -102,7 +101,7 @@ def vocab_parallel_logprobs(logits: torch.Tensor, targets: torch.Tensor, tempera
     return logp, total.log() - weighted
 
 
-class MegatronWorker(RayPlaced):
+class MegatronWorker(TrainWorker):
     """One rank of the policy or ref under Megatron-Core. `config` is the role's sub-config."""
 
     def __init__(self, settings: WorkerSettings, config: Any, algorithm: Any, rank: int, world_size: int):
@@ -136,23 +135,10 @@ class MegatronWorker(RayPlaced):
 
         torch.manual_seed(self.s.seed)
         if self.s.device == "cpu":
-            from rlc.runtime.transfer import cpu_threads
             from rlc.runtime.workers import megatron_cpu
 
             megatron_cpu.enable()
-            if self.s.cpu_slots_per_node:
-                cpu_threads(self.s.cpu_slots_per_node)
-            backend = "gloo"
-        else:
-            torch.cuda.set_device(0)  # Ray gives each actor its own CUDA_VISIBLE_DEVICES
-            backend = "cpu:gloo,cuda:nccl"
-        if not dist.is_initialized():
-            from rlc.runtime.transfer import pin_gloo_interface
-
-            pin_gloo_interface()
-            timeout = datetime.timedelta(seconds=float(os.environ.get("RLC_DIST_TIMEOUT_S", "1800")))
-            dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
-                                    world_size=self.world_size, timeout=timeout)
+        self._join_process_group(master_addr, master_port)
         self.hf_config = AutoConfig.from_pretrained(self.s.model_path)
         with self._device():
             self._parallel_state()
@@ -579,27 +565,13 @@ class MegatronWorker(RayPlaced):
 
     @torch.no_grad()
     def full_state_dict(self, dtype: str | None = None, adapters_only: bool = False) -> dict[str, torch.Tensor] | None:
-        """The Hugging Face state dict on global rank 0 (None elsewhere); every rank must call it."""
+        """The Hugging Face state dict on global rank 0 (None elsewhere); every rank must call it. With LoRA the
+        adapters are merged in (`adapters_only` has no effect: the engines run a plain model)."""
         cast = DTYPES.get(dtype or "")
         with self._device():
             out = {name: (t.to(cast) if cast is not None and t.is_floating_point() else t.clone())
                    for name, t in self._hf_stream()}
         return out if self.rank == 0 else None
-
-    def packed_state_dict(self, dtype: str | None = None) -> dict | None:
-        from rlc.runtime.transfer import pack
-
-        full = self.full_state_dict(dtype)
-        return pack(full) if full is not None else None
-
-    def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None:
-        """Global rank 0 joins the weight-sync group with every engine worker; other ranks stay out."""
-        if self.rank == 0:
-            from rlc.runtime.transfer import pin_gloo_interface
-            from rlc.runtime.weight_sync import init_group
-
-            pin_gloo_interface()
-            self.weight_group = init_group(master_address, master_port, 0, world_size, backend)
 
     @torch.no_grad()
     def broadcast_weights(self, dtype: str | None = None) -> int:
