@@ -63,10 +63,16 @@ def tiny_model(rlc_cache) -> str:
     return local_path("rlc:tiny")
 
 
+def _rank_process(target, done, rank: int, world: int, port: int, q, *args) -> None:
+    target(rank, world, port, q, *args)
+    # A tensor put on the queue travels as a handle to this process's memory: stay until the parent has it.
+    done.wait(timeout=600)
+
+
 def run_ranks(target, world: int, *args, timeout_s: float = 300) -> list:
     """`target(rank, world, port, queue, *args)` in `world` spawned processes sharing a free port; each puts
     `(rank, result)` on the queue. Returns the results in rank order; a rank that dies fails at once, not at the
-    timeout. Results must not hold tensors the sender's exit would free (send numpy, or keep the sender alive)."""
+    timeout."""
     import queue
     import time
 
@@ -75,20 +81,23 @@ def run_ranks(target, world: int, *args, timeout_s: float = 300) -> list:
     from rlc.runtime.workers.common import free_address
 
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
+    q, done = ctx.Queue(), ctx.Event()
     port = free_address()[1]
-    procs = [ctx.Process(target=target, args=(r, world, port, q, *args)) for r in range(world)]
+    procs = [ctx.Process(target=_rank_process, args=(target, done, r, world, port, q, *args)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict = {}
     deadline = time.monotonic() + timeout_s
-    while len(results) < world:
-        try:
-            rank, result = q.get(timeout=1)
-            results[rank] = result
-        except queue.Empty:
-            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-            assert not dead and time.monotonic() < deadline, f"a rank failed (exit codes {dead})"
+    try:
+        while len(results) < world:
+            try:
+                rank, result = q.get(timeout=1)
+                results[rank] = result
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                assert not dead and time.monotonic() < deadline, f"a rank failed (exit codes {dead})"
+    finally:
+        done.set()
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0

@@ -9,11 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import torch.multiprocessing as mp  # noqa: E402
-
 from conftest import run_ranks  # noqa: E402
-
-from rlc.runtime.workers.fsdp import free_address  # noqa: E402
 
 ROWS, PROMPT, RESPONSE = 8, 5, 3
 
@@ -99,32 +95,27 @@ def test_the_step_changes_the_weights(steps, tiny_model):
     assert len(changed) > len(after) // 2
 
 
-def _packed_rank(model_path: str, q) -> None:
+def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
     from rlc.spec.model import default_model
 
     spec = default_model().to_typed({"version": 1})
     worker = FSDPWorker(WorkerSettings("policy", model_path, micro_forward_batch_size=4, sample_packing=True),
-                        spec.trainer.policy, spec.trainer.algorithm, 0, 1)
-    worker.setup("127.0.0.1", free_address()[1])
+                        spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
     batch = _batch(worker.model.config.vocab_size)
     batch["attention_mask"][2, :2] = 0  # left padding in some prompts
     batch["attention_mask"][6, :1] = 0
     padded = worker.forward(batch)
     chosen = worker.packing  # sdpa on a CPU: packing is not chosen (it would cost more than it saves)
     worker.packing = True  # the packed path, as flash attention takes it
-    q.put((chosen, padded, worker.forward(batch)))
+    q.put((rank, (chosen, padded, worker.forward(batch))))
     worker.shutdown()
 
 
 def test_packed_micro_batches_give_the_padded_log_probs(tiny_model):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_packed_rank, args=(tiny_model, q))
-    p.start()
-    chosen, padded, packed = q.get(timeout=300)
-    p.join(timeout=60)
+    chosen, padded, packed = run_ranks(_packed_rank, 1, tiny_model)[0]
     assert not chosen
     mask = _batch(64)["loss_mask"].bool()
     torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
