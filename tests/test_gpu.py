@@ -6,6 +6,7 @@ Runs only where CUDA is (`pytest -m gpu`); each test writes what it measured to 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -168,10 +169,144 @@ def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
     for key in ("policy_loss", "kl", "entropy"):
         assert b[key] == pytest.approx(a[key], rel=1e-3, abs=1e-5), key
     assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-3)
-    losses = [b["policy_loss"]]
+    # Three more steps on the same batch from the updated weights: both strategies take the same path.
+    fsdp_steps, meg_steps = [a], [b]
     for _ in range(3):
-        losses.append(meg.train_mini_batch(batch, totals(batch))["policy_loss"])
-    assert losses[-1] < losses[0]  # the same advantages again and again: the policy loss goes down
-    _report("megatron_vs_fsdp2", {"fsdp2_policy_loss": a["policy_loss"], "megatron_policy_loss": b["policy_loss"],
-                                  "fsdp2_grad_norm": a["grad_norm"], "megatron_grad_norm": b["grad_norm"],
-                                  "megatron_losses": losses})
+        fsdp_steps.append(fsdp.train_mini_batch(batch, totals(batch)))
+        meg_steps.append(meg.train_mini_batch(batch, totals(batch)))
+    for x, y in zip(fsdp_steps, meg_steps):
+        assert y["policy_loss"] == pytest.approx(x["policy_loss"], rel=1e-2, abs=1e-4)
+        assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-2)
+    assert meg_steps[-1]["policy_loss"] < meg_steps[0]["policy_loss"]  # the same advantages again: the loss goes down
+    _report("megatron_vs_fsdp2", {key: {"fsdp2": [m[key] for m in fsdp_steps], "megatron": [m[key] for m in meg_steps]}
+                                  for key in ("policy_loss", "grad_norm", "kl", "entropy")})
+
+
+def _megatron(tiny_model, strategy_config: dict, *, bf16: bool, lora: dict | None = None, lr: float = 1e-3):
+    from rlc.runtime.workers.common import WorkerSettings, free_address
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.spec.model import default_model
+
+    policy = {"optimizer_config": {"lr": lr, "weight_decay": 0.0}, "megatron_config": strategy_config}
+    if lora:
+        policy["model"] = {"lora": lora}
+    spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "policy": policy,
+                                                               "algorithm": {"use_kl_loss": False}}})
+    settings = WorkerSettings("policy", tiny_model, device="cuda", bf16=bf16, micro_train_batch_size=4,
+                              micro_forward_batch_size=8, total_optimizer_steps=16)
+    worker = MegatronWorker(settings, spec.trainer.policy, spec.trainer.algorithm, 0, 1)
+    worker.setup("127.0.0.1", free_address()[1])
+    return worker
+
+
+def _hf_logprobs(tiny_model, state: dict, batch: dict) -> torch.Tensor:
+    """The batch's response log-probs under the plain Hugging Face model holding `state`, fp32 on the GPU."""
+    from transformers import AutoModelForCausalLM
+
+    from rlc.runtime.algorithms.losses import token_log_probs
+
+    lm = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    lm.load_state_dict(state, strict=False)  # a tied model's state has no lm_head
+    lm.to("cuda").eval()
+    attn = batch["attention_mask"].cuda()
+    with torch.no_grad():
+        logits = lm(input_ids=batch["input_ids"].cuda(), attention_mask=attn,
+                    position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
+    return token_log_probs(logits[:, batch["prompt_len"] - 1:-1].float(), batch["response_ids"].cuda(), 1.0).cpu()
+
+
+def _initial_state(tiny_model) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).state_dict()
+
+
+def _long_batch(rows: int = 8, prompt: int = 40, response: int = 24) -> dict:
+    """Rows of 64 tokens whose prompts are left-padded by different amounts (as the driver pads them)."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, 64, (rows, prompt + response), generator=g)
+    attention = torch.ones(rows, prompt + response, dtype=torch.long)
+    for r in range(rows):
+        attention[r, :3 * r] = 0
+    return {"input_ids": ids, "attention_mask": attention, "response_ids": ids[:, prompt:],
+            "loss_mask": torch.ones(rows, response), "prompt_len": prompt}
+
+
+def test_megatron_bf16_checkpoint_offload_export_and_profiler_on_the_gpu(tiny_model, tmp_path):
+    """The megatron worker's CUDA lifecycle in bf16 (Float16Module, fp32 main weights in the distributed optimizer):
+    a dist_checkpointing checkpoint restores the next step, offload frees the GPU and backload resumes training,
+    the exported Hugging Face weights score tokens as the Megatron model does, the profiler traces CUDA kernels."""
+    pytest.importorskip("megatron.core")
+    from test_fsdp import _batch
+
+    from rlc.runtime.batch import totals
+
+    prof = tmp_path / "prof"
+    meg = _megatron(tiny_model, {"empty_cuda_cache": True, "torch_profiler_config": {
+        "enable": True, "ranks": [0], "save_path": str(prof)}}, bf16=True)
+    # Rows as long as real ones (past the 16 keys where Megatron would pick a fused softmax), left-padded: the
+    # padding mask must be applied in bf16 on the GPU.
+    long = _long_batch()
+    long_diff = (meg.forward(long) - _hf_logprobs(tiny_model, _initial_state(tiny_model), long)).abs()[long["loss_mask"].bool()]
+    assert long_diff.mean() < 0.02, long_diff.mean()
+    batch = _batch(64)
+    real = batch["loss_mask"].bool()
+    batch["old_logprobs"] = meg.forward(batch) + batch["noise"]
+    timings, metrics = [], []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        metrics.append(meg.train_mini_batch(batch, totals(batch)))
+        torch.cuda.synchronize()
+        timings.append(time.perf_counter() - t0)
+    meg.save_checkpoint(str(tmp_path / "ckpt"))
+    third = meg.train_mini_batch(batch, totals(batch))
+    meg.load_checkpoint(str(tmp_path / "ckpt"))
+    again = meg.train_mini_batch(batch, totals(batch))
+    assert again["policy_loss"] == pytest.approx(third["policy_loss"], rel=1e-4, abs=1e-6)
+    assert again["grad_norm"] == pytest.approx(third["grad_norm"], rel=1e-3)
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    meg.offload()
+    offloaded = torch.cuda.memory_allocated()
+    assert offloaded < before
+    meg.backload()
+    resumed = meg.train_mini_batch(batch, totals(batch))
+    assert math.isfinite(resumed["grad_norm"]) and resumed["grad_norm"] > 0
+
+    logp = meg.forward(batch)
+    want = _hf_logprobs(tiny_model, meg.full_state_dict(), batch)
+    diff = (logp[real] - want[real]).abs()
+    assert diff.mean() < 0.02, diff.mean()  # bf16 forward against the exported weights in fp32
+
+    traces = sorted(prof.glob("policy_rank0_step*.json"))
+    # one per optimizer step, named by the step it made: the restored step's trace replaced the first try's
+    assert [t.name for t in traces] == [f"policy_rank0_step{n}.json" for n in (1, 2, 3, 4)]
+    assert '"cat": "kernel"' in traces[-1].read_text()  # CUDA kernels were traced
+    _report("megatron_bf16_lifecycle", {
+        "step_s": [round(t, 3) for t in timings], "policy_loss": [m["policy_loss"] for m in metrics],
+        "restored_step_policy_loss": [third["policy_loss"], again["policy_loss"]],
+        "allocated_MB": [round(before / 2**20, 2), round(offloaded / 2**20, 2)],
+        "export_mean_abs_logprob_diff": float(diff.mean()), "export_max_abs_logprob_diff": float(diff.max()),
+        "long_rows_mean_abs_logprob_diff_vs_hf": float(long_diff.mean())})
+
+
+def test_megatron_lora_on_the_gpu(tiny_model):
+    """LoRA on Megatron's parallel layers on CUDA: only adapters train, and the merged weights sent to engines
+    score tokens as the adapted model does."""
+    pytest.importorskip("megatron.core")
+    from test_fsdp import _batch
+
+    from rlc.runtime.batch import totals
+
+    meg = _megatron(tiny_model, {"lora_config": {"lora_type": "lora"}}, bf16=False, lora={"rank": 4, "alpha": 8}, lr=5e-2)
+    batch = _batch(64)
+    real = batch["loss_mask"].bool()
+    batch["old_logprobs"] = meg.forward(batch) + batch["noise"]
+    metrics = [meg.train_mini_batch(batch, totals(batch)) for _ in range(3)]
+    assert all(".lora_" in n for n, p in meg.gpt.named_parameters() if p.requires_grad)
+    logp = meg.forward(batch)
+    want = _hf_logprobs(tiny_model, meg.full_state_dict(), batch)
+    torch.testing.assert_close(logp[real], want[real], rtol=1e-3, atol=1e-3)
+    _report("megatron_lora", {"policy_loss": [m["policy_loss"] for m in metrics],
+                              "max_abs_logprob_diff_vs_merged": float((logp[real] - want[real]).abs().max())})
