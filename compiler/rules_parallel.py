@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from rlc.compiler.check import Context, rule
-from rlc.compiler.resolve import critic_on, ref_on
+from rlc.compiler.resolve import critic_on
 
 IE = "generator.inference_engine"
 
@@ -26,19 +26,6 @@ def _m7(c: Context):
         if sp != 1:
             yield c.error("RLC-E504", f"trainer.{role}.sequence_parallel_size", f"sequence_parallel_size is {sp}; Megatron splits sequences with context_parallel_size instead",
                           f"set sequence_parallel_size: 1 and megatron_config.context_parallel_size: {sp}", ["trainer.strategy"])
-
-
-@rule("RLC-E505", "Megatron: no context parallelism in this runtime", "trainer.policy.megatron_config.context_parallel_size")
-def _cp(c: Context):
-    if not c.megatron:
-        return
-    for role in ("policy",) + (("ref",) if ref_on(c.s) else ()):
-        cp = getattr(c.t, role).megatron_config.context_parallel_size
-        if cp > 1:
-            yield c.error("RLC-E505", f"trainer.{role}.megatron_config.context_parallel_size",
-                          f"context_parallel_size is {cp}, but this rlc runtime does not split sequences over "
-                          "context-parallel ranks yet (it needs TransformerEngine's attention and packed sequences)",
-                          "set context_parallel_size: 1; use tensor or pipeline parallelism for long sequences")
 
 
 @rule("RLC-W501", "Megatron: world divisible by pp * ep * etp", "trainer.policy.megatron_config.expert_model_parallel_size")

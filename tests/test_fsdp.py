@@ -22,6 +22,8 @@ def _batch(vocab: int) -> dict:
     mask[1, 2:] = 0  # rows of different lengths, so the weighting of tokens matters
     mask[5, 1:] = 0
     attention = torch.cat([torch.ones(ROWS, PROMPT, dtype=torch.long), mask.long()], dim=1)
+    attention[2, :2] = 0  # left-padded prompts, as the driver makes them
+    attention[6, :1] = 0
     return {
         "input_ids": torch.cat([prompt, response], dim=1),
         "attention_mask": attention,

@@ -1,6 +1,6 @@
 """Megatron-Core workers (strategy `megatron`) on the CPU, through `megatron_cpu`.
 
-The same GRPO mini-batch step under tensor, pipeline and data parallelism gives the same losses, gradient
+The same GRPO mini-batch step under tensor, pipeline, context and data parallelism gives the same losses, gradient
 norm and updated Hugging Face weights as fsdp2's one-rank step on the same batch; a checkpoint restores
 the step exactly; the weights streamed to engines are named and shaped as the Hugging Face model's.
 """
@@ -23,12 +23,13 @@ ALGORITHM = {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True,
 OPTIMIZER = {"lr": 1e-2, "weight_decay": 0.0}
 
 
-def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None):
+def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None, cp: int = 1):
     from rlc.spec.model import default_model
 
     policy = {"optimizer_config": OPTIMIZER}
     if strategy == "megatron":
         policy["megatron_config"] = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+                                     "context_parallel_size": cp,
                                      "dist_ckpt_optim_fully_reshardable": True}  # resumable on another layout
         if profile:  # the last pipeline stage's rank only
             policy["megatron_config"]["torch_profiler_config"] = {"enable": True, "ranks": [1], "save_path": profile}
@@ -51,7 +52,7 @@ def _old_logprobs(worker, mine: dict, world: int, rank: int) -> torch.Tensor:
 
 
 def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strategy: str, tp: int, pp: int,
-          ckpt: str | None, mode: str) -> None:
+          ckpt: str | None, mode: str, cp: int = 1) -> None:
     """mode: "step" (one step), "save" (a step, a checkpoint, a second step, then back to the checkpoint and the
     second step again), or "resume" (a fresh worker loads the checkpoint, then takes the second step)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -62,7 +63,7 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strate
         from rlc.runtime.workers.megatron import MegatronWorker as Worker
     else:
         from rlc.runtime.workers.fsdp import FSDPWorker as Worker
-    spec = _spec(strategy, tp, pp, profile=out + ".prof" if pp == 2 else None)
+    spec = _spec(strategy, tp, pp, profile=out + ".prof" if pp == 2 else None, cp=cp)
     settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3,
                               total_optimizer_steps=4)
     worker = Worker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
@@ -103,8 +104,8 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strate
 
 
 def _run(world: int, model_path: str, out: str, strategy: str = "megatron", tp: int = 1, pp: int = 1,
-         ckpt: str | None = None, mode: str = "step") -> list[dict]:
-    return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode)
+         ckpt: str | None = None, mode: str = "step", cp: int = 1) -> list[dict]:
+    return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode, cp)
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +117,7 @@ def runs(tiny_model, tmp_path_factory):
         "one": _run(1, tiny_model, str(d / "one.pt"), ckpt=ckpt, mode="save"),
         "tp2": _run(2, tiny_model, str(d / "tp2.pt"), tp=2),
         "pp2": _run(2, tiny_model, str(d / "pp2.pt"), pp=2),
+        "cp2": _run(2, tiny_model, str(d / "cp2.pt"), cp=2),
         # Two data-parallel ranks resume the one-rank checkpoint: the optimizer state is resharded.
         "dp2": _run(2, tiny_model, str(d / "dp2.pt"), ckpt=ckpt, mode="resume"),
     }, d
@@ -125,7 +127,7 @@ def _collected(results: list[dict]) -> list[dict]:
     return [r for r in results if r["layout"]["collect"]]
 
 
-@pytest.mark.parametrize("layout", ["one", "tp2", "pp2"])
+@pytest.mark.parametrize("layout", ["one", "tp2", "pp2", "cp2"])
 def test_megatron_step_matches_fsdp2(runs, layout, tiny_model):
     by_name, d = runs
     ref = by_name["fsdp"][0]["metrics"]
@@ -172,6 +174,9 @@ def test_layouts(runs):
     assert [r["layout"] for r in by_name["tp2"]] == [{"dp_rank": 0, "dp_size": 1, "collect": True},
                                                      {"dp_rank": 0, "dp_size": 1, "collect": False}]
     assert [r["layout"]["collect"] for r in by_name["pp2"]] == [False, True]  # the last stage has the logits
+    # Context ranks share their rows (each holds half of every row's tokens); context rank 0 returns results.
+    assert [r["layout"] for r in by_name["cp2"]] == [{"dp_rank": 0, "dp_size": 1, "collect": True},
+                                                     {"dp_rank": 0, "dp_size": 1, "collect": False}]
     assert [r["layout"]["dp_rank"] for r in by_name["dp2"]] == [0, 1]
 
 

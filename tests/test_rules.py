@@ -309,14 +309,6 @@ CASES = {
           max_turns: 3  # <-
           max_input_length: 4096
         """),
-    "RLC-E505": ("trainer.policy.megatron_config.context_parallel_size", """
-        trainer:
-          strategy: megatron
-          placement: {policy_num_gpus_per_node: 2}
-          policy:
-            megatron_config:
-              context_parallel_size: 2  # <-
-        """),
 }
 
 
@@ -376,3 +368,18 @@ def test_huge_batch_sizes_are_answered_at_once(tmp_path):
     analysis = analyze(path, env={})
     assert time.monotonic() - start < 5
     assert any(d.code == "RLC-E105" for d in analysis.diagnostics)
+
+
+def test_megatron_context_parallelism_compiles(tmp_path):
+    """tp·pp·cp dividing the policy's GPUs is all context parallelism asks of a spec (RLC-E104 checks it)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\n" + BASE_CLUSTER + textwrap.dedent("""\
+        trainer:
+          logger: console
+          strategy: megatron
+          policy:
+            megatron_config: {context_parallel_size: 2}
+        """))
+    analysis = analyze(path, env={})
+    assert analysis.ok and not [d for d in analysis.diagnostics if d.severity == "error"], \
+        [(d.code, d.message) for d in analysis.diagnostics]

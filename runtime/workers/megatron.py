@@ -5,7 +5,8 @@ and expert parallel sizes; data parallel is what remains of the world), a GPTMod
 Face config (TransformerEngine's layer spec when it is installed, Megatron's local spec otherwise), loads
 the Hugging Face weights through rlc's conversion (`rlc.runtime.megatron_weights`; Megatron-Bridge is not
 needed), and wraps it in Megatron's DDP and optimizer. Steps run Megatron's forward-backward schedule, so
-pipeline stages pass activations as Megatron does.
+pipeline stages pass activations as Megatron does. Under context parallelism each rank of a context group
+holds two of 2·cp chunks of every row and attends to the whole row's keys (`megatron_cp`).
 
 The driver gives every rank of a data-parallel group the same rows (`layout()`); only the ranks that
 `collect` (tensor rank 0 of the last pipeline stage, context rank 0) return log-probs and loss metrics.
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from rlc.runtime import megatron_weights as mw
+from rlc.runtime.workers import megatron_cp as cp_utils
 from rlc.runtime.workers.common import (DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective)
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
@@ -59,6 +61,13 @@ def _have_bridge() -> bool:
         return importlib.util.find_spec("megatron.bridge") is not None
     except ModuleNotFoundError:
         return False
+
+
+def _have_softmax_kernels() -> bool:
+    """Whether Megatron's fused masked-softmax CUDA extension is importable (it ships apart from megatron-core)."""
+    import importlib.util
+
+    return importlib.util.find_spec("scaled_masked_softmax_cuda") is not None
 
 
 def _have_te() -> bool:
@@ -152,9 +161,6 @@ class MegatronWorker(TrainWorker):
         model_parallel = mc.tensor_model_parallel_size * mc.pipeline_model_parallel_size * mc.context_parallel_size
         if self.world_size % model_parallel:
             raise ValueError(f"the {self.s.role} world size {self.world_size} is not divisible by tp*pp*cp = {model_parallel}")
-        if mc.context_parallel_size > 1:  # the compiler refuses it too (RLC-E505)
-            raise RuntimeError("context_parallel_size > 1: this runtime does not split sequences over context-parallel "
-                               "ranks yet")
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(
                 tensor_model_parallel_size=mc.tensor_model_parallel_size,
@@ -165,7 +171,7 @@ class MegatronWorker(TrainWorker):
         self.tp, self.tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
         self.pp, self.pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
         self.dp, self.dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
-        self.cp_rank = ps.get_context_parallel_rank()
+        self.cp, self.cp_rank = ps.get_context_parallel_world_size(), ps.get_context_parallel_rank()
         tensor_parallel.model_parallel_cuda_manual_seed(self.s.seed)
 
     def _transformer_config(self):
@@ -199,6 +205,8 @@ class MegatronWorker(TrainWorker):
                 kwargs["moe_router_score_function"] = mc.moe_router_score_function
             if mc.moe_router_enable_expert_bias is not None:
                 kwargs["moe_router_enable_expert_bias"] = mc.moe_router_enable_expert_bias
+        if not _have_softmax_kernels():  # Megatron's fused softmax is a compiled extension that may be missing
+            kwargs["masked_softmax_fusion"] = False
         kwargs.update(mc.transformer_config_kwargs or {})
         if cpu:
             kwargs.update(_CPU_OFF)
@@ -215,6 +223,9 @@ class MegatronWorker(TrainWorker):
             if not _have_bridge():
                 raise RuntimeError(f"{exc}. Megatron-Bridge (pip install megatron-bridge, Python >= 3.12) converts more "
                                    "architectures; rlc uses it for models its own conversion does not cover") from None
+            if self.cp > 1:
+                raise RuntimeError(f"{exc}: context parallelism needs a model rlc's conversion covers (Llama, Qwen2, "
+                                   "Mistral); Megatron-Bridge builds this one") from None
             self.bridge = self._build_with_bridge()
         else:
             self.bridge = None
@@ -282,8 +293,15 @@ class MegatronWorker(TrainWorker):
             spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
         else:
             from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+            from megatron.core.transformer.enums import AttnMaskType
 
-            spec = get_gpt_layer_local_spec()  # the mask given to forward is applied as it is
+            spec = get_gpt_layer_local_spec()
+            # A `causal` layer may take the fused upper-triangle softmax, which ignores the mask: rows are padded.
+            spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
+        if self.cp > 1:  # rlc's context-parallel attention, with TransformerEngine's linear layers or without
+            from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
+
+            spec.submodules.self_attention.submodules.core_attention = context_parallel_attention_class()
         kwargs = {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
         model = GPTModel(config, transformer_layer_spec=spec, pre_process=ps.is_pipeline_first_stage(),
                          post_process=ps.is_pipeline_last_stage(), **kwargs)
@@ -352,21 +370,48 @@ class MegatronWorker(TrainWorker):
             out.append(mb)
         return out
 
+    def _seq_len(self, mb: dict) -> int:
+        """The row length the model sees: with context parallelism, padded to split into 2·cp chunks."""
+        seq = mb["input_ids"].shape[1]
+        return cp_utils.padded_length(seq, self.cp) if self.cp > 1 else seq
+
     def _inputs(self, mb: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Token ids, positions and Megatron's attention mask (True = masked: causal and padding)."""
+        """Token ids, positions and Megatron's attention mask (True = masked: causal and padding); with context
+        parallelism, this rank's two chunks of every row and their mask against the whole row's keys."""
         dev = "cuda" if self.s.device == "cuda" else "cpu"
         ids, attn = mb["input_ids"].to(dev), mb["attention_mask"].to(dev)
+        if self.cp > 1:
+            pad = self._seq_len(mb) - ids.shape[1]
+            ids, attn = (torch.nn.functional.pad(t, (0, pad)) for t in (ids, attn))
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        if self.cp > 1:
+            mine = cp_utils.local_positions(ids.shape[1], self.cp, self.cp_rank).to(dev)
+            return ids[:, mine], positions[:, mine], cp_utils.attention_mask(attn, self.cp, self.cp_rank)
         seq = ids.shape[1]
         causal = torch.ones(seq, seq, dtype=torch.bool, device=dev).tril()
         allowed = causal[None, None] & attn.bool()[:, None, None, :]
         return ids, positions, ~allowed
 
     def _response_logprobs(self, logits: torch.Tensor, mb: dict, want_entropy: bool):
+        """Log-probs (and entropies) of the response tokens, [rows, response length]; with context parallelism
+        each rank scores the positions it holds and the group sums them, so every rank has the whole rows."""
         start, length = mb["prompt_len"] - 1, mb["response_ids"].shape[1]
         response = mb["response_ids"].to(logits.device)
-        return vocab_parallel_logprobs(logits[:, start:start + length], response, self.s.temperature,
-                                       self.arch.vocab_size, want_entropy)
+        if self.cp == 1:
+            return vocab_parallel_logprobs(logits[:, start:start + length], response, self.s.temperature,
+                                           self.arch.vocab_size, want_entropy)
+        from megatron.core import parallel_state as ps
+
+        held = cp_utils.local_positions(self._seq_len(mb), self.cp, self.cp_rank).to(logits.device)
+        scoring = (held >= start) & (held < start + length)
+        positions = held[scoring]
+        logp, entropy = vocab_parallel_logprobs(logits[:, scoring], response[:, positions - start], self.s.temperature,
+                                                self.arch.vocab_size, want_entropy)
+        group = ps.get_context_parallel_group()
+        logp = cp_utils.response_values(logp, positions, start, length, group)
+        if entropy is not None:
+            entropy = cp_utils.response_values(entropy, positions, start, length, group)
+        return logp, entropy
 
     def _schedule_run(self, micro: list[dict], loss_fn, forward_only: bool) -> list:
         from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -378,7 +423,7 @@ class MegatronWorker(TrainWorker):
 
         return get_forward_backward_func()(
             forward_step_func=step, data_iterator=iter(micro), model=[self.model], num_microbatches=len(micro),
-            seq_length=micro[0]["input_ids"].shape[1], micro_batch_size=micro[0]["input_ids"].shape[0],
+            seq_length=self._seq_len(micro[0]), micro_batch_size=micro[0]["input_ids"].shape[0],
             forward_only=forward_only)
 
     @torch.no_grad()

@@ -7,7 +7,8 @@ tensor-parallel RNG tracker, and `tensor.type() == "torch.cuda.FloatTensor"` ass
 clipping. `enable()` redirects exactly those to the CPU for this process:
 
 - a torch function mode maps any CUDA device argument (`device=` or the target of `.to`) to the CPU,
-  makes `.cuda()` return the tensor and reports CPU tensor types under their CUDA names;
+  makes `.cuda()` and `.pin_memory()` return the tensor (and `pin_memory=True` false) and reports CPU
+  tensor types under their CUDA names;
 - `torch.cuda.current_device`, the CUDA RNG getters/setters and seeding, `synchronize` and
   `empty_cache` act on the CPU (the CPU generator plays the CUDA generator: dropout on CPU tensors
   draws from it);
@@ -49,8 +50,10 @@ class _CpuDevices(TorchFunctionMode):
         kwargs = kwargs or {}
         if "device" in kwargs:
             kwargs = {**kwargs, "device": _cpu_device(kwargs["device"])}
+        if kwargs.get("pin_memory"):  # pinning needs an accelerator
+            kwargs = {**kwargs, "pin_memory": False}
         name = getattr(func, "__name__", "")
-        if name == "cuda" and args and torch.is_tensor(args[0]):
+        if name in ("cuda", "pin_memory") and args and torch.is_tensor(args[0]):
             return args[0]
         if name == "type" and len(args) == 1 and not kwargs:
             return func(*args).replace("torch.", "torch.cuda.", 1)
