@@ -598,7 +598,7 @@ class MegatronWorker(TrainWorker):
             yield from ((n, shapes[n]) for n in names)
             return
         exported = {}
-        for name, tensor in self.bridge.export_hf_weights([self.model], cpu=True):
+        for name, tensor in self.bridge.export_hf_weights([self.model], cpu=True, show_progress=False):
             if self.rank == 0:
                 exported[name] = tensor
         if self.rank != 0:
