@@ -118,6 +118,7 @@ def runs(tiny_model, tmp_path_factory):
         "tp2": _run(2, tiny_model, str(d / "tp2.pt"), tp=2),
         "pp2": _run(2, tiny_model, str(d / "pp2.pt"), pp=2),
         "cp2": _run(2, tiny_model, str(d / "cp2.pt"), cp=2),
+        "tp2cp2": _run(4, tiny_model, str(d / "tp2cp2.pt"), tp=2, cp=2),
         # Two data-parallel ranks resume the one-rank checkpoint: the optimizer state is resharded.
         "dp2": _run(2, tiny_model, str(d / "dp2.pt"), ckpt=ckpt, mode="resume"),
     }, d
@@ -127,7 +128,7 @@ def _collected(results: list[dict]) -> list[dict]:
     return [r for r in results if r["layout"]["collect"]]
 
 
-@pytest.mark.parametrize("layout", ["one", "tp2", "pp2", "cp2"])
+@pytest.mark.parametrize("layout", ["one", "tp2", "pp2", "cp2", "tp2cp2"])
 def test_megatron_step_matches_fsdp2(runs, layout, tiny_model):
     by_name, d = runs
     ref = by_name["fsdp"][0]["metrics"]
