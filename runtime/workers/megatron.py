@@ -3,8 +3,8 @@
 Each rank builds Megatron's parallel state from the role's `megatron_config` (tensor, pipeline, context
 and expert parallel sizes; data parallel is what remains of the world), a GPTModel stage from the Hugging
 Face config (TransformerEngine's layer spec when it is installed, Megatron's local spec otherwise), loads
-the Hugging Face weights through rlc's conversion (`rlc.runtime.megatron_weights`; Megatron-Bridge is not
-needed), and wraps it in Megatron's DDP and optimizer. Steps run Megatron's forward-backward schedule, so
+the Hugging Face weights through rlc's conversion (`rlc.runtime.megatron_weights`; Megatron-Bridge, when
+installed, only for architectures that conversion does not cover), and wraps it in Megatron's DDP and optimizer. Steps run Megatron's forward-backward schedule, so
 pipeline stages pass activations as Megatron does. Under context parallelism each rank of a context group
 holds two of 2·cp chunks of every row and attends to the whole row's keys (`megatron_cp`).
 
@@ -283,21 +283,15 @@ class MegatronWorker(TrainWorker):
         from megatron.core import parallel_state as ps
         from megatron.core.models.gpt import GPTModel
 
+        from megatron.core.models.gpt import gpt_layer_specs
+        from megatron.core.transformer.enums import AttnMaskType
+
         self.tconfig = config = self._transformer_config()
-        if te:
-            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
-            from megatron.core.transformer.enums import AttnMaskType
-
-            spec = get_gpt_layer_with_transformer_engine_spec()
-            # TransformerEngine ignores the mask of a plain `causal` layer: padding must be masked too.
-            spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
-        else:
-            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-            from megatron.core.transformer.enums import AttnMaskType
-
-            spec = get_gpt_layer_local_spec()
-            # A `causal` layer may take the fused upper-triangle softmax, which ignores the mask: rows are padded.
-            spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
+        spec = (gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec() if te
+                else gpt_layer_specs.get_gpt_layer_local_spec())
+        # Rows are padded: a plain `causal` layer ignores the mask given to it (TransformerEngine's attention, and
+        # Megatron's fused upper-triangle softmax), so padding must be masked as well.
+        spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
         if self.cp > 1:  # rlc's context-parallel attention, with TransformerEngine's linear layers or without
             from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
 
@@ -380,17 +374,12 @@ class MegatronWorker(TrainWorker):
         parallelism, this rank's two chunks of every row and their mask against the whole row's keys."""
         dev = "cuda" if self.s.device == "cuda" else "cpu"
         ids, attn = mb["input_ids"].to(dev), mb["attention_mask"].to(dev)
-        if self.cp > 1:
-            pad = self._seq_len(mb) - ids.shape[1]
+        pad = self._seq_len(mb) - ids.shape[1]
+        if pad:
             ids, attn = (torch.nn.functional.pad(t, (0, pad)) for t in (ids, attn))
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        if self.cp > 1:
-            mine = cp_utils.local_positions(ids.shape[1], self.cp, self.cp_rank).to(dev)
-            return ids[:, mine], positions[:, mine], cp_utils.attention_mask(attn, self.cp, self.cp_rank)
-        seq = ids.shape[1]
-        causal = torch.ones(seq, seq, dtype=torch.bool, device=dev).tril()
-        allowed = causal[None, None] & attn.bool()[:, None, None, :]
-        return ids, positions, ~allowed
+        mine = cp_utils.local_positions(ids.shape[1], self.cp, self.cp_rank).to(dev)
+        return ids[:, mine], positions[:, mine], cp_utils.attention_mask(attn, self.cp, self.cp_rank)
 
     def _response_logprobs(self, logits: torch.Tensor, mb: dict, want_entropy: bool):
         """Log-probs (and entropies) of the response tokens, [rows, response length]; with context parallelism
@@ -543,8 +532,8 @@ class MegatronWorker(TrainWorker):
     def _hf_stream(self, meta: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
         """(Hugging Face name, full tensor) pairs on global rank 0, parameter by parameter.
 
-        Every rank of data-parallel replica 0 must iterate it (tensor shards are gathered, stages send to
-        stage 0); other replicas hold the same weights and take no part. `meta=True` yields meta tensors
+        Every rank of data-parallel replica 0 and context rank 0 must iterate it (tensor shards are gathered,
+        stages send to stage 0); other replicas hold the same weights and take no part. `meta=True` yields meta tensors
         of the right shapes on the calling rank without any communication.
         """
         from megatron.core import parallel_state as ps
@@ -552,7 +541,7 @@ class MegatronWorker(TrainWorker):
         if self.bridge is not None:
             yield from self._bridge_stream(meta)
             return
-        if not meta and self.dp_rank != 0:
+        if not meta and (self.dp_rank != 0 or self.cp_rank != 0):
             return
         local = {} if meta else dict(self._named_params())
         offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start

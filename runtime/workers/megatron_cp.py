@@ -34,7 +34,9 @@ def padded_length(seq_len: int, cp: int) -> int:
 
 def local_positions(seq_len: int, cp: int, rank: int) -> torch.Tensor:
     """Global positions of context rank `rank`'s tokens (chunks rank and 2·cp−1−rank) in a row of
-    `seq_len` tokens, a multiple of 2·cp."""
+    `seq_len` tokens, a multiple of 2·cp; with cp = 1, the whole row, whatever its length."""
+    if cp == 1:
+        return torch.arange(seq_len)
     if seq_len % (2 * cp):
         raise ValueError(f"a row of {seq_len} tokens does not split into {2 * cp} chunks")
     chunk = seq_len // (2 * cp)
