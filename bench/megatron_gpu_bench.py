@@ -133,7 +133,17 @@ one GRPO optimizer step per round, median of the timed rounds (the two strategie
 | allocated after set-up | {r['resident_after_setup_GiB']['fsdp2']} GiB | {r['resident_after_setup_GiB']['megatron']} GiB |
 | step's peak above what was allocated before it | {r['step_peak_above_resident_GiB']['fsdp2']} GiB | {r['step_peak_above_resident_GiB']['megatron']} GiB |
 
-megatron / fsdp2 step time: {r['megatron_over_fsdp2_step_time']}x."""
+megatron / fsdp2 step time: {r['megatron_over_fsdp2_step_time']}x.
+
+The policy losses of the {len(r['policy_loss']['fsdp2'])} rounds (one warm-up, the rest timed; the same batch and advantages each time):
+fsdp2 {', '.join(f'{x:.4f}' for x in r['policy_loss']['fsdp2'])}; megatron {', '.join(f'{x:.4f}' for x in r['policy_loss']['megatron'])}.
+Megatron keeps the weights in bf16 with fp32 main copies in its distributed optimizer; fsdp2 keeps fp32 weights
+and casts them to bf16 for each step. The model is saved in bf16 because a run of this benchmark on an fp32
+checkpoint started the two apart: Megatron's main weights start from its bf16 model, so Adam's first steps of
+1e-5 stayed below half a bf16 step and moved no weight, while fsdp2's fp32 weights crossed bf16 rounding
+boundaries at once (policy loss after one step -0.093 for fsdp2, -0.014 for megatron; -0.147 against -0.135
+after seven). Released checkpoints are bf16, where the two agree. The step's peak is the largest over all
+rounds; the warm-up round's includes creating Adam's state."""
 
 
 if __name__ == "__main__":

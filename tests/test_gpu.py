@@ -146,21 +146,12 @@ def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
     from test_fsdp import _batch
 
     from rlc.runtime.batch import totals
-    from rlc.runtime.workers.common import WorkerSettings, free_address
     from rlc.runtime.workers.fsdp import FSDPWorker
-    from rlc.runtime.workers.megatron import MegatronWorker
-    from rlc.spec.model import default_model
 
-    def spec(strategy):
-        return default_model().to_typed({"version": 1, "trainer": {"strategy": strategy, "policy": {
-            "optimizer_config": {"lr": 1e-3, "weight_decay": 0.0}}, "algorithm": {"use_kl_loss": True, "kl_loss_coef": 0.1}}})
-
-    settings = dict(device="cuda", micro_train_batch_size=4, micro_forward_batch_size=8, total_optimizer_steps=8)
-    fsdp_spec, meg_spec = spec("fsdp2"), spec("megatron")
-    fsdp = FSDPWorker(WorkerSettings("policy", tiny_model, **settings), fsdp_spec.trainer.policy, fsdp_spec.trainer.algorithm, 0, 1)
-    fsdp.setup("127.0.0.1", free_address()[1])
-    meg = MegatronWorker(WorkerSettings("policy", tiny_model, **settings), meg_spec.trainer.policy, meg_spec.trainer.algorithm, 0, 1)
-    meg.setup("127.0.0.1", free_address()[1])
+    kl = {"use_kl_loss": True, "kl_loss_coef": 0.1}
+    fsdp = _policy_worker(FSDPWorker, tiny_model, "fsdp2", {"optimizer_config": {"lr": 1e-3, "weight_decay": 0.0}},
+                          bf16=False, algorithm=kl)
+    meg = _megatron(tiny_model, {}, bf16=False, algorithm=kl)
     batch = _batch(64)
     old = fsdp.forward(batch)
     torch.testing.assert_close(meg.forward(batch)[batch["loss_mask"].bool()], old[batch["loss_mask"].bool()], rtol=1e-3, atol=1e-3)
@@ -182,21 +173,29 @@ def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
                                   for key in ("policy_loss", "grad_norm", "kl", "entropy")})
 
 
-def _megatron(tiny_model, strategy_config: dict, *, bf16: bool, lora: dict | None = None, lr: float = 1e-3):
+def _policy_worker(cls, tiny_model, strategy: str, policy: dict, *, bf16: bool, algorithm: dict):
+    """A one-rank policy worker of `cls` on the GPU, micro-batches of 4 rows (8 for forward passes)."""
     from rlc.runtime.workers.common import WorkerSettings, free_address
-    from rlc.runtime.workers.megatron import MegatronWorker
     from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": {"strategy": strategy, "policy": policy,
+                                                               "algorithm": algorithm}})
+    settings = WorkerSettings("policy", tiny_model, device="cuda", bf16=bf16, micro_train_batch_size=4,
+                              micro_forward_batch_size=8, total_optimizer_steps=16)
+    worker = cls(settings, spec.trainer.policy, spec.trainer.algorithm, 0, 1)
+    worker.setup("127.0.0.1", free_address()[1])
+    return worker
+
+
+def _megatron(tiny_model, strategy_config: dict, *, bf16: bool, lora: dict | None = None, lr: float = 1e-3,
+              algorithm: dict | None = None):
+    from rlc.runtime.workers.megatron import MegatronWorker
 
     policy = {"optimizer_config": {"lr": lr, "weight_decay": 0.0}, "megatron_config": strategy_config}
     if lora:
         policy["model"] = {"lora": lora}
-    spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "policy": policy,
-                                                               "algorithm": {"use_kl_loss": False}}})
-    settings = WorkerSettings("policy", tiny_model, device="cuda", bf16=bf16, micro_train_batch_size=4,
-                              micro_forward_batch_size=8, total_optimizer_steps=16)
-    worker = MegatronWorker(settings, spec.trainer.policy, spec.trainer.algorithm, 0, 1)
-    worker.setup("127.0.0.1", free_address()[1])
-    return worker
+    return _policy_worker(MegatronWorker, tiny_model, "megatron", policy, bf16=bf16,
+                          algorithm=algorithm or {"use_kl_loss": False})
 
 
 def _hf_logprobs(tiny_model, state: dict, batch: dict) -> torch.Tensor:
