@@ -16,14 +16,15 @@ ROWS, PROMPT, RESPONSE = 8, 5, 3
 
 def _batch(vocab: int) -> dict:
     g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(4, vocab, (ROWS, PROMPT), generator=g)
+    # Pairs of rows share a prompt, as a GRPO group does (micro-batches of two run each prompt once).
+    prompt = torch.randint(4, vocab, (ROWS // 2, PROMPT), generator=g).repeat_interleave(2, dim=0)
     response = torch.randint(4, vocab, (ROWS, RESPONSE), generator=g)
     mask = torch.ones(ROWS, RESPONSE)
     mask[1, 2:] = 0  # rows of different lengths, so the weighting of tokens matters
     mask[5, 1:] = 0
     attention = torch.cat([torch.ones(ROWS, PROMPT, dtype=torch.long), mask.long()], dim=1)
-    attention[2, :2] = 0  # left-padded prompts, as the driver makes them
-    attention[6, :1] = 0
+    attention[2:4, :2] = 0  # left-padded prompts, as the driver makes them
+    attention[6:8, :1] = 0
     return {
         "input_ids": torch.cat([prompt, response], dim=1),
         "attention_mask": attention,
@@ -107,8 +108,6 @@ def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
                         spec.trainer.policy, spec.trainer.algorithm, rank, world)
     worker.setup("127.0.0.1", port)
     batch = _batch(worker.model.config.vocab_size)
-    batch["attention_mask"][2, :2] = 0  # left padding in some prompts
-    batch["attention_mask"][6, :1] = 0
     padded = worker.forward(batch)
     chosen = worker.packing  # sdpa on a CPU: packing is not chosen (it would cost more than it saves)
     worker.packing = True  # the packed path, as flash attention takes it
@@ -121,3 +120,45 @@ def test_packed_micro_batches_give_the_padded_log_probs(tiny_model):
     assert not chosen
     mask = _batch(64)["loss_mask"].bool()
     torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
+
+
+def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": {"policy": {"optimizer_config": {"lr": 1e-2}},
+                                                                "algorithm": {"use_entropy_loss": True}}})
+    results = []
+    for share in (True, False):
+        worker = FSDPWorker(WorkerSettings("policy", model_path, micro_train_batch_size=4, micro_forward_batch_size=8),
+                            spec.trainer.policy, spec.trainer.algorithm, rank, world)
+        worker.setup("127.0.0.1", port)
+        worker.share_prompts = share
+        batch = _batch(worker.model.config.vocab_size)
+        calls = []
+        worker.model.register_forward_hook(lambda module, args, kwargs, out: calls.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+        logp = worker.forward(batch)
+        metrics = worker.train_mini_batch(batch, totals(batch))
+        results.append((logp, metrics, worker.full_state_dict(), calls))
+    q.put((rank, results))
+    worker.shutdown()
+
+
+def test_shared_prompts_give_the_whole_rows_loss_and_gradient(tiny_model):
+    """Each distinct prompt of a micro-batch runs once and the rows attend to its gathered keys and values:
+    the same log-probs, loss and updated weights as running every row whole."""
+    (shared, whole) = run_ranks(_shared_rank, 1, tiny_model)[0]
+    # Shared: a pass over the 4 distinct prompts, then one over the 8 responses; whole rows: one pass of 8
+    # rows, each without its last token (no response is scored at it).
+    assert shared[3][:2] == [(ROWS // 2, PROMPT), (ROWS, RESPONSE - 1)]
+    assert whole[3][0] == (ROWS, PROMPT + RESPONSE - 1)
+    torch.testing.assert_close(shared[0], whole[0], rtol=1e-5, atol=1e-5)
+    for key in ("policy_loss", "entropy", "grad_norm"):
+        assert shared[1][key] == pytest.approx(whole[1][key], rel=1e-4, abs=1e-6), key
+    # Adam's first step moves a weight by about lr * g / (|g| + eps): an element whose gradient is at rounding
+    # level (near eps) moves by a rounding-dependent fraction of lr, so the bound is lr / 100, not 1e-5.
+    for name, value in whole[2].items():
+        torch.testing.assert_close(shared[2][name], value, rtol=1e-4, atol=1e-4, msg=name)

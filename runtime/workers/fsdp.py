@@ -60,6 +60,7 @@ class FSDPWorker(TrainWorker):
         self.lora = bool(lora is not None and lora.rank > 0 and settings.role != "ref")
         self.model = self.optimizer = self.scheduler = None
         self.optimizer_steps = 0
+        self.share_prompts = True  # run each distinct prompt of a micro-batch once (`_shared_prompt_logits`)
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -164,26 +165,68 @@ class FSDPWorker(TrainWorker):
     def _outputs(self, mb: dict, want_entropy: bool = False):
         """Per response token: log-probs (policy/ref) or values (critic), and entropy when asked."""
         ids, attn = mb["input_ids"], mb["attention_mask"]
-        start, length = mb["prompt_len"] - 1, mb["response_ids"].shape[1]
+        plen, length = mb["prompt_len"], mb["response_ids"].shape[1]
         if self.packing:  # one row of the real tokens, each sequence attending to itself only
             from rlc.runtime.packing import pack, packed_kwargs, unpack
 
-            packed = pack(ids, attn, mb["prompt_len"])
+            packed = pack(ids, attn, plen)
             varlen = getattr(_base(self.model).config, "_attn_implementation", "").startswith("flash")
             out = self.model(**packed_kwargs(packed, varlen=varlen))
             if self.s.role == "critic":
                 return unpack(out, packed, length).float(), None
             logits = unpack(out.logits, packed, length)
         else:
+            # Response token j is scored at the position before it, so a row's last token is never fed.
+            ids, attn = ids[:, :-1], attn[:, :-1]
             positions = (attn.cumsum(-1) - 1).clamp(min=0)
             if self.s.role == "critic":
                 values = self.model(input_ids=ids, attention_mask=attn, position_ids=positions)
-                return values[:, start:start + length].float(), None
-            logits = self.model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
-            logits = logits[:, start:start + length]
+                return values[:, plen - 1:].float(), None
+            logits = self._shared_prompt_logits(ids, attn, positions, plen)
+            if logits is None:
+                logits = self.model(input_ids=ids, attention_mask=attn, position_ids=positions,
+                                    **self._keep(length)).logits[:, -length:]
         logp = token_log_probs(logits, mb["response_ids"], self.s.temperature)
         entropy = entropy_from_logits(logits, self.s.temperature) if want_entropy else None
         return logp, entropy
+
+    def _keep(self, count: int) -> dict:
+        """`logits_to_keep=count` where the model takes it: the vocabulary head then runs on the response
+        positions only (with a large vocabulary, a sizeable share of a prompt token's cost)."""
+        if not hasattr(self, "_takes_keep"):
+            import inspect
+
+            self._takes_keep = "logits_to_keep" in inspect.signature(_base(self.model).forward).parameters
+        return {"logits_to_keep": count} if self._takes_keep else {}
+
+    def _shared_prompt_logits(self, ids, attn, positions, plen: int) -> torch.Tensor | None:
+        """The response positions' logits with every distinct prompt run once (GRPO's group shares one).
+
+        The prompts' keys and values are computed once per distinct prompt and gathered to the rows that share
+        it; the responses then attend to them as to their own. Gradients flow back through the gather, so
+        each prompt's activations get the sum of its rows' gradients: the same loss and gradient as running
+        every row whole, for (n-1)/n of the prompt tokens' work less. None where it saves nothing (no
+        repeated prompts, no response positions) or cannot run (gradient checkpointing turns the cache off).
+        """
+        rows = ids.shape[0]
+        if (not self.share_prompts or plen < 1 or ids.shape[1] <= plen
+                or (self.s.gradient_checkpointing and self.model.training)):
+            return None
+        # Rows share a prompt when its tokens and its padding are the same.
+        prompts, inverse = torch.unique(torch.cat([ids[:, :plen], attn[:, :plen]], 1), dim=0, return_inverse=True)
+        if 2 * prompts.shape[0] > rows:
+            return None  # fewer than half the prompt rows saved: not worth a second pass
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=_base(self.model).config)
+        prompt_ids, prompt_attn = prompts[:, :plen], prompts[:, plen:]
+        first = self.model(input_ids=prompt_ids, attention_mask=prompt_attn,
+                           position_ids=(prompt_attn.cumsum(-1) - 1).clamp(min=0), past_key_values=cache,
+                           use_cache=True, **self._keep(1))
+        cache.batch_select_indices(inverse)  # each row gets its prompt's keys and values (a differentiable gather)
+        rest = self.model(input_ids=ids[:, plen:], attention_mask=attn, position_ids=positions[:, plen:],
+                          past_key_values=cache, use_cache=True)
+        return torch.cat([first.logits[:, -1:][inverse], rest.logits], 1)
 
     @torch.no_grad()
     def forward(self, batch: dict) -> torch.Tensor:
