@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from rlc.runtime import checkpoint as ckpt
-from rlc.runtime.algorithms.filtering import DynamicSampler, zero_variance_groups
+from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import kl_penalized_rewards, token_kl
 from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
@@ -547,6 +547,7 @@ class Driver:
         train_started = time.monotonic()
         sums: dict[str, float] = {}
         updates = {"policy": 0, "critic": 0}
+        inert_rows = policy_rows = 0
         for role, mini in (("critic", t.critic_mini_batch_size), ("policy", t.policy_mini_batch_size)):
             if role not in self.workers:
                 continue
@@ -555,6 +556,10 @@ class Driver:
             for _ in range(t.update_epochs_per_batch):
                 for mb in mini_batches(batch, mini * g.n_samples_per_prompt):
                     tot = totals(mb)
+                    if role == "policy":  # rows whose loss and gradient are exactly 0 are not run
+                        policy_rows += mb["response_ids"].shape[0]
+                        mb, tot, left_out = rows_that_train(mb, tot, a, self.layouts[role][0]["dp_size"])
+                        inert_rows += left_out
                     results = self._collected(role, ray.get([w.train_mini_batch.remote(s, tot)
                                                              for w, s in zip(workers, self._shards(role, mb))]))
                     for k in results[0]:

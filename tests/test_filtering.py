@@ -163,3 +163,87 @@ def test_sampler_from_spec_section_and_bad_settings():
         DynamicSampler("drop", 4)
     with pytest.raises(ValueError, match="target_groups"):
         DynamicSampler("filter")
+
+
+# -- rows that cannot move the weights ----------------------------------------------------------------------
+
+def _algorithm(**algorithm):
+    from rlc.spec.model import default_model
+
+    return default_model().to_typed({"version": 1, "trainer": {"algorithm": {"use_kl_loss": False, **algorithm}}}).trainer.algorithm
+
+
+def _policy_batch(rows=8, length=5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.ones(rows, length)
+    mask[1, 3:] = 0
+    mask[6, 1:] = 0
+    advantages = torch.randn(rows, length, generator=gen) * mask
+    advantages[2:4] = 0  # a group whose rewards were all equal
+    advantages[5, :2] = 0  # a row whose only non-zero advantages lie outside its mask
+    mask[5, 2:] = 0
+    advantages[5, 2:] = 1.5
+    return {"response_ids": torch.zeros(rows, length, dtype=torch.long), "loss_mask": mask, "advantages": advantages,
+            "old_logprobs": -torch.rand(rows, length, generator=gen) * 3, "group": torch.arange(rows) // 2}
+
+
+def test_inert_rows_have_no_advantage_inside_their_mask():
+    from rlc.runtime.algorithms.filtering import inert_rows
+
+    batch = _policy_batch()
+    assert inert_rows(batch, _algorithm()).tolist() == [False, False, True, True, False, True, False, False]
+    # Terms every row feeds: nothing is inert.
+    assert inert_rows({**batch, "ref_logprobs": batch["old_logprobs"]}, _algorithm(use_kl_loss=True)) is None
+    assert inert_rows(batch, _algorithm(use_entropy_loss=True)) is None
+    assert inert_rows(batch, _algorithm(policy_loss_type="clip_cov")) is None  # batch-wide covariances
+    # A KL loss with no reference log-probs in the batch adds nothing; a zero entropy coefficient neither.
+    assert inert_rows(batch, _algorithm(use_kl_loss=True)) is not None
+    assert inert_rows(batch, _algorithm(use_entropy_loss=True, entropy_loss_coef=0.0)) is not None
+
+
+@pytest.mark.parametrize("loss", ["regular", "dual_clip", "gspo", "cispo", "sapo"])
+@pytest.mark.parametrize("reduction", ["token_mean", "sequence_mean", "seq_mean_token_sum_norm"])
+def test_leaving_inert_rows_out_gives_the_same_loss_and_gradient(loss, reduction):
+    from rlc.runtime.algorithms.filtering import rows_that_train
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.common import policy_objective
+
+    a = _algorithm(policy_loss_type=loss, loss_reduction=reduction)
+    batch = _policy_batch()
+    logp = (batch["old_logprobs"] + torch.randn(batch["old_logprobs"].shape, generator=torch.Generator().manual_seed(1)) * 0.3)
+
+    def run(mb, tot):
+        leaf = logp[mb["rows"]].clone().requires_grad_(True)
+        value, metrics = policy_objective(a, leaf, torch.ones_like(leaf), mb, tot, max_seq_len=5)
+        value.backward()
+        grad = torch.zeros_like(logp)
+        grad[mb["rows"]] = leaf.grad
+        return value.item(), grad, metrics
+
+    batch["rows"] = torch.arange(8)
+    trained, tot, left_out = rows_that_train(batch, totals(batch), a, ranks=1)
+    assert left_out == 3 and trained["rows"].tolist() == [0, 1, 4, 6, 7]
+    assert tot["tokens"] == totals(batch)["tokens"] and tot["trained_tokens"] == float(trained["loss_mask"].sum())
+    whole_loss, whole_grad, _ = run(batch, totals(batch))
+    part_loss, part_grad, metrics = run(trained, tot)
+    assert part_loss == pytest.approx(whole_loss, rel=1e-6, abs=1e-7)
+    torch.testing.assert_close(part_grad, whole_grad, rtol=1e-6, atol=1e-7)
+    assert whole_grad[[2, 3, 5]].abs().sum() == 0
+    assert metrics["entropy"] == pytest.approx(1.0)  # a mean over the tokens that ran
+
+
+def test_every_rank_keeps_an_equal_share_of_rows():
+    from rlc.runtime.algorithms.filtering import rows_that_train
+    from rlc.runtime.batch import totals
+
+    batch = _policy_batch()
+    batch["rows"] = torch.arange(8)
+    a = _algorithm()
+    # 5 rows train; 4 ranks need 8 rows in all: nothing is left out.
+    assert rows_that_train(batch, totals(batch), a, ranks=4)[2] == 0
+    trained, _, left_out = rows_that_train(batch, totals(batch), a, ranks=2)  # 6 rows: one inert row stays
+    assert left_out == 2 and trained["rows"].tolist() == [0, 1, 2, 4, 6, 7]
+    batch["advantages"].zero_()  # no row trains: each rank still runs one (zero-gradient) row
+    trained, _, left_out = rows_that_train(batch, totals(batch), a, ranks=2)
+    assert left_out == 6 and trained["rows"].tolist() == [0, 1]
+    assert rows_that_train(_policy_batch(), totals(batch), _algorithm(use_entropy_loss=True), ranks=1)[2] == 0

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from rlc.runtime.batch import select
+
 DYNAMIC_SAMPLING_TYPES = ("filter", "replace")
 
 
@@ -40,6 +42,50 @@ def zero_variance_groups(
     low = inf.scatter_reduce(0, ids, torch.where(live, values, torch.inf), "amin")
     flat = (count > 1) & (high - low <= tol)
     return flat[ids]
+
+
+# Built-in policy losses whose every token's loss is its advantage times a factor computed from its own row:
+# a row whose advantages are all 0 adds exactly nothing to their loss or its gradient. (clip_cov and kl_cov
+# centre their covariances over the whole batch, so every row shapes the others' terms.)
+ADVANTAGE_WEIGHTED_LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo")
+
+
+def inert_rows(batch: dict, algorithm) -> torch.Tensor | None:
+    """(rows,) bool: rows whose policy loss and gradient are exactly zero, or None where the objective has a
+    term that every row feeds (a KL or entropy loss, or a loss not in ADVANTAGE_WEIGHTED_LOSSES).
+
+    A row is inert when each of its tokens is out of the loss mask or has advantage 0: a GRPO group whose
+    rewards are all equal, say (every sample right, or every one wrong).
+    """
+    a = algorithm
+    if a.policy_loss_type not in ADVANTAGE_WEIGHTED_LOSSES:
+        return None
+    if (a.use_kl_loss and "ref_logprobs" in batch) or (a.use_entropy_loss and a.entropy_loss_coef != 0):
+        return None
+    return ~((batch["advantages"] != 0) & batch["loss_mask"].bool()).any(dim=-1)
+
+
+def rows_that_train(batch: dict, totals: dict, algorithm, ranks: int) -> tuple[dict, dict, int]:
+    """The mini-batch without its inert rows (`inert_rows`), the totals to train it with, and how many rows
+    were left out.
+
+    The totals keep the whole mini-batch's token and sequence counts, which weight every token's loss, so the
+    loss and gradient are exactly those of the whole mini-batch; `trained_tokens` counts the tokens that run,
+    over which the loss metrics (entropy, clip fraction, ...) are then means. Enough inert rows stay for every
+    one of `ranks` data-parallel ranks to get the same number, at least one (they add nothing).
+    """
+    inert = inert_rows(batch, algorithm)
+    rows = batch["response_ids"].shape[0]
+    if inert is None or not bool(inert.any()):
+        return batch, totals, 0
+    keep = torch.nonzero(~inert).flatten()
+    short = max(ranks, -(-keep.numel() // ranks) * ranks) - keep.numel()
+    if short:
+        keep = torch.cat([keep, torch.nonzero(inert).flatten()[:short]]).sort().values
+    if keep.numel() >= rows:
+        return batch, totals, 0
+    trained = select(batch, keep)
+    return trained, {**totals, "trained_tokens": float(trained["loss_mask"].sum())}, rows - keep.numel()
 
 
 def _sample_rewards(rewards: torch.Tensor) -> torch.Tensor:

@@ -157,8 +157,10 @@ def policy_objective(algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: d
                       max_seq_len=max_seq_len)
     policy = (token_loss * w).sum()
     loss = policy
-    # Share of the mini-batch in this micro-batch: metrics below sum to mini-batch means over ranks.
-    share = mask.sum().item() / max(totals["tokens"], 1.0)
+    # Share of the mini-batch's trained tokens in this micro-batch: metrics below sum to means over ranks (over
+    # every token, or over those left when rows that could not move the weights were not run).
+    metric_tokens = max(totals.get("trained_tokens", totals["tokens"]), 1.0)
+    share = mask.sum().item() / metric_tokens
     seq_w = mask.float() / mask.float().sum(-1, keepdim=True).clamp(min=1) / max(totals["sequences"], 1.0)
     metrics = {"policy_loss": policy.item(), **{k: float(v) * share for k, v in parts.items()}}
     if a.use_kl_loss and "ref_logprobs" in mb:
@@ -168,7 +170,7 @@ def policy_objective(algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: d
     ent = (entropy * mask / max(totals["tokens"], 1.0)).sum()
     if a.use_entropy_loss:
         loss = loss - a.entropy_loss_coef * ent
-    metrics["entropy"] = ent.item()
+    metrics["entropy"] = ent.item() * max(totals["tokens"], 1.0) / metric_tokens
     return loss, metrics
 
 
