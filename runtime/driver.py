@@ -574,6 +574,8 @@ class Driver:
         for k, v in sums.items():
             role, name = k.split("/", 1)
             metrics[name if role == "policy" else k] = v / max(1, updates[role])
+        if policy_rows:  # the share of the policy's rows left out of its updates (their loss and gradient are 0)
+            metrics["inert_row_fraction"] = inert_rows / policy_rows
         tokens = sum(len(r.response_ids) for r in rollouts)
         real = batch["attention_mask"][:, batch["prompt_len"]:].bool()
         recomputed = "old_logprobs" in batch and not t.fully_async.enabled  # async: they are the rollout's own

@@ -189,7 +189,8 @@ OPTION_RUNS = {
          f"{OPC}.token_tis_ratio_clip_high=1.001", f"{OPC}.sequence_mask_metric=geometric", f"{OPC}.geo_mask_high=1.001",
          f"{OPC}.geo_mask_low=0.999", f"{ALG}.zero_variance_filter=true", "generator.apply_overlong_filtering=true"),
         ("ratio_mean", "off_policy/is_ratio_mean", "off_policy/tis_token_clip_high_ratio",
-         "off_policy/geo_sequence_mask_masked_ratio", "zero_variance_fraction", "overlong_filtered_fraction"),
+         "off_policy/geo_sequence_mask_masked_ratio", "zero_variance_fraction", "overlong_filtered_fraction",
+         "inert_row_fraction"),
         lambda ms: (any(m["off_policy/tis_token_clip_high_ratio"] > 0 for m in ms)
                     and any(m["off_policy/geo_sequence_mask_masked_ratio"] > 0 for m in ms)
                     and any(m["off_policy/is_ratio_max"] != 1.0 for m in ms)),
