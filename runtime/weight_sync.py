@@ -26,6 +26,9 @@ from torch.distributed.tensor import DTensor
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
 DEFAULT_CHUNK_BYTES = 1 << 30  # weight_transfer_threshold_cuda_ipc_GB's default of 1
+# A broadcast per tensor costs a round trip each (hundreds of them for a real model); a bucket of this size
+# amortises it while holding little extra memory.
+BROADCAST_BUCKET_BYTES = 64 << 20
 IPC_ALIGNMENT = 256  # bytes; CUDA's allocation granularity for the start of each tensor in a bucket
 
 
@@ -244,36 +247,75 @@ def _fingerprint(metas: list[WeightMeta], device: torch.device) -> torch.Tensor:
     return torch.tensor([len(metas), zlib.crc32(text.encode())], dtype=torch.int64, device=device)
 
 
-def send_weights(group: dist.ProcessGroup, named_tensors: NamedTensors, src: int = 0) -> list[WeightMeta]:
-    """Broadcast each tensor in order from this rank (`src`); returns the metas of what was sent.
+def _fits(open_dtype: torch.dtype | None, open_bytes: int, dtype: torch.dtype, nbytes: int, limit: int) -> bool:
+    """Whether a tensor joins the open broadcast bucket (`open_dtype` None: none is open).
 
-    The receivers must call `receive_weights` with the same metas in the same order. A last, small
-    broadcast carries a fingerprint of the sent metas, so a receiver that expected different weights
-    raises instead of keeping them silently.
+    A bucket holds consecutive tensors of one dtype up to `limit` bytes; sender and receivers apply this
+    same rule, the sender to the tensors as they come and the receivers to the metas, so they cut the
+    stream at the same places.
+    """
+    return open_dtype == dtype and open_bytes + nbytes <= limit
+
+
+def send_weights(group: dist.ProcessGroup, named_tensors: NamedTensors, src: int = 0,
+                 bucket_bytes: int = BROADCAST_BUCKET_BYTES) -> list[WeightMeta]:
+    """Broadcast the tensors in order from this rank (`src`), consecutive ones of a dtype flattened into
+    one buffer of at most `bucket_bytes` (one collective per bucket, not per tensor); returns the metas of
+    what was sent.
+
+    The receivers must call `receive_weights` with the same metas in the same order and the same
+    `bucket_bytes`. A last, small broadcast carries a fingerprint of the sent metas, so a receiver that
+    expected different weights raises instead of keeping them silently.
     """
     device = _group_device(group)
-    sent = []
+    sent: list[WeightMeta] = []
+    pending: list[torch.Tensor] = []
+
+    def flush() -> None:
+        if pending:
+            flat = pending[0].reshape(-1) if len(pending) == 1 else torch.cat([t.reshape(-1) for t in pending])
+            broadcast_tensor(flat.contiguous(), group, src)
+            pending.clear()
+
     for name, tensor in named_tensors:
         if device.type == "cuda":
             tensor = tensor.to(device)
-        broadcast_tensor(tensor.contiguous(), group, src)
+        if not _fits(pending[0].dtype if pending else None, sum(map(_nbytes, pending)), tensor.dtype, _nbytes(tensor),
+                     bucket_bytes):
+            flush()
+        pending.append(tensor)
         sent.append(WeightMeta(name, dtype_name(tensor.dtype), tuple(tensor.shape)))
+    flush()
     broadcast_tensor(_fingerprint(sent, device), group, src)
     return sent
 
 
 def receive_weights(group: dist.ProcessGroup, metas: list[WeightMeta], device: str | torch.device,
                     load_fn: Callable[[list[tuple[str, torch.Tensor]]], object], src: int = 0,
-                    chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
-    """Receive the tensors `metas` describe into fresh tensors on `device`, handing them to `load_fn`
-    in whole-module chunks of about `chunk_bytes`; returns the number received.
+                    chunk_bytes: int = DEFAULT_CHUNK_BYTES, bucket_bytes: int = BROADCAST_BUCKET_BYTES) -> int:
+    """Receive the tensors `metas` describe (in `send_weights`'s buckets) into fresh tensors on `device`,
+    handing them to `load_fn` in whole-module chunks of about `chunk_bytes`; returns the number received.
 
     Raises if the sender's fingerprint disagrees with `metas` (names, dtypes or shapes differ).
     """
-    def arrivals() -> Iterator[tuple[str, torch.Tensor]]:
+    def buckets() -> Iterator[list[WeightMeta]]:
+        bucket: list[WeightMeta] = []
         for meta in metas:
-            tensor = torch.empty(meta.shape, dtype=meta.torch_dtype, device=device)
-            yield meta.name, broadcast_tensor(tensor, group, src)
+            if not _fits(bucket[0].torch_dtype if bucket else None, sum(m.nbytes for m in bucket), meta.torch_dtype,
+                         meta.nbytes, bucket_bytes):
+                if bucket:
+                    yield bucket
+                bucket = []
+            bucket.append(meta)
+        if bucket:
+            yield bucket
+
+    def arrivals() -> Iterator[tuple[str, torch.Tensor]]:
+        for bucket in buckets():
+            sizes = [math.prod(m.shape) for m in bucket]
+            flat = broadcast_tensor(torch.empty(sum(sizes), dtype=bucket[0].torch_dtype, device=device), group, src)
+            for meta, part in zip(bucket, flat.split(sizes)):
+                yield meta.name, part.view(meta.shape)
 
     for chunk in chunk_by_module(arrivals(), chunk_bytes):
         load_fn(chunk)

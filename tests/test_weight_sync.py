@@ -17,6 +17,7 @@ from rlc.runtime.weight_sync import (  # noqa: E402
     WeightMeta,
     chunk_by_module,
     close_group,
+    dtype_name,
     init_group,
     ipc_buckets,
     ipc_handle,
@@ -258,6 +259,54 @@ def test_a_receiver_expecting_other_weights_raises():
     for p in procs:
         p.start()
     assert "disagreement" in _join_all(procs, results)["receiver"]
+
+
+def _bucket_tensors() -> list:
+    g = torch.Generator().manual_seed(3)
+    return [("a.weight", torch.randn(4, 3, generator=g)), ("a.bias", torch.randn(3, generator=g)),
+            ("b.weight", torch.randn(20, generator=g)), ("b.count", torch.arange(5)),
+            ("c.weight", torch.randn(2, 2, generator=g).to(torch.bfloat16)), ("c.bias", torch.randn(2, generator=g))]
+
+
+def _bucket_member(rank: int, port: int, results) -> None:
+    """Rank 0 sends `_bucket_tensors` in 64-byte buckets; rank 1 reports what arrived and how many collectives ran."""
+    def body():
+        from rlc.runtime import weight_sync
+
+        group = init_group("127.0.0.1", port, rank, 2, backend="gloo", timeout_s=TIMEOUT)
+        calls = []
+        original = weight_sync.broadcast_tensor
+        weight_sync.broadcast_tensor = lambda tensor, *args: (calls.append(tuple(tensor.shape)), original(tensor, *args))[1]
+        if rank == 0:
+            send_weights(group, _bucket_tensors(), bucket_bytes=64)
+            results.put(("ok", "sender", calls))
+        else:
+            metas = [WeightMeta(n, dtype_name(t.dtype), tuple(t.shape)) for n, t in _bucket_tensors()]
+            got = []
+            receive_weights(group, metas, "cpu", lambda chunk: got.extend((n, t.clone()) for n, t in chunk),
+                            bucket_bytes=64)
+            results.put(("ok", "receiver", (got, calls)))
+        close_group(group)
+
+    _report_errors(f"member{rank}", results, body)
+
+
+def test_broadcast_buckets_carry_consecutive_tensors_of_a_dtype():
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_address()[1]
+    procs = [ctx.Process(target=_bucket_member, args=(r, port, results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    reports = _join_all(procs, results)
+    got, calls = reports["receiver"]
+    # 48 + 12 bytes of float32, then 80 (alone: over 64), the int64s, the bfloat16s, the last float32s; then
+    # the fingerprint.
+    assert calls == reports["sender"] == [(15,), (20,), (5,), (4,), (2,), (2,)]
+    expected = _bucket_tensors()
+    assert [n for n, _ in got] == [n for n, _ in expected]
+    for (_, value), (_, want) in zip(got, expected):
+        assert value.dtype == want.dtype and torch.equal(value, want)
 
 
 @pytest.mark.parametrize("rank", [0, 1], ids=["host-whose-peers-never-come", "member-whose-host-never-comes"])
