@@ -132,7 +132,8 @@ def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
                                                                 "algorithm": {"use_entropy_loss": True}}})
     results = []
     for share in (True, False):
-        worker = FSDPWorker(WorkerSettings("policy", model_path, micro_train_batch_size=4, micro_forward_batch_size=8),
+        # Micro-batches of 2 rows: rows 0-1 and 4-5 have no padded prompt (no mask at all), rows 2-3 and 6-7 do.
+        worker = FSDPWorker(WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=2),
                             spec.trainer.policy, spec.trainer.algorithm, rank, world)
         worker.setup("127.0.0.1", port)
         worker.share_prompts = share
@@ -141,8 +142,19 @@ def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
         worker.model.register_forward_hook(lambda module, args, kwargs, out: calls.append(kwargs["input_ids"].shape),
                                            with_kwargs=True)
         logp = worker.forward(batch)
+        reference = torch.zeros_like(logp)
+        with torch.no_grad():  # each row alone, its padding cut off
+            for i in range(ROWS):
+                real = batch["attention_mask"][i].bool()
+                start = int(real[:PROMPT].sum()) - 1
+                count = int(real[PROMPT:].sum())
+                logits = worker.model(input_ids=batch["input_ids"][i][real][None]).logits[0, start:start + count]
+                reference[i, :count] = torch.log_softmax(logits, -1).gather(
+                    -1, batch["response_ids"][i, :count, None]).squeeze(-1)
+        calls.clear()
+        logp = worker.forward(batch)
         metrics = worker.train_mini_batch(batch, totals(batch))
-        results.append((logp, metrics, worker.full_state_dict(), calls))
+        results.append((logp * batch["loss_mask"], metrics, worker.full_state_dict(), calls, reference))
     q.put((rank, results))
     worker.shutdown()
 
@@ -151,11 +163,12 @@ def test_shared_prompts_give_the_whole_rows_loss_and_gradient(tiny_model):
     """Each distinct prompt of a micro-batch runs once and the rows attend to its gathered keys and values:
     the same log-probs, loss and updated weights as running every row whole."""
     (shared, whole) = run_ranks(_shared_rank, 1, tiny_model)[0]
-    # Shared: a pass over the 4 distinct prompts, then one over the 8 responses; whole rows: one pass of 8
-    # rows, each without its last token (no response is scored at it).
-    assert shared[3][:2] == [(ROWS // 2, PROMPT), (ROWS, RESPONSE - 1)]
-    assert whole[3][0] == (ROWS, PROMPT + RESPONSE - 1)
+    # Shared: a pass over a micro-batch's one distinct prompt, then one over its 2 responses; whole rows: one
+    # pass of 2 rows, each without its last token (no response is scored at it).
+    assert shared[3][:2] == [(1, PROMPT), (2, RESPONSE - 1)]
+    assert whole[3][0] == (2, PROMPT + RESPONSE - 1)
     torch.testing.assert_close(shared[0], whole[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(shared[0], shared[4], rtol=1e-5, atol=1e-5)  # = each row run alone, unpadded
     for key in ("policy_loss", "entropy", "grad_norm"):
         assert shared[1][key] == pytest.approx(whole[1][key], rel=1e-4, abs=1e-6), key
     # Adam's first step moves a weight by about lr * g / (|g| + eps): an element whose gradient is at rounding

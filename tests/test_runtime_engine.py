@@ -169,6 +169,25 @@ def test_logprobs_are_the_trainers_log_softmax(engine, reference, prompts, sampl
             torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
 
 
+def test_prompts_of_one_length_decode_without_a_mask(own_engine, reference, prompts):
+    """No padding, no mask: the model builds none at any step, and the log-probs are still the trainer's."""
+    sampling = Sampling(max_generate_length=10, temperature=0.7)
+    same = [prompts[0], prompts[0][::-1], [prompts[0][0]] * len(prompts[0])]
+    masks = []
+    own_engine.model.register_forward_hook(lambda m, args, kwargs, out: masks.append(kwargs.get("attention_mask")),
+                                           with_kwargs=True)
+    out = own_engine.generate(same, sampling, n=3, seed=5)
+    assert len(masks) > 3 and all(m is None for m in masks)
+    for p, group in zip(same, out):
+        for c in group:
+            expected = torch.log_softmax(plain_logits(reference, p, c.token_ids) / sampling.temperature, -1)
+            expected = expected.gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+            torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+    masks.clear()
+    own_engine.generate(prompts, sampling, n=2, seed=5)  # left-padded prompts keep their mask
+    assert all(m is not None for m in masks)
+
+
 def test_sampled_tokens_stay_in_the_top_k(engine, reference, prompts):
     out = engine.generate(prompts, Sampling(max_generate_length=10, temperature=2.0, top_k=3), n=4, seed=2)
     for p, group in zip(prompts, out):

@@ -287,12 +287,15 @@ class HFEngine:
         shared = n > 1 and hasattr(DynamicCache, "batch_repeat_interleave")
         if n > 1 and not shared:
             ids, mask, positions = (t.repeat_interleave(n, dim=0) for t in (ids, mask, positions))
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
+                         use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1, :].float()
         if shared:
             cache.batch_repeat_interleave(n)
             logits, mask, positions = (t.repeat_interleave(n, dim=0) for t in (logits, mask, positions))
-        return cache, logits, mask, positions[:, -1] + 1
+        # Prompts of one length have no padding: every decode step then attends to the whole cache, and the
+        # model needs no mask (building one per step is a good part of a small model's decode time).
+        return cache, logits, (mask if not bool(mask.all()) else None), positions[:, -1] + 1
 
     def _sample(self, prompts: list[list[int]], n: int, s: Sampling, gen: torch.Generator) -> list[Completion]:
         """Sample every row until EOS, a stop string or max_generate_length.
@@ -339,12 +342,15 @@ class HFEngine:
             if bool(ends.any()):
                 keep = torch.nonzero(~ends).flatten()
                 cache.batch_select_indices(keep)
-                live, picked, mask, next_pos = live[keep], picked[keep], mask[keep], next_pos[keep]
+                live, picked, next_pos = live[keep], picked[keep], next_pos[keep]
+                if mask is not None:
+                    mask = mask[keep]
                 if seen is not None:
                     seen = seen[keep]
             if seen is not None:
                 seen[torch.arange(len(live), device=dev), picked] = True
-            mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
             out = self.model(input_ids=picked[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                              past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1, :].float()

@@ -179,12 +179,15 @@ class FSDPWorker(TrainWorker):
             # Response token j is scored at the position before it, so a row's last token is never fed.
             ids, attn = ids[:, :-1], attn[:, :-1]
             positions = (attn.cumsum(-1) - 1).clamp(min=0)
+            # Without left padding the only padding follows a row's last token, which causal attention already
+            # hides from every scored position: the model then needs no mask (and builds none).
+            mask = None if bool(attn[:, :plen].all()) else attn
             if self.s.role == "critic":
-                values = self.model(input_ids=ids, attention_mask=attn, position_ids=positions)
+                values = self.model(input_ids=ids, attention_mask=mask, position_ids=positions)
                 return values[:, plen - 1:].float(), None
-            logits = self._shared_prompt_logits(ids, attn, positions, plen)
+            logits = self._shared_prompt_logits(ids, mask, positions, plen)
             if logits is None:
-                logits = self.model(input_ids=ids, attention_mask=attn, position_ids=positions,
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                     **self._keep(length)).logits[:, -length:]
         logp = token_log_probs(logits, mb["response_ids"], self.s.temperature)
         entropy = entropy_from_logits(logits, self.s.temperature) if want_entropy else None
@@ -212,15 +215,16 @@ class FSDPWorker(TrainWorker):
         if (not self.share_prompts or plen < 1 or ids.shape[1] <= plen
                 or (self.s.gradient_checkpointing and self.model.training)):
             return None
-        # Rows share a prompt when its tokens and its padding are the same.
-        prompts, inverse = torch.unique(torch.cat([ids[:, :plen], attn[:, :plen]], 1), dim=0, return_inverse=True)
+        # Rows share a prompt when its tokens and its padding are the same (`attn` None: no row is padded).
+        real = attn[:, :plen] if attn is not None else torch.ones_like(ids[:, :plen])
+        prompts, inverse = torch.unique(torch.cat([ids[:, :plen], real], 1), dim=0, return_inverse=True)
         if 2 * prompts.shape[0] > rows:
             return None  # fewer than half the prompt rows saved: not worth a second pass
         from transformers import DynamicCache
 
         cache = DynamicCache(config=_base(self.model).config)
         prompt_ids, prompt_attn = prompts[:, :plen], prompts[:, plen:]
-        first = self.model(input_ids=prompt_ids, attention_mask=prompt_attn,
+        first = self.model(input_ids=prompt_ids, attention_mask=prompt_attn if attn is not None else None,
                            position_ids=(prompt_attn.cumsum(-1) - 1).clamp(min=0), past_key_values=cache,
                            use_cache=True, **self._keep(1))
         cache.batch_select_indices(inverse)  # each row gets its prompt's keys and values (a differentiable gather)
