@@ -255,6 +255,7 @@ def run_rlc(case: dict, work: Path) -> dict:
         "sync_times": [r["sync_time"] for r in recs],
         "generated_tokens": [round(r["response_length"] * per_step) for r in recs],
         "rewards": [r["reward"] for r in recs],
+        "inert_fractions": [r.get("inert_row_fraction", 0.0) for r in recs],
         "wall": proc["wall"], "cpu": proc["cpu"], "other_cpu": proc["other_cpu"],
         # From spawning the process to the start of step 1 (the records carry the wall clock at their end).
         "to_first_step": recs[0]["time"] - recs[0]["step_time"] - proc["start"],
@@ -428,10 +429,18 @@ def results_section(results: dict, meta: dict) -> str:
     if parts:
         L += ["", f"- Goal rlc at least {GOAL_RATIO}x TRL in steps/s and generated tokens/s at both sizes: "
                   f"**{'met' if ok else 'not met'}** ({', '.join(parts)}).",
-              "- Reading it: both sides do the same arithmetic (the same model, tokens and fp32 optimizer step on the "
-              "same cores; neither scores a reference model or recomputes old log-probs). With `rlc:small` that "
-              "arithmetic is nearly all of a step on both sides, so the ratio there compares kernel efficiency, "
-              "not framework overhead; a 1.5x margin would take doing less work per step, not less overhead."]
+              "- Reading it: both sides sample the same number of tokens from the same model and take one fp32 "
+              "optimizer step on the same cores; neither scores a reference model or recomputes old log-probs. rlc "
+              "does less of that work where the result cannot change: its trainer runs each group's shared prompt "
+              "once, and its policy update leaves out rows whose loss and gradient are exactly zero (every "
+              "advantage 0: a group whose rewards were all equal), which TRL runs through its forward and "
+              "backward passes. On this job the random model almost never earns a reward within "
+              f"{job['max_generate_length']} tokens, so most groups are all-zero: rlc left out "
+              + ", ".join(f"{_mean(r['rlc']['inert_fractions']) * 100:.0f}% of the rows at `{SIZES[size]}`"
+                          for size, r in results.items())
+              + ". The margin at `rlc:small`, where the arithmetic is nearly all of a step, comes mostly from "
+              "those rows; on a job where most groups have mixed rewards it shrinks toward what prompt sharing alone "
+              "saves (about a fifth of the training pass here, more with longer prompts)."]
     L += ["", "Details (per side: summed step time, mean per step split into its parts, generated tokens and "
               "mean completion length, generation-only tokens/s, whole-process wall time, reward of the first and "
               "last step; the mean number of cores the side's own processes and all other processes on the machine kept busy "
@@ -444,7 +453,8 @@ def results_section(results: dict, meta: dict) -> str:
         gen, train, sync = _mean(raw["generate_times"]), _mean(raw["train_times"]), _mean(raw["sync_times"])
         rest = a["step_s"] / a["steps"] - gen - train - sync
         L.append(f"| `{SIZES[size]}` | rlc | {fmt_s(a['step_s'])} | {fmt_s(a['step_s'] / a['steps'])}: generate "
-                 f"{fmt_s(gen)}, old log-probs + advantages {fmt_s(rest)}, train {fmt_s(train)}, weight sync "
+                 f"{fmt_s(gen)}, old log-probs + advantages {fmt_s(rest)}, train {fmt_s(train)} (rows left out "
+                 f"{_mean(raw['inert_fractions']) * 100:.0f}%), weight sync "
                  f"{fmt_s(sync)} | {a['tokens']} ({a['mean_length']:.1f}) | {a['gen_tokens_per_s']:.0f} | "
                  f"{a['steady_steps_per_s']:.3f} | {fmt_s(a['wall'])} ({fmt_s(raw['to_first_step'])}) | "
                  f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} | {_cpu(raw)} |")

@@ -250,15 +250,20 @@ def _plain_member(rank: int, port: int, expect: list, results) -> None:
     _report_errors(f"member{rank}", results, body)
 
 
-def test_a_receiver_expecting_other_weights_raises():
+def _two_members(target, *args) -> dict:
+    """Ranks 0 and 1 of a fresh gloo group, each `target(rank, port, *args, results)` in its own process."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_address()[1]
-    wrong = [WeightMeta("a.weight", "float32", (3,)), WeightMeta("a.scale", "int64", (2,))]  # a name differs
-    procs = [ctx.Process(target=_plain_member, args=(r, port, wrong, results)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, port, *args, results)) for r in range(2)]
     for p in procs:
         p.start()
-    assert "disagreement" in _join_all(procs, results)["receiver"]
+    return _join_all(procs, results)
+
+
+def test_a_receiver_expecting_other_weights_raises():
+    wrong = [WeightMeta("a.weight", "float32", (3,)), WeightMeta("a.scale", "int64", (2,))]  # a name differs
+    assert "disagreement" in _two_members(_plain_member, wrong)["receiver"]
 
 
 def _bucket_tensors() -> list:
@@ -292,13 +297,7 @@ def _bucket_member(rank: int, port: int, results) -> None:
 
 
 def test_broadcast_buckets_carry_consecutive_tensors_of_a_dtype():
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_address()[1]
-    procs = [ctx.Process(target=_bucket_member, args=(r, port, results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    reports = _join_all(procs, results)
+    reports = _two_members(_bucket_member)
     got, calls = reports["receiver"]
     # 48 + 12 bytes of float32, then 80 (alone: over 64), the int64s, the bfloat16s, the last float32s; then
     # the fingerprint.
