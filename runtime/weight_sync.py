@@ -279,13 +279,15 @@ def send_weights(group: dist.ProcessGroup, named_tensors: NamedTensors, src: int
             broadcast_tensor(flat.contiguous(), group, src)
             pending.clear()
 
+    open_bytes = 0
     for name, tensor in named_tensors:
         if device.type == "cuda":
             tensor = tensor.to(device)
-        if not _fits(pending[0].dtype if pending else None, sum(map(_nbytes, pending)), tensor.dtype, _nbytes(tensor),
-                     bucket_bytes):
+        if not _fits(pending[0].dtype if pending else None, open_bytes, tensor.dtype, _nbytes(tensor), bucket_bytes):
             flush()
+            open_bytes = 0
         pending.append(tensor)
+        open_bytes += _nbytes(tensor)
         sent.append(WeightMeta(name, dtype_name(tensor.dtype), tuple(tensor.shape)))
     flush()
     broadcast_tensor(_fingerprint(sent, device), group, src)
@@ -302,13 +304,15 @@ def receive_weights(group: dist.ProcessGroup, metas: list[WeightMeta], device: s
     """
     def buckets() -> Iterator[list[WeightMeta]]:
         bucket: list[WeightMeta] = []
+        open_bytes = 0
         for meta in metas:
-            if not _fits(bucket[0].torch_dtype if bucket else None, sum(m.nbytes for m in bucket), meta.torch_dtype,
-                         meta.nbytes, bucket_bytes):
+            if not _fits(bucket[0].torch_dtype if bucket else None, open_bytes, meta.torch_dtype, meta.nbytes,
+                         bucket_bytes):
                 if bucket:
                     yield bucket
-                bucket = []
+                bucket, open_bytes = [], 0
             bucket.append(meta)
+            open_bytes += meta.nbytes
         if bucket:
             yield bucket
 

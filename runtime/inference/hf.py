@@ -287,15 +287,18 @@ class HFEngine:
         shared = n > 1 and hasattr(DynamicCache, "batch_repeat_interleave")
         if n > 1 and not shared:
             ids, mask, positions = (t.repeat_interleave(n, dim=0) for t in (ids, mask, positions))
-        out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
-                         use_cache=True)
+        # Prompts of one length have no padding: every step then attends to the whole cache, and the model needs
+        # no mask (building one per decode step is a good part of a small model's decode time).
+        if bool(mask.all()):
+            mask = None
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1, :].float()
         if shared:
             cache.batch_repeat_interleave(n)
-            logits, mask, positions = (t.repeat_interleave(n, dim=0) for t in (logits, mask, positions))
-        # Prompts of one length have no padding: every decode step then attends to the whole cache, and the
-        # model needs no mask (building one per step is a good part of a small model's decode time).
-        return cache, logits, (mask if not bool(mask.all()) else None), positions[:, -1] + 1
+            logits, positions = (t.repeat_interleave(n, dim=0) for t in (logits, positions))
+            if mask is not None:
+                mask = mask.repeat_interleave(n, dim=0)
+        return cache, logits, mask, positions[:, -1] + 1
 
     def _sample(self, prompts: list[list[int]], n: int, s: Sampling, gen: torch.Generator) -> list[Completion]:
         """Sample every row until EOS, a stop string or max_generate_length.
