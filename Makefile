@@ -15,7 +15,7 @@ $(BIN)/rlc: pyproject.toml
 venv: $(BIN)/rlc
 
 test: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 # The main job: GRPO on the embedded tiny model, CPU only, a few minutes on 2 cores. Metrics and a plot go to
 # ~/.cache/rlc/runs/local-cpu-grpo/.
