@@ -14,8 +14,10 @@ $(BIN)/rlc: pyproject.toml
 
 venv: $(BIN)/rlc
 
+# Two pytest-xdist workers, a whole test file to each at a time, the longest files first (tests/conftest.py): about
+# 13 minutes on 2 cores instead of 20 one test after another.
 test: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n 2 --dist loadfile --no-loadscope-reorder
 
 # The main job: GRPO on the embedded tiny model, CPU only, a few minutes on 2 cores. Metrics and a plot go to
 # ~/.cache/rlc/runs/local-cpu-grpo/.

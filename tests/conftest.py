@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -63,6 +64,32 @@ def tiny_model(rlc_cache) -> str:
     return local_path("rlc:tiny")
 
 
+def kill_ray_processes_under(temp: str) -> None:
+    """Kill the processes of the Ray instance whose temp dir is `temp`: those naming it on their command line or
+    holding a file under it open (Ray's agents retitle themselves, and their logs are under its session dir).
+    `ray stop` would stop every Ray instance on the machine, other tests' included."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if (any(temp in part for part in proc.info["cmdline"] or ())
+                    or any(f.path.startswith(temp) for f in proc.open_files())):
+                proc.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
+@pytest.fixture
+def run_env(tmp_path):
+    """A private HOME and Ray temp dir; Ray processes a killed run leaves behind are stopped afterwards."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp,
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    yield env
+    kill_ray_processes_under(ray_tmp)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 def _rank_process(target, done, rank: int, world: int, port: int, q, *args) -> None:
     target(rank, world, port, q, *args)
     # A tensor put on the queue travels as a handle to this process's memory: stay until the parent has it.
@@ -102,3 +129,26 @@ def run_ranks(target, world: int, *args, timeout_s: float = 300) -> list:
         p.join(timeout=60)
         assert p.exitcode == 0
     return [results[r] for r in range(world)]
+
+
+
+
+
+# `make test` runs the suite on two pytest-xdist workers, a whole file to a worker (`--dist loadfile`; pytest 9 ignores
+# xdist's finer `xdist_group` markers), so a module's fixtures (Megatron's rank runs, SkyPilot's venv) are built once.
+# The files go out in this order, longest first (their serial times on 2 cores in the comments), then the rest as
+# collected, so that neither worker is left with a long file at the end. Within a file the order is unchanged.
+LONGEST_FIRST = (
+    "test_run.py",  # ~330 s: end-to-end runs
+    "test_multinode.py",  # ~250 s: the SkyPilot task on two simulated hosts
+    "test_run_options.py",  # ~175 s: a short run per algorithm option
+    "test_megatron.py",  # ~140 s
+    "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv
+    "test_fsdp.py",
+    "test_ray_job.py",
+    "test_properties.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST))

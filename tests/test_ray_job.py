@@ -8,11 +8,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, run_rlc
+from conftest import EXAMPLES, kill_ray_processes_under, run_rlc
 
 pytest.importorskip("ray", reason="Ray is not installed in this environment")
 
@@ -37,12 +38,28 @@ def ray_cluster():
                            env=env, capture_output=True, text=True, timeout=180)
     if start.returncode != 0:
         pytest.skip(f"a local Ray head could not start here: {start.stderr[-500:]}")
+    address = f"http://127.0.0.1:{dash}"
     try:
-        yield env, f"http://127.0.0.1:{dash}"
+        _wait_for_the_job_agent(env, address)
+        yield env, address
     finally:
-        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
+        kill_ray_processes_under(temp)
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _wait_for_the_job_agent(env: dict, address: str, timeout_s: float = 120) -> None:
+    """Until a trivial job is accepted: the head refuses submissions ("No available agent") until its node's job
+    agent has registered, which on a loaded machine can take longer than the head's own 10 s wait."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        probe = subprocess.run(["ray", "job", "submit", "--address", address, "--no-wait", "--", "true"],
+                               env=env, capture_output=True, text=True, timeout=120)
+        if probe.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the Ray head at {address} accepted no job in {timeout_s:.0f} s: {probe.stderr[-500:]}")
+        time.sleep(1)
 
 
 @pytest.mark.slow
