@@ -31,9 +31,12 @@ def ray_cluster():
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "HOME": str(home), "RAY_AUTH_MODE": "disabled", "PATH": f"{bin_dir}:{os.environ['PATH']}",
            "RAY_USAGE_STATS_ENABLED": "0"}
-    port, dash = _free_port(), _free_port()
+    port, dash, agent = _free_port(), _free_port(), _free_port()
+    # The job agent's HTTP port too: its default (52365) may be taken by a Ray instance another test started, and
+    # an agent that cannot bind it never registers, so no job could be submitted.
     start = subprocess.run(["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
                             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",
+                            "--dashboard-agent-listen-port", str(agent),
                             "--num-cpus", "2", "--temp-dir", temp, "--disable-usage-stats"],
                            env=env, capture_output=True, text=True, timeout=180)
     if start.returncode != 0:
