@@ -72,7 +72,7 @@ def kill_ray_processes_under(temp: str) -> None:
 
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if (any(temp in part for part in proc.info["cmdline"] or ())
+            if proc.pid != os.getpid() and (any(temp in part for part in proc.info["cmdline"] or ())
                     or any(f.path.startswith(temp) for f in proc.open_files())):
                 proc.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
