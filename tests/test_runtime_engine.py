@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -173,6 +174,7 @@ def test_prompts_of_one_length_decode_without_a_mask(own_engine, reference, prom
     """No padding, no mask: the model builds none at any step, and the log-probs are still the trainer's."""
     sampling = Sampling(max_generate_length=10, temperature=0.7)
     same = [prompts[0], prompts[0][::-1], [prompts[0][0]] * len(prompts[0])]
+    own_engine.lean_decode = False  # the transformers forward's own decode steps (LeanDecoder has no mask here)
     masks = []
     own_engine.model.register_forward_hook(lambda m, args, kwargs, out: masks.append(kwargs.get("attention_mask")),
                                            with_kwargs=True)
@@ -186,6 +188,89 @@ def test_prompts_of_one_length_decode_without_a_mask(own_engine, reference, prom
     masks.clear()
     own_engine.generate(prompts, sampling, n=2, seed=5)  # left-padded prompts keep their mask
     assert all(m is not None for m in masks)
+
+
+# -- decode steps without the transformers forward (inference/decode.py) ---------------------------------------------
+
+
+def _random_model(tmp_path_factory, kind: str) -> str:
+    """A random model of another shape than rlc:tiny, saved: grouped-query attention (Llama), or projections with
+    biases (Qwen2)."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    common = dict(vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=6,
+                  num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config = LlamaConfig(**common, rope_theta=500.0) if kind == "llama-gqa" else Qwen2Config(**common, use_sliding_window=False)
+    torch.manual_seed(3)
+    model = AutoModelForCausalLM.from_config(config)
+    if kind == "qwen2-bias":
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(0, 0.5)  # biases of 0 would not show whether they are applied
+    path = tmp_path_factory.mktemp(kind)
+    model.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=["rlc-tiny", "llama-gqa", "qwen2-bias"])
+def decode_model(request, tiny_model, tmp_path_factory):
+    return tiny_model if request.param == "rlc-tiny" else _random_model(tmp_path_factory, request.param)
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["left-padded", "one-length"])
+def test_lean_decode_steps_are_the_models_forward(decode_model, prompts, padded):
+    """Same seed, same tokens and log-probs whether decode steps run on LeanDecoder or on the model's forward: with
+    left-padded prompts, rows that end early (EOS is made likely), grouped-query heads and projection biases."""
+    lean = HFEngine(decode_model, dtype="float32", device="cpu", eos_token_id=5)
+    model_forward = HFEngine(decode_model, dtype="float32", device="cpu", eos_token_id=5)
+    assert lean.lean_decode and lean.lean_decode_off is None
+    model_forward.lean_decode = False
+    with torch.no_grad():
+        for engine in (lean, model_forward):
+            engine.model.lm_head.weight[5] += 0.3 * engine.model.lm_head.weight.abs().mean()  # EOS now and then
+    batch = prompts if padded else [prompts[0], prompts[0][::-1]]
+    sampling = Sampling(max_generate_length=12, temperature=1.0)
+    got = lean.generate(batch, sampling, n=4, seed=9)
+    want = model_forward.generate(batch, sampling, n=4, seed=9)
+    lengths = [len(c.token_ids) for group in got for c in group]
+    assert min(lengths) < 12 and max(lengths) == 12, lengths  # some rows left the batch early
+    for a, b in zip(flat(got), flat(want)):
+        assert a[0] == b[0] and a[2] == b[2]
+        torch.testing.assert_close(torch.tensor(a[1]), torch.tensor(b[1]), atol=1e-5, rtol=0)
+
+
+def test_lean_decode_follows_weight_updates(own_engine, reference, prompts):
+    """It reads the modules' current parameters: after an update its log-probs are the updated model's."""
+    assert own_engine.lean_decode
+    changed = {k: v * 1.3 for k, v in own_engine.model.state_dict().items()}
+    own_engine.update_weights(changed)
+    reference = type(reference)(reference.config).eval()
+    reference.load_state_dict(changed)
+    out = own_engine.generate(prompts, Sampling(max_generate_length=8), n=2, seed=1)
+    for p, group in zip(prompts, out):
+        for c in group:
+            expected = torch.log_softmax(plain_logits(reference, p, c.token_ids), -1)
+            expected = expected.gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+            torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_models_lean_decode_does_not_know_keep_the_transformers_forward(tiny_model, tmp_path):
+    from transformers import GPT2Config, LlamaConfig
+
+    from rlc.runtime.inference.decode import unsupported
+
+    scaled = LlamaConfig.from_pretrained(tiny_model)
+    scaled.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    cases = {
+        "rotary embedding other than the default": AutoModelForCausalLM.from_config(scaled),
+        "model type 'gpt2'": AutoModelForCausalLM.from_config(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64)),
+    }
+    for reason, model in cases.items():
+        assert reason in (unsupported(model) or ""), unsupported(model)
+    lora = SimpleNamespace(rank=4, alpha=8, dropout=0.0, target_modules="all-linear", exclude_modules=None, init_method="kaiming")
+    engine = HFEngine(tiny_model, lora=lora)
+    assert "adapters" in engine.lean_decode_off and not engine.lean_decode
 
 
 def test_sampled_tokens_stay_in_the_top_k(engine, reference, prompts):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rlc.runtime.inference.decode import LeanDecoder, unsupported
+
 
 @dataclass
 class Sampling:
@@ -95,6 +97,9 @@ class HFEngine:
 
             self.model = with_lora(self.model, lora)
         self.model = self.model.to(self.device).eval()
+        # Why decode steps go through the transformers forward (None: they run on LeanDecoder).
+        self.lean_decode_off = unsupported(self.model)
+        self.lean_decode = self.lean_decode_off is None
         config = self.model.config
         self.eos_token_id = eos_token_id if eos_token_id is not None else config.eos_token_id
         self.pad_token_id = pad_token_id if pad_token_id is not None else (
@@ -308,6 +313,9 @@ class HFEngine:
         dev = self.device
         cache, logits, mask, next_pos = self._prefill(prompts, n)
         batch, steps = logits.shape[0], s.max_generate_length
+        # Decode steps on the model's modules directly where the architecture allows (decode.py); the prompt pass
+        # above is the model's own forward either way.
+        lean = LeanDecoder(self.model, cache, mask, steps) if self.lean_decode and steps > 1 else None
         vocab = self.model.config.vocab_size
         rows = [p for p in prompts for _ in range(n)]
         seen = None
@@ -344,7 +352,10 @@ class HFEngine:
                 break
             if bool(ends.any()):
                 keep = torch.nonzero(~ends).flatten()
-                cache.batch_select_indices(keep)
+                if lean is not None:
+                    lean.select(keep)
+                else:
+                    cache.batch_select_indices(keep)
                 live, picked, next_pos = live[keep], picked[keep], next_pos[keep]
                 if mask is not None:
                     mask = mask[keep]
@@ -352,11 +363,14 @@ class HFEngine:
                     seen = seen[keep]
             if seen is not None:
                 seen[torch.arange(len(live), device=dev), picked] = True
-            if mask is not None:
-                mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
-            out = self.model(input_ids=picked[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                             past_key_values=cache, use_cache=True)
-            cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+            if lean is not None:
+                logits = lean.step(picked, next_pos, step)
+            else:
+                if mask is not None:
+                    mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
+                out = self.model(input_ids=picked[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                                 past_key_values=cache, use_cache=True)
+                cache, logits = out.past_key_values, out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         token_lists, logp_lists = tokens.cpu().tolist(), logps.cpu().tolist()
         counts, ended = lengths.cpu().tolist(), stopped.cpu().tolist()
