@@ -24,27 +24,27 @@ class Rollout:
 
 def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = False) -> dict:
     """Padded tensors of a list of rollouts; `loss_mask` drops truncated ones when `mask_truncated`."""
-    rows = len(rollouts)
     plen = max(len(r.prompt_ids) for r in rollouts)
     rlen = max(1, max(len(r.response_ids) for r in rollouts))
-    input_ids = torch.full((rows, plen + rlen), pad_id, dtype=torch.long)
-    attention = torch.zeros((rows, plen + rlen), dtype=torch.long)
-    response = torch.full((rows, rlen), pad_id, dtype=torch.long)
-    mask = torch.zeros((rows, rlen), dtype=torch.float32)
-    logprobs = torch.zeros((rows, rlen), dtype=torch.float32)
-    rewards = torch.zeros((rows, rlen), dtype=torch.float32)
-    for i, r in enumerate(rollouts):
+    # Rows are built as lists and turned into tensors once: per-row tensor writes cost more than the rest of a
+    # small model's step.
+    ids, attention, response, mask, logprobs, rewards = [], [], [], [], [], []
+    for r in rollouts:
         p, n = len(r.prompt_ids), len(r.response_ids)
-        input_ids[i, plen - p:plen] = torch.tensor(r.prompt_ids)
-        attention[i, plen - p:plen + n] = 1
+        left, right = [0] * (plen - p), [0] * (rlen - n)
+        ids.append([pad_id] * (plen - p) + list(r.prompt_ids) + list(r.response_ids) + [pad_id] * (rlen - n))
+        attention.append(left + [1] * (p + n) + right)
+        response.append(list(r.response_ids) + [pad_id] * (rlen - n))
+        keep = 1.0 if n and not (mask_truncated and r.finish_reason != "stop") else 0.0
+        mask.append([keep] * n + [0.0] * (rlen - n))
+        logprobs.append((list(r.logprobs) if r.logprobs is not None else [0.0] * n) + [0.0] * (rlen - n))
+        reward = [0.0] * rlen
         if n:
-            input_ids[i, plen:plen + n] = torch.tensor(r.response_ids)
-            response[i, :n] = torch.tensor(r.response_ids)
-            keep = not (mask_truncated and r.finish_reason != "stop")
-            mask[i, :n] = float(keep)
-            rewards[i, n - 1] = r.reward  # an outcome reward sits on the last response token
-            if r.logprobs is not None:
-                logprobs[i, :n] = torch.tensor(r.logprobs)
+            reward[n - 1] = r.reward  # an outcome reward sits on the last response token
+        rewards.append(reward)
+    input_ids, attention = torch.tensor(ids, dtype=torch.long), torch.tensor(attention, dtype=torch.long)
+    response = torch.tensor(response, dtype=torch.long)
+    mask, logprobs, rewards = (torch.tensor(x, dtype=torch.float32) for x in (mask, logprobs, rewards))
     return {
         "input_ids": input_ids,
         "attention_mask": attention,

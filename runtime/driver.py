@@ -73,6 +73,7 @@ class Driver:
         self.device = "cpu" if self.cpu else "cuda"
         self.run_dir = expand(t.log_path) / t.run_name
         self.ckpt_root = expand(t.ckpt_path)
+        self._metas: dict = {}  # what a weight broadcast sends, by engine dtype
         self._preflight()
         try:
             self.env = make_env(self.spec.environment.env_class)
@@ -341,9 +342,11 @@ class Driver:
                         ray.get([w.load_checkpoint.remote(str(resume_dir / name)) for w in workers])
                 self.kl_coef = resume_state.get("kl_coef", self.kl_coef)
                 tracker.message(f"rlc: resumed from {resume_dir} at step {start_step}")
+            # On a CPU run there is no device memory to hand over: offloading is a no-op and an engine's sleep would
+            # only free host memory to allocate it again, so nothing moves between phases.
             self.colocation = Colocation(
                 roles={name: name != "ref" for name in self.workers},
-                colocated=(t.placement.colocate_all and not t.fully_async.enabled
+                colocated=(t.placement.colocate_all and not t.fully_async.enabled and not self.cpu
                            and self.spec.generator.inference_engine.run_engines_locally),
                 offload_after_step={name: getattr(t, name).optimizer_config.offload_after_step
                                     for name in self.workers if name != "ref"})
@@ -717,7 +720,10 @@ class Driver:
         transport, engines = self._weight_transport(), self._weight_engines()
         if transport in ("gloo", "nccl"):
             workers = self.workers["policy"]
-            metas = ray.get(workers[0].weight_metas.remote(dtype))
+            # The names, dtypes and shapes sent are the same at every sync: asked for once.
+            if dtype not in self._metas:
+                self._metas[dtype] = ray.get(workers[0].weight_metas.remote(dtype))
+            metas = self._metas[dtype]
             ray.get([w.broadcast_weights.remote(dtype) for w in workers] + [e.receive_weights.remote(metas, version) for e in engines])
             return
         if transport == "ipc":

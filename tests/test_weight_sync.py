@@ -308,6 +308,44 @@ def test_broadcast_buckets_carry_consecutive_tensors_of_a_dtype():
         assert value.dtype == want.dtype and torch.equal(value, want)
 
 
+def _sleeping_engine_member(rank: int, port: int, model_path: str, results) -> None:
+    """Rank 0 broadcasts the model's weights x 1.5; rank 1 is an hf engine that dropped its weights (level-2 sleep)
+    and wakes them, receives, then wakes its KV cache: a colocated GPU run's sync, in that order."""
+    def body():
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        from transformers import AutoModelForCausalLM
+
+        sent = {k: v * 1.5 for k, v in AutoModelForCausalLM.from_pretrained(model_path).state_dict().items()}
+        if rank == 0:
+            group = init_group("127.0.0.1", port, 0, 2, backend="gloo", timeout_s=TIMEOUT)
+            send_weights(group, list(sent.items()))
+            close_group(group)
+            results.put(("ok", "sender", None))
+            return
+        from rlc.runtime.inference.hf import HFEngine, Sampling
+
+        engine = HFEngine(model_path)
+        engine.sleep(level=2)
+        asleep = not engine.weights_on
+        engine.wake_up(["weights"])
+        engine.init_weight_group("127.0.0.1", port, 1, 2, "gloo")
+        version = engine.receive_weights(metas_of(list(sent.items())), version=3)
+        engine.wake_up(["kv_cache"])
+        engine.close_weight_group()
+        got = engine.model.state_dict()
+        same = all(torch.equal(got[k], v) for k, v in sent.items())
+        out = engine.generate([[1, 5, 6]], Sampling(max_generate_length=4), n=2)
+        results.put(("ok", "engine", (asleep, version, same, [len(c.token_ids) for c in out[0]])))
+
+    _report_errors(f"member{rank}", results, body)
+
+
+def test_an_engine_that_dropped_its_weights_takes_a_broadcast(tiny_model):
+    asleep, version, same, lengths = _two_members(_sleeping_engine_member, tiny_model)["engine"]
+    assert asleep and version == 3 and same
+    assert len(lengths) == 2 and all(0 < n <= 4 for n in lengths)  # it generates with them
+
+
 @pytest.mark.parametrize("rank", [0, 1], ids=["host-whose-peers-never-come", "member-whose-host-never-comes"])
 def test_forming_a_group_alone_times_out(rank):
     with pytest.raises(torch.distributed.DistError):
