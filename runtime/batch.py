@@ -31,9 +31,8 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
     ids, attention, response, mask, logprobs, rewards = [], [], [], [], [], []
     for r in rollouts:
         p, n = len(r.prompt_ids), len(r.response_ids)
-        left, right = [0] * (plen - p), [0] * (rlen - n)
         ids.append([pad_id] * (plen - p) + list(r.prompt_ids) + list(r.response_ids) + [pad_id] * (rlen - n))
-        attention.append(left + [1] * (p + n) + right)
+        attention.append([0] * (plen - p) + [1] * (p + n) + [0] * (rlen - n))
         response.append(list(r.response_ids) + [pad_id] * (rlen - n))
         keep = 1.0 if n and not (mask_truncated and r.finish_reason != "stop") else 0.0
         mask.append([keep] * n + [0.0] * (rlen - n))

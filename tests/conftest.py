@@ -131,9 +131,6 @@ def run_ranks(target, world: int, *args, timeout_s: float = 300) -> list:
     return [results[r] for r in range(world)]
 
 
-
-
-
 # `make test` runs the suite on two pytest-xdist workers, a whole file to a worker (`--dist loadfile`; pytest 9 ignores
 # xdist's finer `xdist_group` markers), so a module's fixtures (Megatron's rank runs, SkyPilot's venv) are built once.
 # The files go out in this order, longest first (their serial times on 2 cores in the comments), then the rest as

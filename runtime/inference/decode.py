@@ -42,7 +42,7 @@ def unsupported(model) -> str | None:
         layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
         layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
     if any(type(m) is not torch.nn.Linear for m in linear):
-        return "projections wrapped in other modules (adapters?)"
+        return "projections wrapped in other modules (adapters)"
     return None
 
 
@@ -84,7 +84,6 @@ class LeanDecoder:
         angles = torch.cat((freqs, freqs), dim=-1)
         self.cos = (angles.cos() * rotary.attention_scaling).to(dtype)
         self.sin = (angles.sin() * rotary.attention_scaling).to(dtype)
-        self.dtype = dtype
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep` (indices into the current batch)."""
