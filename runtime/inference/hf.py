@@ -308,7 +308,9 @@ class HFEngine:
     def _sample(self, prompts: list[list[int]], n: int, s: Sampling, gen: torch.Generator) -> list[Completion]:
         """Sample every row until EOS, a stop string or max_generate_length.
 
-        Finished rows leave the batch (and the KV cache), so the decode steps run on live rows only.
+        Finished rows stay in the batch (and the KV cache) until an eighth of it has finished, then leave it
+        together: moving the cache is a copy of all of it, while a finished row's decode steps only cost
+        arithmetic whose result is thrown away.
         """
         dev = self.device
         cache, logits, mask, next_pos = self._prefill(prompts, n)
@@ -323,40 +325,48 @@ class HFEngine:
             seen = torch.zeros((batch, vocab), dtype=torch.bool, device=dev)
             for i, r in enumerate(rows):
                 seen[i, torch.tensor([t for t in r if t < vocab], dtype=torch.long)] = True
+        filtered = 0 < s.top_k < vocab or s.top_p < 1.0 or s.min_p > 0.0 or seen is not None
         tokens = torch.full((batch, max(steps, 1)), self.pad_token_id, dtype=torch.long, device=dev)
         logps = torch.zeros((batch, max(steps, 1)), dtype=torch.float32, device=dev)
         lengths = torch.zeros(batch, dtype=torch.long, device=dev)
         stopped = torch.zeros(batch, dtype=torch.bool, device=dev)
-        live = torch.arange(batch, device=dev)  # full-batch index of each row still decoding
+        live = torch.arange(batch, device=dev)  # full-batch index of each row in the decode batch
+        going = torch.ones(batch, dtype=torch.bool, device=dev)  # which of those rows are still decoding
         for step in range(steps):
             if s.temperature > 0:
-                scaled = logits / s.temperature
+                scaled = logits / s.temperature if s.temperature != 1.0 else logits
                 logprob_all = torch.log_softmax(scaled, dim=-1)
-                if seen is not None:
-                    scaled = _penalize_repeats(scaled, seen, s.repetition_penalty)
-                probs = torch.softmax(_filter_logits(scaled, s), dim=-1)
+                if filtered:
+                    if seen is not None:
+                        scaled = _penalize_repeats(scaled, seen, s.repetition_penalty)
+                    probs = torch.softmax(_filter_logits(scaled, s), dim=-1)
+                else:
+                    probs = logprob_all.exp()
                 picked = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
             else:
                 logprob_all = torch.log_softmax(logits, dim=-1)
                 picked = (_penalize_repeats(logits, seen, s.repetition_penalty) if seen is not None else logits).argmax(dim=-1)
+            # A row that finished earlier writes past its length here (cut off below): its tokens no longer count.
             tokens[live, step] = picked
             logps[live, step] = logprob_all.gather(-1, picked[:, None]).squeeze(-1)
-            lengths[live] = step + 1
-            ends = picked == self.eos_token_id
+            lengths[live] += going
+            ends = going & (picked == self.eos_token_id)
             if s.stop:
-                for j in torch.nonzero(~ends).flatten().tolist():
+                for j in torch.nonzero(going & ~ends).flatten().tolist():
                     row = int(live[j])
                     ends[j] = self._hits_stop(tokens[row, :step + 1].tolist(), s.stop)
             stopped[live[ends]] = True
-            if step == steps - 1 or bool(ends.all()):
+            going = going & ~ends
+            done = len(live) - int(going.sum())
+            if step == steps - 1 or done == len(live):
                 break
-            if bool(ends.any()):
-                keep = torch.nonzero(~ends).flatten()
+            if done * 8 >= len(live):
+                keep = torch.nonzero(going).flatten()
                 if lean is not None:
                     lean.select(keep)
                 else:
                     cache.batch_select_indices(keep)
-                live, picked, next_pos = live[keep], picked[keep], next_pos[keep]
+                live, going, picked, next_pos = live[keep], going[keep], picked[keep], next_pos[keep]
                 if mask is not None:
                     mask = mask[keep]
                 if seen is not None:
