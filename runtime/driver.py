@@ -753,6 +753,8 @@ class Driver:
             if act.op == "send_weights":
                 self._send_weights(ray, version)
             elif act.target == "engines":
+                if act.op == "reset_prefix_cache" and self.spec.generator.inference_engine.backend == "hf":
+                    continue  # the hf engine keeps no prefix cache: the call would be a round trip for nothing
                 # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
                 level = 1 if self._adapter_sync() else 2
                 args = {"sleep": (level,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
