@@ -194,6 +194,9 @@ def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str, extra
         f"data.train_data=['{d / 'train.parquet'}']", "data.val_data=[]",
         f"generator.sampling_params.max_generate_length={gen_len}",
         "trainer.ckpt_interval=-1",  # the peer saves nothing either
+        # The example's two stabilisers, left out on both sides: TRL's GRPOTrainer has no entropy bonus, and a
+        # constant lr keeps the two schedules identical (HF's warmup starts one step later than rlc's).
+        "trainer.algorithm.use_entropy_loss=false", "trainer.policy.optimizer_config.num_warmup_steps=0",
         f"trainer.log_path={d / 'runs'}", f"trainer.run_name=rlc-{size}",
         f"trainer.ckpt_path={d / 'ckpts'}", f"trainer.export_path={d / 'exports'}",
         *extra,
@@ -409,7 +412,8 @@ def results_section(results: dict, meta: dict) -> str:
             f"{meta['peer']['torch']}, accelerate {meta['peer']['accelerate']}."
             if meta.get("peer") else f"Peer: skipped ({meta['peer_reason']})."),
          "",
-         f"The job: `{EXAMPLE}` (GRPO on the copy-the-digit task), {job['prompts_per_step']} prompts x group "
+         f"The job: `{EXAMPLE}` (GRPO on the copy-the-digit task) without its entropy bonus and lr warmup (TRL's "
+         f"GRPOTrainer has no entropy bonus), {job['prompts_per_step']} prompts x group "
          f"{job['group']} = {job['prompts_per_step'] * job['group']} completions per step, at most "
          f"{job['max_generate_length']} generated tokens, temperature {job['temperature']}, one optimizer step per "
          f"batch, lr {job['lr']:g} constant, AdamW betas {tuple(job['adam_betas'])} weight decay "
