@@ -13,7 +13,7 @@ actions that get there (runtime-anchors.md §1.4, SkyRL's `_ensure_on_gpu` and w
   model off, then the engines wake their KV cache and reset the prefix cache.
 
 Without colocation nothing moves: each role keeps its own GPUs, and a sync only resets the prefix cache
-(the engines' KV was computed with the old weights). The driver carries the actions out; the order is
+(the engines' KV was computed with the old weights). Engines that keep no prefix cache (hf) get no reset. The driver carries the actions out; the order is
 what this module decides and what its tests check.
 """
 
@@ -47,12 +47,14 @@ class Colocation:
 
     `roles` maps each trainer role to whether it has an optimizer (ref has none). `offload_after_step`
     (the optimizer config's) lets a trained role keep its optimizer state on the GPU between steps when
-    false, as SkyRL does.
+    false, as SkyRL does. `prefix_cache` says whether the engines keep a prefix cache to reset (the hf engine
+    keeps none, so no action is spent on it).
     """
 
     roles: dict[str, bool]
     colocated: bool = True
     offload_after_step: dict[str, bool] = field(default_factory=dict)
+    prefix_cache: bool = True
     places: dict[str, _Place] = field(init=False)
     engines_awake: bool = field(init=False, default=True)
 
@@ -84,7 +86,7 @@ class Colocation:
             return []
         self.engines_awake = False
         # A prefix cache that outlives sleep serves KV of freed memory (vLLM issue #17103).
-        return [Action("engines", "reset_prefix_cache"), Action("engines", "sleep")]
+        return self._reset_prefix_cache() + [Action("engines", "sleep")]
 
     def before_forward(self, role: str) -> list[Action]:
         return self._ensure(role, model=True, optimizer=False)
@@ -103,7 +105,7 @@ class Colocation:
     def sync_weights(self) -> list[Action]:
         """The policy's weights into the engines, with at most one copy of the weights on each side."""
         if not self.colocated:
-            return [Action("policy", "send_weights"), Action("engines", "reset_prefix_cache")]
+            return [Action("policy", "send_weights")] + self._reset_prefix_cache()
         actions = self._evict(keep="policy")
         policy = self.places["policy"]
         if policy.optimizer:
@@ -113,13 +115,16 @@ class Colocation:
             actions.append(Action("policy", "backload", model=True))
             policy.model = True
         actions += [Action("engines", "wake_up", tags=("weights",)), Action("policy", "send_weights"),
-                    Action("policy", "offload", model=True), Action("engines", "wake_up", tags=("kv_cache",)),
-                    Action("engines", "reset_prefix_cache")]
+                    Action("policy", "offload", model=True), Action("engines", "wake_up", tags=("kv_cache",))]
+        actions += self._reset_prefix_cache()
         policy.model = False
         self.engines_awake = True
         return actions
 
     # -- bookkeeping ----------------------------------------------------------------------------------
+
+    def _reset_prefix_cache(self) -> list[Action]:
+        return [Action("engines", "reset_prefix_cache")] if self.prefix_cache else []
 
     def _ensure(self, role: str, *, model: bool, optimizer: bool) -> list[Action]:
         if role not in self.places:

@@ -349,7 +349,8 @@ class Driver:
                 colocated=(t.placement.colocate_all and not t.fully_async.enabled and not self.cpu
                            and self.spec.generator.inference_engine.run_engines_locally),
                 offload_after_step={name: getattr(t, name).optimizer_config.offload_after_step
-                                    for name in self.workers if name != "ref"})
+                                    for name in self.workers if name != "ref"},
+                prefix_cache=self.spec.generator.inference_engine.backend != "hf")
             self._apply(ray, self.colocation.start())
             self._init_weight_group(ray)
             self._write_placement(ray)
@@ -753,8 +754,6 @@ class Driver:
             if act.op == "send_weights":
                 self._send_weights(ray, version)
             elif act.target == "engines":
-                if act.op == "reset_prefix_cache" and self.spec.generator.inference_engine.backend == "hf":
-                    continue  # the hf engine keeps no prefix cache: the call would be a round trip for nothing
                 # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
                 level = 1 if self._adapter_sync() else 2
                 args = {"sleep": (level,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]

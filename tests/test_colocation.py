@@ -62,6 +62,16 @@ def test_without_colocation_only_the_weights_move():
     assert _ops(c.sync_weights()) == ["policy.send_weights()", "engines.reset_prefix_cache()"]
 
 
+def test_engines_without_a_prefix_cache_are_not_asked_to_reset_one():
+    """The hf engine keeps no prefix cache: no reset action in either mode, everything else unchanged."""
+    for colocated in (True, False):
+        with_cache, without = _ppo(colocated=colocated), _ppo(colocated=colocated, prefix_cache=False)
+        for phase in ("start", "before_generate", "after_generate", "sync_weights", "before_generate"):
+            want = [op for op in _ops(getattr(with_cache, phase)()) if op != "engines.reset_prefix_cache()"]
+            assert _ops(getattr(without, phase)()) == want, (colocated, phase)
+    assert _ops(_ppo(colocated=False, prefix_cache=False).sync_weights()) == ["policy.send_weights()"]
+
+
 def test_misuse_is_refused():
     c = _ppo()
     c.start()
