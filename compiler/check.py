@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from rlc.compiler.diagnostics import ERROR, WARNING, Diagnostic
+from rlc.core.diagnostics import ERROR, WARNING, Diagnostic
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ def _color(stream) -> bool:
 
 
 def _parse_overrides(values: tuple[str, ...]):
-    from rlc.compiler.overrides import OverrideError, parse_override
+    from rlc.core.overrides import OverrideError, parse_override
 
     try:
         return [parse_override(v) for v in values]
@@ -27,7 +27,7 @@ def _parse_overrides(values: tuple[str, ...]):
 def _analyze(spec: str, ovs):
     """The front end; an override that cannot apply to this spec (e.g. below a scalar) is a usage error."""
     from rlc.compiler.frontend import analyze
-    from rlc.compiler.overrides import OverrideError
+    from rlc.core.overrides import OverrideError
 
     try:
         return analyze(spec, ovs)
@@ -36,7 +36,7 @@ def _analyze(spec: str, ovs):
 
 
 def _emit(diags, fmt: str, ok_line: str, **extra) -> int:
-    from rlc.compiler.diagnostics import has_errors, render_json, render_text
+    from rlc.core.diagnostics import has_errors, render_json, render_text
 
     if fmt == "json":
         click.echo(render_json(diags, **extra))
@@ -129,7 +129,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
     from pathlib import Path
 
     ovs = _parse_overrides(overrides)
-    from rlc.compiler.diagnostics import has_errors, render_json, render_text
+    from rlc.core.diagnostics import has_errors, render_json, render_text
     from rlc.compiler.plan import plan as make_plan
     from rlc.compiler.plan_svg import render_svg, render_table
 

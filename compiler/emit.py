@@ -12,7 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlc.compiler.emit_resolved import content_hash, render
+from rlc.compiler.emit_resolved import render
+from rlc.core.digest import content_hash
 from rlc.compiler.provenance import trace
 
 RESOLVED, PLAN = "resolved.yaml", "plan.json"

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 from rlc.compiler.provenance import Provenance
+from rlc.core.digest import content_hash
 from rlc.spec.model import to_plain
 
 HEADER = "rlc resolved config (generated; edit the spec, not this file)"
-
-
-def content_hash(spec: Any) -> str:
-    """sha256 of the resolved values: comments, key order and written-out defaults do not change it."""
-    canonical = json.dumps(to_plain(spec), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _scalar(value: Any) -> str:

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from rlc.compiler.diagnostics import Diagnostic, has_errors
+from rlc.core.diagnostics import Diagnostic, has_errors
 from rlc.compiler.load import Document, LoadError, load_document, to_plain
-from rlc.compiler.overrides import Override
+from rlc.core.overrides import Override
 from rlc.compiler.resolve import Resolution, resolve
 from rlc.compiler.validate import validate
 from rlc.spec.model import SpecModel, default_model

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from rlc.compiler.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
+from rlc.core.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
+from rlc.core.plain import plain_yaml as to_plain
 
 MAX_BYTES = 1 << 20  # 1 MiB; real configs are tens of KiB
 MAX_NODES = 100_000  # nodes after alias expansion (billion-laughs guard)
@@ -253,28 +254,3 @@ def document_from_text(text: str, name: str) -> Document:
         raise LoadError(_diag("RLC-E007", f"the top level is {kind}; a spec is a mapping of sections", name, 1, 1,
                               text.splitlines()[0] if text else None, hint="write `version: 1` and the sections as top-level keys"))
     return Document(name, text, data)
-
-
-def to_plain(node: Any) -> Any:
-    """Round-trip nodes as plain Python values (dict, list, str, int, float, bool, None)."""
-    if isinstance(node, dict):
-        return {_plain_key(k): to_plain(v) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [to_plain(v) for v in node]
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    if isinstance(node, str):
-        return str(node)
-    return node
-
-
-def _plain_key(k: Any) -> Any:
-    if isinstance(k, str):
-        return str(k)
-    if isinstance(k, (list, tuple)):
-        return tuple(to_plain(list(k)))
-    return k

@@ -13,7 +13,7 @@ from typing import Optional
 
 import click
 
-from rlc.compiler.diagnostics import render_text
+from rlc.core.diagnostics import render_text
 from rlc.compiler.load import LoadError, load_document
 
 

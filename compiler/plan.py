@@ -17,17 +17,7 @@ Layout rules. Every node fills from GPU 0 up and blocks are placed first fit, no
 Blocks that do not fit go on extra nodes past the last (nodes_needed > nodes, fits false), and plan() returns
 an RLC-E210 error naming them; such a plan is only good for the message.
 
-`Plan.to_json()` gives (keys in this order, same spec -> same value):
-  format "rlc-plan", version 1, name,
-  cluster {nodes, gpus_per_node, accelerator, device "GPU"|"CPU"}, fits, nodes_needed,
-  placement_groups [{name, strategy "PACK", bundle {GPU, CPU} (each bundle's resources), num_bundles,
-                     bundles [{index, node, gpus [..]}]}],
-  roles [{name policy|ref|critic, world_size, placement_group (null: none), num_gpus, num_cpus (per rank
-          actor), ranks [{rank, node, gpu, bundle}]}],
-  inference {local, backend, placement_group, server_actor {num_gpus, num_cpus}, worker {num_gpus, num_cpus},
-             engines [{index, tp, pp, dp, ep, bundles [..], gpus [[node, gpu]..], nodes [..], spans_nodes,
-                       tp_spans_nodes}],
-             remote_engines [{index, url, kind server|proxy}]}.
+The plan's data types and its JSON form live in `rlc.core.plan`, which the runtime reads too.
 """
 
 from __future__ import annotations
@@ -35,146 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from rlc.compiler.diagnostics import ERROR, Diagnostic, Location
+from rlc.core.diagnostics import ERROR, Diagnostic, Location
 from rlc.compiler.resolve import critic_on, engine_gpus, ref_on
+from rlc.core.plan import (COLOCATED_SHARE, ROLE_LETTERS, SHARED_POLICY_SHARE, SHARED_REF_SHARE, Bundle, Engine,
+                           PlacementGroup, Plan, RemoteEngine, Role)
 
-FORMAT_VERSION = 1
 NOT_PLACED = "RLC-E210"
 IE = "generator.inference_engine"
-ROLE_LETTERS = {"policy": "P", "ref": "R", "critic": "C"}
-
-# Per-actor shares of a bundle's GPU (and CPU), skyrl-rules.md §4.6.
-COLOCATED_SHARE = 0.2
-SHARED_POLICY_SHARE, SHARED_REF_SHARE = 0.75, 0.25
-SERVER_ACTOR_CPUS = 0.2
 
 Block = list  # the (node, gpu) pairs of one bundle or engine, in order
-
-
-@dataclass
-class Bundle:
-    node: int
-    gpus: list[int]
-
-
-@dataclass
-class PlacementGroup:
-    name: str
-    shape: dict  # resources of every bundle
-    bundles: list[Bundle]
-    strategy: str = "PACK"
-
-
-@dataclass
-class Role:
-    name: str
-    placement_group: Optional[str]
-    share: float  # of a GPU (and as many CPUs) per rank actor
-    ranks: list[tuple[int, int, Optional[int]]]  # (node, gpu, bundle) of each rank
-
-
-@dataclass
-class Engine:
-    index: int
-    tp: int
-    pp: int
-    dp: int
-    ep: int
-    bundles: range
-    gpus: Block
-    tp_spans_nodes: bool
-
-    @property
-    def nodes(self) -> list[int]:
-        return sorted({n for n, _ in self.gpus})
-
-
-@dataclass
-class RemoteEngine:
-    index: int
-    url: str
-    kind: str  # server | proxy
-
-
-@dataclass
-class Plan:
-    name: str
-    nodes: int
-    gpus_per_node: int
-    accelerator: str
-    nodes_needed: int
-    backend: str
-    worker_share: float = 1.0
-    engine_group: Optional[str] = None
-    placement_groups: list[PlacementGroup] = field(default_factory=list)
-    roles: list[Role] = field(default_factory=list)
-    engines: list[Engine] = field(default_factory=list)
-    remote_engines: list[RemoteEngine] = field(default_factory=list)
-
-    @property
-    def device(self) -> str:
-        return "CPU" if self.accelerator == "none" else "GPU"
-
-    @property
-    def fits(self) -> bool:
-        return self.nodes_needed <= self.nodes
-
-    def cells(self) -> dict[tuple[int, int], list[str]]:
-        """The labels on each (node, gpu): P3 = policy rank 3, R/C = ref/critic, E2.1 = engine 2 worker 1."""
-        out: dict[tuple[int, int], list[str]] = {}
-        for role in self.roles:
-            letter = ROLE_LETTERS[role.name]
-            for r, (n, g, _) in enumerate(role.ranks):
-                out.setdefault((n, g), []).append(f"{letter}{r}")
-        for e in self.engines:
-            for j, ng in enumerate(e.gpus):
-                out.setdefault(ng, []).append(f"E{e.index}.{j}")
-        return out
-
-    def to_json(self) -> dict:
-        cpu = self.device == "CPU"
-
-        def share(amount: float) -> dict:
-            return {"num_gpus": 0, "num_cpus": _num(amount)} if cpu else {"num_gpus": _num(amount), "num_cpus": _num(amount)}
-
-        return {
-            "format": "rlc-plan",
-            "version": FORMAT_VERSION,
-            "name": self.name,
-            "cluster": {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "accelerator": self.accelerator,
-                        "device": self.device},
-            "fits": self.fits,
-            "nodes_needed": self.nodes_needed,
-            "placement_groups": [
-                {"name": pg.name, "strategy": pg.strategy, "bundle": pg.shape, "num_bundles": len(pg.bundles),
-                 "bundles": [{"index": i, "node": b.node, "gpus": b.gpus} for i, b in enumerate(pg.bundles)]}
-                for pg in self.placement_groups
-            ],
-            "roles": [
-                {"name": r.name, "world_size": len(r.ranks), "placement_group": r.placement_group, **share(r.share),
-                 "ranks": [{"rank": i, "node": n, "gpu": g, "bundle": b} for i, (n, g, b) in enumerate(r.ranks)]}
-                for r in self.roles
-            ],
-            "inference": {
-                "local": bool(self.engines),
-                "backend": self.backend,
-                "placement_group": self.engine_group,
-                "server_actor": {"num_gpus": 0, "num_cpus": SERVER_ACTOR_CPUS},
-                "worker": {"num_gpus": 0, "num_cpus": _num(self.worker_share)} if cpu
-                else {"num_gpus": _num(self.worker_share), "num_cpus": 0},
-                "engines": [
-                    {"index": e.index, "tp": e.tp, "pp": e.pp, "dp": e.dp, "ep": e.ep, "bundles": list(e.bundles),
-                     "gpus": [[n, g] for n, g in e.gpus], "nodes": e.nodes, "spans_nodes": len(e.nodes) > 1,
-                     "tp_spans_nodes": e.tp_spans_nodes}
-                    for e in self.engines
-                ],
-                "remote_engines": [{"index": r.index, "url": r.url, "kind": r.kind} for r in self.remote_engines],
-            },
-        }
-
-
-def _num(x: float):
-    return int(x) if float(x).is_integer() else x
 
 
 class _Nodes:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
-from rlc.compiler.plan import ROLE_LETTERS, Plan, node_ranges
+from rlc.compiler.plan import node_ranges
+from rlc.core.plan import ROLE_LETTERS, Plan
 
 SHOW_ALL, HEAD, TAIL = 16, 8, 4
 ROLE_NAMES = {"P": "policy", "R": "ref", "C": "critic", "E": "engine"}

@@ -13,7 +13,7 @@ import re
 import typing
 from typing import Any, Iterable, Optional
 
-from rlc.compiler.diagnostics import ERROR, Diagnostic
+from rlc.core.diagnostics import ERROR, Diagnostic
 from rlc.compiler.load import Document
 from rlc.spec import fields as meta
 from rlc.spec import schema

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Optional, Union
 
+from rlc.core.plain import plain_dataclass as to_plain  # noqa: F401  (re-exported)
 from rlc.spec import fields as meta
 from rlc.spec.extensions import ExtensionError, Extensions
 from rlc.spec.root import RlcSpec
@@ -199,14 +200,3 @@ def default_model() -> SpecModel:
     from rlc.spec.extensions import load_installed
 
     return SpecModel(load_installed())
-
-
-def to_plain(obj: Any) -> Any:
-    """A dataclass tree as plain dicts/lists, in field order."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
-        return {k: to_plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
-    return obj

@@ -70,7 +70,7 @@ class MigrationReport:
 
     def diagnostics(self, doc) -> list:
         """What commands that read specs print: one warning pointing to `rlc migrate`, plus behaviour changes."""
-        from rlc.compiler.diagnostics import ERROR, WARNING, Diagnostic, Location
+        from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 
         what = "legacy override keys" if self.from_overrides else "a legacy SkyRL config (no `version` key)"
         out = [Diagnostic("RLC-W010", WARNING, f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
@@ -97,7 +97,7 @@ def migrate_data(data: Any) -> Optional[MigrationReport]:
 
 def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
     """Apply overrides and migrate the document in memory; overrides may use legacy keys either way."""
-    from rlc.compiler.overrides import apply_overrides
+    from rlc.core.overrides import apply_overrides
 
     try:
         source = version_of(doc.data)
@@ -132,7 +132,7 @@ def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
     report.steps.append(MIGRATIONS[0].name)
     report.changes = [c for c in legacy.migrate(scratch) if c.kind != "added"]
     scratch.pop("version", None)
-    from rlc.compiler.overrides import Override
+    from rlc.core.overrides import Override
 
     texts = " ".join(o.text for o in legacy_ovs)
     apply_overrides(doc, [Override(k, v, texts) for k, v in _leaves(scratch)])

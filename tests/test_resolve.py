@@ -107,8 +107,9 @@ def test_references_resolve_and_env_stays(spec_file):
 
 
 def test_provenance_names_each_origin(tmp_path):
-    from rlc.compiler.emit_resolved import content_hash, render
-    from rlc.compiler.overrides import parse_override
+    from rlc.compiler.emit_resolved import render
+    from rlc.core.digest import content_hash
+    from rlc.core.overrides import parse_override
     from rlc.compiler.provenance import trace
 
     from conftest import EXAMPLES

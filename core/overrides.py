@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from rlc.core.plain import plain_yaml
+
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -49,7 +51,6 @@ def _yaml_value(raw: str, text: str) -> Any:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
-    from rlc.compiler.load import to_plain
 
     if raw.strip() == "":
         return None
@@ -61,7 +62,7 @@ def _yaml_value(raw: str, text: str) -> Any:
     except Exception as exc:  # the safe loader refuses tags and the like
         raise OverrideError(f"'{text}': the value cannot be read ({exc})") from None
     try:
-        return to_plain(value)
+        return plain_yaml(value)
     except RecursionError:
         raise OverrideError(f"'{text}': the value refers to itself (a recursive alias)") from None
 

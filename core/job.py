@@ -1,0 +1,182 @@
+"""The compiled job: the one contract between compiler and runtime.
+
+A `CompiledJob` is the resolved spec, the placement plan and the runtime decisions the compiler took from them
+(how weights travel, the engine dtype, each role's worker settings, the engine arguments, the sampling of
+training and evaluation). The compiler writes it as resolved.yaml plus plan.json (the decisions under the
+plan's "runtime" key); the runtime loads it once and decides nothing of its own: no `auto`, no fallbacks, no
+second derivation of a value the compiler already settled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from rlc.core.plan import Plan
+
+DECISIONS_VERSION = 1
+
+
+class JobFormatError(ValueError):
+    """The runtime section of plan.json is not one this version of rlc reads."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What an engine samples with: `generator.sampling_params` (or the eval ones) as the engines take them."""
+
+    max_generate_length: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    logprobs: bool = True
+    additional_kwargs: dict = field(default_factory=dict)  # passed to the vllm engine's SamplingParams as is
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything a training worker of one role needs beyond its own sub-config (trainer.<role>, trainer.algorithm)."""
+
+    role: str  # policy | ref | critic
+    strategy: str  # fsdp2 | megatron (the spelling `fsdp` is resolved to fsdp2)
+    model_path: str  # a local directory, a hub id or an rlc: model id, as the spec names it
+    device: str = "cpu"  # cpu | cuda
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    gradient_checkpointing_use_reentrant: bool = False
+    micro_train_batch_size: int = 1
+    micro_forward_batch_size: int = 1
+    temperature: float = 1.0  # the logits' divisor in log-probs: the sampling temperature
+    seed: int = 42
+    max_seq_len: int = 0  # prompt plus response tokens of one row
+    cpu_slots_per_node: Optional[int] = None  # CPU runs: the node's cores are shared by this many slots
+    memory_snapshot_dir: Optional[str] = None  # record_memory on CUDA: snapshots written at every checkpoint
+    sample_packing: bool = False  # micro-batches without padding (trainer.use_sample_packing)
+    colocated: bool = False  # training shares its GPUs with the inference engines
+    total_optimizer_steps: int = 1  # the LR schedule's length: set by the driver from the dataset's size
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the inference engines are built."""
+
+    backend: str  # hf | vllm | remote (remote: engines run elsewhere, reached over HTTP)
+    dtype: str  # bfloat16 | float16 | float32 (`auto` is resolved)
+    device: str  # cpu | cuda
+    model_path: str
+    max_model_len: int  # max_prompt_length + max_generate_length
+    prefix_cache: bool  # the engines keep a prefix cache to reset after a weight update
+    adapter_sync: bool  # LoRA under fsdp2: the engines hold the base model and take only the adapters
+    lora_rank: int = 0
+    served_model_name: Optional[str] = None
+    cpu_slots_per_node: Optional[int] = None
+    vllm_args: tuple[dict, ...] = ()  # vLLM engine keywords, one dict per engine (JSON values only)
+
+
+@dataclass(frozen=True)
+class WeightSync:
+    """How the policy's weights reach the engines after each step."""
+
+    transport: str  # gloo | nccl (a broadcast group) | ipc (CUDA IPC buckets) | payload (whole state dicts)
+    backend: Optional[str]  # the broadcast group's collective (gloo | nccl), None when no group is formed
+    override_existing_group: bool  # an engine still in another run's weight-update group leaves it
+    ipc_threshold_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class KLControl:
+    """The coefficient of the KL penalty in the reward (use_kl_in_reward)."""
+
+    kind: str  # fixed | adaptive
+    initial: float
+    target: float
+    horizon: int
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """What the runtime does that is not written in the spec as such: settled once, by the compiler."""
+
+    device: str  # cpu | cuda
+    workers: dict[str, WorkerSettings]  # by role, for the roles the job runs
+    engines: EngineSettings
+    weight_sync: WeightSync
+    train_sampling: Sampling
+    eval_sampling: Sampling
+    kl: KLControl
+    node_wait_timeout_s: float  # how long a placement group may take to be granted
+
+    def to_json(self) -> dict:
+        return {"version": DECISIONS_VERSION, **_plain(self)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Decisions":
+        if not isinstance(data, dict) or data.get("version") != DECISIONS_VERSION:
+            raise JobFormatError(f"the runtime decisions are not of version {DECISIONS_VERSION}")
+        try:
+            return _build(cls, {k: v for k, v in data.items() if k != "version"})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JobFormatError(f"the runtime decisions are malformed ({exc})") from None
+
+
+@dataclass(frozen=True)
+class CompiledJob:
+    spec: Any  # rlc.spec.root.RlcSpec, resolved
+    plan: Plan
+    decisions: Decisions
+    content_hash: str
+    directory: Path
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _build(tp: Any, value: Any) -> Any:
+    """A value of type `tp` from its plain JSON form; TypeError when it does not have that form."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"{tp.__name__}: expected an object, got {value!r}")
+        hints = typing.get_type_hints(tp)
+        names = {f.name for f in dataclasses.fields(tp)}
+        unknown = set(value) - names
+        if unknown:
+            raise TypeError(f"{tp.__name__}: unknown field(s) {sorted(unknown)}")
+        return tp(**{k: _build(hints[k], v) for k, v in value.items()})
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        return _build(next(a for a in args if a is not type(None)), value)
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object, got {value!r}")
+        args = typing.get_args(tp)
+        return {k: _build(args[1], v) for k, v in value.items()} if args else dict(value)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list, got {value!r}")
+        return tuple(_build(typing.get_args(tp)[0], v) for v in value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"expected a number, got {value!r}")
+        return float(value)
+    if tp in (int, str, bool):
+        if type(value) is not tp:
+            raise TypeError(f"expected {tp.__name__}, got {value!r}")
+        return value
+    return value
