@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlc.compiler.emit_resolved import render
-from rlc.core.digest import content_hash
 from rlc.compiler.provenance import trace
+from rlc.core.digest import content_hash
 
 RESOLVED, PLAN = "resolved.yaml", "plan.json"
 
@@ -36,7 +36,9 @@ def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Com
     digest = content_hash(spec)
     label = Path(source).name  # not the compiling machine's path: the bytes must not depend on it
     resolved = render(spec, trace(analysis.resolution, analysis.doc, analysis.migration, label), label)
-    plan_json = {**plan.to_json(), "content_hash": digest}
+    from rlc.compiler.decide import decide
+
+    plan_json = {**plan.to_json(), "content_hash": digest, "runtime": decide(spec, plan).to_json()}
     files = {RESOLVED: resolved, PLAN: json.dumps(plan_json, indent=2, sort_keys=False) + "\n"}
     from rlc.compiler import targets
 

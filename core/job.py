@@ -45,8 +45,8 @@ class WorkerSettings:
     """Everything a training worker of one role needs beyond its own sub-config (trainer.<role>, trainer.algorithm)."""
 
     role: str  # policy | ref | critic
-    strategy: str  # fsdp2 | megatron (the spelling `fsdp` is resolved to fsdp2)
-    model_path: str  # a local directory, a hub id or an rlc: model id, as the spec names it
+    model_path: str  # a local directory, a hub id or an rlc: model id (the driver hands workers the local directory)
+    strategy: str = "fsdp2"  # fsdp2 | megatron (the spelling `fsdp` is resolved to fsdp2)
     device: str = "cpu"  # cpu | cuda
     bf16: bool = False
     gradient_checkpointing: bool = False
@@ -112,6 +112,7 @@ class Decisions:
     eval_sampling: Sampling
     kl: KLControl
     node_wait_timeout_s: float  # how long a placement group may take to be granted
+    offload_between_phases: bool  # weights, optimizer state and engines move on and off the GPUs around each phase
 
     def to_json(self) -> dict:
         return {"version": DECISIONS_VERSION, **_plain(self)}

@@ -225,7 +225,7 @@ class Plan:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanFormatError(f"plan.json is malformed ({type(exc).__name__}: {exc})") from None
-        if plan.to_json() != {k: v for k, v in data.items() if k != "content_hash"}:
+        if plan.to_json() != {k: v for k, v in data.items() if k not in ("content_hash", "runtime")}:
             raise PlanFormatError("plan.json does not read back as the plan it describes (edited by hand?)")
         return plan
 

@@ -38,10 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.command == "run":
         return run_job(job, args.address, progress=not args.no_progress)
-    roles = ", ".join(f"{r['name']} x{r['world_size']}" for r in job.plan.get("roles", []))
-    engines = len(job.plan.get("inference", {}).get("engines", []))
-    print(f"{job.spec.name}: config and plan load ({job.content_hash[:19]}); {roles}; {engines} engine(s) on "
-          f"{job.plan['cluster']['nodes']} node(s)")
+    roles = ", ".join(f"{r.name} x{r.world_size}" for r in job.plan.roles)
+    print(f"{job.spec.name}: config and plan load ({job.content_hash[:19]}); {roles}; {len(job.plan.engines)} engine(s) "
+          f"on {job.plan.nodes} node(s)")
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from rlc.core.plan import Plan
+
 
 def wait_cluster(address: str, nodes: int, devices: int, kind: str, timeout_s: float, poll_s: float = 2.0,
                  expect_ips: list[str] | None = None) -> int:
@@ -33,15 +35,14 @@ def wait_cluster(address: str, nodes: int, devices: int, kind: str, timeout_s: f
         ray.shutdown()
 
 
-def device_shortfall(plan: dict, nodes: list[dict]) -> str | None:
+def device_shortfall(plan: Plan, nodes: list[dict]) -> str | None:
     """What the Ray cluster lacks for the plan, per node, or None when it fits.
 
     `nodes` is `ray.nodes()`. The plan places `gpus_per_node` GPUs (CPU slots on a CPU run) on each of
     `nodes` nodes; a node with fewer cannot hold its bundles, and Ray would wait for them forever.
     """
-    cluster = plan["cluster"]
-    kind = "CPU" if cluster["device"] == "CPU" else "GPU"
-    want_nodes, per_node = int(cluster["nodes"]), int(cluster["gpus_per_node"])
+    kind = plan.device
+    want_nodes, per_node = plan.nodes, plan.gpus_per_node
     alive = [n for n in nodes if n.get("Alive")]
     have = sorted(((n.get("Resources", {}).get(kind, 0), n.get("NodeManagerAddress", "?")) for n in alive), reverse=True)
     enough = [h for h in have if h[0] >= per_node]

@@ -1,27 +1,24 @@
-"""The runtime's typed view of a compiled job: resolved.yaml and the plan.json beside it.
+"""The runtime's one way in: resolved.yaml and the plan.json beside it, loaded as a typed `CompiledJob`.
 
-The runtime reads only what the compiler decided; it re-derives nothing. Loading checks that the two files
-belong together (the same content hash) and that the plan's world sizes are the config's.
+The runtime reads only what the compiler decided (the resolved spec, the plan and its runtime decisions); it
+re-derives nothing. Loading checks that the two files belong together (the same content hash), that the plan
+reads back as itself, and that its world sizes are the config's.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from rlc.core.digest import content_hash
+from rlc.core.job import CompiledJob, Decisions, JobFormatError
+from rlc.core.plan import Plan, PlanFormatError
+
+__all__ = ["CompiledJob", "CompiledJobError", "load"]
 
 
 class CompiledJobError(Exception):
     """resolved.yaml or plan.json is missing, changed by hand, or from another compile."""
-
-
-@dataclass
-class CompiledJob:
-    spec: Any  # rlc.spec.root.RlcSpec
-    plan: dict
-    content_hash: str
-    directory: Path
 
 
 def _header_hash(text: str) -> str:
@@ -34,7 +31,6 @@ def _header_hash(text: str) -> str:
 def load(resolved_path: str | Path) -> CompiledJob:
     from ruamel.yaml import YAML
 
-    from rlc.compiler.emit_resolved import content_hash
     from rlc.spec.model import default_model
 
     path = Path(resolved_path)
@@ -45,33 +41,37 @@ def load(resolved_path: str | Path) -> CompiledJob:
     data = YAML(typ="safe", pure=True).load(text)
     if not isinstance(data, dict) or data.get("version") != 1:
         raise CompiledJobError(f"{path} is not a resolved rlc config (version 1)")
-    model = default_model()
-    spec = model.to_typed(data)
+    spec = default_model().to_typed(data)
     declared, actual = _header_hash(text), content_hash(spec)
     if declared != actual:
         raise CompiledJobError(f"{path} was edited after compiling (hash {actual} != header {declared}); recompile the spec")
     plan_path = path.with_name("plan.json")
     try:
-        plan = json.loads(plan_path.read_text(encoding="utf-8"))
+        raw = json.loads(plan_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CompiledJobError(f"cannot read the plan {plan_path}: {exc}") from None
-    if plan.get("content_hash") != actual:
-        raise CompiledJobError(f"{plan_path} belongs to another compile (hash {plan.get('content_hash')} != {actual})")
-    _check_plan(spec, plan)
-    return CompiledJob(spec, plan, actual, path.parent)
+    if not isinstance(raw, dict) or raw.get("content_hash") != actual:
+        found = raw.get("content_hash") if isinstance(raw, dict) else None
+        raise CompiledJobError(f"{plan_path} belongs to another compile (hash {found} != {actual})")
+    try:
+        plan = Plan.from_json(raw)
+        decisions = Decisions.from_json(raw.get("runtime"))
+    except (PlanFormatError, JobFormatError) as exc:
+        raise CompiledJobError(f"{plan_path}: {exc}; recompile the spec") from None
+    _check_plan(spec, plan, decisions)
+    return CompiledJob(spec, plan, decisions, actual, path.parent)
 
 
-def _check_plan(spec: Any, plan: dict) -> None:
-    if plan.get("format") != "rlc-plan" or plan.get("version") != 1:
-        raise CompiledJobError("plan.json is not an rlc plan of version 1")
-    if not plan.get("fits"):
+def _check_plan(spec, plan: Plan, decisions: Decisions) -> None:
+    if not plan.fits:
         raise CompiledJobError("the plan does not fit its cluster")
     p = spec.trainer.placement
-    for role in plan.get("roles", []):
-        want = getattr(p, f"{role['name']}_num_nodes") * getattr(p, f"{role['name']}_num_gpus_per_node")
-        if role["world_size"] != want or len(role["ranks"]) != want:
-            raise CompiledJobError(f"plan.json places {role['world_size']} {role['name']} ranks, the config asks for {want}")
-    engines = plan.get("inference", {}).get("engines", [])
+    for role in plan.roles:
+        want = getattr(p, f"{role.name}_num_nodes") * getattr(p, f"{role.name}_num_gpus_per_node")
+        if role.world_size != want:
+            raise CompiledJobError(f"plan.json places {role.world_size} {role.name} ranks, the config asks for {want}")
+        if role.name not in decisions.workers:
+            raise CompiledJobError(f"plan.json has no worker settings for the {role.name} role; recompile the spec")
     ie = spec.generator.inference_engine
-    if ie.run_engines_locally and len(engines) != ie.num_engines:
-        raise CompiledJobError(f"plan.json has {len(engines)} engines, the config asks for {ie.num_engines}")
+    if ie.run_engines_locally and len(plan.engines) != ie.num_engines:
+        raise CompiledJobError(f"plan.json has {len(plan.engines)} engines, the config asks for {ie.num_engines}")

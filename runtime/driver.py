@@ -14,24 +14,23 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
-from rlc.runtime.algorithms.kl import kl_penalized_rewards, token_kl
+from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
 from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
 from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals
 from rlc.runtime.colocation import Colocation
-from rlc.runtime.config import CompiledJob
+from rlc.core.job import CompiledJob, Sampling
+from rlc.core.plan import Engine, Role
 from rlc.runtime.data import DataError, expand, read_rows, synthetic
 from rlc.runtime.envs import make as make_env
-from rlc.runtime.inference.hf import Sampling
-from rlc.runtime.workers.common import WorkerSettings
 
 # Quiet third-party chatter in every process the driver starts.
 _QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -66,11 +65,11 @@ def _seed_for(seed: int, step: int, engine: int) -> int:
 
 class Driver:
     def __init__(self, job: CompiledJob, *, address: str | None = None, progress: bool = True):
-        self.job, self.spec, self.plan = job, job.spec, job.plan
+        self.job, self.spec, self.plan, self.decisions = job, job.spec, job.plan, job.decisions
         self.address, self.progress = address, progress
         t = self.spec.trainer
-        self.cpu = self.plan["cluster"]["device"] == "CPU"
-        self.device = "cpu" if self.cpu else "cuda"
+        self.device = job.decisions.device
+        self.cpu = self.device == "cpu"
         self.run_dir = expand(t.log_path) / t.run_name
         self.ckpt_root = expand(t.ckpt_path)
         self._metas: dict = {}  # what a weight broadcast sends, by engine dtype
@@ -84,7 +83,7 @@ class Driver:
         """Stop before Ray starts or a model loads when the job needs a path this runtime does not have (RLC-W901)."""
         t, ie = self.spec.trainer, self.spec.generator.inference_engine
         missing = []
-        if ie.backend == "vllm" and self.plan["cluster"]["device"] == "CPU":
+        if ie.backend == "vllm" and self.cpu:
             missing.append("the vllm engine on a CPU-only cluster (use generator.inference_engine.backend: hf)")
         elif ie.backend == "vllm" and ie.run_engines_locally:
             import importlib.util
@@ -116,7 +115,7 @@ class Driver:
         if address:
             ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
         else:
-            slots = sum(pg["num_bundles"] * pg["bundle"].get("CPU", 0) for pg in self.plan["placement_groups"])
+            slots = sum(len(pg.bundles) * pg.shape.get("CPU", 0) for pg in self.plan.placement_groups)
             # GPUs are detected, never declared: a machine without the plan's GPUs fails the preflight below.
             ray.init(num_cpus=max(slots, os.cpu_count() or 1), include_dashboard=False,
                      runtime_env={"env_vars": env_vars}, log_to_driver=True)
@@ -126,14 +125,14 @@ class Driver:
         from ray.util.placement_group import placement_group
 
         groups = {}
-        for pg in self.plan["placement_groups"]:
-            group = placement_group([dict(pg["bundle"]) for _ in range(pg["num_bundles"])], strategy=pg["strategy"])
-            timeout = float(self.spec.launch.node_wait_timeout_s or 600)
+        timeout = self.decisions.node_wait_timeout_s
+        for pg in self.plan.placement_groups:
+            group = placement_group([dict(pg.shape) for _ in pg.bundles], strategy=pg.strategy)
             ready, _ = ray.wait([group.ready()], timeout=timeout)
             if not ready:
-                raise RunError(f"placement group {pg['name']!r} ({pg['num_bundles']} x {pg['bundle']}) was not "
+                raise RunError(f"placement group {pg.name!r} ({len(pg.bundles)} x {pg.shape}) was not "
                                f"granted in {timeout:.0f} s: the Ray cluster has {ray.cluster_resources()}")
-            groups[pg["name"]] = group
+            groups[pg.name] = group
         return groups
 
     def _strategy(self, group, bundle: int):
@@ -142,43 +141,35 @@ class Driver:
         return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=bundle,
                                                 placement_group_capture_child_tasks=True)
 
-    def _start_role(self, ray, groups, role: dict, total_optimizer_steps: int) -> list:
+    def _start_role(self, ray, groups, role: Role, total_optimizer_steps: int) -> list:
         t = self.spec.trainer
-        if t.strategy == "megatron" and role["name"] != "critic":
+        planned = self.decisions.workers[role.name]
+        if planned.strategy == "megatron":
             from rlc.runtime.workers.megatron import MegatronWorker as Worker
         else:
             from rlc.runtime.workers.fsdp import FSDPWorker as Worker
 
-        sub = getattr(t, role["name"])
-        model_path = sub.model.path or t.policy.model.path
-        settings = WorkerSettings(
-            role=role["name"], model_path=self.model_path(model_path), device=self.device, bf16=t.bf16,
-            gradient_checkpointing=t.gradient_checkpointing,
-            gradient_checkpointing_use_reentrant=t.gradient_checkpointing_use_reentrant,
-            micro_train_batch_size=t.micro_train_batch_size_per_gpu,
-            micro_forward_batch_size=t.micro_forward_batch_size_per_gpu,
-            temperature=self._temperature(), seed=t.seed, total_optimizer_steps=total_optimizer_steps,
-            max_seq_len=t.algorithm.max_seq_len or self.spec.generator.sampling_params.max_generate_length,
-            cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None,
-            memory_snapshot_dir=str(self.ckpt_root / "memory_snapshots"),
-            sample_packing=t.use_sample_packing,
-            colocated=t.placement.colocate_all,
-        )
+        sub = getattr(t, role.name)
+        # The node's own paths: the model id's local directory and the home the snapshot directory names.
+        settings = replace(planned, model_path=self.model_path(planned.model_path),
+                           total_optimizer_steps=total_optimizer_steps,
+                           memory_snapshot_dir=str(expand(planned.memory_snapshot_dir))
+                           if planned.memory_snapshot_dir else None)
         env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
         actor = ray.remote(Worker)
-        world = role["world_size"]
+        world, res = role.world_size, self.plan.share(role.share)
         workers = [
-            actor.options(num_cpus=role["num_cpus"], num_gpus=role["num_gpus"],
+            actor.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus,
                           # No group in the plan: Ray places the rank by its resources alone.
-                          scheduling_strategy=(self._strategy(groups[role["placement_group"]], r["bundle"])
-                                               if role["placement_group"] else None),
+                          scheduling_strategy=(self._strategy(groups[role.placement_group], bundle)
+                                               if role.placement_group else None),
                           runtime_env={"env_vars": env} if env else None)
-            .remote(settings, sub, t.algorithm, r["rank"], world)
-            for r in role["ranks"]
+            .remote(settings, sub, t.algorithm, rank, world)
+            for rank, (_node, _gpu, bundle) in enumerate(role.ranks)
         ]
         host, port = ray.get(workers[0].address.remote())
         ray.get([w.setup.remote(host, port) for w in workers])
-        self.layouts[role["name"]] = ray.get([w.layout.remote() for w in workers])
+        self.layouts[role.name] = ray.get([w.layout.remote() for w in workers])
         return workers
 
     def _shards(self, role: str, batch: dict) -> list[dict]:
@@ -193,19 +184,17 @@ class Driver:
         return [r for _, r in sorted(picked, key=lambda x: x[0])]
 
     def _start_engines(self, ray, groups) -> list:
-        inference = self.plan["inference"]
-        ie = self.spec.generator.inference_engine
+        ie, es = self.spec.generator.inference_engine, self.decisions.engines
         from rlc.runtime.inference.hf import HFEngine
 
-        dtype = ie.model_dtype if ie.model_dtype != "auto" else ("float32" if self.cpu else "bfloat16")
-        self.engine_dtype = dtype
-        if not ie.run_engines_locally:
+        dtype = es.dtype
+        if es.backend == "remote":
             from rlc.runtime.inference.http import EngineHTTPError, RemoteEngine
 
             # A client actor per server (no resources of its own), so remote and local engines look the same.
             remote = ray.remote(RemoteEngine)
-            engines = [remote.options(num_cpus=0).remote(r["url"], model_name=ie.served_model_name)
-                       for r in inference["remote_engines"]]
+            engines = [remote.options(num_cpus=0).remote(r.url, model_name=es.served_model_name)
+                       for r in self.plan.remote_engines]
             try:
                 ray.get([e.connect.remote() for e in engines])
             except ray.exceptions.RayTaskError as exc:
@@ -213,44 +202,44 @@ class Driver:
                 raise RunError(f"a remote inference engine cannot be used: {cause}") from None
             return engines
         env = {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
-        worker = inference["worker"]
+        worker = self.plan.engine_worker
         engines = []
         self.engine_workers = []  # weight-sync group members per engine (tp x pp GPU workers each)
-        for e in inference["engines"]:
-            group = groups[inference["placement_group"]]
-            if ie.backend == "vllm":
+        for e in self.plan.engines:
+            group = groups[self.plan.engine_group]
+            if es.backend == "vllm":
                 engines.append(self._vllm_engine(ray, e, group, env, dtype))
                 continue
             engines.append(ray.remote(HFEngine).options(
-                num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"],
-                scheduling_strategy=self._strategy(group, e["bundles"][0]),
+                num_cpus=worker.num_cpus, num_gpus=worker.num_gpus,
+                scheduling_strategy=self._strategy(group, e.bundles[0]),
                 runtime_env={"env_vars": env} if env else None,
             ).remote(self.policy_path, dtype=dtype, device=self.device, pad_token_id=self.tokenizer.pad_token_id,
                      eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
-                     cpu_slots_per_node=self.plan["cluster"]["gpus_per_node"] if self.cpu else None,
-                     lora=self.spec.trainer.policy.model.lora if self._adapter_sync() else None))
+                     cpu_slots_per_node=es.cpu_slots_per_node,
+                     lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None))
             self.engine_workers.append(1)
         return engines
 
-    def _vllm_engine(self, ray, e: dict, group, env: dict, dtype: str):
+    def _vllm_engine(self, ray, e: Engine, group, env: dict, dtype: str):
         """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
         from rlc.runtime.inference.vllm import VLLMEngine, engine_env, engine_kwargs
 
         t, g, ie = self.spec.trainer, self.spec.generator, self.spec.generator.inference_engine
-        args = engine_kwargs(ie, model=self.policy_path, seed=_seed_for(t.seed, 0, e["index"]),
-                             max_model_len=t.max_prompt_length + g.sampling_params.max_generate_length,
+        es = self.decisions.engines
+        args = engine_kwargs(ie, model=self.policy_path, seed=_seed_for(t.seed, 0, e.index), max_model_len=es.max_model_len,
                              colocated=t.placement.colocate_all, rope_scaling=g.rope_scaling, rope_theta=g.rope_theta,
-                             lora_rank=t.policy.model.lora.rank if self._adapter_sync() else 0)
-        workers = e["tp"] * e["pp"]
+                             lora_rank=es.lora_rank)
+        workers = e.workers
         self.engine_workers.append(workers)
         env = {**env, **engine_env(ie)}
         if workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
-            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e["bundles"])
-            res = self.plan["inference"]["server_actor"]
+            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e.bundles)
+            res = self.plan.engine_server
         else:
-            res = self.plan["inference"]["worker"]
+            res = self.plan.engine_worker
         return ray.remote(VLLMEngine).options(
-            num_cpus=res["num_cpus"], num_gpus=res["num_gpus"], scheduling_strategy=self._strategy(group, e["bundles"][0]),
+            num_cpus=res.num_cpus, num_gpus=res.num_gpus, scheduling_strategy=self._strategy(group, e.bundles[0]),
             runtime_env={"env_vars": env},
         ).remote(self.policy_path, dtype=dtype, eos_token_id=self.tokenizer.eos_token_id, engine_args=args, env=engine_env(ie))
 
@@ -261,10 +250,6 @@ class Driver:
             return local_path(path)
         except ModelPathError as exc:
             raise RunError(str(exc)) from None
-
-    def _temperature(self) -> float:
-        t = self.spec.trainer.algorithm.temperature
-        return t if t and t > 0 else 1.0
 
     # -- data ---------------------------------------------------------------------------------------------
 
@@ -330,27 +315,23 @@ class Driver:
             if short:  # before any model loads
                 raise RunError(short)
             groups = self._placement_groups(ray)
-            roles = {r["name"]: r for r in self.plan["roles"]}
             self.engines = self._start_engines(ray, groups)
             self.layouts: dict[str, list[dict]] = {}
-            self.workers = {name: self._start_role(ray, groups, role, total_steps * mini_per_step * t.update_epochs_per_batch)
-                            for name, role in roles.items()}
-            self.kl_coef = t.algorithm.kl_loss_coef
+            self.workers = {role.name: self._start_role(ray, groups, role, total_steps * mini_per_step * t.update_epochs_per_batch)
+                            for role in self.plan.roles}
+            self.kl = KLController.from_decision(self.decisions.kl)
             if resume_dir is not None:
                 for name, workers in self.workers.items():
                     if name != "ref":
                         ray.get([w.load_checkpoint.remote(str(resume_dir / name)) for w in workers])
-                self.kl_coef = resume_state.get("kl_coef", self.kl_coef)
+                self.kl.value = float(resume_state.get("kl_coef", self.kl.value))
                 tracker.message(f"rlc: resumed from {resume_dir} at step {start_step}")
-            # On a CPU run there is no device memory to hand over: offloading is a no-op and an engine's sleep would
-            # only free host memory to allocate it again, so nothing moves between phases.
             self.colocation = Colocation(
                 roles={name: name != "ref" for name in self.workers},
-                colocated=(t.placement.colocate_all and not t.fully_async.enabled and not self.cpu
-                           and self.spec.generator.inference_engine.run_engines_locally),
+                colocated=self.decisions.offload_between_phases,
                 offload_after_step={name: getattr(t, name).optimizer_config.offload_after_step
                                     for name in self.workers if name != "ref"},
-                prefix_cache=self.spec.generator.inference_engine.backend != "hf")
+                prefix_cache=self.decisions.engines.prefix_cache)
             self._apply(ray, self.colocation.start())
             self._init_weight_group(ray)
             self._write_placement(ray)
@@ -499,7 +480,7 @@ class Driver:
         t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
         metrics: dict[str, float] = {}
         started = time.monotonic()
-        sampling = Sampling.from_spec(g.sampling_params)
+        sampling = self.decisions.train_sampling
         self._apply(ray, self.colocation.before_generate())
         if rollouts is None:
             rollouts = self._generate(ray, rows, sampling, g.n_samples_per_prompt, step)
@@ -541,12 +522,10 @@ class Driver:
         rewards = batch["token_rewards"]
         if a.use_kl_in_reward and "ref_logprobs" in batch:
             kl = token_kl(batch["old_logprobs"], batch["ref_logprobs"], mask, a.kl_estimator_type)
-            rewards = kl_penalized_rewards(rewards, kl, self.kl_coef)
+            rewards = kl_penalized_rewards(rewards, kl, self.kl.value)
             mean_kl = float((kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean())
-            metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl_coef
-            if a.kl_ctrl.type == "adaptive":
-                error = max(-0.2, min(0.2, mean_kl / a.kl_ctrl.kl_target - 1))
-                self.kl_coef *= 1 + error * len(rollouts) / a.kl_ctrl.horizon
+            metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl.value
+            self.kl.update(mean_kl, len(rollouts))
         batch["advantages"], batch["returns"] = self._advantages(rewards, mask, batch)
         train_started = time.monotonic()
         sums: dict[str, float] = {}
@@ -620,70 +599,26 @@ class Driver:
 
     def _write_placement(self, ray) -> None:
         """{run_dir}/placement.json: the node address every rank and engine actually runs on, beside the plan's node."""
-        roles = {r["name"]: r for r in self.plan["roles"]}
         out: dict = {"roles": {}, "engines": []}
         for name, workers in self.workers.items():
             ips = ray.get([w.node_ip.remote() for w in workers])
-            out["roles"][name] = [{"rank": r["rank"], "plan_node": r["node"], "ip": ip} for r, ip in zip(roles[name]["ranks"], ips)]
-        if self.spec.generator.inference_engine.run_engines_locally:
+            ranks = self.plan.role(name).ranks
+            out["roles"][name] = [{"rank": i, "plan_node": node, "ip": ip} for i, ((node, _, _), ip) in enumerate(zip(ranks, ips))]
+        if self.plan.engines:
             ips = ray.get([e.node_ip.remote() for e in self.engines])
-            out["engines"] = [{"index": e["index"], "plan_nodes": e["nodes"], "ip": ip}
-                              for e, ip in zip(self.plan["inference"]["engines"], ips)]
+            out["engines"] = [{"index": e.index, "plan_nodes": e.nodes, "ip": ip} for e, ip in zip(self.plan.engines, ips)]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "placement.json").write_text(json.dumps(out, indent=2) + "\n")
-
-    def _adapter_sync(self) -> bool:
-        """LoRA under fsdp2: the engines hold the base weights and take only the adapters. (Under megatron the
-        policy sends its weights with the adapters merged in, so the engines run a plain model.)"""
-        t = self.spec.trainer
-        return t.policy.model.lora.rank > 0 and t.strategy != "megatron"
-
-    def _weight_transport(self) -> str:
-        """How the policy's weights reach the engines after each step.
-
-        "gloo" / "nccl": a broadcast group of policy rank 0 and every engine worker, local or remote (gloo over
-        the host network; nccl between GPUs the two sides do not share). "ipc": CUDA IPC buckets, when the
-        fsdp2 policy and local engines share GPUs (colocate_all with nccl, as SkyRL picks it), where NCCL
-        cannot join two ranks on one GPU. "payload": whole state dicts through Ray's object store (local
-        engines) or HTTP bodies (remote ones): for LoRA (only the adapters travel), nccl on a CPU run, and a
-        colocated megatron policy.
-        """
-        ie, t = self.spec.generator.inference_engine, self.spec.trainer
-        if self._adapter_sync():
-            return "payload"
-        if ie.weight_sync_backend == "gloo":
-            return "gloo"
-        if self.cpu:
-            return "payload"
-        if ie.run_engines_locally and t.placement.colocate_all:
-            return "ipc" if t.strategy != "megatron" else "payload"
-        return "nccl"
-
-    def _broadcast_backend(self) -> str | None:
-        """The collective of the weight-update group ("gloo" or "nccl"), or None when no group is formed."""
-        transport = self._weight_transport()
-        return transport if transport in ("gloo", "nccl") else None
-
-    def _override_update_group(self) -> bool:
-        """Whether an engine still in a weight-update group leaves it for this run's (override_existing_update_group).
-
-        "enable": always; "disable": never (joining fails, naming the group it is in); "auto": for remote
-        engines, as SkyRL's config validation resolves it: a remote server outlives its runs, so the trainer of
-        a group it is still in is gone once a new run starts. Local engines are this run's own, in no group yet.
-        """
-        ie = self.spec.generator.inference_engine
-        return ie.override_existing_update_group == "enable" or (
-            ie.override_existing_update_group == "auto" and not ie.run_engines_locally)
 
     def _weight_engines(self) -> list:
         """The engines that take weights: every local one; of remote ones the servers (`remote_urls`,
         `external_server_urls`), not a router in front of them (`external_proxy_url`, generation only)."""
-        if self.spec.generator.inference_engine.run_engines_locally:
+        if self.plan.engines:
             return list(self.engines)
-        return [e for e, r in zip(self.engines, self.plan["inference"]["remote_engines"]) if r["kind"] == "server"]
+        return [e for e, r in zip(self.engines, self.plan.remote_engines) if r.kind == "server"]
 
     def _init_weight_group(self, ray) -> None:
-        backend = self._broadcast_backend()
+        backend = self.decisions.weight_sync.backend
         if backend is None:
             return
         host, port = ray.get(self.workers["policy"][0].address.remote())
@@ -691,23 +626,22 @@ class Driver:
         sizes = getattr(self, "engine_workers", None) or [1] * len(members)
         world = 1 + sum(sizes)
         firsts = [1 + sum(sizes[:i]) for i in range(len(sizes))]  # an engine's workers take consecutive ranks
-        override = self._override_update_group()
+        override = self.decisions.weight_sync.override_existing_group
         # Every member joins at once: the group forms only when all of them are in.
         trainers = [w.init_weight_group.remote(host, port, world, backend) for w in self.workers["policy"]]
         engines = [e.init_weight_group.remote(host, port, first, world, backend, override_existing=override)
                    for first, e in zip(firsts, members)]
         # A member that refuses or fails leaves the others waiting for it: stop at the first failure (the run's
         # end stops the policy ranks, and with them the rendezvous the other members wait in).
-        ie = self.spec.generator.inference_engine
         pending = engines + trainers
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             try:
                 ray.get(done)
             except ray.exceptions.RayTaskError as exc:
-                if done[0] not in engines or ie.run_engines_locally:
+                if done[0] not in engines or self.plan.engines:
                     raise
-                urls = [r["url"] for r in self.plan["inference"]["remote_engines"] if r["kind"] == "server"]
+                urls = [r.url for r in self.plan.remote_engines if r.kind == "server"]
                 url = urls[engines.index(done[0])]
                 cause = exc.cause if getattr(exc, "cause", None) is not None else exc
                 hint = (" (generator.inference_engine.override_existing_update_group: enable replaces it)"
@@ -717,8 +651,8 @@ class Driver:
 
     def _send_weights(self, ray, version: int) -> None:
         """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
-        dtype = getattr(self, "engine_dtype", None)
-        transport, engines = self._weight_transport(), self._weight_engines()
+        dtype = self.decisions.engines.dtype
+        transport, engines = self.decisions.weight_sync.transport, self._weight_engines()
         if transport in ("gloo", "nccl"):
             workers = self.workers["policy"]
             # The names, dtypes and shapes sent are the same at every sync: asked for once.
@@ -738,7 +672,7 @@ class Driver:
         """CUDA IPC: every policy rank packs a bucket of whole modules on its GPU, the engines load it from the
         GPU they share with a rank, and only then is the next bucket packed (the previous one freed)."""
         workers = self.workers["policy"]
-        threshold = int(self.spec.generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB * (1 << 30))
+        threshold = self.decisions.weight_sync.ipc_threshold_bytes
         ray.get([w.start_ipc_weights.remote(dtype, threshold) for w in workers])
         while True:
             buckets = ray.get([w.next_ipc_bucket.remote() for w in workers])  # each gather is a collective
@@ -755,7 +689,7 @@ class Driver:
                 self._send_weights(ray, version)
             elif act.target == "engines":
                 # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
-                level = 1 if self._adapter_sync() else 2
+                level = 1 if self.decisions.engines.adapter_sync else 2
                 args = {"sleep": (level,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
                 ray.get([getattr(e, act.op).remote(*args) for e in self.engines])
             else:
@@ -765,11 +699,11 @@ class Driver:
 
     def _evaluate(self, ray, val, step: int) -> dict:
         g = self.spec.generator
-        params = g.eval_sampling_params or g.sampling_params
+        sampling = self.decisions.eval_sampling
         size = self.spec.trainer.eval_batch_size
         rewards: list[float] = []
         for i in range(0, len(val), size):
-            rollouts = self._generate(ray, val[i:i + size], Sampling.from_spec(params), g.eval_n_samples_per_prompt,
+            rollouts = self._generate(ray, val[i:i + size], sampling, g.eval_n_samples_per_prompt,
                                       -step - 1)
             rewards.extend(r.reward for r in rollouts)
         return {"eval/reward": sum(rewards) / max(1, len(rewards))}
@@ -780,7 +714,7 @@ class Driver:
         for name, workers in self.workers.items():
             if name != "ref":
                 ray.get([w.save_checkpoint.remote(str(staging / name)) for w in workers])
-        state = {"global_step": step, "epoch": epoch, "kl_coef": self.kl_coef,
+        state = {"global_step": step, "epoch": epoch, "kl_coef": self.kl.value,
                  "content_hash": self.job.content_hash, "world_sizes": {k: len(v) for k, v in self.workers.items()}}
         final = ckpt.commit(self.ckpt_root, staging, step, state)
         ckpt.prune(self.ckpt_root, t.max_ckpts_to_keep, current=step)
@@ -808,7 +742,7 @@ class _Ahead:
         self.d, self.ray, self.total = driver, ray, total_steps
         self.staleness = t.fully_async.max_staleness_steps
         self.in_flight = max(1, min(self.staleness + 1, t.fully_async.num_parallel_generation_workers // t.train_batch_size))
-        self.sampling, self.n = Sampling.from_spec(g.sampling_params), g.n_samples_per_prompt
+        self.sampling, self.n = driver.decisions.train_sampling, g.n_samples_per_prompt
         self.pending: dict[int, tuple[int, list, list]] = {}  # step -> (weights version, rows, refs)
         self.next = None
 

@@ -86,9 +86,10 @@ def test_misuse_is_refused():
 
 
 def test_the_device_preflight_names_what_the_cluster_lacks():
+    from rlc.core.plan import Plan
     from rlc.runtime.cluster_gate import device_shortfall
 
-    plan = {"cluster": {"device": "GPU", "nodes": 2, "gpus_per_node": 8}}
+    plan = Plan("job", nodes=2, gpus_per_node=8, accelerator="H100", nodes_needed=2, backend="vllm")
 
     def node(addr, gpus, alive=True):  # the shape of ray.nodes() entries
         return {"Alive": alive, "NodeManagerAddress": addr, "Resources": {"CPU": 64.0, **({"GPU": gpus} if gpus else {})}}
@@ -97,5 +98,5 @@ def test_the_device_preflight_names_what_the_cluster_lacks():
     short = device_shortfall(plan, [node("10.0.0.1", 8.0), node("10.0.0.2", 4.0), node("10.0.0.3", 8.0, alive=False)])
     assert "2 node(s) with 8 GPUs each, but Ray has 1 such node(s) (10.0.0.1: 8 GPUs, 10.0.0.2: 4 GPUs)" in short
     assert "no live node" in device_shortfall(plan, [])
-    cpu = {"cluster": {"device": "CPU", "nodes": 1, "gpus_per_node": 2}}
+    cpu = Plan("job", nodes=1, gpus_per_node=2, accelerator="none", nodes_needed=1, backend="hf")
     assert device_shortfall(cpu, [node("127.0.0.1", 0)]) is None

@@ -69,3 +69,31 @@ def kl_loss(
 def kl_penalized_rewards(token_rewards: torch.Tensor, kl: torch.Tensor, coef: float) -> torch.Tensor:
     """KL in reward (`use_kl_in_reward`): per-token reward minus coef * KL; a negative coef counts as 0."""
     return token_rewards - max(0.0, coef) * kl
+
+
+# The adaptive controller moves the coefficient by at most this fraction of itself per full horizon of rows,
+# whatever the measured KL: one noisy batch cannot swing it (the proportional controller of Ziegler et al., 2019).
+ADAPTIVE_KL_CLIP = 0.2
+
+
+class KLController:
+    """The coefficient of the KL penalty in the reward: fixed, or adapted towards a target KL.
+
+    Built from `rlc.core.job.KLControl` (trainer.algorithm.kl_ctrl and kl_loss_coef, settled by the compiler).
+    """
+
+    def __init__(self, kind: str, initial: float, target: float, horizon: int):
+        if kind not in ("fixed", "adaptive"):
+            raise ValueError(f"unknown KL controller {kind!r}")
+        self.kind, self.value, self.target, self.horizon = kind, float(initial), float(target), int(horizon)
+
+    @classmethod
+    def from_decision(cls, control) -> "KLController":
+        return cls(control.kind, control.initial, control.target, control.horizon)
+
+    def update(self, current_kl: float, n_rows: int) -> float:
+        """Adapt to the KL measured over `n_rows` rows; returns the new coefficient."""
+        if self.kind == "adaptive":
+            error = max(-ADAPTIVE_KL_CLIP, min(ADAPTIVE_KL_CLIP, current_kl / self.target - 1))
+            self.value *= 1 + error * n_rows / self.horizon
+        return self.value

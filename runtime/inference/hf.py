@@ -8,40 +8,13 @@ before top-k / top-p / min-p filtering and the repetition penalty.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from rlc.core.job import Sampling  # noqa: F401  (the engines' sampling type, re-exported)
+
 from rlc.runtime.inference.decode import LeanDecoder, unsupported
-
-
-@dataclass
-class Sampling:
-    """The engine's view of `generator.sampling_params`."""
-
-    max_generate_length: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    stop: list[str] = field(default_factory=list)
-    logprobs: bool = True
-    additional_kwargs: dict = field(default_factory=dict)  # passed to the vllm engine's SamplingParams as is
-
-    @classmethod
-    def from_spec(cls, params) -> "Sampling":
-        return cls(
-            max_generate_length=params.max_generate_length,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
-            min_p=params.min_p,
-            repetition_penalty=params.repetition_penalty,
-            stop=list(params.stop or []),
-            logprobs=params.logprobs is not None,
-            additional_kwargs=dict(params.additional_kwargs or {}),
-        )
 
 
 @dataclass

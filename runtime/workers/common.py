@@ -10,38 +10,16 @@ from __future__ import annotations
 
 import math
 import socket
-from dataclasses import dataclass
 
 import torch
 
+from rlc.core.job import WorkerSettings  # noqa: F401  (re-exported for the workers)
 from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import token_weights
 from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_options
 
 ROLES = ("policy", "ref", "critic")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-@dataclass
-class WorkerSettings:
-    """What a worker needs beyond its own sub-config; the driver fills it from the resolved spec."""
-
-    role: str
-    model_path: str
-    device: str = "cpu"  # "cpu" or "cuda"
-    bf16: bool = False
-    gradient_checkpointing: bool = False
-    gradient_checkpointing_use_reentrant: bool = False
-    micro_train_batch_size: int = 1
-    micro_forward_batch_size: int = 1
-    temperature: float = 1.0
-    seed: int = 42
-    total_optimizer_steps: int = 1
-    max_seq_len: int | None = None
-    cpu_slots_per_node: int | None = None  # CPU runs: the node's cores are shared by this many slots
-    memory_snapshot_dir: str | None = None  # record_memory on CUDA: snapshots written at every checkpoint
-    sample_packing: bool = False  # micro-batches without padding (trainer.use_sample_packing)
-    colocated: bool = False  # training shares its GPUs with the inference engines
 
 
 def free_address() -> tuple[str, int]:

@@ -1,0 +1,158 @@
+"""Decide: what the runtime does that the spec does not spell out, settled once from the resolved spec and the plan.
+
+The runtime reads these decisions from plan.json's "runtime" section and derives nothing of its own: no `auto`,
+no fallbacks. Each function below is one decision, with the reason for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlc.core.job import Decisions, EngineSettings, KLControl, Sampling, WeightSync, WorkerSettings
+from rlc.core.plan import Plan
+
+STRATEGY_NAMES = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
+
+
+def decide(spec: Any, plan: Plan) -> Decisions:
+    t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
+    device = "cpu" if plan.device == "CPU" else "cuda"
+    cpu_slots = plan.gpus_per_node if device == "cpu" else None
+    workers = {role.name: worker_settings(spec, role.name, device, cpu_slots) for role in plan.roles}
+    return Decisions(
+        device=device,
+        workers=workers,
+        engines=engine_settings(spec, device, cpu_slots),
+        weight_sync=weight_sync(spec, device),
+        train_sampling=sampling(g.sampling_params),
+        eval_sampling=sampling(g.eval_sampling_params or g.sampling_params),
+        kl=KLControl(t.algorithm.kl_ctrl.type, float(t.algorithm.kl_loss_coef), float(t.algorithm.kl_ctrl.kl_target),
+                     int(t.algorithm.kl_ctrl.horizon)),
+        node_wait_timeout_s=float(spec.launch.node_wait_timeout_s),
+        offload_between_phases=offload_between_phases(spec, device),
+    )
+
+
+def offload_between_phases(spec: Any, device: str) -> bool:
+    """colocate_all hands each GPU back and forth between training and generation. Not on a CPU (no device memory to
+    hand over: an engine's sleep would only free host memory to allocate it again), not under fully async training
+    (both run at once) and not with remote engines (they hold GPUs of their own)."""
+    t, ie = spec.trainer, spec.generator.inference_engine
+    return bool(t.placement.colocate_all and not t.fully_async.enabled and device != "cpu" and ie.run_engines_locally)
+
+
+def strategy(spec: Any, role: str) -> str:
+    """The critic always trains with fsdp2: rlc's megatron worker runs the policy and the ref only."""
+    name = STRATEGY_NAMES[spec.trainer.strategy]
+    return "fsdp2" if role == "critic" else name
+
+
+def model_path(spec: Any, role: str) -> str:
+    """A ref (or critic) without a model path of its own starts from the policy's weights."""
+    t = spec.trainer
+    return getattr(t, role).model.path or t.policy.model.path
+
+
+def max_seq_len(spec: Any) -> int:
+    """Tokens of one row: trainer.algorithm.max_seq_len, which resolve derives from the input and generation lengths."""
+    a, g = spec.trainer.algorithm, spec.generator
+    if isinstance(a.max_seq_len, int):
+        return a.max_seq_len
+    return int(spec.trainer.max_prompt_length) + int(g.sampling_params.max_generate_length)
+
+
+def temperature(spec: Any) -> float:
+    """The divisor of the logits in the trainer's log-probs: the sampling temperature, 1 when sampling is greedy."""
+    value = spec.trainer.algorithm.temperature
+    return float(value) if value and value > 0 else 1.0
+
+
+def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) -> WorkerSettings:
+    t = spec.trainer
+    return WorkerSettings(
+        role=role, strategy=strategy(spec, role), model_path=model_path(spec, role), device=device, bf16=bool(t.bf16),
+        gradient_checkpointing=bool(t.gradient_checkpointing),
+        gradient_checkpointing_use_reentrant=bool(t.gradient_checkpointing_use_reentrant),
+        micro_train_batch_size=int(t.micro_train_batch_size_per_gpu),
+        micro_forward_batch_size=int(t.micro_forward_batch_size_per_gpu),
+        temperature=temperature(spec), seed=int(t.seed), max_seq_len=max_seq_len(spec), cpu_slots_per_node=cpu_slots,
+        memory_snapshot_dir=f"{t.ckpt_path.rstrip('/')}/memory_snapshots", sample_packing=bool(t.use_sample_packing),
+        colocated=bool(t.placement.colocate_all),
+    )
+
+
+def adapter_sync(spec: Any) -> bool:
+    """LoRA under fsdp2: the engines hold the base weights and take only the adapters. Under megatron the policy
+    sends its weights with the adapters merged in, so the engines run a plain model."""
+    t = spec.trainer
+    return t.policy.model.lora.rank > 0 and strategy(spec, "policy") != "megatron"
+
+
+def engine_dtype(spec: Any, device: str) -> str:
+    """`auto`: float32 on a CPU (no bf16 matmuls worth having there), bfloat16 on GPUs."""
+    dtype = spec.generator.inference_engine.model_dtype
+    if dtype != "auto":
+        return str(dtype)
+    return "float32" if device == "cpu" else "bfloat16"
+
+
+def engine_settings(spec: Any, device: str, cpu_slots: int | None) -> EngineSettings:
+    t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
+    backend = ie.backend if ie.run_engines_locally else "remote"
+    sync_adapters = adapter_sync(spec)
+    return EngineSettings(
+        backend=backend, dtype=engine_dtype(spec, device), device=device, model_path=t.policy.model.path,
+        max_model_len=int(t.max_prompt_length) + int(g.sampling_params.max_generate_length),
+        # The hf engine keeps no prefix cache: nothing to reset after a weight update.
+        prefix_cache=backend != "hf", adapter_sync=sync_adapters,
+        lora_rank=int(t.policy.model.lora.rank) if sync_adapters else 0,
+        served_model_name=ie.served_model_name, cpu_slots_per_node=cpu_slots,
+    )
+
+
+def weight_sync(spec: Any, device: str) -> WeightSync:
+    """How the policy's weights reach the engines after each step.
+
+    "gloo" / "nccl": a broadcast group of policy rank 0 and every engine worker, local or remote (gloo over the host
+    network; nccl between GPUs the two sides do not share). "ipc": CUDA IPC buckets, when the fsdp2 policy and local
+    engines share GPUs (colocate_all with nccl), where NCCL cannot join two ranks on one GPU. "payload": whole state
+    dicts through Ray's object store (local engines) or HTTP bodies (remote ones): for LoRA (only the adapters
+    travel), nccl on a CPU run, and a colocated megatron policy.
+    """
+    ie, t = spec.generator.inference_engine, spec.trainer
+    if adapter_sync(spec):
+        transport = "payload"
+    elif ie.weight_sync_backend == "gloo":
+        transport = "gloo"
+    elif device == "cpu":
+        transport = "payload"
+    elif ie.run_engines_locally and t.placement.colocate_all:
+        transport = "ipc" if strategy(spec, "policy") != "megatron" else "payload"
+    else:
+        transport = "nccl"
+    return WeightSync(
+        transport=transport, backend=transport if transport in ("gloo", "nccl") else None,
+        override_existing_group=override_update_group(spec),
+        ipc_threshold_bytes=int(float(ie.weight_transfer_threshold_cuda_ipc_GB) * (1 << 30)),
+    )
+
+
+def override_update_group(spec: Any) -> bool:
+    """Whether an engine still in a weight-update group leaves it for this run's.
+
+    "enable": always; "disable": never (joining fails, naming the group it is in); "auto": for remote engines, as
+    SkyRL resolves it: a remote server outlives its runs, so the trainer of a group it is still in is gone once a new
+    run starts. Local engines are this run's own, in no group yet.
+    """
+    ie = spec.generator.inference_engine
+    choice = ie.override_existing_update_group
+    return choice == "enable" or (choice == "auto" and not ie.run_engines_locally)
+
+
+def sampling(params: Any) -> Sampling:
+    return Sampling(
+        max_generate_length=int(params.max_generate_length), temperature=float(params.temperature),
+        top_p=float(params.top_p), top_k=int(params.top_k), min_p=float(params.min_p),
+        repetition_penalty=float(params.repetition_penalty), stop=tuple(params.stop or ()),
+        logprobs=params.logprobs is not None, additional_kwargs=dict(params.additional_kwargs or {}),
+    )
