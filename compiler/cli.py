@@ -24,13 +24,14 @@ def _parse_overrides(values: tuple[str, ...]):
         raise click.UsageError(msg) from None
 
 
-def _analyze(spec: str, ovs):
-    """The front end; an override that cannot apply to this spec (e.g. below a scalar) is a usage error."""
-    from rlc.compiler.frontend import analyze
+def _compile(spec: str, ovs):
+    """The one pipeline every command runs; an override that cannot apply to this spec (e.g. below a scalar) is a
+    usage error."""
+    from rlc.compiler.pipeline import compile_job
     from rlc.core.overrides import OverrideError
 
     try:
-        return analyze(spec, ovs)
+        return compile_job(spec, ovs)
     except OverrideError as exc:
         raise click.UsageError(str(exc) + (f"\n  help: {exc.hint}" if exc.hint else "")) from None
 
@@ -46,6 +47,14 @@ def _emit(diags, fmt: str, ok_line: str, **extra) -> int:
         if not has_errors(diags):
             click.echo(ok_line)
     return EXIT_SPEC if has_errors(diags) else EXIT_OK
+
+
+def _warn(diags) -> None:
+    """Warnings of a spec that compiles, on stderr, before a command's own output."""
+    from rlc.core.diagnostics import render_text
+
+    if diags:
+        click.echo(render_text(diags, _color(sys.stderr)), err=True)
 
 
 FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -67,11 +76,9 @@ def validate(spec: str, overrides: tuple[str, ...], fmt: str) -> None:
 
     Exit 0 when valid, 1 when the spec has errors, 2 on a usage error.
     """
-    ovs = _parse_overrides(overrides)
-    analysis = _analyze(spec, ovs)
-    n_warn = sum(1 for d in analysis.diagnostics if d.severity == "warning")
-    suffix = f" ({n_warn} warning(s))" if n_warn else ""
-    sys.exit(_emit(analysis.diagnostics, fmt, f"{spec}: valid{suffix}", file=spec))
+    result = _compile(spec, _parse_overrides(overrides))
+    suffix = f" ({result.warnings} warning(s))" if result.warnings else ""
+    sys.exit(_emit(result.diagnostics, fmt, f"{spec}: valid{suffix}", file=spec))
 
 
 @cli.command()
@@ -128,17 +135,12 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
     import json
     from pathlib import Path
 
-    ovs = _parse_overrides(overrides)
-    from rlc.core.diagnostics import has_errors, render_json, render_text
-    from rlc.compiler.plan import plan as make_plan
     from rlc.compiler.plan_svg import render_svg, render_table
+    from rlc.core.diagnostics import render_json, render_text
 
-    analysis = _analyze(spec, ovs)
-    diags = list(analysis.diagnostics)
-    if analysis.ok:
-        layout, found = make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
-        diags += found
-    if has_errors(diags):
+    result = _compile(spec, _parse_overrides(overrides))
+    diags, layout = result.diagnostics, result.plan
+    if not result.ok or layout is None:
         if fmt == "json":
             click.echo(render_json(diags, file=spec))
         else:
@@ -175,19 +177,13 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: 
     """
     from pathlib import Path
 
-    from rlc.compiler.emit import build, write
-    from rlc.compiler.plan import plan as make_plan
+    from rlc.compiler.emit import TARGETS, build, write
 
-    analysis = _analyze(spec, _parse_overrides(overrides))
-    if not analysis.ok:
-        sys.exit(_emit(analysis.diagnostics, fmt, ""))
-    the_plan, plan_diags = make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
-    diags = analysis.diagnostics + plan_diags
-    if any(d.severity == "error" for d in diags):
+    result = _compile(spec, _parse_overrides(overrides))
+    diags = result.diagnostics
+    if not result.ok or result.plan is None:
         sys.exit(_emit(diags, fmt, ""))
-    from rlc.compiler.emit import TARGETS
-
-    compiled = build(analysis, the_plan, spec, TARGETS if target == "all" else (target,))
+    compiled = build(result.analysis, result.plan, spec, TARGETS if target == "all" else (target,))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     paths = write(compiled, target)
     listing = ", ".join(str(p.relative_to(target)) for p in paths)
@@ -208,17 +204,18 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
     import json
 
     from rlc.compiler.diff import compare, render_text
-    from rlc.compiler.plan import plan as make_plan
     from rlc.compiler.provenance import trace
 
     ovs = _parse_overrides(overrides)
     sides = []
     for path in (a, b):
-        analysis = _analyze(path, ovs)
-        if not analysis.ok:
-            sys.exit(_emit(analysis.diagnostics, fmt, ""))
-        the_plan, _ = make_plan(analysis.spec)
-        sides.append((analysis.spec, trace(analysis.resolution, analysis.doc, analysis.migration), the_plan.to_json()))
+        result = _compile(path, ovs)
+        if not result.ok or result.plan is None:
+            sys.exit(_emit(result.diagnostics, fmt, "", file=path))
+        if fmt == "text":  # the warnings every other command shows for this spec
+            _warn(result.diagnostics)
+        analysis = result.analysis
+        sides.append((analysis.spec, trace(analysis.resolution, analysis.doc, analysis.migration), result.plan.to_json()))
     result = compare(*sides[0], *sides[1])
     if fmt == "json":
         click.echo(json.dumps({"a": a, "b": b, **result.to_json()}, indent=2, default=str))
@@ -242,19 +239,17 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
     from pathlib import Path
 
     from rlc.compiler.emit import build, write
-    from rlc.compiler.plan import plan as make_plan
 
+    result = _compile(spec, _parse_overrides(overrides))
+    if not result.ok or result.plan is None:
+        sys.exit(_emit(result.diagnostics, "text", ""))
+    _warn(result.diagnostics)
     sky = shutil.which("sky")
     if sky is None:
         click.echo("rlc launch: SkyPilot's `sky` command is not on PATH; install it with `pip install 'rlc[launch]'` "
                    "(in its own environment: SkyPilot pins click < 8.2) or run `sky launch` on the compiled sky.yaml", err=True)
         sys.exit(EXIT_USAGE)
-    analysis = _analyze(spec, _parse_overrides(overrides))
-    the_plan, plan_diags = (make_plan(analysis.spec) if analysis.ok else (None, []))
-    diags = analysis.diagnostics + plan_diags
-    if any(d.severity == "error" for d in diags):
-        sys.exit(_emit(diags, "text", ""))
-    compiled = build(analysis, the_plan, spec, ("skypilot",))
+    compiled = build(result.analysis, result.plan, spec, ("skypilot",))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     write(compiled, target)
     command = [sky, "launch", str(target / "sky.yaml"), "--cluster", compiled.name, *sky_args]
@@ -276,17 +271,12 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
     from pathlib import Path
 
     from rlc.compiler.emit import build, write
-    from rlc.compiler.plan import plan as make_plan
 
-    analysis = _analyze(spec, _parse_overrides(overrides))
-    the_plan, plan_diags = (make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
-                            if analysis.ok else (None, []))
-    diags = analysis.diagnostics + plan_diags
-    if any(d.severity == "error" for d in diags):
-        sys.exit(_emit(diags, "text", ""))
-    if diags:
-        _emit(diags, "text", "")
-    compiled = build(analysis, the_plan, spec, ("ray",))
+    result = _compile(spec, _parse_overrides(overrides))
+    if not result.ok or result.plan is None:
+        sys.exit(_emit(result.diagnostics, "text", ""))
+    _warn(result.diagnostics)
+    compiled = build(result.analysis, result.plan, spec, ("ray",))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     write(compiled, target)
     try:

@@ -1,0 +1,45 @@
+"""The compiler as one call: load -> migrate -> validate -> resolve -> check -> plan, with every diagnostic located.
+
+Every command that reads a spec (validate, plan, compile, diff, launch, run) goes through `compile_job`, so they
+all report the same findings at the same places.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from rlc.compiler.frontend import Analysis, analyze
+from rlc.compiler.plan import plan as make_plan
+from rlc.core.diagnostics import Diagnostic, has_errors
+from rlc.core.overrides import Override
+from rlc.core.plan import Plan
+
+
+@dataclass
+class CompileResult:
+    source: str
+    analysis: Analysis
+    plan: Optional[Plan]  # None when the spec has errors before planning
+    diagnostics: list[Diagnostic]  # the front end's and the planner's, in that order
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None and not has_errors(self.diagnostics)
+
+    @property
+    def warnings(self) -> int:
+        return sum(1 for d in self.diagnostics if d.severity == "warning")
+
+
+def compile_job(source: str | Path, overrides: list[Override] = (), env: Optional[dict] = None) -> CompileResult:
+    """Everything the compiler can say about a spec plus overrides, and its plan when it has no errors."""
+    analysis = analyze(source, list(overrides), env=env)
+    diags = list(analysis.diagnostics)
+    the_plan = None
+    if analysis.ok:
+        doc = analysis.doc
+        the_plan, found = make_plan(analysis.spec, lambda key: doc.locate(tuple(key.split("."))))
+        diags += found
+    return CompileResult(str(source), analysis, the_plan, diags)
