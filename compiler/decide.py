@@ -15,7 +15,7 @@ STRATEGY_NAMES = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
 
 
 def decide(spec: Any, plan: Plan) -> Decisions:
-    t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
+    t, g = spec.trainer, spec.generator
     device = "cpu" if plan.device == "CPU" else "cuda"
     cpu_slots = plan.gpus_per_node if device == "cpu" else None
     workers = {role.name: worker_settings(spec, role.name, device, cpu_slots) for role in plan.roles}

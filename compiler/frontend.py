@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rlc.core.diagnostics import Diagnostic, has_errors
-from rlc.compiler.load import Document, LoadError, load_document, to_plain
+from rlc.compiler.load import Document, LoadError, load_document
+from rlc.core.plain import plain_yaml as to_plain
 from rlc.core.overrides import Override
 from rlc.compiler.resolve import Resolution, resolve
 from rlc.compiler.validate import validate

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rlc.core.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
-from rlc.core.plain import plain_yaml as to_plain
 
 MAX_BYTES = 1 << 20  # 1 MiB; real configs are tens of KiB
 MAX_NODES = 100_000  # nodes after alias expansion (billion-laughs guard)

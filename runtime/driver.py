@@ -10,35 +10,27 @@ engine `generator.inference_engine`, the sampler `generator.sampling_params`.
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from rlc.core.job import CompiledJob, Sampling
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
 from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
 from rlc.runtime.algorithms.registry import get_advantage_estimator
-from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals
+from rlc.runtime.batch import Rollout, mini_batches, to_batch, totals
 from rlc.runtime.colocation import Colocation
-from rlc.core.job import CompiledJob, Sampling
-from rlc.core.plan import Engine, Role
 from rlc.runtime.data import DataError, expand, read_rows, synthetic
 from rlc.runtime.envs import make as make_env
-
-# Quiet third-party chatter in every process the driver starts.
-_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
-              "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0")}
-
-
-class RunError(Exception):
-    """The run cannot start or continue; the message says why."""
+from rlc.runtime.placement import Cluster, local_model_path, seed_for, start_ray
+from rlc.runtime.run_error import RunError
+from rlc.runtime.weight_updates import WeightUpdates
 
 
 @dataclass
@@ -59,10 +51,6 @@ def encode_prompt(tokenizer, prompt) -> list[int]:
     return tokenizer(prompt, add_special_tokens=False).input_ids
 
 
-def _seed_for(seed: int, step: int, engine: int) -> int:
-    return (seed * 1_000_003 + step * 7919 + engine) % (2**63)
-
-
 class Driver:
     def __init__(self, job: CompiledJob, *, address: str | None = None, progress: bool = True):
         self.job, self.spec, self.plan, self.decisions = job, job.spec, job.plan, job.decisions
@@ -72,7 +60,6 @@ class Driver:
         self.cpu = self.device == "cpu"
         self.run_dir = expand(t.log_path) / t.run_name
         self.ckpt_root = expand(t.ckpt_path)
-        self._metas: dict = {}  # what a weight broadcast sends, by engine dtype
         self._preflight()
         try:
             self.env = make_env(self.spec.environment.env_class)
@@ -99,157 +86,6 @@ class Driver:
             missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
         if missing:
             raise RunError("this rlc runtime cannot run " + "; ".join(missing))
-
-    # -- set-up ---------------------------------------------------------------------------------------
-
-    def _ray(self):
-        import ray
-
-        if ray.is_initialized():
-            return ray
-        env_vars = {**_QUIET_ENV, **{k: str(v) for k, v in (self.spec.launch.envs or {}).items()}}
-        # Under `ray job submit` the job's runtime env already set launch.envs in this process, and Ray refuses
-        # a ray.init that names the same variables again: pass only what is not set that way.
-        env_vars = {k: v for k, v in env_vars.items() if os.environ.get(k) != v}
-        address = self.address or os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
-        else:
-            slots = sum(len(pg.bundles) * pg.shape.get("CPU", 0) for pg in self.plan.placement_groups)
-            # GPUs are detected, never declared: a machine without the plan's GPUs fails the preflight below.
-            ray.init(num_cpus=max(slots, os.cpu_count() or 1), include_dashboard=False,
-                     runtime_env={"env_vars": env_vars}, log_to_driver=True)
-        return ray
-
-    def _placement_groups(self, ray) -> dict:
-        from ray.util.placement_group import placement_group
-
-        groups = {}
-        timeout = self.decisions.node_wait_timeout_s
-        for pg in self.plan.placement_groups:
-            group = placement_group([dict(pg.shape) for _ in pg.bundles], strategy=pg.strategy)
-            ready, _ = ray.wait([group.ready()], timeout=timeout)
-            if not ready:
-                raise RunError(f"placement group {pg.name!r} ({len(pg.bundles)} x {pg.shape}) was not "
-                               f"granted in {timeout:.0f} s: the Ray cluster has {ray.cluster_resources()}")
-            groups[pg.name] = group
-        return groups
-
-    def _strategy(self, group, bundle: int):
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=bundle,
-                                                placement_group_capture_child_tasks=True)
-
-    def _start_role(self, ray, groups, role: Role, total_optimizer_steps: int) -> list:
-        t = self.spec.trainer
-        planned = self.decisions.workers[role.name]
-        if planned.strategy == "megatron":
-            from rlc.runtime.workers.megatron import MegatronWorker as Worker
-        else:
-            from rlc.runtime.workers.fsdp import FSDPWorker as Worker
-
-        sub = getattr(t, role.name)
-        # The node's own paths: the model id's local directory and the home the snapshot directory names.
-        settings = replace(planned, model_path=self.model_path(planned.model_path),
-                           total_optimizer_steps=total_optimizer_steps,
-                           memory_snapshot_dir=str(expand(planned.memory_snapshot_dir))
-                           if planned.memory_snapshot_dir else None)
-        env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
-        actor = ray.remote(Worker)
-        world, res = role.world_size, self.plan.share(role.share)
-        workers = [
-            actor.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus,
-                          # No group in the plan: Ray places the rank by its resources alone.
-                          scheduling_strategy=(self._strategy(groups[role.placement_group], bundle)
-                                               if role.placement_group else None),
-                          runtime_env={"env_vars": env} if env else None)
-            .remote(settings, sub, t.algorithm, rank, world)
-            for rank, (_node, _gpu, bundle) in enumerate(role.ranks)
-        ]
-        host, port = ray.get(workers[0].address.remote())
-        ray.get([w.setup.remote(host, port) for w in workers])
-        self.layouts[role.name] = ray.get([w.layout.remote() for w in workers])
-        return workers
-
-    def _shards(self, role: str, batch: dict) -> list[dict]:
-        """Each worker's rows: the block of its data-parallel rank (ranks of one model-parallel group share it)."""
-        layouts = self.layouts[role]
-        blocks = shards(batch, layouts[0]["dp_size"])
-        return [blocks[lay["dp_rank"]] for lay in layouts]
-
-    def _collected(self, role: str, results: list) -> list:
-        """The results of the ranks that return them (one per data-parallel rank), in data-parallel order."""
-        picked = [(lay["dp_rank"], r) for lay, r in zip(self.layouts[role], results) if lay["collect"]]
-        return [r for _, r in sorted(picked, key=lambda x: x[0])]
-
-    def _start_engines(self, ray, groups) -> list:
-        ie, es = self.spec.generator.inference_engine, self.decisions.engines
-        from rlc.runtime.inference.hf import HFEngine
-
-        dtype = es.dtype
-        if es.backend == "remote":
-            from rlc.runtime.inference.http import EngineHTTPError, RemoteEngine
-
-            # A client actor per server (no resources of its own), so remote and local engines look the same.
-            remote = ray.remote(RemoteEngine)
-            engines = [remote.options(num_cpus=0).remote(r.url, model_name=es.served_model_name)
-                       for r in self.plan.remote_engines]
-            try:
-                ray.get([e.connect.remote() for e in engines])
-            except ray.exceptions.RayTaskError as exc:
-                cause = exc.cause if isinstance(exc.cause, EngineHTTPError) else exc
-                raise RunError(f"a remote inference engine cannot be used: {cause}") from None
-            return engines
-        env = {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
-        worker = self.plan.engine_worker
-        engines = []
-        self.engine_workers = []  # weight-sync group members per engine (tp x pp GPU workers each)
-        for e in self.plan.engines:
-            group = groups[self.plan.engine_group]
-            if es.backend == "vllm":
-                engines.append(self._vllm_engine(ray, e, group, env, dtype))
-                continue
-            engines.append(ray.remote(HFEngine).options(
-                num_cpus=worker.num_cpus, num_gpus=worker.num_gpus,
-                scheduling_strategy=self._strategy(group, e.bundles[0]),
-                runtime_env={"env_vars": env} if env else None,
-            ).remote(self.policy_path, dtype=dtype, device=self.device, pad_token_id=self.tokenizer.pad_token_id,
-                     eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
-                     cpu_slots_per_node=es.cpu_slots_per_node,
-                     lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None))
-            self.engine_workers.append(1)
-        return engines
-
-    def _vllm_engine(self, ray, e: Engine, group, env: dict, dtype: str):
-        """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
-        from rlc.runtime.inference.vllm import VLLMEngine, engine_env, engine_kwargs
-
-        t, g, ie = self.spec.trainer, self.spec.generator, self.spec.generator.inference_engine
-        es = self.decisions.engines
-        args = engine_kwargs(ie, model=self.policy_path, seed=_seed_for(t.seed, 0, e.index), max_model_len=es.max_model_len,
-                             colocated=t.placement.colocate_all, rope_scaling=g.rope_scaling, rope_theta=g.rope_theta,
-                             lora_rank=es.lora_rank)
-        workers = e.workers
-        self.engine_workers.append(workers)
-        env = {**env, **engine_env(ie)}
-        if workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
-            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e.bundles)
-            res = self.plan.engine_server
-        else:
-            res = self.plan.engine_worker
-        return ray.remote(VLLMEngine).options(
-            num_cpus=res.num_cpus, num_gpus=res.num_gpus, scheduling_strategy=self._strategy(group, e.bundles[0]),
-            runtime_env={"env_vars": env},
-        ).remote(self.policy_path, dtype=dtype, eos_token_id=self.tokenizer.eos_token_id, engine_args=args, env=engine_env(ie))
-
-    def model_path(self, path: str) -> str:
-        from rlc.runtime.models import ModelPathError, local_path
-
-        try:
-            return local_path(path)
-        except ModelPathError as exc:
-            raise RunError(str(exc)) from None
 
     # -- data ---------------------------------------------------------------------------------------------
 
@@ -288,7 +124,7 @@ class Driver:
         from rlc.runtime.tracking import Tracker, TrackerError
 
         t = self.spec.trainer
-        self.policy_path = self.model_path(t.policy.model.path)
+        self.policy_path = local_model_path(t.policy.model.path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -307,18 +143,12 @@ class Driver:
                               start_step=start_step, progress=self.progress)
         except TrackerError as exc:
             raise RunError(str(exc)) from None
-        ray = self._ray()
+        ray = start_ray(self.job, self.address)
         try:
-            from rlc.runtime.cluster_gate import device_shortfall
-
-            short = device_shortfall(self.plan, ray.nodes())
-            if short:  # before any model loads
-                raise RunError(short)
-            groups = self._placement_groups(ray)
-            self.engines = self._start_engines(ray, groups)
-            self.layouts: dict[str, list[dict]] = {}
-            self.workers = {role.name: self._start_role(ray, groups, role, total_steps * mini_per_step * t.update_epochs_per_batch)
-                            for role in self.plan.roles}
+            self.cluster = Cluster(self.job, ray, self.tokenizer, self.policy_path)
+            self.cluster.start(total_steps * mini_per_step * t.update_epochs_per_batch)
+            self.workers, self.engines, self.layouts = self.cluster.workers, self.cluster.engines, self.cluster.layouts
+            self.weights = WeightUpdates(self.cluster)
             self.kl = KLController.from_decision(self.decisions.kl)
             if resume_dir is not None:
                 for name, workers in self.workers.items():
@@ -333,8 +163,8 @@ class Driver:
                                     for name in self.workers if name != "ref"},
                 prefix_cache=self.decisions.engines.prefix_cache)
             self._apply(ray, self.colocation.start())
-            self._init_weight_group(ray)
-            self._write_placement(ray)
+            self.weights.join()
+            self.cluster.write_placement(self.run_dir)
             self._sync_weights(ray, version=start_step)
             return self._loop(ray, tracker, train, val, start_step, total_steps, steps_per_epoch)
         except ray.exceptions.RayTaskError as exc:
@@ -427,7 +257,7 @@ class Driver:
         prompts = [ids for _, ids in rows]
         per = -(-len(prompts) // len(self.engines))
         return [e.generate.remote(prompts[i * per:(i + 1) * per], sampling, n,
-                                  _seed_for(self.spec.trainer.seed, step, i + 1000 * draw))
+                                  seed_for(self.spec.trainer.seed, step, i + 1000 * draw))
                 for i, e in enumerate(self.engines) if prompts[i * per:(i + 1) * per]]
 
     def _collect(self, ray, rows: list[tuple[dict, list[int]]], refs: list, group_offset: int = 0) -> list[Rollout]:
@@ -452,7 +282,7 @@ class Driver:
     def _dynamic_sampling(self, ray, step: int, rows, rollouts: list[Rollout], sampling: Sampling, n: int):
         """Generate more batches until dynamic sampling (filter / replace) has a full one; its rollouts and metrics."""
         a = self.spec.trainer.algorithm
-        sampler = DynamicSampler.from_config(a.dynamic_sampling, len(rows), seed=_seed_for(self.spec.trainer.seed, step, 0))
+        sampler = DynamicSampler.from_config(a.dynamic_sampling, len(rows), seed=seed_for(self.spec.trainer.seed, step, 0))
         pool, batch, draw = [], rollouts, 0
         while True:
             pool += batch
@@ -472,8 +302,8 @@ class Driver:
     def _forward(self, ray, role: str, batch: dict) -> torch.Tensor:
         self._apply(ray, self.colocation.before_forward(role))
         workers = self.workers[role]
-        outs = ray.get([w.forward.remote(s) for w, s in zip(workers, self._shards(role, batch))])
-        return torch.cat(self._collected(role, outs))
+        outs = ray.get([w.forward.remote(s) for w, s in zip(workers, self.cluster.shards(role, batch))])
+        return torch.cat(self.cluster.collected(role, outs))
 
     def _step(self, ray, step: int, rows, rollouts: list[Rollout] | None = None) -> dict:
         """One training step on `rows`; `rollouts` are given when they were generated ahead (fully async)."""
@@ -543,8 +373,8 @@ class Driver:
                         policy_rows += mb["response_ids"].shape[0]
                         mb, tot, left_out = rows_that_train(mb, tot, a, self.layouts[role][0]["dp_size"])
                         inert_rows += left_out
-                    results = self._collected(role, ray.get([w.train_mini_batch.remote(s, tot)
-                                                             for w, s in zip(workers, self._shards(role, mb))]))
+                    results = self.cluster.collected(role, ray.get([w.train_mini_batch.remote(s, tot)
+                                                             for w, s in zip(workers, self.cluster.shards(role, mb))]))
                     for k in results[0]:
                         # Loss metrics are per-rank shares of the mini-batch; the optimizer's are the same on every rank.
                         value = results[0][k] if k in ("grad_norm", "lr", "skipped") else sum(r[k] for r in results)
@@ -597,96 +427,11 @@ class Driver:
         where = f"the last complete checkpoint is {last}" if last else "no checkpoint was written yet"
         return f"{where}; rerun with trainer.resume_mode=latest to continue from it"
 
-    def _write_placement(self, ray) -> None:
-        """{run_dir}/placement.json: the node address every rank and engine actually runs on, beside the plan's node."""
-        out: dict = {"roles": {}, "engines": []}
-        for name, workers in self.workers.items():
-            ips = ray.get([w.node_ip.remote() for w in workers])
-            ranks = self.plan.role(name).ranks
-            out["roles"][name] = [{"rank": i, "plan_node": node, "ip": ip} for i, ((node, _, _), ip) in enumerate(zip(ranks, ips))]
-        if self.plan.engines:
-            ips = ray.get([e.node_ip.remote() for e in self.engines])
-            out["engines"] = [{"index": e.index, "plan_nodes": e.nodes, "ip": ip} for e, ip in zip(self.plan.engines, ips)]
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "placement.json").write_text(json.dumps(out, indent=2) + "\n")
-
-    def _weight_engines(self) -> list:
-        """The engines that take weights: every local one; of remote ones the servers (`remote_urls`,
-        `external_server_urls`), not a router in front of them (`external_proxy_url`, generation only)."""
-        if self.plan.engines:
-            return list(self.engines)
-        return [e for e, r in zip(self.engines, self.plan.remote_engines) if r.kind == "server"]
-
-    def _init_weight_group(self, ray) -> None:
-        backend = self.decisions.weight_sync.backend
-        if backend is None:
-            return
-        host, port = ray.get(self.workers["policy"][0].address.remote())
-        members = self._weight_engines()
-        sizes = getattr(self, "engine_workers", None) or [1] * len(members)
-        world = 1 + sum(sizes)
-        firsts = [1 + sum(sizes[:i]) for i in range(len(sizes))]  # an engine's workers take consecutive ranks
-        override = self.decisions.weight_sync.override_existing_group
-        # Every member joins at once: the group forms only when all of them are in.
-        trainers = [w.init_weight_group.remote(host, port, world, backend) for w in self.workers["policy"]]
-        engines = [e.init_weight_group.remote(host, port, first, world, backend, override_existing=override)
-                   for first, e in zip(firsts, members)]
-        # A member that refuses or fails leaves the others waiting for it: stop at the first failure (the run's
-        # end stops the policy ranks, and with them the rendezvous the other members wait in).
-        pending = engines + trainers
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            try:
-                ray.get(done)
-            except ray.exceptions.RayTaskError as exc:
-                if done[0] not in engines or self.plan.engines:
-                    raise
-                urls = [r.url for r in self.plan.remote_engines if r.kind == "server"]
-                url = urls[engines.index(done[0])]
-                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-                hint = (" (generator.inference_engine.override_existing_update_group: enable replaces it)"
-                        if getattr(cause, "status", None) == 409 else "")
-                raise RunError(f"remote inference engine {url} cannot join the weight-update group: "
-                               f"{str(cause).strip().splitlines()[0][:500]}{hint}") from None
-
-    def _send_weights(self, ray, version: int) -> None:
-        """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
-        dtype = self.decisions.engines.dtype
-        transport, engines = self.decisions.weight_sync.transport, self._weight_engines()
-        if transport in ("gloo", "nccl"):
-            workers = self.workers["policy"]
-            # The names, dtypes and shapes sent are the same at every sync: asked for once.
-            if dtype not in self._metas:
-                self._metas[dtype] = ray.get(workers[0].weight_metas.remote(dtype))
-            metas = self._metas[dtype]
-            ray.get([w.broadcast_weights.remote(dtype) for w in workers] + [e.receive_weights.remote(metas, version) for e in engines])
-            return
-        if transport == "ipc":
-            self._send_weights_ipc(ray, dtype, version)
-            return
-        refs = [w.packed_state_dict.remote(dtype) for w in self.workers["policy"]]
-        ray.get(refs[1:])
-        ray.get([e.update_weights.remote(refs[0], version) for e in engines])
-
-    def _send_weights_ipc(self, ray, dtype: str | None, version: int) -> None:
-        """CUDA IPC: every policy rank packs a bucket of whole modules on its GPU, the engines load it from the
-        GPU they share with a rank, and only then is the next bucket packed (the previous one freed)."""
-        workers = self.workers["policy"]
-        threshold = self.decisions.weight_sync.ipc_threshold_bytes
-        ray.get([w.start_ipc_weights.remote(dtype, threshold) for w in workers])
-        while True:
-            buckets = ray.get([w.next_ipc_bucket.remote() for w in workers])  # each gather is a collective
-            if buckets[0] is None:
-                break
-            handles = {uuid: handle for by_gpu, _ in buckets for uuid, handle in by_gpu.items()}
-            ray.get([e.update_weights_ipc.remote(handles, buckets[0][1]) for e in self.engines])
-        ray.get([e.finish_weight_update.remote(version) for e in self.engines])
-
     def _apply(self, ray, actions, version: int | None = None) -> None:
         """Carry out the colocation state machine's actions, in order (each waits for all ranks / engines)."""
         for act in actions:
             if act.op == "send_weights":
-                self._send_weights(ray, version)
+                self.weights.send(version)
             elif act.target == "engines":
                 # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
                 level = 1 if self.decisions.engines.adapter_sync else 2

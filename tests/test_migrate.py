@@ -11,7 +11,8 @@ import pytest
 
 from conftest import CORPUS, EXAMPLES, ROOT, run_rlc
 from rlc.compiler.frontend import analyze
-from rlc.compiler.load import document_from_text, to_plain
+from rlc.compiler.load import document_from_text
+from rlc.core.plain import plain_yaml as to_plain
 from rlc.compiler.migration import migrated_text
 from rlc.spec.legacy import migrate
 from rlc.spec.model import SpecModel

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from conftest import EXAMPLES
-from rlc.compiler.load import document_from_text, to_plain
+from rlc.compiler.load import document_from_text
+from rlc.core.plain import plain_yaml as to_plain
 from rlc.compiler.validate import validate
 from rlc.spec.model import SpecModel
 from rlc.spec.schema import committed_schema

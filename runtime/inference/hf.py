@@ -14,7 +14,7 @@ import torch
 
 from rlc.core.job import Sampling  # noqa: F401  (the engines' sampling type, re-exported)
 
-from rlc.runtime.inference.decode import LeanDecoder, unsupported
+from rlc.runtime.inference.decode import LeanDecoder, cache_keyword, returned_cache, unsupported
 
 
 @dataclass
@@ -270,7 +270,7 @@ class HFEngine:
         if bool(mask.all()):
             mask = None
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        cache, logits = returned_cache(out), out.logits[:, -1, :].float()
         if shared:
             cache.batch_repeat_interleave(n)
             logits, positions = (t.repeat_interleave(n, dim=0) for t in (logits, positions))
@@ -352,8 +352,8 @@ class HFEngine:
                 if mask is not None:
                     mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
                 out = self.model(input_ids=picked[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                                 past_key_values=cache, use_cache=True)
-                cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+                                 use_cache=True, **{cache_keyword(self.model): cache})
+                cache, logits = returned_cache(out), out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         token_lists, logp_lists = tokens.cpu().tolist(), logps.cpu().tolist()
         counts, ended = lengths.cpu().tolist(), stopped.cpu().tolist()

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from rlc.runtime.algorithms.losses import entropy_from_logits, token_log_probs
+from rlc.runtime.inference.decode import cache_keyword
 from rlc.runtime.lora import with_lora
 from rlc.runtime.workers.common import (DTYPES, ROLES, TrainWorker, WorkerSettings, critic_objective, free_address,
                                         lr_lambda, policy_objective)
@@ -229,11 +230,11 @@ class FSDPWorker(TrainWorker):
         cache = DynamicCache(config=_base(self.model).config)
         prompt_ids, prompt_attn = prompts[:, :plen], prompts[:, plen:]
         first = self.model(input_ids=prompt_ids, attention_mask=prompt_attn if attn is not None else None,
-                           position_ids=(prompt_attn.cumsum(-1) - 1).clamp(min=0), past_key_values=cache,
-                           use_cache=True, **self._keep(1))
+                           position_ids=(prompt_attn.cumsum(-1) - 1).clamp(min=0), use_cache=True,
+                           **{cache_keyword(self.model): cache}, **self._keep(1))
         cache.batch_select_indices(inverse)  # each row gets its prompt's keys and values (a differentiable gather)
         rest = self.model(input_ids=ids[:, plen:], attention_mask=attn, position_ids=positions[:, plen:],
-                          past_key_values=cache, use_cache=True)
+                          use_cache=True, **{cache_keyword(self.model): cache})
         return torch.cat([first.logits[:, -1:][inverse], rest.logits], 1)
 
     @torch.no_grad()

@@ -1,0 +1,225 @@
+"""Placement: the job's actors on Ray where plan.json puts them.
+
+Ray is started (or joined), each placement group of the plan is created and waited for, and every role rank and
+inference engine is started on its bundle with the resources the plan gives it. Nothing here decides a value: the
+plan and the compiler's decisions say what runs where and how.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rlc.core.job import CompiledJob
+from rlc.core.plan import Engine, Role
+from rlc.runtime.batch import shards
+from rlc.runtime.data import expand
+from rlc.runtime.run_error import RunError
+
+# Quiet third-party chatter in every process the driver starts.
+QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
+             "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0")}
+
+
+def seed_for(seed: int, step: int, engine: int) -> int:
+    """A sampling seed of its own for every engine at every step (and for every engine's construction, step 0)."""
+    return (seed * 1_000_003 + step * 7919 + engine) % (2**63)
+
+
+def local_model_path(path: str) -> str:
+    """The local directory of a model id or path, on this node."""
+    from rlc.runtime.models import ModelPathError, local_path
+
+    try:
+        return local_path(path)
+    except ModelPathError as exc:
+        raise RunError(str(exc)) from None
+
+
+def start_ray(job: CompiledJob, address: str | None):
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    env_vars = {**QUIET_ENV, **{k: str(v) for k, v in (job.spec.launch.envs or {}).items()}}
+    # Under `ray job submit` the job's runtime env already set launch.envs in this process, and Ray refuses
+    # a ray.init that names the same variables again: pass only what is not set that way.
+    env_vars = {k: v for k, v in env_vars.items() if os.environ.get(k) != v}
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
+    else:
+        slots = sum(len(pg.bundles) * pg.shape.get("CPU", 0) for pg in job.plan.placement_groups)
+        # GPUs are detected, never declared: a machine without the plan's GPUs fails the device preflight.
+        ray.init(num_cpus=max(slots, os.cpu_count() or 1), include_dashboard=False,
+                 runtime_env={"env_vars": env_vars}, log_to_driver=True)
+    return ray
+
+
+class Cluster:
+    """The started actors: each role's rank workers, the engines, and how ranks share the rows of a batch."""
+
+    def __init__(self, job: CompiledJob, ray, tokenizer, policy_path: str):
+        self.job, self.spec, self.plan, self.decisions = job, job.spec, job.plan, job.decisions
+        self.ray, self.tokenizer, self.policy_path = ray, tokenizer, policy_path
+        self.workers: dict[str, list] = {}
+        self.engines: list = []
+        self.engine_workers: list[int] = []  # weight-update group members per weight-taking engine
+        self.layouts: dict[str, list[dict]] = {}
+
+    def start(self, total_optimizer_steps: int) -> None:
+        from rlc.runtime.cluster_gate import device_shortfall
+
+        short = device_shortfall(self.plan, self.ray.nodes())
+        if short:  # before any model loads
+            raise RunError(short)
+        groups = self._placement_groups()
+        self.engines = self._start_engines(groups)
+        self.workers = {role.name: self._start_role(groups, role, total_optimizer_steps) for role in self.plan.roles}
+
+    def _placement_groups(self) -> dict:
+        from ray.util.placement_group import placement_group
+
+        groups = {}
+        timeout = self.decisions.node_wait_timeout_s
+        for pg in self.plan.placement_groups:
+            group = placement_group([dict(pg.shape) for _ in pg.bundles], strategy=pg.strategy)
+            ready, _ = self.ray.wait([group.ready()], timeout=timeout)
+            if not ready:
+                raise RunError(f"placement group {pg.name!r} ({len(pg.bundles)} x {pg.shape}) was not "
+                               f"granted in {timeout:.0f} s: the Ray cluster has {self.ray.cluster_resources()}")
+            groups[pg.name] = group
+        return groups
+
+    @staticmethod
+    def _on_bundle(group, bundle: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=bundle,
+                                                placement_group_capture_child_tasks=True)
+
+    def _start_role(self, groups: dict, role: Role, total_optimizer_steps: int) -> list:
+        t = self.spec.trainer
+        planned = self.decisions.workers[role.name]
+        if planned.strategy == "megatron":
+            from rlc.runtime.workers.megatron import MegatronWorker as Worker
+        else:
+            from rlc.runtime.workers.fsdp import FSDPWorker as Worker  # type: ignore[assignment]
+
+        # The node's own paths: the model id's local directory and the home the snapshot directory names.
+        settings = replace(planned, model_path=local_model_path(planned.model_path),
+                           total_optimizer_steps=total_optimizer_steps,
+                           memory_snapshot_dir=str(expand(planned.memory_snapshot_dir))
+                           if planned.memory_snapshot_dir else None)
+        env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
+        actor = self.ray.remote(Worker)
+        world, res = role.world_size, self.plan.share(role.share)
+        workers = [
+            actor.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus,
+                          # No group in the plan: Ray places the rank by its resources alone.
+                          scheduling_strategy=(self._on_bundle(groups[role.placement_group], bundle)
+                                               if role.placement_group else None),
+                          runtime_env={"env_vars": env} if env else None)
+            .remote(settings, getattr(t, role.name), t.algorithm, rank, world)
+            for rank, (_node, _gpu, bundle) in enumerate(role.ranks)
+        ]
+        host, port = self.ray.get(workers[0].address.remote())
+        self.ray.get([w.setup.remote(host, port) for w in workers])
+        self.layouts[role.name] = self.ray.get([w.layout.remote() for w in workers])
+        return workers
+
+    def _start_engines(self, groups: dict) -> list:
+        es = self.decisions.engines
+        if es.backend == "remote":
+            from rlc.runtime.inference.http import EngineHTTPError, RemoteEngine
+
+            # A client actor per server (no resources of its own), so remote and local engines look the same.
+            remote = self.ray.remote(RemoteEngine)
+            engines = [remote.options(num_cpus=0).remote(r.url, model_name=es.served_model_name)
+                       for r in self.plan.remote_engines]
+            try:
+                self.ray.get([e.connect.remote() for e in engines])
+            except self.ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if isinstance(exc.cause, EngineHTTPError) else exc
+                raise RunError(f"a remote inference engine cannot be used: {cause}") from None
+            self.engine_workers = [1 for r in self.plan.remote_engines if r.kind == "server"]
+            return engines
+        from rlc.runtime.inference.hf import HFEngine
+
+        env = {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
+        worker = self.plan.engine_worker
+        engines = []
+        for e in self.plan.engines:
+            group = groups[self.plan.engine_group]
+            if es.backend == "vllm":
+                engines.append(self._vllm_engine(e, group, env))
+                continue
+            engines.append(self.ray.remote(HFEngine).options(
+                num_cpus=worker.num_cpus, num_gpus=worker.num_gpus,
+                scheduling_strategy=self._on_bundle(group, e.bundles[0]),
+                runtime_env={"env_vars": env} if env else None,
+            ).remote(self.policy_path, dtype=es.dtype, device=es.device, pad_token_id=self.tokenizer.pad_token_id,
+                     eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
+                     cpu_slots_per_node=es.cpu_slots_per_node,
+                     lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None))
+            self.engine_workers.append(1)
+        return engines
+
+    def _vllm_engine(self, e: Engine, group, env: dict):
+        """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
+        from rlc.runtime.inference.vllm import VLLMEngine, engine_env, engine_kwargs
+
+        t, g, ie = self.spec.trainer, self.spec.generator, self.spec.generator.inference_engine
+        es = self.decisions.engines
+        args = engine_kwargs(ie, model=self.policy_path, seed=seed_for(t.seed, 0, e.index), max_model_len=es.max_model_len,
+                             colocated=t.placement.colocate_all, rope_scaling=g.rope_scaling, rope_theta=g.rope_theta,
+                             lora_rank=es.lora_rank)
+        self.engine_workers.append(e.workers)
+        env = {**env, **engine_env(ie)}
+        if e.workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
+            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e.bundles)
+            res = self.plan.engine_server
+        else:
+            res = self.plan.engine_worker
+        return self.ray.remote(VLLMEngine).options(
+            num_cpus=res.num_cpus, num_gpus=res.num_gpus, scheduling_strategy=self._on_bundle(group, e.bundles[0]),
+            runtime_env={"env_vars": env},
+        ).remote(self.policy_path, dtype=es.dtype, eos_token_id=self.tokenizer.eos_token_id, engine_args=args,
+                 env=engine_env(ie))
+
+    # -- rows and results --------------------------------------------------------------------------------
+
+    def shards(self, role: str, batch: dict) -> list[dict]:
+        """Each worker's rows: the block of its data-parallel rank (ranks of one model-parallel group share it)."""
+        layouts = self.layouts[role]
+        blocks = shards(batch, layouts[0]["dp_size"])
+        return [blocks[lay["dp_rank"]] for lay in layouts]
+
+    def collected(self, role: str, results: list) -> list[Any]:
+        """The results of the ranks that return them (one per data-parallel rank), in data-parallel order."""
+        picked = [(lay["dp_rank"], r) for lay, r in zip(self.layouts[role], results) if lay["collect"]]
+        return [r for _, r in sorted(picked, key=lambda x: x[0])]
+
+    def weight_engines(self) -> list:
+        """The engines that take weights: every local one; of remote ones the servers (`remote_urls`,
+        `external_server_urls`), not a router in front of them (`external_proxy_url`, generation only)."""
+        if self.plan.engines:
+            return list(self.engines)
+        return [e for e, r in zip(self.engines, self.plan.remote_engines) if r.kind == "server"]
+
+    def write_placement(self, run_dir: Path) -> None:
+        """{run_dir}/placement.json: the node address every rank and engine actually runs on, beside the plan's node."""
+        out: dict = {"roles": {}, "engines": []}
+        for name, workers in self.workers.items():
+            ips = self.ray.get([w.node_ip.remote() for w in workers])
+            ranks = self.plan.role(name).ranks
+            out["roles"][name] = [{"rank": i, "plan_node": node, "ip": ip}
+                                  for i, ((node, _, _), ip) in enumerate(zip(ranks, ips))]
+        if self.plan.engines:
+            ips = self.ray.get([e.node_ip.remote() for e in self.engines])
+            out["engines"] = [{"index": e.index, "plan_nodes": e.nodes, "ip": ip} for e, ip in zip(self.plan.engines, ips)]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "placement.json").write_text(json.dumps(out, indent=2) + "\n")

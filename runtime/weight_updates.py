@@ -1,0 +1,84 @@
+"""Weight updates: the policy's weights into every engine after a training step, by the transport the compiler chose.
+
+"gloo" / "nccl": a broadcast group of policy rank 0 and every engine worker, formed once (`join`), then one stream of
+buckets per update. "ipc": CUDA IPC buckets packed on each policy rank's GPU and opened by the engine that shares
+it. "payload": whole packed state dicts through Ray's object store (or HTTP bodies for remote engines).
+The tensor-level mechanics are in `rlc.runtime.weight_sync`.
+"""
+
+from __future__ import annotations
+
+from rlc.runtime.placement import Cluster
+from rlc.runtime.run_error import RunError
+
+
+class WeightUpdates:
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.sync = cluster.decisions.weight_sync
+        self.dtype = cluster.decisions.engines.dtype
+        self._metas: dict = {}  # what a broadcast sends, by engine dtype: the same at every update, asked for once
+
+    def join(self) -> None:
+        """Form the broadcast group (when the transport has one): every member joins at once."""
+        backend, c, ray = self.sync.backend, self.cluster, self.cluster.ray
+        if backend is None:
+            return
+        host, port = ray.get(c.workers["policy"][0].address.remote())
+        members = c.weight_engines()
+        sizes = c.engine_workers
+        world = 1 + sum(sizes)
+        firsts = [1 + sum(sizes[:i]) for i in range(len(sizes))]  # an engine's workers take consecutive ranks
+        override = self.sync.override_existing_group
+        trainers = [w.init_weight_group.remote(host, port, world, backend) for w in c.workers["policy"]]
+        engines = [e.init_weight_group.remote(host, port, first, world, backend, override_existing=override)
+                   for first, e in zip(firsts, members)]
+        # A member that refuses or fails leaves the others waiting for it: stop at the first failure (the run's
+        # end stops the policy ranks, and with them the rendezvous the other members wait in).
+        pending = engines + trainers
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done)
+            except ray.exceptions.RayTaskError as exc:
+                if done[0] not in engines or c.plan.engines:
+                    raise
+                urls = [r.url for r in c.plan.remote_engines if r.kind == "server"]
+                url = urls[engines.index(done[0])]
+                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                hint = (" (generator.inference_engine.override_existing_update_group: enable replaces it)"
+                        if getattr(cause, "status", None) == 409 else "")
+                raise RunError(f"remote inference engine {url} cannot join the weight-update group: "
+                               f"{str(cause).strip().splitlines()[0][:500]}{hint}") from None
+
+    def send(self, version: int) -> None:
+        """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
+        c, ray, dtype = self.cluster, self.cluster.ray, self.dtype
+        engines = c.weight_engines()
+        workers = c.workers["policy"]
+        if self.sync.transport in ("gloo", "nccl"):
+            if dtype not in self._metas:
+                self._metas[dtype] = ray.get(workers[0].weight_metas.remote(dtype))
+            metas = self._metas[dtype]
+            ray.get([w.broadcast_weights.remote(dtype) for w in workers] + [e.receive_weights.remote(metas, version) for e in engines])
+            return
+        if self.sync.transport == "ipc":
+            self._send_ipc(version)
+            return
+        refs = [w.packed_state_dict.remote(dtype) for w in workers]
+        ray.get(refs[1:])
+        ray.get([e.update_weights.remote(refs[0], version) for e in engines])
+
+    def _send_ipc(self, version: int) -> None:
+        """CUDA IPC: every policy rank packs a bucket of whole modules on its GPU, the engines load it from the
+        GPU they share with a rank, and only then is the next bucket packed (the previous one freed)."""
+        c, ray = self.cluster, self.cluster.ray
+        workers = c.workers["policy"]
+        ray.get([w.start_ipc_weights.remote(self.dtype, self.sync.ipc_threshold_bytes) for w in workers])
+        while True:
+            buckets = ray.get([w.next_ipc_bucket.remote() for w in workers])  # each gather is a collective
+            if buckets[0] is None:
+                break
+            handles = {uuid: handle for by_gpu, _ in buckets for uuid, handle in by_gpu.items()}
+            ray.get([e.update_weights_ipc.remote(handles, buckets[0][1]) for e in c.engines])
+        ray.get([e.finish_weight_update.remote(version) for e in c.engines])
