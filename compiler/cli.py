@@ -24,13 +24,13 @@ def _parse_overrides(values: tuple[str, ...]):
         raise click.UsageError(msg) from None
 
 
-def _analyze(spec: str, ovs):
-    """The front end; an override that cannot apply to this spec (e.g. below a scalar) is a usage error."""
-    from rlc.compiler.frontend import analyze
+def _compile(spec: str, ovs):
+    """The whole pipeline; an override that cannot apply to this spec (e.g. below a scalar) is a usage error."""
+    from rlc.compiler.pipeline import compile_job
     from rlc.core.overrides import OverrideError
 
     try:
-        return analyze(spec, ovs)
+        return compile_job(spec, ovs)
     except OverrideError as exc:
         raise click.UsageError(str(exc) + (f"\n  help: {exc.hint}" if exc.hint else "")) from None
 
@@ -67,11 +67,10 @@ def validate(spec: str, overrides: tuple[str, ...], fmt: str) -> None:
 
     Exit 0 when valid, 1 when the spec has errors, 2 on a usage error.
     """
-    ovs = _parse_overrides(overrides)
-    analysis = _analyze(spec, ovs)
-    n_warn = sum(1 for d in analysis.diagnostics if d.severity == "warning")
+    job = _compile(spec, _parse_overrides(overrides))
+    n_warn = sum(1 for d in job.diagnostics if d.severity == "warning")
     suffix = f" ({n_warn} warning(s))" if n_warn else ""
-    sys.exit(_emit(analysis.diagnostics, fmt, f"{spec}: valid{suffix}", file=spec))
+    sys.exit(_emit(job.diagnostics, fmt, f"{spec}: valid{suffix}", file=spec))
 
 
 @cli.command()
@@ -128,17 +127,12 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
     import json
     from pathlib import Path
 
-    ovs = _parse_overrides(overrides)
-    from rlc.core.diagnostics import has_errors, render_json, render_text
-    from rlc.compiler.plan import plan as make_plan
     from rlc.compiler.plan_svg import render_svg, render_table
+    from rlc.core.diagnostics import render_json, render_text
 
-    analysis = _analyze(spec, ovs)
-    diags = list(analysis.diagnostics)
-    if analysis.ok:
-        layout, found = make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
-        diags += found
-    if has_errors(diags):
+    job = _compile(spec, _parse_overrides(overrides))
+    diags = job.diagnostics
+    if not job.ok or job.plan is None:
         if fmt == "json":
             click.echo(render_json(diags, file=spec))
         else:
@@ -146,6 +140,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         sys.exit(EXIT_SPEC)
     if diags and fmt == "text":
         click.echo(render_text(diags, _color(sys.stderr)), err=True)
+    layout = job.plan
     target = Path(svg_path or Path("build") / layout.name / "plan.svg")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -175,19 +170,13 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: 
     """
     from pathlib import Path
 
-    from rlc.compiler.emit import build, write
-    from rlc.compiler.plan import plan as make_plan
+    from rlc.compiler.emit import TARGETS, build, write
 
-    analysis = _analyze(spec, _parse_overrides(overrides))
-    if not analysis.ok:
-        sys.exit(_emit(analysis.diagnostics, fmt, ""))
-    the_plan, plan_diags = make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
-    diags = analysis.diagnostics + plan_diags
-    if any(d.severity == "error" for d in diags):
+    job = _compile(spec, _parse_overrides(overrides))
+    diags = job.diagnostics
+    if not job.ok:
         sys.exit(_emit(diags, fmt, ""))
-    from rlc.compiler.emit import TARGETS
-
-    compiled = build(analysis, the_plan, spec, TARGETS if target == "all" else (target,))
+    compiled = build(job.analysis, job.plan, spec, TARGETS if target == "all" else (target,))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     paths = write(compiled, target)
     listing = ", ".join(str(p.relative_to(target)) for p in paths)
@@ -208,17 +197,20 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
     import json
 
     from rlc.compiler.diff import compare, render_text
-    from rlc.compiler.plan import plan as make_plan
     from rlc.compiler.provenance import trace
+    from rlc.core.diagnostics import render_text as render_diagnostics
 
     ovs = _parse_overrides(overrides)
-    sides = []
+    sides, warnings = [], []
     for path in (a, b):
-        analysis = _analyze(path, ovs)
-        if not analysis.ok:
-            sys.exit(_emit(analysis.diagnostics, fmt, ""))
-        the_plan, _ = make_plan(analysis.spec)
-        sides.append((analysis.spec, trace(analysis.resolution, analysis.doc, analysis.migration), the_plan.to_json()))
+        job = _compile(path, ovs)
+        if not job.ok:
+            sys.exit(_emit(job.diagnostics, fmt, "", file=path))
+        analysis = job.analysis
+        sides.append((analysis.spec, trace(analysis.resolution, analysis.doc, analysis.migration), job.plan.to_json()))
+        warnings += job.diagnostics
+    if warnings and fmt == "text":
+        click.echo(render_diagnostics(warnings, _color(sys.stderr)), err=True)
     result = compare(*sides[0], *sides[1])
     if fmt == "json":
         click.echo(json.dumps({"a": a, "b": b, **result.to_json()}, indent=2, default=str))
@@ -242,19 +234,18 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
     from pathlib import Path
 
     from rlc.compiler.emit import build, write
-    from rlc.compiler.plan import plan as make_plan
 
     sky = shutil.which("sky")
     if sky is None:
         click.echo("rlc launch: SkyPilot's `sky` command is not on PATH; install it with `pip install 'rlc[launch]'` "
                    "(in its own environment: SkyPilot pins click < 8.2) or run `sky launch` on the compiled sky.yaml", err=True)
         sys.exit(EXIT_USAGE)
-    analysis = _analyze(spec, _parse_overrides(overrides))
-    the_plan, plan_diags = (make_plan(analysis.spec) if analysis.ok else (None, []))
-    diags = analysis.diagnostics + plan_diags
-    if any(d.severity == "error" for d in diags):
-        sys.exit(_emit(diags, "text", ""))
-    compiled = build(analysis, the_plan, spec, ("skypilot",))
+    job = _compile(spec, _parse_overrides(overrides))
+    if not job.ok:
+        sys.exit(_emit(job.diagnostics, "text", ""))
+    if job.diagnostics:
+        _emit(job.diagnostics, "text", "")
+    compiled = build(job.analysis, job.plan, spec, ("skypilot",))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     write(compiled, target)
     command = [sky, "launch", str(target / "sky.yaml"), "--cluster", compiled.name, *sky_args]
@@ -276,17 +267,13 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
     from pathlib import Path
 
     from rlc.compiler.emit import build, write
-    from rlc.compiler.plan import plan as make_plan
 
-    analysis = _analyze(spec, _parse_overrides(overrides))
-    the_plan, plan_diags = (make_plan(analysis.spec, lambda key: analysis.doc.locate(tuple(key.split("."))))
-                            if analysis.ok else (None, []))
-    diags = analysis.diagnostics + plan_diags
-    if any(d.severity == "error" for d in diags):
-        sys.exit(_emit(diags, "text", ""))
-    if diags:
-        _emit(diags, "text", "")
-    compiled = build(analysis, the_plan, spec, ("ray",))
+    job = _compile(spec, _parse_overrides(overrides))
+    if not job.ok:
+        sys.exit(_emit(job.diagnostics, "text", ""))
+    if job.diagnostics:
+        _emit(job.diagnostics, "text", "")
+    compiled = build(job.analysis, job.plan, spec, ("ray",))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     write(compiled, target)
     try:

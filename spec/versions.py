@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ruamel.yaml.comments import CommentedMap
+
+from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
+from rlc.core.overrides import Override, apply_overrides
 from rlc.spec import legacy
 from rlc.spec.root import CURRENT_VERSION
 
@@ -70,8 +74,6 @@ class MigrationReport:
 
     def diagnostics(self, doc) -> list:
         """What commands that read specs print: one warning pointing to `rlc migrate`, plus behaviour changes."""
-        from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
-
         what = "legacy override keys" if self.from_overrides else "a legacy SkyRL config (no `version` key)"
         out = [Diagnostic("RLC-W010", WARNING, f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
                           location=Location(doc.name, 0, 0), hint=f"run `rlc migrate {doc.name} --in-place` to update the file and see the report")]
@@ -97,8 +99,6 @@ def migrate_data(data: Any) -> Optional[MigrationReport]:
 
 def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
     """Apply overrides and migrate the document in memory; overrides may use legacy keys either way."""
-    from rlc.core.overrides import apply_overrides
-
     try:
         source = version_of(doc.data)
     except VersionError:
@@ -120,8 +120,6 @@ def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
     apply_overrides(doc, [o for o in overrides if o not in legacy_ovs])
     if not legacy_ovs:
         return None
-    from ruamel.yaml.comments import CommentedMap
-
     scratch = CommentedMap()
     for o in legacy_ovs:
         node = scratch
@@ -132,8 +130,6 @@ def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
     report.steps.append(MIGRATIONS[0].name)
     report.changes = [c for c in legacy.migrate(scratch) if c.kind != "added"]
     scratch.pop("version", None)
-    from rlc.core.overrides import Override
-
     texts = " ".join(o.text for o in legacy_ovs)
     apply_overrides(doc, [Override(k, v, texts) for k, v in _leaves(scratch)])
     return report

@@ -207,7 +207,7 @@ FRAGMENTED = """
 def test_a_layout_larger_than_the_cluster_is_rlc_e210(spec_file, tmp_path):
     # 16 GPUs asked of 16, but after two 6-GPU whole-node bundles no node has 4 GPUs left for the engine.
     path = spec_file(FRAGMENTED)
-    assert run_rlc("validate", str(path)).returncode == 0  # only the planner sees it
+    assert run_rlc("validate", str(path)).returncode == 1  # validate plans too
     text = run_rlc("plan", str(path), cwd=tmp_path)
     assert text.returncode == 1 and "error[RLC-E210]" in text.stderr and "engine 0" in text.stderr
     assert "needs 3 node(s)" in text.stderr and "raise cluster.num_nodes to 3" in text.stderr
