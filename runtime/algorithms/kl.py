@@ -7,7 +7,9 @@ k3 = exp(-delta) + delta - 1.
 
 from __future__ import annotations
 
-from typing import Callable
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -69,3 +71,38 @@ def kl_loss(
 def kl_penalized_rewards(token_rewards: torch.Tensor, kl: torch.Tensor, coef: float) -> torch.Tensor:
     """KL in reward (`use_kl_in_reward`): per-token reward minus coef * KL; a negative coef counts as 0."""
     return token_rewards - max(0.0, coef) * kl
+
+
+KL_ERROR_CLIP = 0.2  # the adaptive controller's proportional error is clipped to +-this, as in SkyRL
+
+
+@dataclass
+class KLController:
+    """The coefficient of the KL penalty in the reward (`trainer.algorithm.kl_ctrl`): fixed, or adapted each step.
+
+    The adaptive rule is SkyRL's: error = clip(kl / kl_target - 1, -0.2, 0.2) and
+    value *= 1 + error * n_rows / horizon, so one update moves the value by at most 20% of n_rows / horizon.
+    """
+
+    kind: str  # fixed | adaptive
+    value: float
+    target: float = 0.1
+    horizon: int = 10000
+
+    @classmethod
+    def from_algorithm(cls, algorithm: Any) -> KLController:
+        """Built from the spec's `trainer.algorithm` (its kl_ctrl knobs, kl_loss_coef as the initial value)."""
+        ctrl = algorithm.kl_ctrl
+        return cls(ctrl.type, float(algorithm.kl_loss_coef), float(ctrl.kl_target), int(ctrl.horizon))
+
+    def update(self, current_kl: float, n_rows: int) -> float:
+        """Take one step's mean KL over `n_rows` rollouts; returns the new value."""
+        if self.kind != "adaptive" or not math.isfinite(current_kl):
+            return self.value
+        if self.target > 0:
+            error = current_kl / self.target - 1
+        else:  # a zero target: any KL is too much
+            error = KL_ERROR_CLIP if current_kl > 0 else 0.0
+        error = max(-KL_ERROR_CLIP, min(KL_ERROR_CLIP, error))
+        self.value *= 1 + error * n_rows / self.horizon
+        return self.value
