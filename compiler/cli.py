@@ -48,6 +48,8 @@ def _emit(diags, fmt: str, ok_line: str, **extra) -> int:
     return EXIT_SPEC if has_errors(diags) else EXIT_OK
 
 
+OUT_DIR = click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
+                       help="Output directory (default build/<name>).")
 FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
                       help="Diagnostics as compiler text (stderr) or JSON (stdout).")
 
@@ -115,7 +117,8 @@ def migrate(old: str, output: str | None, in_place: bool, check: bool, show_diff
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("--svg", "svg_path", type=click.Path(dir_okay=False), help="Write the picture here [default: build/<name>/plan.svg].")
+@click.option("--svg", "svg_path", type=click.Path(dir_okay=False),
+              help="Write the picture here [default: build/<name>/plan.svg].")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="A node x GPU table, or the plan as JSON (stdout).")
 def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) -> None:
@@ -158,8 +161,9 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
-@click.option("--target", "target", type=click.Choice(["skypilot", "ray", "kuberay", "all"]), default="all", show_default=True,
+@OUT_DIR
+@click.option("--target", "target", type=click.Choice(["skypilot", "ray", "kuberay", "all"]), default="all",
+              show_default=True,
               help="Which launch files to write besides resolved.yaml and plan.json.")
 @FORMAT
 def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: str, fmt: str) -> None:
@@ -180,7 +184,8 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: 
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     paths = write(compiled, target)
     listing = ", ".join(str(p.relative_to(target)) for p in paths)
-    sys.exit(_emit(diags, fmt, f"{spec}: compiled to {target}/ ({listing})", out=str(target), content_hash=compiled.digest))
+    sys.exit(_emit(diags, fmt, f"{spec}: compiled to {target}/ ({listing})", out=str(target),
+                   content_hash=compiled.digest))
 
 
 @cli.command()
@@ -222,8 +227,9 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
-@click.option("--sky-arg", "sky_args", multiple=True, help="Extra argument for `sky launch` (repeatable), e.g. --sky-arg=--yes.")
+@OUT_DIR
+@click.option("--sky-arg", "sky_args", multiple=True,
+              help="Extra argument for `sky launch` (repeatable), e.g. --sky-arg=--yes.")
 def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args: tuple[str, ...]) -> None:
     """Compile SPEC, then `sky launch` the SkyPilot task on a cluster named after the job.
 
@@ -238,7 +244,8 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
     sky = shutil.which("sky")
     if sky is None:
         click.echo("rlc launch: SkyPilot's `sky` command is not on PATH; install it with `pip install 'rlc[launch]'` "
-                   "(in its own environment: SkyPilot pins click < 8.2) or run `sky launch` on the compiled sky.yaml", err=True)
+                   "(in its own environment: SkyPilot pins click < 8.2) or run `sky launch` on the compiled sky.yaml",
+                   err=True)
         sys.exit(EXIT_USAGE)
     job = _compile(spec, _parse_overrides(overrides))
     if not job.ok:
@@ -256,7 +263,7 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
+@OUT_DIR
 @click.option("--address", help="Ray address to run on (default: start a local Ray instance).")
 @click.option("--no-progress", is_flag=True, help="Print a line per step instead of a progress bar.")
 def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str | None, no_progress: bool) -> None:

@@ -2,7 +2,8 @@
 
 The driver talks to Ray actors, so nothing enforces these; tests/test_protocols.py checks every engine and worker
 class against them. An engine runs either in the job (hf, vLLM: `LocalEngineProtocol`) or behind a URL
-(`RemoteEngineProtocol`); a worker streams weights over CUDA IPC only where it implements `IPCWeightSourceProtocol` (FSDP).
+(`RemoteEngineProtocol`); a worker streams weights over CUDA IPC only where it implements
+`IPCWeightSourceProtocol` (FSDP).
 """
 
 from __future__ import annotations

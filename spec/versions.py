@@ -75,12 +75,16 @@ class MigrationReport:
     def diagnostics(self, doc) -> list:
         """What commands that read specs print: one warning pointing to `rlc migrate`, plus behaviour changes."""
         what = "legacy override keys" if self.from_overrides else "a legacy SkyRL config (no `version` key)"
-        out = [Diagnostic("RLC-W010", WARNING, f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
-                          location=Location(doc.name, 0, 0), hint=f"run `rlc migrate {doc.name} --in-place` to update the file and see the report")]
+        out = [Diagnostic("RLC-W010", WARNING,
+                          f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
+                          location=Location(doc.name, 0, 0),
+                          hint=f"run `rlc migrate {doc.name} --in-place` to update the file and see the report")]
         for c in self.changes:
             if c.severity in ("error", "warning"):
-                out.append(Diagnostic("RLC-E020" if c.severity == "error" else "RLC-W020", ERROR if c.severity == "error" else WARNING,
-                                      f"migration: {c.describe()}", key=c.old, location=Location(doc.name, c.line, 1 if c.line else 0, doc.line_text(c.line)),
+                error = c.severity == "error"
+                where = Location(doc.name, c.line, 1 if c.line else 0, doc.line_text(c.line))
+                out.append(Diagnostic("RLC-E020" if error else "RLC-W020", ERROR if error else WARNING,
+                                      f"migration: {c.describe()}", key=c.old, location=where,
                                       hint="remove the key or rewrite the setting by hand, then run `rlc migrate`"))
         return out
 
@@ -139,7 +143,8 @@ def _is_legacy_key(key: str) -> bool:
     top = key.split(".")[0]
     if key in legacy.MOVES or key in legacy.SPLITS or legacy.legacy_target(key):
         return True
-    return any(key == d or key.startswith(d + ".") for d, _, _ in legacy.DROPS) or top in ("megatron_config", "deepspeed_config")
+    dropped = any(key == d or key.startswith(d + ".") for d, _, _ in legacy.DROPS)
+    return dropped or top in ("megatron_config", "deepspeed_config")
 
 
 def _leaves(node, prefix: str = ""):
@@ -153,7 +158,8 @@ def _leaves(node, prefix: str = ""):
 
 def _rekey_overrides(doc, report: MigrationReport) -> None:
     """Overrides written with legacy keys are reported at their new paths."""
-    moved = {tuple(c.old.split(".")): c.new for c in report.changes if c.kind in ("moved", "transformed") and c.old and c.new}
+    moved = {tuple(c.old.split(".")): c.new for c in report.changes
+             if c.kind in ("moved", "transformed") and c.old and c.new}
     for path, text in list(doc.overrides.items()):
         if path in moved:
             doc.overrides[tuple(moved[path].split("."))] = text

@@ -25,7 +25,8 @@ def k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 
 
 def k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """Unbiased and non-negative; clamped (log-ratio to +-20, result to +-10) as SkyRL does, so one stray token cannot blow up the loss."""
+    """Unbiased and non-negative; clamped (log-ratio to +-20, result to +-10) as SkyRL does, so one stray token
+    cannot blow up the loss."""
     log_ratio = (ref_log_probs - log_probs).clamp(min=-20.0, max=20.0)
     return (log_ratio.exp() - log_ratio - 1.0).clamp(min=-10.0, max=10.0)
 
