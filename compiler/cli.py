@@ -218,7 +218,8 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
         click.echo(render_diagnostics(warnings, _color(sys.stderr)), err=True)
     result = compare(*sides[0], *sides[1])
     if fmt == "json":
-        click.echo(json.dumps({"a": a, "b": b, **result.to_json()}, indent=2, default=str))
+        body = {"a": a, "b": b, **result.to_json(), "diagnostics": [d.to_json() for d in warnings]}
+        click.echo(json.dumps(body, indent=2, default=str))
     else:
         click.echo(render_text(result, a, b))
     sys.exit(EXIT_OK if result.same else EXIT_SPEC)

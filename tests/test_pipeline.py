@@ -140,3 +140,13 @@ def test_an_override_below_a_scalar_is_a_usage_error_everywhere(tmp_path, fake_s
                  ["diff", str(spec), str(spec), bad], ["launch", str(spec), bad], ["run", str(spec), bad]):
         result = runner.invoke(cli, args)
         assert result.exit_code == 2, (args, result.output)
+
+
+def test_diff_reports_the_warnings_of_both_sides(tmp_path):
+    legacy = tmp_path / "legacy.yaml"
+    legacy.write_text(LEGACY, encoding="utf-8")
+    result = CliRunner().invoke(cli, ["diff", str(legacy), str(legacy), "--format", "json"])
+    assert result.exit_code == 0
+    assert [d["code"] for d in json.loads(result.stdout)["diagnostics"]].count("RLC-W010") == 2
+    text = CliRunner().invoke(cli, ["diff", str(legacy), str(legacy)], env={"NO_COLOR": "1"})
+    assert text.exit_code == 0 and text.stderr.count("warning[RLC-W010]") == 2
