@@ -47,6 +47,28 @@ def written_paths(data: Any, model: SpecModel, prefix: str = "") -> set[str]:
     return out
 
 
+def integral_floats_to_int(data: Any, model: SpecModel, prefix: str = "") -> None:
+    """An integer field written as 1e3 (which the schema accepts) becomes the int 1000, so rules compute exactly.
+
+    Left a float, 1e308 turns products into inf and floor divisions into NaN, which no integer conversion takes.
+    """
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        spec = model.lookup(path)
+        if spec is None:
+            continue
+        if isinstance(value, dict):
+            integral_floats_to_int(value, model, path)
+        elif isinstance(value, float) and value.is_integer() and _takes_int(spec.tp):
+            data[key] = int(value)
+
+
+def _takes_int(tp: Any) -> bool:
+    return tp is int or (int in getattr(tp, "__args__", ()) and float not in getattr(tp, "__args__", ()))
+
+
 def analyze(source: str | Path, overrides: list[Override] = (), model: Optional[SpecModel] = None,
             env: Optional[dict] = None, display: Optional[str] = None) -> Analysis:
     """Everything the compiler can say about a spec file plus overrides, without touching anything else."""
@@ -73,6 +95,7 @@ def analyze_document(doc: Document, overrides: list[Override] = (), model: Optio
     if any(d.code == "RLC-E014" for d in schema_diags):
         return analysis
     explicit = written_paths(data, model) - invalid
+    integral_floats_to_int(data, model)
     typed = model.to_typed(data, frozenset(invalid))
 
     def locate(path: str):

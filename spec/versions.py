@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ruamel.yaml.comments import CommentedMap
+
+from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
+from rlc.core.overrides import Override, apply_overrides
 from rlc.spec import legacy
 from rlc.spec.root import CURRENT_VERSION
 
@@ -70,15 +74,17 @@ class MigrationReport:
 
     def diagnostics(self, doc) -> list:
         """What commands that read specs print: one warning pointing to `rlc migrate`, plus behaviour changes."""
-        from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
-
         what = "legacy override keys" if self.from_overrides else "a legacy SkyRL config (no `version` key)"
-        out = [Diagnostic("RLC-W010", WARNING, f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
-                          location=Location(doc.name, 0, 0), hint=f"run `rlc migrate {doc.name} --in-place` to update the file and see the report")]
+        out = [Diagnostic("RLC-W010", WARNING,
+                          f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
+                          location=Location(doc.name, 0, 0),
+                          hint=f"run `rlc migrate {doc.name} --in-place` to update the file and see the report")]
         for c in self.changes:
             if c.severity in ("error", "warning"):
-                out.append(Diagnostic("RLC-E020" if c.severity == "error" else "RLC-W020", ERROR if c.severity == "error" else WARNING,
-                                      f"migration: {c.describe()}", key=c.old, location=Location(doc.name, c.line, 1 if c.line else 0, doc.line_text(c.line)),
+                error = c.severity == "error"
+                where = Location(doc.name, c.line, 1 if c.line else 0, doc.line_text(c.line))
+                out.append(Diagnostic("RLC-E020" if error else "RLC-W020", ERROR if error else WARNING,
+                                      f"migration: {c.describe()}", key=c.old, location=where,
                                       hint="remove the key or rewrite the setting by hand, then run `rlc migrate`"))
         return out
 
@@ -97,8 +103,6 @@ def migrate_data(data: Any) -> Optional[MigrationReport]:
 
 def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
     """Apply overrides and migrate the document in memory; overrides may use legacy keys either way."""
-    from rlc.core.overrides import apply_overrides
-
     try:
         source = version_of(doc.data)
     except VersionError:
@@ -120,8 +124,6 @@ def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
     apply_overrides(doc, [o for o in overrides if o not in legacy_ovs])
     if not legacy_ovs:
         return None
-    from ruamel.yaml.comments import CommentedMap
-
     scratch = CommentedMap()
     for o in legacy_ovs:
         node = scratch
@@ -132,8 +134,6 @@ def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
     report.steps.append(MIGRATIONS[0].name)
     report.changes = [c for c in legacy.migrate(scratch) if c.kind != "added"]
     scratch.pop("version", None)
-    from rlc.core.overrides import Override
-
     texts = " ".join(o.text for o in legacy_ovs)
     apply_overrides(doc, [Override(k, v, texts) for k, v in _leaves(scratch)])
     return report
@@ -143,7 +143,8 @@ def _is_legacy_key(key: str) -> bool:
     top = key.split(".")[0]
     if key in legacy.MOVES or key in legacy.SPLITS or legacy.legacy_target(key):
         return True
-    return any(key == d or key.startswith(d + ".") for d, _, _ in legacy.DROPS) or top in ("megatron_config", "deepspeed_config")
+    dropped = any(key == d or key.startswith(d + ".") for d, _, _ in legacy.DROPS)
+    return dropped or top in ("megatron_config", "deepspeed_config")
 
 
 def _leaves(node, prefix: str = ""):
@@ -157,7 +158,8 @@ def _leaves(node, prefix: str = ""):
 
 def _rekey_overrides(doc, report: MigrationReport) -> None:
     """Overrides written with legacy keys are reported at their new paths."""
-    moved = {tuple(c.old.split(".")): c.new for c in report.changes if c.kind in ("moved", "transformed") and c.old and c.new}
+    moved = {tuple(c.old.split(".")): c.new for c in report.changes
+             if c.kind in ("moved", "transformed") and c.old and c.new}
     for path, text in list(doc.overrides.items()):
         if path in moved:
             doc.overrides[tuple(moved[path].split("."))] = text

@@ -7,7 +7,9 @@ k3 = exp(-delta) + delta - 1.
 
 from __future__ import annotations
 
-from typing import Callable
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -23,7 +25,8 @@ def k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 
 
 def k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """Unbiased and non-negative; clamped (log-ratio to +-20, result to +-10) as SkyRL does, so one stray token cannot blow up the loss."""
+    """Unbiased and non-negative; clamped (log-ratio to +-20, result to +-10) as SkyRL does, so one stray token
+    cannot blow up the loss."""
     log_ratio = (ref_log_probs - log_probs).clamp(min=-20.0, max=20.0)
     return (log_ratio.exp() - log_ratio - 1.0).clamp(min=-10.0, max=10.0)
 
@@ -71,29 +74,41 @@ def kl_penalized_rewards(token_rewards: torch.Tensor, kl: torch.Tensor, coef: fl
     return token_rewards - max(0.0, coef) * kl
 
 
-# The adaptive controller moves the coefficient by at most this fraction of itself per full horizon of rows,
-# whatever the measured KL: one noisy batch cannot swing it (the proportional controller of Ziegler et al., 2019).
-ADAPTIVE_KL_CLIP = 0.2
+KL_ERROR_CLIP = 0.2  # the adaptive controller's proportional error is clipped to +-this, as in SkyRL
 
 
+@dataclass
 class KLController:
-    """The coefficient of the KL penalty in the reward: fixed, or adapted towards a target KL.
+    """The coefficient of the KL penalty in the reward (`trainer.algorithm.kl_ctrl`): fixed, or adapted each step.
 
-    Built from `rlc.core.job.KLControl` (trainer.algorithm.kl_ctrl and kl_loss_coef, settled by the compiler).
+    The adaptive rule is SkyRL's: error = clip(kl / kl_target - 1, -0.2, 0.2) and
+    value *= 1 + error * n_rows / horizon, so one update moves the value by at most 20% of n_rows / horizon.
     """
 
-    def __init__(self, kind: str, initial: float, target: float, horizon: int):
-        if kind not in ("fixed", "adaptive"):
-            raise ValueError(f"unknown KL controller {kind!r}")
-        self.kind, self.value, self.target, self.horizon = kind, float(initial), float(target), int(horizon)
+    kind: str  # fixed | adaptive
+    value: float
+    target: float = 0.1
+    horizon: int = 10000
 
     @classmethod
-    def from_decision(cls, control) -> "KLController":
+    def from_algorithm(cls, algorithm: Any) -> KLController:
+        """Built from the spec's `trainer.algorithm` (its kl_ctrl knobs, kl_loss_coef as the initial value)."""
+        ctrl = algorithm.kl_ctrl
+        return cls(ctrl.type, float(algorithm.kl_loss_coef), float(ctrl.kl_target), int(ctrl.horizon))
+
+    @classmethod
+    def from_decision(cls, control: Any) -> KLController:
+        """Built from the compiled job's `rlc.core.job.KLControl` (the same knobs, settled by the compiler)."""
         return cls(control.kind, control.initial, control.target, control.horizon)
 
     def update(self, current_kl: float, n_rows: int) -> float:
-        """Adapt to the KL measured over `n_rows` rows; returns the new coefficient."""
-        if self.kind == "adaptive":
-            error = max(-ADAPTIVE_KL_CLIP, min(ADAPTIVE_KL_CLIP, current_kl / self.target - 1))
-            self.value *= 1 + error * n_rows / self.horizon
+        """Take one step's mean KL over `n_rows` rollouts; returns the new value."""
+        if self.kind != "adaptive" or not math.isfinite(current_kl):
+            return self.value
+        if self.target > 0:
+            error = current_kl / self.target - 1
+        else:  # a zero target: any KL is too much
+            error = KL_ERROR_CLIP if current_kl > 0 else 0.0
+        error = max(-KL_ERROR_CLIP, min(KL_ERROR_CLIP, error))
+        self.value *= 1 + error * n_rows / self.horizon
         return self.value

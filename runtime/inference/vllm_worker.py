@@ -4,7 +4,7 @@
 GPU worker class and `LLM.collective_rpc("rlc_...")` runs these methods on every worker (all TP x PP
 ranks). Inside a worker, `self.model_runner.model.load_weights([(hf_name, tensor), ...])` takes
 checkpoint names and tensors and does the fusing (q/k/v, gate/up) and tensor-parallel slicing itself,
-so every worker receives full tensors (runtime-anchors §2.5).
+so every worker receives full tensors: rlc never shards weights for vLLM.
 
 The worker attributes used here (`model_runner`, `device`, `parallel_config`) are vLLM 0.30's
 (`vllm/v1/worker/worker_base.py`). Only torch is imported at module level: vLLM imports this module
