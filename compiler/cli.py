@@ -184,10 +184,10 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: 
     if not result.ok or result.plan is None:
         sys.exit(_emit(diags, fmt, ""))
     compiled = build(result.analysis, result.plan, spec, TARGETS if target == "all" else (target,))
-    target = Path(out_dir) if out_dir else Path("build") / compiled.name
-    paths = write(compiled, target)
-    listing = ", ".join(str(p.relative_to(target)) for p in paths)
-    sys.exit(_emit(diags, fmt, f"{spec}: compiled to {target}/ ({listing})", out=str(target), content_hash=compiled.digest))
+    out = Path(out_dir) if out_dir else Path("build") / compiled.name
+    paths = write(compiled, out)
+    listing = ", ".join(str(p.relative_to(out)) for p in paths)
+    sys.exit(_emit(diags, fmt, f"{spec}: compiled to {out}/ ({listing})", out=str(out), content_hash=compiled.digest))
 
 
 @cli.command()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from rlc.core.diagnostics import Diagnostic, has_errors
 from rlc.compiler.load import Document, LoadError, load_document
@@ -69,7 +69,7 @@ def _takes_int(tp: Any) -> bool:
     return tp is int or (int in getattr(tp, "__args__", ()) and float not in getattr(tp, "__args__", ()))
 
 
-def analyze(source: str | Path, overrides: list[Override] = (), model: Optional[SpecModel] = None,
+def analyze(source: str | Path, overrides: Sequence[Override] = (), model: Optional[SpecModel] = None,
             env: Optional[dict] = None, display: Optional[str] = None) -> Analysis:
     """Everything the compiler can say about a spec file plus overrides, without touching anything else."""
     try:
@@ -79,7 +79,7 @@ def analyze(source: str | Path, overrides: list[Override] = (), model: Optional[
     return analyze_document(doc, overrides, model, env)
 
 
-def analyze_document(doc: Document, overrides: list[Override] = (), model: Optional[SpecModel] = None,
+def analyze_document(doc: Document, overrides: Sequence[Override] = (), model: Optional[SpecModel] = None,
                      env: Optional[dict] = None) -> Analysis:
     from rlc.spec.versions import upgrade
 
@@ -106,7 +106,7 @@ def analyze_document(doc: Document, overrides: list[Override] = (), model: Optio
     analysis.diagnostics.extend(resolution.diagnostics)
     from rlc.compiler.check import check
 
-    def locate_written(key: str, related: list[str] = ()):
+    def locate_written(key: str, related: Sequence[str] = ()):
         for k in [key, *related]:  # a value set on the command line is the likeliest culprit
             if tuple(k.split(".")) in doc.overrides:
                 return locate(k)

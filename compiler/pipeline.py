@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from rlc.compiler.frontend import Analysis, analyze
 from rlc.compiler.plan import plan as make_plan
@@ -33,12 +33,12 @@ class CompileResult:
         return sum(1 for d in self.diagnostics if d.severity == "warning")
 
 
-def compile_job(source: str | Path, overrides: list[Override] = (), env: Optional[dict] = None) -> CompileResult:
+def compile_job(source: str | Path, overrides: Sequence[Override] = (), env: Optional[dict] = None) -> CompileResult:
     """Everything the compiler can say about a spec plus overrides, and its plan when it has no errors."""
     analysis = analyze(source, list(overrides), env=env)
     diags = list(analysis.diagnostics)
     the_plan = None
-    if analysis.ok:
+    if analysis.ok and analysis.doc is not None:
         doc = analysis.doc
         the_plan, found = make_plan(analysis.spec, lambda key: doc.locate(tuple(key.split("."))))
         diags += found

@@ -149,7 +149,7 @@ def _plain(value: Any) -> Any:
 def _build(tp: Any, value: Any) -> Any:
     """A value of type `tp` from its plain JSON form; TypeError when it does not have that form."""
     origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise TypeError(f"{tp.__name__}: expected an object, got {value!r}")
         hints = typing.get_type_hints(tp)

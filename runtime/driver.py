@@ -89,7 +89,7 @@ class Driver:
 
     # -- data ---------------------------------------------------------------------------------------------
 
-    def _rows(self, paths: list[str]) -> list[dict]:
+    def _rows(self, paths: list[str]) -> list[tuple[dict, list[int]]]:
         if self.env.name == "synthetic" and paths and not all(expand(p).exists() for p in paths):
             directory = expand(paths[0]).parent
             synthetic(directory, seed=self.spec.trainer.seed)
@@ -306,10 +306,28 @@ class Driver:
         return torch.cat(self.cluster.collected(role, outs))
 
     def _step(self, ray, step: int, rows, rollouts: list[Rollout] | None = None) -> dict:
-        """One training step on `rows`; `rollouts` are given when they were generated ahead (fully async)."""
-        t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
+        """One training step on `rows`, phase by phase; `rollouts` are given when they were generated ahead."""
         metrics: dict[str, float] = {}
         started = time.monotonic()
+        rollouts = self._rollouts(ray, step, rows, rollouts, metrics)
+        generated = time.monotonic()
+        batch = self._scored_batch(ray, rollouts, metrics)
+        train_started = time.monotonic()
+        self._update(ray, batch, metrics)
+        trained = time.monotonic()
+        self._sync_weights(ray, version=step)
+        done = time.monotonic()
+        metrics.update(self._rollout_metrics(rollouts, batch))
+        # Generated ahead (fully async), the step's own generation time is only the wait for it.
+        gen_span = (done if self.spec.trainer.fully_async.enabled else generated) - started
+        metrics.update(tokens_per_s=sum(len(r.response_ids) for r in rollouts) / max(gen_span, 1e-9),
+                       step_time=done - started, generate_time=generated - started, train_time=trained - train_started,
+                       sync_time=done - trained)
+        return metrics
+
+    def _rollouts(self, ray, step: int, rows, rollouts: list[Rollout] | None, metrics: dict) -> list[Rollout]:
+        """Generation: the engines sample the step's rows (unless fully async already did), then dynamic sampling."""
+        g, a = self.spec.generator, self.spec.trainer.algorithm
         sampling = self.decisions.train_sampling
         self._apply(ray, self.colocation.before_generate())
         if rollouts is None:
@@ -318,7 +336,12 @@ class Driver:
             rollouts, sampled = self._dynamic_sampling(ray, step, rows, rollouts, sampling, g.n_samples_per_prompt)
             metrics.update(sampled)
         self._apply(ray, self.colocation.after_generate())
-        generated = time.monotonic()
+        return rollouts
+
+    def _scored_batch(self, ray, rollouts: list[Rollout], metrics: dict) -> dict:
+        """The batch with what the updates need: masks, values, reference and old log-probs, off-policy weights,
+        rewards (KL-penalized when asked) and advantages."""
+        t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
         batch = to_batch(rollouts, self.tokenizer.pad_token_id, mask_truncated=g.apply_overlong_filtering)
         if g.zero_reward_on_non_stop:
             metrics["zeroed_non_stop_fraction"] = sum(r.zeroed for r in rollouts) / len(rollouts)
@@ -357,7 +380,11 @@ class Driver:
             metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl.value
             self.kl.update(mean_kl, len(rollouts))
         batch["advantages"], batch["returns"] = self._advantages(rewards, mask, batch)
-        train_started = time.monotonic()
+        return batch
+
+    def _update(self, ray, batch: dict, metrics: dict) -> None:
+        """Training: the critic, then the policy, over mini-batches x update_epochs_per_batch."""
+        t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
         sums: dict[str, float] = {}
         updates = {"policy": 0, "critic": 0}
         inert_rows = policy_rows = 0
@@ -374,36 +401,30 @@ class Driver:
                         mb, tot, left_out = rows_that_train(mb, tot, a, self.layouts[role][0]["dp_size"])
                         inert_rows += left_out
                     results = self.cluster.collected(role, ray.get([w.train_mini_batch.remote(s, tot)
-                                                             for w, s in zip(workers, self.cluster.shards(role, mb))]))
+                                                                    for w, s in zip(workers, self.cluster.shards(role, mb))]))
                     for k in results[0]:
                         # Loss metrics are per-rank shares of the mini-batch; the optimizer's are the same on every rank.
                         value = results[0][k] if k in ("grad_norm", "lr", "skipped") else sum(r[k] for r in results)
                         sums[f"{role}/{k}"] = sums.get(f"{role}/{k}", 0.0) + value
                     updates[role] += 1
             self._apply(ray, self.colocation.after_train(role))
-        trained = time.monotonic()
-        self._sync_weights(ray, version=step)
-        done = time.monotonic()
         for k, v in sums.items():
             role, name = k.split("/", 1)
             metrics[name if role == "policy" else k] = v / max(1, updates[role])
         if policy_rows:  # the share of the policy's rows left out of its updates (their loss and gradient are 0)
             metrics["inert_row_fraction"] = inert_rows / policy_rows
+
+    def _rollout_metrics(self, rollouts: list[Rollout], batch: dict) -> dict:
         tokens = sum(len(r.response_ids) for r in rollouts)
         real = batch["attention_mask"][:, batch["prompt_len"]:].bool()
-        recomputed = "old_logprobs" in batch and not t.fully_async.enabled  # async: they are the rollout's own
+        recomputed = "old_logprobs" in batch and not self.spec.trainer.fully_async.enabled  # async: the rollout's own
         diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real] if recomputed else torch.empty(0)
-        metrics.update(
+        return dict(
             reward=sum(r.reward for r in rollouts) / len(rollouts),
             response_length=tokens / len(rollouts),
             stop_fraction=sum(r.finish_reason == "stop" for r in rollouts) / len(rollouts),
-            # Generated ahead (fully async), the step's own generation time is only the wait for it.
-            tokens_per_s=tokens / max((done if t.fully_async.enabled else generated) - started, 1e-9),
             **({"logprob_diff_max": float(diff.max())} if diff.numel() else {}),
-            step_time=done - started, generate_time=generated - started, train_time=trained - train_started,
-            sync_time=done - trained,
         )
-        return metrics
 
     def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: dict):
         a = self.spec.trainer.algorithm
@@ -431,6 +452,7 @@ class Driver:
         """Carry out the colocation state machine's actions, in order (each waits for all ranks / engines)."""
         for act in actions:
             if act.op == "send_weights":
+                assert version is not None, "a weight update names the weights' version"
                 self.weights.send(version)
             elif act.target == "engines":
                 # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
@@ -489,21 +511,19 @@ class _Ahead:
         self.in_flight = max(1, min(self.staleness + 1, t.fully_async.num_parallel_generation_workers // t.train_batch_size))
         self.sampling, self.n = driver.decisions.train_sampling, g.n_samples_per_prompt
         self.pending: dict[int, tuple[int, list, list]] = {}  # step -> (weights version, rows, refs)
-        self.next = None
+        self.next: int | None = None
 
     def batch_for(self, step: int):
         """Rows, rollouts and staleness of `step`'s batch; tops up the batches in flight first."""
         version = step - 1  # weights the engines hold once the previous step's sync has run
-        if self.next is None:
-            self.next = step
-        while (self.next <= self.total and len(self.pending) < self.in_flight
-               and self.next - 1 - version <= self.staleness):
-            rows = self.d._rows_for(self.next)
-            self.pending[self.next] = (version, rows, self.d._dispatch(self.ray, rows, self.sampling, self.n, self.next))
-            self.next += 1
+        n = step if self.next is None else self.next
+        while n <= self.total and len(self.pending) < self.in_flight and n - 1 - version <= self.staleness:
+            rows = self.d._rows_for(n)
+            self.pending[n] = (version, rows, self.d._dispatch(self.ray, rows, self.sampling, self.n, n))
+            n += 1
+        self.next = n
         dispatched, rows, refs = self.pending.pop(step)
         return rows, self.d._collect(self.ray, rows, refs), step - 1 - dispatched
-
 
 def run(job: CompiledJob, *, address: str | None = None, progress: bool = True) -> RunResult:
     return Driver(job, address=address, progress=progress).run()

@@ -121,7 +121,7 @@ class Cluster:
             actor.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus,
                           # No group in the plan: Ray places the rank by its resources alone.
                           scheduling_strategy=(self._on_bundle(groups[role.placement_group], bundle)
-                                               if role.placement_group else None),
+                                               if role.placement_group and bundle is not None else None),
                           runtime_env={"env_vars": env} if env else None)
             .remote(settings, getattr(t, role.name), t.algorithm, rank, world)
             for rank, (_node, _gpu, bundle) in enumerate(role.ranks)
