@@ -26,6 +26,8 @@ ODD_VALUES: list[Any] = [math.nan, math.inf, -math.inf, 10**30, -(10**12), -1, 0
 NUMBERS: list[float] = [math.nan, math.inf, -math.inf, 1e308, -1e308, 1e-320, -0.0, 0.0, -1.5, 3.5, 1e9]
 INTEGERS: list[int] = [0, -1, -7, 3, 7, 1000, 10**9, 2**40, 2**63, -(2**63), 10**30]
 
+ODD_OVERRIDES = [".nan", ".inf", "-1", "1e400", "[1, x]", "{}", "null", "x", "1e308", "0", "'3'"]
+
 
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
     out = []
@@ -91,9 +93,11 @@ def fuzz(seed: int, rounds: int, tmp: Path) -> None:
         spec = tmp / f"spec{i}.yaml"
         with spec.open("w", encoding="utf-8") as f:
             YAML(typ="safe").dump(doc, f)
-        for args in (["validate", str(spec), "--format", "json"], ["plan", str(spec), "--format", "json",
-                     "--svg", str(tmp / "plan.svg")], ["compile", str(spec), "-o", str(tmp / f"out{i}")],
-                     ["diff", str(source), str(spec), "--format", "json"]):
+        keys = [".".join(p) for p in _paths(doc) if all(isinstance(k, str) for k in p)]
+        ovs = [f"{rng.choice(keys)}={rng.choice(ODD_OVERRIDES)}"] if keys and rng.random() < 0.3 else []
+        for args in (["validate", str(spec), *ovs, "--format", "json"], ["plan", str(spec), *ovs, "--format", "json",
+                     "--svg", str(tmp / "plan.svg")], ["compile", str(spec), *ovs, "-o", str(tmp / f"out{i}")],
+                     ["diff", str(source), str(spec), *ovs, "--format", "json"]):
             _check(runner.invoke(cli, args), args)
 
 
