@@ -129,9 +129,9 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
     from pathlib import Path
 
     ovs = _parse_overrides(overrides)
-    from rlc.core.diagnostics import has_errors, render_json, render_text
     from rlc.compiler.plan import plan as make_plan
     from rlc.compiler.plan_svg import render_svg, render_table
+    from rlc.core.diagnostics import has_errors, render_json, render_text
 
     analysis = _analyze(spec, ovs)
     diags = list(analysis.diagnostics)
@@ -296,9 +296,9 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
         click.echo(f"rlc run: the runtime is not installed ({exc}); pip install 'rlc[runtime]'", err=True)
         sys.exit(EXIT_USAGE)
     try:
+        import ray  # noqa: F401
         import torch  # noqa: F401
         import transformers  # noqa: F401
-        import ray  # noqa: F401
     except ImportError as exc:
         click.echo(f"rlc run: the runtime needs {exc.name}; pip install 'rlc[runtime]'", err=True)
         sys.exit(EXIT_USAGE)

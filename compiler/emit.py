@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlc.compiler.emit_resolved import render
-from rlc.core.digest import content_hash
 from rlc.compiler.provenance import trace
+from rlc.core.digest import content_hash
 
 RESOLVED, PLAN = "resolved.yaml", "plan.json"
 

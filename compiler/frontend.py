@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from rlc.core.diagnostics import Diagnostic, has_errors
 from rlc.compiler.load import Document, LoadError, load_document, to_plain
-from rlc.core.overrides import Override
 from rlc.compiler.resolve import Resolution, resolve
 from rlc.compiler.validate import validate
+from rlc.core.diagnostics import Diagnostic, has_errors
+from rlc.core.overrides import Override
 from rlc.spec.model import SpecModel, default_model
 
 
 @dataclass
 class Analysis:
-    doc: Optional[Document]
-    resolution: Optional[Resolution] = None
+    doc: Document | None
+    resolution: Resolution | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     migration: Any = None  # the MigrationReport when the file (or an override) was legacy
 
@@ -46,8 +46,8 @@ def written_paths(data: Any, model: SpecModel, prefix: str = "") -> set[str]:
     return out
 
 
-def analyze(source: str | Path, overrides: list[Override] = (), model: Optional[SpecModel] = None,
-            env: Optional[dict] = None, display: Optional[str] = None) -> Analysis:
+def analyze(source: str | Path, overrides: list[Override] = (), model: SpecModel | None = None,
+            env: dict | None = None, display: str | None = None) -> Analysis:
     """Everything the compiler can say about a spec file plus overrides, without touching anything else."""
     try:
         doc = load_document(source, display)
@@ -56,8 +56,8 @@ def analyze(source: str | Path, overrides: list[Override] = (), model: Optional[
     return analyze_document(doc, overrides, model, env)
 
 
-def analyze_document(doc: Document, overrides: list[Override] = (), model: Optional[SpecModel] = None,
-                     env: Optional[dict] = None) -> Analysis:
+def analyze_document(doc: Document, overrides: list[Override] = (), model: SpecModel | None = None,
+                     env: dict | None = None) -> Analysis:
     from rlc.spec.versions import upgrade
 
     model = model or default_model()

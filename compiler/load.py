@@ -10,10 +10,10 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from rlc.core.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
-from rlc.core.plain import plain_yaml as to_plain
+from rlc.core.plain import plain_yaml as to_plain  # noqa: F401 (frontend and the tests import it from here)
 
 MAX_BYTES = 1 << 20  # 1 MiB; real configs are tens of KiB
 MAX_NODES = 100_000  # nodes after alias expansion (billion-laughs guard)
@@ -54,7 +54,7 @@ class Document:
     def lines(self) -> list[str]:
         return self.text.splitlines()
 
-    def line_text(self, line: int) -> Optional[str]:
+    def line_text(self, line: int) -> str | None:
         lines = self.lines
         return lines[line - 1] if 0 < line <= len(lines) else None
 
@@ -64,7 +64,7 @@ class Document:
             if tuple(path[:n]) in self.overrides:
                 return Location(COMMAND_LINE, 0, 0, self.overrides[tuple(path[:n])])
         node = self.data
-        best: Optional[tuple[int, int]] = None
+        best: tuple[int, int] | None = None
         for i, part in enumerate(path):
             last = i == len(path) - 1
             pos = _child_pos(node, part, key and last)
@@ -81,7 +81,7 @@ class Document:
         return Location(self.name, line, col, self.line_text(line))
 
 
-def _child_pos(node: Any, part: Any, key: bool) -> Optional[tuple[int, int]]:
+def _child_pos(node: Any, part: Any, key: bool) -> tuple[int, int] | None:
     lc = getattr(node, "lc", None)
     if lc is None:
         return None
@@ -105,11 +105,11 @@ def _yaml():
     return y
 
 
-def _diag(code: str, message: str, name: str, line: int = 0, col: int = 0, text: Optional[str] = None, hint: Optional[str] = None) -> Diagnostic:
+def _diag(code: str, message: str, name: str, line: int = 0, col: int = 0, text: str | None = None, hint: str | None = None) -> Diagnostic:
     return Diagnostic(code, ERROR, message, location=Location(name, line, col, text), hint=hint)
 
 
-def read_text(path: Path, name: Optional[str] = None) -> str:
+def read_text(path: Path, name: str | None = None) -> str:
     """The file's text, or LoadError for unreadable, oversize or non-UTF-8 files."""
     name = name or str(path)
     try:
@@ -154,7 +154,7 @@ def parse(text: str, name: str) -> Any:
 
     lines = text.splitlines()
 
-    def at(mark) -> tuple[int, int, Optional[str]]:
+    def at(mark) -> tuple[int, int, str | None]:
         if mark is None:
             return 0, 0, None
         line = mark.line + 1
@@ -182,13 +182,13 @@ def parse(text: str, name: str) -> Any:
     return data
 
 
-def _first_occurrence(lines: list[str], exc, line: int, col: int) -> Optional[int]:
+def _first_occurrence(lines: list[str], exc, line: int, col: int) -> int | None:
     """Line of the first of two duplicate keys: same key, same indentation, earlier in the mapping."""
     m = re.search(r'duplicate key "(.*?)"', exc.problem or "")
     if not m:
         return None
     start = exc.context_mark.line if exc.context_mark else 0
-    pattern = re.compile(r"^\s{%d}[\"']?%s[\"']?\s*:" % (max(col - 1, 0), re.escape(m.group(1))))
+    pattern = re.compile(rf"^\s{{{max(col - 1, 0)}}}[\"']?{re.escape(m.group(1))}[\"']?\s*:")
     for n in range(start, line - 1):
         if pattern.match(lines[n]):
             return n + 1
@@ -200,7 +200,7 @@ def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
 
     sizes: dict[int, int] = {}
 
-    def tag_of(node: Any) -> Optional[str]:
+    def tag_of(node: Any) -> str | None:
         tag = getattr(node, "tag", None)
         return getattr(tag, "value", None) if tag is not None else None
 
@@ -237,7 +237,7 @@ def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
     visit(data, None, None, 0)
 
 
-def load_document(path: str | Path, display: Optional[str] = None) -> Document:
+def load_document(path: str | Path, display: str | None = None) -> Document:
     """Read, decode and parse a spec file; LoadError unless its top level is a mapping."""
     p = Path(path)
     name = display or str(path)

@@ -6,7 +6,6 @@ standing for those in between, so that a 1024-node plan stays one screen (the JS
 
 from __future__ import annotations
 
-from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
 from rlc.compiler.plan import node_ranges
@@ -17,7 +16,7 @@ ROLE_NAMES = {"P": "policy", "R": "ref", "C": "critic", "E": "engine"}
 FILL = {"P": "#cfe0f3", "R": "#d3ebcd", "C": "#fcdcbf", "E": ("#e6d6ef", "#d3bde2")}  # engines alternate
 
 
-def shown_nodes(plan: Plan) -> list[Optional[int]]:
+def shown_nodes(plan: Plan) -> list[int | None]:
     """The node rows to draw; None is the row standing for the nodes left out."""
     if plan.nodes <= SHOW_ALL:
         return list(range(plan.nodes))

@@ -32,10 +32,9 @@ def _header_hash(text: str) -> str:
 
 
 def load(resolved_path: str | Path) -> CompiledJob:
-    from ruamel.yaml import YAML
-
     from rlc.compiler.emit_resolved import content_hash
     from rlc.spec.model import default_model
+    from ruamel.yaml import YAML
 
     path = Path(resolved_path)
     try:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import kl_penalized_rewards, token_kl
@@ -298,9 +297,8 @@ class Driver:
     # -- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from transformers import AutoTokenizer
-
         from rlc.runtime.tracking import Tracker, TrackerError
+        from transformers import AutoTokenizer
 
         t = self.spec.trainer
         self.policy_path = self.model_path(t.policy.model.path)

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+
 class TrackerError(Exception):
     """The configured tracker cannot start."""
 

@@ -7,8 +7,7 @@ treated as absent, so the same code serves left- and right-padded response windo
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import Callable
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 

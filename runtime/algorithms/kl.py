@@ -7,7 +7,7 @@ k3 = exp(-delta) + delta - 1.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -9,7 +9,8 @@ options read from trainer.algorithm by `policy_loss_options`.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-
 from rlc.runtime.inference.decode import LeanDecoder, unsupported
 
 
@@ -30,7 +29,7 @@ class Sampling:
     additional_kwargs: dict = field(default_factory=dict)  # passed to the vllm engine's SamplingParams as is
 
     @classmethod
-    def from_spec(cls, params) -> "Sampling":
+    def from_spec(cls, params) -> Sampling:
         return cls(
             max_generate_length=params.max_generate_length,
             temperature=params.temperature,

@@ -13,7 +13,6 @@ import socket
 from dataclasses import dataclass
 
 import torch
-
 from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import token_weights
 from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_options

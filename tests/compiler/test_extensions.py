@@ -13,10 +13,8 @@ import json
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Optional
 
 import pytest
-
 from conftest import EXAMPLES, run_rlc
 from rlc.spec.algorithm import AlgorithmConfig
 from rlc.spec.extensions import ENTRY_POINT_GROUP, ExtensionError, Extensions
@@ -269,7 +267,7 @@ class PuzzleEnv:
 
     max_number: int = setting(100, "Largest number.", minimum=1)
     allow_negative: bool = setting(False, "Allow negative results.")
-    seed: Optional[int] = setting(None, "Puzzle seed.")
+    seed: int | None = setting(None, "Puzzle seed.")
 
 
 def _extensions() -> Extensions:

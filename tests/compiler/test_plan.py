@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+from conftest import EXAMPLES, run_rlc
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import EXAMPLES, run_rlc
 from rlc.compiler.plan import plan
 from rlc.spec.root import RlcSpec
+
 
 def plan_json(path, *overrides, cwd):
     result = run_rlc("plan", str(path), *overrides, "--format", "json", cwd=cwd)

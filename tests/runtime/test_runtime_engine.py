@@ -15,12 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-
 from rlc.runtime.algorithms.losses import LOSS_REDUCTIONS, reduce_loss, token_weights  # noqa: E402
 from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals  # noqa: E402
 from rlc.runtime.inference.hf import HFEngine, Sampling, _filter_logits  # noqa: E402
 from rlc.runtime.models import ModelPathError, local_path  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 TEXTS = ("copy the digit 7:", "what is 3 plus 4?", "Question: how many apples")
 
@@ -269,9 +268,8 @@ def test_lean_decode_follows_weight_updates(own_engine, reference, prompts):
 
 
 def test_models_lean_decode_does_not_know_keep_the_transformers_forward(tiny_model, tmp_path):
-    from transformers import GPT2Config, LlamaConfig
-
     from rlc.runtime.inference.decode import unsupported
+    from transformers import GPT2Config, LlamaConfig
 
     scaled = LlamaConfig.from_pretrained(tiny_model)
     scaled.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}

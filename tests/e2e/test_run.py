@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLES, rlc_executable, run_rlc
 
 pytest.importorskip("ray")
@@ -174,9 +173,8 @@ def test_lora_trains_only_adapters_and_exports_them_merged(tmp_path, run_env):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "FutureWarning" not in result.stderr
     assert [m["step"] for m in _metrics(tmp_path)] == [1, 2, 3]
-    from transformers import AutoModelForCausalLM
-
     from rlc.runtime.models import local_path
+    from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(local_path("rlc:tiny")).state_dict()
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "exports" / "global_step_3" / "policy").state_dict()

@@ -11,7 +11,6 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-
 from conftest import run_rlc  # noqa: E402
 from rlc.runtime import data, envs  # noqa: E402
 from rlc.runtime.data import DataError, read_rows, write_rows  # noqa: E402
@@ -134,7 +133,7 @@ def test_a_file_that_is_not_parquet_is_refused(tmp_path):
 def test_write_rows_replaces_a_file_whole_or_not_at_all(tmp_path):
     path = tmp_path / "train.parquet"
     write_rows([{"prompt": "old", "answer": "1"}], path)
-    with pytest.raises(Exception):
+    with pytest.raises(pa.ArrowInvalid):
         write_rows([{"prompt": "new", "answer": 1}, {"prompt": "new", "answer": [1, 2]}], path)  # no common type
     assert read_rows([str(path)]) == [{"prompt": "old", "answer": "1"}]
     write_rows([{"prompt": "new", "answer": "2"}], path)

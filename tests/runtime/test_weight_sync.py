@@ -11,7 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.multiprocessing as mp  # noqa: E402
-
 from rlc.runtime.weight_sync import (  # noqa: E402
     BucketEntry,
     WeightMeta,
@@ -51,10 +50,9 @@ def _trainer(rank: int, fsdp_port: int, sync_port: int, model_path: str, out: st
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     def body():
-        from torch.distributed.tensor import DTensor
-
         from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
         from rlc.spec.model import default_model
+        from torch.distributed.tensor import DTensor
 
         spec = default_model().to_typed({"version": 1})
         worker = FSDPWorker(WorkerSettings("policy", model_path), spec.trainer.policy, spec.trainer.algorithm, rank, 2)
@@ -427,7 +425,7 @@ def test_weight_meta_normalises_shapes():
     assert meta == WeightMeta("w", "bfloat16", torch.Size([2, 3]))
     assert meta.torch_dtype is torch.bfloat16 and meta.nbytes == 12
     with pytest.raises(ValueError):
-        WeightMeta("w", "Tensor", (1,)).torch_dtype
+        _ = WeightMeta("w", "Tensor", (1,)).torch_dtype
 
 
 def test_chunk_sizes_count_the_padding_of_the_packed_bucket():
@@ -460,7 +458,7 @@ def test_ipc_buckets_hold_whole_modules_within_the_threshold_and_round_trip():
     assert [e.name for e in buckets[0][1]] == ["embed_tokens.weight"]  # larger than the threshold: alone
     assert buckets[0][0].numel() == 1280
     assert len(buckets) > 3
-    for (buffer, entries), mods in zip(buckets[1:], modules[1:]):
+    for buffer, entries in buckets[1:]:
         assert buffer.numel() <= threshold
         assert all(e.offset % 256 == 0 for e in entries)
     for mods, following in zip(modules, modules[1:]):

@@ -53,14 +53,13 @@ def worker(tiny_model):
 
 
 def test_grpo_steps_on_gsm8k_with_the_hf_engine(worker, tiny_model):
-    from transformers import AutoTokenizer
-
     from rlc.runtime.algorithms.advantages import grpo_advantages
     from rlc.runtime.batch import Rollout, to_batch, totals
     from rlc.runtime.driver import encode_prompt
     from rlc.runtime.envs import make
     from rlc.runtime.envs.gsm8k import INSTRUCTION
     from rlc.runtime.inference.hf import HFEngine, Sampling
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     engine = HFEngine(tiny_model, dtype="bfloat16", device="cuda", tokenizer=tok)
@@ -120,9 +119,8 @@ def test_colocated_offload_and_backload(worker):
 
 
 def test_engine_sleep_and_wake_on_the_gpu(tiny_model):
-    from transformers import AutoTokenizer
-
     from rlc.runtime.inference.hf import HFEngine, Sampling
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     engine = HFEngine(tiny_model, dtype="float32", device="cuda", tokenizer=tok)
@@ -143,10 +141,9 @@ def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
     """strategy megatron on one GPU (tp=1, Megatron's CUDA path, no megatron_cpu): its GRPO loss and gradient norm on a
     fixed batch equal fsdp2's (fp32 on both sides), then a few more steps train."""
     pytest.importorskip("megatron.core")
-    from test_fsdp import _batch
-
     from rlc.runtime.batch import totals
     from rlc.runtime.workers.fsdp import FSDPWorker
+    from test_fsdp import _batch
 
     kl = {"use_kl_loss": True, "kl_loss_coef": 0.1}
     fsdp = _policy_worker(FSDPWorker, tiny_model, "fsdp2", {"optimizer_config": {"lr": 1e-3, "weight_decay": 0.0}},
@@ -200,9 +197,8 @@ def _megatron(tiny_model, strategy_config: dict, *, bf16: bool, lora: dict | Non
 
 def _hf_logprobs(tiny_model, state: dict, batch: dict) -> torch.Tensor:
     """The batch's response log-probs under the plain Hugging Face model holding `state`, fp32 on the GPU."""
-    from transformers import AutoModelForCausalLM
-
     from rlc.runtime.algorithms.losses import token_log_probs
+    from transformers import AutoModelForCausalLM
 
     lm = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     lm.load_state_dict(state, strict=False)  # a tied model's state has no lm_head
@@ -236,9 +232,8 @@ def test_megatron_bf16_checkpoint_offload_export_and_profiler_on_the_gpu(tiny_mo
     a dist_checkpointing checkpoint restores the next step, offload frees the GPU and backload resumes training,
     the exported Hugging Face weights score tokens as the Megatron model does, the profiler traces CUDA kernels."""
     pytest.importorskip("megatron.core")
-    from test_fsdp import _batch
-
     from rlc.runtime.batch import totals
+    from test_fsdp import _batch
 
     prof = tmp_path / "prof"
     meg = _megatron(tiny_model, {"empty_cuda_cache": True, "torch_profiler_config": {
@@ -294,9 +289,8 @@ def test_megatron_lora_on_the_gpu(tiny_model):
     """LoRA on Megatron's parallel layers on CUDA: only adapters train, and the merged weights sent to engines
     score tokens as the adapted model does."""
     pytest.importorskip("megatron.core")
-    from test_fsdp import _batch
-
     from rlc.runtime.batch import totals
+    from test_fsdp import _batch
 
     meg = _megatron(tiny_model, {"lora_config": {"lora_type": "lora"}}, bf16=False, lora={"rank": 4, "alpha": 8}, lr=5e-2)
     batch = _batch(64)

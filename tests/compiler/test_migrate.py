@@ -5,15 +5,12 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS, EXAMPLES, ROOT, run_rlc
 from rlc.compiler.frontend import analyze
 from rlc.compiler.load import document_from_text, to_plain
 from rlc.compiler.migration import migrated_text
-from rlc.spec.legacy import migrate
 from rlc.spec.model import SpecModel
 from rlc.spec.versions import migrate_data
 

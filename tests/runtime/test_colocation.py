@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rlc.runtime.colocation import Colocation
 
 

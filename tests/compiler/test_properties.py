@@ -23,12 +23,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import EXAMPLES, run_rlc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import EXAMPLES, run_rlc
-from rlc.core.diagnostics import render_json, render_text
 from rlc.compiler.frontend import analyze
+from rlc.core.diagnostics import render_json, render_text
 from rlc.core.overrides import OverrideError, parse_override
 from rlc.spec import legacy
 from rlc.spec.model import SpecModel, type_label

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLES, kill_ray_processes_under, run_rlc
 
 pytest.importorskip("ray", reason="Ray is not installed in this environment")

@@ -107,12 +107,11 @@ def test_references_resolve_and_env_stays(spec_file):
 
 
 def test_provenance_names_each_origin(tmp_path):
+    from conftest import EXAMPLES
     from rlc.compiler.emit_resolved import render
+    from rlc.compiler.provenance import trace
     from rlc.core.digest import content_hash
     from rlc.core.overrides import parse_override
-    from rlc.compiler.provenance import trace
-
-    from conftest import EXAMPLES
 
     a = analyze(EXAMPLES / "legacy-skyrl.yaml", [parse_override("trainer.seed=7")], env={})
     origin = trace(a.resolution, a.doc, a.migration)

@@ -260,9 +260,8 @@ def lora_runs(tiny_model, tmp_path_factory):
 def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
     """The adapted Megatron model (tp=2) scores tokens as the plain Hugging Face model with its merged weights does:
     the adapters' tensor-parallel split, canonical_lora's per-projection layout and DoRA's norms are all right."""
-    from transformers import AutoModelForCausalLM
-
     from rlc.runtime.algorithms.losses import token_log_probs
+    from transformers import AutoModelForCausalLM
 
     results, d = lora_runs
     got = results[0][lora_type]

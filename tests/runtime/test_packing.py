@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
-
 from rlc.runtime.algorithms.losses import token_log_probs
 from rlc.runtime.batch import Rollout, to_batch
 from rlc.runtime.packing import pack, packed_forward, packed_kwargs, packing_unsupported, unpack
 from rlc.runtime.workers.fsdp import ValueModel
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 PAD = 0
 SIZES = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

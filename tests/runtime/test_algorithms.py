@@ -9,11 +9,23 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlc.runtime.algorithms.advantages import ADVANTAGE_ESTIMATORS, gae_advantages, grpo_advantages  # noqa: E402
-from rlc.runtime.algorithms.advantages import reinforce_pp_advantages, rloo_advantages  # noqa: E402
+from rlc.runtime.algorithms.advantages import (  # noqa: E402  # noqa: E402
+    ADVANTAGE_ESTIMATORS,
+    gae_advantages,
+    grpo_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
 from rlc.runtime.algorithms.kl import KL_ESTIMATORS, kl_loss, kl_penalized_rewards, token_kl  # noqa: E402
-from rlc.runtime.algorithms.losses import LOSS_REDUCTIONS, POLICY_LOSSES, dual_clip_policy_loss  # noqa: E402
-from rlc.runtime.algorithms.losses import entropy_from_logits, reduce_loss, regular_policy_loss, token_log_probs  # noqa: E402
+from rlc.runtime.algorithms.losses import (  # noqa: E402  # noqa: E402
+    LOSS_REDUCTIONS,
+    POLICY_LOSSES,
+    dual_clip_policy_loss,
+    entropy_from_logits,
+    reduce_loss,
+    regular_policy_loss,
+    token_log_probs,
+)
 from rlc.spec import algorithm as spec  # noqa: E402
 
 F64 = torch.float64
@@ -282,6 +294,6 @@ def test_policy_loss_reductions_and_masked_rows():
 def test_registry_calls_share_one_signature():
     args = (t([[0.0]]), t([[0.0]]), t([[1.0]]), torch.ones(1, 1))
     kwargs = dict(eps_clip_low=0.2, eps_clip_high=0.2, clip_ratio_c=3.0, loss_reduction="token_mean", max_seq_len=4)
-    for name, fn in POLICY_LOSSES.items():
+    for fn in POLICY_LOSSES.values():
         loss, _ = fn(*args, **kwargs)
         close(loss, -1.0)

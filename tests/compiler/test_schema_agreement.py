@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import copy
 
+from conftest import EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
-
-from conftest import EXAMPLES
 from rlc.compiler.load import document_from_text, to_plain
 from rlc.compiler.validate import validate
 from rlc.spec.model import SpecModel

@@ -9,11 +9,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from test_vllm_engine import _weights, fake_vllm  # noqa: E402, F401
-
 from rlc.runtime.inference.vllm import VLLMEngine  # noqa: E402
 from rlc.runtime.weight_sync import WeightGroupExists, close_group, init_group, metas_of, send_weights  # noqa: E402
 from rlc.runtime.workers.fsdp import free_address  # noqa: E402
+from test_vllm_engine import _weights, fake_vllm  # noqa: E402, F401
 
 TIMEOUT = 30
 
@@ -26,7 +25,7 @@ def _join(engine: VLLMEngine, override: bool = False):
         return port, trainer.result(timeout=TIMEOUT)
 
 
-def test_a_second_group_is_refused_without_override_and_replaces_the_first_with_it(fake_vllm):
+def test_a_second_group_is_refused_without_override_and_replaces_the_first_with_it(fake_vllm):  # noqa: F811
     fake_vllm(multiproc=False)
     engine = VLLMEngine("/models/m", engine_args={})
     first, old = _join(engine)

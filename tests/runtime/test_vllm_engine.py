@@ -24,7 +24,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.multiprocessing as mp  # noqa: E402
-
 from rlc.runtime.inference.hf import Sampling  # noqa: E402
 from rlc.runtime.inference.vllm import (  # noqa: E402
     LORA_RANKS,

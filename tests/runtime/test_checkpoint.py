@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-
 from conftest import run_rlc
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.tracking import Tracker, read_metrics

@@ -11,10 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLES, run_rlc
 from rlc.compiler.load import MAX_BYTES, LoadError, document_from_text
-
 
 # --------------------------------------------------------------------------- helpers
 

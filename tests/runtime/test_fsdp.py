@@ -139,7 +139,7 @@ def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
         worker.share_prompts = share
         batch = _batch(worker.model.config.vocab_size)
         calls = []
-        worker.model.register_forward_hook(lambda module, args, kwargs, out: calls.append(kwargs["input_ids"].shape),
+        worker.model.register_forward_hook(lambda module, args, kwargs, out, calls=calls: calls.append(kwargs["input_ids"].shape),
                                            with_kwargs=True)
         logp = worker.forward(batch)
         reference = torch.zeros_like(logp)

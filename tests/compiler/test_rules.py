@@ -8,7 +8,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from rlc.compiler.check import RULES
 from rlc.compiler.frontend import analyze
 
@@ -353,7 +352,7 @@ def test_base_spec_is_valid(tmp_path):
 def test_rules_are_documented():
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
     missing = [r.code for r in RULES if r.code not in doc]
     assert not missing, f"docs/rules.md lacks {missing}"
 

@@ -11,9 +11,17 @@ torch = pytest.importorskip("torch")
 
 from rlc.runtime.algorithms import registry  # noqa: E402
 from rlc.runtime.algorithms.advantages import ADVANTAGE_ESTIMATORS, gae_advantages, grpo_advantages  # noqa: E402
-from rlc.runtime.algorithms.losses import POLICY_TOKEN_LOSSES, clip_cov_token_loss, cispo_token_loss  # noqa: E402
-from rlc.runtime.algorithms.losses import gspo_token_loss, kl_cov_token_loss, policy_loss_options  # noqa: E402
-from rlc.runtime.algorithms.losses import regular_token_loss, sapo_token_loss, token_weights  # noqa: E402
+from rlc.runtime.algorithms.losses import (  # noqa: E402  # noqa: E402  # noqa: E402
+    POLICY_TOKEN_LOSSES,
+    cispo_token_loss,
+    clip_cov_token_loss,
+    gspo_token_loss,
+    kl_cov_token_loss,
+    policy_loss_options,
+    regular_token_loss,
+    sapo_token_loss,
+    token_weights,
+)
 from rlc.spec import algorithm as spec  # noqa: E402
 
 F64 = torch.float64

@@ -12,7 +12,7 @@ import os
 import socket
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 
 from rlc.runtime import megatron_weights as mw  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ("llama", "qwen2")
 LLAMA3_ROPE = {
     "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -55,7 +55,7 @@ def hf_model(family: str, **overrides):
     return cfg, model
 
 
-@lru_cache(maxsize=None)
+@cache
 def hf_state(family: str):
     cfg, model = hf_model(family)
     return cfg, model.state_dict()

@@ -6,7 +6,6 @@ Split from test_run.py so that the two files' end-to-end runs can go to differen
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_rlc
 from test_run import _args, _metrics
 

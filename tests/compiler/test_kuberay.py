@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from ruamel.yaml import YAML
-
 from conftest import EXAMPLES, run_rlc
+from ruamel.yaml import YAML
 
 
 def _docs(tmp_path, example, *extra):

@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLES, run_rlc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import skysim  # noqa: E402
 

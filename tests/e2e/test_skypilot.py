@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
-
 from conftest import EXAMPLES, ROOT, run_rlc
+from ruamel.yaml import YAML
 
 SKY_VENV = ROOT / ".venv-sky"
 
