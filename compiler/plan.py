@@ -75,7 +75,8 @@ class _Nodes:
             while k < span:  # a run of `span` empty nodes, so the block starts on a node boundary
                 self._grow(n + k)
                 n, k = (n + k + 1, 0) if self.used[n + k] else (n, k + 1)
-            block, left = [], size
+            block: list[tuple[int, int]] = []
+            left = size
             for m in range(n, n + span):
                 self.used[m] = min(per, left)
                 block.extend((m, g) for g in range(self.used[m]))

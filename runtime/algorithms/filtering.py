@@ -169,6 +169,7 @@ class DynamicSampler:
         bad = [rows for rows in groups if flat[rows[0]]]
         self._zero_variance += len(bad)
         if self.kind == "filter":
+            assert self.target_groups is not None  # __init__ refuses a filter without it
             self._good += [[offset + i for i in rows] for rows in good]
             if len(self._good) >= self.target_groups:
                 chosen = self._good[: self.target_groups]
