@@ -119,6 +119,7 @@ def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
     assert (export / "critic" / "critic.pt").exists()
 
 
+@pytest.mark.slow
 def test_megatron_tensor_parallel_run_checkpoints_and_exports(tmp_path, run_env, tiny_model):
     """strategy megatron on two CPU slots (tp=2, through megatron_cpu), with a reference model for the KL loss.
     (Resuming a Megatron checkpoint in fresh workers, on another layout, is in test_megatron.py.)"""
@@ -142,6 +143,7 @@ def test_megatron_tensor_parallel_run_checkpoints_and_exports(tmp_path, run_env,
     assert sum(not torch.equal(exported[k], start[k]) for k in start) > len(start) // 2
 
 
+@pytest.mark.slow
 def test_a_tracker_that_cannot_start_stops_the_run_before_ray(tmp_path, run_env):
     try:
         import tensorboard  # noqa: F401
@@ -154,6 +156,7 @@ def test_a_tracker_that_cannot_start_stops_the_run_before_ray(tmp_path, run_env)
     assert "Started a local Ray instance" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_gpu_plan_stops_before_any_model_loads_on_a_machine_without_its_gpus(tmp_path, run_env):
     if torch.cuda.is_available():
         pytest.skip("this machine has GPUs")
@@ -184,6 +187,7 @@ def test_lora_trains_only_adapters_and_exports_them_merged(tmp_path, run_env):
     assert torch.equal(base["model.embed_tokens.weight"], merged["model.embed_tokens.weight"])
 
 
+@pytest.mark.slow
 def test_an_unreachable_remote_engine_is_a_clear_error(tmp_path, run_env):
     extra = ("generator.inference_engine.run_engines_locally=false", "generator.inference_engine.remote_urls=['127.0.0.1:9']",
              "trainer.placement.colocate_all=false")
