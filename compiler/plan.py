@@ -172,7 +172,7 @@ def _group_roles(out: Plan, what: str, members: list[str], d: _Demand, world: di
     total = len(pg.bundles) * d.size
     roles = []
     for m in members:
-        ranks = []
+        ranks: list[tuple[int, int, int | None]] = []
         for r in range(world[m]):
             # Rank r sits on bundle r // g (skyrl-rules.md §4.3); the modulo only keeps a mis-sized ref (RLC-E202) in range.
             k = r % total // d.size
