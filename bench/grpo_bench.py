@@ -495,7 +495,7 @@ def results_section(results: dict, meta: dict) -> str:
           f"micro-batches of {any_size['case']['micro_train']} (train) and {any_size['case']['micro_forward']} "
           "(forward) per rank. "
           + (f"Extra overrides: {', '.join(f'`{o}`' for o in any_size['case']['extra'])}. " if any_size['case']['extra'] else "")
-          + 
+          +
           "Step time: the sum of `step_time` in metrics.jsonl (generate, rewards, old log-probs, advantages, "
           "policy update, weight sync into the engines); start-up (Ray, actors, model loads) and shutdown are "
           "outside it.",
@@ -596,9 +596,9 @@ def main(argv: list[str] | None = None) -> int:
     rlc_exe = find_rlc()
     try:
         import ray
+        import rlc.runtime.driver  # noqa: F401  (the runtime's imports must work here)
         import torch
         import transformers
-        import rlc.runtime.driver  # noqa: F401  (the runtime's imports must work here)
     except ImportError as exc:
         print(f"grpo_bench: rlc's runtime does not import with {sys.executable} ({exc}); "
               "run `make bench-grpo`, or use a venv with `rlc[runtime]`", file=sys.stderr)
@@ -630,11 +630,11 @@ def main(argv: list[str] | None = None) -> int:
             case = prepare(size, steps[size], args.max_generate_length, work, rlc_exe, args.set)
             r = results[size] = {"case": case, "params": count_params(case["model"])}
             per_step = case["job"]["prompts_per_step"] * case["job"]["group"]
-            r["rlc"] = measure(f"{size}: rlc, {steps[size]} steps", lambda: run_rlc(case, work), args)
+            r["rlc"] = measure(f"{size}: rlc, {steps[size]} steps", lambda case=case: run_rlc(case, work), args)
             r["rlc"]["per_step"] = per_step
             r["rlc_rates"] = rates(r["rlc"])
             if peer_py is not None:
-                r["trl"] = measure(f"{size}: TRL, {steps[size]} steps", lambda: run_peer(case, peer_py, work), args)
+                r["trl"] = measure(f"{size}: TRL, {steps[size]} steps", lambda case=case: run_peer(case, peer_py, work), args)
                 r["trl"]["per_step"] = per_step
                 r["trl_rates"] = rates(r["trl"])
                 meta["peer"] = r["trl"]["versions"]

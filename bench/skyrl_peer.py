@@ -77,9 +77,9 @@ def main(argv: list[str]) -> int:
 
     from importlib.metadata import version
 
-    from skyrl_train.utils.utils import validate_cfg  # imports torch and ray
-    from skyrl_train.config.utils import CONFIG_DIR, DEFAULT_CONFIG_NAME  # imports Hydra
     from hydra import compose, initialize_config_dir
+    from skyrl_train.config.utils import CONFIG_DIR, DEFAULT_CONFIG_NAME  # imports Hydra
+    from skyrl_train.utils.utils import validate_cfg  # imports torch and ray
 
     t_imported = time.perf_counter()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):

@@ -32,9 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from results import RESULTS, cpu_model, find_rlc, loadavg, make_venv, nproc, write_section  # bench/results.py
 
@@ -95,7 +95,7 @@ class Case:
         """Wall time of one run of argv, spawn to exit, output captured through pipes."""
         t0 = time.perf_counter()
         proc = subprocess.run(self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              capture_output=True, text=True)
         elapsed = time.perf_counter() - t0
         if proc.returncode != self.expect_rc:
             raise BenchError(f"`{' '.join(self.argv)}` exited {proc.returncode}, expected {self.expect_rc}\n"

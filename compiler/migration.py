@@ -9,12 +9,10 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 import click
-
-from rlc.core.diagnostics import render_text
 from rlc.compiler.load import LoadError, load_document
+from rlc.core.diagnostics import render_text
 
 
 def _indentation(text: str) -> tuple[int, int]:
@@ -62,7 +60,7 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def run_migrate(old: str, output: Optional[str], in_place: bool, check: bool, show_diff: bool, force: bool) -> int:
+def run_migrate(old: str, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool) -> int:
     from rlc.spec.versions import VersionError, migrate_data
 
     try:
@@ -83,7 +81,7 @@ def run_migrate(old: str, output: Optional[str], in_place: bool, check: bool, sh
         click.echo(f"{old}: needs migrating ({len(report.changes)} change(s)); run `rlc migrate {old} --in-place`", err=True)
         return 1
     new_text = migrated_text(doc)
-    target: Optional[Path] = None
+    target: Path | None = None
     if in_place:
         target = Path(old)
     elif output:
@@ -104,7 +102,7 @@ def run_migrate(old: str, output: Optional[str], in_place: bool, check: bool, sh
     return 1 if report.errors else 0
 
 
-def _print_report(old: str, report, target: Optional[Path]) -> None:
+def _print_report(old: str, report, target: Path | None) -> None:
     click.echo(f"{old}: {' then '.join(report.steps)}; {len(report.changes)} change(s)", err=True)
     for line in report.lines():
         click.echo(f"  {line}", err=True)

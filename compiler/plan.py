@@ -22,13 +22,23 @@ The plan's data types and its JSON form live in `rlc.core.plan`, which the runti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
-from rlc.core.diagnostics import ERROR, Diagnostic, Location
 from rlc.compiler.resolve import critic_on, engine_gpus, ref_on
-from rlc.core.plan import (COLOCATED_SHARE, ROLE_LETTERS, SHARED_POLICY_SHARE, SHARED_REF_SHARE, Bundle, Engine,
-                           PlacementGroup, Plan, RemoteEngine, Role)
+from rlc.core.diagnostics import ERROR, Diagnostic, Location
+from rlc.core.plan import (
+    COLOCATED_SHARE,
+    ROLE_LETTERS,
+    SHARED_POLICY_SHARE,
+    SHARED_REF_SHARE,
+    Bundle,
+    Engine,
+    PlacementGroup,
+    Plan,
+    RemoteEngine,
+    Role,
+)
 
 NOT_PLACED = "RLC-E210"
 IE = "generator.inference_engine"
@@ -65,7 +75,8 @@ class _Nodes:
             while k < span:  # a run of `span` empty nodes, so the block starts on a node boundary
                 self._grow(n + k)
                 n, k = (n + k + 1, 0) if self.used[n + k] else (n, k + 1)
-            block, left = [], size
+            block: list[tuple[int, int]] = []
+            left = size
             for m in range(n, n + span):
                 self.used[m] = min(per, left)
                 block.extend((m, g) for g in range(self.used[m]))
@@ -90,7 +101,7 @@ class _Demand:
     first: int = 0  # number of the first block in messages
 
 
-def plan(spec, locate: Callable[[str], Optional[Location]] = lambda key: None) -> tuple[Plan, list[Diagnostic]]:
+def plan(spec, locate: Callable[[str], Location | None] = lambda key: None) -> tuple[Plan, list[Diagnostic]]:
     """The placement plan of a resolved spec, and an RLC-E210 error when it does not fit the cluster."""
     c, p, ie = spec.cluster, spec.trainer.placement, spec.generator.inference_engine
     per_node, nodes = int(c.gpus_per_node), int(c.num_nodes)
@@ -161,7 +172,7 @@ def _group_roles(out: Plan, what: str, members: list[str], d: _Demand, world: di
     total = len(pg.bundles) * d.size
     roles = []
     for m in members:
-        ranks = []
+        ranks: list[tuple[int, int, int | None]] = []
         for r in range(world[m]):
             # Rank r sits on bundle r // g (skyrl-rules.md §4.3); the modulo only keeps a mis-sized ref (RLC-E202) in range.
             k = r % total // d.size

@@ -6,7 +6,6 @@ standing for those in between, so that a 1024-node plan stays one screen (the JS
 
 from __future__ import annotations
 
-from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
 from rlc.compiler.plan import node_ranges
@@ -14,10 +13,11 @@ from rlc.core.plan import ROLE_LETTERS, Plan
 
 SHOW_ALL, HEAD, TAIL = 16, 8, 4
 ROLE_NAMES = {"P": "policy", "R": "ref", "C": "critic", "E": "engine"}
-FILL = {"P": "#cfe0f3", "R": "#d3ebcd", "C": "#fcdcbf", "E": ("#e6d6ef", "#d3bde2")}  # engines alternate
+FILL = {"P": "#cfe0f3", "R": "#d3ebcd", "C": "#fcdcbf"}
+ENGINE_FILLS = ("#e6d6ef", "#d3bde2")  # engines alternate
 
 
-def shown_nodes(plan: Plan) -> list[Optional[int]]:
+def shown_nodes(plan: Plan) -> list[int | None]:
     """The node rows to draw; None is the row standing for the nodes left out."""
     if plan.nodes <= SHOW_ALL:
         return list(range(plan.nodes))
@@ -64,8 +64,8 @@ def summary(plan: Plan) -> list[str]:
         tp_spanning = [x.index for x in plan.engines if x.tp_spans_nodes]
         if spanning:
             lines.append(f"  {len(spanning)} engine(s) span nodes; tensor-parallel groups across nodes in {len(tp_spanning)}")
-    for r in plan.remote_engines:
-        lines.append(f"remote engine {r.index} ({r.kind}): {r.url}, no {unit} here")
+    for remote in plan.remote_engines:
+        lines.append(f"remote engine {remote.index} ({remote.kind}): {remote.url}, no {unit} here")
     return lines
 
 
@@ -124,7 +124,7 @@ def render_svg(plan: Plan) -> str:
     ]
     x = 8
     for letter, name in ROLE_NAMES.items():
-        fill = FILL[letter] if letter != "E" else FILL["E"][0]
+        fill = FILL[letter] if letter != "E" else ENGINE_FILLS[0]
         out.append(_chip(x, 32, 90, f"{letter}: {name}", fill))
         x += 98
     for g in range(plan.gpus_per_node):
@@ -148,7 +148,7 @@ def render_svg(plan: Plan) -> str:
 
 def _fill(label: str) -> str:
     if label[0] == "E":
-        return FILL["E"][int(label[1:].split(".")[0]) % 2]
+        return ENGINE_FILLS[int(label[1:].split(".")[0]) % 2]
     return FILL[label[0]]
 
 

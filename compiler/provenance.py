@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from rlc.compiler.resolve import Resolution
 
@@ -27,7 +28,7 @@ def leaves(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, obj
 
 
-def trace(resolution: Resolution, doc, migration=None, label: Optional[str] = None) -> dict[str, Provenance]:
+def trace(resolution: Resolution, doc, migration=None, label: str | None = None) -> dict[str, Provenance]:
     """Provenance of every leaf of the resolved spec; `label` names the spec file (default: as it was given)."""
     migrated: dict[str, Any] = {}
     if migration is not None:
@@ -61,7 +62,7 @@ def _origin(path: str, resolution: Resolution, doc, migrated: dict, label: str) 
     return Provenance("default")
 
 
-def _derived_from(path: str, resolution: Resolution) -> Optional[list[str]]:
+def _derived_from(path: str, resolution: Resolution) -> list[str] | None:
     for p, sources in resolution.derived.items():
         if path == p or path.startswith(p + "."):
             return sources

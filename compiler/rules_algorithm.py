@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from rlc.compiler.check import Context, num, rule
 from rlc.compiler.resolve import critic_on
 

@@ -7,7 +7,6 @@ import math
 from rlc.compiler.check import Context, num, rule
 from rlc.compiler.resolve import critic_on, ref_on
 
-
 B, MP, MC = "trainer.train_batch_size", "trainer.policy_mini_batch_size", "trainer.critic_mini_batch_size"
 U, F, NS = "trainer.micro_train_batch_size_per_gpu", "trainer.micro_forward_batch_size_per_gpu", "generator.n_samples_per_prompt"
 

@@ -7,7 +7,6 @@ import math
 from rlc.compiler.check import Context, num, rule
 from rlc.compiler.resolve import critic_on, engine_gpus, gpu_demand, ref_on
 
-
 # -- placement (skyrl-rules.md §3.7 C17/C18, §4) ------------------------------------------------------
 
 IE = "generator.inference_engine"

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import re
 import typing
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
-from rlc.core.diagnostics import ERROR, Diagnostic
 from rlc.compiler.load import Document
+from rlc.core.diagnostics import ERROR, Diagnostic
 from rlc.spec import fields as meta
 from rlc.spec import schema
 from rlc.spec.model import _NONE, FieldSpec, SpecModel, _union_args, type_label
@@ -72,10 +73,10 @@ def _matches(tp: Any, value: Any) -> bool:
     if tp is str:
         return isinstance(value, str)
     origin = typing.get_origin(tp)
-    if origin in (list, typing.List):
+    if origin in (list, list):
         (item,) = typing.get_args(tp) or (Any,)
         return isinstance(value, list) and all(_matches(item, v) for v in value)
-    if origin in (dict, typing.Dict) or tp is dict:
+    if origin in (dict, dict) or tp is dict:
         return isinstance(value, dict)
     return False
 
@@ -192,7 +193,7 @@ class _Walker:
                           values={"suggestions": close or elsewhere[:3]})
 
 
-def _legacy_hint(path: str) -> Optional[str]:
+def _legacy_hint(path: str) -> str | None:
     from rlc.spec.legacy import legacy_target
 
     target = legacy_target(path)

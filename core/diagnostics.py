@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
 
 ERROR = "error"
 WARNING = "warning"
@@ -18,7 +19,7 @@ class Location:
     file: str
     line: int  # 1-based; 0 when unknown
     col: int  # 1-based; 0 when unknown
-    text: Optional[str] = None  # the source line (or the override) shown under the message
+    text: str | None = None  # the source line (or the override) shown under the message
 
 
 @dataclass
@@ -26,9 +27,9 @@ class Diagnostic:
     code: str
     severity: str
     message: str
-    key: Optional[str] = None
-    location: Optional[Location] = None
-    hint: Optional[str] = None
+    key: str | None = None
+    location: Location | None = None
+    hint: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     related: list[str] = field(default_factory=list)  # other dotted keys the finding involves
 

@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from rlc.core.plan import Plan
 
@@ -56,8 +56,8 @@ class WorkerSettings:
     temperature: float = 1.0  # the logits' divisor in log-probs: the sampling temperature
     seed: int = 42
     max_seq_len: int = 0  # prompt plus response tokens of one row
-    cpu_slots_per_node: Optional[int] = None  # CPU runs: the node's cores are shared by this many slots
-    memory_snapshot_dir: Optional[str] = None  # record_memory on CUDA: snapshots written at every checkpoint
+    cpu_slots_per_node: int | None = None  # CPU runs: the node's cores are shared by this many slots
+    memory_snapshot_dir: str | None = None  # record_memory on CUDA: snapshots written at every checkpoint
     sample_packing: bool = False  # micro-batches without padding (trainer.use_sample_packing)
     colocated: bool = False  # training shares its GPUs with the inference engines
     total_optimizer_steps: int = 1  # the LR schedule's length: set by the driver from the dataset's size
@@ -75,8 +75,8 @@ class EngineSettings:
     prefix_cache: bool  # the engines keep a prefix cache to reset after a weight update
     adapter_sync: bool  # LoRA under fsdp2: the engines hold the base model and take only the adapters
     lora_rank: int = 0
-    served_model_name: Optional[str] = None
-    cpu_slots_per_node: Optional[int] = None
+    served_model_name: str | None = None
+    cpu_slots_per_node: int | None = None
     vllm_args: tuple[dict, ...] = ()  # vLLM engine keywords, one dict per engine (JSON values only)
 
 
@@ -85,7 +85,7 @@ class WeightSync:
     """How the policy's weights reach the engines after each step."""
 
     transport: str  # gloo | nccl (a broadcast group) | ipc (CUDA IPC buckets) | payload (whole state dicts)
-    backend: Optional[str]  # the broadcast group's collective (gloo | nccl), None when no group is formed
+    backend: str | None  # the broadcast group's collective (gloo | nccl), None when no group is formed
     override_existing_group: bool  # an engine still in another run's weight-update group leaves it
     ipc_threshold_bytes: int = 0
 
@@ -118,7 +118,7 @@ class Decisions:
         return {"version": DECISIONS_VERSION, **_plain(self)}
 
     @classmethod
-    def from_json(cls, data: Any) -> "Decisions":
+    def from_json(cls, data: Any) -> Decisions:
         if not isinstance(data, dict) or data.get("version") != DECISIONS_VERSION:
             raise JobFormatError(f"the runtime decisions are not of version {DECISIONS_VERSION}")
         try:

@@ -18,7 +18,7 @@ reads it back with `Plan.from_json()` (the two round-trip: same plan, same JSON)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 FORMAT = "rlc-plan"
 FORMAT_VERSION = 1
@@ -62,9 +62,9 @@ class PlacementGroup:
 @dataclass
 class Role:
     name: str
-    placement_group: Optional[str]
+    placement_group: str | None
     share: float  # of a GPU (and as many CPUs) per rank actor
-    ranks: list[tuple[int, int, Optional[int]]]  # (node, gpu, bundle) of each rank
+    ranks: list[tuple[int, int, int | None]]  # (node, gpu, bundle) of each rank
 
     @property
     def world_size(self) -> int:
@@ -108,7 +108,7 @@ class Plan:
     nodes_needed: int
     backend: str
     worker_share: float = 1.0
-    engine_group: Optional[str] = None
+    engine_group: str | None = None
     placement_groups: list[PlacementGroup] = field(default_factory=list)
     roles: list[Role] = field(default_factory=list)
     engines: list[Engine] = field(default_factory=list)
@@ -201,7 +201,7 @@ class Plan:
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> "Plan":
+    def from_json(cls, data: Any) -> Plan:
         """The plan that `to_json()` wrote; PlanFormatError when `data` is not one."""
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != FORMAT_VERSION:
             raise PlanFormatError(f"not an rlc plan of version {FORMAT_VERSION}")

@@ -98,7 +98,7 @@ def prune(root: Path, keep: int, current: int | None = None) -> list[Path]:
     Steps above `current` were left by an older run (a fresh start with resume_mode none); they are not
     this run's to count or delete.
     """
-    removed = []
+    removed: list[Path] = []
     for p in _children(root):
         if p.name.startswith(".global_step_"):
             shutil.rmtree(p, ignore_errors=True)

@@ -87,7 +87,7 @@ def _load_records(source: Path) -> list[dict]:
         if line.strip():
             try:
                 records.append(json.loads(line))
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise DataError(f"{source}:{n}: not a JSON line ({exc.msg})") from None
     return records
 

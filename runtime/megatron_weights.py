@@ -269,11 +269,13 @@ def hf_to_megatron(
     for local, i in enumerate(stage_layers(layout.num_layers, pp_size, pp_rank)):
         hf, mg = f"model.layers.{i}.", f"decoder.layers.{local}."
         attn = hf + "self_attn."
-        qkv = _qkv(*(hf_state[f"{attn}{p}_proj.weight"] for p in "qkv"), layout)
+        qkv = _qkv(hf_state[attn + "q_proj.weight"], hf_state[attn + "k_proj.weight"], hf_state[attn + "v_proj.weight"],
+                   layout)
         out[mg + norm_in] = hf_state[hf + "input_layernorm.weight"]
         out[mg + "self_attention.linear_qkv.weight"] = _shard(qkv, 0, tp_rank, tp_size)
         if layout.qkv_bias:
-            bias = _qkv(*(hf_state[f"{attn}{p}_proj.bias"] for p in "qkv"), layout)
+            bias = _qkv(hf_state[attn + "q_proj.bias"], hf_state[attn + "k_proj.bias"], hf_state[attn + "v_proj.bias"],
+                        layout)
             out[mg + "self_attention.linear_qkv.bias"] = _shard(bias, 0, tp_rank, tp_size)
         out[mg + "self_attention.linear_proj.weight"] = _shard(hf_state[attn + "o_proj.weight"], 1, tp_rank, tp_size)
         out[mg + norm_mlp] = hf_state[hf + "post_attention_layernorm.weight"]
@@ -308,7 +310,10 @@ def megatron_to_hf(name: str, shards: list, layout: Layout) -> list[tuple[str, t
         return [("model.embed_tokens.weight", torch.cat(shards)[: layout.vocab_size])]
     if name == "decoder.final_layernorm.weight":
         return [("model.norm.weight", shards[0])]
-    i, leaf = _LAYER.match(name).groups()
+    m = _LAYER.match(name)
+    if m is None:
+        raise ValueError(f"not a Megatron weight this conversion knows: {name}")
+    i, leaf = m.groups()
     hf = f"model.layers.{i}."
     norm_in, norm_mlp = _norm_names(layout)
     if leaf == norm_in:

@@ -9,6 +9,8 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
 
 class TrackerError(Exception):
     """The configured tracker cannot start."""
@@ -26,7 +28,7 @@ class Tracker:
         self._trim(start_step)
         self._file = self.path.open("a", encoding="utf-8")
         self.total, self.logger = total_steps, logger
-        self._backend = None
+        self._backend: Any = None  # a wandb run or a tensorboard SummaryWriter
         try:
             if logger == "wandb":
                 import wandb

@@ -2,7 +2,6 @@
 
 
 from dataclasses import dataclass
-from typing import Optional
 
 from rlc.spec.fields import section, setting
 
@@ -27,7 +26,7 @@ class SAPOConfig:
 
 @dataclass
 class DynamicSamplingConfig:
-    type: Optional[str] = setting(None, "Dynamic sampling strategy; null disables.", enum=("filter", "replace"))
+    type: str | None = setting(None, "Dynamic sampling strategy; null disables.", enum=("filter", "replace"))
     max_sample_batches: int = setting(30, "Most batches sampled per step; -1 samples forever.")
     min_replace_ratio: float = setting(0.3, "Least share of good samples used to replace bad ones (replace).", minimum=0, maximum=1)
 
@@ -53,22 +52,22 @@ class CISPOConfig:
 
 @dataclass
 class OffPolicyCorrectionConfig:
-    tis_ratio_type: Optional[str] = setting(
+    tis_ratio_type: str | None = setting(
         None, "Truncated importance sampling of old-policy vs rollout log-probs; null disables.", enum=("token", "sequence")
     )
     token_tis_ratio_clip_high: float = setting(2.0, "Token TIS ratio cap (tis_ratio_type=token).", exclusive_minimum=0)
     sequence_tis_ratio_clip_high: float = setting(5.0, "Sequence TIS ratio cap (tis_ratio_type=sequence).", exclusive_minimum=0)
-    sequence_mask_metric: Optional[str] = setting(
+    sequence_mask_metric: str | None = setting(
         None, "Mask sequences whose cumulative ratio leaves its band; null disables.", enum=("product", "geometric")
     )
     geo_mask_high: float = setting(1.01, "Upper band of the geometric-mean ratio.")
     geo_mask_low: float = setting(0.99, "Lower band of the geometric-mean ratio.")
     product_mask_high: float = setting(2.0, "Upper band of the product ratio.")
     product_mask_low: float = setting(0.5, "Lower band of the product ratio.")
-    outlier_token_is_threshold_low: Optional[float] = setting(None, "Mask a sequence holding a token ratio below this.")
-    outlier_token_is_threshold_high: Optional[float] = setting(None, "Mask a sequence holding a token ratio above this.")
-    token_mask_is_threshold_low: Optional[float] = setting(None, "Mask tokens whose ratio is below this.")
-    token_mask_is_threshold_high: Optional[float] = setting(None, "Mask tokens whose ratio is above this.")
+    outlier_token_is_threshold_low: float | None = setting(None, "Mask a sequence holding a token ratio below this.")
+    outlier_token_is_threshold_high: float | None = setting(None, "Mask a sequence holding a token ratio above this.")
+    token_mask_is_threshold_low: float | None = setting(None, "Mask tokens whose ratio is below this.")
+    token_mask_is_threshold_high: float | None = setting(None, "Mask tokens whose ratio is above this.")
 
 
 @dataclass
@@ -81,7 +80,7 @@ class AlgorithmConfig:
     kl_loss_coef: float = setting(0.001, "KL loss coefficient (initial coefficient for KL-in-reward).", minimum=0)
     use_entropy_loss: bool = setting(False, "Add an entropy bonus to the policy loss.")
     entropy_loss_coef: float = setting(0.01, "Entropy bonus coefficient.")
-    temperature: Optional[float] = setting(
+    temperature: float | None = setting(
         None, "Logit temperature in the loss; derived from generator.sampling_params.temperature.", minimum=0
     )
     advantage_batch_normalize: bool = setting(False, "Normalize advantages over the training batch.")
@@ -104,6 +103,6 @@ class AlgorithmConfig:
     clip_cov: ClipCovConfig = section(ClipCovConfig, "Clip-Cov settings (policy_loss_type=clip_cov).")
     kl_cov: KLCovConfig = section(KLCovConfig, "KL-Cov settings (policy_loss_type=kl_cov).")
     cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
-    max_seq_len: Optional[int] = setting(
+    max_seq_len: int | None = setting(
         None, "Sequence-length normalizer of seq_mean_token_sum_norm; derived as max_input_length + max_generate_length.", minimum=1
     )

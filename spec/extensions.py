@@ -15,8 +15,8 @@ A package declares an entry point in the group ``rlc.extensions`` that names a c
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 ENTRY_POINT_GROUP = "rlc.extensions"
 

@@ -2,7 +2,7 @@
 
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from rlc.spec.fields import section, setting
 
@@ -17,9 +17,9 @@ class SamplingParams:
     top_p: float = setting(1.0, "Nucleus sampling mass.", exclusive_minimum=0, maximum=1)
     min_p: float = setting(0.0, "Minimum token probability relative to the top token.", minimum=0, maximum=1)
     top_k: int = setting(-1, "Top-k sampling; -1 disables.", minimum=-1)
-    logprobs: Optional[int] = setting(1, "Log-probs returned per token: 0 or 1 (the chosen token's).", minimum=0)
-    stop: Optional[List[str]] = setting(None, "Stop strings.")
-    additional_kwargs: Optional[Dict[str, Any]] = setting(
+    logprobs: int | None = setting(1, "Log-probs returned per token: 0 or 1 (the chosen token's).", minimum=0)
+    stop: list[str] | None = setting(None, "Stop strings.")
+    additional_kwargs: dict[str, Any] | None = setting(
         None, "Extra sampling arguments passed to the engine.", passthrough=True
     )
 
@@ -27,7 +27,7 @@ class SamplingParams:
 @dataclass
 class ChatTemplateConfig:
     source: str = setting("name", "Where the chat template comes from.", enum=("name", "file"))
-    name_or_path: Optional[str] = setting(None, "Template name, or a path with source=file; null keeps the tokenizer's.")
+    name_or_path: str | None = setting(None, "Template name, or a path with source=file; null keeps the tokenizer's.")
 
 
 @dataclass
@@ -52,20 +52,20 @@ class InferenceEngineConfig:
     enable_ray_prometheus_stats: bool = setting(False, "Export vLLM metrics through Ray's Prometheus logger.")
     gpu_memory_utilization: float = setting(0.8, "Share of GPU memory the engine may take.", exclusive_minimum=0, maximum=1)
     max_num_seqs: int = setting(1024, "Most sequences per engine step.", minimum=1)
-    remote_urls: List[str] = setting(doc="host:port of remote engines (run_engines_locally=false).", factory=list)
+    remote_urls: list[str] = setting(doc="host:port of remote engines (run_engines_locally=false).", factory=list)
     enable_http_endpoint: bool = setting(False, "Serve an OpenAI-compatible endpoint in front of the engines.")
     http_endpoint_host: str = setting("127.0.0.1", "Host of the HTTP endpoint.")
     http_endpoint_port: int = setting(8000, "Port of the HTTP endpoint.", minimum=1, maximum=65535)
-    served_model_name: Optional[str] = setting(None, "Model name the HTTP endpoint expects; null uses the model path.")
+    served_model_name: str | None = setting(None, "Model name the HTTP endpoint expects; null uses the model path.")
     distributed_executor_backend: str = setting("ray", "vLLM executor: ray (multi-node) or mp (one node).", enum=("ray", "mp"))
-    engine_init_kwargs: Dict[str, Any] = setting(
+    engine_init_kwargs: dict[str, Any] = setting(
         doc="Pass-through engine arguments; names must match the engine's.", factory=dict, passthrough=True
     )
     override_existing_update_group: str = setting(
         "auto", "Replace an engine's existing weight-update group (remote engines).", enum=("auto", "enable", "disable")
     )
-    external_proxy_url: Optional[str] = setting(None, "Data-plane URL of an external load-balanced router.")
-    external_server_urls: Optional[List[str]] = setting(None, "Control-plane URLs of external inference servers.")
+    external_proxy_url: str | None = setting(None, "Data-plane URL of an external load-balanced router.")
+    external_server_urls: list[str] | None = setting(None, "Control-plane URLs of external inference servers.")
 
 
 @dataclass
@@ -74,11 +74,11 @@ class GeneratorConfig:
     n_samples_per_prompt: int = setting(5, "Samples per prompt (the GRPO group size).", minimum=1)
     batched: bool = setting(False, "Generate the whole batch in one call (single-turn only).")
     max_turns: int = setting(1, "Most turns per trajectory.", minimum=1)
-    max_input_length: Optional[int] = setting(
+    max_input_length: int | None = setting(
         None, "Most input tokens per turn; derived from trainer.max_prompt_length.", minimum=1
     )
     chat_template: ChatTemplateConfig = section(ChatTemplateConfig, "Chat template.")
-    chat_template_kwargs: Dict[str, Any] = setting(
+    chat_template_kwargs: dict[str, Any] = setting(
         doc="Kwargs for tokenizer.apply_chat_template.", factory=dict, passthrough=True
     )
     sampling_params: SamplingParams = section(SamplingParams, "Sampling during training rollouts.")
@@ -86,14 +86,14 @@ class GeneratorConfig:
     append_eos_token_after_stop_str_in_multi_turn: bool = setting(
         True, "Append EOS after a matched stop string in multi-turn conversations."
     )
-    eval_sampling_params: Optional[SamplingParams] = setting(
+    eval_sampling_params: SamplingParams | None = setting(
         None, "Sampling during evaluation; derived as greedy with the training max_generate_length."
     )
     eval_n_samples_per_prompt: int = setting(1, "Samples per prompt in evaluation.", minimum=1)
     zero_reward_on_non_stop: bool = setting(False, "Give reward 0 to truncated or aborted generations.")
     apply_overlong_filtering: bool = setting(False, "Mask the loss of truncated trajectories (DAPO).")
-    rope_scaling: Optional[Dict[str, Any]] = setting(None, "Engine RoPE scaling; derived from trainer.rope_scaling.", passthrough=True)
-    rope_theta: Optional[float] = setting(None, "Engine RoPE base; derived from trainer.rope_theta.")
+    rope_scaling: dict[str, Any] | None = setting(None, "Engine RoPE scaling; derived from trainer.rope_scaling.", passthrough=True)
+    rope_theta: float | None = setting(None, "Engine RoPE base; derived from trainer.rope_theta.")
     step_wise_trajectories: bool = setting(False, "Train on each turn as its own trajectory.")
 
 
@@ -105,7 +105,7 @@ class Text2SQLEnvConfig:
 @dataclass
 class GSM8kLLMJudgeEnvConfig:
     model: str = setting("gpt-4o-mini", "Judge model name.")
-    base_url: Optional[str] = setting(None, "OpenAI-compatible base URL of the judge.")
+    base_url: str | None = setting(None, "OpenAI-compatible base URL of the judge.")
 
 
 @dataclass
@@ -132,5 +132,5 @@ class EnvironmentConfig:
 
 @dataclass
 class DataConfig:
-    train_data: List[str] = setting(doc="Training parquet files.", factory=lambda: ["~/data/gsm8k/train.parquet"])
-    val_data: List[str] = setting(doc="Validation parquet files.", factory=lambda: ["~/data/gsm8k/validation.parquet"])
+    train_data: list[str] = setting(doc="Training parquet files.", factory=lambda: ["~/data/gsm8k/train.parquet"])
+    val_data: list[str] = setting(doc="Validation parquet files.", factory=lambda: ["~/data/gsm8k/validation.parquet"])

@@ -9,9 +9,10 @@ key order and formatting of everything it does not touch stay as they were.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Optional
+from typing import Any
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
 ENGINE_KEYS = {
@@ -147,8 +148,8 @@ class Change:
     """One thing the migration did."""
 
     kind: str  # moved | transformed | dropped | reference | defaults | added
-    old: Optional[str]
-    new: Optional[str]
+    old: str | None
+    new: str | None
     line: int = 0
     old_value: Any = None
     new_value: Any = None
@@ -271,7 +272,7 @@ def _keep_comment(parent, prev, lines: str) -> None:
         entry[2].value = entry[2].value + lines
 
 
-def _ensure_map(data, path: str, anchor: Optional[tuple] = None):
+def _ensure_map(data, path: str, anchor: tuple | None = None):
     """The map at `path`, created (after `anchor` = (parent_path, sibling_key) when given) if absent."""
     from ruamel.yaml.comments import CommentedMap
 
@@ -580,7 +581,7 @@ def migrate(data) -> list[Change]:
     return changes
 
 
-def legacy_target(path: str) -> Optional[str]:
+def legacy_target(path: str) -> str | None:
     """Where a legacy key lives in spec v1 (None if it is not a known legacy key)."""
     if path in MOVES:
         return MOVES[path]

@@ -11,7 +11,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, Optional, Union
 
 from rlc.core.plain import plain_dataclass as to_plain  # noqa: F401  (re-exported)
@@ -30,7 +30,7 @@ class FieldSpec:
     name: str
     tp: Any
     field: dataclasses.Field
-    section: Optional[type]  # the dataclass when this field is a (possibly optional) section
+    section: type | None  # the dataclass when this field is a (possibly optional) section
 
     @property
     def doc(self) -> str:
@@ -57,7 +57,7 @@ def _union_args(tp: Any) -> tuple:
     return (tp,)
 
 
-def section_type(tp: Any) -> Optional[type]:
+def section_type(tp: Any) -> type | None:
     """The dataclass inside a type such as `X` or `Optional[X]`, else None."""
     for arg in _union_args(tp):
         if dataclasses.is_dataclass(arg):
@@ -65,7 +65,7 @@ def section_type(tp: Any) -> Optional[type]:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hints(cls: type) -> dict:
     return typing.get_type_hints(cls)
 
@@ -78,10 +78,10 @@ def type_label(tp: Any) -> str:
         label = " | ".join(parts)
         return f"{label} | null" if _NONE in args else label
     origin = typing.get_origin(tp)
-    if origin in (list, typing.List):
+    if origin in (list, list):
         (item,) = typing.get_args(tp) or (Any,)
         return f"list[{type_label(item)}]"
-    if origin in (dict, typing.Dict) or tp is dict:
+    if origin in (dict, dict) or tp is dict:
         return "mapping"
     if dataclasses.is_dataclass(tp):
         return "section"
@@ -93,7 +93,7 @@ def type_label(tp: Any) -> str:
 class SpecModel:
     """The v1 model, optionally widened by extensions."""
 
-    def __init__(self, extensions: Optional[Extensions] = None):
+    def __init__(self, extensions: Extensions | None = None):
         self.extensions = extensions or Extensions()
         self.root = self._effective("", RlcSpec)
         self._by_path: dict[str, FieldSpec] = {}
@@ -112,7 +112,7 @@ class SpecModel:
                 continue
             sub = self._effective(f"{path}.{f.name}" if path else f.name, child)
             if sub is not child:
-                new_tp = Optional[sub] if _NONE in _union_args(tp) else sub
+                new_tp = Optional[sub] if _NONE in _union_args(tp) else sub  # noqa: UP045 (a type built at run time)
                 factory = None if _NONE in _union_args(tp) and f.default is None else sub
                 new_field = dataclasses.field(
                     default=None if factory is None else dataclasses.MISSING,
@@ -156,7 +156,7 @@ class SpecModel:
 
     # -- queries ------------------------------------------------------------------------------
 
-    def lookup(self, path: str) -> Optional[FieldSpec]:
+    def lookup(self, path: str) -> FieldSpec | None:
         return self._by_path.get(path)
 
     def paths(self) -> list[str]:
@@ -166,7 +166,7 @@ class SpecModel:
         prefix = f"{path}." if path else ""
         return [self._by_path[prefix + f.name] for f in dataclasses.fields(cls)]
 
-    def allowed_values(self, spec: FieldSpec) -> Optional[tuple]:
+    def allowed_values(self, spec: FieldSpec) -> tuple | None:
         base = spec.meta.get(meta.ENUM)
         added = tuple(self.extensions.values.get(spec.path, ()))
         if base is None:

@@ -33,10 +33,10 @@ def _scalar(tp: Any) -> dict:
     if tp is Any:
         return {}
     origin = typing.get_origin(tp)
-    if origin in (list, typing.List):
+    if origin in (list, list):
         (item,) = typing.get_args(tp) or (Any,)
         return {"type": "array", "items": _scalar(item)}
-    if origin in (dict, typing.Dict) or tp is dict:
+    if origin in (dict, dict) or tp is dict:
         return {"type": "object"}
     raise TypeError(f"no schema for type {tp!r}")
 

@@ -3,7 +3,7 @@
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any
 
 from rlc.spec.algorithm import AlgorithmConfig
 from rlc.spec.fields import section, setting
@@ -11,13 +11,13 @@ from rlc.spec.fields import section, setting
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
 DTYPES_SHORT = ("bf16", "fp16", "fp32")
 
-DEFAULT_MEGATRON_OPTIMIZER_KWARGS: Dict[str, Any] = {
+DEFAULT_MEGATRON_OPTIMIZER_KWARGS: dict[str, Any] = {
     "overlap_cpu_optimizer_d2h_h2d": False,
     "use_precision_aware_optimizer": False,
     "optimizer_cpu_offload": False,
     "optimizer_offload_fraction": 0.0,
 }
-DEFAULT_TRANSFORMER_CONFIG_KWARGS: Dict[str, Any] = {
+DEFAULT_TRANSFORMER_CONFIG_KWARGS: dict[str, Any] = {
     "recompute_granularity": "full",
     "recompute_modules": ["core_attn"],
     "recompute_method": "uniform",
@@ -35,7 +35,7 @@ class SkyRLLoraConfig:
         "/tmp/skyrl_lora_sync", "Directory adapters are written to for the inference engines (shared FS when not colocated)."
     )
     target_modules: str = setting("all-linear", "Modules that get adapters (PEFT target_modules).")
-    exclude_modules: Optional[str] = setting(None, "Modules excluded from adapters.")
+    exclude_modules: str | None = setting(None, "Modules excluded from adapters.")
     init_method: str = setting(
         "kaiming", "Adapter init: PEFT init_lora_weights for FSDP; lora_A init (xavier, normal, kaiming, zero) for Megatron."
     )
@@ -43,14 +43,14 @@ class SkyRLLoraConfig:
 
 @dataclass
 class ModelConfig:
-    path: Optional[str] = setting(None, "Hugging Face model id or local path (rlc:tiny builds a tiny local model).")
+    path: str | None = setting(None, "Hugging Face model id or local path (rlc:tiny builds a tiny local model).")
     lora: SkyRLLoraConfig = section(SkyRLLoraConfig, "LoRA adapter settings.")
 
 
 @dataclass
 class OptimizerConfig:
     lr: float = setting(1e-6, "Peak learning rate of AdamW.", exclusive_minimum=0)
-    adam_betas: List[float] = setting(doc="AdamW betas (beta1, beta2).", factory=lambda: [0.9, 0.999])
+    adam_betas: list[float] = setting(doc="AdamW betas (beta1, beta2).", factory=lambda: [0.9, 0.999])
     weight_decay: float = setting(1e-2, "AdamW weight decay.", minimum=0)
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.", minimum=0)
     offload_after_step: bool = setting(
@@ -74,11 +74,11 @@ class MixedPrecisionConfig:
 @dataclass
 class FSDPConfig:
     cpu_offload: bool = setting(False, "Offload parameters and optimizer state to CPU during the forward pass.")
-    reshard_after_forward: Union[bool, int] = setting(
+    reshard_after_forward: bool | int = setting(
         True, "FSDP2: reshard after forward (true, false, or an int between 1 and fsdp_size)."
     )
     fsdp_size: int = setting(-1, "Shard group size for hybrid sharding; -1 shards over the whole world.")
-    mixed_precision: Optional[MixedPrecisionConfig] = setting(None, "Mixed-precision policy; null uses bf16 params.")
+    mixed_precision: MixedPrecisionConfig | None = setting(None, "Mixed-precision policy; null uses bf16 params.")
     wrap_policy: dict = setting(
         doc="Custom wrapping, e.g. {transformer_layer_cls_to_wrap: [...]}; passed through.", factory=dict, passthrough=True
     )
@@ -95,8 +95,8 @@ class MegatronDDPConfig:
 @dataclass
 class MegatronTorchProfilerConfig:
     enable: bool = setting(False, "Run the torch profiler on the listed ranks.")
-    ranks: List[int] = setting(doc="Ranks to profile.", factory=list)
-    save_path: Optional[str] = setting(None, "Directory profiler traces are written to.")
+    ranks: list[int] = setting(doc="Ranks to profile.", factory=list)
+    save_path: str | None = setting(None, "Directory profiler traces are written to.")
 
 
 @dataclass
@@ -110,7 +110,7 @@ class MegatronConfig:
     pipeline_model_parallel_size: int = setting(1, "Pipeline-parallel size.", minimum=1)
     context_parallel_size: int = setting(1, "Context-parallel size.", minimum=1)
     expert_model_parallel_size: int = setting(1, "Expert-parallel size (MoE).", minimum=1)
-    expert_tensor_parallel_size: Optional[int] = setting(None, "Tensor-parallel size inside experts; null follows tp.")
+    expert_tensor_parallel_size: int | None = setting(None, "Tensor-parallel size inside experts; null follows tp.")
     moe_token_dispatcher_type: str = setting(
         "alltoall", "MoE token dispatcher.", enum=("alltoall", "allgather", "flex")
     )
@@ -118,24 +118,24 @@ class MegatronConfig:
         "none", "MoE router load balancing.", enum=("none", "aux_loss", "seq_aux_loss", "sinkhorn")
     )
     moe_grouped_gemm: bool = setting(True, "Use grouped GEMM for experts.")
-    moe_router_score_function: Optional[str] = setting(
+    moe_router_score_function: str | None = setting(
         None, "MoE router score function; null keeps the model's.", enum=("softmax", "sigmoid")
     )
-    moe_router_enable_expert_bias: Optional[bool] = setting(None, "Aux-loss-free expert bias; null keeps the model's.")
+    moe_router_enable_expert_bias: bool | None = setting(None, "Aux-loss-free expert bias; null keeps the model's.")
     ddp_config: MegatronDDPConfig = section(MegatronDDPConfig, "Megatron DDP settings.")
     torch_profiler_config: MegatronTorchProfilerConfig = section(MegatronTorchProfilerConfig, "Torch profiler.")
     lora_config: MegatronLoraConfig = section(MegatronLoraConfig, "Megatron LoRA settings.")
-    optimizer_config_kwargs: Dict[str, Any] = setting(
+    optimizer_config_kwargs: dict[str, Any] = setting(
         doc="Extra Megatron OptimizerConfig arguments; unset keys take rlc's defaults.",
         factory=lambda: copy.deepcopy(DEFAULT_MEGATRON_OPTIMIZER_KWARGS),
         passthrough=True,
     )
-    transformer_config_kwargs: Dict[str, Any] = setting(
+    transformer_config_kwargs: dict[str, Any] = setting(
         doc="Extra Megatron TransformerConfig arguments; unset keys take rlc's defaults.",
         factory=lambda: copy.deepcopy(DEFAULT_TRANSFORMER_CONFIG_KWARGS),
         passthrough=True,
     )
-    empty_cuda_cache: Optional[bool] = setting(None, "Empty the CUDA cache between phases; null decides automatically.")
+    empty_cuda_cache: bool | None = setting(None, "Empty the CUDA cache between phases; null decides automatically.")
     model_config_kwargs: dict = setting(doc="Pass-through kwargs for the model provider.", factory=dict, passthrough=True)
     dist_ckpt_optim_fully_reshardable: bool = setting(
         False, "Save optimizer state so it can be resharded to any parallel layout."
@@ -222,10 +222,10 @@ class TrainerConfig:
     gradient_checkpointing: bool = setting(True, "Recompute activations in backward to save memory.")
     gradient_checkpointing_use_reentrant: bool = setting(False, "Use reentrant activation checkpointing.")
     seed: int = setting(42, "Random seed.")
-    resume_mode: Optional[str] = setting(
+    resume_mode: str | None = setting(
         "latest", "Resume from: none, latest checkpoint, or resume_path.", enum=("none", "latest", "from_path")
     )
-    resume_path: Optional[str] = setting(None, "Checkpoint directory for resume_mode=from_path.")
+    resume_path: str | None = setting(None, "Checkpoint directory for resume_mode=from_path.")
     log_path: str = setting("/tmp/skyrl-logs", "Infrastructure log directory (shared FS on multi-node).")
     ckpt_path: str = setting("~/ckpts/", "Directory of resumable checkpoints.")
     max_ckpts_to_keep: int = setting(-1, "Checkpoints kept: -1 keeps all, N keeps the last N.")
@@ -253,5 +253,5 @@ class TrainerConfig:
     logger: str = setting("wandb", "Metrics tracker.", enum=("wandb", "tensorboard", "mlflow", "console"))
     dump_data_batch: bool = setting(False, "Write each training batch to export_path.")
     dump_eval_results: bool = setting(True, "Write evaluation results to export_path.")
-    rope_scaling: Optional[Dict[str, Any]] = setting(None, "RoPE scaling for the trained model (e.g. YaRN).", passthrough=True)
-    rope_theta: Optional[float] = setting(None, "RoPE base frequency override.")
+    rope_scaling: dict[str, Any] | None = setting(None, "RoPE scaling for the trained model (e.g. YaRN).", passthrough=True)
+    rope_theta: float | None = setting(None, "RoPE base frequency override.")

@@ -6,8 +6,9 @@ round-trip document that returns what it changed; `upgrade` runs the steps a doc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
@@ -89,7 +90,7 @@ class MigrationReport:
         return out
 
 
-def migrate_data(data: Any) -> Optional[MigrationReport]:
+def migrate_data(data: Any) -> MigrationReport | None:
     """Bring a round-trip tree to the current version in place; None when it is already current."""
     source = version_of(data)
     if source == CURRENT_VERSION:
@@ -101,7 +102,7 @@ def migrate_data(data: Any) -> Optional[MigrationReport]:
     return report
 
 
-def upgrade(doc, overrides: list) -> Optional[MigrationReport]:
+def upgrade(doc, overrides: list) -> MigrationReport | None:
     """Apply overrides and migrate the document in memory; overrides may use legacy keys either way."""
     try:
         source = version_of(doc.data)

@@ -104,7 +104,6 @@ def run_ranks(target, world: int, *args, timeout_s: float = 300) -> list:
     import time
 
     import torch.multiprocessing as mp
-
     from rlc.runtime.workers.common import free_address
 
     ctx = mp.get_context("spawn")

@@ -134,7 +134,7 @@ class Cluster:
 
     # -- bring-up / tear-down ----------------------------------------------------------------------------
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         try:
             self._create()
         except BaseException:

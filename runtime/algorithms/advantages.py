@@ -7,13 +7,13 @@ treated as absent, so the same code serves left- and right-padded response windo
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import Callable
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeAlias
 
 import torch
 
 # Index of a sample's prompt: the GRPO/RLOO group key (SkyRL passes the prompt uid per sample).
-GroupIndex = Sequence[Hashable] | torch.Tensor
+GroupIndex: TypeAlias = "Sequence[Hashable] | torch.Tensor"
 
 
 def _group_ids(index: GroupIndex, device: torch.device) -> torch.Tensor:

@@ -8,7 +8,6 @@ are all equal has zero GRPO advantage, so it carries no learning signal.
 from __future__ import annotations
 
 import torch
-
 from rlc.runtime.batch import select
 
 DYNAMIC_SAMPLING_TYPES = ("filter", "replace")
@@ -138,7 +137,7 @@ class DynamicSampler:
         self.reset()
 
     @classmethod
-    def from_config(cls, dynamic_sampling, target_groups: int, *, seed: int = 0) -> "DynamicSampler":
+    def from_config(cls, dynamic_sampling, target_groups: int, *, seed: int = 0) -> DynamicSampler:
         """A sampler for the spec's `trainer.algorithm.dynamic_sampling` section (its `type` must be set)."""
         return cls(dynamic_sampling.type, target_groups, max_sample_batches=dynamic_sampling.max_sample_batches,
                    min_replace_ratio=dynamic_sampling.min_replace_ratio, seed=seed)
@@ -170,6 +169,7 @@ class DynamicSampler:
         bad = [rows for rows in groups if flat[rows[0]]]
         self._zero_variance += len(bad)
         if self.kind == "filter":
+            assert self.target_groups is not None  # __init__ refuses a filter without it
             self._good += [[offset + i for i in rows] for rows in good]
             if len(self._good) >= self.target_groups:
                 chosen = self._good[: self.target_groups]

@@ -9,7 +9,8 @@ options read from trainer.algorithm by `policy_loss_options`.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -169,7 +170,7 @@ def _reduced(token_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]
         token_loss, metrics = token_fn(log_probs, old_log_probs, advantages, mask, **clip)
         return reduce_loss(token_loss, mask, loss_reduction, max_seq_len), metrics
 
-    policy_loss.__doc__ = f"{token_fn.__doc__.splitlines()[0]} Reduced to a scalar by `loss_reduction`."
+    policy_loss.__doc__ = f"{(token_fn.__doc__ or token_fn.__name__).splitlines()[0]} Reduced to a scalar by `loss_reduction`."
     return policy_loss
 
 

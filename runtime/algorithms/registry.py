@@ -28,10 +28,10 @@ what code it imports registers.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 from rlc.runtime.algorithms import advantages as adv
 from rlc.runtime.algorithms.losses import POLICY_TOKEN_LOSSES, policy_loss_options
 

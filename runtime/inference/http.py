@@ -240,9 +240,8 @@ class RemoteEngine:
 
     def update_weights(self, state_dict: dict, version: int | None = None) -> int:
         """Send the weights as one safetensors body (servers that take weights over HTTP, such as rlc's)."""
-        from safetensors.torch import save
-
         from rlc.runtime.transfer import unpack
+        from safetensors.torch import save
 
         tensors = {k: v.contiguous() for k, v in unpack(state_dict).items()}
         headers = {"Content-Type": "application/octet-stream"}
@@ -297,10 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", help="model name clients must ask for (default: --model)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     args = parser.parse_args(argv)
-    from transformers import AutoTokenizer
-
     from rlc.runtime.inference.hf import HFEngine
     from rlc.runtime.models import local_path
+    from transformers import AutoTokenizer
 
     path = local_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)

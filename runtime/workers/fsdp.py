@@ -15,12 +15,19 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
 from rlc.runtime.algorithms.losses import entropy_from_logits, token_log_probs
 from rlc.runtime.inference.decode import cache_keyword
 from rlc.runtime.lora import with_lora
-from rlc.runtime.workers.common import (DTYPES, ROLES, TrainWorker, WorkerSettings, critic_objective, free_address,
-                                        lr_lambda, policy_objective)
+from rlc.runtime.workers.common import (
+    DTYPES,
+    ROLES,
+    TrainWorker,
+    WorkerSettings,
+    critic_objective,
+    free_address,
+    lr_lambda,
+    policy_objective,
+)
 
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
 
@@ -384,8 +391,12 @@ class FSDPWorker(TrainWorker):
 
     def load_checkpoint(self, directory: str) -> None:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
-                                                             set_model_state_dict, set_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         state = {"model": get_model_state_dict(self.model)}
         if self.optimizer is not None:

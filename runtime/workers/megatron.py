@@ -24,16 +24,16 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
-
 from rlc.runtime import megatron_weights as mw
 from rlc.runtime.workers import megatron_cp as cp_utils
-from rlc.runtime.workers.common import (DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective)
+from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
 
@@ -281,9 +281,7 @@ class MegatronWorker(TrainWorker):
 
     def _build_with_rlc_conversion(self, te: bool) -> None:
         from megatron.core import parallel_state as ps
-        from megatron.core.models.gpt import GPTModel
-
-        from megatron.core.models.gpt import gpt_layer_specs
+        from megatron.core.models.gpt import GPTModel, gpt_layer_specs
         from megatron.core.transformer.enums import AttnMaskType
 
         self.tconfig = config = self._transformer_config()
@@ -315,8 +313,11 @@ class MegatronWorker(TrainWorker):
                                f"unexpected {unexpected[:5]}")
 
     def _wrap_for_training(self, model) -> None:
-        from megatron.core.distributed import (DistributedDataParallel, DistributedDataParallelConfig,
-                                               finalize_model_grads)
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
         mc, opt = self.mc, self.config.optimizer_config

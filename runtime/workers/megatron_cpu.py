@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 _CPU = torch.device("cpu")
 _enabled = False
-_mode: "_CpuDevices | None" = None
+_mode: _CpuDevices | None = None
 _depth = threading.local()
 
 

@@ -117,8 +117,10 @@ class LoraLinear(torch.nn.Module):
         return self._layout(parts).T * self.scale
 
     def forward(self, x, *args, **kwargs):
-        from megatron.core.tensor_parallel.mappings import (copy_to_tensor_model_parallel_region,
-                                                            reduce_from_tensor_model_parallel_region)
+        from megatron.core.tensor_parallel.mappings import (
+            copy_to_tensor_model_parallel_region,
+            reduce_from_tensor_model_parallel_region,
+        )
 
         out, bias = self.base(x, *args, **kwargs)
         x = self.dropout(x)

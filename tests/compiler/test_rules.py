@@ -1,0 +1,384 @@
+"""One failing spec per rule: each asserts the rule's code, the key it names and the line it points at.
+
+The line to expect is marked in each spec with `# <-`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from rlc.compiler.check import RULES
+from rlc.compiler.frontend import analyze
+
+BASE_CLUSTER = "cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
+
+CASES = {
+    "RLC-E101": ("trainer.policy_mini_batch_size", """
+        trainer:
+          train_batch_size: 64
+          policy_mini_batch_size: 128  # <-
+        """),
+    "RLC-E102": ("trainer.critic_mini_batch_size", """
+        trainer:
+          critic: {model: {path: Qwen/Qwen2.5-0.5B}}
+          algorithm: {advantage_estimator: gae}
+          train_batch_size: 64
+          critic_mini_batch_size: 128  # <-
+        """),
+    "RLC-E103": ("trainer.micro_forward_batch_size_per_gpu", """
+        trainer:
+          micro_forward_batch_size_per_gpu: 0  # <-
+        """),
+    "RLC-E104": ("trainer.policy.megatron_config.tensor_model_parallel_size", """
+        trainer:
+          strategy: megatron
+          policy:
+            megatron_config:
+              tensor_model_parallel_size: 3  # <-
+        """),
+    "RLC-E105": ("trainer.policy_mini_batch_size", """
+        trainer:
+          train_batch_size: 64
+          policy_mini_batch_size: 24  # <-
+        """),
+    "RLC-E106": ("trainer.micro_train_batch_size_per_gpu", """
+        trainer:
+          micro_train_batch_size_per_gpu: 3  # <-
+        """),
+    "RLC-E107": ("trainer.train_batch_size", """
+        cluster: {accelerator: H100, gpus_per_node: 4, num_nodes: 1}
+        trainer:
+          train_batch_size: 10  # <-
+          policy_mini_batch_size: 5
+          micro_train_batch_size_per_gpu: 1
+        generator:
+          n_samples_per_prompt: 3
+        """),
+    "RLC-E108": ("trainer.critic_mini_batch_size", """
+        trainer:
+          critic: {model: {path: Qwen/Qwen2.5-0.5B}}
+          algorithm: {advantage_estimator: gae}
+          critic_mini_batch_size: 24  # <-
+        """),
+    "RLC-E109": ("trainer.train_batch_size", """
+        trainer:
+          train_batch_size: 1  # <-
+          policy_mini_batch_size: 1
+        generator:
+          n_samples_per_prompt: 1
+        """),
+    "RLC-W101": ("trainer.policy_mini_batch_size", """
+        trainer:
+          train_batch_size: 40
+          policy_mini_batch_size: 10  # <-
+          micro_train_batch_size_per_gpu: 1
+        generator:
+          n_samples_per_prompt: 3
+        """),
+    "RLC-W102": ("trainer.policy.sequence_parallel_size", """
+        trainer:
+          policy:
+            sequence_parallel_size: 3  # <-
+        """),
+    "RLC-E201": ("generator.inference_engine.num_engines", """
+        generator:
+          inference_engine:
+            num_engines: 4  # <-
+        """),
+    "RLC-E202": ("trainer.placement.ref_num_gpus_per_node", """
+        trainer:
+          placement:
+            colocate_all: false
+            policy_num_gpus_per_node: 4
+            ref_num_gpus_per_node: 2  # <-
+          micro_train_batch_size_per_gpu: 1
+        generator:
+          inference_engine: {num_engines: 4}
+        """),
+    "RLC-E203": ("trainer.placement.ref_num_gpus_per_node", """
+        trainer:
+          placement:
+            ref_num_gpus_per_node: 4  # <-
+        """),
+    "RLC-E204": ("cluster.num_nodes", """
+        cluster:
+          gpus_per_node: 8
+          num_nodes: 1  # <-
+        trainer:
+          placement:
+            colocate_all: false
+            policy_num_gpus_per_node: 8
+        generator:
+          inference_engine: {num_engines: 4}
+        """),
+    "RLC-E205": ("trainer.placement.policy_num_gpus_per_node", """
+        trainer:
+          placement:
+            policy_num_gpus_per_node: 16  # <-
+        """),
+    "RLC-E206": ("generator.inference_engine.distributed_executor_backend", """
+        cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 2}
+        generator:
+          inference_engine:
+            tensor_parallel_size: 16
+            distributed_executor_backend: mp  # <-
+        """),
+    "RLC-W201": ("generator.inference_engine.tensor_parallel_size", """
+        cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 2}
+        generator:
+          inference_engine:
+            tensor_parallel_size: 16  # <-
+        """),
+    "RLC-W202": ("cluster.num_nodes", """
+        cluster:
+          gpus_per_node: 8
+          num_nodes: 2  # <-
+        trainer:
+          placement: {policy_num_gpus_per_node: 8, ref_num_gpus_per_node: 8}
+        generator:
+          inference_engine: {num_engines: 8}
+        """),
+    "RLC-E207": ("cluster.num_nodes", """
+        cluster:
+          gpus_per_node: 8
+          num_nodes: 200000  # <-
+        """),
+    "RLC-E301": ("trainer.algorithm.advantage_estimator", """
+        trainer:
+          algorithm:
+            advantage_estimator: gae  # <-
+        """),
+    "RLC-E302": ("trainer.algorithm.use_kl_in_reward", """
+        trainer:
+          algorithm:
+            use_kl_in_reward: true  # <-
+            use_kl_loss: true
+        """),
+    "RLC-E303": ("trainer.algorithm.max_seq_len", """
+        trainer:
+          algorithm:
+            loss_reduction: seq_mean_token_sum_norm  # <-
+        generator:
+          sampling_params:
+            max_generate_length: ${oc.env:MAX_GEN_LEN}
+        """),
+    "RLC-E304": ("trainer.algorithm.off_policy_correction.tis_ratio_type", """
+        trainer:
+          algorithm:
+            policy_loss_type: clip_cov
+            off_policy_correction:
+              tis_ratio_type: token  # <-
+        """),
+    "RLC-E305": ("trainer.max_ckpts_to_keep", """
+        trainer:
+          max_ckpts_to_keep: 0  # <-
+        """),
+    "RLC-E306": ("trainer.resume_path", """
+        trainer:
+          resume_mode: from_path  # <-
+        """),
+    "RLC-E307": ("trainer.algorithm.advantage_estimator", """
+        trainer:
+          critic: {model: {path: Qwen/Qwen2.5-0.5B}}
+          algorithm:
+            advantage_estimator: gae  # <-
+        generator:
+          step_wise_trajectories: true
+        """),
+    "RLC-E308": ("trainer.algorithm.off_policy_correction.geo_mask_low", """
+        trainer:
+          algorithm:
+            off_policy_correction:
+              sequence_mask_metric: geometric
+              geo_mask_low: 1.02  # <-
+        """),
+    "RLC-E309": ("trainer.algorithm.dynamic_sampling.type", """
+        trainer:
+          algorithm:
+            dynamic_sampling:
+              type: filter  # <-
+        generator:
+          n_samples_per_prompt: 1
+        """),
+    "RLC-E310": ("trainer.algorithm.temperature", """
+        generator:
+          sampling_params:
+            temperature: 0.0  # <-
+        """),
+    "RLC-E401": ("generator.max_input_length", """
+        generator:
+          max_input_length: 256  # <-
+        """),
+    "RLC-E402": ("generator.sampling_params.logprobs", """
+        generator:
+          sampling_params:
+            logprobs: 2  # <-
+        """),
+    "RLC-W401": ("trainer.logger", """
+        trainer:
+          logger: wandb  # <-
+        """),
+    "RLC-W402": ("generator.append_eos_token_after_stop_str_in_multi_turn", """
+        generator:
+          append_eos_token_after_stop_str_in_multi_turn: false  # <-
+          sampling_params:
+            stop: ["</answer>"]
+        """),
+    "RLC-E403": ("generator.inference_engine.expert_parallel_size", """
+        generator:
+          inference_engine:
+            expert_parallel_size: 4  # <-
+        """),
+    "RLC-E404": ("generator.inference_engine.external_server_urls", """
+        generator:
+          inference_engine:
+            external_server_urls: ["http://10.0.0.5:8000"]  # <-
+        """),
+    "RLC-E405": ("generator.inference_engine.run_engines_locally", """
+        trainer:
+          placement: {colocate_all: false}
+        generator:
+          inference_engine:
+            run_engines_locally: false  # <-
+        """),
+    "RLC-E406": ("generator.chat_template.name_or_path", """
+        generator:
+          chat_template:
+            source: file  # <-
+        """),
+    "RLC-E407": ("generator.batched", """
+        generator:
+          batched: true  # <-
+          max_turns: 3
+          max_input_length: 2048
+        """),
+    "RLC-E503": ("trainer.critic.model.path", """
+        trainer:
+          strategy: megatron
+          critic:
+            model:
+              path: Qwen/Qwen2.5-0.5B  # <-
+        """),
+    "RLC-E504": ("trainer.policy.sequence_parallel_size", """
+        trainer:
+          strategy: megatron
+          policy:
+            sequence_parallel_size: 2  # <-
+        """),
+    "RLC-W501": ("trainer.policy.megatron_config.expert_model_parallel_size", """
+        trainer:
+          strategy: megatron
+          policy:
+            megatron_config:
+              expert_model_parallel_size: 3  # <-
+        """),
+    "RLC-E602": ("trainer.policy.model.lora.alpha", """
+        trainer:
+          policy:
+            model:
+              lora: {rank: 8, alpha: 0}  # <-
+        """),
+    "RLC-E311": ("trainer.fully_async.enabled", """
+        trainer:
+          placement: {colocate_all: true}
+          fully_async:
+            enabled: true  # <-
+        """),
+    "RLC-E312": ("trainer.policy_mini_batch_size", """
+        trainer:
+          placement: {colocate_all: false}
+          train_batch_size: 64
+          policy_mini_batch_size: 32  # <-
+          fully_async: {enabled: true, num_parallel_generation_workers: 64}
+        """),
+    "RLC-E313": ("trainer.fully_async.num_parallel_generation_workers", """
+        trainer:
+          placement: {colocate_all: false}
+          fully_async:
+            enabled: true
+            num_parallel_generation_workers: 4  # <-
+        """),
+    "RLC-E902": ("environment.env_class", """
+        environment:
+          env_class: text2sql  # <-
+        """),
+    "RLC-E903": ("generator.max_turns", """
+        generator:
+          max_turns: 3  # <-
+          max_input_length: 4096
+        """),
+}
+
+
+def _write(tmp_path, body: str):
+    body = textwrap.dedent(body).strip("\n")
+    text = "version: 1\n"
+    if not body.startswith("cluster"):
+        text += BASE_CLUSTER
+    text += body + "\n"
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    marker = next(i + 1 for i, line in enumerate(text.splitlines()) if "# <-" in line)
+    return path, marker
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_fires_with_key_and_line(tmp_path, code):
+    key, body = CASES[code]
+    path, line = _write(tmp_path, body)
+    env = {} if code == "RLC-W401" else {"WANDB_API_KEY": "set"}
+    analysis = analyze(path, env=env)
+    hits = [d for d in analysis.diagnostics if d.code == code]
+    assert hits, f"{code} did not fire; got {[(d.code, d.key, d.message) for d in analysis.diagnostics]}"
+    d = hits[0]
+    assert d.key == key
+    assert d.location.line == line, f"{code} points at line {d.location.line}, expected {line}: {d.message}"
+    assert d.hint, "every diagnostic carries a fix"
+    assert d.severity == ("warning" if code.startswith("RLC-W") else "error")
+
+
+def test_every_rule_has_a_failing_spec():
+    assert {r.code for r in RULES} <= set(CASES)
+
+
+def test_base_spec_is_valid(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\n" + BASE_CLUSTER + "trainer: {logger: console}\n")
+    analysis = analyze(path, env={})
+    assert analysis.ok and not analysis.diagnostics, [(d.code, d.message) for d in analysis.diagnostics]
+
+
+def test_rules_are_documented():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
+    missing = [r.code for r in RULES if r.code not in doc]
+    assert not missing, f"docs/rules.md lacks {missing}"
+
+
+def test_huge_batch_sizes_are_answered_at_once(tmp_path):
+    import time
+
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\n" + BASE_CLUSTER + "trainer: {logger: console, train_batch_size: 1000000000039, "
+                    "policy_mini_batch_size: 999999999989, micro_train_batch_size_per_gpu: 7}\n")
+    start = time.monotonic()
+    analysis = analyze(path, env={})
+    assert time.monotonic() - start < 5
+    assert any(d.code == "RLC-E105" for d in analysis.diagnostics)
+
+
+def test_megatron_context_parallelism_compiles(tmp_path):
+    """tp·pp·cp dividing the policy's GPUs is all context parallelism asks of a spec (RLC-E104 checks it)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\n" + BASE_CLUSTER + textwrap.dedent("""\
+        trainer:
+          logger: console
+          strategy: megatron
+          policy:
+            megatron_config: {context_parallel_size: 2}
+        """))
+    analysis = analyze(path, env={})
+    assert analysis.ok and not [d for d in analysis.diagnostics if d.severity == "error"], \
+        [(d.code, d.message) for d in analysis.diagnostics]

@@ -1,0 +1,177 @@
+"""FSDP2 workers: two gloo ranks that really shard give the same step as one rank on the same batch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from conftest import run_ranks  # noqa: E402
+
+ROWS, PROMPT, RESPONSE = 8, 5, 3
+
+
+def _batch(vocab: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    # Pairs of rows share a prompt, as a GRPO group does (micro-batches of two run each prompt once).
+    prompt = torch.randint(4, vocab, (ROWS // 2, PROMPT), generator=g).repeat_interleave(2, dim=0)
+    response = torch.randint(4, vocab, (ROWS, RESPONSE), generator=g)
+    mask = torch.ones(ROWS, RESPONSE)
+    mask[1, 2:] = 0  # rows of different lengths, so the weighting of tokens matters
+    mask[5, 1:] = 0
+    attention = torch.cat([torch.ones(ROWS, PROMPT, dtype=torch.long), mask.long()], dim=1)
+    attention[2:4, :2] = 0  # left-padded prompts, as the driver makes them
+    attention[6:8, :1] = 0
+    return {
+        "input_ids": torch.cat([prompt, response], dim=1),
+        "attention_mask": attention,
+        "response_ids": response,
+        "loss_mask": mask,
+        "advantages": torch.randn(ROWS, RESPONSE, generator=g) * mask,
+        "ref_logprobs": -torch.rand(ROWS, RESPONSE, generator=g) * 5,
+        "noise": torch.randn(ROWS, RESPONSE, generator=g) * 0.05,
+        "prompt_len": PROMPT,
+    }
+
+
+def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, fsdp_size: int = -1) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import shards, totals
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": {
+        "policy": {"optimizer_config": {"lr": 1e-2}, "fsdp_config": {"fsdp_size": fsdp_size}},
+        "algorithm": {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True, "policy_loss_type": "dual_clip"},
+    }})
+    settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4)
+    worker = FSDPWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    batch = _batch(worker.model.config.vocab_size)
+    mine = shards(batch, world)[rank]
+    old = worker.forward(mine)
+    mine["old_logprobs"] = old + mine["noise"]  # ratios != 1, so the clipping is exercised
+    metrics = worker.train_mini_batch(mine, totals(batch))
+    full = worker.full_state_dict()
+    if rank == 0:
+        torch.save({"weights": full}, out)
+    q.put((rank, metrics))
+    worker.shutdown()
+
+
+def _run(world: int, model_path: str, out: str, fsdp_size: int = -1) -> list[dict]:
+    return run_ranks(_rank, world, model_path, out, fsdp_size)
+
+
+@pytest.fixture(scope="module")
+def steps(tiny_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("fsdp")
+    # fsdp_size 1 of 2 ranks: hybrid sharding, each rank a whole replica (a 2-D replicate x shard mesh).
+    return (_run(1, tiny_model, str(d / "one.pt")), {"two": _run(2, tiny_model, str(d / "two.pt")),
+            "hybrid": _run(2, tiny_model, str(d / "hybrid.pt"), fsdp_size=1)}, d)
+
+
+@pytest.mark.parametrize("layout", ["two", "hybrid"])
+def test_two_ranks_match_one_rank(steps, layout):
+    one, layouts, tmp_path = steps
+    two = layouts[layout]
+    for key in ("policy_loss", "kl", "entropy", "clip_fraction"):
+        assert sum(m[key] for m in two) == pytest.approx(one[0][key], rel=1e-4, abs=1e-6), key
+    assert two[0]["grad_norm"] == pytest.approx(one[0]["grad_norm"], rel=1e-4)
+    w1 = torch.load(tmp_path / "one.pt")["weights"]
+    w2 = torch.load(tmp_path / f"{layout}.pt")["weights"]
+    assert w1.keys() == w2.keys()
+    for name in w1:
+        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_the_step_changes_the_weights(steps, tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    tmp_path = steps[2]
+    before = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    after = torch.load(tmp_path / "one.pt")["weights"]
+    changed = [n for n in after if not torch.equal(after[n], before[n])]
+    assert len(changed) > len(after) // 2
+
+
+def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1})
+    worker = FSDPWorker(WorkerSettings("policy", model_path, micro_forward_batch_size=4, sample_packing=True),
+                        spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    batch = _batch(worker.model.config.vocab_size)
+    padded = worker.forward(batch)
+    chosen = worker.packing  # sdpa on a CPU: packing is not chosen (it would cost more than it saves)
+    worker.packing = True  # the packed path, as flash attention takes it
+    q.put((rank, (chosen, padded, worker.forward(batch))))
+    worker.shutdown()
+
+
+def test_packed_micro_batches_give_the_padded_log_probs(tiny_model):
+    chosen, padded, packed = run_ranks(_packed_rank, 1, tiny_model)[0]
+    assert not chosen
+    mask = _batch(64)["loss_mask"].bool()
+    torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
+
+
+def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": {"policy": {"optimizer_config": {"lr": 1e-2}},
+                                                                "algorithm": {"use_entropy_loss": True}}})
+    results = []
+    for share in (True, False):
+        # Micro-batches of 2 rows: rows 0-1 and 4-5 have no padded prompt (no mask at all), rows 2-3 and 6-7 do.
+        worker = FSDPWorker(WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=2),
+                            spec.trainer.policy, spec.trainer.algorithm, rank, world)
+        worker.setup("127.0.0.1", port)
+        worker.share_prompts = share
+        batch = _batch(worker.model.config.vocab_size)
+        calls = []
+        worker.model.register_forward_hook(lambda module, args, kwargs, out, calls=calls: calls.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+        logp = worker.forward(batch)
+        reference = torch.zeros_like(logp)
+        with torch.no_grad():  # each row alone, its padding cut off
+            for i in range(ROWS):
+                real = batch["attention_mask"][i].bool()
+                start = int(real[:PROMPT].sum()) - 1
+                count = int(real[PROMPT:].sum())
+                logits = worker.model(input_ids=batch["input_ids"][i][real][None]).logits[0, start:start + count]
+                reference[i, :count] = torch.log_softmax(logits, -1).gather(
+                    -1, batch["response_ids"][i, :count, None]).squeeze(-1)
+        calls.clear()
+        logp = worker.forward(batch)
+        metrics = worker.train_mini_batch(batch, totals(batch))
+        results.append((logp * batch["loss_mask"], metrics, worker.full_state_dict(), calls, reference))
+    q.put((rank, results))
+    worker.shutdown()
+
+
+def test_shared_prompts_give_the_whole_rows_loss_and_gradient(tiny_model):
+    """Each distinct prompt of a micro-batch runs once and the rows attend to its gathered keys and values:
+    the same log-probs, loss and updated weights as running every row whole."""
+    (shared, whole) = run_ranks(_shared_rank, 1, tiny_model)[0]
+    # Shared: a pass over a micro-batch's one distinct prompt, then one over its 2 responses; whole rows: one
+    # pass of 2 rows, each without its last token (no response is scored at it).
+    assert shared[3][:2] == [(1, PROMPT), (2, RESPONSE - 1)]
+    assert whole[3][0] == (2, PROMPT + RESPONSE - 1)
+    torch.testing.assert_close(shared[0], whole[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(shared[0], shared[4], rtol=1e-5, atol=1e-5)  # = each row run alone, unpadded
+    for key in ("policy_loss", "entropy", "grad_norm"):
+        assert shared[1][key] == pytest.approx(whole[1][key], rel=1e-4, abs=1e-6), key
+    # Adam's first step moves a weight by about lr * g / (|g| + eps): an element whose gradient is at rounding
+    # level (near eps) moves by a rounding-dependent fraction of lr, so the bound is lr / 100, not 1e-5.
+    for name, value in whole[2].items():
+        torch.testing.assert_close(shared[2][name], value, rtol=1e-4, atol=1e-4, msg=name)

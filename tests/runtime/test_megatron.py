@@ -1,0 +1,283 @@
+"""Megatron-Core workers (strategy `megatron`) on the CPU, through `megatron_cpu`.
+
+The same GRPO mini-batch step under tensor, pipeline, context and data parallelism gives the same losses, gradient
+norm and updated Hugging Face weights as fsdp2's one-rank step on the same batch; a checkpoint restores
+the step exactly; the weights streamed to engines are named and shaped as the Hugging Face model's.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("megatron.core")
+
+from conftest import run_ranks  # noqa: E402
+from test_fsdp import _batch  # noqa: E402
+
+ALGORITHM = {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True, "policy_loss_type": "dual_clip"}
+# Megatron's optimizer does not decay norms and biases, fsdp2's AdamW decays everything: compare without decay.
+OPTIMIZER = {"lr": 1e-2, "weight_decay": 0.0}
+
+
+def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None, cp: int = 1):
+    from rlc.spec.model import default_model
+
+    policy = {"optimizer_config": OPTIMIZER}
+    if strategy == "megatron":
+        policy["megatron_config"] = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+                                     "context_parallel_size": cp,
+                                     "dist_ckpt_optim_fully_reshardable": True}  # resumable on another layout
+        if profile:  # the last pipeline stage's rank only
+            policy["megatron_config"]["torch_profiler_config"] = {"enable": True, "ranks": [1], "save_path": profile}
+    return default_model().to_typed({"version": 1, "trainer": {"strategy": strategy, "policy": policy,
+                                                               "algorithm": ALGORITHM}})
+
+
+def _old_logprobs(worker, mine: dict, world: int, rank: int) -> torch.Tensor:
+    """The rows' log-probs on every rank: a model-parallel group's collecting rank sends them, as the driver does."""
+    import torch.distributed as dist
+
+    old = worker.forward(mine)
+    flags = [None] * world
+    dist.all_gather_object(flags, worker.layout()["collect"])
+    if not all(flags):  # one data-parallel group here
+        src = flags.index(True)
+        old = old if rank == src else torch.empty(mine["response_ids"].shape)
+        dist.broadcast(old, src=src)
+    return old
+
+
+def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strategy: str, tp: int, pp: int,
+          ckpt: str | None, mode: str, cp: int = 1) -> None:
+    """mode: "step" (one step), "save" (a step, a checkpoint, a second step, then back to the checkpoint and the
+    second step again), or "resume" (a fresh worker loads the checkpoint, then takes the second step)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import shards, totals
+    from rlc.runtime.workers.common import WorkerSettings
+
+    if strategy == "megatron":
+        from rlc.runtime.workers.megatron import MegatronWorker as Worker
+    else:
+        from rlc.runtime.workers.fsdp import FSDPWorker as Worker
+    spec = _spec(strategy, tp, pp, profile=out + ".prof" if pp == 2 else None, cp=cp)
+    settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3,
+                              total_optimizer_steps=4)
+    worker = Worker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    layout = worker.layout()
+    from transformers import AutoConfig
+
+    batch = _batch(AutoConfig.from_pretrained(model_path).vocab_size)
+    mine = shards(batch, layout["dp_size"])[layout["dp_rank"]]
+    result: dict = {"layout": layout}
+
+    def step() -> dict:
+        old = _old_logprobs(worker, mine, world, rank)
+        result.setdefault("old", old)
+        return worker.train_mini_batch({**mine, "old_logprobs": old + mine["noise"]}, totals(batch))  # ratios != 1
+
+    if mode == "resume":
+        worker.load_checkpoint(ckpt)
+        result["second"] = step()
+    else:
+        result["metrics"] = step()
+    full = worker.full_state_dict()
+    if mode == "save":
+        worker.save_checkpoint(ckpt)
+        result["second"] = step()
+        second = worker.full_state_dict()
+        worker.load_checkpoint(ckpt)
+        result["again"] = step()
+        again = worker.full_state_dict()
+        if rank == 0:
+            result["metas"] = [(m.name, tuple(m.shape)) for m in worker.weight_metas()]
+            torch.save({"weights": second}, out + ".second")
+            torch.save({"weights": again}, out + ".again")
+    if rank == 0:
+        torch.save({"weights": full}, out)
+    q.put((rank, result))
+    worker.shutdown()
+
+
+def _run(world: int, model_path: str, out: str, strategy: str = "megatron", tp: int = 1, pp: int = 1,
+         ckpt: str | None = None, mode: str = "step", cp: int = 1) -> list[dict]:
+    return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode, cp)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("megatron")
+    ckpt = str(d / "ckpt")
+    return {
+        "fsdp": _run(1, tiny_model, str(d / "fsdp.pt"), strategy="fsdp2"),
+        "one": _run(1, tiny_model, str(d / "one.pt"), ckpt=ckpt, mode="save"),
+        "tp2": _run(2, tiny_model, str(d / "tp2.pt"), tp=2),
+        "pp2": _run(2, tiny_model, str(d / "pp2.pt"), pp=2),
+        "cp2": _run(2, tiny_model, str(d / "cp2.pt"), cp=2),
+        "tp2cp2": _run(4, tiny_model, str(d / "tp2cp2.pt"), tp=2, cp=2),
+        # Two data-parallel ranks resume the one-rank checkpoint: the optimizer state is resharded.
+        "dp2": _run(2, tiny_model, str(d / "dp2.pt"), ckpt=ckpt, mode="resume"),
+    }, d
+
+
+def _collected(results: list[dict]) -> list[dict]:
+    return [r for r in results if r["layout"]["collect"]]
+
+
+@pytest.mark.parametrize("layout", ["one", "tp2", "pp2", "cp2", "tp2cp2"])
+def test_megatron_step_matches_fsdp2(runs, layout, tiny_model):
+    by_name, d = runs
+    ref = by_name["fsdp"][0]["metrics"]
+    got = _collected(by_name[layout])
+    assert len(got) == by_name[layout][0]["layout"]["dp_size"]
+    for key in ("policy_loss", "kl", "entropy", "clip_fraction"):
+        assert sum(r["metrics"][key] for r in got) == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
+    assert got[0]["metrics"]["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4)
+    old = torch.cat([r["old"] for r in sorted(got, key=lambda r: r["layout"]["dp_rank"])])
+    real = _batch(64)["loss_mask"].bool()  # padding positions score tokens no row has
+    torch.testing.assert_close(old[real], by_name["fsdp"][0]["old"][real], rtol=1e-4, atol=1e-5)
+    w_ref, w = torch.load(d / "fsdp.pt")["weights"], torch.load(d / f"{layout}.pt")["weights"]
+    assert w.keys() == w_ref.keys()
+    start = _initial(tiny_model)
+    lr, strong, total = OPTIMIZER["lr"], 0, 0
+    for name in w_ref:
+        # Adam's first step is lr * g / (|g| + eps). Where |g| is far above eps (95% of the elements here) the step
+        # is +-lr and both strategies must agree; where a gradient nearly cancels out (|g| ~ eps), the order the
+        # ranks sum in decides its sign, so those elements are not compared.
+        clear = (w_ref[name] - start[name]).abs() > 0.999 * lr
+        torch.testing.assert_close(w[name][clear], w_ref[name][clear], rtol=0, atol=1e-5, msg=name)
+        strong, total = strong + int(clear.sum()), total + clear.numel()
+    assert strong > 0.9 * total
+
+
+def _initial(model_path: str) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_path).state_dict()
+
+
+def test_the_profiler_traces_the_listed_ranks_steps(runs):
+    _, d = runs
+    traces = sorted(p.name for p in (d / "pp2.pt.prof").iterdir())
+    assert traces == ["policy_rank1_step1.json"]  # rank 0 is not listed; one trace per optimizer step
+    import json
+
+    events = json.loads((d / "pp2.pt.prof" / traces[0]).read_text())["traceEvents"]
+    assert sum(str(e.get("name", "")).startswith("aten::") for e in events) > 100  # the step's ops were traced
+
+
+def test_layouts(runs):
+    by_name, _ = runs
+    assert [r["layout"] for r in by_name["tp2"]] == [{"dp_rank": 0, "dp_size": 1, "collect": True},
+                                                     {"dp_rank": 0, "dp_size": 1, "collect": False}]
+    assert [r["layout"]["collect"] for r in by_name["pp2"]] == [False, True]  # the last stage has the logits
+    # Context ranks share their rows (each holds half of every row's tokens); context rank 0 returns results.
+    assert [r["layout"] for r in by_name["cp2"]] == [{"dp_rank": 0, "dp_size": 1, "collect": True},
+                                                     {"dp_rank": 0, "dp_size": 1, "collect": False}]
+    assert [r["layout"]["dp_rank"] for r in by_name["dp2"]] == [0, 1]
+
+
+def test_checkpoint_restores_the_step(runs):
+    by_name, _ = runs
+    one = by_name["one"][0]
+    assert one["second"]["policy_loss"] != one["metrics"]["policy_loss"]  # the weights did move
+    for key in ("policy_loss", "kl", "entropy", "grad_norm"):
+        assert one["again"][key] == pytest.approx(one["second"][key], rel=1e-6, abs=1e-8), key
+    _, d = runs
+    second, again = torch.load(str(d / "one.pt") + ".second")["weights"], torch.load(str(d / "one.pt") + ".again")["weights"]
+    for name in second:  # the optimizer state came back too: the step after it moves the weights the same way
+        torch.testing.assert_close(again[name], second[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_a_fresh_worker_resumes_on_another_data_parallel_layout(runs):
+    by_name, d = runs
+    one, dp2 = by_name["one"][0]["second"], [r["second"] for r in by_name["dp2"]]
+    for key in ("policy_loss", "kl", "entropy"):
+        assert sum(m[key] for m in dp2) == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
+    assert dp2[0]["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
+    w_one, w_dp2 = torch.load(str(d / "one.pt") + ".second")["weights"], torch.load(d / "dp2.pt")["weights"]
+    for name in w_one:
+        torch.testing.assert_close(w_dp2[name], w_one[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_weight_metas_are_the_hf_model(runs, tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    by_name, d = runs
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    metas = dict(by_name["one"][0]["metas"])
+    assert metas == {k: tuple(v.shape) for k, v in hf.items()}
+    assert torch.load(d / "one.pt")["weights"].keys() == hf.keys()
+
+
+# -- LoRA -------------------------------------------------------------------------------------------------
+
+LORA_TYPES = ("lora", "canonical_lora", "dora")
+
+
+def _lora_rank(rank: int, world: int, port: int, q, model_path: str, out: str) -> None:
+    """Per lora_type, on tp=2: one step, then the LoRA model's log-probs and its merged Hugging Face weights."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.common import WorkerSettings
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.runtime.workers.megatron_lora import LoraLinear
+    from rlc.spec.model import default_model
+
+    result = {}
+    for lora_type in LORA_TYPES:
+        spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "algorithm": ALGORITHM, "policy": {
+            "optimizer_config": {"lr": 5e-2}, "model": {"lora": {"rank": 4, "alpha": 8}},
+            "megatron_config": {"tensor_model_parallel_size": 2, "lora_config": {"lora_type": lora_type}}}}})
+        worker = MegatronWorker(WorkerSettings("policy", model_path, micro_train_batch_size=4, micro_forward_batch_size=8),
+                                spec.trainer.policy, spec.trainer.algorithm, rank, world)
+        worker.setup("127.0.0.1", port)
+        batch = _batch(64)
+        trainable = {n for n, p in worker.gpt.named_parameters() if p.requires_grad}
+        metrics = worker.train_mini_batch({**batch, "old_logprobs": _old_logprobs(worker, batch, world, rank)}, totals(batch))
+        logp = worker.forward(batch)
+        full = worker.full_state_dict()
+        adapted = sum(isinstance(m, LoraLinear) for m in worker.gpt.modules())
+        if rank == 0:
+            torch.save(full, f"{out}.{lora_type}")
+        result[lora_type] = {"logp": logp.numpy(), "trainable": trainable, "adapted": adapted, "grad_norm": metrics["grad_norm"]}
+    q.put((rank, result))  # numpy: a tensor would be shared memory that dies with this process
+    worker.shutdown()
+
+
+@pytest.fixture(scope="module")
+def lora_runs(tiny_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("megatron_lora")
+    results = dict(enumerate(run_ranks(_lora_rank, 2, tiny_model, str(d / "merged"))))
+    return results, d
+
+
+@pytest.mark.parametrize("lora_type", LORA_TYPES)
+def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
+    """The adapted Megatron model (tp=2) scores tokens as the plain Hugging Face model with its merged weights does:
+    the adapters' tensor-parallel split, canonical_lora's per-projection layout and DoRA's norms are all right."""
+    from rlc.runtime.algorithms.losses import token_log_probs
+    from transformers import AutoModelForCausalLM
+
+    results, d = lora_runs
+    got = results[0][lora_type]
+    assert got["adapted"] == 8  # qkv, proj, fc1, fc2 of both layers
+    assert got["trainable"] and all(".lora_" in n or n.endswith("magnitude") for n in got["trainable"])
+    assert got["grad_norm"] > 0
+    merged = torch.load(str(d / "merged") + f".{lora_type}")
+    start = AutoModelForCausalLM.from_pretrained(tiny_model)
+    changed = [n for n, v in start.state_dict().items() if not torch.equal(v, merged[n])]
+    assert changed and all(n.split(".")[-2] in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+                           for n in changed)  # only the adapted layers moved
+    start.load_state_dict(merged)
+    batch = _batch(64)
+    attn = batch["attention_mask"]
+    with torch.no_grad():
+        logits = start(input_ids=batch["input_ids"], attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
+    want = token_log_probs(logits[:, batch["prompt_len"] - 1:-1], batch["response_ids"], 1.0)
+    real = batch["loss_mask"].bool()
+    torch.testing.assert_close(torch.from_numpy(got["logp"])[real], want[real], rtol=1e-4, atol=1e-4)

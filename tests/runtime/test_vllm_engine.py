@@ -1,0 +1,539 @@
+"""The vLLM engine: rlc settings as vLLM's engine and sampling arguments, vLLM outputs as completions,
+and the worker extension that loads synced weights.
+
+Most tests need neither vLLM nor a GPU. The `vllm_api` tests check the mapping against vLLM's own
+classes (EngineArgs, ModelConfig, SamplingParams, outputs); they run where vLLM imports (the optional
+.venv-vllm-api environment) and are skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import inspect
+import os
+import pickle
+import sys
+import traceback
+import types
+import typing
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.multiprocessing as mp  # noqa: E402
+from rlc.runtime.inference.hf import Sampling  # noqa: E402
+from rlc.runtime.inference.vllm import (  # noqa: E402
+    LORA_RANKS,
+    VLLMEngine,
+    completions,
+    engine_env,
+    engine_kwargs,
+    sampling_kwargs,
+)
+from rlc.runtime.inference.vllm_worker import WeightSyncExtension  # noqa: E402
+from rlc.runtime.transfer import pack  # noqa: E402
+from rlc.runtime.weight_sync import metas_of  # noqa: E402
+from rlc.runtime.workers.fsdp import free_address  # noqa: E402
+from rlc.spec.model import default_model  # noqa: E402
+
+TIMEOUT = 120  # seconds; bounds the weight-sync group and its collectives
+
+
+def _spec(generator: dict | None = None):
+    return default_model().to_typed({"version": 1, "generator": generator or {}})
+
+
+def _engine(**fields):
+    return _spec({"inference_engine": fields}).generator.inference_engine
+
+
+def _sampling(**fields) -> Sampling:
+    return Sampling.from_spec(_spec({"sampling_params": fields}).generator.sampling_params)
+
+
+@functools.cache
+def _vllm_import_error() -> str | None:
+    try:
+        importlib.import_module("vllm")
+    except Exception as exc:  # ImportError, or a broken CUDA-side package pulled in with it
+        return f"vllm does not import here ({type(exc).__name__}: {exc}); build .venv-vllm-api to run these"
+    return None
+
+
+@pytest.fixture
+def needs_vllm():
+    reason = _vllm_import_error()
+    if reason:
+        pytest.skip(reason)
+
+
+def vllm_api(test):
+    """A check of rlc's mapping against vLLM's own classes: marked `vllm_api`, skipped where vLLM does not import."""
+    return pytest.mark.vllm_api(pytest.mark.usefixtures("needs_vllm")(test))
+
+
+# -- engine arguments --------------------------------------------------------------------------------------
+
+
+def test_every_engine_setting_reaches_its_vllm_argument():
+    ie = _engine(model_dtype="float16", tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=1,
+                 gpu_memory_utilization=0.55, enforce_eager=False, enable_prefix_caching=False,
+                 enable_chunked_prefill=False, max_num_seqs=64, max_num_batched_tokens=4096,
+                 distributed_executor_backend="mp")
+    kw = engine_kwargs(ie, model="/models/qwen", seed=7, max_model_len=3072)
+    assert kw == {
+        "model": "/models/qwen", "seed": 7, "dtype": "float16", "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 2, "data_parallel_size": 1, "gpu_memory_utilization": 0.55,
+        "enforce_eager": False, "enable_prefix_caching": False, "enable_chunked_prefill": False,
+        "max_num_seqs": 64, "max_num_batched_tokens": 4096, "distributed_executor_backend": "mp",
+        "logprobs_mode": "processed_logprobs", "max_model_len": 3072,
+        "worker_extension_cls": "rlc.runtime.inference.vllm_worker.WeightSyncExtension",
+    }
+
+
+def test_a_one_gpu_engine_runs_its_worker_in_process():
+    assert engine_kwargs(_engine(), model="m", seed=0)["distributed_executor_backend"] == "uni"
+    assert engine_kwargs(_engine(tensor_parallel_size=2), model="m", seed=0)["distributed_executor_backend"] == "ray"
+
+
+def test_spec_defaults_map_to_skyrls_engine_defaults():
+    kw = engine_kwargs(_engine(), model="m", seed=42)
+    assert (kw["dtype"], kw["gpu_memory_utilization"], kw["max_num_seqs"], kw["max_num_batched_tokens"]) == \
+        ("bfloat16", 0.8, 1024, 8192)
+    assert kw["enable_prefix_caching"] and kw["enable_chunked_prefill"] and kw["enforce_eager"]
+    for absent in ("enable_expert_parallel", "enable_sleep_mode", "enable_lora", "max_model_len", "hf_overrides"):
+        assert absent not in kw
+
+
+def test_expert_parallel_and_sleep_mode_are_switched_on_when_needed():
+    kw = engine_kwargs(_engine(expert_parallel_size=2, tensor_parallel_size=2), model="m", seed=0, colocated=True)
+    assert kw["enable_expert_parallel"] is True
+    assert kw["enable_sleep_mode"] is True
+
+
+def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
+    kw = engine_kwargs(_engine(fully_sharded_loras=True), model="m", seed=0, lora_rank=20, max_loras=2)
+    assert (kw["enable_lora"], kw["max_lora_rank"], kw["max_loras"], kw["fully_sharded_loras"]) == (True, 32, 2, True)
+    assert engine_kwargs(_engine(), model="m", seed=0, lora_rank=8)["max_lora_rank"] == 8
+    with pytest.raises(ValueError, match="512"):
+        engine_kwargs(_engine(), model="m", seed=0, lora_rank=1024)
+
+
+def test_engine_init_kwargs_pass_through_and_override():
+    ie = _engine(enforce_eager=True, engine_init_kwargs={"enforce_eager": False, "max_logprobs": 5,
+                                                          "logprobs_mode": "raw_logprobs"})
+    kw = engine_kwargs(ie, model="m", seed=0)
+    assert (kw["enforce_eager"], kw["max_logprobs"], kw["logprobs_mode"]) == (False, 5, "raw_logprobs")
+
+
+def test_rope_settings_merge_into_the_models_rope_parameters():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2)
+    theta = config.rope_parameters["rope_theta"]
+    yarn = {"rope_type": "yarn", "factor": 4.0}
+    override = engine_kwargs(_engine(), model="m", seed=0, rope_scaling=yarn)["hf_overrides"]
+    params = override(config).rope_parameters
+    assert (params["rope_type"], params["factor"], params["rope_theta"]) == ("yarn", 4.0, theta)
+    override = engine_kwargs(_engine(), model="m", seed=0, rope_theta=5e5)["hf_overrides"]
+    assert override(config).rope_parameters["rope_theta"] == 5e5
+
+
+def test_multiprocessing_is_turned_off_through_the_environment():
+    assert engine_env(_engine()) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert engine_env(_engine(vllm_v1_disable_multiproc=False)) == {}
+
+
+# -- sampling arguments ------------------------------------------------------------------------------------
+
+
+def test_every_sampling_setting_reaches_its_vllm_argument():
+    s = _sampling(max_generate_length=64, temperature=0.7, top_p=0.9, top_k=20, min_p=0.05,
+                  repetition_penalty=1.1, stop=["</answer>"], logprobs=1)
+    assert sampling_kwargs(s, n=4, seed=11) == {
+        "n": 4, "max_tokens": 64, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05,
+        "repetition_penalty": 1.1, "stop": ["</answer>"], "logprobs": 0, "seed": 11, "detokenize": True,
+    }
+
+
+def test_disabled_top_k_and_no_stop_strings():
+    kw = sampling_kwargs(_sampling(top_k=-1), n=1, seed=None)
+    assert (kw["top_k"], kw["stop"], kw["detokenize"], kw["seed"]) == (0, None, False, None)
+
+
+def test_no_logprobs_when_the_spec_asks_for_none():
+    assert sampling_kwargs(_sampling(logprobs=None), n=1, seed=0)["logprobs"] is None
+
+
+def test_additional_sampling_kwargs_pass_through_and_override():
+    kw = sampling_kwargs(_sampling(), n=2, seed=0, additional_kwargs={"min_tokens": 2, "top_k": 5})
+    assert (kw["min_tokens"], kw["top_k"]) == (2, 5)
+
+
+# -- outputs -----------------------------------------------------------------------------------------------
+
+
+def _output(index, ids, logprobs, finish):
+    return types.SimpleNamespace(index=index, token_ids=ids, finish_reason=finish,
+                                 logprobs=[{t: types.SimpleNamespace(logprob=lp)} for t, lp in zip(ids, logprobs)])
+
+
+def test_outputs_become_completions_in_prompt_and_sample_order():
+    outputs = [types.SimpleNamespace(outputs=[_output(1, [7, 2], [-0.5, -0.1], "stop"),
+                                              _output(0, [5], [-1.0], "length")]),
+               types.SimpleNamespace(outputs=[_output(0, [9, 9, 9], [-0.2, -0.3, -0.4], "abort")])]
+    got = completions(outputs, logprobs=True)
+    assert [[(c.token_ids, c.logprobs, c.finish_reason) for c in group] for group in got] == [
+        [([5], [-1.0], "length"), ([7, 2], [-0.5, -0.1], "stop")],
+        [([9, 9, 9], [-0.2, -0.3, -0.4], "length")],
+    ]
+    assert completions(outputs, logprobs=False)[0][0].logprobs is None
+
+
+def test_a_failed_request_is_an_error():
+    with pytest.raises(RuntimeError, match="error"):
+        completions([types.SimpleNamespace(outputs=[_output(0, [1], [-1.0], "error")])], logprobs=True)
+
+
+# -- the worker extension (run here on a stand-in worker, CPU) -----------------------------------------------
+
+
+class _Model:
+    def __init__(self):
+        self.loaded: dict[str, torch.Tensor] = {}
+
+    def load_weights(self, weights):
+        for name, tensor in weights:
+            self.loaded[name] = tensor.clone()
+        return set(self.loaded)
+
+
+class _Worker(WeightSyncExtension):
+    """What the extension reads of a vLLM worker: device, parallel_config, model_runner.model."""
+
+    def __init__(self, rank: int = 0, dp_index: int = 0, world: int = 1):
+        self.device = torch.device("cpu")
+        self.parallel_config = types.SimpleNamespace(rank=rank, data_parallel_index=dp_index, world_size=world)
+        self.model_runner = types.SimpleNamespace(model=_Model())
+
+
+def _weights() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"model.layers.0.self_attn.q_proj.weight": torch.randn(8, 4, generator=g).to(torch.bfloat16),
+            "model.layers.0.mlp.up_proj.weight": torch.randn(6, 4, generator=g),
+            "lm_head.weight": torch.randn(10, 4, generator=g)}
+
+
+def _assert_same(loaded: dict, sent: dict) -> None:
+    assert list(loaded) == list(sent)
+    for name, tensor in sent.items():
+        assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), name
+
+
+def test_worker_loads_a_packed_state_dict():
+    worker, weights = _Worker(), _weights()
+    assert worker.rlc_load_weights(pack(weights)) == 3
+    _assert_same(worker.model_runner.model.loaded, weights)
+
+
+def test_worker_takes_pickled_calls_for_rlc_methods_only():
+    worker, weights = _Worker(), _weights()
+    assert worker.rlc_call(pickle.dumps(("rlc_load_weights", (pack(weights),)))) == 3
+    _assert_same(worker.model_runner.model.loaded, weights)
+    with pytest.raises(ValueError, match="not an rlc worker method"):
+        worker.rlc_call(pickle.dumps(("load_model", ())))
+
+
+def test_worker_rank_counts_data_parallel_groups(monkeypatch):
+    """rank_offset + data-parallel index x (TP x PP) + rank in the engine, as vLLM numbers its NCCL weight transfer."""
+    import rlc.runtime.weight_sync as weight_sync
+
+    joined = {}
+    monkeypatch.setattr(weight_sync, "init_group", lambda address, port, rank, world_size, backend, group_name:
+                        joined.update(rank=rank, world_size=world_size, group_name=group_name))
+    worker = _Worker(rank=1, dp_index=2, world=4)
+    assert worker.rlc_init_weight_update_group("h", 1, 1, 17, backend="gloo") == 1 + 2 * 4 + 1
+    assert joined == {"rank": 10, "world_size": 17, "group_name": "rlc-weight-sync"}
+
+
+# -- the engine, over a stand-in for vLLM ---------------------------------------------------------------------
+
+
+class _FakeLLM:
+    """Records what VLLMEngine asks of vLLM's LLM; answers generate with prompt-derived tokens."""
+
+    def __init__(self, **kwargs):
+        self.kwargs, self.calls, self.worker = kwargs, [], _Worker()
+
+    def generate(self, prompts, params, use_tqdm=True):
+        self.calls.append(("generate", [p["prompt_token_ids"] for p in prompts], params))
+        return [types.SimpleNamespace(outputs=[_output(k, [p["prompt_token_ids"][0], k], [-1.0, -2.0], "stop")
+                                               for k in range(sp["n"])])
+                for p, sp in zip(prompts, params)]
+
+    def sleep(self, level=1, mode="abort"):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tags))
+
+    def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
+        self.calls.append(("reset_prefix_cache",))
+        return True
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        self.calls.append(("collective_rpc", method))
+        return [getattr(self.worker, method)(*args)]
+
+
+def _fake_vllm(multiproc: bool) -> types.ModuleType:
+    module = types.ModuleType("vllm")
+    module.LLM, module.SamplingParams, module.TokensPrompt = _FakeLLM, dict, dict
+    module.envs = types.SimpleNamespace(VLLM_ENABLE_V1_MULTIPROCESSING=multiproc)
+    return module
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    def build(multiproc: bool):
+        monkeypatch.setitem(sys.modules, "vllm", _fake_vllm(multiproc))
+
+    return build
+
+
+def test_engine_generates_n_per_prompt_in_order_with_distinct_seeds(fake_vllm, monkeypatch):
+    fake_vllm(multiproc=False)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # restored after the test
+    ie = _engine()
+    engine = VLLMEngine("/models/m", eos_token_id=2, engine_args=engine_kwargs(ie, model="/models/m", seed=3),
+                        env=engine_env(ie))
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert engine.llm.kwargs["worker_extension_cls"].endswith("WeightSyncExtension")
+    out = engine.generate([[10, 1], [20, 1], [30, 1]], _sampling(), n=2, seed=100)
+    assert [[c.token_ids for c in group] for group in out] == [[[10, 0], [10, 1]], [[20, 0], [20, 1]],
+                                                               [[30, 0], [30, 1]]]
+    params = engine.llm.calls[-1][2]
+    assert [p["seed"] for p in params] == [100, 102, 104]  # the n samples of a prompt use seed, seed + 1
+    assert all(p["stop_token_ids"] == [2] for p in params)
+
+
+def test_greedy_samples_go_as_separate_requests(fake_vllm):
+    fake_vllm(multiproc=False)
+    engine = VLLMEngine("/models/m", engine_args={})
+    out = engine.generate([[10], [20]], _sampling(temperature=0.0), n=3, seed=0)
+    assert [[c.token_ids[0] for c in group] for group in out] == [[10] * 3, [20] * 3]
+    params = engine.llm.calls[-1][2]
+    assert [(p["n"], p["seed"]) for p in params] == [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5)]
+
+
+def test_engine_refuses_to_generate_until_awake_and_resets_the_cache_around_sleep(fake_vllm):
+    fake_vllm(multiproc=False)
+    engine = VLLMEngine("/models/m", engine_args={})
+    engine.sleep(2)
+    assert engine.llm.calls[-2:] == [("reset_prefix_cache",), ("sleep", 2)]
+    engine.wake_up(["weights"])
+    with pytest.raises(RuntimeError, match="asleep"):
+        engine.generate([[1]], _sampling())
+    engine.wake_up(["kv_cache"])
+    assert len(engine.generate([[1]], _sampling())) == 1
+
+
+@pytest.mark.parametrize("multiproc", [False, True])
+def test_engine_weight_update_loads_on_workers_bumps_the_version_and_drops_the_cache(fake_vllm, multiproc):
+    fake_vllm(multiproc=multiproc)
+    engine = VLLMEngine("/models/m", engine_args={})
+    weights = _weights()
+    assert engine.update_weights(pack(weights), version=5) == 5
+    assert engine.update_weights(pack(weights)) == 6
+    _assert_same(engine.llm.worker.model_runner.model.loaded, weights)
+    rpc = "rlc_call" if multiproc else "rlc_load_weights"  # an engine core in its own process gets pickled calls
+    assert engine.llm.calls[-2:] == [("collective_rpc", rpc), ("reset_prefix_cache",)]
+
+
+def _trainer_sends(port: int, weights: dict, errors) -> None:
+    try:
+        from rlc.runtime.weight_sync import close_group, init_group, send_weights
+
+        group = init_group("127.0.0.1", port, 0, 3, backend="gloo", timeout_s=TIMEOUT)
+        send_weights(group, weights.items())
+        close_group(group)
+    except BaseException:
+        errors.put(traceback.format_exc())
+        raise
+
+
+def _second_engine_receives(port: int, weights: dict, results) -> None:
+    """An engine whose core runs in a process of its own: its calls reach the worker pickled."""
+    try:
+        sys.modules["vllm"] = _fake_vllm(multiproc=True)
+        engine = VLLMEngine("/models/m", engine_args={})
+        ranks = engine.init_weight_group("127.0.0.1", port, 2, 3, "gloo")
+        version = engine.receive_weights(metas_of(weights.items()), version=7)
+        engine.close_weight_group()
+        _assert_same(engine.llm.worker.model_runner.model.loaded, weights)
+        results.put((ranks, version))  # plain values: tensors in a queue outlive neither process
+    except BaseException:
+        results.put(traceback.format_exc())
+        raise
+
+
+def test_engines_receive_what_trainer_rank_0_broadcasts(fake_vllm):
+    """Trainer rank 0 and two one-GPU engines in a gloo group outside any default group, as the driver forms it."""
+    ctx = mp.get_context("spawn")
+    errors, results = ctx.Queue(), ctx.Queue()
+    port, weights = free_address()[1], _weights()
+    procs = [ctx.Process(target=_trainer_sends, args=(port, weights, errors)),
+             ctx.Process(target=_second_engine_receives, args=(port, weights, results))]
+    for p in procs:
+        p.start()
+    try:
+        fake_vllm(multiproc=False)
+        engine = VLLMEngine("/models/m", engine_args={})
+        assert engine.init_weight_group("127.0.0.1", port, 1, 3, "gloo") == [1]
+        assert engine.receive_weights(metas_of(weights.items()), version=7) == 7
+        engine.close_weight_group()
+        _assert_same(engine.llm.worker.model_runner.model.loaded, weights)
+        assert ("reset_prefix_cache",) in engine.llm.calls
+        assert results.get(timeout=TIMEOUT) == ([2], 7)
+    finally:
+        for p in procs:
+            p.join(TIMEOUT)
+            if p.is_alive():
+                p.kill()
+    assert errors.empty(), errors.get()
+    assert all(p.exitcode == 0 for p in procs)
+
+
+# -- against vLLM's own classes (vllm_api) ----------------------------------------------------------------------
+
+
+def _all_options_kwargs(model: str) -> dict:
+    ie = _engine(expert_parallel_size=2, tensor_parallel_size=2, fully_sharded_loras=True)
+    return engine_kwargs(ie, model=model, seed=5, max_model_len=96, colocated=True,
+                         rope_scaling={"rope_type": "yarn", "factor": 2.0}, rope_theta=5e5, lora_rank=16)
+
+
+@vllm_api
+def test_every_engine_kwarg_is_a_vllm_engine_arg():
+    from vllm.engine.arg_utils import EngineArgs
+
+    kw = _all_options_kwargs("/models/m")
+    fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    assert set(kw) <= fields, sorted(set(kw) - fields)
+    args = EngineArgs(**kw)
+    assert all(getattr(args, k) == v for k, v in kw.items())
+
+
+@vllm_api
+def test_named_values_are_ones_vllm_accepts():
+    from vllm.config.model import LogprobsMode
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+
+    hints = {f.name: f.type for f in dataclasses.fields(EngineArgs)}
+    assert LORA_RANKS == typing.get_args(hints["max_lora_rank"])
+    assert "processed_logprobs" in typing.get_args(LogprobsMode)
+    dtypes = typing.get_args(hints["dtype"])
+    assert {"bfloat16", "float16", "float32", "auto"} <= set(dtypes)
+    backends = typing.get_args(typing.get_args(hints["distributed_executor_backend"])[1])
+    assert {"uni", "ray", "mp"} <= set(backends)
+    assert resolve_obj_by_qualname(_all_options_kwargs("m")["worker_extension_cls"]) is WeightSyncExtension
+
+
+@vllm_api
+def test_vllm_builds_the_model_config_with_rlcs_rope_and_logprobs(tmp_path):
+    from transformers import LlamaConfig
+    from vllm.engine.arg_utils import EngineArgs
+
+    LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=128).save_pretrained(tmp_path)
+    kw = _all_options_kwargs(str(tmp_path))
+    del kw["enable_sleep_mode"]  # vLLM checks the platform (CUDA) supports it
+    config = EngineArgs(**kw, skip_tokenizer_init=True).create_model_config()
+    assert config.logprobs_mode == "processed_logprobs"
+    assert config.max_model_len == 96
+    assert str(config.dtype) == "torch.bfloat16"
+    rope = config.hf_config.rope_parameters
+    assert (rope["rope_type"], rope["factor"], rope["rope_theta"]) == ("yarn", 2.0, 5e5)
+
+
+@vllm_api
+def test_the_llm_methods_the_engine_calls_take_its_arguments():
+    from vllm import LLM
+    from vllm.config import ParallelConfig
+
+    inspect.signature(LLM.generate).bind(None, [], [], use_tqdm=False)
+    inspect.signature(LLM.sleep).bind(None, level=2)
+    inspect.signature(LLM.wake_up).bind(None, tags=["weights"])
+    inspect.signature(LLM.reset_prefix_cache).bind(None)
+    inspect.signature(LLM.collective_rpc).bind(None, "rlc_load_weights", args=({},))
+    # What the extension reads to number the workers of a TP=2 x PP=2 engine.
+    pc = ParallelConfig(tensor_parallel_size=2, pipeline_parallel_size=2)
+    assert (pc.rank, pc.world_size, pc.data_parallel_index) == (0, 4, 0)
+
+
+@vllm_api
+def test_the_extension_mixes_into_vllms_gpu_worker():
+    from vllm.v1.worker.gpu_worker import Worker
+
+    # vLLM refuses an extension attribute that the worker already has (worker_base.py, worker_extension_cls).
+    clashes = [a for a in dir(WeightSyncExtension) if not a.startswith("__") and hasattr(Worker, a)]
+    assert clashes == []
+
+
+@vllm_api
+@pytest.mark.parametrize("spec", [
+    {"max_generate_length": 64, "temperature": 0.7, "top_p": 0.9, "top_k": -1, "min_p": 0.05,
+     "repetition_penalty": 1.1, "stop": ["</answer>"]},
+    {"top_k": 20, "logprobs": None},
+    {"temperature": 0.0},
+])
+def test_every_sampling_kwarg_is_accepted_by_vllm(spec):
+    from vllm import SamplingParams
+
+    s = _sampling(**spec)
+    greedy = s.temperature == 0  # vLLM turns the filters off for greedy sampling and wants n == 1
+    n = 1 if greedy else 4
+    kw = sampling_kwargs(s, n=n, seed=11)
+    params = SamplingParams(**kw)
+    assert (params.n, params.max_tokens, params.seed, params.logprobs) == (n, s.max_generate_length, 11, kw["logprobs"])
+    assert params.temperature == s.temperature and params.repetition_penalty == s.repetition_penalty
+    assert params.top_k == (0 if greedy or s.top_k < 1 else s.top_k)
+    assert (params.top_p, params.min_p) == ((1.0, 0.0) if greedy else (s.top_p, s.min_p))
+    assert params.stop == list(s.stop) and params.detokenize == bool(s.stop)
+
+
+@vllm_api
+def test_vllm_refuses_greedy_requests_with_several_samples():
+    """Why VLLMEngine.generate sends greedy samples as separate requests."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError, match="greedy"):
+        SamplingParams(**sampling_kwargs(_sampling(temperature=0.0), n=2, seed=0))
+
+
+@vllm_api
+@pytest.mark.parametrize("flat", [False, True])
+def test_vllm_outputs_become_completions(flat):
+    from vllm.logprobs import FlatLogprobs, Logprob
+    from vllm.outputs import CompletionOutput, RequestOutput
+
+    def logprobs(pairs):
+        positions = [{t: Logprob(lp, rank=1)} for t, lp in pairs]
+        if not flat:
+            return positions
+        out = FlatLogprobs()
+        for position in positions:
+            out.append(position)
+        return out
+
+    request = RequestOutput("r0", None, [1, 2], None, outputs=[
+        CompletionOutput(1, "", [4, 2], -0.7, logprobs([(4, -0.5), (2, -0.2)]), finish_reason="stop"),
+        CompletionOutput(0, "", [3, 3, 3], -0.9, logprobs([(3, -0.1), (3, -0.3), (3, -0.5)]), finish_reason="length"),
+    ], finished=True)
+    [[first, second]] = completions([request], logprobs=True)
+    assert (first.token_ids, first.logprobs, first.finish_reason) == ([3, 3, 3], [-0.1, -0.3, -0.5], "length")
+    assert (second.token_ids, second.logprobs, second.finish_reason) == ([4, 2], [-0.5, -0.2], "stop")
