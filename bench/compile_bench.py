@@ -43,13 +43,25 @@ def main() -> int:
         files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     median = statistics.median(times)
     verdict = "met" if median <= GOAL_S else "NOT met"
-    line = (f"`rlc compile examples/gsm8k-grpo-2node.yaml` (whole process, writes {', '.join(files)}): median "
-            f"{median * 1000:.0f} ms of 15 runs (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}); "
-            f"goal at most {GOAL_S * 1000:.0f} ms: **{verdict}**.")
+    line = (
+        f"`rlc compile examples/gsm8k-grpo-2node.yaml` (whole process, writes {', '.join(files)}): median "
+        f"{median * 1000:.0f} ms of 15 runs (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}); "
+        f"goal at most {GOAL_S * 1000:.0f} ms: **{verdict}**."
+    )
     print(line)
-    write_section("compile-bench", "\n".join(["## rlc compile", "", line, "",
-                                              f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; "
-                                              f"load average {loadavg()}. Run: `make bench`."]))
+    write_section(
+        "compile-bench",
+        "\n".join(
+            [
+                "## rlc compile",
+                "",
+                line,
+                "",
+                f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; "
+                f"load average {loadavg()}. Run: `make bench`.",
+            ]
+        ),
+    )
     return 0
 
 

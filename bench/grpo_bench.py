@@ -131,8 +131,9 @@ def timed_process(argv: list[str], env: dict, cwd: Path, log: Path) -> dict:
     b0, start_wall = busy_seconds(), time.time()
     t0 = time.perf_counter()
     with open(log, "w", encoding="utf-8") as err:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=err, text=True)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True
+        )
         tree = TreeCpu(proc.pid)
         tree.start()
         stdout, _ = proc.communicate()
@@ -150,9 +151,17 @@ def timed_process(argv: list[str], env: dict, cwd: Path, log: Path) -> dict:
 
 def base_env(home: Path, ray_tmp: str | None = None) -> dict:
     home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HOME": str(home), "RAY_AUTH_MODE": "disabled",
-           "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "WANDB_MODE": "disabled"}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "WANDB_MODE": "disabled",
+    }
     for var in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "RAY_ADDRESS", "OMP_NUM_THREADS"):
         env.pop(var, None)
     if ray_tmp:
@@ -191,48 +200,84 @@ def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str, extra
     out = d / "compiled"
     overrides = [
         f"trainer.policy.model.path={SIZES[size]}",
-        f"data.train_data=['{d / 'train.parquet'}']", "data.val_data=[]",
+        f"data.train_data=['{d / 'train.parquet'}']",
+        "data.val_data=[]",
         f"generator.sampling_params.max_generate_length={gen_len}",
         "trainer.ckpt_interval=-1",  # the peer saves nothing either
         # The example's two stabilisers, left out on both sides: TRL's GRPOTrainer has no entropy bonus, and a
         # constant lr keeps the two schedules identical (HF's warmup starts one step later than rlc's).
-        "trainer.algorithm.use_entropy_loss=false", "trainer.policy.optimizer_config.num_warmup_steps=0",
-        f"trainer.log_path={d / 'runs'}", f"trainer.run_name=rlc-{size}",
-        f"trainer.ckpt_path={d / 'ckpts'}", f"trainer.export_path={d / 'exports'}",
+        "trainer.algorithm.use_entropy_loss=false",
+        "trainer.policy.optimizer_config.num_warmup_steps=0",
+        f"trainer.log_path={d / 'runs'}",
+        f"trainer.run_name=rlc-{size}",
+        f"trainer.ckpt_path={d / 'ckpts'}",
+        f"trainer.export_path={d / 'exports'}",
         *extra,
     ]
-    p = subprocess.run([rlc_exe, "compile", EXAMPLE, *overrides, "-o", str(out)], cwd=ROOT, env=env,
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [rlc_exe, "compile", EXAMPLE, *overrides, "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     if p.returncode != 0:
         raise BenchError(f"rlc compile failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     spec = load(out / "resolved.yaml").spec
     t, a, g = spec.trainer, spec.trainer.algorithm, spec.generator
     opt = t.policy.optimizer_config
-    unlike = [what for what, ok in (
-        ("one optimizer step per batch (policy_mini_batch_size == train_batch_size)", t.policy_mini_batch_size == t.train_batch_size),
-        ("update_epochs_per_batch 1", t.update_epochs_per_batch == 1),
-        ("no KL loss", not a.use_kl_loss and not a.use_kl_in_reward),
-        ("GRPO advantages scaled by the group std", a.advantage_estimator == "grpo" and a.grpo_norm_by_std),
-        ("token_mean loss (TRL's dapo)", a.loss_reduction == "token_mean" and a.policy_loss_type == "regular"),
-        ("a symmetric clip", a.eps_clip_low == a.eps_clip_high),
-        ("a constant learning rate", opt.num_warmup_steps == 0 and opt.scheduler in ("constant", "constant_with_warmup")),
-        ("fp32, no gradient checkpointing", not t.bf16 and not t.gradient_checkpointing),
-        ("plain sampling", g.sampling_params.top_p == 1.0 and g.sampling_params.top_k in (-1, 0)
-         and g.sampling_params.min_p == 0 and g.sampling_params.repetition_penalty == 1.0),
-    ) if not ok]
+    unlike = [
+        what
+        for what, ok in (
+            (
+                "one optimizer step per batch (policy_mini_batch_size == train_batch_size)",
+                t.policy_mini_batch_size == t.train_batch_size,
+            ),
+            ("update_epochs_per_batch 1", t.update_epochs_per_batch == 1),
+            ("no KL loss", not a.use_kl_loss and not a.use_kl_in_reward),
+            ("GRPO advantages scaled by the group std", a.advantage_estimator == "grpo" and a.grpo_norm_by_std),
+            ("token_mean loss (TRL's dapo)", a.loss_reduction == "token_mean" and a.policy_loss_type == "regular"),
+            ("a symmetric clip", a.eps_clip_low == a.eps_clip_high),
+            (
+                "a constant learning rate",
+                opt.num_warmup_steps == 0 and opt.scheduler in ("constant", "constant_with_warmup"),
+            ),
+            ("fp32, no gradient checkpointing", not t.bf16 and not t.gradient_checkpointing),
+            (
+                "plain sampling",
+                g.sampling_params.top_p == 1.0
+                and g.sampling_params.top_k in (-1, 0)
+                and g.sampling_params.min_p == 0
+                and g.sampling_params.repetition_penalty == 1.0,
+            ),
+        )
+        if not ok
+    ]
     if unlike:
         raise BenchError(f"{EXAMPLE} no longer maps onto TRL like for like: it lacks {'; '.join(unlike)}")
     write_rows(rows(steps * t.train_batch_size, t.seed), d / "train.parquet")
     return {
-        "size": size, "steps": steps, "dir": d, "compiled": out, "model": model_dir,
-        "job": {"model": model_dir, "data": str(d / "train.parquet"), "output_dir": str(d / "trl-out"),
-                "prompts_per_step": t.train_batch_size, "group": g.n_samples_per_prompt,
-                "max_generate_length": g.sampling_params.max_generate_length,
-                "temperature": g.sampling_params.temperature, "steps": steps, "lr": opt.lr,
-                "adam_betas": list(opt.adam_betas), "weight_decay": opt.weight_decay,
-                "max_grad_norm": opt.max_grad_norm, "eps_clip": a.eps_clip_low, "seed": t.seed},
-        "micro_train": t.micro_train_batch_size_per_gpu, "micro_forward": t.micro_forward_batch_size_per_gpu,
-        "slots": spec.cluster.gpus_per_node * spec.cluster.num_nodes, "extra": list(extra),
+        "size": size,
+        "steps": steps,
+        "dir": d,
+        "compiled": out,
+        "model": model_dir,
+        "job": {
+            "model": model_dir,
+            "data": str(d / "train.parquet"),
+            "output_dir": str(d / "trl-out"),
+            "prompts_per_step": t.train_batch_size,
+            "group": g.n_samples_per_prompt,
+            "max_generate_length": g.sampling_params.max_generate_length,
+            "temperature": g.sampling_params.temperature,
+            "steps": steps,
+            "lr": opt.lr,
+            "adam_betas": list(opt.adam_betas),
+            "weight_decay": opt.weight_decay,
+            "max_grad_norm": opt.max_grad_norm,
+            "eps_clip": a.eps_clip_low,
+            "seed": t.seed,
+        },
+        "micro_train": t.micro_train_batch_size_per_gpu,
+        "micro_forward": t.micro_forward_batch_size_per_gpu,
+        "slots": spec.cluster.gpus_per_node * spec.cluster.num_nodes,
+        "extra": list(extra),
         "threads": max(1, len(os.sched_getaffinity(0)) // spec.cluster.gpus_per_node),
     }
 
@@ -241,8 +286,12 @@ def run_rlc(case: dict, work: Path) -> dict:
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
     env = {**base_env(work / "home", ray_tmp), "RLC_CACHE": str(work / "cache")}
     try:
-        proc = timed_process([sys.executable, "-m", "rlc.runtime", "run", str(case["compiled"] / "resolved.yaml"),
-                              "--no-progress"], env, ROOT, case["dir"] / "rlc.log")
+        proc = timed_process(
+            [sys.executable, "-m", "rlc.runtime", "run", str(case["compiled"] / "resolved.yaml"), "--no-progress"],
+            env,
+            ROOT,
+            case["dir"] / "rlc.log",
+        )
     finally:
         stop_leftovers(ray_tmp)
         shutil.rmtree(ray_tmp, ignore_errors=True)
@@ -259,13 +308,16 @@ def run_rlc(case: dict, work: Path) -> dict:
         "generated_tokens": [round(r["response_length"] * per_step) for r in recs],
         "rewards": [r["reward"] for r in recs],
         "inert_fractions": [r.get("inert_row_fraction", 0.0) for r in recs],
-        "wall": proc["wall"], "cpu": proc["cpu"], "other_cpu": proc["other_cpu"],
+        "wall": proc["wall"],
+        "cpu": proc["cpu"],
+        "other_cpu": proc["other_cpu"],
         # From spawning the process to the start of step 1 (the records carry the wall clock at their end).
         "to_first_step": recs[0]["time"] - recs[0]["step_time"] - proc["start"],
     }
 
 
 # ------------------------------------------------------------------------------------------ peer side
+
 
 def peer_python() -> Path:
     return PEER_VENV / "bin" / "python"
@@ -296,8 +348,11 @@ def setup_peer(reinstall: bool, allow_install: bool) -> tuple[Path | None, str]:
                 return None, f"{reason} (and --no-peer-setup was given)"
     elif not allow_install:
         return None, f"{PEER_VENV.relative_to(ROOT)} does not exist (and --no-peer-setup was given)"
-    print(f"peer: setting up {PEER_VENV.relative_to(ROOT)} ({' '.join(PEER_PACKAGES)}; log in "
-          f"{PEER_SETUP_LOG.relative_to(ROOT)}) ...", flush=True)
+    print(
+        f"peer: setting up {PEER_VENV.relative_to(ROOT)} ({' '.join(PEER_PACKAGES)}; log in "
+        f"{PEER_SETUP_LOG.relative_to(ROOT)}) ...",
+        flush=True,
+    )
     t0 = time.perf_counter()
     if not py.exists():
         error = make_venv(PEER_VENV)
@@ -307,8 +362,12 @@ def setup_peer(reinstall: bool, allow_install: bool) -> tuple[Path | None, str]:
     env = {**os.environ}
     env.pop("PYTHONPATH", None)
     with open(PEER_SETUP_LOG, "a", encoding="utf-8") as log:
-        p = subprocess.run([str(py), "-m", "pip", "install", "--disable-pip-version-check", *PEER_PACKAGES],
-                           stdout=log, stderr=subprocess.STDOUT, env=env)
+        p = subprocess.run(
+            [str(py), "-m", "pip", "install", "--disable-pip-version-check", *PEER_PACKAGES],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     if p.returncode != 0:
         return None, f"pip could not install the peer (exit {p.returncode}); see {PEER_SETUP_LOG.relative_to(ROOT)}"
     reason = _probe(py)
@@ -333,16 +392,24 @@ def run_peer(case: dict, py: Path, work: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------------- report
 
+
 def rates(side: dict) -> dict:
     steps, s = len(side["step_times"]), sum(side["step_times"])
     tokens = sum(side["generated_tokens"])
     steady = sum(side["step_times"][1:])
-    return {"steps": steps, "step_s": s, "steps_per_s": steps / s, "tokens": tokens, "tokens_per_s": tokens / s,
-            "gen_tokens_per_s": tokens / sum(side["generate_times"]),
-            "steady_steps_per_s": (steps - 1) / steady if steps > 1 else None,
-            "steady_tokens_per_s": sum(side["generated_tokens"][1:]) / steady if steps > 1 else None,
-            "wall": side["wall"], "wall_steps_per_s": steps / side["wall"],
-            "mean_length": tokens / steps / side["per_step"]}
+    return {
+        "steps": steps,
+        "step_s": s,
+        "steps_per_s": steps / s,
+        "tokens": tokens,
+        "tokens_per_s": tokens / s,
+        "gen_tokens_per_s": tokens / sum(side["generate_times"]),
+        "steady_steps_per_s": (steps - 1) / steady if steps > 1 else None,
+        "steady_tokens_per_s": sum(side["generated_tokens"][1:]) / steady if steps > 1 else None,
+        "wall": side["wall"],
+        "wall_steps_per_s": steps / side["wall"],
+        "mean_length": tokens / steps / side["per_step"],
+    }
 
 
 def fmt_s(seconds: float) -> str:
@@ -366,18 +433,40 @@ def verdict(results: dict) -> tuple[bool, list[str]]:
 
 
 def print_summary(results: dict) -> None:
-    head = ["model", "side", "steps", "step time", "steps/s", "gen tokens", "tokens/s", "gen-only tok/s",
-            "process wall", "reward first->last", "cores own/others"]
+    head = [
+        "model",
+        "side",
+        "steps",
+        "step time",
+        "steps/s",
+        "gen tokens",
+        "tokens/s",
+        "gen-only tok/s",
+        "process wall",
+        "reward first->last",
+        "cores own/others",
+    ]
     rows = []
     for size, r in results.items():
         for side in ("rlc", "trl"):
             if side not in r:
                 continue
             x, raw = r[f"{side}_rates"], r[side]
-            rows.append([size, "rlc" if side == "rlc" else "TRL", str(x["steps"]), fmt_s(x["step_s"]),
-                         f"{x['steps_per_s']:.3f}", str(x["tokens"]), f"{x['tokens_per_s']:.0f}",
-                         f"{x['gen_tokens_per_s']:.0f}", fmt_s(x["wall"]),
-                         f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f}", _cpu(raw)])
+            rows.append(
+                [
+                    size,
+                    "rlc" if side == "rlc" else "TRL",
+                    str(x["steps"]),
+                    fmt_s(x["step_s"]),
+                    f"{x['steps_per_s']:.3f}",
+                    str(x["tokens"]),
+                    f"{x['tokens_per_s']:.0f}",
+                    f"{x['gen_tokens_per_s']:.0f}",
+                    fmt_s(x["wall"]),
+                    f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f}",
+                    _cpu(raw),
+                ]
+            )
     widths = [max(len(c) for c in col) for col in zip(head, *rows)]
     for cells in [head, ["-" * w for w in widths], *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
@@ -385,15 +474,19 @@ def print_summary(results: dict) -> None:
     for size, r in results.items():
         if "trl" in r:
             a, b = r["rlc_rates"], r["trl_rates"]
-            print(f"{size}: rlc/TRL steps/s {ratio(a['steps_per_s'], b['steps_per_s'])}, generated tokens/s "
-                  f"{ratio(a['tokens_per_s'], b['tokens_per_s'])} (steps 2.. only: "
-                  f"{ratio(a['steady_steps_per_s'], b['steady_steps_per_s'])}, "
-                  f"{ratio(a['steady_tokens_per_s'], b['steady_tokens_per_s'])}; whole processes: "
-                  f"{ratio(a['wall_steps_per_s'], b['wall_steps_per_s'])})")
+            print(
+                f"{size}: rlc/TRL steps/s {ratio(a['steps_per_s'], b['steps_per_s'])}, generated tokens/s "
+                f"{ratio(a['tokens_per_s'], b['tokens_per_s'])} (steps 2.. only: "
+                f"{ratio(a['steady_steps_per_s'], b['steady_steps_per_s'])}, "
+                f"{ratio(a['steady_tokens_per_s'], b['steady_tokens_per_s'])}; whole processes: "
+                f"{ratio(a['wall_steps_per_s'], b['wall_steps_per_s'])})"
+            )
     ok, parts = verdict(results)
     if parts:
-        print(f"goal: rlc >= {GOAL_RATIO}x TRL in steps/s and tokens/s at both sizes: "
-              f"{'met' if ok else 'NOT met'} ({', '.join(parts)})")
+        print(
+            f"goal: rlc >= {GOAL_RATIO}x TRL in steps/s and tokens/s at both sizes: "
+            f"{'met' if ok else 'NOT met'} ({', '.join(parts)})"
+        )
 
 
 def _mean(xs: list[float]) -> float:
@@ -403,124 +496,165 @@ def _mean(xs: list[float]) -> float:
 def results_section(results: dict, meta: dict) -> str:
     any_size = next(iter(results.values()))
     job = any_size["case"]["job"]
-    L = ["## GRPO on CPU: rlc's runtime vs TRL's GRPOTrainer", "",
-         f"Measured {meta['now']} with `python bench/grpo_bench.py` (`make bench-grpo`) on {platform.system()} "
-         f"{platform.machine()}, nproc {nproc()} ({cpu_model()}), no GPU used; load average (1, 5, 15 min) "
-         f"{meta['load_before']} before and {meta['load_after']} after. rlc {meta['rlc_version']}, Python "
-         f"{platform.python_version()}, torch {meta['torch']}, transformers {meta['transformers']}, ray {meta['ray']}. "
-         + (f"Peer: trl {meta['peer']['trl']}, transformers {meta['peer']['transformers']}, torch "
+    L = [
+        "## GRPO on CPU: rlc's runtime vs TRL's GRPOTrainer",
+        "",
+        f"Measured {meta['now']} with `python bench/grpo_bench.py` (`make bench-grpo`) on {platform.system()} "
+        f"{platform.machine()}, nproc {nproc()} ({cpu_model()}), no GPU used; load average (1, 5, 15 min) "
+        f"{meta['load_before']} before and {meta['load_after']} after. rlc {meta['rlc_version']}, Python "
+        f"{platform.python_version()}, torch {meta['torch']}, transformers {meta['transformers']}, ray {meta['ray']}. "
+        + (
+            f"Peer: trl {meta['peer']['trl']}, transformers {meta['peer']['transformers']}, torch "
             f"{meta['peer']['torch']}, accelerate {meta['peer']['accelerate']}."
-            if meta.get("peer") else f"Peer: skipped ({meta['peer_reason']})."),
-         "",
-         f"The job: `{EXAMPLE}` (GRPO on the copy-the-digit task) without its entropy bonus and lr warmup (TRL's "
-         f"GRPOTrainer has no entropy bonus), {job['prompts_per_step']} prompts x group "
-         f"{job['group']} = {job['prompts_per_step'] * job['group']} completions per step, at most "
-         f"{job['max_generate_length']} generated tokens, temperature {job['temperature']}, one optimizer step per "
-         f"batch, lr {job['lr']:g} constant, AdamW betas {tuple(job['adam_betas'])} weight decay "
-         f"{job['weight_decay']:g}, grad clip {job['max_grad_norm']:g}, PPO clip {job['eps_clip']:g}, no KL term, "
-         "fp32, no gradient checkpointing; the same model directory, prompts (one parquet file of steps x "
-         f"{job['prompts_per_step']} synthetic rows, seed {job['seed']}) and number of steps on both sides.", "",
-         "| model | parameters | steps | rlc steps/s | TRL steps/s | **rlc / TRL** | rlc gen tokens/s | "
-         "TRL gen tokens/s | **rlc / TRL** |",
-         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            if meta.get("peer")
+            else f"Peer: skipped ({meta['peer_reason']})."
+        ),
+        "",
+        f"The job: `{EXAMPLE}` (GRPO on the copy-the-digit task) without its entropy bonus and lr warmup (TRL's "
+        f"GRPOTrainer has no entropy bonus), {job['prompts_per_step']} prompts x group "
+        f"{job['group']} = {job['prompts_per_step'] * job['group']} completions per step, at most "
+        f"{job['max_generate_length']} generated tokens, temperature {job['temperature']}, one optimizer step per "
+        f"batch, lr {job['lr']:g} constant, AdamW betas {tuple(job['adam_betas'])} weight decay "
+        f"{job['weight_decay']:g}, grad clip {job['max_grad_norm']:g}, PPO clip {job['eps_clip']:g}, no KL term, "
+        "fp32, no gradient checkpointing; the same model directory, prompts (one parquet file of steps x "
+        f"{job['prompts_per_step']} synthetic rows, seed {job['seed']}) and number of steps on both sides.",
+        "",
+        "| model | parameters | steps | rlc steps/s | TRL steps/s | **rlc / TRL** | rlc gen tokens/s | "
+        "TRL gen tokens/s | **rlc / TRL** |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for size, r in results.items():
         a, b = r["rlc_rates"], r.get("trl_rates")
-        L.append(f"| `{SIZES[size]}` | {r['params'] / 1e6:.2f} M | {a['steps']} | {a['steps_per_s']:.3f} | "
-                 + (f"{b['steps_per_s']:.3f} | **{ratio(a['steps_per_s'], b['steps_per_s'])}** | "
-                    f"{a['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | **{ratio(a['tokens_per_s'], b['tokens_per_s'])}** |"
-                    if b else f"skipped | - | {a['tokens_per_s']:.0f} | skipped | - |"))
+        L.append(
+            f"| `{SIZES[size]}` | {r['params'] / 1e6:.2f} M | {a['steps']} | {a['steps_per_s']:.3f} | "
+            + (
+                f"{b['steps_per_s']:.3f} | **{ratio(a['steps_per_s'], b['steps_per_s'])}** | "
+                f"{a['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | **{ratio(a['tokens_per_s'], b['tokens_per_s'])}** |"
+                if b
+                else f"skipped | - | {a['tokens_per_s']:.0f} | skipped | - |"
+            )
+        )
     ok, parts = verdict(results)
     if parts:
-        L += ["", f"- Goal rlc at least {GOAL_RATIO}x TRL in steps/s and generated tokens/s at both sizes: "
-                  f"**{'met' if ok else 'not met'}** ({', '.join(parts)}).",
-              "- Reading it: both sides sample the same number of tokens from the same model and take one fp32 "
-              "optimizer step on the same cores; neither scores a reference model or recomputes old log-probs. rlc "
-              "does less of that work where the result cannot change: its trainer runs each group's shared prompt "
-              "once, and its policy update leaves out rows whose loss and gradient are exactly zero (every "
-              "advantage 0: a group whose rewards were all equal), which TRL runs through its forward and "
-              "backward passes. On this job the random model almost never earns a reward within "
-              f"{job['max_generate_length']} tokens, so most groups are all-zero: rlc left out "
-              + ", ".join(f"{_mean(r['rlc']['inert_fractions']) * 100:.0f}% of the rows at `{SIZES[size]}`"
-                          for size, r in results.items())
-              + ". The margin at `rlc:small`, where the arithmetic is nearly all of a step, comes mostly from "
-              "those rows; on a job where most groups have mixed rewards it shrinks toward what prompt sharing alone "
-              "saves (about a fifth of the training pass here, more with longer prompts)."]
-    L += ["", "Details (per side: summed step time, mean per step split into its parts, generated tokens and "
-              "mean completion length, generation-only tokens/s, whole-process wall time, reward of the first and "
-              "last step; the mean number of cores the side's own processes and all other processes on the machine kept busy "
-              "during its run):", "",
-          "| model | side | step time (sum) | per step | tokens (mean length) | gen-only tok/s | "
-          "steps 2.. steps/s | process wall (to step 1) | reward | cores used: own / others |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        L += [
+            "",
+            f"- Goal rlc at least {GOAL_RATIO}x TRL in steps/s and generated tokens/s at both sizes: "
+            f"**{'met' if ok else 'not met'}** ({', '.join(parts)}).",
+            "- Reading it: both sides sample the same number of tokens from the same model and take one fp32 "
+            "optimizer step on the same cores; neither scores a reference model or recomputes old log-probs. rlc "
+            "does less of that work where the result cannot change: its trainer runs each group's shared prompt "
+            "once, and its policy update leaves out rows whose loss and gradient are exactly zero (every "
+            "advantage 0: a group whose rewards were all equal), which TRL runs through its forward and "
+            "backward passes. On this job the random model almost never earns a reward within "
+            f"{job['max_generate_length']} tokens, so most groups are all-zero: rlc left out "
+            + ", ".join(
+                f"{_mean(r['rlc']['inert_fractions']) * 100:.0f}% of the rows at `{SIZES[size]}`"
+                for size, r in results.items()
+            )
+            + ". The margin at `rlc:small`, where the arithmetic is nearly all of a step, comes mostly from "
+            "those rows; on a job where most groups have mixed rewards it shrinks toward what prompt sharing alone "
+            "saves (about a fifth of the training pass here, more with longer prompts).",
+        ]
+    L += [
+        "",
+        "Details (per side: summed step time, mean per step split into its parts, generated tokens and "
+        "mean completion length, generation-only tokens/s, whole-process wall time, reward of the first and "
+        "last step; the mean number of cores the side's own processes and all other processes on the machine kept busy "
+        "during its run):",
+        "",
+        "| model | side | step time (sum) | per step | tokens (mean length) | gen-only tok/s | "
+        "steps 2.. steps/s | process wall (to step 1) | reward | cores used: own / others |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for size, r in results.items():
         a, raw = r["rlc_rates"], r["rlc"]
         gen, train, sync = _mean(raw["generate_times"]), _mean(raw["train_times"]), _mean(raw["sync_times"])
         rest = a["step_s"] / a["steps"] - gen - train - sync
-        L.append(f"| `{SIZES[size]}` | rlc | {fmt_s(a['step_s'])} | {fmt_s(a['step_s'] / a['steps'])}: generate "
-                 f"{fmt_s(gen)}, old log-probs + advantages {fmt_s(rest)}, train {fmt_s(train)} (rows left out "
-                 f"{_mean(raw['inert_fractions']) * 100:.0f}%), weight sync "
-                 f"{fmt_s(sync)} | {a['tokens']} ({a['mean_length']:.1f}) | {a['gen_tokens_per_s']:.0f} | "
-                 f"{a['steady_steps_per_s']:.3f} | {fmt_s(a['wall'])} ({fmt_s(raw['to_first_step'])}) | "
-                 f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} | {_cpu(raw)} |")
+        L.append(
+            f"| `{SIZES[size]}` | rlc | {fmt_s(a['step_s'])} | {fmt_s(a['step_s'] / a['steps'])}: generate "
+            f"{fmt_s(gen)}, old log-probs + advantages {fmt_s(rest)}, train {fmt_s(train)} (rows left out "
+            f"{_mean(raw['inert_fractions']) * 100:.0f}%), weight sync "
+            f"{fmt_s(sync)} | {a['tokens']} ({a['mean_length']:.1f}) | {a['gen_tokens_per_s']:.0f} | "
+            f"{a['steady_steps_per_s']:.3f} | {fmt_s(a['wall'])} ({fmt_s(raw['to_first_step'])}) | "
+            f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} | {_cpu(raw)} |"
+        )
         if "trl" in r:
             b, raw = r["trl_rates"], r["trl"]
             gen = _mean(raw["generate_times"])
-            L.append(f"| `{SIZES[size]}` | TRL | {fmt_s(b['step_s'])} | {fmt_s(b['step_s'] / b['steps'])}: generate "
-                     f"{fmt_s(gen)}, rewards + loss + backward + optimizer {fmt_s(b['step_s'] / b['steps'] - gen)} | "
-                     f"{b['tokens']} ({b['mean_length']:.1f}) | {b['gen_tokens_per_s']:.0f} | "
-                     f"{b['steady_steps_per_s']:.3f} | {fmt_s(b['wall'])} ({fmt_s(raw['seconds']['import'] + raw['seconds']['setup'])}) | "
-                     f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} | {_cpu(raw)} |")
-    shared = [f"{SIZES[size]} {side}" for size, r in results.items() for side in ("rlc", "trl")
-              if side in r and (r[side].get("other_cores") or 0) > MAX_OTHER_CORES]
+            L.append(
+                f"| `{SIZES[size]}` | TRL | {fmt_s(b['step_s'])} | {fmt_s(b['step_s'] / b['steps'])}: generate "
+                f"{fmt_s(gen)}, rewards + loss + backward + optimizer {fmt_s(b['step_s'] / b['steps'] - gen)} | "
+                f"{b['tokens']} ({b['mean_length']:.1f}) | {b['gen_tokens_per_s']:.0f} | "
+                f"{b['steady_steps_per_s']:.3f} | {fmt_s(b['wall'])} ({fmt_s(raw['seconds']['import'] + raw['seconds']['setup'])}) | "
+                f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} | {_cpu(raw)} |"
+            )
+    shared = [
+        f"{SIZES[size]} {side}"
+        for size, r in results.items()
+        for side in ("rlc", "trl")
+        if side in r and (r[side].get("other_cores") or 0) > MAX_OTHER_CORES
+    ]
     if shared:
-        L += ["", f"- **Caution**: other processes kept more than {MAX_OTHER_CORES} cores busy during the kept run of "
-                  f"{', '.join(shared)} (see the last column); those numbers are slower than on an idle machine."]
+        L += [
+            "",
+            f"- **Caution**: other processes kept more than {MAX_OTHER_CORES} cores busy during the kept run of "
+            f"{', '.join(shared)} (see the last column); those numbers are slower than on an idle machine.",
+        ]
     L.append("")
     for size, r in results.items():
         if "trl" in r:
             a, b = r["rlc_rates"], r["trl_rates"]
-            L.append(f"- `{SIZES[size]}` secondary ratios rlc / TRL: steps 2.. only (first step as warm-up) "
-                     f"{ratio(a['steady_steps_per_s'], b['steady_steps_per_s'])} steps/s and "
-                     f"{ratio(a['steady_tokens_per_s'], b['steady_tokens_per_s'])} tokens/s; whole processes "
-                     f"(start-up included) {ratio(a['wall_steps_per_s'], b['wall_steps_per_s'])}; generation alone "
-                     f"{ratio(a['gen_tokens_per_s'], b['gen_tokens_per_s'])} tokens/s.")
+            L.append(
+                f"- `{SIZES[size]}` secondary ratios rlc / TRL: steps 2.. only (first step as warm-up) "
+                f"{ratio(a['steady_steps_per_s'], b['steady_steps_per_s'])} steps/s and "
+                f"{ratio(a['steady_tokens_per_s'], b['steady_tokens_per_s'])} tokens/s; whole processes "
+                f"(start-up included) {ratio(a['wall_steps_per_s'], b['wall_steps_per_s'])}; generation alone "
+                f"{ratio(a['gen_tokens_per_s'], b['gen_tokens_per_s'])} tokens/s."
+            )
     slots = any_size["case"]["slots"]
-    L += ["", "What each side ran and what was timed:", "",
-          f"- **rlc**: `rlc compile {EXAMPLE}` with the model, data paths, generation length and `ckpt_interval=-1` "
-          "as overrides, then `python -m rlc.runtime run resolved.yaml --no-progress` from a plain install of "
-          f"`rlc[runtime]`: a local Ray instance with {slots} CPU slot{'s' if slots > 1 else ''}, "
-          f"{slots} FSDP2 policy rank{'s' if slots > 1 else ''} ({'gloo' if slots > 1 else 'one rank trains the plain module'}) "
-          f"and {slots} `hf` inference engine{'s' if slots > 1 else ''} as Ray actors, each slot's engine and rank "
-          f"taking turns with the slot's share of the cores ({any_size['case']['threads']} torch threads), "
-          f"micro-batches of {any_size['case']['micro_train']} (train) and {any_size['case']['micro_forward']} "
-          "(forward) per rank. "
-          + (f"Extra overrides: {', '.join(f'`{o}`' for o in any_size['case']['extra'])}. " if any_size['case']['extra'] else "")
-          +
-          "Step time: the sum of `step_time` in metrics.jsonl (generate, rewards, old log-probs, advantages, "
-          "policy update, weight sync into the engines); start-up (Ray, actors, model loads) and shutdown are "
-          "outside it.",
-          "- **TRL**: `bench/trl_peer.py` in `bench/.venv-trl`, one process (torch threads "
-          + (f"{next(r['trl']['torch_threads'] for r in results.values() if 'trl' in r)}" if meta.get("peer") else "-")
-          + "), `GRPOTrainer` with transformers `generate` (no vLLM), `per_device_train_batch_size` = "
-          f"{job['prompts_per_step'] * job['group']} completions, `num_generations` {job['group']}, "
-          "`gradient_accumulation_steps` = `steps_per_generation` = `num_iterations` = 1, `beta` 0, `loss_type` "
-          "dapo (token mean over the batch, as rlc's token_mean), `scale_rewards` group, `use_cpu`, bf16 off, "
-          "constant lr, `save_strategy` no; the reward is rlc's copy-the-digit rule written out. Step time: "
-          "`on_step_begin` to `on_step_end` of a callback (generation, rewards, loss forward and backward, "
-          "clipping, optimizer step; the logging after each step is outside it). TRL runs the loss forward and "
-          "backward over all the step's completions at once (one micro-batch), as rlc's example does with its one "
-          "slot; with one update per generation TRL skips the old log-prob forward (it uses the "
-          "current log-probs, detached), and whatever rlc spends on one is in 'old log-probs + advantages'.",
-          "- Generated tokens count every completion token up to and including EOS, on both sides; tokens/s is "
-          "generated tokens over summed step time, gen-only tokens/s is over generation time alone (rlc: "
-          "`generate_time`, which includes decoding and rewards; TRL: its `_generate`, tokenizing, `generate` and "
-          "decoding). Samples differ between the sides (different RNG streams), so completion lengths and "
-          "rewards differ a little.",
-          "- The sides run one after the other (rlc, then TRL, for each size), each after waiting for the "
-          "machine to be quiet (at most --quiet-wait s). 'Cores used' comes from /proc: the side's own process tree "
-          "(Ray's processes included) and everything else on the machine; others near 0 means the run had the "
-          "machine to itself. A run during which others kept more than "
-          f"{MAX_OTHER_CORES} cores busy was measured again (up to --retries times) and the least loaded run kept."]
+    L += [
+        "",
+        "What each side ran and what was timed:",
+        "",
+        f"- **rlc**: `rlc compile {EXAMPLE}` with the model, data paths, generation length and `ckpt_interval=-1` "
+        "as overrides, then `python -m rlc.runtime run resolved.yaml --no-progress` from a plain install of "
+        f"`rlc[runtime]`: a local Ray instance with {slots} CPU slot{'s' if slots > 1 else ''}, "
+        f"{slots} FSDP2 policy rank{'s' if slots > 1 else ''} ({'gloo' if slots > 1 else 'one rank trains the plain module'}) "
+        f"and {slots} `hf` inference engine{'s' if slots > 1 else ''} as Ray actors, each slot's engine and rank "
+        f"taking turns with the slot's share of the cores ({any_size['case']['threads']} torch threads), "
+        f"micro-batches of {any_size['case']['micro_train']} (train) and {any_size['case']['micro_forward']} "
+        "(forward) per rank. "
+        + (
+            f"Extra overrides: {', '.join(f'`{o}`' for o in any_size['case']['extra'])}. "
+            if any_size["case"]["extra"]
+            else ""
+        )
+        + "Step time: the sum of `step_time` in metrics.jsonl (generate, rewards, old log-probs, advantages, "
+        "policy update, weight sync into the engines); start-up (Ray, actors, model loads) and shutdown are "
+        "outside it.",
+        "- **TRL**: `bench/trl_peer.py` in `bench/.venv-trl`, one process (torch threads "
+        + (f"{next(r['trl']['torch_threads'] for r in results.values() if 'trl' in r)}" if meta.get("peer") else "-")
+        + "), `GRPOTrainer` with transformers `generate` (no vLLM), `per_device_train_batch_size` = "
+        f"{job['prompts_per_step'] * job['group']} completions, `num_generations` {job['group']}, "
+        "`gradient_accumulation_steps` = `steps_per_generation` = `num_iterations` = 1, `beta` 0, `loss_type` "
+        "dapo (token mean over the batch, as rlc's token_mean), `scale_rewards` group, `use_cpu`, bf16 off, "
+        "constant lr, `save_strategy` no; the reward is rlc's copy-the-digit rule written out. Step time: "
+        "`on_step_begin` to `on_step_end` of a callback (generation, rewards, loss forward and backward, "
+        "clipping, optimizer step; the logging after each step is outside it). TRL runs the loss forward and "
+        "backward over all the step's completions at once (one micro-batch), as rlc's example does with its one "
+        "slot; with one update per generation TRL skips the old log-prob forward (it uses the "
+        "current log-probs, detached), and whatever rlc spends on one is in 'old log-probs + advantages'.",
+        "- Generated tokens count every completion token up to and including EOS, on both sides; tokens/s is "
+        "generated tokens over summed step time, gen-only tokens/s is over generation time alone (rlc: "
+        "`generate_time`, which includes decoding and rewards; TRL: its `_generate`, tokenizing, `generate` and "
+        "decoding). Samples differ between the sides (different RNG streams), so completion lengths and "
+        "rewards differ a little.",
+        "- The sides run one after the other (rlc, then TRL, for each size), each after waiting for the "
+        "machine to be quiet (at most --quiet-wait s). 'Cores used' comes from /proc: the side's own process tree "
+        "(Ray's processes included) and everything else on the machine; others near 0 means the run had the "
+        "machine to itself. A run during which others kept more than "
+        f"{MAX_OTHER_CORES} cores busy was measured again (up to --retries times) and the least loaded run kept.",
+    ]
     return "\n".join(L) + "\n"
 
 
@@ -546,6 +680,7 @@ def count_params(model_dir: str) -> int:
 
 # ------------------------------------------------------------------------------------------------ main
 
+
 def measure(label: str, run, args) -> dict:
     """Run one side after the machine went quiet; again (up to --retries) when other load shared the machine."""
     best = None
@@ -565,20 +700,37 @@ def measure(label: str, run, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="tiny,small", help="comma-separated: tiny, small (default both)")
     ap.add_argument("--steps-tiny", type=int, default=20, help="optimizer steps with rlc:tiny (default 20)")
     ap.add_argument("--steps-small", type=int, default=8, help="optimizer steps with rlc:small (default 8)")
-    ap.add_argument("--max-generate-length", type=int, default=16,
-                    help="generated tokens at most, both sides (default 16; the example's own 2 is too short to "
-                         "time generation)")
-    ap.add_argument("--quiet-wait", type=float, default=60.0,
-                    help="seconds to wait at most, before each run, for other processes to go quiet (default 60)")
-    ap.add_argument("--retries", type=int, default=2,
-                    help=f"runs measured again when other processes kept over {MAX_OTHER_CORES} cores busy (default 2)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="an override of rlc's side of the job (layout, micro-batches); repeatable")
+    ap.add_argument(
+        "--max-generate-length",
+        type=int,
+        default=16,
+        help="generated tokens at most, both sides (default 16; the example's own 2 is too short to time generation)",
+    )
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60.0,
+        help="seconds to wait at most, before each run, for other processes to go quiet (default 60)",
+    )
+    ap.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help=f"runs measured again when other processes kept over {MAX_OTHER_CORES} cores busy (default 2)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override of rlc's side of the job (layout, micro-batches); repeatable",
+    )
     ap.add_argument("--skip-peer", action="store_true", help="measure rlc only")
     ap.add_argument("--no-peer-setup", action="store_true", help="never create or repair bench/.venv-trl")
     ap.add_argument("--reinstall-peer", action="store_true", help="delete and recreate bench/.venv-trl first")
@@ -600,15 +752,23 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         import transformers
     except ImportError as exc:
-        print(f"grpo_bench: rlc's runtime does not import with {sys.executable} ({exc}); "
-              "run `make bench-grpo`, or use a venv with `rlc[runtime]`", file=sys.stderr)
+        print(
+            f"grpo_bench: rlc's runtime does not import with {sys.executable} ({exc}); "
+            "run `make bench-grpo`, or use a venv with `rlc[runtime]`",
+            file=sys.stderr,
+        )
         return 2
     if rlc_exe is None:
         print("grpo_bench: no `rlc` next to this Python nor on PATH", file=sys.stderr)
         return 2
     version = subprocess.run([rlc_exe, "--version"], capture_output=True, text=True).stdout.strip()
-    meta = {"rlc_version": version.rsplit(" ", 1)[-1] if version else "unknown", "torch": torch.__version__,
-            "transformers": transformers.__version__, "ray": ray.__version__, "peer_reason": ""}
+    meta = {
+        "rlc_version": version.rsplit(" ", 1)[-1] if version else "unknown",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "ray": ray.__version__,
+        "peer_reason": "",
+    }
     print(f"machine: {platform.system()} {platform.machine()}, nproc {nproc()}, Python {platform.python_version()}")
     print(f"rlc: {rlc_exe} ({meta['rlc_version']})")
 
@@ -634,7 +794,9 @@ def main(argv: list[str] | None = None) -> int:
             r["rlc"]["per_step"] = per_step
             r["rlc_rates"] = rates(r["rlc"])
             if peer_py is not None:
-                r["trl"] = measure(f"{size}: TRL, {steps[size]} steps", lambda case=case: run_peer(case, peer_py, work), args)
+                r["trl"] = measure(
+                    f"{size}: TRL, {steps[size]} steps", lambda case=case: run_peer(case, peer_py, work), args
+                )
                 r["trl"]["per_step"] = per_step
                 r["trl_rates"] = rates(r["trl"])
                 meta["peer"] = r["trl"]["versions"]

@@ -23,9 +23,16 @@ def _model(directory: str) -> tuple[str, float]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
-                         num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     # Saved in bf16, as released checkpoints are: Megatron's fp32 main weights start from its bf16 model, fsdp2's
@@ -41,10 +48,15 @@ def _batch(rows: int, prompt: int, response: int) -> dict:
     ids = torch.randint(4, 32000, (rows, prompt + response), generator=g)
     attention = torch.ones(rows, prompt + response, dtype=torch.long)
     for r in range(rows):
-        attention[r, :(r * 7) % (prompt // 2)] = 0
-    return {"input_ids": ids, "attention_mask": attention, "response_ids": ids[:, prompt:],
-            "loss_mask": torch.ones(rows, response), "advantages": torch.randn(rows, response, generator=g),
-            "prompt_len": prompt}
+        attention[r, : (r * 7) % (prompt // 2)] = 0
+    return {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "response_ids": ids[:, prompt:],
+        "loss_mask": torch.ones(rows, response),
+        "advantages": torch.randn(rows, response, generator=g),
+        "prompt_len": prompt,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,10 +84,25 @@ def main(argv: list[str] | None = None) -> int:
     batch = _batch(args.rows, args.prompt, args.response)
     workers, resident = {}, {}
     for strategy, cls in (("fsdp2", FSDPWorker), ("megatron", MegatronWorker)):
-        spec = default_model().to_typed({"version": 1, "trainer": {"strategy": strategy, "policy": {
-            "optimizer_config": {"lr": 1e-5}}, "algorithm": {"use_kl_loss": False}}})
-        settings = WorkerSettings("policy", path, device="cuda", bf16=True, micro_train_batch_size=args.micro,
-                                  micro_forward_batch_size=args.micro, total_optimizer_steps=100)
+        spec = default_model().to_typed(
+            {
+                "version": 1,
+                "trainer": {
+                    "strategy": strategy,
+                    "policy": {"optimizer_config": {"lr": 1e-5}},
+                    "algorithm": {"use_kl_loss": False},
+                },
+            }
+        )
+        settings = WorkerSettings(
+            "policy",
+            path,
+            device="cuda",
+            bf16=True,
+            micro_train_batch_size=args.micro,
+            micro_forward_batch_size=args.micro,
+            total_optimizer_steps=100,
+        )
         before = torch.cuda.memory_allocated()
         w = cls(settings, spec.trainer.policy, spec.trainer.algorithm, 0, 1)
         w.setup("127.0.0.1", free_address()[1])
@@ -101,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     tokens = args.rows * (args.prompt + args.response)
     median = {s: statistics.median(t) for s, t in times.items()}
     result = {
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "params_M": round(params, 1),
-        "rows": args.rows, "tokens_per_row": args.prompt + args.response, "micro_batch_rows": args.micro,
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "params_M": round(params, 1),
+        "rows": args.rows,
+        "tokens_per_row": args.prompt + args.response,
+        "micro_batch_rows": args.micro,
         "median_step_s": {s: round(v, 4) for s, v in median.items()},
         "tokens_per_s": {s: round(tokens / v) for s, v in median.items()},
         "resident_after_setup_GiB": {s: round(v / 2**30, 2) for s, v in resident.items()},
@@ -122,21 +153,21 @@ def _section(r: dict) -> str:
     ms = r["median_step_s"]
     return f"""## The megatron strategy against fsdp2 on one GPU (`bench/megatron_gpu_bench.py`)
 
-{r['device']}, torch {r['torch']}; a random-init Llama-shaped model of {r['params_M']}M parameters (1024 hidden, 12 layers, 16 heads / 4 kv
-heads, vocab 32000), bf16, {r['rows']} rows of {r['tokens_per_row']} tokens, micro-batches of {r['micro_batch_rows']} rows,
+{r["device"]}, torch {r["torch"]}; a random-init Llama-shaped model of {r["params_M"]}M parameters (1024 hidden, 12 layers, 16 heads / 4 kv
+heads, vocab 32000), bf16, {r["rows"]} rows of {r["tokens_per_row"]} tokens, micro-batches of {r["micro_batch_rows"]} rows,
 one GRPO optimizer step per round, median of the timed rounds (the two strategies alternate).
 
 | | fsdp2 | megatron (tp=1) |
 | --- | --- | --- |
-| step time | {ms['fsdp2']:.3f} s | {ms['megatron']:.3f} s |
-| tokens / s | {r['tokens_per_s']['fsdp2']} | {r['tokens_per_s']['megatron']} |
-| allocated after set-up | {r['resident_after_setup_GiB']['fsdp2']} GiB | {r['resident_after_setup_GiB']['megatron']} GiB |
-| step's peak above what was allocated before it | {r['step_peak_above_resident_GiB']['fsdp2']} GiB | {r['step_peak_above_resident_GiB']['megatron']} GiB |
+| step time | {ms["fsdp2"]:.3f} s | {ms["megatron"]:.3f} s |
+| tokens / s | {r["tokens_per_s"]["fsdp2"]} | {r["tokens_per_s"]["megatron"]} |
+| allocated after set-up | {r["resident_after_setup_GiB"]["fsdp2"]} GiB | {r["resident_after_setup_GiB"]["megatron"]} GiB |
+| step's peak above what was allocated before it | {r["step_peak_above_resident_GiB"]["fsdp2"]} GiB | {r["step_peak_above_resident_GiB"]["megatron"]} GiB |
 
-megatron / fsdp2 step time: {r['megatron_over_fsdp2_step_time']}x.
+megatron / fsdp2 step time: {r["megatron_over_fsdp2_step_time"]}x.
 
-The policy losses of the {len(r['policy_loss']['fsdp2'])} rounds (one warm-up, the rest timed; the same batch and advantages each time):
-fsdp2 {', '.join(f'{x:.4f}' for x in r['policy_loss']['fsdp2'])}; megatron {', '.join(f'{x:.4f}' for x in r['policy_loss']['megatron'])}.
+The policy losses of the {len(r["policy_loss"]["fsdp2"])} rounds (one warm-up, the rest timed; the same batch and advantages each time):
+fsdp2 {", ".join(f"{x:.4f}" for x in r["policy_loss"]["fsdp2"])}; megatron {", ".join(f"{x:.4f}" for x in r["policy_loss"]["megatron"])}.
 Megatron keeps the weights in bf16 with fp32 main copies in its distributed optimizer; fsdp2 keeps fp32 weights
 and casts them to bf16 for each step. The model is saved in bf16 because a run of this benchmark on an fp32
 checkpoint started the two apart: Megatron's main weights start from its bf16 model, so Adam's first steps of

@@ -45,8 +45,10 @@ def spec_text(layout: str, nodes: int) -> str:
     if layout == "colocate_all":
         placement = "{colocate_all: true}"
     else:
-        placement = (f"{{colocate_all: false, policy_num_nodes: {nodes}, policy_num_gpus_per_node: 4, "
-                     f"critic_num_nodes: {nodes}, critic_num_gpus_per_node: 2}}")
+        placement = (
+            f"{{colocate_all: false, policy_num_nodes: {nodes}, policy_num_gpus_per_node: 4, "
+            f"critic_num_nodes: {nodes}, critic_num_gpus_per_node: 2}}"
+        )
     return textwrap.dedent(f"""\
         version: 1
         name: plan-bench
@@ -98,8 +100,11 @@ def measure(layout: str, nodes: int, runs: int, workdir: Path) -> dict:
     if diags or not layout_plan.fits:
         raise SystemExit(f"plan_bench: the {layout} plan for {nodes} nodes does not fit: {[d.message for d in diags]}")
     return {
-        "layout": layout, "nodes": nodes, "gpus": nodes * PER_NODE,
-        "groups": len(layout_plan.placement_groups), "engines": len(layout_plan.engines),
+        "layout": layout,
+        "nodes": nodes,
+        "gpus": nodes * PER_NODE,
+        "groups": len(layout_plan.placement_groups),
+        "engines": len(layout_plan.engines),
         "plan_s": statistics.median(plan_times := _times(lambda: plan(spec), runs)),
         "plan_min_s": min(plan_times),
         "json_s": statistics.median(_times(layout_plan.to_json, runs)),
@@ -117,26 +122,34 @@ def _fmt(seconds: float) -> str:
 
 def report(rows: list[dict], runs: int) -> tuple[list[str], list[str]]:
     """The table lines and the verdict lines."""
-    table = ["| layout | nodes x GPUs | groups / engines | plan() median | plan() min | min per GPU | growth of min vs previous size "
-             "| to_json() median | analyze (peer) median | plan / analyze |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    table = [
+        "| layout | nodes x GPUs | groups / engines | plan() median | plan() min | min per GPU | growth of min vs previous size "
+        "| to_json() median | analyze (peer) median | plan / analyze |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     verdicts = []
     for layout in dict.fromkeys(r["layout"] for r in rows):
         mine = [r for r in rows if r["layout"] == layout]
         prev = None
         for r in mine:
-            growth = f"{r['plan_min_s'] / prev['plan_min_s']:.1f}x for {r['gpus'] // prev['gpus']}x GPUs" if prev else "-"
-            table.append(f"| {layout} | {r['nodes']} x {PER_NODE} | {r['groups']} / {r['engines']} | {_fmt(r['plan_s'])} "
-                         f"| {_fmt(r['plan_min_s'])} | {_fmt(r['plan_min_s'] / r['gpus'])} | {growth} | {_fmt(r['json_s'])} | {_fmt(r['analyze_s'])} "
-                         f"| {r['plan_s'] / r['analyze_s']:.2f} |")
+            growth = (
+                f"{r['plan_min_s'] / prev['plan_min_s']:.1f}x for {r['gpus'] // prev['gpus']}x GPUs" if prev else "-"
+            )
+            table.append(
+                f"| {layout} | {r['nodes']} x {PER_NODE} | {r['groups']} / {r['engines']} | {_fmt(r['plan_s'])} "
+                f"| {_fmt(r['plan_min_s'])} | {_fmt(r['plan_min_s'] / r['gpus'])} | {growth} | {_fmt(r['json_s'])} | {_fmt(r['analyze_s'])} "
+                f"| {r['plan_s'] / r['analyze_s']:.2f} |"
+            )
             prev = r
         by = {r["nodes"]: r for r in mine}
         big, mid = by[max(by)], by[16]
         linear = (big["plan_min_s"] / big["gpus"]) / (mid["plan_min_s"] / mid["gpus"])
         ok_time, ok_linear = big["plan_s"] <= GOAL_SECONDS, linear <= GOAL_LINEAR
-        verdicts.append(f"- {layout}: plan() at {big['nodes']} nodes {_fmt(big['plan_s'])}, goal under {GOAL_SECONDS:g} s: "
-                        f"**{'met' if ok_time else 'not met'}**; fastest time per GPU at {big['nodes']} nodes is {linear:.2f}x that at "
-                        f"16 nodes (goal at most {GOAL_LINEAR:g}x, about linear): **{'met' if ok_linear else 'not met'}**.")
+        verdicts.append(
+            f"- {layout}: plan() at {big['nodes']} nodes {_fmt(big['plan_s'])}, goal under {GOAL_SECONDS:g} s: "
+            f"**{'met' if ok_time else 'not met'}**; fastest time per GPU at {big['nodes']} nodes is {linear:.2f}x that at "
+            f"16 nodes (goal at most {GOAL_LINEAR:g}x, about linear): **{'met' if ok_linear else 'not met'}**."
+        )
     return table, verdicts
 
 
@@ -159,24 +172,26 @@ def main() -> int:
 
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load = lambda la: " ".join(f"{x:.2f}" for x in la)  # noqa: E731
-    section = "\n".join([
-        "## rlc placement planner (`plan()` alone)",
-        "",
-        f"Measured {when} with `python bench/plan_bench.py` on {platform.system()} {platform.machine()}, nproc {os.cpu_count()}, "
-        f"rlc {version('rlc')}, Python {platform.python_version()}; load average (1, 5, 15 min) {load(load_before)} before "
-        f"and {load(load_after)} after.",
-        "",
-        *table,
-        "",
-        *verdicts,
-        "",
-        f"What was timed: `rlc.compiler.plan.plan(spec)` in-process on a spec resolved once beforehand with `analyze` (not "
-        f"timed), median and fastest of {args.runs} calls after one warm-up, with the garbage collector off during each call as `timeit` "
-        "does; `to_json()` of the same plan apart. Layouts: colocate_all "
-        "(one per-GPU group shared by policy, ref, critic and TP=2 engines) and separate (policy+ref whole-node bundles of 4 "
-        "GPUs, critic bundles of 2, an inference group of TP=2 engines on the rest). The peer is `analyze` (load, validate, "
-        "resolve, check; median of 3 after a warm-up) of the same generated spec, to show what planning adds to a compile.",
-    ])
+    section = "\n".join(
+        [
+            "## rlc placement planner (`plan()` alone)",
+            "",
+            f"Measured {when} with `python bench/plan_bench.py` on {platform.system()} {platform.machine()}, nproc {os.cpu_count()}, "
+            f"rlc {version('rlc')}, Python {platform.python_version()}; load average (1, 5, 15 min) {load(load_before)} before "
+            f"and {load(load_after)} after.",
+            "",
+            *table,
+            "",
+            *verdicts,
+            "",
+            f"What was timed: `rlc.compiler.plan.plan(spec)` in-process on a spec resolved once beforehand with `analyze` (not "
+            f"timed), median and fastest of {args.runs} calls after one warm-up, with the garbage collector off during each call as `timeit` "
+            "does; `to_json()` of the same plan apart. Layouts: colocate_all "
+            "(one per-GPU group shared by policy, ref, critic and TP=2 engines) and separate (policy+ref whole-node bundles of 4 "
+            "GPUs, critic bundles of 2, an inference group of TP=2 engines on the rest). The peer is `analyze` (load, validate, "
+            "resolve, check; median of 3 after a warm-up) of the same generated spec, to show what planning adds to a compile.",
+        ]
+    )
     write_section("plan-bench", section)
     print(f"\nupdated {RESULTS.relative_to(ROOT)}")
     return 0

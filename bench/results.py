@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-_HEADER = ("# Benchmark results\n\nEach section below is written by the benchmark it names (see README.md) and is "
-           "replaced when that benchmark runs again.\n")
+_HEADER = (
+    "# Benchmark results\n\nEach section below is written by the benchmark it names (see README.md) and is "
+    "replaced when that benchmark runs again.\n"
+)
 
 
 def write_section(name: str, body: str) -> None:
@@ -22,7 +24,7 @@ def write_section(name: str, body: str) -> None:
     block = f"{start}\n{body.strip(chr(10))}\n{end}"
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else _HEADER
     if start in text and end in text and text.index(start) < text.index(end):
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     RESULTS.write_text(text, encoding="utf-8")

@@ -73,24 +73,45 @@ def main(job_path: str) -> int:
     completions_per_step = job["prompts_per_step"] * job["group"]
     config = GRPOConfig(
         output_dir=job["output_dir"],
-        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
         per_device_train_batch_size=completions_per_step,  # counts completions: prompts x group
-        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,  # one update per generation batch
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,  # one update per generation batch
         num_generations=job["group"],
         max_completion_length=job["max_generate_length"],
-        temperature=job["temperature"], top_p=1.0, top_k=0,
+        temperature=job["temperature"],
+        top_p=1.0,
+        top_k=0,
         max_steps=job["steps"],
-        learning_rate=job["lr"], lr_scheduler_type="constant", warmup_steps=0,
-        adam_beta1=job["adam_betas"][0], adam_beta2=job["adam_betas"][1], weight_decay=job["weight_decay"],
+        learning_rate=job["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        adam_beta1=job["adam_betas"][0],
+        adam_beta2=job["adam_betas"][1],
+        weight_decay=job["weight_decay"],
         max_grad_norm=job["max_grad_norm"],
-        beta=0.0,                       # no KL term and no reference model (rlc: use_kl_loss false)
-        loss_type="dapo",               # token sum / tokens of the whole batch = rlc's token_mean
-        scale_rewards="group", epsilon=job["eps_clip"],
-        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
-        seed=job["seed"], dataloader_num_workers=0,
+        beta=0.0,  # no KL term and no reference model (rlc: use_kl_loss false)
+        loss_type="dapo",  # token sum / tokens of the whole batch = rlc's token_mean
+        scale_rewards="group",
+        epsilon=job["eps_clip"],
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=job["seed"],
+        dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(model=job["model"], reward_funcs=copy_digit_reward(tok.eos_token_id), args=config,
-                          train_dataset=rows, processing_class=tok)
+    trainer = GRPOTrainer(
+        model=job["model"],
+        reward_funcs=copy_digit_reward(tok.eos_token_id),
+        args=config,
+        train_dataset=rows,
+        processing_class=tok,
+    )
     clock = StepClock()
     trainer.add_callback(clock)
 

@@ -60,8 +60,15 @@ PEER_SETUP_LOG = PEER_VENV / "setup.log"
 # torch goes in with --no-deps (its small deps are listed below), so that a machine without a CPU wheel at
 # hand can never pull the CUDA libraries (gigabytes) in as torch's dependencies.
 PEER_TORCH = ["torch==2.13.0"]
-PEER_TORCH_DEPS = ["filelock", "typing-extensions>=4.10.0", "setuptools>=77.0.3", "sympy>=1.13.3",
-                   "networkx>=2.5.1", "jinja2", "fsspec>=0.8.5"]
+PEER_TORCH_DEPS = [
+    "filelock",
+    "typing-extensions>=4.10.0",
+    "setuptools>=77.0.3",
+    "sympy>=1.13.3",
+    "networkx>=2.5.1",
+    "jinja2",
+    "fsspec>=0.8.5",
+]
 PEER_PACKAGE = ["skyrl-train==0.3.1"]
 # hydra-core and ray at the versions skyrl-train 0.3.1 pins; the rest is what its config path imports.
 PEER_DEPS = ["hydra-core==1.3.2", "omegaconf", "ray==2.51.1", "loguru", "jaxtyping", "numpy", "fsspec"]
@@ -79,8 +86,8 @@ class BenchError(RuntimeError):
 class Case:
     """One command to time: which side, which config, how to run it, what it must exit with."""
 
-    side: str                      # "rlc" or "peer"
-    name: str                      # "good" or "broken"
+    side: str  # "rlc" or "peer"
+    name: str  # "good" or "broken"
     argv: list[str]
     env: dict
     cwd: Path
@@ -94,12 +101,15 @@ class Case:
     def run_once(self) -> float:
         """Wall time of one run of argv, spawn to exit, output captured through pipes."""
         t0 = time.perf_counter()
-        proc = subprocess.run(self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True
+        )
         elapsed = time.perf_counter() - t0
         if proc.returncode != self.expect_rc:
-            raise BenchError(f"`{' '.join(self.argv)}` exited {proc.returncode}, expected {self.expect_rc}\n"
-                             f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-2000:]}")
+            raise BenchError(
+                f"`{' '.join(self.argv)}` exited {proc.returncode}, expected {self.expect_rc}\n"
+                f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-2000:]}"
+            )
         if self.check:
             self.check(proc)
         self.last = proc
@@ -152,6 +162,7 @@ def fmt_s(seconds: float) -> str:
 
 # -------------------------------------------------------------------------------------------- rlc side
 
+
 def write_broken(tmp: Path) -> Path:
     text = (ROOT / GOOD_SPEC).read_text(encoding="utf-8")
     for old, new, why in BREAKAGES:
@@ -171,11 +182,19 @@ def rlc_cases(rlc: str, broken: Path, warmups: int, runs: int) -> tuple[list[Cas
     info: dict = {"exe": rlc, "errors": {}}
     cases = []
     for name, spec, rc in (("good", GOOD_SPEC, 0), ("broken", str(broken), 1)):
-        check = subprocess.run([rlc, "validate", "--format", "json", spec], env=env, cwd=ROOT,
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        check = subprocess.run(
+            [rlc, "validate", "--format", "json", spec],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
         if check.returncode != rc:
-            raise BenchError(f"rlc validate {spec} exited {check.returncode}, expected {rc}:\n"
-                             f"{check.stdout[-2000:]}{check.stderr[-2000:]}")
+            raise BenchError(
+                f"rlc validate {spec} exited {check.returncode}, expected {rc}:\n"
+                f"{check.stdout[-2000:]}{check.stderr[-2000:]}"
+            )
         report = json.loads(check.stdout)
         errors = [d for d in report["diagnostics"] if d["severity"] == "error"]
         if name == "broken":
@@ -200,6 +219,7 @@ def rlc_results(cases: list[Case], info: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- peer side
+
 
 def peer_python() -> Path:
     return PEER_VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
@@ -239,8 +259,11 @@ def setup_peer(reinstall: bool) -> tuple[Path | None, str]:
                 return py, "peer venv already set up"
             print(f"peer: {reason}; reinstalling its packages", flush=True)
 
-    print(f"peer: setting up {PEER_VENV.relative_to(ROOT)} (skyrl-train 0.3.1, CPU torch; "
-          f"log in {PEER_SETUP_LOG.relative_to(ROOT)}) ...", flush=True)
+    print(
+        f"peer: setting up {PEER_VENV.relative_to(ROOT)} (skyrl-train 0.3.1, CPU torch; "
+        f"log in {PEER_SETUP_LOG.relative_to(ROOT)}) ...",
+        flush=True,
+    )
     t0 = time.perf_counter()
     if not py.exists():
         error = make_venv(PEER_VENV)
@@ -251,7 +274,10 @@ def setup_peer(reinstall: bool) -> tuple[Path | None, str]:
     steps = [
         ("CPU torch", pip + ["--no-deps", *PEER_TORCH]),
         ("torch's small deps", pip + PEER_TORCH_DEPS),
-        ("skyrl-train (no deps, declared for Python 3.12)", pip + ["--no-deps", "--ignore-requires-python", *PEER_PACKAGE]),
+        (
+            "skyrl-train (no deps, declared for Python 3.12)",
+            pip + ["--no-deps", "--ignore-requires-python", *PEER_PACKAGE],
+        ),
         ("SkyRL's config-path imports", pip + PEER_DEPS),
     ]
     env = {**os.environ}
@@ -262,8 +288,9 @@ def setup_peer(reinstall: bool) -> tuple[Path | None, str]:
             log.flush()
             p = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
             if p.returncode != 0:
-                return None, (f"pip could not install {what} (exit {p.returncode}); "
-                              f"see {PEER_SETUP_LOG.relative_to(ROOT)}")
+                return None, (
+                    f"pip could not install {what} (exit {p.returncode}); see {PEER_SETUP_LOG.relative_to(ROOT)}"
+                )
     reason = _probe(py)
     if reason is not None:
         return None, reason
@@ -273,16 +300,18 @@ def setup_peer(reinstall: bool) -> tuple[Path | None, str]:
 
 def peer_env(home: Path) -> dict:
     (home / "tmp").mkdir(parents=True, exist_ok=True)
-    env = {**os.environ,
-           "HOME": str(home),               # nothing lands in the real home
-           "TMPDIR": str(home / "tmp"),
-           "RAY_AUTH_MODE": "disabled",
-           "RAY_USAGE_STATS_ENABLED": "0",
-           "HF_HUB_OFFLINE": "1",
-           "WANDB_MODE": "disabled",
-           # validate_cfg insists on this env var for logger=wandb; the spec names it as a launch secret.
-           "WANDB_API_KEY": "dummy-for-validate-bench",
-           "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "HOME": str(home),  # nothing lands in the real home
+        "TMPDIR": str(home / "tmp"),
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+        # validate_cfg insists on this env var for logger=wandb; the spec names it as a launch secret.
+        "WANDB_API_KEY": "dummy-for-validate-bench",
+        "NO_COLOR": "1",
+    }
     for var in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE"):
         env.pop(var, None)
     return env
@@ -302,13 +331,16 @@ def _check_peer(name: str) -> Callable[[subprocess.CompletedProcess], None]:
             raise BenchError(f"SkyRL peer touched Ray or CUDA while validating: {report}")
         if name == "broken" and "300" not in (report.get("error") or ""):
             raise BenchError(f"SkyRL peer rejected the broken config for another reason: {report.get('error')}")
+
     return check
 
 
 def peer_cases(py: Path, home: Path, warmups: int, runs: int) -> list[Case]:
     env = peer_env(home)
-    return [Case("peer", name, [str(py), str(PEER_DRIVER), name], env, home, rc, warmups, runs, _check_peer(name))
-            for name, rc in (("good", 0), ("broken", 1))]
+    return [
+        Case("peer", name, [str(py), str(PEER_DRIVER), name], env, home, rc, warmups, runs, _check_peer(name))
+        for name, rc in (("good", 0), ("broken", 1))
+    ]
 
 
 def peer_results(cases: list[Case], py: Path, home: Path) -> dict | None:
@@ -327,6 +359,7 @@ def peer_results(cases: list[Case], py: Path, home: Path) -> dict | None:
 
 # ---------------------------------------------------------------------------------------------- report
 
+
 def ratio(peer: dict | None, rlc: dict, name: str) -> float | None:
     return peer[name]["median"] / rlc[name]["median"] if peer else None
 
@@ -341,7 +374,10 @@ def print_table(rlc: dict, peer: dict | None, peer_reason: str) -> None:
         cells = [name, f"{fmt_s(r['median'])}  [{fmt_s(r['min'])} .. {fmt_s(r['max'])}]"]
         if peer:
             p = peer[name]
-            cells += [f"{fmt_s(p['median'])}  [{fmt_s(p['min'])} .. {fmt_s(p['max'])}]", f"{ratio(peer, rlc, name):.1f}x"]
+            cells += [
+                f"{fmt_s(p['median'])}  [{fmt_s(p['min'])} .. {fmt_s(p['max'])}]",
+                f"{ratio(peer, rlc, name):.1f}x",
+            ]
         else:
             cells += ["skipped", "-"]
         rows.append(cells)
@@ -351,16 +387,22 @@ def print_table(rlc: dict, peer: dict | None, peer_reason: str) -> None:
     print()
     for name in ("good", "broken"):
         m = rlc[name]["median"]
-        print(f"goal: rlc validate ({name}) under {GOAL_SECONDS} s: {fmt_s(m)} -> {'met' if m < GOAL_SECONDS else 'NOT met'}")
+        print(
+            f"goal: rlc validate ({name}) under {GOAL_SECONDS} s: {fmt_s(m)} -> {'met' if m < GOAL_SECONDS else 'NOT met'}"
+        )
     if peer:
         for name in ("good", "broken"):
             x = ratio(peer, rlc, name)
-            print(f"goal: rlc >= {GOAL_RATIO:.0f}x faster than SkyRL ({name}): {x:.1f}x -> "
-                  f"{'met' if x >= GOAL_RATIO else 'NOT met'}")
+            print(
+                f"goal: rlc >= {GOAL_RATIO:.0f}x faster than SkyRL ({name}): {x:.1f}x -> "
+                f"{'met' if x >= GOAL_RATIO else 'NOT met'}"
+            )
         s = peer["good"]["report"]["seconds"]
-        print(f"SkyRL time inside its process (good, last run): imports {fmt_s(s['import'])}, "
-              f"Hydra compose {fmt_s(s['compose'])}, validate_cfg {fmt_s(s['validate'])}; "
-              f"Ray initialized: no, CUDA initialized: no")
+        print(
+            f"SkyRL time inside its process (good, last run): imports {fmt_s(s['import'])}, "
+            f"Hydra compose {fmt_s(s['compose'])}, validate_cfg {fmt_s(s['validate'])}; "
+            f"Ray initialized: no, CUDA initialized: no"
+        )
     else:
         print(f"SkyRL peer skipped: {peer_reason}")
 
@@ -377,20 +419,24 @@ def results_section(rlc: dict, peer: dict | None, peer_reason: str, args, loads:
     gpu = "no GPU" if not shutil.which("nvidia-smi") else "GPU present (not used)"
     rlc_py = platform.python_version()
     L = [
-         "## rlc validate vs SkyRL config validation",
-         "",
-         f"Measured {now} with `python bench/validate_bench.py` on {platform.system()} {platform.machine()}, "
-         f"nproc {nproc()} ({cpu_model()}), {gpu}; load average (1, 5, 15 min) {loads[0]} before and "
-         f"{loads[1]} after (wall-clock numbers on a busy machine come out slower).",
-         f"rlc side: rlc {rlc['version']}, Python {rlc_py}. "
-         + (f"Peer side: skyrl-train {peer['versions']['skyrl-train']}, Python {peer['python']}, "
+        "## rlc validate vs SkyRL config validation",
+        "",
+        f"Measured {now} with `python bench/validate_bench.py` on {platform.system()} {platform.machine()}, "
+        f"nproc {nproc()} ({cpu_model()}), {gpu}; load average (1, 5, 15 min) {loads[0]} before and "
+        f"{loads[1]} after (wall-clock numbers on a busy machine come out slower).",
+        f"rlc side: rlc {rlc['version']}, Python {rlc_py}. "
+        + (
+            f"Peer side: skyrl-train {peer['versions']['skyrl-train']}, Python {peer['python']}, "
             f"torch {peer['versions']['torch']}, ray {peer['versions']['ray']}, "
             f"hydra-core {peer['versions']['hydra-core']}, omegaconf {peer['versions']['omegaconf']}."
-            if peer else f"Peer side: skipped ({peer_reason})."),
-         "",
-         f"| config | rlc validate (median of {rlc['good']['n']}) | SkyRL build + validate "
-         f"(median of {peer['good']['n'] if peer else 0}) | SkyRL / rlc |",
-         "| --- | --- | --- | --- |"]
+            if peer
+            else f"Peer side: skipped ({peer_reason})."
+        ),
+        "",
+        f"| config | rlc validate (median of {rlc['good']['n']}) | SkyRL build + validate "
+        f"(median of {peer['good']['n'] if peer else 0}) | SkyRL / rlc |",
+        "| --- | --- | --- | --- |",
+    ]
     for name in ("good", "broken"):
         r = rlc[name]
         row = f"| {name} | {fmt_s(r['median'])} (min {fmt_s(r['min'])}, max {fmt_s(r['max'])}) |"
@@ -407,66 +453,76 @@ def results_section(rlc: dict, peer: dict | None, peer_reason: str, args, loads:
     if peer:
         goal_x = ", ".join(f"{n} {ratio(peer, rlc, n):.1f}x" for n in ("good", "broken"))
         x_ok = all(ratio(peer, rlc, n) >= GOAL_RATIO for n in ("good", "broken"))
-        L.append(f"- Goal rlc at least {GOAL_RATIO:.0f}x faster than SkyRL: **{'met' if x_ok else 'not met'}** ({goal_x}).")
+        L.append(
+            f"- Goal rlc at least {GOAL_RATIO:.0f}x faster than SkyRL: **{'met' if x_ok else 'not met'}** ({goal_x})."
+        )
         s = peer["good"]["report"]["seconds"]
-        L.append(f"- Where SkyRL's time goes (good config, inside its process, last run): imports "
-                 f"{fmt_s(s['import'])} (torch, ray, Hydra), Hydra compose {fmt_s(s['compose'])}, "
-                 f"`validate_cfg` {fmt_s(s['validate'])}.")
-    L += ["",
-          "What was timed (wall clock from spawning the process to its exit, output captured through pipes; "
-          f"{args.warmups} warm-up run(s) for rlc and {args.peer_warmups} for SkyRL dropped first, "
-          "`PYTHONDONTWRITEBYTECODE` unset for both so that bytecode caches are warm; the timed runs of both "
-          "sides interleaved in rounds, so that other load on the machine falls on both alike):",
-          "",
-          f"- **rlc**: `rlc validate {GOOD_SPEC}` run from the repository root with `NO_COLOR=1`, default text "
-          "output: interpreter start-up, the console-script entry point, imports, YAML load, schema and semantic "
-          "checks, rendering the diagnostics. The broken config is a copy in a temporary directory with "
-          + "; ".join(f"`{old.rstrip(':')}` changed to `{new.rstrip(':')}` ({why})" for old, new, why in BREAKAGES)
-          + f". rlc reported {len(rlc['broken']['errors'])} error(s) on it: "
-          + "; ".join(f"`{e.split(':', 1)[0]}`" for e in rlc["broken"]["errors"]) + ".",
-          "- **SkyRL**: `bench/.venv-skyrl/bin/python bench/skyrl_peer.py good|broken`: interpreter start-up, "
-          "`import skyrl_train.utils.utils` (which imports torch, ray, numpy, loguru, jaxtyping) and Hydra, "
-          "building the config as `skyrl_train.entrypoints.main_base` does (Hydra, `ppo_base_config.yaml`, the "
-          "same job given as command-line overrides: 2 nodes x 8 GPUs, policy and ref on 16 GPUs, colocate_all, "
-          "8 vLLM engines of TP=2, train_batch_size 1024, mini 256, micro 16, n_samples_per_prompt 8, "
-          "Qwen/Qwen2.5-7B-Instruct), then `skyrl_train.utils.utils.validate_cfg(cfg)`, the check `main_base.main` "
-          "runs before it starts Ray. The broken variant sets `trainer.policy_mini_batch_size=300`; SkyRL stops "
-          "at its first failed assertion"
-          + (f": \"{peer['broken']['report']['error']}\"." if peer else "."),
-          "",
-          "Notes:",
-          "",
-          "- SkyRL's validation here is static: it needs no GPU and no network. The driver checks after each run "
-          "that Ray was not initialized and CUDA not touched; `validate_cfg`'s loss/estimator registry look-ups stay "
-          "local while Ray is down. Not timed on the SkyRL side: importing `main_base` itself (transformers, vLLM "
-          "and the rest of its training stack, not installed here), `ray.init` and anything after validation, so "
-          "the SkyRL numbers are a lower bound on what a SkyRL user waits for a config error.",
-          "- The peer venv holds skyrl-train 0.3.1 installed with `--no-deps --ignore-requires-python` on this "
-          "Python (it declares 3.12), a CPU-only torch 2.13.0, and only the packages its config path imports "
-          "(hydra-core, omegaconf, ray, loguru, jaxtyping, numpy, fsspec). SkyRL on a GPU machine imports the CUDA "
-          "build of torch instead; that was not measured here.",
-          "- SkyRL's peer process runs with a temporary `HOME`, `RAY_AUTH_MODE=disabled` and a dummy "
-          "`WANDB_API_KEY` (`validate_cfg` requires that variable for `logger: wandb`; `rlc validate` does not "
-          "read secrets)."
-          + (f" Files it left in that `HOME`: {len(peer['home_files'])}." if peer else ""),
-          "- The misspelt key is not in SkyRL's broken variant: Hydra rejects an unknown override "
-          "(`Could not override ...`) while composing, before `validate_cfg` runs, so SkyRL would report that one "
-          "problem and not reach the batch-size check. rlc reports all of them in one run."]
+        L.append(
+            f"- Where SkyRL's time goes (good config, inside its process, last run): imports "
+            f"{fmt_s(s['import'])} (torch, ray, Hydra), Hydra compose {fmt_s(s['compose'])}, "
+            f"`validate_cfg` {fmt_s(s['validate'])}."
+        )
+    L += [
+        "",
+        "What was timed (wall clock from spawning the process to its exit, output captured through pipes; "
+        f"{args.warmups} warm-up run(s) for rlc and {args.peer_warmups} for SkyRL dropped first, "
+        "`PYTHONDONTWRITEBYTECODE` unset for both so that bytecode caches are warm; the timed runs of both "
+        "sides interleaved in rounds, so that other load on the machine falls on both alike):",
+        "",
+        f"- **rlc**: `rlc validate {GOOD_SPEC}` run from the repository root with `NO_COLOR=1`, default text "
+        "output: interpreter start-up, the console-script entry point, imports, YAML load, schema and semantic "
+        "checks, rendering the diagnostics. The broken config is a copy in a temporary directory with "
+        + "; ".join(f"`{old.rstrip(':')}` changed to `{new.rstrip(':')}` ({why})" for old, new, why in BREAKAGES)
+        + f". rlc reported {len(rlc['broken']['errors'])} error(s) on it: "
+        + "; ".join(f"`{e.split(':', 1)[0]}`" for e in rlc["broken"]["errors"])
+        + ".",
+        "- **SkyRL**: `bench/.venv-skyrl/bin/python bench/skyrl_peer.py good|broken`: interpreter start-up, "
+        "`import skyrl_train.utils.utils` (which imports torch, ray, numpy, loguru, jaxtyping) and Hydra, "
+        "building the config as `skyrl_train.entrypoints.main_base` does (Hydra, `ppo_base_config.yaml`, the "
+        "same job given as command-line overrides: 2 nodes x 8 GPUs, policy and ref on 16 GPUs, colocate_all, "
+        "8 vLLM engines of TP=2, train_batch_size 1024, mini 256, micro 16, n_samples_per_prompt 8, "
+        "Qwen/Qwen2.5-7B-Instruct), then `skyrl_train.utils.utils.validate_cfg(cfg)`, the check `main_base.main` "
+        "runs before it starts Ray. The broken variant sets `trainer.policy_mini_batch_size=300`; SkyRL stops "
+        "at its first failed assertion" + (f': "{peer["broken"]["report"]["error"]}".' if peer else "."),
+        "",
+        "Notes:",
+        "",
+        "- SkyRL's validation here is static: it needs no GPU and no network. The driver checks after each run "
+        "that Ray was not initialized and CUDA not touched; `validate_cfg`'s loss/estimator registry look-ups stay "
+        "local while Ray is down. Not timed on the SkyRL side: importing `main_base` itself (transformers, vLLM "
+        "and the rest of its training stack, not installed here), `ray.init` and anything after validation, so "
+        "the SkyRL numbers are a lower bound on what a SkyRL user waits for a config error.",
+        "- The peer venv holds skyrl-train 0.3.1 installed with `--no-deps --ignore-requires-python` on this "
+        "Python (it declares 3.12), a CPU-only torch 2.13.0, and only the packages its config path imports "
+        "(hydra-core, omegaconf, ray, loguru, jaxtyping, numpy, fsspec). SkyRL on a GPU machine imports the CUDA "
+        "build of torch instead; that was not measured here.",
+        "- SkyRL's peer process runs with a temporary `HOME`, `RAY_AUTH_MODE=disabled` and a dummy "
+        "`WANDB_API_KEY` (`validate_cfg` requires that variable for `logger: wandb`; `rlc validate` does not "
+        "read secrets)." + (f" Files it left in that `HOME`: {len(peer['home_files'])}." if peer else ""),
+        "- The misspelt key is not in SkyRL's broken variant: Hydra rejects an unknown override "
+        "(`Could not override ...`) while composing, before `validate_cfg` runs, so SkyRL would report that one "
+        "problem and not reach the batch-size check. rlc reports all of them in one run.",
+    ]
     return "\n".join(L) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------ main
 
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=15, help="timed runs of rlc per config (default 15)")
     ap.add_argument("--warmups", type=int, default=2, help="untimed rlc runs first (default 2)")
     ap.add_argument("--peer-runs", type=int, default=5, help="timed runs of the SkyRL peer per config (default 5)")
     ap.add_argument("--peer-warmups", type=int, default=1, help="untimed peer runs first (default 1)")
     ap.add_argument("--skip-peer", action="store_true", help="measure rlc only")
-    ap.add_argument("--no-peer-setup", action="store_true",
-                    help="never create or repair bench/.venv-skyrl; skip the peer when it is not ready")
+    ap.add_argument(
+        "--no-peer-setup",
+        action="store_true",
+        help="never create or repair bench/.venv-skyrl; skip the peer when it is not ready",
+    )
     ap.add_argument("--reinstall-peer", action="store_true", help="delete and recreate bench/.venv-skyrl first")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     ap.add_argument("--check", action="store_true", help="exit 1 when a goal is not met")
@@ -476,8 +532,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rlc_exe = find_rlc()
     if rlc_exe is None:
-        print("validate_bench: no `rlc` next to this Python nor on PATH; run `make venv` and use .venv/bin/python",
-              file=sys.stderr)
+        print(
+            "validate_bench: no `rlc` next to this Python nor on PATH; run `make venv` and use .venv/bin/python",
+            file=sys.stderr,
+        )
         return 2
     print(f"machine: {platform.system()} {platform.machine()}, nproc {nproc()}, Python {platform.python_version()}")
     print(f"rlc: {rlc_exe}")
@@ -504,8 +562,11 @@ def main(argv: list[str] | None = None) -> int:
         home = Path(tmp) / "peer-home"
         if peer_py is not None:
             cases += peer_cases(peer_py, home, args.peer_warmups, args.peer_runs)
-            print(f"timing, interleaved: rlc validate {args.warmups} warm-up + {args.runs} runs per config, "
-                  f"SkyRL peer {args.peer_warmups} warm-up + {args.peer_runs} runs per config ...", flush=True)
+            print(
+                f"timing, interleaved: rlc validate {args.warmups} warm-up + {args.runs} runs per config, "
+                f"SkyRL peer {args.peer_warmups} warm-up + {args.peer_runs} runs per config ...",
+                flush=True,
+            )
         else:
             print(f"timing rlc validate: {args.warmups} warm-up + {args.runs} runs per config ...", flush=True)
         failure = run_interleaved(cases)

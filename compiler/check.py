@@ -39,14 +39,24 @@ def num(v: Any) -> float | None:
 
 
 class Context:
-    def __init__(self, spec: Any, locate: Callable[[str], Any], env: dict | None = None):
+    def __init__(self, spec: Any, locate: Callable[..., Any], env: dict | None = None):
         self.s = spec
         self.locate = locate
         self.env = os.environ if env is None else env
 
-    def diag(self, severity: str, code: str, key: str, message: str, hint: str, related: Iterable[str] = (), **values) -> Diagnostic:
-        return Diagnostic(code, severity, message, key=key, location=self.locate(key, list(related)), hint=hint,
-                          values=values, related=list(related))
+    def diag(
+        self, severity: str, code: str, key: str, message: str, hint: str, related: Iterable[str] = (), **values
+    ) -> Diagnostic:
+        return Diagnostic(
+            code,
+            severity,
+            message,
+            key=key,
+            location=self.locate(key, list(related)),
+            hint=hint,
+            values=values,
+            related=list(related),
+        )
 
     def error(self, code, key, message, hint, related=(), **values) -> Diagnostic:
         return self.diag(ERROR, code, key, message, hint, related, **values)
@@ -92,7 +102,7 @@ class Context:
         return w // sp if isinstance(sp, int) and sp > 0 else None
 
 
-def check(spec: Any, locate: Callable[[str], Any], env: dict | None = None) -> list[Diagnostic]:
+def check(spec: Any, locate: Callable[..., Any], env: dict | None = None) -> list[Diagnostic]:
     _load_rules()
     ctx = Context(spec, locate, env)
     out: list[Diagnostic] = []

@@ -57,8 +57,14 @@ def _warn(diags) -> None:
         click.echo(render_text(diags, _color(sys.stderr)), err=True)
 
 
-FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-                      help="Diagnostics as compiler text (stderr) or JSON (stdout).")
+FORMAT = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Diagnostics as compiler text (stderr) or JSON (stdout).",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -123,9 +129,20 @@ def migrate(old: str, output: str | None, in_place: bool, check: bool, show_diff
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("--svg", "svg_path", type=click.Path(dir_okay=False), help="Write the picture here [default: build/<name>/plan.svg].")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="A node x GPU table, or the plan as JSON (stdout).")
+@click.option(
+    "--svg",
+    "svg_path",
+    type=click.Path(dir_okay=False),
+    help="Write the picture here [default: build/<name>/plan.svg].",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="A node x GPU table, or the plan as JSON (stdout).",
+)
 def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) -> None:
     """Show which role and engine of SPEC runs on which node and GPU, and the Ray placement groups.
 
@@ -165,9 +182,17 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
-@click.option("--target", "target", type=click.Choice(["skypilot", "ray", "kuberay", "all"]), default="all", show_default=True,
-              help="Which launch files to write besides resolved.yaml and plan.json.")
+@click.option(
+    "-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>)."
+)
+@click.option(
+    "--target",
+    "target",
+    type=click.Choice(["skypilot", "ray", "kuberay", "all"]),
+    default="all",
+    show_default=True,
+    help="Which launch files to write besides resolved.yaml and plan.json.",
+)
 @FORMAT
 def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: str, fmt: str) -> None:
     """Check SPEC, resolve every value, plan placement and write the compiled job.
@@ -215,7 +240,9 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
         if fmt == "text":  # the warnings every other command shows for this spec
             _warn(result.diagnostics)
         analysis = result.analysis
-        sides.append((analysis.spec, trace(analysis.resolution, analysis.doc, analysis.migration), result.plan.to_json()))
+        sides.append(
+            (analysis.spec, trace(analysis.resolution, analysis.doc, analysis.migration), result.plan.to_json())
+        )
     result = compare(*sides[0], *sides[1])
     if fmt == "json":
         click.echo(json.dumps({"a": a, "b": b, **result.to_json()}, indent=2, default=str))
@@ -227,8 +254,12 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
-@click.option("--sky-arg", "sky_args", multiple=True, help="Extra argument for `sky launch` (repeatable), e.g. --sky-arg=--yes.")
+@click.option(
+    "-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>)."
+)
+@click.option(
+    "--sky-arg", "sky_args", multiple=True, help="Extra argument for `sky launch` (repeatable), e.g. --sky-arg=--yes."
+)
 def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args: tuple[str, ...]) -> None:
     """Compile SPEC, then `sky launch` the SkyPilot task on a cluster named after the job.
 
@@ -246,8 +277,11 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
     _warn(result.diagnostics)
     sky = shutil.which("sky")
     if sky is None:
-        click.echo("rlc launch: SkyPilot's `sky` command is not on PATH; install it with `pip install 'rlc[launch]'` "
-                   "(in its own environment: SkyPilot pins click < 8.2) or run `sky launch` on the compiled sky.yaml", err=True)
+        click.echo(
+            "rlc launch: SkyPilot's `sky` command is not on PATH; install it with `pip install 'rlc[launch]'` "
+            "(in its own environment: SkyPilot pins click < 8.2) or run `sky launch` on the compiled sky.yaml",
+            err=True,
+        )
         sys.exit(EXIT_USAGE)
     compiled = build(result.analysis, result.plan, spec, ("skypilot",))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
@@ -260,7 +294,9 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>).")
+@click.option(
+    "-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>)."
+)
 @click.option("--address", help="Ray address to run on (default: start a local Ray instance).")
 @click.option("--no-progress", is_flag=True, help="Print a line per step instead of a progress bar.")
 def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str | None, no_progress: bool) -> None:
@@ -286,9 +322,9 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
         click.echo(f"rlc run: the runtime is not installed ({exc}); pip install 'rlc[runtime]'", err=True)
         sys.exit(EXIT_USAGE)
     try:
+        import ray  # noqa: F401
         import torch  # noqa: F401
         import transformers  # noqa: F401
-        import ray  # noqa: F401
     except ImportError as exc:
         click.echo(f"rlc run: the runtime needs {exc.name}; pip install 'rlc[runtime]'", err=True)
         sys.exit(EXIT_USAGE)
@@ -322,8 +358,15 @@ def data() -> None:
 
 
 @data.command("synthetic")
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="~/.cache/rlc/data/synthetic",
-              show_default=True, help="Directory for train.parquet and validation.parquet.")
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="~/.cache/rlc/data/synthetic",
+    show_default=True,
+    help="Directory for train.parquet and validation.parquet.",
+)
 @click.option("--train", "train_rows", type=click.IntRange(1), default=3200, show_default=True)
 @click.option("--validation", "val_rows", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -341,8 +384,14 @@ def data_synthetic(out_dir: str, train_rows: int, val_rows: int, seed: int) -> N
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="~/data/gsm8k", show_default=True)
 @click.option("--name", default="train", show_default=True, help="File name (without .parquet) of the converted rows.")
-@click.option("--validation", "val_rows", type=click.IntRange(0), default=0, show_default=True,
-              help="Hold out this many rows as validation.parquet.")
+@click.option(
+    "--validation",
+    "val_rows",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Hold out this many rows as validation.parquet.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 def data_gsm8k(source: str, out_dir: str, name: str, val_rows: int, seed: int) -> None:
     """Convert GSM8K records (JSON lines, a JSON list or CSV with question / answer) to parquet."""

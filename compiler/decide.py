@@ -26,8 +26,12 @@ def decide(spec: Any, plan: Plan) -> Decisions:
         weight_sync=weight_sync(spec, device),
         train_sampling=sampling(g.sampling_params),
         eval_sampling=sampling(g.eval_sampling_params or g.sampling_params),
-        kl=KLControl(t.algorithm.kl_ctrl.type, float(t.algorithm.kl_loss_coef), float(t.algorithm.kl_ctrl.kl_target),
-                     int(t.algorithm.kl_ctrl.horizon)),
+        kl=KLControl(
+            t.algorithm.kl_ctrl.type,
+            float(t.algorithm.kl_loss_coef),
+            float(t.algorithm.kl_ctrl.kl_target),
+            int(t.algorithm.kl_ctrl.horizon),
+        ),
         node_wait_timeout_s=float(spec.launch.node_wait_timeout_s),
         offload_between_phases=offload_between_phases(spec, device),
     )
@@ -70,13 +74,21 @@ def temperature(spec: Any) -> float:
 def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) -> WorkerSettings:
     t = spec.trainer
     return WorkerSettings(
-        role=role, strategy=strategy(spec, role), model_path=model_path(spec, role), device=device, bf16=bool(t.bf16),
+        role=role,
+        strategy=strategy(spec, role),
+        model_path=model_path(spec, role),
+        device=device,
+        bf16=bool(t.bf16),
         gradient_checkpointing=bool(t.gradient_checkpointing),
         gradient_checkpointing_use_reentrant=bool(t.gradient_checkpointing_use_reentrant),
         micro_train_batch_size=int(t.micro_train_batch_size_per_gpu),
         micro_forward_batch_size=int(t.micro_forward_batch_size_per_gpu),
-        temperature=temperature(spec), seed=int(t.seed), max_seq_len=max_seq_len(spec), cpu_slots_per_node=cpu_slots,
-        memory_snapshot_dir=f"{t.ckpt_path.rstrip('/')}/memory_snapshots", sample_packing=bool(t.use_sample_packing),
+        temperature=temperature(spec),
+        seed=int(t.seed),
+        max_seq_len=max_seq_len(spec),
+        cpu_slots_per_node=cpu_slots,
+        memory_snapshot_dir=f"{t.ckpt_path.rstrip('/')}/memory_snapshots",
+        sample_packing=bool(t.use_sample_packing),
         colocated=bool(t.placement.colocate_all),
     )
 
@@ -101,12 +113,17 @@ def engine_settings(spec: Any, device: str, cpu_slots: int | None) -> EngineSett
     backend = ie.backend if ie.run_engines_locally else "remote"
     sync_adapters = adapter_sync(spec)
     return EngineSettings(
-        backend=backend, dtype=engine_dtype(spec, device), device=device, model_path=t.policy.model.path,
+        backend=backend,
+        dtype=engine_dtype(spec, device),
+        device=device,
+        model_path=t.policy.model.path,
         max_model_len=int(t.max_prompt_length) + int(g.sampling_params.max_generate_length),
         # The hf engine keeps no prefix cache: nothing to reset after a weight update.
-        prefix_cache=backend != "hf", adapter_sync=sync_adapters,
+        prefix_cache=backend != "hf",
+        adapter_sync=sync_adapters,
         lora_rank=int(t.policy.model.lora.rank) if sync_adapters else 0,
-        served_model_name=ie.served_model_name, cpu_slots_per_node=cpu_slots,
+        served_model_name=ie.served_model_name,
+        cpu_slots_per_node=cpu_slots,
     )
 
 
@@ -131,7 +148,8 @@ def weight_sync(spec: Any, device: str) -> WeightSync:
     else:
         transport = "nccl"
     return WeightSync(
-        transport=transport, backend=transport if transport in ("gloo", "nccl") else None,
+        transport=transport,
+        backend=transport if transport in ("gloo", "nccl") else None,
         override_existing_group=override_update_group(spec),
         ipc_threshold_bytes=int(float(ie.weight_transfer_threshold_cuda_ipc_GB) * (1 << 30)),
     )
@@ -151,8 +169,13 @@ def override_update_group(spec: Any) -> bool:
 
 def sampling(params: Any) -> Sampling:
     return Sampling(
-        max_generate_length=int(params.max_generate_length), temperature=float(params.temperature),
-        top_p=float(params.top_p), top_k=int(params.top_k), min_p=float(params.min_p),
-        repetition_penalty=float(params.repetition_penalty), stop=tuple(params.stop or ()),
-        logprobs=params.logprobs is not None, additional_kwargs=dict(params.additional_kwargs or {}),
+        max_generate_length=int(params.max_generate_length),
+        temperature=float(params.temperature),
+        top_p=float(params.top_p),
+        top_k=int(params.top_k),
+        min_p=float(params.min_p),
+        repetition_penalty=float(params.repetition_penalty),
+        stop=tuple(params.stop or ()),
+        logprobs=params.logprobs is not None,
+        additional_kwargs=dict(params.additional_kwargs or {}),
     )

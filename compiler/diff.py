@@ -32,13 +32,26 @@ class Difference:
         return not self.changes and not self.placement
 
     def to_json(self) -> dict:
-        return {"same": self.same,
-                "changes": [{"key": c.key, "section": c.section, "old": c.old, "new": c.new,
-                             "old_origin": c.old_origin, "new_origin": c.new_origin} for c in self.changes],
-                "placement": self.placement}
+        return {
+            "same": self.same,
+            "changes": [
+                {
+                    "key": c.key,
+                    "section": c.section,
+                    "old": c.old,
+                    "new": c.new,
+                    "old_origin": c.old_origin,
+                    "new_origin": c.new_origin,
+                }
+                for c in self.changes
+            ],
+            "placement": self.placement,
+        }
 
 
-def compare(a_spec, a_origin: dict[str, Provenance], a_plan: dict, b_spec, b_origin: dict[str, Provenance], b_plan: dict) -> Difference:
+def compare(
+    a_spec, a_origin: dict[str, Provenance], a_plan: dict, b_spec, b_origin: dict[str, Provenance], b_plan: dict
+) -> Difference:
     diff = Difference()
     b_values = dict(leaves(b_spec))
     for key, old in leaves(a_spec):
@@ -62,8 +75,10 @@ def _placement(a: dict, b: dict) -> list[str]:
     lines = []
     if a.get("cluster") != b.get("cluster"):
         ca, cb = a.get("cluster", {}), b.get("cluster", {})
-        lines.append(f"cluster: {ca.get('nodes')} x {ca.get('gpus_per_node')} {ca.get('device')} -> "
-                     f"{cb.get('nodes')} x {cb.get('gpus_per_node')} {cb.get('device')}")
+        lines.append(
+            f"cluster: {ca.get('nodes')} x {ca.get('gpus_per_node')} {ca.get('device')} -> "
+            f"{cb.get('nodes')} x {cb.get('gpus_per_node')} {cb.get('device')}"
+        )
     wa, wb = _where(a), _where(b)
     for name in sorted(set(wa) | set(wb), key=lambda n: (n.startswith("engine"), len(n), n)):
         if name not in wb:

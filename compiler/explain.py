@@ -26,14 +26,20 @@ def explain_key(key: str) -> tuple[str, bool]:
         lines.append(f"  type: section{' (or null)' if spec.optional else ''}")
         lines.append("  keys:")
         for child in model.fields_of(spec.section, key):
-            lines.append(f"    {child.name:<40} {type_label(child.tp) if child.section is None else 'section':<18} {child.doc}")
+            lines.append(
+                f"    {child.name:<40} {type_label(child.tp) if child.section is None else 'section':<18} {child.doc}"
+            )
     else:
         lines.append(f"  type: {type_label(spec.tp)}")
         lines.append(f"  default: {json.dumps(to_plain(spec.default()))}")
         values = model.allowed_values(spec)
         if values:
             lines.append(f"  accepted values: {', '.join(map(str, values))}" + (" (or null)" if spec.optional else ""))
-        bounds = [f"{w} {spec.meta[m]}" for m, w in (("minimum", ">="), ("exclusive_minimum", ">"), ("maximum", "<=")) if m in spec.meta]
+        bounds = [
+            f"{w} {spec.meta[m]}"
+            for m, w in (("minimum", ">="), ("exclusive_minimum", ">"), ("maximum", "<="))
+            if m in spec.meta
+        ]
         if bounds:
             lines.append(f"  range: {', '.join(bounds)}")
         if spec.meta.get("passthrough"):

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
-from rlc.core.diagnostics import Diagnostic, has_errors
 from rlc.compiler.load import Document, LoadError, load_document
-from rlc.core.plain import plain_yaml as to_plain
-from rlc.core.overrides import Override
 from rlc.compiler.resolve import Resolution, resolve
 from rlc.compiler.validate import validate
+from rlc.core.diagnostics import Diagnostic, has_errors
+from rlc.core.overrides import Override
+from rlc.core.plain import plain_yaml as to_plain
 from rlc.spec.model import SpecModel, default_model
 
 
 @dataclass
 class Analysis:
-    doc: Optional[Document]
-    resolution: Optional[Resolution] = None
+    doc: Document | None
+    resolution: Resolution | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     migration: Any = None  # the MigrationReport when the file (or an override) was legacy
 
@@ -69,8 +70,13 @@ def _takes_int(tp: Any) -> bool:
     return tp is int or (int in getattr(tp, "__args__", ()) and float not in getattr(tp, "__args__", ()))
 
 
-def analyze(source: str | Path, overrides: Sequence[Override] = (), model: Optional[SpecModel] = None,
-            env: Optional[dict] = None, display: Optional[str] = None) -> Analysis:
+def analyze(
+    source: str | Path,
+    overrides: Sequence[Override] = (),
+    model: SpecModel | None = None,
+    env: dict | None = None,
+    display: str | None = None,
+) -> Analysis:
     """Everything the compiler can say about a spec file plus overrides, without touching anything else."""
     try:
         doc = load_document(source, display)
@@ -79,8 +85,9 @@ def analyze(source: str | Path, overrides: Sequence[Override] = (), model: Optio
     return analyze_document(doc, overrides, model, env)
 
 
-def analyze_document(doc: Document, overrides: Sequence[Override] = (), model: Optional[SpecModel] = None,
-                     env: Optional[dict] = None) -> Analysis:
+def analyze_document(
+    doc: Document, overrides: Sequence[Override] = (), model: SpecModel | None = None, env: dict | None = None
+) -> Analysis:
     from rlc.spec.versions import upgrade
 
     model = model or default_model()

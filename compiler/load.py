@@ -10,7 +10,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from rlc.core.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
 
@@ -53,7 +53,7 @@ class Document:
     def lines(self) -> list[str]:
         return self.text.splitlines()
 
-    def line_text(self, line: int) -> Optional[str]:
+    def line_text(self, line: int) -> str | None:
         lines = self.lines
         return lines[line - 1] if 0 < line <= len(lines) else None
 
@@ -63,7 +63,7 @@ class Document:
             if tuple(path[:n]) in self.overrides:
                 return Location(COMMAND_LINE, 0, 0, self.overrides[tuple(path[:n])])
         node = self.data
-        best: Optional[tuple[int, int]] = None
+        best: tuple[int, int] | None = None
         for i, part in enumerate(path):
             last = i == len(path) - 1
             pos = _child_pos(node, part, key and last)
@@ -80,14 +80,16 @@ class Document:
         return Location(self.name, line, col, self.line_text(line))
 
 
-def _child_pos(node: Any, part: Any, key: bool) -> Optional[tuple[int, int]]:
+def _child_pos(node: Any, part: Any, key: bool) -> tuple[int, int] | None:
     lc = getattr(node, "lc", None)
     if lc is None:
         return None
     try:
         if isinstance(part, int):
             return lc.item(part)
-        return lc.key(part) if key or node[part] is None else lc.value(part)  # an empty value has no position of its own
+        return (
+            lc.key(part) if key or node[part] is None else lc.value(part)
+        )  # an empty value has no position of its own
     except (KeyError, IndexError, TypeError, AttributeError):
         try:
             return (lc.line, lc.col) if part in node else None
@@ -104,11 +106,13 @@ def _yaml():
     return y
 
 
-def _diag(code: str, message: str, name: str, line: int = 0, col: int = 0, text: Optional[str] = None, hint: Optional[str] = None) -> Diagnostic:
+def _diag(
+    code: str, message: str, name: str, line: int = 0, col: int = 0, text: str | None = None, hint: str | None = None
+) -> Diagnostic:
     return Diagnostic(code, ERROR, message, location=Location(name, line, col, text), hint=hint)
 
 
-def read_text(path: Path, name: Optional[str] = None) -> str:
+def read_text(path: Path, name: str | None = None) -> str:
     """The file's text, or LoadError for unreadable, oversize or non-UTF-8 files."""
     name = name or str(path)
     try:
@@ -116,8 +120,14 @@ def read_text(path: Path, name: Optional[str] = None) -> str:
         if not path.is_file():
             raise LoadError(_diag("RLC-E008", f"{name} is not a regular file", name))
         if size > MAX_BYTES:
-            raise LoadError(_diag("RLC-E005", f"file is {size} bytes; specs are limited to {MAX_BYTES} bytes", name,
-                                  hint="a spec this large is almost certainly not a config; check the path"))
+            raise LoadError(
+                _diag(
+                    "RLC-E005",
+                    f"file is {size} bytes; specs are limited to {MAX_BYTES} bytes",
+                    name,
+                    hint="a spec this large is almost certainly not a config; check the path",
+                )
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise LoadError(_diag("RLC-E008", f"cannot read {name}: {exc.strerror or exc}", name)) from None
@@ -132,14 +142,30 @@ def decode(raw: bytes, name: str) -> str:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise LoadError(_diag("RLC-E006", f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8", name, line, col,
-                              hint="save the file as UTF-8")) from None
+        raise LoadError(
+            _diag(
+                "RLC-E006",
+                f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
+                name,
+                line,
+                col,
+                hint="save the file as UTF-8",
+            )
+        ) from None
     if text.startswith("\ufeff"):
         text = text[1:]
     long = next((i for i, line in enumerate(text.splitlines(), 1) if len(line) > MAX_LINE), None)
     if long is not None:
-        raise LoadError(_diag("RLC-E005", f"line {long} is longer than {MAX_LINE} characters", name, long, 1,
-                              hint="a spec line this long is almost certainly not a config; check the file"))
+        raise LoadError(
+            _diag(
+                "RLC-E005",
+                f"line {long} is longer than {MAX_LINE} characters",
+                name,
+                long,
+                1,
+                hint="a spec line this long is almost certainly not a config; check the file",
+            )
+        )
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise LoadError(_diag("RLC-E006", "the file contains NUL bytes; it is not a text file", name, line, 1))
@@ -153,7 +179,7 @@ def parse(text: str, name: str) -> Any:
 
     lines = text.splitlines()
 
-    def at(mark) -> tuple[int, int, Optional[str]]:
+    def at(mark) -> tuple[int, int, str | None]:
         if mark is None:
             return 0, 0, None
         line = mark.line + 1
@@ -166,14 +192,29 @@ def parse(text: str, name: str) -> Any:
     except DuplicateKeyError as exc:
         line, col, src = at(exc.problem_mark)
         first = _first_occurrence(lines, exc, line, col)
-        problem = (exc.problem or "duplicate key").replace('found duplicate key', 'duplicate key')
-        raise LoadError(_diag("RLC-E002", problem, name, line, col, src,
-                              hint=f"remove one of the two (the first is on line {first})" if first else "remove one of the two")) from None
+        problem = (exc.problem or "duplicate key").replace("found duplicate key", "duplicate key")
+        raise LoadError(
+            _diag(
+                "RLC-E002",
+                problem,
+                name,
+                line,
+                col,
+                src,
+                hint=f"remove one of the two (the first is on line {first})" if first else "remove one of the two",
+            )
+        ) from None
     except MarkedYAMLError as exc:
         line, col, src = at(exc.problem_mark)
         message = f"YAML syntax error: {exc.problem or exc.context or 'cannot parse'}"
         raise LoadError(_diag("RLC-E001", message, name, line, col, src)) from None
-    except (YAMLError, TypeError, ValueError, LookupError, AttributeError) as exc:  # ruamel raises these for bad keys, dates, !!int etc.
+    except (
+        YAMLError,
+        TypeError,
+        ValueError,
+        LookupError,
+        AttributeError,
+    ) as exc:  # ruamel raises these for bad keys, dates, !!int etc.
         raise LoadError(_diag("RLC-E001", f"YAML error: {exc}", name)) from None
     except RecursionError:
         raise LoadError(_diag("RLC-E004", "the document is nested too deeply", name)) from None
@@ -181,13 +222,13 @@ def parse(text: str, name: str) -> Any:
     return data
 
 
-def _first_occurrence(lines: list[str], exc, line: int, col: int) -> Optional[int]:
+def _first_occurrence(lines: list[str], exc, line: int, col: int) -> int | None:
     """Line of the first of two duplicate keys: same key, same indentation, earlier in the mapping."""
     m = re.search(r'duplicate key "(.*?)"', exc.problem or "")
     if not m:
         return None
     start = exc.context_mark.line if exc.context_mark else 0
-    pattern = re.compile(r"^\s{%d}[\"']?%s[\"']?\s*:" % (max(col - 1, 0), re.escape(m.group(1))))
+    pattern = re.compile(rf"^\s{{{max(col - 1, 0)}}}[\"']?{re.escape(m.group(1))}[\"']?\s*:")
     for n in range(start, line - 1):
         if pattern.match(lines[n]):
             return n + 1
@@ -199,7 +240,7 @@ def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
 
     sizes: dict[int, int] = {}
 
-    def tag_of(node: Any) -> Optional[str]:
+    def tag_of(node: Any) -> str | None:
         tag = getattr(node, "tag", None)
         return getattr(tag, "value", None) if tag is not None else None
 
@@ -212,31 +253,54 @@ def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
         if isinstance(node, TaggedScalar) or tag not in STANDARD_TAGS:
             pos = _child_pos(parent, part, False) if parent is not None else None
             line, col = (pos[0] + 1, pos[1] + 1) if pos else (0, 0)
-            raise LoadError(_diag("RLC-E003", f"unknown YAML tag {tag}", name, line, col,
-                                  lines[line - 1] if 0 < line <= len(lines) else None,
-                                  hint="specs use plain YAML values; remove the tag"))
+            raise LoadError(
+                _diag(
+                    "RLC-E003",
+                    f"unknown YAML tag {tag}",
+                    name,
+                    line,
+                    col,
+                    lines[line - 1] if 0 < line <= len(lines) else None,
+                    hint="specs use plain YAML values; remove the tag",
+                )
+            )
         total = 1
         if isinstance(node, dict):
             for k, v in node.items():
                 if isinstance(k, TaggedScalar):
                     pos = _child_pos(node, k, True)
                     line, col = (pos[0] + 1, pos[1] + 1) if pos else (0, 0)
-                    raise LoadError(_diag("RLC-E003", f"unknown YAML tag {tag_of(k)} on a key", name, line, col,
-                                          lines[line - 1] if 0 < line <= len(lines) else None, hint="remove the tag"))
+                    raise LoadError(
+                        _diag(
+                            "RLC-E003",
+                            f"unknown YAML tag {tag_of(k)} on a key",
+                            name,
+                            line,
+                            col,
+                            lines[line - 1] if 0 < line <= len(lines) else None,
+                            hint="remove the tag",
+                        )
+                    )
                 total += visit(v, node, k, depth + 1)
         elif isinstance(node, list):
             for i, v in enumerate(node):
                 total += visit(v, node, i, depth + 1)
         sizes[id(node)] = total
         if total > MAX_NODES:
-            raise LoadError(_diag("RLC-E004", f"the document expands to more than {MAX_NODES} nodes through aliases",
-                                  name, hint="aliases that repeat aliases multiply; write the values out"))
+            raise LoadError(
+                _diag(
+                    "RLC-E004",
+                    f"the document expands to more than {MAX_NODES} nodes through aliases",
+                    name,
+                    hint="aliases that repeat aliases multiply; write the values out",
+                )
+            )
         return total
 
     visit(data, None, None, 0)
 
 
-def load_document(path: str | Path, display: Optional[str] = None) -> Document:
+def load_document(path: str | Path, display: str | None = None) -> Document:
     """Read, decode and parse a spec file; LoadError unless its top level is a mapping."""
     p = Path(path)
     name = display or str(path)
@@ -250,6 +314,15 @@ def document_from_text(text: str, name: str) -> Document:
         raise LoadError(_diag("RLC-E007", "the spec is empty", name, hint="start from one of the files in examples/"))
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a {type(data).__name__} value"
-        raise LoadError(_diag("RLC-E007", f"the top level is {kind}; a spec is a mapping of sections", name, 1, 1,
-                              text.splitlines()[0] if text else None, hint="write `version: 1` and the sections as top-level keys"))
+        raise LoadError(
+            _diag(
+                "RLC-E007",
+                f"the top level is {kind}; a spec is a mapping of sections",
+                name,
+                1,
+                1,
+                text.splitlines()[0] if text else None,
+                hint="write `version: 1` and the sections as top-level keys",
+            )
+        )
     return Document(name, text, data)

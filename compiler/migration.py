@@ -78,7 +78,9 @@ def run_migrate(old: str, output: str | None, in_place: bool, check: bool, show_
             click.echo(doc.text, nl=False)
         return 0
     if check:
-        click.echo(f"{old}: needs migrating ({len(report.changes)} change(s)); run `rlc migrate {old} --in-place`", err=True)
+        click.echo(
+            f"{old}: needs migrating ({len(report.changes)} change(s)); run `rlc migrate {old} --in-place`", err=True
+        )
         return 1
     new_text = migrated_text(doc)
     target: Path | None = None
@@ -91,8 +93,12 @@ def run_migrate(old: str, output: str | None, in_place: bool, check: bool, show_
         if target.resolve() == Path(old).resolve():
             raise click.UsageError("-o names the input file; use --in-place to rewrite it")
     if show_diff:
-        diff = difflib.unified_diff(doc.text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                    fromfile=old, tofile=str(target or f"{old} (migrated)"))
+        diff = difflib.unified_diff(
+            doc.text.splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
+            fromfile=old,
+            tofile=str(target or f"{old} (migrated)"),
+        )
         click.echo("".join(diff), nl=False)
     elif target is None:
         click.echo(new_text, nl=False)

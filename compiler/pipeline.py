@@ -6,9 +6,9 @@ all report the same findings at the same places.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
 
 from rlc.compiler.frontend import Analysis, analyze
 from rlc.compiler.plan import plan as make_plan
@@ -21,7 +21,7 @@ from rlc.core.plan import Plan
 class CompileResult:
     source: str
     analysis: Analysis
-    plan: Optional[Plan]  # None when the spec has errors before planning
+    plan: Plan | None  # None when the spec has errors before planning
     diagnostics: list[Diagnostic]  # the front end's and the planner's, in that order
 
     @property
@@ -33,7 +33,7 @@ class CompileResult:
         return sum(1 for d in self.diagnostics if d.severity == "warning")
 
 
-def compile_job(source: str | Path, overrides: Sequence[Override] = (), env: Optional[dict] = None) -> CompileResult:
+def compile_job(source: str | Path, overrides: Sequence[Override] = (), env: dict | None = None) -> CompileResult:
     """Everything the compiler can say about a spec plus overrides, and its plan when it has no errors."""
     analysis = analyze(source, list(overrides), env=env)
     diags = list(analysis.diagnostics)

@@ -117,7 +117,9 @@ def plan(spec, locate: Callable[[str], Location | None] = lambda key: None) -> t
 
     if p.colocate_all:
         extra = max([world[r] for r in roles] + [engines * size]) - engines * size
-        extras = _Demand("training", extra, 1, False, ["trainer.placement.policy_num_gpus_per_node"], first=engines * size)
+        extras = _Demand(
+            "training", extra, 1, False, ["trainer.placement.policy_num_gpus_per_node"], first=engines * size
+        )
         demands = [engine_demand, extras]
         for d in demands:
             d.blocks = alloc.place(d.count, d.size)
@@ -135,8 +137,11 @@ def plan(spec, locate: Callable[[str], Location | None] = lambda key: None) -> t
             gpn = getattr(p, f"{lead}_num_gpus_per_node")
             keys = [f"trainer.placement.{lead}_num_gpus_per_node", f"trainer.placement.{lead}_num_nodes"]
             whole = (shared and lead == "policy") or gpn > 1
-            demands.append(_Demand(what, getattr(p, f"{lead}_num_nodes") if whole else world[lead],
-                                   gpn if whole else 1, whole, keys))
+            demands.append(
+                _Demand(
+                    what, getattr(p, f"{lead}_num_nodes") if whole else world[lead], gpn if whole else 1, whole, keys
+                )
+            )
         demands.append(engine_demand)
         order = {id(d): i for i, d in enumerate(demands)}
         for d in sorted(demands, key=lambda d: (-d.size, order[id(d)])):
@@ -145,7 +150,9 @@ def plan(spec, locate: Callable[[str], Location | None] = lambda key: None) -> t
             out.roles += _group_roles(out, what, members, d, world, device)
         out.roles.sort(key=lambda r: list(ROLE_LETTERS).index(r.name))
         if engines:
-            out.placement_groups.append(PlacementGroup("inference", device, [Bundle(n, [g]) for b in engine_demand.blocks for n, g in b]))
+            out.placement_groups.append(
+                PlacementGroup("inference", device, [Bundle(n, [g]) for b in engine_demand.blocks for n, g in b])
+            )
     if engines:
         out.engine_group = out.placement_groups[0].name if p.colocate_all else "inference"
         out.engines = [_engine(i, ie, size, b) for i, b in enumerate(engine_demand.blocks)]
@@ -185,8 +192,16 @@ def _engine(index: int, ie, size: int, block: Block) -> Engine:
     tp = ie.tensor_parallel_size
     # vLLM numbers workers pp-stage-major, tp innermost: each run of tp workers is one tensor-parallel group.
     spans = any(block[k][0] != block[k + tp - 1][0] for k in range(0, len(block), tp))
-    return Engine(index, tp, ie.pipeline_parallel_size, ie.data_parallel_size, ie.expert_parallel_size,
-                  range(index * size, (index + 1) * size), block, spans)
+    return Engine(
+        index,
+        tp,
+        ie.pipeline_parallel_size,
+        ie.data_parallel_size,
+        ie.expert_parallel_size,
+        range(index * size, (index + 1) * size),
+        block,
+        spans,
+    )
 
 
 def _not_placed(out: Plan, demands: list[_Demand], alloc: _Nodes, locate) -> list[Diagnostic]:
@@ -206,8 +221,10 @@ def _not_placed(out: Plan, demands: list[_Demand], alloc: _Nodes, locate) -> lis
             where = "must sit on one node" if d.size <= per else "must start on an empty node"
             parts.append(f"engine{'s' * many} {span} ({d.size} {unit}{' each' * many}, {where})")
             if d.size <= per and per % d.size:
-                hints.append(f"make tp*pp*dp ({d.size}) divide gpus_per_node ({per}): a node holds "
-                             f"{per // d.size} such engine(s) and leaves {per % d.size} idle")
+                hints.append(
+                    f"make tp*pp*dp ({d.size}) divide gpus_per_node ({per}): a node holds "
+                    f"{per // d.size} such engine(s) and leaves {per % d.size} idle"
+                )
         elif too_big:
             parts.append(f"{d.what} (whole-node bundles of {d.size} {unit}, more than a node's {per})")
             hints.append(f"give {d.what} at most {per} {unit} per node and more nodes")
@@ -217,16 +234,31 @@ def _not_placed(out: Plan, demands: list[_Demand], alloc: _Nodes, locate) -> lis
             parts.append(f"{d.what} rank{'s' * many} {span}")
     if not parts:
         return []
-    message = (f"the placement does not fit the cluster of {nodes} x {per} {unit}: no room for {'; '.join(parts)}; "
-               f"the layout needs {out.nodes_needed} node(s), {missing} {unit} more than the cluster has")
+    message = (
+        f"the placement does not fit the cluster of {nodes} x {per} {unit}: no room for {'; '.join(parts)}; "
+        f"the layout needs {out.nodes_needed} node(s), {missing} {unit} more than the cluster has"
+    )
     free = [(n, per - u) for n, u in enumerate(alloc.used[:nodes]) if u < per]
     if free:
         shown = ", ".join(f"node {n}: {f}" for n, f in free[:8]) + (", ..." if len(free) > 8 else "")
         message += f" ({sum(f for _, f in free)} {unit} stay free in pieces too small: {shown})"
-    hint = ", or ".join([f"raise cluster.num_nodes to {out.nodes_needed}"] * (out.nodes_needed > nodes) + hints
-                        + ["shrink the placement"])
-    return [Diagnostic(NOT_PLACED, ERROR, message, key="cluster.num_nodes", location=locate("cluster.num_nodes"),
-                       hint=hint, related=keys, values={"nodes_needed": out.nodes_needed, "missing": missing})]
+    hint = ", or ".join(
+        [f"raise cluster.num_nodes to {out.nodes_needed}"] * (out.nodes_needed > nodes)
+        + hints
+        + ["shrink the placement"]
+    )
+    return [
+        Diagnostic(
+            NOT_PLACED,
+            ERROR,
+            message,
+            key="cluster.num_nodes",
+            location=locate("cluster.num_nodes"),
+            hint=hint,
+            related=keys,
+            values={"nodes_needed": out.nodes_needed, "missing": missing},
+        )
+    ]
 
 
 def node_ranges(nodes: list[int]) -> str:

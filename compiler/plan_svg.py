@@ -39,8 +39,11 @@ def summary(plan: Plan) -> list[str]:
     unit = "CPU slots" if dev == "CPU" else "GPUs"
     used = len(plan.cells())
     accel = "" if dev == "CPU" else f" ({plan.accelerator})"
-    lines = [f"{plan.name}: {plan.nodes} node(s) x {plan.gpus_per_node} {unit}{accel}, "
-             f"{used} of {plan.nodes * plan.gpus_per_node} in use", "placement groups (PACK):"]
+    lines = [
+        f"{plan.name}: {plan.nodes} node(s) x {plan.gpus_per_node} {unit}{accel}, "
+        f"{used} of {plan.nodes * plan.gpus_per_node} in use",
+        "placement groups (PACK):",
+    ]
     for pg in plan.placement_groups:
         shape = ", ".join(f"{k}: {v}" for k, v in pg.shape.items())
         lines.append(f"  {pg.name:<10} {len(pg.bundles)} bundle(s) of {{{shape}}}")
@@ -51,19 +54,25 @@ def summary(plan: Plan) -> list[str]:
         each = f"{_amount(r.share)} CPU" if dev == "CPU" else f"{_amount(r.share)} GPU + {_amount(r.share)} CPU"
         where = f"in {r.placement_group}" if r.placement_group else "no group (Ray places them)"
         nodes = node_ranges(sorted({n for n, _, _ in r.ranks}))
-        lines.append(f"  {r.name:<7} {ROLE_LETTERS[r.name]}0-{ROLE_LETTERS[r.name]}{len(r.ranks) - 1}  "
-                     f"{len(r.ranks)} rank(s), {each} each, {where}, nodes {nodes}")
+        lines.append(
+            f"  {r.name:<7} {ROLE_LETTERS[r.name]}0-{ROLE_LETTERS[r.name]}{len(r.ranks) - 1}  "
+            f"{len(r.ranks)} rank(s), {each} each, {where}, nodes {nodes}"
+        )
     if plan.engines:
         e = plan.engines[0]
         size = e.tp * e.pp * e.dp
         nodes = node_ranges(sorted({n for x in plan.engines for n in x.nodes}))
-        lines.append(f"inference ({plan.backend}): {len(plan.engines)} engine(s) of tp {e.tp} x pp {e.pp} x dp {e.dp}"
-                     f" (ep {e.ep}) = {size} {unit} each, in {plan.engine_group}, nodes {nodes}; "
-                     f"E<i>.<j> = engine i worker j, {_amount(plan.worker_share)} {dev} per worker")
+        lines.append(
+            f"inference ({plan.backend}): {len(plan.engines)} engine(s) of tp {e.tp} x pp {e.pp} x dp {e.dp}"
+            f" (ep {e.ep}) = {size} {unit} each, in {plan.engine_group}, nodes {nodes}; "
+            f"E<i>.<j> = engine i worker j, {_amount(plan.worker_share)} {dev} per worker"
+        )
         spanning = [x.index for x in plan.engines if len(x.nodes) > 1]
         tp_spanning = [x.index for x in plan.engines if x.tp_spans_nodes]
         if spanning:
-            lines.append(f"  {len(spanning)} engine(s) span nodes; tensor-parallel groups across nodes in {len(tp_spanning)}")
+            lines.append(
+                f"  {len(spanning)} engine(s) span nodes; tensor-parallel groups across nodes in {len(tp_spanning)}"
+            )
     for remote in plan.remote_engines:
         lines.append(f"remote engine {remote.index} ({remote.kind}): {remote.url}, no {unit} here")
     return lines
@@ -89,8 +98,14 @@ def render_table(plan: Plan, color: bool = False) -> str:
             continue
         table.add_row(str(n), *(" ".join(cells.get((n, g), ["-"])) for g in range(plan.gpus_per_node)))
     out = io.StringIO()
-    console = Console(file=out, width=100_000, force_terminal=color, no_color=not color, highlight=False,
-                      color_system="standard" if color else None)
+    console = Console(
+        file=out,
+        width=100_000,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        color_system="standard" if color else None,
+    )
     console.print(table, overflow="ignore", crop=False)
     rows = [line.rstrip() for line in out.getvalue().splitlines()]
     if None in shown_nodes(plan):
@@ -132,13 +147,17 @@ def render_svg(plan: Plan) -> str:
     y = TOP
     for n, h in zip(rows, heights):
         if n is None:
-            out.append(f'<text x="{LEFT}" y="{y + 18}" fill="#555555">... {escape(_left_out(plan))} not drawn ...</text>')
+            out.append(
+                f'<text x="{LEFT}" y="{y + 18}" fill="#555555">... {escape(_left_out(plan))} not drawn ...</text>'
+            )
             y += h
             continue
         out.append(f'<text x="{LEFT - 8}" y="{y + PAD + 12}" text-anchor="end" font-weight="bold">node {n}</text>')
         for g in range(plan.gpus_per_node):
             cx = LEFT + g * CELL_W
-            out.append(f'<rect x="{cx + 1}" y="{y + 1}" width="{CELL_W - 2}" height="{h - 2}" fill="#f7f7f7" stroke="#999999"/>')
+            out.append(
+                f'<rect x="{cx + 1}" y="{y + 1}" width="{CELL_W - 2}" height="{h - 2}" fill="#f7f7f7" stroke="#999999"/>'
+            )
             for k, label in enumerate(cells.get((n, g), ())):
                 out.append(_chip(cx + PAD, y + PAD + k * LINE_H, CELL_W - 2 * PAD, label, _fill(label)))
         y += h
@@ -153,5 +172,7 @@ def _fill(label: str) -> str:
 
 
 def _chip(x: int, y: int, w: int, text: str, fill: str) -> str:
-    return (f'<rect x="{x}" y="{y}" width="{w}" height="{LINE_H - 2}" rx="3" fill={quoteattr(fill)}/>'
-            f'<text x="{x + 4}" y="{y + LINE_H - 5}">{escape(text)}</text>')
+    return (
+        f'<rect x="{x}" y="{y}" width="{w}" height="{LINE_H - 2}" rx="3" fill={quoteattr(fill)}/>'
+        f'<text x="{x + 4}" y="{y + LINE_H - 5}">{escape(text)}</text>'
+    )

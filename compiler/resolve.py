@@ -94,11 +94,18 @@ class _Resolver:
             try:
                 target = get(self.spec, ref)
             except AttributeError:
-                self._bad(path, f"{path} refers to ${{{ref}}}, which is not a key of the spec",
-                          "point the reference at an existing dotted key, e.g. ${trainer.max_prompt_length}")
+                self._bad(
+                    path,
+                    f"{path} refers to ${{{ref}}}, which is not a key of the spec",
+                    "point the reference at an existing dotted key, e.g. ${trainer.max_prompt_length}",
+                )
                 return _FAILED
             if ref in chain:
-                self._bad(path, f"{path}: references form a cycle ({' -> '.join(chain + [ref])})", "break the cycle with a literal value")
+                self._bad(
+                    path,
+                    f"{path}: references form a cycle ({' -> '.join(chain + [ref])})",
+                    "break the cycle with a literal value",
+                )
                 return _FAILED
             if isinstance(target, str) and "${" in target:
                 target = self._expand(ref, target, chain + [ref])
@@ -113,7 +120,9 @@ class _Resolver:
         return REF.sub(lambda m: str(results[m.group(1)]) if m.group(1) in results else m.group(0), value)
 
     def _bad(self, path: str, message: str, hint: str) -> None:
-        self.out.diagnostics.append(Diagnostic("RLC-E016", ERROR, message, key=path, location=self.locate(path), hint=hint))
+        self.out.diagnostics.append(
+            Diagnostic("RLC-E016", ERROR, message, key=path, location=self.locate(path), hint=hint)
+        )
 
     # -- SkyRL's derivations ------------------------------------------------------------------
 
@@ -126,8 +135,11 @@ class _Resolver:
             self.derive("trainer.ref.model.path", t.policy.model.path, ["trainer.policy.model.path"])
         if g.eval_sampling_params is None:
             mgl = g.sampling_params.max_generate_length
-            self.derive("generator.eval_sampling_params", SamplingParams(temperature=0.0, max_generate_length=mgl),
-                        ["generator.sampling_params.max_generate_length"])
+            self.derive(
+                "generator.eval_sampling_params",
+                SamplingParams(temperature=0.0, max_generate_length=mgl),
+                ["generator.sampling_params.max_generate_length"],
+            )
         if g.max_input_length is None:
             self.derive("generator.max_input_length", t.max_prompt_length, ["trainer.max_prompt_length"])
         if g.rope_scaling is None and t.rope_scaling is not None:
@@ -135,26 +147,47 @@ class _Resolver:
         if g.rope_theta is None and t.rope_theta is not None:
             self.derive("generator.rope_theta", t.rope_theta, ["trainer.rope_theta"])
         if alg.temperature is None:
-            self.derive("trainer.algorithm.temperature", g.sampling_params.temperature, ["generator.sampling_params.temperature"])
-        if alg.max_seq_len is None and isinstance(g.max_input_length, int) and isinstance(g.sampling_params.max_generate_length, int):
-            self.derive("trainer.algorithm.max_seq_len", g.max_input_length + g.sampling_params.max_generate_length,
-                        ["generator.max_input_length", "generator.sampling_params.max_generate_length"])
+            self.derive(
+                "trainer.algorithm.temperature",
+                g.sampling_params.temperature,
+                ["generator.sampling_params.temperature"],
+            )
+        if (
+            alg.max_seq_len is None
+            and isinstance(g.max_input_length, int)
+            and isinstance(g.sampling_params.max_generate_length, int)
+        ):
+            self.derive(
+                "trainer.algorithm.max_seq_len",
+                g.max_input_length + g.sampling_params.max_generate_length,
+                ["generator.max_input_length", "generator.sampling_params.max_generate_length"],
+            )
         for role in ("policy", "ref"):
             mc = get(t, f"{role}.megatron_config")
-            for name, defaults in (("transformer_config_kwargs", DEFAULT_TRANSFORMER_CONFIG_KWARGS),
-                                   ("optimizer_config_kwargs", DEFAULT_MEGATRON_OPTIMIZER_KWARGS)):
+            for name, defaults in (
+                ("transformer_config_kwargs", DEFAULT_TRANSFORMER_CONFIG_KWARGS),
+                ("optimizer_config_kwargs", DEFAULT_MEGATRON_OPTIMIZER_KWARGS),
+            ):
                 current = getattr(mc, name) or {}
                 if not isinstance(current, dict):
                     continue  # a ${oc.env:...} reference, resolved on the node
                 missing = {k: copy.deepcopy(v) for k, v in defaults.items() if k not in current}
                 if missing or getattr(mc, name) is None:
-                    self.derive(f"trainer.{role}.megatron_config.{name}", {**current, **missing},
-                                [f"trainer.{role}.megatron_config.{name}"])
+                    self.derive(
+                        f"trainer.{role}.megatron_config.{name}",
+                        {**current, **missing},
+                        [f"trainer.{role}.megatron_config.{name}"],
+                    )
         opc = alg.off_policy_correction
         if alg.use_tis:
-            self.derive("trainer.algorithm.off_policy_correction.tis_ratio_type", "token", ["trainer.algorithm.use_tis"])
-            self.derive("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high", alg.tis_imp_ratio_cap,
-                        ["trainer.algorithm.use_tis", "trainer.algorithm.tis_imp_ratio_cap"])
+            self.derive(
+                "trainer.algorithm.off_policy_correction.tis_ratio_type", "token", ["trainer.algorithm.use_tis"]
+            )
+            self.derive(
+                "trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high",
+                alg.tis_imp_ratio_cap,
+                ["trainer.algorithm.use_tis", "trainer.algorithm.tis_imp_ratio_cap"],
+            )
         if (opc.tis_ratio_type or opc.sequence_mask_metric) and g.sampling_params.logprobs is None:
             self.derive("generator.sampling_params.logprobs", 1, ["trainer.algorithm.off_policy_correction"])
 
@@ -174,11 +207,21 @@ class _Resolver:
         if p.colocate_all:
             for role in roles:
                 self._role_from(role, total, G, src)
-            if self.unset("generator.inference_engine.num_engines") and ie.run_engines_locally and total % per_engine == 0:
-                self.derive("generator.inference_engine.num_engines", total // per_engine,
-                            src + ["generator.inference_engine.tensor_parallel_size",
-                                   "generator.inference_engine.pipeline_parallel_size",
-                                   "generator.inference_engine.data_parallel_size"])
+            if (
+                self.unset("generator.inference_engine.num_engines")
+                and ie.run_engines_locally
+                and total % per_engine == 0
+            ):
+                self.derive(
+                    "generator.inference_engine.num_engines",
+                    total // per_engine,
+                    src
+                    + [
+                        "generator.inference_engine.tensor_parallel_size",
+                        "generator.inference_engine.pipeline_parallel_size",
+                        "generator.inference_engine.data_parallel_size",
+                    ],
+                )
             return
         # Separate groups: models whose counts are unset share what the engines and explicit models leave.
         separate = ["policy"] + (["critic"] if critic_on(s) else [])
@@ -195,13 +238,21 @@ class _Resolver:
         elif self.unset("generator.inference_engine.num_engines") and ie.run_engines_locally:
             left = total - used
             if left >= per_engine:
-                self.derive("generator.inference_engine.num_engines", left // per_engine, src + [f"trainer.placement.{r}_num_gpus_per_node" for r in fixed])
+                self.derive(
+                    "generator.inference_engine.num_engines",
+                    left // per_engine,
+                    src + [f"trainer.placement.{r}_num_gpus_per_node" for r in fixed],
+                )
         if ref_on(s) and p.colocate_policy_ref and self._role_unset("ref"):
             for dim in ("num_nodes", "num_gpus_per_node"):
-                self.derive(f"trainer.placement.ref_{dim}", getattr(p, f"policy_{dim}"), [f"trainer.placement.policy_{dim}"])
+                self.derive(
+                    f"trainer.placement.ref_{dim}", getattr(p, f"policy_{dim}"), [f"trainer.placement.policy_{dim}"]
+                )
 
     def _role_unset(self, role: str) -> bool:
-        return self.unset(f"trainer.placement.{role}_num_nodes") and self.unset(f"trainer.placement.{role}_num_gpus_per_node")
+        return self.unset(f"trainer.placement.{role}_num_nodes") and self.unset(
+            f"trainer.placement.{role}_num_gpus_per_node"
+        )
 
     def _role_from(self, role: str, gpus: int, per_node: int, src: list[str]) -> None:
         if not self._role_unset(role) or gpus <= 0:
@@ -219,7 +270,11 @@ class _Resolver:
         for role in shared:
             if self._role_unset(role):
                 for dim in ("num_nodes", "num_gpus_per_node"):
-                    self.derive(f"trainer.placement.{role}_{dim}", getattr(p, f"policy_{dim}"), [f"trainer.placement.policy_{dim}"])
+                    self.derive(
+                        f"trainer.placement.{role}_{dim}",
+                        getattr(p, f"policy_{dim}"),
+                        [f"trainer.placement.policy_{dim}"],
+                    )
         per_node = max(_int(getattr(p, f"{r}_num_gpus_per_node")) for r in roles)
         demand = gpu_demand(s)
         src = [f"trainer.placement.{r}_num_gpus_per_node" for r in roles]
@@ -229,8 +284,11 @@ class _Resolver:
             else:
                 self.derive("cluster.gpus_per_node", per_node, src)
         if not isinstance(c.num_nodes, int):
-            self.derive("cluster.num_nodes", nodes_needed(s, _int(c.gpus_per_node)),
-                        src + ["generator.inference_engine.num_engines", "cluster.gpus_per_node"])
+            self.derive(
+                "cluster.num_nodes",
+                nodes_needed(s, _int(c.gpus_per_node)),
+                src + ["generator.inference_engine.num_engines", "cluster.gpus_per_node"],
+            )
 
 
 _FAILED = object()
@@ -267,7 +325,9 @@ def gpu_demand(spec) -> int:
 
     inference = _int(ie.num_engines) * engine_gpus(ie) if ie.run_engines_locally else 0
     if p.colocate_all:
-        return max([inference, w("policy")] + ([w("ref")] if ref_on(spec) else []) + ([w("critic")] if critic_on(spec) else []))
+        return max(
+            [inference, w("policy")] + ([w("ref")] if ref_on(spec) else []) + ([w("critic")] if critic_on(spec) else [])
+        )
     total = w("policy") + inference + (w("critic") if critic_on(spec) else 0)
     if ref_on(spec) and not p.colocate_policy_ref:
         total += w("ref")

@@ -10,24 +10,45 @@ IE = "generator.inference_engine"
 
 # -- Megatron (§3.3) ------------------------------------------------------------------------------------
 
+
 @rule("RLC-E503", "Megatron trains no critic (GRPO-style only)", "trainer.critic.model.path", "trainer.strategy")
 def _m3(c: Context):
     if c.megatron and critic_on(c.s):
-        yield c.error("RLC-E503", "trainer.critic.model.path", "the megatron strategy has no critic; PPO with a value model needs fsdp2", "use strategy: fsdp2, or drop the critic", ["trainer.strategy"])
+        yield c.error(
+            "RLC-E503",
+            "trainer.critic.model.path",
+            "the megatron strategy has no critic; PPO with a value model needs fsdp2",
+            "use strategy: fsdp2, or drop the critic",
+            ["trainer.strategy"],
+        )
 
 
-@rule("RLC-E504", "Megatron uses no Ulysses sequence parallelism", "trainer.policy.sequence_parallel_size", "trainer.strategy")
+@rule(
+    "RLC-E504",
+    "Megatron uses no Ulysses sequence parallelism",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.strategy",
+)
 def _m7(c: Context):
     if not c.megatron:
         return
     for role in ("policy", "ref"):
         sp = getattr(c.t, role).sequence_parallel_size
         if sp != 1:
-            yield c.error("RLC-E504", f"trainer.{role}.sequence_parallel_size", f"sequence_parallel_size is {sp}; Megatron splits sequences with context_parallel_size instead",
-                          f"set sequence_parallel_size: 1 and megatron_config.context_parallel_size: {sp}", ["trainer.strategy"])
+            yield c.error(
+                "RLC-E504",
+                f"trainer.{role}.sequence_parallel_size",
+                f"sequence_parallel_size is {sp}; Megatron splits sequences with context_parallel_size instead",
+                f"set sequence_parallel_size: 1 and megatron_config.context_parallel_size: {sp}",
+                ["trainer.strategy"],
+            )
 
 
-@rule("RLC-W501", "Megatron: world divisible by pp * ep * etp", "trainer.policy.megatron_config.expert_model_parallel_size")
+@rule(
+    "RLC-W501",
+    "Megatron: world divisible by pp * ep * etp",
+    "trainer.policy.megatron_config.expert_model_parallel_size",
+)
 def _ep(c: Context):
     if not c.megatron:
         return
@@ -35,16 +56,25 @@ def _ep(c: Context):
     etp = mc.expert_tensor_parallel_size or mc.tensor_model_parallel_size
     size = mc.pipeline_model_parallel_size * mc.expert_model_parallel_size * etp
     if w and w % size:
-        yield c.warning("RLC-W501", "trainer.policy.megatron_config.expert_model_parallel_size",
-                        f"policy GPUs ({w}) are not divisible by pp*ep*etp = {size}; Megatron-Core will refuse this expert layout", f"make {w} a multiple of {size}")
-
+        yield c.warning(
+            "RLC-W501",
+            "trainer.policy.megatron_config.expert_model_parallel_size",
+            f"policy GPUs ({w}) are not divisible by pp*ep*etp = {size}; Megatron-Core will refuse this expert layout",
+            f"make {w} a multiple of {size}",
+        )
 
 
 # -- LoRA (§3.7 C16) -------------------------------------------------------------------------------------
+
 
 @rule("RLC-E602", "LoRA alpha is positive when LoRA is on", "trainer.policy.model.lora.alpha")
 def _lora_alpha(c: Context):
     for role in ("policy", "critic"):
         lora = getattr(c.t, role).model.lora
         if lora.rank > 0 and lora.alpha <= 0:
-            yield c.error("RLC-E602", f"trainer.{role}.model.lora.alpha", f"lora.alpha is {lora.alpha}; the adapter would be scaled to nothing", "use alpha > 0 (commonly 2 x rank)")
+            yield c.error(
+                "RLC-E602",
+                f"trainer.{role}.model.lora.alpha",
+                f"lora.alpha is {lora.alpha}; the adapter would be scaled to nothing",
+                "use alpha > 0 (commonly 2 x rank)",
+            )

@@ -22,8 +22,12 @@ def _extension_envs() -> set[str]:
 @rule("RLC-E902", "the runtime has this environment", "environment.env_class")
 def _env(c: Context):
     if c.s.environment.env_class not in BUILTIN_ENVS and c.s.environment.env_class not in _extension_envs():
-        yield c.error("RLC-E902", "environment.env_class", f"environment {c.s.environment.env_class!r} is not one this rlc runtime has",
-                      f"use one of {', '.join(BUILTIN_ENVS)}")
+        yield c.error(
+            "RLC-E902",
+            "environment.env_class",
+            f"environment {c.s.environment.env_class!r} is not one this rlc runtime has",
+            f"use one of {', '.join(BUILTIN_ENVS)}",
+        )
 
 
 def _unsupported(c: Context):
@@ -32,7 +36,11 @@ def _unsupported(c: Context):
     checks = [
         ("generator.max_turns", g.max_turns > 1, "multi-turn rollouts"),
         ("generator.step_wise_trajectories", g.step_wise_trajectories, "step-wise trajectories"),
-        ("generator.inference_engine.enable_http_endpoint", g.inference_engine.enable_http_endpoint, "the HTTP endpoint"),
+        (
+            "generator.inference_engine.enable_http_endpoint",
+            g.inference_engine.enable_http_endpoint,
+            "the HTTP endpoint",
+        ),
         ("generator.chat_template.name_or_path", g.chat_template.name_or_path is not None, "a custom chat template"),
         ("trainer.logger", t.logger == "mlflow", "mlflow logging"),
         ("trainer.update_ref_every_epoch", t.update_ref_every_epoch, "refreshing the reference model"),
@@ -42,12 +50,22 @@ def _unsupported(c: Context):
         ("trainer.policy.use_torch_compile", t.policy.use_torch_compile, "torch.compile"),
     ]
     for role in ("policy", "ref", "critic"):
-        checks.append((f"trainer.{role}.sequence_parallel_size", getattr(t, role).sequence_parallel_size > 1, "Ulysses sequence parallelism"))
+        checks.append(
+            (
+                f"trainer.{role}.sequence_parallel_size",
+                getattr(t, role).sequence_parallel_size > 1,
+                "Ulysses sequence parallelism",
+            )
+        )
     return [(key, what) for key, on, what in checks if on]
 
 
 @rule("RLC-E903", "the runtime executes every feature the spec turns on", "generator.max_turns")
 def _features(c: Context):
     for key, what in _unsupported(c):
-        yield c.error("RLC-E903", key, f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",
-                      f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)")
+        yield c.error(
+            "RLC-E903",
+            key,
+            f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",
+            f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)",
+        )

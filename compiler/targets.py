@@ -17,8 +17,13 @@ def _env():
         return _ENV[0]
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("rlc.templates", ""), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False, bytecode_cache=_bytecode_cache())
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("rlc.templates", ""),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        bytecode_cache=_bytecode_cache(),
+    )
     env.filters["shq"] = lambda v: shlex.quote(str(v))
     env.filters["yq"] = lambda v: json.dumps(v, ensure_ascii=False)  # JSON scalars are YAML scalars: no injection
     _ENV.append(env)
@@ -77,8 +82,13 @@ def skypilot(spec, plan: dict, files: dict[str, str], source: str, digest: str, 
         resources.append(("cpus", str(c.cpus_per_node)))
     elif c.accelerator == "none":
         resources.append(("cpus", f"{plan['cluster']['gpus_per_node']}+"))
-    for key, value in (("memory", c.memory_per_node), ("instance_type", c.instance_type), ("disk_size", c.disk_size),
-                       ("disk_tier", c.disk_tier), ("network_tier", c.network_tier)):
+    for key, value in (
+        ("memory", c.memory_per_node),
+        ("instance_type", c.instance_type),
+        ("disk_size", c.disk_size),
+        ("disk_tier", c.disk_tier),
+        ("network_tier", c.network_tier),
+    ):
         if value is not None:
             resources.append((key, str(value) if key == "memory" else value))
     if c.use_spot:
@@ -90,11 +100,21 @@ def skypilot(spec, plan: dict, files: dict[str, str], source: str, digest: str, 
     envs = {**spec.launch.envs, **spec.launch.trainer_envs, **spec.launch.inference_envs}
     node = _env().get_template("node_start.sh.j2").render(**node_context(spec, plan))
     ctx = {
-        "source": source, "digest": digest, "task_path": task_path, "name": spec.name, "nodes": plan["cluster"]["nodes"],
-        "resources": resources, "workdir": spec.launch.workdir, "envs": sorted((k, str(v)) for k, v in envs.items()),
-        "secrets": sorted(spec.launch.secrets), "install": install_requirement(spec), "job_dir": job_dir(spec),
-        "resolved": files["resolved.yaml"].rstrip("\n"), "plan": files["plan.json"].rstrip("\n"),
-        "setup": [_setup_line(line) for line in spec.launch.setup], "node_script": node.rstrip("\n"),
+        "source": source,
+        "digest": digest,
+        "task_path": task_path,
+        "name": spec.name,
+        "nodes": plan["cluster"]["nodes"],
+        "resources": resources,
+        "workdir": spec.launch.workdir,
+        "envs": sorted((k, str(v)) for k, v in envs.items()),
+        "secrets": sorted(spec.launch.secrets),
+        "install": install_requirement(spec),
+        "job_dir": job_dir(spec),
+        "resolved": files["resolved.yaml"].rstrip("\n"),
+        "plan": files["plan.json"].rstrip("\n"),
+        "setup": [_setup_line(line) for line in spec.launch.setup],
+        "node_script": node.rstrip("\n"),
         "eof": heredoc_end(digest, files["resolved.yaml"] + files["plan.json"]),
     }
     return _env().get_template("sky.yaml.j2").render(**ctx)
@@ -117,11 +137,18 @@ def _setup_line(line: str) -> str:
 def ray_job(spec, digest: str, source: str) -> dict[str, str]:
     """ray/runtime_env.yaml and ray/submit.sh: `ray job submit` of the same entrypoint."""
     env_vars = {**spec.launch.envs, **spec.launch.trainer_envs, **spec.launch.inference_envs}
-    ctx = {"name": spec.name, "source": source, "digest": digest, "env_vars": sorted((k, str(v)) for k, v in env_vars.items()),
-           "submission_id": submission_id(spec, digest)}
+    ctx = {
+        "name": spec.name,
+        "source": source,
+        "digest": digest,
+        "env_vars": sorted((k, str(v)) for k, v in env_vars.items()),
+        "submission_id": submission_id(spec, digest),
+    }
     env = _env()
-    return {"ray/runtime_env.yaml": env.get_template("runtime_env.yaml.j2").render(**ctx),
-            "ray/submit.sh": env.get_template("submit.sh.j2").render(**ctx)}
+    return {
+        "ray/runtime_env.yaml": env.get_template("runtime_env.yaml.j2").render(**ctx),
+        "ray/submit.sh": env.get_template("submit.sh.j2").render(**ctx),
+    }
 
 
 def submission_id(spec, digest: str) -> str:
@@ -149,23 +176,44 @@ def kuberay(spec, plan: dict, files: dict[str, str], source: str, digest: str) -
     resources: dict[str, dict] = {"limits": {}, "requests": {}}
     if cluster["device"] == "GPU":
         resources["limits"]["nvidia.com/gpu"] = resources["requests"]["nvidia.com/gpu"] = per_node
-    cpus = spec.cluster.cpus_per_node if spec.cluster.cpus_per_node is not None else (per_node if cluster["device"] == "CPU" else None)
+    cpus = (
+        spec.cluster.cpus_per_node
+        if spec.cluster.cpus_per_node is not None
+        else (per_node if cluster["device"] == "CPU" else None)
+    )
     if cpus is not None:
         resources["limits"]["cpu"] = resources["requests"]["cpu"] = str(cpus).rstrip("+")
     if spec.cluster.memory_per_node is not None:
-        resources["limits"]["memory"] = resources["requests"]["memory"] = f"{str(spec.cluster.memory_per_node).rstrip('+')}Gi"
+        resources["limits"]["memory"] = resources["requests"]["memory"] = (
+            f"{str(spec.cluster.memory_per_node).rstrip('+')}Gi"
+        )
     name = k8s_name(spec.name)
     secret_name = f"{name}-secrets"
     envs = {**spec.launch.envs, **spec.launch.trainer_envs, **spec.launch.inference_envs}
     env = [{"name": k, "value": str(v)} for k, v in sorted(envs.items())]
-    env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}} for k in sorted(spec.launch.secrets)]
+    env += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}} for k in sorted(spec.launch.secrets)
+    ]
     runtime_env = json.dumps({"pip": [install_requirement(spec)]})
     ctx = {
-        "name": spec.name, "source": source, "digest": digest, "k8s_name": name, "configmap": f"{name}-job"[:63],
-        "namespace": spec.launch.kuberay.namespace, "labels": {"app.kubernetes.io/managed-by": "rlc", "rlc.dev/content-hash": digest.split(":")[-1][:12]},
-        "resolved": files["resolved.yaml"], "plan": files["plan.json"], "entrypoint": "python -m rlc.runtime run /rlc/job/resolved.yaml",
-        "runtime_env": runtime_env, "ttl": spec.launch.kuberay.ttl_seconds_after_finished, "deadline": spec.launch.kuberay.active_deadline_seconds,
-        "image": spec.launch.kuberay.ray_image or spec.cluster.image or DEFAULT_RAY_IMAGE, "resources": resources, "env": env,
-        "workers": cluster["nodes"] - 1, "secret_name": secret_name, "secrets": sorted(spec.launch.secrets),
+        "name": spec.name,
+        "source": source,
+        "digest": digest,
+        "k8s_name": name,
+        "configmap": f"{name}-job"[:63],
+        "namespace": spec.launch.kuberay.namespace,
+        "labels": {"app.kubernetes.io/managed-by": "rlc", "rlc.dev/content-hash": digest.split(":")[-1][:12]},
+        "resolved": files["resolved.yaml"],
+        "plan": files["plan.json"],
+        "entrypoint": "python -m rlc.runtime run /rlc/job/resolved.yaml",
+        "runtime_env": runtime_env,
+        "ttl": spec.launch.kuberay.ttl_seconds_after_finished,
+        "deadline": spec.launch.kuberay.active_deadline_seconds,
+        "image": spec.launch.kuberay.ray_image or spec.cluster.image or DEFAULT_RAY_IMAGE,
+        "resources": resources,
+        "env": env,
+        "workers": cluster["nodes"] - 1,
+        "secret_name": secret_name,
+        "secrets": sorted(spec.launch.secrets),
     }
     return _env().get_template("rayjob.yaml.j2").render(**ctx)

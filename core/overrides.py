@@ -37,9 +37,13 @@ def parse_override(text: str) -> Override:
             hint="new fields come from an extension package (entry point group 'rlc.extensions'); see `rlc explain` and the README",
         )
     if text.startswith("~"):
-        raise OverrideError(f"'{text}': deleting keys ('~') is not supported", hint="set the key to its default instead")
+        raise OverrideError(
+            f"'{text}': deleting keys ('~') is not supported", hint="set the key to its default instead"
+        )
     if "=" not in text:
-        raise OverrideError(f"'{text}' is not an override", hint="write overrides as dotted.key=value, e.g. trainer.seed=7")
+        raise OverrideError(
+            f"'{text}' is not an override", hint="write overrides as dotted.key=value, e.g. trainer.seed=7"
+        )
     key, raw = text.split("=", 1)
     key = key.strip()
     if not KEY.match(key):
@@ -51,14 +55,15 @@ def _yaml_value(raw: str, text: str) -> Any:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
-
     if raw.strip() == "":
         return None
     try:
         value = YAML(typ="safe", pure=True).load(raw)
     except YAMLError as exc:
-        raise OverrideError(f"'{text}': the value is not valid YAML ({getattr(exc, 'problem', None) or exc})",
-                            hint="quote strings that contain YAML syntax, e.g. key='a: b'") from None
+        raise OverrideError(
+            f"'{text}': the value is not valid YAML ({getattr(exc, 'problem', None) or exc})",
+            hint="quote strings that contain YAML syntax, e.g. key='a: b'",
+        ) from None
     except Exception as exc:  # the safe loader refuses tags and the like
         raise OverrideError(f"'{text}': the value cannot be read ({exc})") from None
     try:
@@ -80,7 +85,9 @@ def apply_overrides(doc, overrides: list[Override]) -> None:
                 child = CommentedMap()
                 node[part] = child
             elif not isinstance(child, dict):
-                raise OverrideError(f"'{ov.text}': {'.'.join(parts[: i + 1])} is not a section, so it has no key {parts[i + 1]}")
+                raise OverrideError(
+                    f"'{ov.text}': {'.'.join(parts[: i + 1])} is not a section, so it has no key {parts[i + 1]}"
+                )
             node = child
         node[parts[-1]] = ov.value
         doc.overrides[parts] = ov.text

@@ -170,18 +170,32 @@ class Plan:
             "format": FORMAT,
             "version": FORMAT_VERSION,
             "name": self.name,
-            "cluster": {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "accelerator": self.accelerator,
-                        "device": self.device},
+            "cluster": {
+                "nodes": self.nodes,
+                "gpus_per_node": self.gpus_per_node,
+                "accelerator": self.accelerator,
+                "device": self.device,
+            },
             "fits": self.fits,
             "nodes_needed": self.nodes_needed,
             "placement_groups": [
-                {"name": pg.name, "strategy": pg.strategy, "bundle": pg.shape, "num_bundles": len(pg.bundles),
-                 "bundles": [{"index": i, "node": b.node, "gpus": b.gpus} for i, b in enumerate(pg.bundles)]}
+                {
+                    "name": pg.name,
+                    "strategy": pg.strategy,
+                    "bundle": pg.shape,
+                    "num_bundles": len(pg.bundles),
+                    "bundles": [{"index": i, "node": b.node, "gpus": b.gpus} for i, b in enumerate(pg.bundles)],
+                }
                 for pg in self.placement_groups
             ],
             "roles": [
-                {"name": r.name, "world_size": len(r.ranks), "placement_group": r.placement_group, **res(self.share(r.share)),
-                 "ranks": [{"rank": i, "node": n, "gpu": g, "bundle": b} for i, (n, g, b) in enumerate(r.ranks)]}
+                {
+                    "name": r.name,
+                    "world_size": len(r.ranks),
+                    "placement_group": r.placement_group,
+                    **res(self.share(r.share)),
+                    "ranks": [{"rank": i, "node": n, "gpu": g, "bundle": b} for i, (n, g, b) in enumerate(r.ranks)],
+                }
                 for r in self.roles
             ],
             "inference": {
@@ -191,9 +205,18 @@ class Plan:
                 "server_actor": res(self.engine_server),
                 "worker": res(self.engine_worker),
                 "engines": [
-                    {"index": e.index, "tp": e.tp, "pp": e.pp, "dp": e.dp, "ep": e.ep, "bundles": list(e.bundles),
-                     "gpus": [[n, g] for n, g in e.gpus], "nodes": e.nodes, "spans_nodes": len(e.nodes) > 1,
-                     "tp_spans_nodes": e.tp_spans_nodes}
+                    {
+                        "index": e.index,
+                        "tp": e.tp,
+                        "pp": e.pp,
+                        "dp": e.dp,
+                        "ep": e.ep,
+                        "bundles": list(e.bundles),
+                        "gpus": [[n, g] for n, g in e.gpus],
+                        "nodes": e.nodes,
+                        "spans_nodes": len(e.nodes) > 1,
+                        "tp_spans_nodes": e.tp_spans_nodes,
+                    }
                     for e in self.engines
                 ],
                 "remote_engines": [{"index": r.index, "url": r.url, "kind": r.kind} for r in self.remote_engines],
@@ -207,20 +230,48 @@ class Plan:
             raise PlanFormatError(f"not an rlc plan of version {FORMAT_VERSION}")
         try:
             c, inf = data["cluster"], data["inference"]
-            roles = [Role(r["name"], r["placement_group"], _share_of(r, c["device"]),
-                          [(k["node"], k["gpu"], k["bundle"]) for k in r["ranks"]]) for r in data["roles"]]
+            roles = [
+                Role(
+                    r["name"],
+                    r["placement_group"],
+                    _share_of(r, c["device"]),
+                    [(k["node"], k["gpu"], k["bundle"]) for k in r["ranks"]],
+                )
+                for r in data["roles"]
+            ]
             worker = inf["worker"]
             plan = cls(
-                name=data["name"], nodes=c["nodes"], gpus_per_node=c["gpus_per_node"], accelerator=c["accelerator"],
-                nodes_needed=data["nodes_needed"], backend=inf["backend"],
+                name=data["name"],
+                nodes=c["nodes"],
+                gpus_per_node=c["gpus_per_node"],
+                accelerator=c["accelerator"],
+                nodes_needed=data["nodes_needed"],
+                backend=inf["backend"],
                 worker_share=worker["num_cpus"] if c["device"] == "CPU" else worker["num_gpus"],
                 engine_group=inf["placement_group"],
-                placement_groups=[PlacementGroup(pg["name"], dict(pg["bundle"]),
-                                                 [Bundle(b["node"], list(b["gpus"])) for b in pg["bundles"]], pg["strategy"])
-                                  for pg in data["placement_groups"]],
+                placement_groups=[
+                    PlacementGroup(
+                        pg["name"],
+                        dict(pg["bundle"]),
+                        [Bundle(b["node"], list(b["gpus"])) for b in pg["bundles"]],
+                        pg["strategy"],
+                    )
+                    for pg in data["placement_groups"]
+                ],
                 roles=roles,
-                engines=[Engine(e["index"], e["tp"], e["pp"], e["dp"], e["ep"], _range(e["bundles"]),
-                                [(n, g) for n, g in e["gpus"]], e["tp_spans_nodes"]) for e in inf["engines"]],
+                engines=[
+                    Engine(
+                        e["index"],
+                        e["tp"],
+                        e["pp"],
+                        e["dp"],
+                        e["ep"],
+                        _range(e["bundles"]),
+                        [(n, g) for n, g in e["gpus"]],
+                        e["tp_spans_nodes"],
+                    )
+                    for e in inf["engines"]
+                ],
                 remote_engines=[RemoteEngine(r["index"], r["url"], r["kind"]) for r in inf["remote_engines"]],
             )
         except (KeyError, TypeError, ValueError) as exc:

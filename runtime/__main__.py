@@ -21,13 +21,21 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--devices", type=int, required=True)
     gate.add_argument("--kind", choices=("GPU", "CPU"), default="GPU")
     gate.add_argument("--timeout", type=float, default=600)
-    gate.add_argument("--expect-ips", default="", help="comma-separated node addresses, to name the ones that never joined")
+    gate.add_argument(
+        "--expect-ips", default="", help="comma-separated node addresses, to name the ones that never joined"
+    )
     args = parser.parse_args(argv)
     if args.command == "wait-cluster":
         from rlc.runtime.cluster_gate import wait_cluster
 
-        return wait_cluster(args.address, args.nodes, args.devices, args.kind, args.timeout,
-                            expect_ips=[ip for ip in args.expect_ips.split(",") if ip.strip()])
+        return wait_cluster(
+            args.address,
+            args.nodes,
+            args.devices,
+            args.kind,
+            args.timeout,
+            expect_ips=[ip for ip in args.expect_ips.split(",") if ip.strip()],
+        )
 
     from rlc.runtime.config import CompiledJobError, load
 
@@ -39,8 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return run_job(job, args.address, progress=not args.no_progress)
     roles = ", ".join(f"{r.name} x{r.world_size}" for r in job.plan.roles)
-    print(f"{job.spec.name}: config and plan load ({job.content_hash[:19]}); {roles}; {len(job.plan.engines)} engine(s) "
-          f"on {job.plan.nodes} node(s)")
+    print(
+        f"{job.spec.name}: config and plan load ({job.content_hash[:19]}); {roles}; {len(job.plan.engines)} engine(s) "
+        f"on {job.plan.nodes} node(s)"
+    )
     return 0
 
 

@@ -88,7 +88,9 @@ def _children(root: Path) -> list[Path]:
 
 def read_state(directory: Path) -> dict:
     if not is_complete(directory):
-        raise CheckpointError(f"{directory} is not a complete rlc checkpoint (no trainer_state.json or policy/.metadata)")
+        raise CheckpointError(
+            f"{directory} is not a complete rlc checkpoint (no trainer_state.json or policy/.metadata)"
+        )
     return json.loads((directory / "trainer_state.json").read_text(encoding="utf-8"))
 
 
@@ -104,8 +106,11 @@ def prune(root: Path, keep: int, current: int | None = None) -> list[Path]:
             shutil.rmtree(p, ignore_errors=True)
     if keep <= 0:
         return removed
-    steps = sorted((int(m.group(1)), p) for p in _children(root)
-                   if (m := _STEP_DIR.match(p.name)) and is_complete(p) and (current is None or int(m.group(1)) <= current))
+    steps = sorted(
+        (int(m.group(1)), p)
+        for p in _children(root)
+        if (m := _STEP_DIR.match(p.name)) and is_complete(p) and (current is None or int(m.group(1)) <= current)
+    )
     for _, path in steps[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

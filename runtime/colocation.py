@@ -69,7 +69,9 @@ class Colocation:
         """Right after the trainers are built (on the GPUs): every role's state off them."""
         if not self.colocated:
             return []
-        actions = [Action(role, "offload", model=True, optimizer=has_optimizer) for role, has_optimizer in self.roles.items()]
+        actions = [
+            Action(role, "offload", model=True, optimizer=has_optimizer) for role, has_optimizer in self.roles.items()
+        ]
         self.places = {role: _Place(False, False) for role in self.roles}
         return actions
 
@@ -114,8 +116,12 @@ class Colocation:
         if not policy.model:
             actions.append(Action("policy", "backload", model=True))
             policy.model = True
-        actions += [Action("engines", "wake_up", tags=("weights",)), Action("policy", "send_weights"),
-                    Action("policy", "offload", model=True), Action("engines", "wake_up", tags=("kv_cache",))]
+        actions += [
+            Action("engines", "wake_up", tags=("weights",)),
+            Action("policy", "send_weights"),
+            Action("policy", "offload", model=True),
+            Action("engines", "wake_up", tags=("kv_cache",)),
+        ]
         actions += self._reset_prefix_cache()
         policy.model = False
         self.engines_awake = True

@@ -29,9 +29,8 @@ def _header_hash(text: str) -> str:
 
 
 def load(resolved_path: str | Path) -> CompiledJob:
-    from ruamel.yaml import YAML
-
     from rlc.spec.model import default_model
+    from ruamel.yaml import YAML
 
     path = Path(resolved_path)
     try:
@@ -44,7 +43,9 @@ def load(resolved_path: str | Path) -> CompiledJob:
     spec = default_model().to_typed(data)
     declared, actual = _header_hash(text), content_hash(spec)
     if declared != actual:
-        raise CompiledJobError(f"{path} was edited after compiling (hash {actual} != header {declared}); recompile the spec")
+        raise CompiledJobError(
+            f"{path} was edited after compiling (hash {actual} != header {declared}); recompile the spec"
+        )
     plan_path = path.with_name("plan.json")
     try:
         raw = json.loads(plan_path.read_text(encoding="utf-8"))

@@ -109,11 +109,13 @@ def gsm8k(source: Path, out_dir: Path, validation: int = 0, seed: int = 0, name:
         answer = extract_answer(str(rec["answer"]), strict=True) or extract_answer(str(rec["answer"]))
         if answer is None:
             raise DataError(f"{source}: record {i} has no numeric answer")
-        rows.append({
-            "prompt": [{"role": "user", "content": f"{rec['question']} {INSTRUCTION}"}],
-            "answer": answer,
-            "env_class": "gsm8k",
-        })
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": f"{rec['question']} {INSTRUCTION}"}],
+                "answer": answer,
+                "env_class": "gsm8k",
+            }
+        )
     if validation >= len(rows) and validation > 0:
         raise DataError(f"{source} has {len(rows)} records, not enough to hold out {validation}")
     written = []

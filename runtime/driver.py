@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-
 from rlc.core.job import CompiledJob, Sampling
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
@@ -46,7 +45,9 @@ def encode_prompt(tokenizer, prompt) -> list[int]:
     """Token ids of a text prompt, or of chat messages through the chat template (plain text without one)."""
     if isinstance(prompt, list):
         if getattr(tokenizer, "chat_template", None):
-            return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+            return list(
+                tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+            )
         prompt = "\n".join(str(m.get("content", "")) for m in prompt)
     return tokenizer(prompt, add_special_tokens=False).input_ids
 
@@ -119,9 +120,8 @@ class Driver:
     # -- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from transformers import AutoTokenizer
-
         from rlc.runtime.tracking import Tracker, TrackerError
+        from transformers import AutoTokenizer
 
         t = self.spec.trainer
         self.policy_path = local_model_path(t.policy.model.path)
@@ -138,9 +138,16 @@ class Driver:
         mini_per_step = max(1, t.train_batch_size // t.policy_mini_batch_size)
         start_step, resume_state, resume_dir = self._resume_point()
         try:  # before Ray and the models: a tracker that cannot start stops the run at once
-            tracker = Tracker(self.run_dir, logger=t.logger, project=t.project_name, run_name=t.run_name,
-                              config={"content_hash": self.job.content_hash}, total_steps=total_steps,
-                              start_step=start_step, progress=self.progress)
+            tracker = Tracker(
+                self.run_dir,
+                logger=t.logger,
+                project=t.project_name,
+                run_name=t.run_name,
+                config={"content_hash": self.job.content_hash},
+                total_steps=total_steps,
+                start_step=start_step,
+                progress=self.progress,
+            )
         except TrackerError as exc:
             raise RunError(str(exc)) from None
         ray = start_ray(self.job, self.address)
@@ -159,9 +166,11 @@ class Driver:
             self.colocation = Colocation(
                 roles={name: name != "ref" for name in self.workers},
                 colocated=self.decisions.offload_between_phases,
-                offload_after_step={name: getattr(t, name).optimizer_config.offload_after_step
-                                    for name in self.workers if name != "ref"},
-                prefix_cache=self.decisions.engines.prefix_cache)
+                offload_after_step={
+                    name: getattr(t, name).optimizer_config.offload_after_step for name in self.workers if name != "ref"
+                },
+                prefix_cache=self.decisions.engines.prefix_cache,
+            )
             self._apply(ray, self.colocation.start())
             self.weights.join()
             self.cluster.write_placement(self.run_dir)
@@ -172,12 +181,15 @@ class Driver:
             # without Ray's traceback around it.
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             first = str(cause).strip().splitlines()[0][:500] if str(cause).strip() else ""
-            raise RunError(f"a worker or engine call failed mid-run: {type(cause).__name__}: {first}; "
-                           f"{self._resume_hint()}") from None
+            raise RunError(
+                f"a worker or engine call failed mid-run: {type(cause).__name__}: {first}; {self._resume_hint()}"
+            ) from None
         except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
             # A worker, an engine or a whole node went away: no step can finish any more.
-            raise RunError(f"a training or inference process died mid-run ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:300]}); {self._resume_hint()}") from None
+            raise RunError(
+                f"a training or inference process died mid-run ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:300]}); {self._resume_hint()}"
+            ) from None
         finally:
             tracker.close()
             ray.shutdown()
@@ -219,7 +231,7 @@ class Driver:
         size = self.spec.trainer.train_batch_size
         epoch, offset = divmod(step - 1, self.steps_per_epoch)
         order = self._epoch_order(epoch, len(self.train))
-        return [self.train[i] for i in order[offset * size:(offset + 1) * size]]
+        return [self.train[i] for i in order[offset * size : (offset + 1) * size]]
 
     def _extra_rows(self, step: int, draw: int) -> list[tuple[dict, list[int]]]:
         """Another batch of prompts for dynamic sampling: drawn at random, seeded by step and draw.
@@ -246,19 +258,28 @@ class Driver:
             return 0, {}, None
         state = ckpt.read_state(found)
         if state.get("content_hash") not in (None, self.job.content_hash):
-            print(f"rlc: note: {found} was written by another compile of the job (its resolved config differs); "
-                  "resuming from it", flush=True)
+            print(
+                f"rlc: note: {found} was written by another compile of the job (its resolved config differs); "
+                "resuming from it",
+                flush=True,
+            )
         return int(state["global_step"]), state, found
 
     # -- one step -----------------------------------------------------------------------------------------
 
-    def _dispatch(self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int, draw: int = 0) -> list:
+    def _dispatch(
+        self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int, draw: int = 0
+    ) -> list:
         """Start generating: the prompts split evenly over the engines; returns the pending Ray refs in order."""
         prompts = [ids for _, ids in rows]
         per = -(-len(prompts) // len(self.engines))
-        return [e.generate.remote(prompts[i * per:(i + 1) * per], sampling, n,
-                                  seed_for(self.spec.trainer.seed, step, i + 1000 * draw))
-                for i, e in enumerate(self.engines) if prompts[i * per:(i + 1) * per]]
+        return [
+            e.generate.remote(
+                prompts[i * per : (i + 1) * per], sampling, n, seed_for(self.spec.trainer.seed, step, i + 1000 * draw)
+            )
+            for i, e in enumerate(self.engines)
+            if prompts[i * per : (i + 1) * per]
+        ]
 
     def _collect(self, ray, rows: list[tuple[dict, list[int]]], refs: list, group_offset: int = 0) -> list[Rollout]:
         """The finished completions of `_dispatch`, scored by the environment."""
@@ -271,18 +292,37 @@ class Driver:
                 finished = c.finish_reason == "stop"
                 reward = self.env.reward(row, text, finished)
                 zeroed = zero_on_non_stop and not finished and reward != 0
-                rollouts.append(Rollout(ids, c.token_ids, c.logprobs, c.finish_reason, 0.0 if zeroed else float(reward),
-                                        group_offset + group, zeroed))
+                rollouts.append(
+                    Rollout(
+                        ids,
+                        c.token_ids,
+                        c.logprobs,
+                        c.finish_reason,
+                        0.0 if zeroed else float(reward),
+                        group_offset + group,
+                        zeroed,
+                    )
+                )
         return rollouts
 
-    def _generate(self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int, draw: int = 0,
-                  group_offset: int = 0) -> list[Rollout]:
+    def _generate(
+        self,
+        ray,
+        rows: list[tuple[dict, list[int]]],
+        sampling: Sampling,
+        n: int,
+        step: int,
+        draw: int = 0,
+        group_offset: int = 0,
+    ) -> list[Rollout]:
         return self._collect(ray, rows, self._dispatch(ray, rows, sampling, n, step, draw), group_offset)
 
     def _dynamic_sampling(self, ray, step: int, rows, rollouts: list[Rollout], sampling: Sampling, n: int):
         """Generate more batches until dynamic sampling (filter / replace) has a full one; its rollouts and metrics."""
         a = self.spec.trainer.algorithm
-        sampler = DynamicSampler.from_config(a.dynamic_sampling, len(rows), seed=seed_for(self.spec.trainer.seed, step, 0))
+        sampler = DynamicSampler.from_config(
+            a.dynamic_sampling, len(rows), seed=seed_for(self.spec.trainer.seed, step, 0)
+        )
         pool, batch, draw = [], rollouts, 0
         while True:
             pool += batch
@@ -292,7 +332,9 @@ class Driver:
             except RuntimeError as exc:
                 raise RunError(f"step {step}: {exc}") from None
             draw += 1
-            batch = self._generate(ray, self._extra_rows(step, draw), sampling, n, step, draw, group_offset=draw * len(rows))
+            batch = self._generate(
+                ray, self._extra_rows(step, draw), sampling, n, step, draw, group_offset=draw * len(rows)
+            )
         picked = [pool[i] for i in sampler.indices().tolist()]
         renumber: dict[int, int] = {}
         for r in picked:  # groups 0..G-1 in order, as the advantage estimators expect
@@ -320,9 +362,13 @@ class Driver:
         metrics.update(self._rollout_metrics(rollouts, batch))
         # Generated ahead (fully async), the step's own generation time is only the wait for it.
         gen_span = (done if self.spec.trainer.fully_async.enabled else generated) - started
-        metrics.update(tokens_per_s=sum(len(r.response_ids) for r in rollouts) / max(gen_span, 1e-9),
-                       step_time=done - started, generate_time=generated - started, train_time=trained - train_started,
-                       sync_time=done - trained)
+        metrics.update(
+            tokens_per_s=sum(len(r.response_ids) for r in rollouts) / max(gen_span, 1e-9),
+            step_time=done - started,
+            generate_time=generated - started,
+            train_time=trained - train_started,
+            sync_time=done - trained,
+        )
         return metrics
 
     def _rollouts(self, ray, step: int, rows, rollouts: list[Rollout] | None, metrics: dict) -> list[Rollout]:
@@ -348,7 +394,9 @@ class Driver:
         if g.apply_overlong_filtering:
             metrics["overlong_filtered_fraction"] = sum(r.finish_reason != "stop" for r in rollouts) / len(rollouts)
         if a.zero_variance_filter:
-            flat = zero_variance_groups(torch.tensor([r.reward for r in rollouts]), batch["group"], mask=batch["loss_mask"])
+            flat = zero_variance_groups(
+                torch.tensor([r.reward for r in rollouts]), batch["group"], mask=batch["loss_mask"]
+            )
             batch["loss_mask"] = batch["loss_mask"] * (~flat).float()[:, None]
             metrics["zero_variance_fraction"] = float(flat.float().mean())
         mask = batch["loss_mask"]
@@ -368,8 +416,9 @@ class Driver:
             if not single_update or a.use_kl_in_reward or off_policy_active(opc):
                 batch["old_logprobs"] = self._forward(ray, "policy", batch)
         if off_policy_active(opc):
-            weight, mask, corrected = off_policy_correction(batch["old_logprobs"], batch["rollout_logprobs"], mask,
-                                                            **options_from_config(opc))
+            weight, mask, corrected = off_policy_correction(
+                batch["old_logprobs"], batch["rollout_logprobs"], mask, **options_from_config(opc)
+            )
             batch["is_weight"], batch["loss_mask"] = weight, mask
             metrics.update({f"off_policy/{k}": float(v) for k, v in corrected.items()})
         rewards = batch["token_rewards"]
@@ -400,8 +449,12 @@ class Driver:
                         policy_rows += mb["response_ids"].shape[0]
                         mb, tot, left_out = rows_that_train(mb, tot, a, self.layouts[role][0]["dp_size"])
                         inert_rows += left_out
-                    results = self.cluster.collected(role, ray.get([w.train_mini_batch.remote(s, tot)
-                                                                    for w, s in zip(workers, self.cluster.shards(role, mb))]))
+                    results = self.cluster.collected(
+                        role,
+                        ray.get(
+                            [w.train_mini_batch.remote(s, tot) for w, s in zip(workers, self.cluster.shards(role, mb))]
+                        ),
+                    )
                     for k in results[0]:
                         # Loss metrics are per-rank shares of the mini-batch; the optimizer's are the same on every rank.
                         value = results[0][k] if k in ("grad_norm", "lr", "skipped") else sum(r[k] for r in results)
@@ -416,7 +469,7 @@ class Driver:
 
     def _rollout_metrics(self, rollouts: list[Rollout], batch: dict) -> dict:
         tokens = sum(len(r.response_ids) for r in rollouts)
-        real = batch["attention_mask"][:, batch["prompt_len"]:].bool()
+        real = batch["attention_mask"][:, batch["prompt_len"] :].bool()
         recomputed = "old_logprobs" in batch and not self.spec.trainer.fully_async.enabled  # async: the rollout's own
         diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real] if recomputed else torch.empty(0)
         return dict(
@@ -432,7 +485,9 @@ class Driver:
             estimator = get_advantage_estimator(a.advantage_estimator)
         except (KeyError, ValueError) as exc:
             raise RunError(str(exc)) from None
-        advantages, returns = estimator(rewards, mask, index=batch["group"], values=batch.get("old_values"), algorithm=a)
+        advantages, returns = estimator(
+            rewards, mask, index=batch["group"], values=batch.get("old_values"), algorithm=a
+        )
         if a.advantage_batch_normalize:
             m = mask.bool()
             values = advantages[m]
@@ -460,7 +515,12 @@ class Driver:
                 args = {"sleep": (level,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
                 ray.get([getattr(e, act.op).remote(*args) for e in self.engines])
             else:
-                ray.get([getattr(w, act.op).remote(model=act.model, optimizer=act.optimizer) for w in self.workers[act.target]])
+                ray.get(
+                    [
+                        getattr(w, act.op).remote(model=act.model, optimizer=act.optimizer)
+                        for w in self.workers[act.target]
+                    ]
+                )
 
     # -- eval, checkpoints, export ---------------------------------------------------------------------
 
@@ -470,8 +530,7 @@ class Driver:
         size = self.spec.trainer.eval_batch_size
         rewards: list[float] = []
         for i in range(0, len(val), size):
-            rollouts = self._generate(ray, val[i:i + size], sampling, g.eval_n_samples_per_prompt,
-                                      -step - 1)
+            rollouts = self._generate(ray, val[i : i + size], sampling, g.eval_n_samples_per_prompt, -step - 1)
             rewards.extend(r.reward for r in rollouts)
         return {"eval/reward": sum(rewards) / max(1, len(rewards))}
 
@@ -481,8 +540,13 @@ class Driver:
         for name, workers in self.workers.items():
             if name != "ref":
                 ray.get([w.save_checkpoint.remote(str(staging / name)) for w in workers])
-        state = {"global_step": step, "epoch": epoch, "kl_coef": self.kl.value,
-                 "content_hash": self.job.content_hash, "world_sizes": {k: len(v) for k, v in self.workers.items()}}
+        state = {
+            "global_step": step,
+            "epoch": epoch,
+            "kl_coef": self.kl.value,
+            "content_hash": self.job.content_hash,
+            "world_sizes": {k: len(v) for k, v in self.workers.items()},
+        }
         final = ckpt.commit(self.ckpt_root, staging, step, state)
         ckpt.prune(self.ckpt_root, t.max_ckpts_to_keep, current=step)
         return final
@@ -508,7 +572,9 @@ class _Ahead:
         t, g = driver.spec.trainer, driver.spec.generator
         self.d, self.ray, self.total = driver, ray, total_steps
         self.staleness = t.fully_async.max_staleness_steps
-        self.in_flight = max(1, min(self.staleness + 1, t.fully_async.num_parallel_generation_workers // t.train_batch_size))
+        self.in_flight = max(
+            1, min(self.staleness + 1, t.fully_async.num_parallel_generation_workers // t.train_batch_size)
+        )
         self.sampling, self.n = driver.decisions.train_sampling, g.n_samples_per_prompt
         self.pending: dict[int, tuple[int, list, list]] = {}  # step -> (weights version, rows, refs)
         self.next: int | None = None
@@ -524,6 +590,7 @@ class _Ahead:
         self.next = n
         dispatched, rows, refs = self.pending.pop(step)
         return rows, self.d._collect(self.ray, rows, refs), step - 1 - dispatched
+
 
 def run(job: CompiledJob, *, address: str | None = None, progress: bool = True) -> RunResult:
     return Driver(job, address=address, progress=progress).run()

@@ -191,7 +191,7 @@ def stage_layers(num_layers: int, pp_size: int, pp_rank: int) -> range:
 
 def _strip(name: str) -> str:
     while name.startswith("module."):
-        name = name[len("module."):]
+        name = name[len("module.") :]
     return name
 
 
@@ -214,6 +214,7 @@ def tp_split_dim(name: str) -> int | None:
 
 def global_name(local_name: str, layer_offset: int) -> str:
     """Rename ``decoder.layers.{local}`` to ``decoder.layers.{local + layer_offset}``."""
+
     def shift(m: re.Match) -> str:
         return f"{m.group(1)}decoder.layers.{int(m.group(2)) + layer_offset}."
 
@@ -269,13 +270,15 @@ def hf_to_megatron(
     for local, i in enumerate(stage_layers(layout.num_layers, pp_size, pp_rank)):
         hf, mg = f"model.layers.{i}.", f"decoder.layers.{local}."
         attn = hf + "self_attn."
-        qkv = _qkv(hf_state[attn + "q_proj.weight"], hf_state[attn + "k_proj.weight"], hf_state[attn + "v_proj.weight"],
-                   layout)
+        qkv = _qkv(
+            hf_state[attn + "q_proj.weight"], hf_state[attn + "k_proj.weight"], hf_state[attn + "v_proj.weight"], layout
+        )
         out[mg + norm_in] = hf_state[hf + "input_layernorm.weight"]
         out[mg + "self_attention.linear_qkv.weight"] = _shard(qkv, 0, tp_rank, tp_size)
         if layout.qkv_bias:
-            bias = _qkv(hf_state[attn + "q_proj.bias"], hf_state[attn + "k_proj.bias"], hf_state[attn + "v_proj.bias"],
-                        layout)
+            bias = _qkv(
+                hf_state[attn + "q_proj.bias"], hf_state[attn + "k_proj.bias"], hf_state[attn + "v_proj.bias"], layout
+            )
             out[mg + "self_attention.linear_qkv.bias"] = _shard(bias, 0, tp_rank, tp_size)
         out[mg + "self_attention.linear_proj.weight"] = _shard(hf_state[attn + "o_proj.weight"], 1, tp_rank, tp_size)
         out[mg + norm_mlp] = hf_state[hf + "post_attention_layernorm.weight"]

@@ -53,7 +53,7 @@ def local_path(path: str) -> str:
     """A path `from_pretrained` can load: embedded models are built on first use, others pass through."""
     if not is_embedded(path):
         return os.path.expanduser(path) if path.startswith("~") else path
-    name = path[len(SCHEME):]
+    name = path[len(SCHEME) :]
     if name not in EMBEDDED:
         raise ModelPathError(f"unknown embedded model {path!r}; rlc has {', '.join(SCHEME + n for n in EMBEDDED)}")
     target = cache_root() / "models" / f"{name}-{_RECIPE}"
@@ -64,14 +64,18 @@ def local_path(path: str) -> str:
 
 def _corpus() -> list[str]:
     """Text the tokenizer learns its merges from: the environments' prompt shapes, digits and arithmetic."""
-    words = ("copy the digit question answer what is plus minus times total each has gives left "
-             "apples books cars dogs eggs have how many more than then so the sum of and ").split()
+    words = (
+        "copy the digit question answer what is plus minus times total each has gives left "
+        "apples books cars dogs eggs have how many more than then so the sum of and "
+    ).split()
     lines = []
     for i in range(400):
         a, b = (i * 7) % 97, (i * 13) % 89
         lines.append(f"copy the digit {i % 10}: {i % 10}")
-        lines.append(f"Question: {words[i % len(words)]} has {a} {words[(i + 3) % len(words)]} and gets {b} more. "
-                     f"How many? Answer: {a + b} #### {a + b}")
+        lines.append(
+            f"Question: {words[i % len(words)]} has {a} {words[(i + 3) % len(words)]} and gets {b} more. "
+            f"How many? Answer: {a + b} #### {a + b}"
+        )
         lines.append(f"what is {a} plus {b}? {a} + {b} = {a + b}. {a} * 2 = {a * 2}; {b} - 1 = {b - 1}")
     return lines
 
@@ -84,15 +88,23 @@ def _tokenizer(vocab_size: int):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.normalizer = normalizers.NFKC()
     # Digits are single tokens, so numbers spell out digit by digit (answers are easy to check and learn).
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(), pre_tokenizers.Digits(individual_digits=True)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Metaspace(), pre_tokenizers.Digits(individual_digits=True)]
+    )
     tok.decoder = decoders.Metaspace()
     # The alphabet is the corpus's own characters: a small vocabulary keeps a random model's first guesses
     # from being hopeless (the chance of sampling the right digit, or EOS, is about 1 / vocab).
     alphabet = sorted(set("".join(_corpus())))
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet, show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet, show_progress=False
+    )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>",
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
         padding_side="left",
     )
 

@@ -40,13 +40,13 @@ PACKABLE_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "f
 
 @dataclass
 class Packed:
-    input_ids: torch.Tensor     # (1, T) the real tokens of every row, row after row
+    input_ids: torch.Tensor  # (1, T) the real tokens of every row, row after row
     position_ids: torch.Tensor  # (1, T) 0.. for each sequence
-    starts: torch.Tensor        # (rows,) offset of each row's first token in the packed row
-    lengths: torch.Tensor       # (rows,) real tokens of each row (prompt + response)
-    prompt_lens: torch.Tensor   # (rows,) real prompt tokens: offset of the first response token within the row
-    cu_seqlens: torch.Tensor    # (sequences + 1,) int32 boundaries of the non-empty rows (flash varlen)
-    max_len: int                # longest row
+    starts: torch.Tensor  # (rows,) offset of each row's first token in the packed row
+    lengths: torch.Tensor  # (rows,) real tokens of each row (prompt + response)
+    prompt_lens: torch.Tensor  # (rows,) real prompt tokens: offset of the first response token within the row
+    cu_seqlens: torch.Tensor  # (sequences + 1,) int32 boundaries of the non-empty rows (flash varlen)
+    max_len: int  # longest row
 
 
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> Packed:
@@ -87,8 +87,11 @@ def packed_kwargs(packed: Packed, varlen: bool = False, no_cache: bool = True) -
     """Model kwargs for a packed row: no 2D mask, restarting positions, `use_cache=False` (`no_cache=False` leaves
     it out, for a callable without that parameter whose config already has use_cache off); `varlen` adds the
     flash-attention `cu_seq_lens_q/k` and `max_length_q/k` (ignored by sdpa/eager, saves flash a per-layer sync)."""
-    kwargs: dict[str, Any] = {"input_ids": packed.input_ids, "attention_mask": None,
-                              "position_ids": packed.position_ids}
+    kwargs: dict[str, Any] = {
+        "input_ids": packed.input_ids,
+        "attention_mask": None,
+        "position_ids": packed.position_ids,
+    }
     if no_cache:
         kwargs["use_cache"] = False
     if varlen:
@@ -97,8 +100,9 @@ def packed_kwargs(packed: Packed, varlen: bool = False, no_cache: bool = True) -
     return kwargs
 
 
-def packed_forward(model: Callable[..., Any], packed: Packed, varlen: bool = False, no_cache: bool = True,
-                   **kwargs: Any) -> Any:
+def packed_forward(
+    model: Callable[..., Any], packed: Packed, varlen: bool = False, no_cache: bool = True, **kwargs: Any
+) -> Any:
     """`model` (a causal LM, a decoder, or the critic) on the packed row, sequences kept apart; its output as is."""
     return model(**packed_kwargs(packed, varlen, no_cache), **kwargs)
 

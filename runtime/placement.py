@@ -20,8 +20,12 @@ from rlc.runtime.data import expand
 from rlc.runtime.run_error import RunError
 
 # Quiet third-party chatter in every process the driver starts.
-QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
-             "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0")}
+QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
+}
 
 
 def seed_for(seed: int, step: int, engine: int) -> int:
@@ -54,8 +58,12 @@ def start_ray(job: CompiledJob, address: str | None):
     else:
         slots = sum(len(pg.bundles) * pg.shape.get("CPU", 0) for pg in job.plan.placement_groups)
         # GPUs are detected, never declared: a machine without the plan's GPUs fails the device preflight.
-        ray.init(num_cpus=max(slots, os.cpu_count() or 1), include_dashboard=False,
-                 runtime_env={"env_vars": env_vars}, log_to_driver=True)
+        ray.init(
+            num_cpus=max(slots, os.cpu_count() or 1),
+            include_dashboard=False,
+            runtime_env={"env_vars": env_vars},
+            log_to_driver=True,
+        )
     return ray
 
 
@@ -89,8 +97,10 @@ class Cluster:
             group = placement_group([dict(pg.shape) for _ in pg.bundles], strategy=pg.strategy)
             ready, _ = self.ray.wait([group.ready()], timeout=timeout)
             if not ready:
-                raise RunError(f"placement group {pg.name!r} ({len(pg.bundles)} x {pg.shape}) was not "
-                               f"granted in {timeout:.0f} s: the Ray cluster has {self.ray.cluster_resources()}")
+                raise RunError(
+                    f"placement group {pg.name!r} ({len(pg.bundles)} x {pg.shape}) was not "
+                    f"granted in {timeout:.0f} s: the Ray cluster has {self.ray.cluster_resources()}"
+                )
             groups[pg.name] = group
         return groups
 
@@ -98,8 +108,9 @@ class Cluster:
     def _on_bundle(group, bundle: int):
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=bundle,
-                                                placement_group_capture_child_tasks=True)
+        return PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=bundle, placement_group_capture_child_tasks=True
+        )
 
     def _start_role(self, groups: dict, role: Role, total_optimizer_steps: int) -> list:
         t = self.spec.trainer
@@ -110,20 +121,27 @@ class Cluster:
             from rlc.runtime.workers.fsdp import FSDPWorker as Worker  # type: ignore[assignment]
 
         # The node's own paths: the model id's local directory and the home the snapshot directory names.
-        settings = replace(planned, model_path=local_model_path(planned.model_path),
-                           total_optimizer_steps=total_optimizer_steps,
-                           memory_snapshot_dir=str(expand(planned.memory_snapshot_dir))
-                           if planned.memory_snapshot_dir else None)
+        settings = replace(
+            planned,
+            model_path=local_model_path(planned.model_path),
+            total_optimizer_steps=total_optimizer_steps,
+            memory_snapshot_dir=str(expand(planned.memory_snapshot_dir)) if planned.memory_snapshot_dir else None,
+        )
         env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
         actor = self.ray.remote(Worker)
         world, res = role.world_size, self.plan.share(role.share)
         workers = [
-            actor.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus,
-                          # No group in the plan: Ray places the rank by its resources alone.
-                          scheduling_strategy=(self._on_bundle(groups[role.placement_group], bundle)
-                                               if role.placement_group and bundle is not None else None),
-                          runtime_env={"env_vars": env} if env else None)
-            .remote(settings, getattr(t, role.name), t.algorithm, rank, world)
+            actor.options(
+                num_cpus=res.num_cpus,
+                num_gpus=res.num_gpus,
+                # No group in the plan: Ray places the rank by its resources alone.
+                scheduling_strategy=(
+                    self._on_bundle(groups[role.placement_group], bundle)
+                    if role.placement_group and bundle is not None
+                    else None
+                ),
+                runtime_env={"env_vars": env} if env else None,
+            ).remote(settings, getattr(t, role.name), t.algorithm, rank, world)
             for rank, (_node, _gpu, bundle) in enumerate(role.ranks)
         ]
         host, port = self.ray.get(workers[0].address.remote())
@@ -138,8 +156,10 @@ class Cluster:
 
             # A client actor per server (no resources of its own), so remote and local engines look the same.
             remote = self.ray.remote(RemoteEngine)
-            engines = [remote.options(num_cpus=0).remote(r.url, model_name=es.served_model_name)
-                       for r in self.plan.remote_engines]
+            engines = [
+                remote.options(num_cpus=0).remote(r.url, model_name=es.served_model_name)
+                for r in self.plan.remote_engines
+            ]
             try:
                 self.ray.get([e.connect.remote() for e in engines])
             except self.ray.exceptions.RayTaskError as exc:
@@ -157,14 +177,25 @@ class Cluster:
             if es.backend == "vllm":
                 engines.append(self._vllm_engine(e, group, env))
                 continue
-            engines.append(self.ray.remote(HFEngine).options(
-                num_cpus=worker.num_cpus, num_gpus=worker.num_gpus,
-                scheduling_strategy=self._on_bundle(group, e.bundles[0]),
-                runtime_env={"env_vars": env} if env else None,
-            ).remote(self.policy_path, dtype=es.dtype, device=es.device, pad_token_id=self.tokenizer.pad_token_id,
-                     eos_token_id=self.tokenizer.eos_token_id, tokenizer=self.tokenizer,
-                     cpu_slots_per_node=es.cpu_slots_per_node,
-                     lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None))
+            engines.append(
+                self.ray.remote(HFEngine)
+                .options(
+                    num_cpus=worker.num_cpus,
+                    num_gpus=worker.num_gpus,
+                    scheduling_strategy=self._on_bundle(group, e.bundles[0]),
+                    runtime_env={"env_vars": env} if env else None,
+                )
+                .remote(
+                    self.policy_path,
+                    dtype=es.dtype,
+                    device=es.device,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    eos_token_id=self.tokenizer.eos_token_id,
+                    tokenizer=self.tokenizer,
+                    cpu_slots_per_node=es.cpu_slots_per_node,
+                    lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None,
+                )
+            )
             self.engine_workers.append(1)
         return engines
 
@@ -174,9 +205,16 @@ class Cluster:
 
         t, g, ie = self.spec.trainer, self.spec.generator, self.spec.generator.inference_engine
         es = self.decisions.engines
-        args = engine_kwargs(ie, model=self.policy_path, seed=seed_for(t.seed, 0, e.index), max_model_len=es.max_model_len,
-                             colocated=t.placement.colocate_all, rope_scaling=g.rope_scaling, rope_theta=g.rope_theta,
-                             lora_rank=es.lora_rank)
+        args = engine_kwargs(
+            ie,
+            model=self.policy_path,
+            seed=seed_for(t.seed, 0, e.index),
+            max_model_len=es.max_model_len,
+            colocated=t.placement.colocate_all,
+            rope_scaling=g.rope_scaling,
+            rope_theta=g.rope_theta,
+            lora_rank=es.lora_rank,
+        )
         self.engine_workers.append(e.workers)
         env = {**env, **engine_env(ie)}
         if e.workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
@@ -184,11 +222,22 @@ class Cluster:
             res = self.plan.engine_server
         else:
             res = self.plan.engine_worker
-        return self.ray.remote(VLLMEngine).options(
-            num_cpus=res.num_cpus, num_gpus=res.num_gpus, scheduling_strategy=self._on_bundle(group, e.bundles[0]),
-            runtime_env={"env_vars": env},
-        ).remote(self.policy_path, dtype=es.dtype, eos_token_id=self.tokenizer.eos_token_id, engine_args=args,
-                 env=engine_env(ie))
+        return (
+            self.ray.remote(VLLMEngine)
+            .options(
+                num_cpus=res.num_cpus,
+                num_gpus=res.num_gpus,
+                scheduling_strategy=self._on_bundle(group, e.bundles[0]),
+                runtime_env={"env_vars": env},
+            )
+            .remote(
+                self.policy_path,
+                dtype=es.dtype,
+                eos_token_id=self.tokenizer.eos_token_id,
+                engine_args=args,
+                env=engine_env(ie),
+            )
+        )
 
     # -- rows and results --------------------------------------------------------------------------------
 
@@ -216,10 +265,13 @@ class Cluster:
         for name, workers in self.workers.items():
             ips = self.ray.get([w.node_ip.remote() for w in workers])
             ranks = self.plan.role(name).ranks
-            out["roles"][name] = [{"rank": i, "plan_node": node, "ip": ip}
-                                  for i, ((node, _, _), ip) in enumerate(zip(ranks, ips))]
+            out["roles"][name] = [
+                {"rank": i, "plan_node": node, "ip": ip} for i, ((node, _, _), ip) in enumerate(zip(ranks, ips))
+            ]
         if self.plan.engines:
             ips = self.ray.get([e.node_ip.remote() for e in self.engines])
-            out["engines"] = [{"index": e.index, "plan_nodes": e.nodes, "ip": ip} for e, ip in zip(self.plan.engines, ips)]
+            out["engines"] = [
+                {"index": e.index, "plan_nodes": e.nodes, "ip": ip} for e, ip in zip(self.plan.engines, ips)
+            ]
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "placement.json").write_text(json.dumps(out, indent=2) + "\n")

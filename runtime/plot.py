@@ -27,7 +27,11 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     panels = [("reward", "mean training reward")]
     if any("eval/reward" in r for r in records):
         panels.append(("eval/reward", "evaluation reward"))
-    panels += [(k, k.replace("_", " ")) for k in ("policy_loss", "kl", "entropy", "response_length") if any(k in r for r in records)]
+    panels += [
+        (k, k.replace("_", " "))
+        for k in ("policy_loss", "kl", "entropy", "response_length")
+        if any(k in r for r in records)
+    ]
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
     for ax, (key, title) in zip(axes[:, 0], panels):
         xs = [s for s, r in zip(steps, records) if key in r]
@@ -35,7 +39,7 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
         ax.plot(xs, ys, lw=1, alpha=0.45 if len(ys) > 20 else 1.0)
         if len(ys) > 20:  # a moving average makes the trend readable through per-step noise
             w = max(5, len(ys) // 20)
-            smooth = [sum(ys[max(0, i - w + 1):i + 1]) / len(ys[max(0, i - w + 1):i + 1]) for i in range(len(ys))]
+            smooth = [sum(ys[max(0, i - w + 1) : i + 1]) / len(ys[max(0, i - w + 1) : i + 1]) for i in range(len(ys))]
             ax.plot(xs, smooth, lw=2)
         ax.set_ylabel(title)
         ax.grid(alpha=0.3)

@@ -29,8 +29,16 @@ class EngineProtocol(Protocol):
         """Load a full state dict (a Ray object ref resolved by Ray); returns the tensors loaded."""
         ...
 
-    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str,
-                          *, override_existing: bool = False) -> Any:
+    def init_weight_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        *,
+        override_existing: bool = False,
+    ) -> Any:
         """Join the broadcast group the policy's rank 0 leads, as ranks rank..rank+tp-1."""
         ...
 

@@ -16,12 +16,27 @@ class TrackerError(Exception):
     """The configured tracker cannot start."""
 
 
-SHOWN = (("reward", "reward {:.3f}"), ("policy_loss", "loss {:+.4f}"), ("kl", "kl {:.4f}"), ("tokens_per_s", "{:.0f} tok/s"))
+SHOWN = (
+    ("reward", "reward {:.3f}"),
+    ("policy_loss", "loss {:+.4f}"),
+    ("kl", "kl {:.4f}"),
+    ("tokens_per_s", "{:.0f} tok/s"),
+)
 
 
 class Tracker:
-    def __init__(self, run_dir: Path, *, logger: str, project: str, run_name: str, config: dict, total_steps: int,
-                 start_step: int, progress: bool = True):
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        logger: str,
+        project: str,
+        run_name: str,
+        config: dict,
+        total_steps: int,
+        start_step: int,
+        progress: bool = True,
+    ):
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
@@ -40,14 +55,22 @@ class Tracker:
                 self._backend = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
         except ImportError as exc:
             self._file.close()
-            raise TrackerError(f"trainer.logger is {logger}, which needs a package this environment lacks ({exc}); "
-                               f"pip install {'wandb' if logger == 'wandb' else 'tensorboard'}, or use logger: console") from None
+            raise TrackerError(
+                f"trainer.logger is {logger}, which needs a package this environment lacks ({exc}); "
+                f"pip install {'wandb' if logger == 'wandb' else 'tensorboard'}, or use logger: console"
+            ) from None
         self._bar = None
         if progress and sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                 TextColumn("{task.fields[summary]}"), transient=False)
+            self._bar = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[summary]}"),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task("train", total=total_steps, completed=start_step, summary="")
         self._started = time.monotonic()

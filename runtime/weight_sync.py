@@ -91,8 +91,12 @@ def _rank() -> int:
 
 
 @torch.no_grad()
-def iter_full_params(model: torch.nn.Module, dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
-                     rank0_only: bool = True) -> Iterator[tuple[str, torch.Tensor | None]]:
+def iter_full_params(
+    model: torch.nn.Module,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device = "cpu",
+    rank0_only: bool = True,
+) -> Iterator[tuple[str, torch.Tensor | None]]:
     """(name, full tensor) for each `model.state_dict()` entry, in that order, gathered one at a time.
 
     Each DTensor entry is all-gathered (`full_tensor()`), a collective: every rank of the model's mesh must
@@ -143,8 +147,9 @@ def _packed_end(end: int, tensor: torch.Tensor, alignment: int | None) -> tuple[
     return end, end + _nbytes(tensor)
 
 
-def chunk_by_module(named_tensors: NamedTensors, threshold_bytes: int,
-                    alignment: int | None = None) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def chunk_by_module(
+    named_tensors: NamedTensors, threshold_bytes: int, alignment: int | None = None
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Consecutive items in lists of at most `threshold_bytes`, never splitting a module's tensors.
 
     A module is a run of consecutive names with the same prefix before the last dot. A module larger than
@@ -181,8 +186,15 @@ class WeightGroupExists(RuntimeError):
     """An engine is already in a weight-update group and was not asked to leave it."""
 
 
-def init_group(master_address: str, master_port: int, rank: int, world_size: int, backend: str = "nccl",
-               group_name: str = "rlc-weight-sync", timeout_s: float = 600.0) -> dist.ProcessGroup:
+def init_group(
+    master_address: str,
+    master_port: int,
+    rank: int,
+    world_size: int,
+    backend: str = "nccl",
+    group_name: str = "rlc-weight-sync",
+    timeout_s: float = 600.0,
+) -> dist.ProcessGroup:
     """A process group of trainer rank 0 (rank 0 here, hosting the store) and every engine worker.
 
     It does not use or touch the default process group (`torch.distributed.init_process_group`), so
@@ -199,8 +211,9 @@ def init_group(master_address: str, master_port: int, rank: int, world_size: int
     timeout = datetime.timedelta(seconds=timeout_s)
     # The rendezvous init_process_group does, minus the global registry: one TCP store hosted by rank 0, a
     # prefix per group so one store could serve several, and a prefix per device as torch's backends use.
-    store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0, timeout=timeout,
-                          wait_for_workers=False)
+    store = dist.TCPStore(
+        master_address, master_port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False
+    )
     group_store = dist.PrefixStore(f"{group_name}/", store)
     group = dist.ProcessGroup(group_store, rank, world_size)
     if backend == "gloo":
@@ -259,8 +272,9 @@ def _fits(open_dtype: torch.dtype | None, open_bytes: int, dtype: torch.dtype, n
     return open_dtype == dtype and open_bytes + nbytes <= limit
 
 
-def send_weights(group: dist.ProcessGroup, named_tensors: NamedTensors, src: int = 0,
-                 bucket_bytes: int = BROADCAST_BUCKET_BYTES) -> list[WeightMeta]:
+def send_weights(
+    group: dist.ProcessGroup, named_tensors: NamedTensors, src: int = 0, bucket_bytes: int = BROADCAST_BUCKET_BYTES
+) -> list[WeightMeta]:
     """Broadcast the tensors in order from this rank (`src`), consecutive ones of a dtype flattened into
     one buffer of at most `bucket_bytes` (one collective per bucket, not per tensor); returns the metas of
     what was sent.
@@ -294,20 +308,28 @@ def send_weights(group: dist.ProcessGroup, named_tensors: NamedTensors, src: int
     return sent
 
 
-def receive_weights(group: dist.ProcessGroup, metas: list[WeightMeta], device: str | torch.device,
-                    load_fn: Callable[[list[tuple[str, torch.Tensor]]], object], src: int = 0,
-                    chunk_bytes: int = DEFAULT_CHUNK_BYTES, bucket_bytes: int = BROADCAST_BUCKET_BYTES) -> int:
+def receive_weights(
+    group: dist.ProcessGroup,
+    metas: list[WeightMeta],
+    device: str | torch.device,
+    load_fn: Callable[[list[tuple[str, torch.Tensor]]], object],
+    src: int = 0,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    bucket_bytes: int = BROADCAST_BUCKET_BYTES,
+) -> int:
     """Receive the tensors `metas` describe (in `send_weights`'s buckets) into fresh tensors on `device`,
     handing them to `load_fn` in whole-module chunks of about `chunk_bytes`; returns the number received.
 
     Raises if the sender's fingerprint disagrees with `metas` (names, dtypes or shapes differ).
     """
+
     def buckets() -> Iterator[list[WeightMeta]]:
         bucket: list[WeightMeta] = []
         open_bytes = 0
         for meta in metas:
-            if not _fits(bucket[0].torch_dtype if bucket else None, open_bytes, meta.torch_dtype, meta.nbytes,
-                         bucket_bytes):
+            if not _fits(
+                bucket[0].torch_dtype if bucket else None, open_bytes, meta.torch_dtype, meta.nbytes, bucket_bytes
+            ):
                 if bucket:
                     yield bucket
                 bucket, open_bytes = [], 0
@@ -328,8 +350,10 @@ def receive_weights(group: dist.ProcessGroup, metas: list[WeightMeta], device: s
     group_device = _group_device(group)
     theirs = broadcast_tensor(torch.empty(2, dtype=torch.int64, device=group_device), group, src)
     if not torch.equal(theirs, _fingerprint(list(metas), group_device)):
-        raise RuntimeError(f"weight sync disagreement: the sender sent {int(theirs[0])} tensors that do not match "
-                           f"the {len(metas)} expected here (names, dtypes or shapes differ)")
+        raise RuntimeError(
+            f"weight sync disagreement: the sender sent {int(theirs[0])} tensors that do not match "
+            f"the {len(metas)} expected here (names, dtypes or shapes differ)"
+        )
     return len(metas)
 
 
@@ -369,11 +393,12 @@ def _allocate_shareable(nbytes: int, device: torch.device) -> torch.Tensor:
 
 
 def _view(buffer: torch.Tensor, entry: BucketEntry) -> torch.Tensor:
-    return buffer[entry.offset:entry.offset + entry.nbytes].view(dtype_from_name(entry.dtype)).view(entry.shape)
+    return buffer[entry.offset : entry.offset + entry.nbytes].view(dtype_from_name(entry.dtype)).view(entry.shape)
 
 
-def pack_ipc_bucket(named_tensors: NamedTensors, device: str | torch.device,
-                    alignment: int = IPC_ALIGNMENT) -> tuple[torch.Tensor, list[BucketEntry]]:
+def pack_ipc_bucket(
+    named_tensors: NamedTensors, device: str | torch.device, alignment: int = IPC_ALIGNMENT
+) -> tuple[torch.Tensor, list[BucketEntry]]:
     """Copy the tensors into one contiguous uint8 buffer on `device`, each starting at a multiple of
     `alignment` (and of its element size); returns the buffer and where each tensor lies in it.
 
@@ -394,8 +419,9 @@ def pack_ipc_bucket(named_tensors: NamedTensors, device: str | torch.device,
     return buffer, entries
 
 
-def ipc_buckets(named_tensors: NamedTensors, threshold_bytes: int, device: str | torch.device,
-                alignment: int = IPC_ALIGNMENT) -> Iterator[tuple[torch.Tensor, list[BucketEntry]]]:
+def ipc_buckets(
+    named_tensors: NamedTensors, threshold_bytes: int, device: str | torch.device, alignment: int = IPC_ALIGNMENT
+) -> Iterator[tuple[torch.Tensor, list[BucketEntry]]]:
     """`pack_ipc_bucket` of each `chunk_by_module` chunk: buffers of at most `threshold_bytes` (padding
     included), except a module larger than that, which gets a buffer of its own.
 
@@ -403,6 +429,7 @@ def ipc_buckets(named_tensors: NamedTensors, threshold_bytes: int, device: str |
     next is gathered and packed. A chunk's tensors are freed once packed, so while the caller holds a
     bucket only its buffer, the stream's next module and the tensor after it are alive.
     """
+
     def packed(chunk: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor, list[BucketEntry]]:
         bucket = pack_ipc_bucket(chunk, device, alignment)
         chunk.clear()  # the suspended chunk_by_module still holds this list

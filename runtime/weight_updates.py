@@ -31,8 +31,10 @@ class WeightUpdates:
         firsts = [1 + sum(sizes[:i]) for i in range(len(sizes))]  # an engine's workers take consecutive ranks
         override = self.sync.override_existing_group
         trainers = [w.init_weight_group.remote(host, port, world, backend) for w in c.workers["policy"]]
-        engines = [e.init_weight_group.remote(host, port, first, world, backend, override_existing=override)
-                   for first, e in zip(firsts, members)]
+        engines = [
+            e.init_weight_group.remote(host, port, first, world, backend, override_existing=override)
+            for first, e in zip(firsts, members)
+        ]
         # A member that refuses or fails leaves the others waiting for it: stop at the first failure (the run's
         # end stops the policy ranks, and with them the rendezvous the other members wait in).
         pending = engines + trainers
@@ -46,10 +48,15 @@ class WeightUpdates:
                 urls = [r.url for r in c.plan.remote_engines if r.kind == "server"]
                 url = urls[engines.index(done[0])]
                 cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-                hint = (" (generator.inference_engine.override_existing_update_group: enable replaces it)"
-                        if getattr(cause, "status", None) == 409 else "")
-                raise RunError(f"remote inference engine {url} cannot join the weight-update group: "
-                               f"{str(cause).strip().splitlines()[0][:500]}{hint}") from None
+                hint = (
+                    " (generator.inference_engine.override_existing_update_group: enable replaces it)"
+                    if getattr(cause, "status", None) == 409
+                    else ""
+                )
+                raise RunError(
+                    f"remote inference engine {url} cannot join the weight-update group: "
+                    f"{str(cause).strip().splitlines()[0][:500]}{hint}"
+                ) from None
 
     def send(self, version: int) -> None:
         """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
@@ -60,7 +67,10 @@ class WeightUpdates:
             if dtype not in self._metas:
                 self._metas[dtype] = ray.get(workers[0].weight_metas.remote(dtype))
             metas = self._metas[dtype]
-            ray.get([w.broadcast_weights.remote(dtype) for w in workers] + [e.receive_weights.remote(metas, version) for e in engines])
+            ray.get(
+                [w.broadcast_weights.remote(dtype) for w in workers]
+                + [e.receive_weights.remote(metas, version) for e in engines]
+            )
             return
         if self.sync.transport == "ipc":
             self._send_ipc(version)

@@ -1,6 +1,5 @@
 """The RL algorithm section of spec v1 (trainer.algorithm), with SkyRL's names and defaults."""
 
-
 from dataclasses import dataclass
 
 from rlc.spec.fields import section, setting
@@ -28,7 +27,9 @@ class SAPOConfig:
 class DynamicSamplingConfig:
     type: str | None = setting(None, "Dynamic sampling strategy; null disables.", enum=("filter", "replace"))
     max_sample_batches: int = setting(30, "Most batches sampled per step; -1 samples forever.")
-    min_replace_ratio: float = setting(0.3, "Least share of good samples used to replace bad ones (replace).", minimum=0, maximum=1)
+    min_replace_ratio: float = setting(
+        0.3, "Least share of good samples used to replace bad ones (replace).", minimum=0, maximum=1
+    )
 
 
 @dataclass
@@ -53,10 +54,14 @@ class CISPOConfig:
 @dataclass
 class OffPolicyCorrectionConfig:
     tis_ratio_type: str | None = setting(
-        None, "Truncated importance sampling of old-policy vs rollout log-probs; null disables.", enum=("token", "sequence")
+        None,
+        "Truncated importance sampling of old-policy vs rollout log-probs; null disables.",
+        enum=("token", "sequence"),
     )
     token_tis_ratio_clip_high: float = setting(2.0, "Token TIS ratio cap (tis_ratio_type=token).", exclusive_minimum=0)
-    sequence_tis_ratio_clip_high: float = setting(5.0, "Sequence TIS ratio cap (tis_ratio_type=sequence).", exclusive_minimum=0)
+    sequence_tis_ratio_clip_high: float = setting(
+        5.0, "Sequence TIS ratio cap (tis_ratio_type=sequence).", exclusive_minimum=0
+    )
     sequence_mask_metric: str | None = setting(
         None, "Mask sequences whose cumulative ratio leaves its band; null disables.", enum=("product", "geometric")
     )
@@ -104,5 +109,7 @@ class AlgorithmConfig:
     kl_cov: KLCovConfig = section(KLCovConfig, "KL-Cov settings (policy_loss_type=kl_cov).")
     cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
     max_seq_len: int | None = setting(
-        None, "Sequence-length normalizer of seq_mean_token_sum_norm; derived as max_input_length + max_generate_length.", minimum=1
+        None,
+        "Sequence-length normalizer of seq_mean_token_sum_norm; derived as max_input_length + max_generate_length.",
+        minimum=1,
     )

@@ -21,7 +21,7 @@ def setting(
     doc: str = "",
     *,
     factory: Callable[[], Any] | None = None,
-    enum: Sequence[str] | None = None,
+    enum: Sequence[Any] | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
     exclusive_minimum: float | None = None,

@@ -1,6 +1,5 @@
 """Generator, inference-engine, environment and data sections of spec v1 (SkyRL's names and defaults)."""
 
-
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +31,20 @@ class ChatTemplateConfig:
 
 @dataclass
 class InferenceEngineConfig:
-    model_dtype: str = setting("bfloat16", "Engine weight dtype (weights are cast to it on sync).", enum=("bfloat16", "float16", "float32", "auto"))
+    model_dtype: str = setting(
+        "bfloat16",
+        "Engine weight dtype (weights are cast to it on sync).",
+        enum=("bfloat16", "float16", "float32", "auto"),
+    )
     run_engines_locally: bool = setting(True, "Start the engines in this Ray cluster (false: use remote servers).")
     num_engines: int = setting(1, "Inference engine replicas; derived from cluster when unset.", minimum=1)
-    backend: str = setting("vllm", "Inference engine (hf is the CPU Hugging Face generate engine).", enum=INFERENCE_BACKENDS)
+    backend: str = setting(
+        "vllm", "Inference engine (hf is the CPU Hugging Face generate engine).", enum=INFERENCE_BACKENDS
+    )
     weight_sync_backend: str = setting("nccl", "Collective used to send weights to the engines.", enum=("nccl", "gloo"))
-    weight_transfer_threshold_cuda_ipc_GB: float = setting(1.0, "Batch size in GB of CUDA-IPC weight transfers.", exclusive_minimum=0)
+    weight_transfer_threshold_cuda_ipc_GB: float = setting(
+        1.0, "Batch size in GB of CUDA-IPC weight transfers.", exclusive_minimum=0
+    )
     tensor_parallel_size: int = setting(1, "Tensor-parallel size of each engine.", minimum=1)
     pipeline_parallel_size: int = setting(1, "Pipeline-parallel size of each engine.", minimum=1)
     expert_parallel_size: int = setting(1, "Expert-parallel size (spans dp x tp, adds no GPUs).", minimum=1)
@@ -50,14 +57,18 @@ class InferenceEngineConfig:
     enforce_eager: bool = setting(True, "Disable CUDA graphs (stable; false is faster).")
     fully_sharded_loras: bool = setting(False, "Shard LoRA computation across tensor-parallel ranks.")
     enable_ray_prometheus_stats: bool = setting(False, "Export vLLM metrics through Ray's Prometheus logger.")
-    gpu_memory_utilization: float = setting(0.8, "Share of GPU memory the engine may take.", exclusive_minimum=0, maximum=1)
+    gpu_memory_utilization: float = setting(
+        0.8, "Share of GPU memory the engine may take.", exclusive_minimum=0, maximum=1
+    )
     max_num_seqs: int = setting(1024, "Most sequences per engine step.", minimum=1)
     remote_urls: list[str] = setting(doc="host:port of remote engines (run_engines_locally=false).", factory=list)
     enable_http_endpoint: bool = setting(False, "Serve an OpenAI-compatible endpoint in front of the engines.")
     http_endpoint_host: str = setting("127.0.0.1", "Host of the HTTP endpoint.")
     http_endpoint_port: int = setting(8000, "Port of the HTTP endpoint.", minimum=1, maximum=65535)
     served_model_name: str | None = setting(None, "Model name the HTTP endpoint expects; null uses the model path.")
-    distributed_executor_backend: str = setting("ray", "vLLM executor: ray (multi-node) or mp (one node).", enum=("ray", "mp"))
+    distributed_executor_backend: str = setting(
+        "ray", "vLLM executor: ray (multi-node) or mp (one node).", enum=("ray", "mp")
+    )
     engine_init_kwargs: dict[str, Any] = setting(
         doc="Pass-through engine arguments; names must match the engine's.", factory=dict, passthrough=True
     )
@@ -92,7 +103,9 @@ class GeneratorConfig:
     eval_n_samples_per_prompt: int = setting(1, "Samples per prompt in evaluation.", minimum=1)
     zero_reward_on_non_stop: bool = setting(False, "Give reward 0 to truncated or aborted generations.")
     apply_overlong_filtering: bool = setting(False, "Mask the loss of truncated trajectories (DAPO).")
-    rope_scaling: dict[str, Any] | None = setting(None, "Engine RoPE scaling; derived from trainer.rope_scaling.", passthrough=True)
+    rope_scaling: dict[str, Any] | None = setting(
+        None, "Engine RoPE scaling; derived from trainer.rope_scaling.", passthrough=True
+    )
     rope_theta: float | None = setting(None, "Engine RoPE base; derived from trainer.rope_theta.")
     step_wise_trajectories: bool = setting(False, "Train on each turn as its own trajectory.")
 

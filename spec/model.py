@@ -60,7 +60,7 @@ def _union_args(tp: Any) -> tuple:
 def section_type(tp: Any) -> type | None:
     """The dataclass inside a type such as `X` or `Optional[X]`, else None."""
     for arg in _union_args(tp):
-        if dataclasses.is_dataclass(arg):
+        if isinstance(arg, type) and dataclasses.is_dataclass(arg):
             return arg
     return None
 
@@ -114,10 +114,11 @@ class SpecModel:
             if sub is not child:
                 new_tp = Optional[sub] if _NONE in _union_args(tp) else sub  # noqa: UP045 (a type built at run time)
                 factory = None if _NONE in _union_args(tp) and f.default is None else sub
-                new_field = dataclasses.field(
-                    default=None if factory is None else dataclasses.MISSING,
-                    default_factory=factory if factory is not None else dataclasses.MISSING,
-                    metadata=f.metadata,
+                # One of default / default_factory is given, the other left MISSING.
+                new_field: Any = (
+                    dataclasses.field(default=None, metadata=f.metadata)
+                    if factory is None
+                    else dataclasses.field(default_factory=factory, metadata=f.metadata)
                 )
                 overrides.append((f.name, new_tp, new_field))
         extra: list[tuple[str, Any, dataclasses.Field]] = []
@@ -130,8 +131,8 @@ class SpecModel:
                 extra.append((f.name, _hints(cls)[f.name], f))
         prefix = f"{path}." if path else ""
         for sec_path, cls in ext.sections.items():
-            if sec_path.startswith(prefix) and "." not in sec_path[len(prefix):]:
-                name = sec_path[len(prefix):]
+            if sec_path.startswith(prefix) and "." not in sec_path[len(prefix) :]:
+                name = sec_path[len(prefix) :]
                 if name in own:
                     raise ExtensionError(f"extension section {sec_path} already exists in the spec")
                 own.add(name)

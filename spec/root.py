@@ -1,6 +1,5 @@
 """The root of spec v1: rlc's version/name/cluster/launch around SkyRL's data/trainer/generator/environment."""
 
-
 from dataclasses import dataclass
 
 from rlc.spec.fields import section, setting
@@ -14,7 +13,9 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 @dataclass
 class RlcSpec:
-    version: int = setting(CURRENT_VERSION, "Spec format version; a file without it is a legacy SkyRL config.", enum=(CURRENT_VERSION,))
+    version: int = setting(
+        CURRENT_VERSION, "Spec format version; a file without it is a legacy SkyRL config.", enum=(CURRENT_VERSION,)
+    )
     name: str = setting("rlc-job", "Job and cluster name: letters, digits, '.', '_' and '-'.", pattern=NAME_PATTERN)
     cluster: ClusterConfig = section(ClusterConfig, "What to run on.")
     launch: LaunchConfig = section(LaunchConfig, "How to start the job.")

@@ -54,7 +54,11 @@ def _field_schema(model: SpecModel, spec, defs: dict) -> dict:
         m = spec.meta
         for b in branches:
             if b.get("type") in ("integer", "number"):
-                for key, word in ((meta.MINIMUM, "minimum"), (meta.MAXIMUM, "maximum"), (meta.EXCLUSIVE_MINIMUM, "exclusiveMinimum")):
+                for key, word in (
+                    (meta.MINIMUM, "minimum"),
+                    (meta.MAXIMUM, "maximum"),
+                    (meta.EXCLUSIVE_MINIMUM, "exclusiveMinimum"),
+                ):
                     if key in m:
                         b[word] = m[key]
             if meta.PATTERN in m:

@@ -1,6 +1,5 @@
 """Trainer-side sections of spec v1: models, optimizers, FSDP, Megatron, placement (SkyRL's names and defaults)."""
 
-
 import copy
 from dataclasses import dataclass
 from typing import Any
@@ -32,12 +31,14 @@ class SkyRLLoraConfig:
     alpha: int = setting(16, "LoRA scaling numerator (alpha / rank scales the adapter).")
     dropout: float = setting(0.0, "Dropout on the LoRA adapter input.", minimum=0, maximum=1)
     lora_sync_path: str = setting(
-        "/tmp/skyrl_lora_sync", "Directory adapters are written to for the inference engines (shared FS when not colocated)."
+        "/tmp/skyrl_lora_sync",
+        "Directory adapters are written to for the inference engines (shared FS when not colocated).",
     )
     target_modules: str = setting("all-linear", "Modules that get adapters (PEFT target_modules).")
     exclude_modules: str | None = setting(None, "Modules excluded from adapters.")
     init_method: str = setting(
-        "kaiming", "Adapter init: PEFT init_lora_weights for FSDP; lora_A init (xavier, normal, kaiming, zero) for Megatron."
+        "kaiming",
+        "Adapter init: PEFT init_lora_weights for FSDP; lora_A init (xavier, normal, kaiming, zero) for Megatron.",
     )
 
 
@@ -80,7 +81,9 @@ class FSDPConfig:
     fsdp_size: int = setting(-1, "Shard group size for hybrid sharding; -1 shards over the whole world.")
     mixed_precision: MixedPrecisionConfig | None = setting(None, "Mixed-precision policy; null uses bf16 params.")
     wrap_policy: dict = setting(
-        doc="Custom wrapping, e.g. {transformer_layer_cls_to_wrap: [...]}; passed through.", factory=dict, passthrough=True
+        doc="Custom wrapping, e.g. {transformer_layer_cls_to_wrap: [...]}; passed through.",
+        factory=dict,
+        passthrough=True,
     )
 
 
@@ -136,7 +139,9 @@ class MegatronConfig:
         passthrough=True,
     )
     empty_cuda_cache: bool | None = setting(None, "Empty the CUDA cache between phases; null decides automatically.")
-    model_config_kwargs: dict = setting(doc="Pass-through kwargs for the model provider.", factory=dict, passthrough=True)
+    model_config_kwargs: dict = setting(
+        doc="Pass-through kwargs for the model provider.", factory=dict, passthrough=True
+    )
     dist_ckpt_optim_fully_reshardable: bool = setting(
         False, "Save optimizer state so it can be resharded to any parallel layout."
     )
@@ -147,11 +152,17 @@ class PlacementConfig:
     colocate_all: bool = setting(True, "Training and inference share the same GPUs.")
     colocate_policy_ref: bool = setting(True, "Policy and reference model share GPUs (when not colocate_all).")
     policy_num_nodes: int = setting(1, "Nodes for the policy model; derived from cluster when unset.", minimum=1)
-    policy_num_gpus_per_node: int = setting(1, "GPUs per node for the policy; derived from cluster when unset.", minimum=1)
+    policy_num_gpus_per_node: int = setting(
+        1, "GPUs per node for the policy; derived from cluster when unset.", minimum=1
+    )
     critic_num_nodes: int = setting(1, "Nodes for the critic; derived from cluster when unset.", minimum=1)
-    critic_num_gpus_per_node: int = setting(1, "GPUs per node for the critic; derived from cluster when unset.", minimum=1)
+    critic_num_gpus_per_node: int = setting(
+        1, "GPUs per node for the critic; derived from cluster when unset.", minimum=1
+    )
     ref_num_nodes: int = setting(1, "Nodes for the reference model; derived from cluster when unset.", minimum=1)
-    ref_num_gpus_per_node: int = setting(1, "GPUs per node for the reference model; derived from cluster when unset.", minimum=1)
+    ref_num_gpus_per_node: int = setting(
+        1, "GPUs per node for the reference model; derived from cluster when unset.", minimum=1
+    )
 
 
 def _default_policy_model() -> ModelConfig:
@@ -200,7 +211,9 @@ class RefConfig:
 
 @dataclass
 class FullyAsyncConfig:
-    enabled: bool = setting(False, "Generate batches for later steps while the trainer trains (SkyRL's fully async trainer).")
+    enabled: bool = setting(
+        False, "Generate batches for later steps while the trainer trains (SkyRL's fully async trainer)."
+    )
     max_staleness_steps: int = setting(
         4, "Most steps a trajectory may lag: scheduled at step i, trained at j, j - i <= this.", minimum=0
     )
@@ -253,5 +266,7 @@ class TrainerConfig:
     logger: str = setting("wandb", "Metrics tracker.", enum=("wandb", "tensorboard", "mlflow", "console"))
     dump_data_batch: bool = setting(False, "Write each training batch to export_path.")
     dump_eval_results: bool = setting(True, "Write evaluation results to export_path.")
-    rope_scaling: dict[str, Any] | None = setting(None, "RoPE scaling for the trained model (e.g. YaRN).", passthrough=True)
+    rope_scaling: dict[str, Any] | None = setting(
+        None, "RoPE scaling for the trained model (e.g. YaRN).", passthrough=True
+    )
     rope_theta: float | None = setting(None, "RoPE base frequency override.")

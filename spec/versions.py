@@ -10,12 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml.comments import CommentedMap
-
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.overrides import Override, apply_overrides
 from rlc.spec import legacy
 from rlc.spec.root import CURRENT_VERSION
+from ruamel.yaml.comments import CommentedMap
 
 LEGACY = 0  # the version number given to documents that have no `version` key
 
@@ -76,17 +75,29 @@ class MigrationReport:
     def diagnostics(self, doc) -> list:
         """What commands that read specs print: one warning pointing to `rlc migrate`, plus behaviour changes."""
         what = "legacy override keys" if self.from_overrides else "a legacy SkyRL config (no `version` key)"
-        out = [Diagnostic("RLC-W010", WARNING,
-                          f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
-                          location=Location(doc.name, 0, 0),
-                          hint=f"run `rlc migrate {doc.name} --in-place` to update the file and see the report")]
+        out = [
+            Diagnostic(
+                "RLC-W010",
+                WARNING,
+                f"{doc.name} uses {what}; migrated in memory ({len(self.changes)} change(s))",
+                location=Location(doc.name, 0, 0),
+                hint=f"run `rlc migrate {doc.name} --in-place` to update the file and see the report",
+            )
+        ]
         for c in self.changes:
             if c.severity in ("error", "warning"):
                 error = c.severity == "error"
                 where = Location(doc.name, c.line, 1 if c.line else 0, doc.line_text(c.line))
-                out.append(Diagnostic("RLC-E020" if error else "RLC-W020", ERROR if error else WARNING,
-                                      f"migration: {c.describe()}", key=c.old, location=where,
-                                      hint="remove the key or rewrite the setting by hand, then run `rlc migrate`"))
+                out.append(
+                    Diagnostic(
+                        "RLC-E020" if error else "RLC-W020",
+                        ERROR if error else WARNING,
+                        f"migration: {c.describe()}",
+                        key=c.old,
+                        location=where,
+                        hint="remove the key or rewrite the setting by hand, then run `rlc migrate`",
+                    )
+                )
         return out
 
 
@@ -159,8 +170,9 @@ def _leaves(node, prefix: str = ""):
 
 def _rekey_overrides(doc, report: MigrationReport) -> None:
     """Overrides written with legacy keys are reported at their new paths."""
-    moved = {tuple(c.old.split(".")): c.new for c in report.changes
-             if c.kind in ("moved", "transformed") and c.old and c.new}
+    moved = {
+        tuple(c.old.split(".")): c.new for c in report.changes if c.kind in ("moved", "transformed") and c.old and c.new
+    }
     for path, text in list(doc.overrides.items()):
         if path in moved:
             doc.overrides[tuple(moved[path].split("."))] = text

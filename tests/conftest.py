@@ -22,12 +22,14 @@ def rlc_executable() -> str:
     return str(here) if here.exists() else (shutil.which("rlc") or "rlc")
 
 
-def run_rlc(*args: str, cwd: str | Path | None = None, env: dict | None = None, input: str | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+def run_rlc(
+    *args: str, cwd: str | Path | None = None, env: dict | None = None, input: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
     full_env.pop("RLC_DEBUG", None)
-    return subprocess.run([rlc_executable(), *args], cwd=cwd, env=full_env, input=input,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [rlc_executable(), *args], cwd=cwd, env=full_env, input=input, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -72,8 +74,10 @@ def kill_ray_processes_under(temp: str) -> None:
 
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if proc.pid != os.getpid() and (any(temp in part for part in proc.info["cmdline"] or ())
-                    or any(f.path.startswith(temp) for f in proc.open_files())):
+            if proc.pid != os.getpid() and (
+                any(temp in part for part in proc.info["cmdline"] or ())
+                or any(f.path.startswith(temp) for f in proc.open_files())
+            ):
                 proc.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
@@ -83,8 +87,13 @@ def kill_ray_processes_under(temp: str) -> None:
 def run_env(tmp_path):
     """A private HOME and Ray temp dir; Ray processes a killed run leaves behind are stopped afterwards."""
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp,
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_TMPDIR": ray_tmp,
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     yield env
     kill_ray_processes_under(ray_tmp)
     shutil.rmtree(ray_tmp, ignore_errors=True)
@@ -147,4 +156,6 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST))
+    items.sort(
+        key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+    )

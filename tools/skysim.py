@@ -47,7 +47,9 @@ def why_unavailable() -> str | None:
     if p.returncode != 0:
         return f"cannot create a network namespace ({p.stderr.strip() or 'ip netns add failed'}); run as root"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    p = subprocess.run(["ip", "link", "add", f"rp{os.getpid() % 100000}", "type", "bridge"], capture_output=True, text=True)
+    p = subprocess.run(
+        ["ip", "link", "add", f"rp{os.getpid() % 100000}", "type", "bridge"], capture_output=True, text=True
+    )
     if p.returncode != 0:
         return f"cannot create a bridge ({p.stderr.strip()})"
     subprocess.run(["ip", "link", "del", f"rp{os.getpid() % 100000}"], capture_output=True)
@@ -158,9 +160,13 @@ class Cluster:
             _ip("link", "set", veth, "netns", ns)
             _ip("link", "set", peer, "master", self.bridge)
             _ip("link", "set", peer, "up")
-            for args in (("addr", "add", f"{ip}/24", "dev", veth), ("link", "set", veth, "up"), ("link", "set", "lo", "up"),
-                         # A route for "which address do I have" probes (Ray's): nothing leaves the bridge's subnet.
-                         ("route", "add", "default", "via", f"{self.subnet}.254")):
+            for args in (
+                ("addr", "add", f"{ip}/24", "dev", veth),
+                ("link", "set", veth, "up"),
+                ("link", "set", "lo", "up"),
+                # A route for "which address do I have" probes (Ray's): nothing leaves the bridge's subnet.
+                ("route", "add", "default", "via", f"{self.subnet}.254"),
+            ):
                 _ip("netns", "exec", ns, "ip", *args)
             home = self.work / f"host{i}" / "home"
             self._make_home(home)
@@ -175,7 +181,9 @@ class Cluster:
         (venv / lib / "site-packages").mkdir(parents=True, exist_ok=True)
         # The runtime environment's packages, as a site dir (so its .pth files, editable installs too, apply).
         shared = self.python_prefix / lib / "site-packages"
-        (venv / lib / "site-packages" / "rlcsim-shared.pth").write_text(f"import site; site.addsitedir({str(shared)!r})\n")
+        (venv / lib / "site-packages" / "rlcsim-shared.pth").write_text(
+            f"import site; site.addsitedir({str(shared)!r})\n"
+        )
         (venv / "pyvenv.cfg").write_text((self.python_prefix / "pyvenv.cfg").read_text())
         for name in ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}"):
             (venv / "bin" / name).symlink_to(Path(sys.executable).resolve() if name != "python" else "python3")
@@ -209,19 +217,37 @@ class Cluster:
 
     def env(self, host: Host, slots: int, extra: dict | None = None) -> dict:
         path = f"{host.home / '.rlc' / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-        return {"HOME": str(host.home), "PATH": path, "USER": "root", "LANG": "C.UTF-8",
-                "SKYPILOT_NODE_RANK": str(host.index), "SKYPILOT_NODE_IPS": "\n".join(h.ip for h in self.members),
-                "SKYPILOT_NUM_NODES": str(self.hosts), "SKYPILOT_NUM_GPUS_PER_NODE": str(slots),
-                "RAY_TMPDIR": str(host.ray_tmp), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-                "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
-                "RLC_CACHE": os.environ.get("RLC_CACHE", str(host.home / ".cache" / "rlc")), **(extra or {})}
+        return {
+            "HOME": str(host.home),
+            "PATH": path,
+            "USER": "root",
+            "LANG": "C.UTF-8",
+            "SKYPILOT_NODE_RANK": str(host.index),
+            "SKYPILOT_NODE_IPS": "\n".join(h.ip for h in self.members),
+            "SKYPILOT_NUM_NODES": str(self.hosts),
+            "SKYPILOT_NUM_GPUS_PER_NODE": str(slots),
+            "RAY_TMPDIR": str(host.ray_tmp),
+            "RAY_AUTH_MODE": "disabled",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PIP_NO_INDEX": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "HF_HUB_OFFLINE": "1",
+            "RLC_CACHE": os.environ.get("RLC_CACHE", str(host.home / ".cache" / "rlc")),
+            **(extra or {}),
+        }
 
     def start(self, host: Host, script: str, env: dict, log: Path) -> subprocess.Popen:
         workdir = host.home / "sky_workdir"
         workdir.mkdir(parents=True, exist_ok=True)
         out = open(log, "ab")
-        return subprocess.Popen(["ip", "netns", "exec", host.netns, "bash", "-c", script], env=env, cwd=workdir,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            ["ip", "netns", "exec", host.netns, "bash", "-c", script],
+            env=env,
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def load_task(sky_yaml: Path) -> dict:
@@ -252,34 +278,65 @@ def task_env(cluster: Cluster, host: Host, task: dict, slots: int, env: dict | N
     return cluster.env(host, slots, {**{k: str(v) for k, v in (task.get("envs") or {}).items()}, **(env or {})})
 
 
-def setup(cluster: Cluster, task: dict, slots: int, *, logs: Path, hosts: list[int] | None = None,
-          timeout_s: float = 600, env: dict | None = None) -> None:
+def setup(
+    cluster: Cluster,
+    task: dict,
+    slots: int,
+    *,
+    logs: Path,
+    hosts: list[int] | None = None,
+    timeout_s: float = 600,
+    env: dict | None = None,
+) -> None:
     """The task's setup section on `hosts` (default all) at once; raises when one fails."""
     logs.mkdir(parents=True, exist_ok=True)
     chosen = [cluster.members[i] for i in (hosts if hosts is not None else range(cluster.hosts))]
     if not task.get("setup") or not chosen:
         return
-    codes = wait_all({h.index: cluster.start(h, task["setup"], task_env(cluster, h, task, slots, env), logs / f"setup-{h.index}.log")
-                      for h in chosen}, timeout_s)
+    codes = wait_all(
+        {
+            h.index: cluster.start(
+                h, task["setup"], task_env(cluster, h, task, slots, env), logs / f"setup-{h.index}.log"
+            )
+            for h in chosen
+        },
+        timeout_s,
+    )
     bad = {i: c for i, c in codes.items() if c != 0}
     if bad:
         raise SimError(f"setup failed on host(s) {bad}; see {logs}/setup-*.log")
 
 
-def run_task(cluster: Cluster, task: dict, slots: int, *, logs: Path, hosts: list[int] | None = None,
-             setup_timeout_s: float = 600, run_timeout_s: float = 1800, env: dict | None = None) -> dict[int, int | None]:
+def run_task(
+    cluster: Cluster,
+    task: dict,
+    slots: int,
+    *,
+    logs: Path,
+    hosts: list[int] | None = None,
+    setup_timeout_s: float = 600,
+    run_timeout_s: float = 1800,
+    env: dict | None = None,
+) -> dict[int, int | None]:
     """The task's setup, then its run section on `hosts` (default all) at once; run exit codes by host."""
     setup(cluster, task, slots, logs=logs, hosts=hosts, timeout_s=setup_timeout_s, env=env)
     chosen = [cluster.members[i] for i in (hosts if hosts is not None else range(cluster.hosts))]
-    return wait_all({h.index: cluster.start(h, task["run"], task_env(cluster, h, task, slots, env), logs / f"run-{h.index}.log")
-                     for h in chosen}, run_timeout_s)
+    return wait_all(
+        {
+            h.index: cluster.start(h, task["run"], task_env(cluster, h, task, slots, env), logs / f"run-{h.index}.log")
+            for h in chosen
+        },
+        run_timeout_s,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/skysim.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("sky_yaml", type=Path)
     parser.add_argument("--hosts", type=int, help="simulated hosts (default: the task's num_nodes)")
-    parser.add_argument("--slots-per-node", type=int, help="SKYPILOT_NUM_GPUS_PER_NODE (default: plan.json beside the task)")
+    parser.add_argument(
+        "--slots-per-node", type=int, help="SKYPILOT_NUM_GPUS_PER_NODE (default: plan.json beside the task)"
+    )
     parser.add_argument("--keep", type=Path, help="keep the hosts' homes and logs in this directory")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the run section may take (default 1800)")
     args = parser.parse_args(argv)

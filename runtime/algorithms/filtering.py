@@ -139,8 +139,13 @@ class DynamicSampler:
     @classmethod
     def from_config(cls, dynamic_sampling, target_groups: int, *, seed: int = 0) -> DynamicSampler:
         """A sampler for the spec's `trainer.algorithm.dynamic_sampling` section (its `type` must be set)."""
-        return cls(dynamic_sampling.type, target_groups, max_sample_batches=dynamic_sampling.max_sample_batches,
-                   min_replace_ratio=dynamic_sampling.min_replace_ratio, seed=seed)
+        return cls(
+            dynamic_sampling.type,
+            target_groups,
+            max_sample_batches=dynamic_sampling.max_sample_batches,
+            min_replace_ratio=dynamic_sampling.min_replace_ratio,
+            seed=seed,
+        )
 
     def reset(self) -> None:
         """Forget the batches added so far."""

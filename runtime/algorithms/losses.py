@@ -165,12 +165,22 @@ def dual_clip_token_loss(
 
 
 def _reduced(token_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]):
-    def policy_loss(log_probs, old_log_probs, advantages, mask, *, loss_reduction: str = "token_mean",
-                    max_seq_len: int | None = None, **clip):
+    def policy_loss(
+        log_probs,
+        old_log_probs,
+        advantages,
+        mask,
+        *,
+        loss_reduction: str = "token_mean",
+        max_seq_len: int | None = None,
+        **clip,
+    ):
         token_loss, metrics = token_fn(log_probs, old_log_probs, advantages, mask, **clip)
         return reduce_loss(token_loss, mask, loss_reduction, max_seq_len), metrics
 
-    policy_loss.__doc__ = f"{(token_fn.__doc__ or token_fn.__name__).splitlines()[0]} Reduced to a scalar by `loss_reduction`."
+    policy_loss.__doc__ = (
+        f"{(token_fn.__doc__ or token_fn.__name__).splitlines()[0]} Reduced to a scalar by `loss_reduction`."
+    )
     return policy_loss
 
 
@@ -279,8 +289,11 @@ def sapo_token_loss(
     keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
     log_ratio = log_probs - old_log_probs
     ratio = _safe_exp(log_ratio)
-    tau = torch.where(advantages > 0, torch.as_tensor(tau_pos, dtype=ratio.dtype, device=ratio.device),
-                      torch.as_tensor(tau_neg, dtype=ratio.dtype, device=ratio.device))
+    tau = torch.where(
+        advantages > 0,
+        torch.as_tensor(tau_pos, dtype=ratio.dtype, device=ratio.device),
+        torch.as_tensor(tau_neg, dtype=ratio.dtype, device=ratio.device),
+    )
     gate = torch.sigmoid(tau * (ratio - 1.0))
     token_loss = -(4.0 / tau) * gate * advantages
     metrics = {
@@ -406,5 +419,6 @@ def policy_loss_options(name: str, algorithm: Any) -> dict[str, Any]:
     """Keyword options of built-in policy loss `name`, read from a trainer.algorithm config."""
     if name not in _LOSS_OPTIONS:
         raise KeyError(f"{name!r} is not a built-in policy loss; built-ins: {', '.join(_LOSS_OPTIONS)}")
-    return {path.rpartition(".")[2]: functools.reduce(getattr, path.split("."), algorithm)
-            for path in _LOSS_OPTIONS[name]}
+    return {
+        path.rpartition(".")[2]: functools.reduce(getattr, path.split("."), algorithm) for path in _LOSS_OPTIONS[name]
+    }

@@ -18,10 +18,18 @@ TIS_RATIO_TYPES = ("token", "sequence")
 SEQUENCE_MASK_METRICS = ("geometric", "product")
 
 _OPTIONS = (
-    "tis_ratio_type", "token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high", "sequence_mask_metric",
-    "geo_mask_high", "geo_mask_low", "product_mask_high", "product_mask_low",
-    "outlier_token_is_threshold_low", "outlier_token_is_threshold_high",
-    "token_mask_is_threshold_low", "token_mask_is_threshold_high",
+    "tis_ratio_type",
+    "token_tis_ratio_clip_high",
+    "sequence_tis_ratio_clip_high",
+    "sequence_mask_metric",
+    "geo_mask_high",
+    "geo_mask_low",
+    "product_mask_high",
+    "product_mask_low",
+    "outlier_token_is_threshold_low",
+    "outlier_token_is_threshold_high",
+    "token_mask_is_threshold_low",
+    "token_mask_is_threshold_high",
 )
 
 
@@ -44,9 +52,12 @@ def _active(tis_ratio_type, sequence_mask_metric, outlier_low, outlier_high, tok
 def is_active(opc) -> bool:
     """Whether the section changes anything: TIS, a sequence mask, an outlier bound, or both token-mask bounds."""
     return _active(
-        opc.tis_ratio_type, opc.sequence_mask_metric,
-        opc.outlier_token_is_threshold_low, opc.outlier_token_is_threshold_high,
-        opc.token_mask_is_threshold_low, opc.token_mask_is_threshold_high,
+        opc.tis_ratio_type,
+        opc.sequence_mask_metric,
+        opc.outlier_token_is_threshold_low,
+        opc.outlier_token_is_threshold_high,
+        opc.token_mask_is_threshold_low,
+        opc.token_mask_is_threshold_high,
     )
 
 
@@ -112,8 +123,14 @@ def off_policy_correction(
             f"unknown sequence_mask_metric {sequence_mask_metric!r}; expected one of {', '.join(SEQUENCE_MASK_METRICS)}"
         )
     weight_dtype = old_log_probs.dtype
-    if not _active(tis_ratio_type, sequence_mask_metric, outlier_token_is_threshold_low,
-                   outlier_token_is_threshold_high, token_mask_is_threshold_low, token_mask_is_threshold_high):
+    if not _active(
+        tis_ratio_type,
+        sequence_mask_metric,
+        outlier_token_is_threshold_low,
+        outlier_token_is_threshold_high,
+        token_mask_is_threshold_low,
+        token_mask_is_threshold_high,
+    ):
         return torch.ones_like(old_log_probs, dtype=weight_dtype), mask, {}
 
     rows = mask.shape[0]

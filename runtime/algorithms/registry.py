@@ -104,8 +104,13 @@ def get_policy_loss(name: str) -> PolicyLoss:
     if name in POLICY_TOKEN_LOSSES:
         return POLICY_TOKEN_LOSSES[name]
     if name not in _losses:
-        fn = _load("policy loss", POLICY_LOSS_GROUP, "trainer.algorithm.policy_loss_type", name,
-                   [*POLICY_TOKEN_LOSSES, *_losses])
+        fn = _load(
+            "policy loss",
+            POLICY_LOSS_GROUP,
+            "trainer.algorithm.policy_loss_type",
+            name,
+            [*POLICY_TOKEN_LOSSES, *_losses],
+        )
         _losses[name] = (fn, getattr(fn, "rlc_options", None))
     return _losses[name][0]
 
@@ -124,9 +129,13 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
     if name in BUILTIN_ADVANTAGE_ESTIMATORS:
         return BUILTIN_ADVANTAGE_ESTIMATORS[name]
     if name not in _estimators:
-        _estimators[name] = _load("advantage estimator", ADVANTAGE_ESTIMATOR_GROUP,
-                                  "trainer.algorithm.advantage_estimator", name,
-                                  [*BUILTIN_ADVANTAGE_ESTIMATORS, *_estimators])
+        _estimators[name] = _load(
+            "advantage estimator",
+            ADVANTAGE_ESTIMATOR_GROUP,
+            "trainer.algorithm.advantage_estimator",
+            name,
+            [*BUILTIN_ADVANTAGE_ESTIMATORS, *_estimators],
+        )
     return _estimators[name]
 
 

@@ -36,5 +36,7 @@ class GSM8K:
     def reward(self, row: dict, response: str, finished: bool) -> float:
         """1 when the `####` answer equals the reference answer, else 0."""
         got = extract_answer(response, strict=True)
-        want = extract_answer(str(row["answer"])) if not str(row["answer"]).lstrip("-").isdigit() else str(row["answer"])
+        want = (
+            extract_answer(str(row["answer"])) if not str(row["answer"]).lstrip("-").isdigit() else str(row["answer"])
+        )
         return 1.0 if got is not None and got == want else 0.0

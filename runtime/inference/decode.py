@@ -36,13 +36,27 @@ def unsupported(model) -> str | None:
         return "rotary embedding other than the default"
     if getattr(config, "hidden_act", None) != "silu":
         return f"activation {getattr(config, 'hidden_act', None)!r}"
-    if getattr(config, "use_sliding_window", False) or any(t != "full_attention" for t in getattr(config, "layer_types", None) or ()):
+    if getattr(config, "use_sliding_window", False) or any(
+        t != "full_attention" for t in getattr(config, "layer_types", None) or ()
+    ):
         return "sliding-window attention"
     if getattr(config, "pretraining_tp", 1) != 1:
         return "pretraining_tp > 1"
-    linear = [model.lm_head] + [m for layer in inner.layers for m in (
-        layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
-        layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+    if inner is None:
+        return "no decoder stack at model.model"
+    linear = [model.lm_head] + [
+        m
+        for layer in inner.layers
+        for m in (
+            layer.self_attn.q_proj,
+            layer.self_attn.k_proj,
+            layer.self_attn.v_proj,
+            layer.self_attn.o_proj,
+            layer.mlp.gate_proj,
+            layer.mlp.up_proj,
+            layer.mlp.down_proj,
+        )
+    ]
     if any(type(m) is not torch.nn.Linear for m in linear):
         return "projections wrapped in other modules (adapters)"
     return None
@@ -64,14 +78,16 @@ class LeanDecoder:
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.eps = config.rms_norm_eps
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         keys = [layer.keys for layer in cache.layers]
         values = [layer.values for layer in cache.layers]
         batch, _, width, _ = keys[0].shape
         self.width = width
         total = width + steps
         dtype, device = keys[0].dtype, keys[0].device
-        self.keys = [torch.empty((batch, self.kv_heads, total, self.head_dim), dtype=dtype, device=device) for _ in keys]
+        self.keys = [
+            torch.empty((batch, self.kv_heads, total, self.head_dim), dtype=dtype, device=device) for _ in keys
+        ]
         self.values = [torch.empty_like(k) for k in self.keys]
         for buf, src in zip(self.keys + self.values, keys + values):
             buf[:, :, :width] = src
@@ -113,7 +129,7 @@ class LeanDecoder:
         col = self.width + step
         cos = self.cos[positions].view(rows, 1, 1, self.head_dim)
         sin = self.signed_sin[positions].view(rows, 1, 1, self.head_dim)
-        mask = self.valid[:, None, None, :col + 1] if self.valid is not None else None
+        mask = self.valid[:, None, None, : col + 1] if self.valid is not None else None
         x = F.embedding(tokens, self.model.model.embed_tokens.weight)
         for i, layer in enumerate(self.layers):
             attn, mlp = layer.self_attn, layer.mlp
@@ -121,14 +137,21 @@ class LeanDecoder:
             q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(rows, self.heads, 1, self.head_dim)
             k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(rows, self.kv_heads, 1, self.head_dim)
             v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(rows, self.kv_heads, 1, self.head_dim)
-            self.keys[i][:, :, col:col + 1] = self._rotate(k, cos, sin)
-            self.values[i][:, :, col:col + 1] = v
+            self.keys[i][:, :, col : col + 1] = self._rotate(k, cos, sin)
+            self.values[i][:, :, col : col + 1] = v
             out = F.scaled_dot_product_attention(
-                self._rotate(q, cos, sin), self.keys[i][:, :, :col + 1], self.values[i][:, :, :col + 1],
-                attn_mask=mask, scale=self.scale, enable_gqa=self.kv_heads != self.heads)
+                self._rotate(q, cos, sin),
+                self.keys[i][:, :, : col + 1],
+                self.values[i][:, :, : col + 1],
+                attn_mask=mask,
+                scale=self.scale,
+                enable_gqa=self.kv_heads != self.heads,
+            )
             x = x + F.linear(out.reshape(rows, self.heads * self.head_dim), attn.o_proj.weight, attn.o_proj.bias)
             h = self._norm(x, layer.post_attention_layernorm.weight)
-            gated = F.silu(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias)
+            gated = F.silu(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(
+                h, mlp.up_proj.weight, mlp.up_proj.bias
+            )
             x = x + F.linear(gated, mlp.down_proj.weight, mlp.down_proj.bias)
         x = self._norm(x, self.model.model.norm.weight)
         return F.linear(x, self.model.lm_head.weight, self.model.lm_head.bias).float()

@@ -8,12 +8,11 @@ before top-k / top-p / min-p filtering and the repetition penalty.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-
 from rlc.core.job import Sampling  # noqa: F401  (the engines' sampling type, re-exported)
-
 from rlc.runtime.inference.decode import LeanDecoder, cache_keyword, returned_cache, unsupported
 
 
@@ -53,8 +52,18 @@ def _penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) 
 class HFEngine:
     """One engine replica: a causal LM on one device that samples completions for batches of prompts."""
 
-    def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu", pad_token_id: int | None = None,
-                 eos_token_id: int | None = None, tokenizer=None, cpu_slots_per_node: int | None = None, lora=None):
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        pad_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        tokenizer=None,
+        cpu_slots_per_node: int | None = None,
+        lora=None,
+    ):
         from transformers import AutoModelForCausalLM
 
         self.device = torch.device(device)
@@ -75,25 +84,31 @@ class HFEngine:
         self.lean_decode = self.lean_decode_off is None
         config = self.model.config
         self.eos_token_id = eos_token_id if eos_token_id is not None else config.eos_token_id
-        self.pad_token_id = pad_token_id if pad_token_id is not None else (
-            config.pad_token_id if config.pad_token_id is not None else self.eos_token_id)
+        self.pad_token_id = (
+            pad_token_id
+            if pad_token_id is not None
+            else (config.pad_token_id if config.pad_token_id is not None else self.eos_token_id)
+        )
         self.tokenizer = tokenizer
         self.weights_on = True
         self.weight_version = 0
         self.weight_group = None
         self.weight_group_info: dict | None = None  # where the group's master is, for whoever asks to replace it
+        self._buffers: dict | None = None  # kept across a level-2 sleep (see sleep)
 
     # -- the engine interface ------------------------------------------------------------------------
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], sampling: Sampling, n: int = 1, seed: int = 0) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[list[int]], sampling: Sampling, n: int = 1, seed: int = 0
+    ) -> list[list[Completion]]:
         """`n` completions for each prompt (token ids), in prompt order."""
         if not self.weights_on:
             raise RuntimeError("the engine is asleep: wake_up(['weights']) before generate")
         if not prompts:
             return []
         out = self._sample(prompts, n, sampling, torch.Generator(device=self.device).manual_seed(seed))
-        return [out[i * n:(i + 1) * n] for i in range(len(prompts))]
+        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def sleep(self, level: int = 1) -> None:
         """Level 1 keeps the weights on the CPU; level 2 drops them (the next update_weights refills them).
@@ -133,7 +148,7 @@ class HFEngine:
         self.model.to_empty(device=self.device)
         with torch.no_grad():
             for name, buf in self.model.named_buffers():
-                if name in self._buffers:
+                if self._buffers is not None and name in self._buffers:
                     buf.copy_(self._buffers[name].to(self.device))
         self._buffers = None
 
@@ -161,8 +176,15 @@ class HFEngine:
 
     # -- weights over a broadcast group (weight_sync_backend gloo / nccl) --------------------------------
 
-    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str,
-                          override_existing: bool = False) -> None:
+    def init_weight_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        override_existing: bool = False,
+    ) -> None:
         """Join the trainer's weight-sync group as `rank` (rank 0 is the trainer's first rank).
 
         An engine already in a group leaves it first with `override_existing`, and raises
@@ -176,12 +198,18 @@ class HFEngine:
             if not override_existing:
                 raise WeightGroupExists(
                     f"this engine is already rank {info['rank']} of a weight-update group of {info['world_size']} "
-                    f"whose master is {info['master_address']}:{info['master_port']} ({info['backend']})")
+                    f"whose master is {info['master_address']}:{info['master_port']} ({info['backend']})"
+                )
             self.close_weight_group()
         pin_gloo_interface()
         self.weight_group = init_group(master_address, master_port, rank, world_size, backend)
-        self.weight_group_info = {"master_address": master_address, "master_port": master_port, "rank": rank,
-                                  "world_size": world_size, "backend": backend}
+        self.weight_group_info = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank": rank,
+            "world_size": world_size,
+            "backend": backend,
+        }
 
     def close_weight_group(self) -> None:
         """Leave the weight-sync group, if any."""
@@ -204,8 +232,12 @@ class HFEngine:
         unknown = [m.name for m in metas if m.name not in params]
         if unknown:
             raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
-        receive_weights(self.weight_group, metas, _group_device(self.weight_group),  # gloo: CPU, nccl: GPU
-                        lambda chunk: _copy_into(params, chunk))
+        receive_weights(
+            self.weight_group,
+            metas,
+            _group_device(self.weight_group),  # gloo: CPU, nccl: GPU
+            lambda chunk: _copy_into(params, chunk),
+        )
         return self.finish_weight_update(version)
 
     # -- weights through CUDA IPC (colocated on one GPU) -------------------------------------------------
@@ -224,8 +256,9 @@ class HFEngine:
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         mine = gpu_uuid(index)
         if mine not in handles_by_gpu_uuid:
-            raise RuntimeError(f"no weight bucket for this engine's GPU {mine}; "
-                               f"the trainer shared {sorted(handles_by_gpu_uuid)}")
+            raise RuntimeError(
+                f"no weight bucket for this engine's GPU {mine}; the trainer shared {sorted(handles_by_gpu_uuid)}"
+            )
         if not self.weights_on:
             self._materialize()
         params = self.model.state_dict()
@@ -256,8 +289,8 @@ class HFEngine:
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         from transformers import DynamicCache
@@ -318,7 +351,9 @@ class HFEngine:
                 picked = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
             else:
                 logprob_all = torch.log_softmax(logits, dim=-1)
-                picked = (_penalize_repeats(logits, seen, s.repetition_penalty) if seen is not None else logits).argmax(dim=-1)
+                picked = (_penalize_repeats(logits, seen, s.repetition_penalty) if seen is not None else logits).argmax(
+                    dim=-1
+                )
             # A row that finished earlier writes past its length here (cut off below): its tokens no longer count.
             tokens[live, step] = picked
             logps[live, step] = logprob_all.gather(-1, picked[:, None]).squeeze(-1)
@@ -327,7 +362,7 @@ class HFEngine:
             if s.stop:
                 for j in torch.nonzero(going & ~ends).flatten().tolist():
                     row = int(live[j])
-                    ends[j] = self._hits_stop(tokens[row, :step + 1].tolist(), s.stop)
+                    ends[j] = self._hits_stop(tokens[row, : step + 1].tolist(), s.stop)
             stopped[live[ends]] = True
             going = going & ~ends
             done = len(live) - int(going.sum())
@@ -351,16 +386,27 @@ class HFEngine:
             else:
                 if mask is not None:
                     mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
-                out = self.model(input_ids=picked[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                                 use_cache=True, **{cache_keyword(self.model): cache})
+                out = self.model(
+                    input_ids=picked[:, None],
+                    attention_mask=mask,
+                    position_ids=next_pos[:, None],
+                    use_cache=True,
+                    **{cache_keyword(self.model): cache},
+                )
                 cache, logits = returned_cache(out), out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         token_lists, logp_lists = tokens.cpu().tolist(), logps.cpu().tolist()
         counts, ended = lengths.cpu().tolist(), stopped.cpu().tolist()
-        return [Completion(token_lists[i][:counts[i]], logp_lists[i][:counts[i]] if s.logprobs else None,
-                           "stop" if ended[i] else "length") for i in range(batch)]
+        return [
+            Completion(
+                token_lists[i][: counts[i]],
+                logp_lists[i][: counts[i]] if s.logprobs else None,
+                "stop" if ended[i] else "length",
+            )
+            for i in range(batch)
+        ]
 
-    def _hits_stop(self, token_ids: list[int], stop: list[str]) -> bool:
+    def _hits_stop(self, token_ids: list[int], stop: Sequence[str]) -> bool:
         if self.tokenizer is None:
             raise RuntimeError("stop strings need the engine's tokenizer")
         text = self.tokenizer.decode(token_ids[-16:], skip_special_tokens=True)

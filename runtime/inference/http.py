@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from rlc.runtime.inference.hf import Completion, Sampling
@@ -55,25 +56,43 @@ def completion_request_sampling(body: dict) -> tuple[list[list[int]], Sampling, 
         raise ValueError("prompt must be token ids (a list of ints, or a list of such lists)")
     top_k = int(body.get("top_k", -1))
     sampling = Sampling(
-        max_generate_length=int(body.get("max_tokens", 16)), temperature=float(body.get("temperature", 1.0)),
-        top_p=float(body.get("top_p", 1.0)), top_k=-1 if top_k <= 0 else top_k, min_p=float(body.get("min_p", 0.0)),
-        repetition_penalty=float(body.get("repetition_penalty", 1.0)), stop=list(body.get("stop") or []),
-        logprobs=body.get("logprobs") is not None)
+        max_generate_length=int(body.get("max_tokens", 16)),
+        temperature=float(body.get("temperature", 1.0)),
+        top_p=float(body.get("top_p", 1.0)),
+        top_k=-1 if top_k <= 0 else top_k,
+        min_p=float(body.get("min_p", 0.0)),
+        repetition_penalty=float(body.get("repetition_penalty", 1.0)),
+        stop=tuple(body.get("stop") or ()),
+        logprobs=body.get("logprobs") is not None,
+    )
     return prompts, sampling, int(body.get("n", 1)), int(body.get("seed") or 0)
 
 
 def completion_response(model: str, completions: list[list[Completion]], tokenizer=None) -> dict:
-    choices = []
+    choices: list[dict[str, Any]] = []
     for group in completions:
         for c in group:
-            choice = {"index": len(choices), "finish_reason": c.finish_reason, "token_ids": c.token_ids,
-                      "text": tokenizer.decode(c.token_ids, skip_special_tokens=True) if tokenizer is not None else ""}
-            choice["logprobs"] = ({"tokens": [f"{_TOKEN_PREFIX}{t}" for t in c.token_ids], "token_logprobs": c.logprobs}
-                                  if c.logprobs is not None else None)
+            choice: dict[str, Any] = {
+                "index": len(choices),
+                "finish_reason": c.finish_reason,
+                "token_ids": c.token_ids,
+                "text": tokenizer.decode(c.token_ids, skip_special_tokens=True) if tokenizer is not None else "",
+            }
+            choice["logprobs"] = (
+                {"tokens": [f"{_TOKEN_PREFIX}{t}" for t in c.token_ids], "token_logprobs": c.logprobs}
+                if c.logprobs is not None
+                else None
+            )
             choices.append(choice)
     tokens = sum(len(c["token_ids"]) for c in choices)
-    return {"id": f"cmpl-{time.monotonic_ns()}", "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": choices, "usage": {"completion_tokens": tokens}}
+    return {
+        "id": f"cmpl-{time.monotonic_ns()}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {"completion_tokens": tokens},
+    }
 
 
 def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -> ThreadingHTTPServer:
@@ -119,10 +138,14 @@ def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -
                     if url.path == "/v1/completions":
                         request = json.loads(body or b"{}")
                         if request.get("model") not in (None, model_name):
-                            self._reply(404, {"error": {"message": f"model {request.get('model')!r} is not served here"}})
+                            self._reply(
+                                404, {"error": {"message": f"model {request.get('model')!r} is not served here"}}
+                            )
                             return
                         prompts, sampling, n, seed = completion_request_sampling(request)
-                        self._reply(200, completion_response(model_name, engine.generate(prompts, sampling, n, seed), tokenizer))
+                        self._reply(
+                            200, completion_response(model_name, engine.generate(prompts, sampling, n, seed), tokenizer)
+                        )
                     elif url.path == "/sleep":
                         engine.sleep(int(query.get("level", ["1"])[0]))
                         self._reply(200, {})
@@ -140,9 +163,14 @@ def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -
                         self._reply(200, {"weight_version": done})
                     elif url.path == "/rlc/init_weight_group":
                         r = json.loads(body)
-                        engine.init_weight_group(str(r["master_address"]), int(r["master_port"]), int(r["rank_offset"]),
-                                                 int(r["world_size"]), str(r["backend"]),
-                                                 override_existing=bool(r.get("override_existing", False)))
+                        engine.init_weight_group(
+                            str(r["master_address"]),
+                            int(r["master_port"]),
+                            int(r["rank_offset"]),
+                            int(r["world_size"]),
+                            str(r["backend"]),
+                            override_existing=bool(r.get("override_existing", False)),
+                        )
                         self._reply(200, {"weight_group": engine.weight_group_info})
                     elif url.path == "/rlc/receive_weights":
                         r = json.loads(body)
@@ -167,7 +195,14 @@ def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -
 class RemoteEngine:
     """The engine interface over HTTP to a server at `url` (host:port, or a full http:// URL)."""
 
-    def __init__(self, url: str, *, model_name: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        model_name: str | None = None,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float | None = None,
+    ):
         if connect_timeout_s is None:  # a server may still be loading its model: wait this long for it to answer
             connect_timeout_s = float(os.environ.get("RLC_ENGINE_CONNECT_TIMEOUT_S", "300"))
         self.base = url if url.startswith(("http://", "https://")) else f"http://{url}"
@@ -176,7 +211,7 @@ class RemoteEngine:
         self.weight_version = 0
         self.wanted_name, self.model_name = model_name, model_name
 
-    def connect(self) -> str:
+    def connect(self) -> str | None:
         """Wait until the server answers, check it serves the model asked for; its model name."""
         model_name = self.wanted_name
         deadline = time.monotonic() + self.connect_timeout_s
@@ -191,11 +226,20 @@ class RemoteEngine:
         served = [m["id"] for m in models.get("data", [])]
         self.model_name = model_name or (served[0] if served else None)
         if model_name is not None and model_name not in served:
-            raise EngineHTTPError(f"{self.base} serves {served}, not {model_name!r} (generator.inference_engine.served_model_name)")
+            raise EngineHTTPError(
+                f"{self.base} serves {served}, not {model_name!r} (generator.inference_engine.served_model_name)"
+            )
         return self.model_name
 
-    def _call(self, method: str, path: str, payload: dict | None = None, data: bytes | None = None,
-              headers: dict | None = None, timeout: float | None = None) -> dict:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        payload: dict | None = None,
+        data: bytes | None = None,
+        headers: dict | None = None,
+        timeout: float | None = None,
+    ) -> dict:
         if payload is not None:
             data, headers = json.dumps(payload).encode(), {"Content-Type": "application/json", **(headers or {})}
         request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers or {})
@@ -213,13 +257,26 @@ class RemoteEngine:
             raise EngineHTTPError(f"{method} {self.base}{path}: {getattr(exc, 'reason', exc)}") from None
         return json.loads(text or b"{}")
 
-    def generate(self, prompts: list[list[int]], sampling: Sampling, n: int = 1, seed: int = 0) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[list[int]], sampling: Sampling, n: int = 1, seed: int = 0
+    ) -> list[list[Completion]]:
         if not prompts:
             return []
-        body = {"model": self.model_name, "prompt": prompts, "n": n, "max_tokens": sampling.max_generate_length,
-                "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-                "min_p": sampling.min_p, "repetition_penalty": sampling.repetition_penalty, "seed": seed,
-                "logprobs": 0, "return_tokens_as_token_ids": True, "skip_special_tokens": False}
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "prompt": prompts,
+            "n": n,
+            "max_tokens": sampling.max_generate_length,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "min_p": sampling.min_p,
+            "repetition_penalty": sampling.repetition_penalty,
+            "seed": seed,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+        }
         if sampling.stop:
             body["stop"] = sampling.stop
         choices = self._call("POST", "/v1/completions", body)["choices"]
@@ -227,7 +284,7 @@ class RemoteEngine:
             raise EngineHTTPError(f"{self.base} returned {len(choices)} completions for {len(prompts)} prompts x n={n}")
         choices.sort(key=lambda c: c["index"])
         out = [_completion(c, sampling.logprobs) for c in choices]
-        return [out[i * n:(i + 1) * n] for i in range(len(prompts))]
+        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def sleep(self, level: int = 1) -> None:
         self._call("POST", f"/sleep?level={level}", data=b"")
@@ -247,26 +304,46 @@ class RemoteEngine:
         headers = {"Content-Type": "application/octet-stream"}
         if version is not None:
             headers["X-Weight-Version"] = str(version)
-        self.weight_version = self._call("POST", "/rlc/update_weights", data=save(tensors), headers=headers)["weight_version"]
+        self.weight_version = self._call("POST", "/rlc/update_weights", data=save(tensors), headers=headers)[
+            "weight_version"
+        ]
         return self.weight_version
 
     # -- weights over a broadcast group ---------------------------------------------------------------
 
-    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str,
-                          override_existing: bool = False) -> None:
+    def init_weight_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        override_existing: bool = False,
+    ) -> None:
         """Have the server join trainer rank 0's weight-update group as `rank`; returns once it has joined.
 
         A server still in another group (from a run whose trainer is gone) leaves it with
         `override_existing`; without, it answers 409 and this raises `EngineHTTPError` naming that group.
         """
-        self._call("POST", "/rlc/init_weight_group", {
-            "master_address": master_address, "master_port": master_port, "rank_offset": rank,
-            "world_size": world_size, "backend": backend, "override_existing": override_existing})
+        self._call(
+            "POST",
+            "/rlc/init_weight_group",
+            {
+                "master_address": master_address,
+                "master_port": master_port,
+                "rank_offset": rank,
+                "world_size": world_size,
+                "backend": backend,
+                "override_existing": override_existing,
+            },
+        )
 
     def receive_weights(self, metas: list[WeightMeta], version: int | None = None) -> int:
         """Have the server receive and load the broadcast trainer rank 0 sends now (`weight_sync.send_weights`)."""
-        body = {"metas": [{"name": m.name, "dtype": m.dtype, "shape": list(m.shape)} for m in metas],
-                "version": version}
+        body: dict[str, Any] = {
+            "metas": [{"name": m.name, "dtype": m.dtype, "shape": list(m.shape)} for m in metas],
+            "version": version,
+        }
         self.weight_version = self._call("POST", "/rlc/receive_weights", body)["weight_version"]
         return self.weight_version
 
@@ -282,7 +359,7 @@ def _completion(choice: dict, want_logprobs: bool) -> Completion:
     ids = choice.get("token_ids")
     lp = choice.get("logprobs") or {}
     if ids is None:  # vLLM without token ids in the choice: read them from the token_id:N tokens
-        ids = [int(t[len(_TOKEN_PREFIX):]) for t in lp.get("tokens") or [] if t.startswith(_TOKEN_PREFIX)]
+        ids = [int(t[len(_TOKEN_PREFIX) :]) for t in lp.get("tokens") or [] if t.startswith(_TOKEN_PREFIX)]
     logprobs = lp.get("token_logprobs") if want_logprobs else None
     finish = "stop" if choice.get("finish_reason") == "stop" else "length"
     return Completion(list(ids), list(logprobs) if logprobs is not None else None, finish)
@@ -302,8 +379,13 @@ def main(argv: list[str] | None = None) -> int:
 
     path = local_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    engine = HFEngine(path, dtype=args.dtype, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                      tokenizer=tokenizer)
+    engine = HFEngine(
+        path,
+        dtype=args.dtype,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tokenizer=tokenizer,
+    )
     server = make_server(engine, args.host, args.port, args.name or args.model, tokenizer)
     print(f"rlc: serving {args.model} at http://{args.host}:{server.server_address[1]}", flush=True)
     try:

@@ -25,9 +25,18 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _WORKER_EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
 
 
-def engine_kwargs(ie, *, model: str, seed: int, max_model_len: int | None = None, colocated: bool = False,
-                  rope_scaling: dict | None = None, rope_theta: float | None = None, lora_rank: int = 0,
-                  max_loras: int = 1) -> dict:
+def engine_kwargs(
+    ie,
+    *,
+    model: str,
+    seed: int,
+    max_model_len: int | None = None,
+    colocated: bool = False,
+    rope_scaling: dict | None = None,
+    rope_theta: float | None = None,
+    lora_rank: int = 0,
+    max_loras: int = 1,
+) -> dict:
     """`vllm.LLM(**...)` keywords for one engine from `generator.inference_engine` (`ie`).
 
     `seed` should differ between engines; `colocated` (trainer.placement.colocate_all) turns on sleep
@@ -49,7 +58,8 @@ def engine_kwargs(ie, *, model: str, seed: int, max_model_len: int | None = None
         "max_num_batched_tokens": ie.max_num_batched_tokens,
         # A one-GPU engine runs its worker in the actor itself ("uni"), on the GPU Ray gave the actor.
         "distributed_executor_backend": (
-            "uni" if ie.tensor_parallel_size * ie.pipeline_parallel_size == 1 else ie.distributed_executor_backend),
+            "uni" if ie.tensor_parallel_size * ie.pipeline_parallel_size == 1 else ie.distributed_executor_backend
+        ),
         # Log-probs after penalties, temperature and top-k/top-p/min-p: with those filters off (the default),
         # log_softmax(logits / T), what the trainer computes; vLLM's default (raw) ignores the temperature.
         "logprobs_mode": "processed_logprobs",
@@ -65,8 +75,12 @@ def engine_kwargs(ie, *, model: str, seed: int, max_model_len: int | None = None
         # vLLM 0.30 has no rope arguments; a callable override edits the config before vLLM checks its RoPE.
         kwargs["hf_overrides"] = functools.partial(rope_override, rope_scaling=rope_scaling, rope_theta=rope_theta)
     if lora_rank > 0:
-        kwargs.update(enable_lora=True, max_lora_rank=lora_max_rank(lora_rank), max_loras=max_loras,
-                      fully_sharded_loras=ie.fully_sharded_loras)
+        kwargs.update(
+            enable_lora=True,
+            max_lora_rank=lora_max_rank(lora_rank),
+            max_loras=max_loras,
+            fully_sharded_loras=ie.fully_sharded_loras,
+        )
     kwargs.update(ie.engine_init_kwargs or {})
     return kwargs
 
@@ -124,8 +138,7 @@ def sampling_kwargs(sampling: Sampling, n: int, seed: int | None, additional_kwa
 
 def completions(outputs, logprobs: bool) -> list[list[Completion]]:
     """vLLM `RequestOutput`s (one per prompt, in prompt order) as the engine interface's completions."""
-    return [[_completion(o, logprobs) for o in sorted(request.outputs, key=lambda o: o.index)]
-            for request in outputs]
+    return [[_completion(o, logprobs) for o in sorted(request.outputs, key=lambda o: o.index)] for request in outputs]
 
 
 def _completion(out, logprobs: bool) -> Completion:
@@ -150,9 +163,18 @@ class VLLMEngine:
     `AsyncLLM`.
     """
 
-    def __init__(self, model_path: str, *, dtype: str | None = None, device: str = "cuda",
-                 pad_token_id: int | None = None, eos_token_id: int | None = None, tokenizer=None,
-                 engine_args: dict | None = None, env: dict | None = None):
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str | None = None,
+        device: str = "cuda",
+        pad_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        tokenizer=None,
+        engine_args: dict | None = None,
+        env: dict | None = None,
+    ):
         """`engine_args` come from `engine_kwargs` (`dtype` applies only when they name none), `env` from
         `engine_env`. vLLM places the model itself (`device` is unused) and reads the tokenizer from the
         model path (`tokenizer` is unused)."""
@@ -177,8 +199,9 @@ class VLLMEngine:
 
     # -- the engine interface ------------------------------------------------------------------------
 
-    def generate(self, prompts: list[list[int]], sampling: Sampling, n: int = 1,
-                 seed: int = 0) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[list[int]], sampling: Sampling, n: int = 1, seed: int = 0
+    ) -> list[list[Completion]]:
         """`n` completions for each prompt (token ids), in prompt order."""
         if self._asleep:
             raise RuntimeError(f"the engine is asleep ({', '.join(sorted(self._asleep))}): wake_up before generate")
@@ -192,13 +215,17 @@ class VLLMEngine:
         copies = n if sampling.temperature == 0 else 1
         per_request = n // copies
         # Samples of prompt i use seeds seed + i*n ... seed + i*n + n - 1 (vLLM gives sample k of a request seed + k).
-        params = [self._vllm.SamplingParams(**sampling_kwargs(sampling, per_request,
-                                                              (seed + i * n + j * per_request) % 2**63, extra))
-                  for i in range(len(prompts)) for j in range(copies)]
+        params = [
+            self._vllm.SamplingParams(
+                **sampling_kwargs(sampling, per_request, (seed + i * n + j * per_request) % 2**63, extra)
+            )
+            for i in range(len(prompts))
+            for j in range(copies)
+        ]
         requests = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompts for _ in range(copies)]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         flat = [c for group in completions(outputs, sampling.logprobs) for c in group]
-        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def sleep(self, level: int = 1) -> None:
         """Level 1 keeps the weights in CPU memory, level 2 drops them; both drop the KV cache."""
@@ -230,9 +257,16 @@ class VLLMEngine:
 
     # -- weight sync over a broadcast group or CUDA IPC (GPU only) --------------------------------------
 
-    def init_weight_group(self, master_address: str, master_port: int, rank: int, world_size: int,
-                          backend: str = "nccl", group_name: str = WEIGHT_GROUP,
-                          override_existing: bool = False) -> list[int]:
+    def init_weight_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank: int,
+        world_size: int,
+        backend: str = "nccl",
+        group_name: str = WEIGHT_GROUP,
+        override_existing: bool = False,
+    ) -> list[int]:
         """Every worker joins trainer rank 0's broadcast group (call it while the trainer joins); `rank` is
         this engine's first worker's, the others follow it (TP x PP of them). Returns the workers' ranks.
 
@@ -246,16 +280,18 @@ class VLLMEngine:
             if not override_existing:
                 raise WeightGroupExists(f"this engine is already in a weight-update group whose master is {old}")
             self.close_weight_group()
-        ranks = self._rpc("rlc_init_weight_update_group", master_address, master_port, rank, world_size, backend,
-                          group_name)
+        ranks = self._rpc(
+            "rlc_init_weight_update_group", master_address, master_port, rank, world_size, backend, group_name
+        )
         self._group_master = f"{master_address}:{master_port}"
         return ranks
 
     def receive_weights(self, metas: list, version: int | None = None) -> int:
         """Receive and load the weights trainer rank 0 broadcasts now (`weight_sync.send_weights`); `metas`
         are its `weight_sync.WeightMeta`s, in sending order."""
-        self._rpc("rlc_receive_weights", [m.name for m in metas], [m.dtype for m in metas],
-                  [list(m.shape) for m in metas])
+        self._rpc(
+            "rlc_receive_weights", [m.name for m in metas], [m.dtype for m in metas], [list(m.shape) for m in metas]
+        )
         return self.finish_weight_update(version)
 
     def close_weight_group(self) -> None:

@@ -14,6 +14,7 @@ by name in each worker, and the tests import it without vLLM.
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import torch
 
@@ -29,6 +30,11 @@ def gpu_uuid(device_index: int) -> str:
 class WeightSyncExtension:
     """Weight loading methods mixed into vLLM's worker. Names start with `rlc_` (vLLM refuses an
     extension whose attributes clash with the worker's)."""
+
+    # Set by the vLLM worker this class is mixed into.
+    device: Any
+    parallel_config: Any
+    model_runner: Any
 
     def rlc_call(self, request: bytes):
         """Run `rlc_<method>(*args)` from pickled bytes: what crosses into an engine core running in its
@@ -47,8 +53,15 @@ class WeightSyncExtension:
         self._rlc_load((name, t.to(self.device)) for name, t in weights.items())
         return len(weights)
 
-    def rlc_init_weight_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                                     backend: str = "nccl", group_name: str = WEIGHT_GROUP) -> int:
+    def rlc_init_weight_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        backend: str = "nccl",
+        group_name: str = WEIGHT_GROUP,
+    ) -> int:
         """Join the broadcast group trainer rank 0 hosts; returns this worker's rank in it.
 
         Run on every worker while the trainer calls `weight_sync.init_group` with rank 0 (each side
@@ -59,8 +72,9 @@ class WeightSyncExtension:
 
         pc = self.parallel_config
         rank = rank_offset + pc.data_parallel_index * pc.world_size + pc.rank
-        self._rlc_group = init_group(master_address, master_port, rank, world_size, backend=backend,
-                                     group_name=group_name)
+        self._rlc_group = init_group(
+            master_address, master_port, rank, world_size, backend=backend, group_name=group_name
+        )
         return rank
 
     def rlc_receive_weights(self, names: list[str], dtypes: list, shapes: list) -> int:
@@ -96,8 +110,9 @@ class WeightSyncExtension:
 
         mine = gpu_uuid(self.device.index)
         if mine not in handles_by_gpu_uuid:
-            raise RuntimeError(f"no weight bucket for this worker's GPU {mine}; the trainer shared "
-                               f"{sorted(handles_by_gpu_uuid)}")
+            raise RuntimeError(
+                f"no weight bucket for this worker's GPU {mine}; the trainer shared {sorted(handles_by_gpu_uuid)}"
+            )
         buffer = open_ipc_handle(handles_by_gpu_uuid[mine], self.device.index)
         entries = [e if isinstance(e, BucketEntry) else BucketEntry(**e) for e in entries]
         self._rlc_load(unpack_bucket(buffer, entries))

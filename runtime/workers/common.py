@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import socket
+from typing import Any
 
 import torch
-
 from rlc.core.job import WorkerSettings  # noqa: F401  (re-exported for the workers)
 from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import token_weights
@@ -55,6 +55,14 @@ class TrainWorker:
     group, and handing the policy's weights to the engines. Subclasses set `s` (WorkerSettings), `rank`,
     `world_size` and `lora`, and define `full_state_dict`."""
 
+    s: WorkerSettings
+    rank: int
+    world_size: int
+    lora: Any
+
+    def full_state_dict(self, dtype: str | None = None, adapters_only: bool = False) -> dict | None:
+        raise NotImplementedError
+
     def node_ip(self) -> str:
         """The address of the node this process runs on (as Ray sees it)."""
         import ray
@@ -95,8 +103,13 @@ class TrainWorker:
             pin_gloo_interface()
             # A rank whose peer died waits this long in a collective before failing (RLC_DIST_TIMEOUT_S, default 30 min).
             timeout = datetime.timedelta(seconds=float(os.environ.get("RLC_DIST_TIMEOUT_S", "1800")))
-            dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
-                                    world_size=self.world_size, timeout=timeout)
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://{master_addr}:{master_port}",
+                rank=self.rank,
+                world_size=self.world_size,
+                timeout=timeout,
+            )
 
     def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None:
         """Global rank 0 joins the weight-sync group (rank 0 of it) with every engine worker; other ranks stay out."""
@@ -118,8 +131,9 @@ class TrainWorker:
         return pack(full) if full is not None else None
 
 
-def policy_objective(algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: dict, totals: dict,
-                     max_seq_len: int | None) -> tuple[torch.Tensor, dict]:
+def policy_objective(
+    algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: dict, totals: dict, max_seq_len: int | None
+) -> tuple[torch.Tensor, dict]:
     """The policy's loss on one micro-batch (its share of the mini-batch's) and its metrics, from the
     response tokens' log-probs and entropies."""
     a = algorithm
@@ -127,12 +141,18 @@ def policy_objective(algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: d
     # No old log-probs: this is the only update on the batch, so the old policy is the current one.
     old = mb["old_logprobs"] if "old_logprobs" in mb else logp.detach()
     token_loss, parts = get_policy_loss(a.policy_loss_type)(
-        logp, old, mb["advantages"], mask, **get_policy_loss_options(a.policy_loss_type, a))
+        logp, old, mb["advantages"], mask, **get_policy_loss_options(a.policy_loss_type, a)
+    )
     token_loss = torch.where(mask.bool(), token_loss, 0.0)  # NaN * 0 would still be NaN
     if "is_weight" in mb:  # off-policy correction: truncated importance weights, decided by the driver
         token_loss = token_loss * mb["is_weight"]
-    w = token_weights(mask, a.loss_reduction, total_tokens=totals["tokens"], total_sequences=totals["sequences"],
-                      max_seq_len=max_seq_len)
+    w = token_weights(
+        mask,
+        a.loss_reduction,
+        total_tokens=totals["tokens"],
+        total_sequences=totals["sequences"],
+        max_seq_len=max_seq_len,
+    )
     policy = (token_loss * w).sum()
     loss = policy
     # Share of the mini-batch's trained tokens in this micro-batch: metrics below sum to means over ranks (over

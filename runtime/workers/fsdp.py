@@ -31,6 +31,7 @@ from rlc.runtime.workers.common import (
 
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
 
+
 def _base(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model inside a PEFT wrapper (or the model itself)."""
     get = getattr(model, "get_base_model", None)
@@ -51,8 +52,9 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(getattr(self, head_name).bias)
 
     def forward(self, input_ids, attention_mask, position_ids, **kwargs):
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               **kwargs).last_hidden_state
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs
+        ).last_hidden_state
         return getattr(self, self.head_name)(hidden).squeeze(-1).clone()  # not a view: FSDP hooks the output
 
 
@@ -66,7 +68,10 @@ class FSDPWorker(TrainWorker):
         self.rank, self.world_size = rank, world_size
         lora = getattr(getattr(config, "model", None), "lora", None)
         self.lora = bool(lora is not None and lora.rank > 0 and settings.role != "ref")
-        self.model = self.optimizer = self.scheduler = None
+        # Built in setup(), once the process group exists.
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.scheduler: Any = None
         self.optimizer_steps = 0
         self.share_prompts = True  # run each distinct prompt of a micro-batch once (`_shared_prompt_logits`)
 
@@ -84,7 +89,9 @@ class FSDPWorker(TrainWorker):
             if self.world_size % shard:
                 raise ValueError(f"fsdp_size {shard} does not divide the {self.s.role} world size {self.world_size}")
             # Hybrid sharding: parameters sharded within groups of fsdp_size ranks, replicated across the groups.
-            self.mesh = init_device_mesh(self.s.device, (self.world_size // shard, shard), mesh_dim_names=("replicate", "shard"))
+            self.mesh = init_device_mesh(
+                self.s.device, (self.world_size // shard, shard), mesh_dim_names=("replicate", "shard")
+            )
         else:
             self.mesh = init_device_mesh(self.s.device, (self.world_size,), mesh_dim_names=("fsdp",))
         self.model = self._build_model()
@@ -96,10 +103,12 @@ class FSDPWorker(TrainWorker):
             # same update in one pass per parameter (1.4 ms -> 0.24 ms a step for rlc:tiny). CUDA keeps the
             # default (foreach).
             fused = {"fused": True} if self.s.device == "cpu" else {}
-            self.optimizer = torch.optim.AdamW(trainable, lr=opt.lr, betas=tuple(opt.adam_betas),
-                                               weight_decay=opt.weight_decay, **fused)
+            self.optimizer = torch.optim.AdamW(
+                trainable, lr=opt.lr, betas=tuple(opt.adam_betas), weight_decay=opt.weight_decay, **fused
+            )
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                self.optimizer, lr_lambda(opt.scheduler, opt.num_warmup_steps, self.s.total_optimizer_steps))
+                self.optimizer, lr_lambda(opt.scheduler, opt.num_warmup_steps, self.s.total_optimizer_steps)
+            )
 
     def _packing(self) -> bool:
         """use_sample_packing where it saves work: with flash attention's variable-length kernels. sdpa and
@@ -112,8 +121,10 @@ class FSDPWorker(TrainWorker):
 
         why = packing_unsupported(config)
         if why:
-            print(f"rlc: {self.s.role} rank {self.rank}: use_sample_packing is on but {why}; micro-batches stay padded",
-                  flush=True)
+            print(
+                f"rlc: {self.s.role} rank {self.rank}: use_sample_packing is on but {why}; micro-batches stay padded",
+                flush=True,
+            )
         return why is None
 
     def layout(self) -> dict:
@@ -124,16 +135,17 @@ class FSDPWorker(TrainWorker):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         from transformers import AutoModelForCausalLM
 
-        kwargs = {}
+        load_kwargs: dict[str, Any] = {}
         if self.s.device == "cuda" and self.s.bf16 and self.s.sample_packing:
             import importlib.util
 
             if importlib.util.find_spec("flash_attn") is not None:  # packed micro-batches on its varlen kernels
-                kwargs["attn_implementation"] = "flash_attention_2"
-        lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32, **kwargs)
+                load_kwargs["attn_implementation"] = "flash_attention_2"
+        lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32, **load_kwargs)
         if self.s.gradient_checkpointing and self.s.role != "ref":
             lm.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": self.s.gradient_checkpointing_use_reentrant})
+                gradient_checkpointing_kwargs={"use_reentrant": self.s.gradient_checkpointing_use_reentrant}
+            )
         lm.config.use_cache = False
         lora = getattr(self.config.model, "lora", None)
         if lora is not None and lora.rank > 0 and self.s.role != "ref":
@@ -145,12 +157,17 @@ class FSDPWorker(TrainWorker):
         if self.s.bf16:
             mpc = fsdp.mixed_precision
             names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-            mp = MixedPrecisionPolicy(param_dtype=names[mpc.param_dtype] if mpc else torch.bfloat16,
-                                      reduce_dtype=names[mpc.reduce_dtype] if mpc else torch.float32)
+            mp = MixedPrecisionPolicy(
+                param_dtype=names[mpc.param_dtype] if mpc else torch.bfloat16,
+                reduce_dtype=names[mpc.reduce_dtype] if mpc else torch.float32,
+            )
         reshard = fsdp.reshard_after_forward  # True, False, or an int: reshard to groups of that many ranks
-        kwargs: dict[str, Any] = {"mesh": self.mesh,
-                                  "reshard_after_forward": reshard if isinstance(reshard, int) and not isinstance(reshard, bool)
-                                  else bool(reshard)}
+        kwargs: dict[str, Any] = {
+            "mesh": self.mesh,
+            "reshard_after_forward": reshard
+            if isinstance(reshard, int) and not isinstance(reshard, bool)
+            else bool(reshard),
+        }
         if mp is not None:
             kwargs["mp_policy"] = mp
         if fsdp.cpu_offload and self.s.device == "cuda":
@@ -161,8 +178,12 @@ class FSDPWorker(TrainWorker):
             # One CPU rank has nothing to shard and no dtype policy to apply: FSDP would only add hooks and
             # single-member collectives to every layer. Like torchtitan, train the plain module then.
             return model
-        layer_classes = set(fsdp.wrap_policy.get("transformer_layer_cls_to_wrap") or getattr(model, "_no_split_modules", None)
-                            or getattr(_base(model), "_no_split_modules", None) or [])
+        layer_classes = set(
+            fsdp.wrap_policy.get("transformer_layer_cls_to_wrap")
+            or getattr(model, "_no_split_modules", None)
+            or getattr(_base(model), "_no_split_modules", None)
+            or []
+        )
         for module in model.modules():
             if type(module).__name__ in layer_classes:
                 fully_shard(module, **kwargs)
@@ -196,11 +217,12 @@ class FSDPWorker(TrainWorker):
             mask = None if bool(attn[:, :plen].all()) else attn
             if self.s.role == "critic":
                 values = self.model(input_ids=ids, attention_mask=mask, position_ids=positions)
-                return values[:, plen - 1:].float(), None
+                return values[:, plen - 1 :].float(), None
             logits = self._shared_prompt_logits(ids, mask, positions, plen)
             if logits is None:
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                    **self._keep(length)).logits[:, -length:]
+                logits = self.model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep(length)
+                ).logits[:, -length:]
         logp = token_log_probs(logits, mb["response_ids"], self.s.temperature)
         entropy = entropy_from_logits(logits, self.s.temperature) if want_entropy else None
         return logp, entropy
@@ -224,8 +246,12 @@ class FSDPWorker(TrainWorker):
         repeated prompts, no response positions) or cannot run (gradient checkpointing turns the cache off).
         """
         rows = ids.shape[0]
-        if (not self.share_prompts or plen < 1 or ids.shape[1] <= plen
-                or (self.s.gradient_checkpointing and self.model.training)):
+        if (
+            not self.share_prompts
+            or plen < 1
+            or ids.shape[1] <= plen
+            or (self.s.gradient_checkpointing and self.model.training)
+        ):
             return None
         # Rows share a prompt when its tokens and its padding are the same (`attn` None: no row is padded).
         real = attn[:, :plen] if attn is not None else torch.ones_like(ids[:, :plen])
@@ -236,12 +262,22 @@ class FSDPWorker(TrainWorker):
 
         cache = DynamicCache(config=_base(self.model).config)
         prompt_ids, prompt_attn = prompts[:, :plen], prompts[:, plen:]
-        first = self.model(input_ids=prompt_ids, attention_mask=prompt_attn if attn is not None else None,
-                           position_ids=(prompt_attn.cumsum(-1) - 1).clamp(min=0), use_cache=True,
-                           **{cache_keyword(self.model): cache}, **self._keep(1))
+        first = self.model(
+            input_ids=prompt_ids,
+            attention_mask=prompt_attn if attn is not None else None,
+            position_ids=(prompt_attn.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True,
+            **{cache_keyword(self.model): cache},
+            **self._keep(1),
+        )
         cache.batch_select_indices(inverse)  # each row gets its prompt's keys and values (a differentiable gather)
-        rest = self.model(input_ids=ids[:, plen:], attention_mask=attn, position_ids=positions[:, plen:],
-                          use_cache=True, **{cache_keyword(self.model): cache})
+        rest = self.model(
+            input_ids=ids[:, plen:],
+            attention_mask=attn,
+            position_ids=positions[:, plen:],
+            use_cache=True,
+            **{cache_keyword(self.model): cache},
+        )
         return torch.cat([first.logits[:, -1:][inverse], rest.logits], 1)
 
     @torch.no_grad()
@@ -281,7 +317,9 @@ class FSDPWorker(TrainWorker):
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.optimizer_steps += 1
-        sums.update(grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0], skipped=float(not math.isfinite(grad_norm)))
+        sums.update(
+            grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0], skipped=float(not math.isfinite(grad_norm))
+        )
         return sums
 
     def _policy_loss(self, mb: dict, totals: dict) -> tuple[torch.Tensor, dict]:
@@ -325,7 +363,7 @@ class FSDPWorker(TrainWorker):
         self._free_ipc_bucket()
         device = torch.device("cuda", torch.cuda.current_device())
         stream = iter_full_params(self.model, DTYPES.get(dtype or ""), device, rank0_only=False)
-        self._ipc_buckets = ipc_buckets(stream, threshold_bytes, device)
+        self._ipc_buckets: Any = ipc_buckets(stream, threshold_bytes, device)
 
     @torch.no_grad()
     def next_ipc_bucket(self) -> tuple[dict, list] | None:
@@ -378,15 +416,20 @@ class FSDPWorker(TrainWorker):
         if self.optimizer is not None:
             state["optim"] = get_optimizer_state_dict(self.model, self.optimizer)
         dcp.save(state, checkpoint_id=directory)
-        extra = {"rng": torch.get_rng_state(), "optimizer_steps": self.optimizer_steps,
-                 "scheduler": self.scheduler.state_dict() if self.scheduler else None}
+        extra = {
+            "rng": torch.get_rng_state(),
+            "optimizer_steps": self.optimizer_steps,
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+        }
         if self.s.device == "cuda":
             extra["cuda_rng"] = torch.cuda.get_rng_state()
         torch.save(extra, Path(directory) / f"extra_rank{self.rank}.pt")
         if self.s.device == "cuda" and getattr(self.config, "record_memory", False) and self.s.memory_snapshot_dir:
             out = Path(self.s.memory_snapshot_dir)
             out.mkdir(parents=True, exist_ok=True)  # open the pickle at pytorch.org/memory_viz
-            torch.cuda.memory._dump_snapshot(str(out / f"{self.s.role}_rank{self.rank}_step{self.optimizer_steps}.pickle"))
+            torch.cuda.memory._dump_snapshot(
+                str(out / f"{self.s.role}_rank{self.rank}_step{self.optimizer_steps}.pickle")
+            )
         dist.barrier()
 
     def load_checkpoint(self, directory: str) -> None:

@@ -38,8 +38,14 @@ from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_l
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
 
 # Fused kernels are CUDA code: a CPU run turns them off whatever the spec says.
-_CPU_OFF = dict(bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
-                gradient_accumulation_fusion=False, apply_rope_fusion=False, bias_dropout_fusion=False)
+_CPU_OFF = dict(
+    bias_activation_fusion=False,
+    masked_softmax_fusion=False,
+    persist_layer_norm=False,
+    gradient_accumulation_fusion=False,
+    apply_rope_fusion=False,
+    bias_dropout_fusion=False,
+)
 
 
 def _quiet() -> None:
@@ -47,10 +53,15 @@ def _quiet() -> None:
     Apex/TransformerEngine, its own deprecated calls) are not shown; real warnings still are."""
     import warnings
 
-    for message in ("Apex is not installed", "Transformer Engine and Apex are not installed", "full scope is deprecated",
-                    "The .grad attribute of a Tensor that is not a leaf", "Please use DTensor instead",
-                    "`load_state_dict` is deprecated",
-                    r"`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated"):
+    for message in (
+        "Apex is not installed",
+        "Transformer Engine and Apex are not installed",
+        "full scope is deprecated",
+        "The .grad attribute of a Tensor that is not a leaf",
+        "Please use DTensor instead",
+        "`load_state_dict` is deprecated",
+        r"`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
+    ):
         warnings.filterwarnings("ignore", message=message)
 
 
@@ -76,8 +87,9 @@ def _have_te() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
 
 
-def vocab_parallel_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, vocab_size: int,
-                            want_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def vocab_parallel_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, vocab_size: int, want_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `targets` (and the entropy) from this tensor rank's slice of the vocabulary's logits.
 
     The softmax normaliser and the target's logit are summed over the tensor-parallel group (forward:
@@ -123,7 +135,9 @@ class MegatronWorker(TrainWorker):
         self.s, self.config, self.algorithm = settings, config, algorithm
         self.mc = config.megatron_config
         self.rank, self.world_size = rank, world_size
-        self.model = self.optimizer = None
+        # Built in setup(), once the process groups exist.
+        self.model: Any = None
+        self.optimizer: Any = None
         self.optimizer_steps = 0
         self.lora = False
         self._schedule = lr_lambda("constant", 0, 1)
@@ -160,14 +174,17 @@ class MegatronWorker(TrainWorker):
         mc = self.mc
         model_parallel = mc.tensor_model_parallel_size * mc.pipeline_model_parallel_size * mc.context_parallel_size
         if self.world_size % model_parallel:
-            raise ValueError(f"the {self.s.role} world size {self.world_size} is not divisible by tp*pp*cp = {model_parallel}")
+            raise ValueError(
+                f"the {self.s.role} world size {self.world_size} is not divisible by tp*pp*cp = {model_parallel}"
+            )
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(
                 tensor_model_parallel_size=mc.tensor_model_parallel_size,
                 pipeline_model_parallel_size=mc.pipeline_model_parallel_size,
                 context_parallel_size=mc.context_parallel_size,
                 expert_model_parallel_size=mc.expert_model_parallel_size,
-                expert_tensor_parallel_size=mc.expert_tensor_parallel_size)
+                expert_tensor_parallel_size=mc.expert_tensor_parallel_size,
+            )
         self.tp, self.tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
         self.pp, self.pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
         self.dp, self.dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
@@ -195,12 +212,17 @@ class MegatronWorker(TrainWorker):
             context_parallel_size=mc.context_parallel_size,
             expert_model_parallel_size=mc.expert_model_parallel_size,
             expert_tensor_parallel_size=mc.expert_tensor_parallel_size,
-            bf16=dtype == torch.bfloat16, params_dtype=dtype, pipeline_dtype=dtype,
-            use_cpu_initialization=True)  # weights are loaded into CPU tensors, then moved
+            bf16=dtype == torch.bfloat16,
+            params_dtype=dtype,
+            pipeline_dtype=dtype,
+            use_cpu_initialization=True,
+        )  # weights are loaded into CPU tensors, then moved
         if getattr(self.hf_config, "num_experts", None) or getattr(self.hf_config, "num_local_experts", None):
-            kwargs.update(moe_token_dispatcher_type=mc.moe_token_dispatcher_type,
-                          moe_router_load_balancing_type=mc.moe_router_load_balancing_type,
-                          moe_grouped_gemm=mc.moe_grouped_gemm)
+            kwargs.update(
+                moe_token_dispatcher_type=mc.moe_token_dispatcher_type,
+                moe_router_load_balancing_type=mc.moe_router_load_balancing_type,
+                moe_grouped_gemm=mc.moe_grouped_gemm,
+            )
             if mc.moe_router_score_function is not None:
                 kwargs["moe_router_score_function"] = mc.moe_router_score_function
             if mc.moe_router_enable_expert_bias is not None:
@@ -221,11 +243,15 @@ class MegatronWorker(TrainWorker):
             self.arch = mw.layout_from_hf(self.hf_config, self.tp, fused_norms=te)
         except mw.UnsupportedModel as exc:
             if not _have_bridge():
-                raise RuntimeError(f"{exc}. Megatron-Bridge (pip install megatron-bridge, Python >= 3.12) converts more "
-                                   "architectures; rlc uses it for models its own conversion does not cover") from None
+                raise RuntimeError(
+                    f"{exc}. Megatron-Bridge (pip install megatron-bridge, Python >= 3.12) converts more "
+                    "architectures; rlc uses it for models its own conversion does not cover"
+                ) from None
             if self.cp > 1:
-                raise RuntimeError(f"{exc}: context parallelism needs a model rlc's conversion covers (Llama, Qwen2, "
-                                   "Mistral); Megatron-Bridge builds this one") from None
+                raise RuntimeError(
+                    f"{exc}: context parallelism needs a model rlc's conversion covers (Llama, Qwen2, "
+                    "Mistral); Megatron-Bridge builds this one"
+                ) from None
             self.bridge = self._build_with_bridge()
         else:
             self.bridge = None
@@ -233,8 +259,10 @@ class MegatronWorker(TrainWorker):
         lora = getattr(self.config.model, "lora", None)
         if self.s.role == "policy" and lora is not None and lora.rank > 0:
             if self.bridge is not None:
-                raise RuntimeError("LoRA under the megatron strategy needs a model rlc's conversion covers "
-                                   "(Llama, Qwen2, Mistral); this one goes through Megatron-Bridge")
+                raise RuntimeError(
+                    "LoRA under the megatron strategy needs a model rlc's conversion covers "
+                    "(Llama, Qwen2, Mistral); this one goes through Megatron-Bridge"
+                )
             from rlc.runtime.workers.megatron_lora import add_adapters
 
             add_adapters(self.gpt, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
@@ -271,12 +299,18 @@ class MegatronWorker(TrainWorker):
         self.tconfig = self.gpt.config
         cfg = self.tconfig
         vocab = self.hf_config.vocab_size
-        self.arch = mw.Layout(num_layers=cfg.num_layers, hidden_size=cfg.hidden_size,
-                              num_attention_heads=cfg.num_attention_heads,
-                              num_query_groups=cfg.num_query_groups or cfg.num_attention_heads,
-                              head_dim=cfg.kv_channels, ffn_hidden_size=cfg.ffn_hidden_size, vocab_size=vocab,
-                              padded_vocab_size=self.gpt.vocab_size, tied=self.gpt.share_embeddings_and_output_weights,
-                              qkv_bias=bool(cfg.add_qkv_bias))
+        self.arch = mw.Layout(
+            num_layers=cfg.num_layers,
+            hidden_size=cfg.hidden_size,
+            num_attention_heads=cfg.num_attention_heads,
+            num_query_groups=cfg.num_query_groups or cfg.num_attention_heads,
+            head_dim=cfg.kv_channels,
+            ffn_hidden_size=cfg.ffn_hidden_size,
+            vocab_size=vocab,
+            padded_vocab_size=self.gpt.vocab_size,
+            tied=self.gpt.share_embeddings_and_output_weights,
+            qkv_bias=bool(cfg.add_qkv_bias),
+        )
         return bridge
 
     def _build_with_rlc_conversion(self, te: bool) -> None:
@@ -285,8 +319,11 @@ class MegatronWorker(TrainWorker):
         from megatron.core.transformer.enums import AttnMaskType
 
         self.tconfig = config = self._transformer_config()
-        spec = (gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec() if te
-                else gpt_layer_specs.get_gpt_layer_local_spec())
+        spec = (
+            gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
+            if te
+            else gpt_layer_specs.get_gpt_layer_local_spec()
+        )
         # Rows are padded: a plain `causal` layer ignores the mask given to it (TransformerEngine's attention, and
         # Megatron's fused upper-triangle softmax), so padding must be masked as well.
         spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
@@ -295,8 +332,13 @@ class MegatronWorker(TrainWorker):
 
             spec.submodules.self_attention.submodules.core_attention = context_parallel_attention_class()
         kwargs = {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
-        model = GPTModel(config, transformer_layer_spec=spec, pre_process=ps.is_pipeline_first_stage(),
-                         post_process=ps.is_pipeline_last_stage(), **kwargs)
+        model = GPTModel(
+            config,
+            transformer_layer_spec=spec,
+            pre_process=ps.is_pipeline_first_stage(),
+            post_process=ps.is_pipeline_last_stage(),
+            **kwargs,
+        )
         self.gpt = model
         self._load_hf(model)
 
@@ -309,8 +351,10 @@ class MegatronWorker(TrainWorker):
         missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state")]
         if missing or unexpected:
-            raise RuntimeError(f"the converted weights do not fit the Megatron model: missing {missing[:5]}, "
-                               f"unexpected {unexpected[:5]}")
+            raise RuntimeError(
+                f"the converted weights do not fit the Megatron model: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}"
+            )
 
     def _wrap_for_training(self, model) -> None:
         from megatron.core.distributed import (
@@ -325,18 +369,31 @@ class MegatronWorker(TrainWorker):
         distributed = bool(extra.pop("use_distributed_optimizer", True))
         ddp = mc.ddp_config
         self.model = DistributedDataParallel(
-            config=self.tconfig, module=model,
+            config=self.tconfig,
+            module=model,
             ddp_config=DistributedDataParallelConfig(
-                grad_reduce_in_fp32=ddp.grad_reduce_in_fp32, overlap_grad_reduce=ddp.overlap_grad_reduce,
-                overlap_param_gather=ddp.overlap_param_gather, average_in_collective=ddp.average_in_collective,
-                use_distributed_optimizer=distributed))
+                grad_reduce_in_fp32=ddp.grad_reduce_in_fp32,
+                overlap_grad_reduce=ddp.overlap_grad_reduce,
+                overlap_param_gather=ddp.overlap_param_gather,
+                average_in_collective=ddp.average_in_collective,
+                use_distributed_optimizer=distributed,
+            ),
+        )
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         try:
             ocfg = OptimizerConfig(
-                optimizer="adam", lr=opt.lr, min_lr=0.0, weight_decay=opt.weight_decay,
-                adam_beta1=opt.adam_betas[0], adam_beta2=opt.adam_betas[1], clip_grad=opt.max_grad_norm,
-                bf16=self.tconfig.bf16, params_dtype=self.tconfig.params_dtype,
-                use_distributed_optimizer=distributed, **extra)
+                optimizer="adam",
+                lr=opt.lr,
+                min_lr=0.0,
+                weight_decay=opt.weight_decay,
+                adam_beta1=opt.adam_betas[0],
+                adam_beta2=opt.adam_betas[1],
+                clip_grad=opt.max_grad_norm,
+                bf16=self.tconfig.bf16,
+                params_dtype=self.tconfig.params_dtype,
+                use_distributed_optimizer=distributed,
+                **extra,
+            )
         except TypeError as exc:
             raise ValueError(f"trainer.{self.s.role}.megatron_config.optimizer_config_kwargs: {exc}") from None
         self.optimizer = get_megatron_optimizer(ocfg, [self.model])
@@ -356,11 +413,13 @@ class MegatronWorker(TrainWorker):
         rows = batch["response_ids"].shape[0]
         out = []
         for i in range(0, rows, size):
-            mb = {k: (v[i:i + size] if torch.is_tensor(v) else v) for k, v in batch.items()}
+            mb = {k: (v[i : i + size] if torch.is_tensor(v) else v) for k, v in batch.items()}
             short = size - mb["response_ids"].shape[0]
             if short and self.pp > 1:
-                mb = {k: (torch.cat([v, torch.zeros((short, *v.shape[1:]), dtype=v.dtype)]) if torch.is_tensor(v) else v)
-                      for k, v in mb.items()}
+                mb = {
+                    k: (torch.cat([v, torch.zeros((short, *v.shape[1:]), dtype=v.dtype)]) if torch.is_tensor(v) else v)
+                    for k, v in mb.items()
+                }
             mb["rows"] = min(size, rows - i)
             out.append(mb)
         return out
@@ -388,15 +447,17 @@ class MegatronWorker(TrainWorker):
         start, length = mb["prompt_len"] - 1, mb["response_ids"].shape[1]
         response = mb["response_ids"].to(logits.device)
         if self.cp == 1:
-            return vocab_parallel_logprobs(logits[:, start:start + length], response, self.s.temperature,
-                                           self.arch.vocab_size, want_entropy)
+            return vocab_parallel_logprobs(
+                logits[:, start : start + length], response, self.s.temperature, self.arch.vocab_size, want_entropy
+            )
         from megatron.core import parallel_state as ps
 
         held = cp_utils.local_positions(self._seq_len(mb), self.cp, self.cp_rank).to(logits.device)
         scoring = (held >= start) & (held < start + length)
         positions = held[scoring]
-        logp, entropy = vocab_parallel_logprobs(logits[:, scoring], response[:, positions - start], self.s.temperature,
-                                                self.arch.vocab_size, want_entropy)
+        logp, entropy = vocab_parallel_logprobs(
+            logits[:, scoring], response[:, positions - start], self.s.temperature, self.arch.vocab_size, want_entropy
+        )
         group = ps.get_context_parallel_group()
         logp = cp_utils.response_values(logp, positions, start, length, group)
         if entropy is not None:
@@ -412,9 +473,14 @@ class MegatronWorker(TrainWorker):
             return model(ids, positions, mask), partial(loss_fn, mb)
 
         return get_forward_backward_func()(
-            forward_step_func=step, data_iterator=iter(micro), model=[self.model], num_microbatches=len(micro),
-            seq_length=self._seq_len(micro[0]), micro_batch_size=micro[0]["input_ids"].shape[0],
-            forward_only=forward_only)
+            forward_step_func=step,
+            data_iterator=iter(micro),
+            model=[self.model],
+            num_microbatches=len(micro),
+            seq_length=self._seq_len(micro[0]),
+            micro_batch_size=micro[0]["input_ids"].shape[0],
+            forward_only=forward_only,
+        )
 
     @torch.no_grad()
     def forward(self, batch: dict) -> torch.Tensor:
@@ -425,7 +491,7 @@ class MegatronWorker(TrainWorker):
 
             def scored(mb, logits):
                 logp, _ = self._response_logprobs(logits, mb, False)
-                return logp.sum() * 0.0, {"logp": logp[:mb["rows"]].float().cpu()}
+                return logp.sum() * 0.0, {"logp": logp[: mb["rows"]].float().cpu()}
 
             outs = self._schedule_run(micro, scored, forward_only=True)
             self._maybe_empty_cache()
@@ -495,8 +561,10 @@ class MegatronWorker(TrainWorker):
         if self.bridge is not None:  # its export knows the stages
             return
         offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start
-        mine = [(mw.global_name(n, offset), tuple(p.shape), str(p.dtype).removeprefix("torch."))
-                for n, p in self._named_params()]
+        mine = [
+            (mw.global_name(n, offset), tuple(p.shape), str(p.dtype).removeprefix("torch."))
+            for n, p in self._named_params()
+        ]
         if self.pp == 1:
             self._stage_metas = [mine]
             return
@@ -511,10 +579,17 @@ class MegatronWorker(TrainWorker):
         if self.lora:
             from rlc.runtime.workers.megatron_lora import LoraLinear
 
-            merged = {f"{n}.weight": m.merged_weight() for n, m in self.gpt.named_modules() if isinstance(m, LoraLinear)}
+            merged = {
+                f"{n}.weight": m.merged_weight() for n, m in self.gpt.named_modules() if isinstance(m, LoraLinear)
+            }
         out = []
         for name, p in self.gpt.state_dict(keep_vars=True).items():
-            if not torch.is_tensor(p) or name.endswith("_extra_state") or ".lora_" in name or name.endswith(".magnitude"):
+            if (
+                not torch.is_tensor(p)
+                or name.endswith("_extra_state")
+                or ".lora_" in name
+                or name.endswith(".magnitude")
+            ):
                 continue
             name = name.replace(".base.", ".")
             out.append((name, merged.get(name, p)))
@@ -546,6 +621,7 @@ class MegatronWorker(TrainWorker):
             return
         local = {} if meta else dict(self._named_params())
         offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start
+        assert self._stage_metas is not None, "weight_metas() runs before a stream"
         for stage, metas in enumerate(self._stage_metas):
             for name, shape, dtype in metas:
                 if name == "output_layer.weight" and self.arch.tied:
@@ -574,6 +650,7 @@ class MegatronWorker(TrainWorker):
                     src = dist.get_global_rank(group, stage)
                     dist.broadcast(stacked.contiguous(), src=src, group=group)
                 if self.rank == 0:
+                    assert stacked is not None  # every rank of the group took part in the broadcast above
                     yield from mw.megatron_to_hf(name, list(stacked.cpu().unbind(0)), self.arch)
 
     def _bridge_stream(self, meta: bool) -> Iterator[tuple[str, torch.Tensor]]:
@@ -583,7 +660,9 @@ class MegatronWorker(TrainWorker):
 
         with torch.device("meta"):
             shapes = AutoModelForCausalLM.from_config(self.hf_config).state_dict()
-        names = [n for n in shapes if not (n == "lm_head.weight" and getattr(self.hf_config, "tie_word_embeddings", False))]
+        names = [
+            n for n in shapes if not (n == "lm_head.weight" and getattr(self.hf_config, "tie_word_embeddings", False))
+        ]
         if meta:
             yield from ((n, shapes[n]) for n in names)
             return
@@ -604,8 +683,10 @@ class MegatronWorker(TrainWorker):
         adapters are merged in (`adapters_only` has no effect: the engines run a plain model)."""
         cast = DTYPES.get(dtype or "")
         with self._device():
-            out = {name: (t.to(cast) if cast is not None and t.is_floating_point() else t.clone())
-                   for name, t in self._hf_stream()}
+            out = {
+                name: (t.to(cast) if cast is not None and t.is_floating_point() else t.clone())
+                for name, t in self._hf_stream()
+            }
         return out if self.rank == 0 else None
 
     @torch.no_grad()
@@ -615,7 +696,9 @@ class MegatronWorker(TrainWorker):
 
         cast = DTYPES.get(dtype or "")
         with self._device():
-            stream = ((n, t.to(cast) if cast is not None and t.is_floating_point() else t) for n, t in self._hf_stream())
+            stream = (
+                (n, t.to(cast) if cast is not None and t.is_floating_point() else t) for n, t in self._hf_stream()
+            )
             if self.rank == 0:
                 return len(send_weights(self.weight_group, stream))
             for _ in stream:
@@ -643,7 +726,8 @@ class MegatronWorker(TrainWorker):
         if self.optimizer is not None:
             kind = "fully_reshardable" if self.mc.dist_ckpt_optim_fully_reshardable else "dp_reshardable"
             state["optimizer"] = self.optimizer.sharded_state_dict(
-                state["model"], is_loading=loading, metadata={"distrib_optim_sharding_type": kind})
+                state["model"], is_loading=loading, metadata={"distrib_optim_sharding_type": kind}
+            )
         return state
 
     def save_checkpoint(self, directory: str) -> None:
@@ -695,10 +779,13 @@ class MegatronWorker(TrainWorker):
                 for p in group["params"]:
                     state = torch_opt.state[p]
                     if not state:
-                        state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                        state.update(
+                            step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p)
+                        )
             if hasattr(opt, "_set_main_param_and_optimizer_states") and not getattr(opt, "_rlc_tolerant", False):
-                opt._set_main_param_and_optimizer_states = partial(_set_held_states, opt,
-                                                                   opt._set_main_param_and_optimizer_states)
+                opt._set_main_param_and_optimizer_states = partial(
+                    _set_held_states, opt, opt._set_main_param_and_optimizer_states
+                )
                 opt._rlc_tolerant = True
 
     def _unshare_steps(self) -> None:
@@ -707,7 +794,7 @@ class MegatronWorker(TrainWorker):
         parameters every step (and with it Adam's bias correction goes wrong)."""
         for opt in getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]:
             torch_opt = getattr(opt, "optimizer", None)
-            for state in (torch_opt.state.values() if torch_opt is not None else ()):
+            for state in torch_opt.state.values() if torch_opt is not None else ():
                 if torch.is_tensor(state.get("step")):
                     state["step"] = state["step"].clone()
 
@@ -738,7 +825,9 @@ class MegatronWorker(TrainWorker):
             for buffer in self._buffers():
                 if getattr(buffer, "cpu_param", None) is None:
                     continue
-                buffer.param_data.untyped_storage().resize_(buffer.param_data.numel() * buffer.param_data.element_size())
+                buffer.param_data.untyped_storage().resize_(
+                    buffer.param_data.numel() * buffer.param_data.element_size()
+                )
                 buffer.param_data.copy_(buffer.cpu_param, non_blocking=True)
                 buffer.grad_data.untyped_storage().resize_(buffer.grad_data.numel() * buffer.grad_data.element_size())
                 buffer.grad_data.zero_()
@@ -750,7 +839,9 @@ class MegatronWorker(TrainWorker):
         torch.cuda.synchronize()
 
     def _buffers(self) -> list:
-        return list(getattr(self.model, "buffers", []) or []) + list(getattr(self.model, "expert_parallel_buffers", []) or [])
+        return list(getattr(self.model, "buffers", []) or []) + list(
+            getattr(self.model, "expert_parallel_buffers", []) or []
+        )
 
     def _move_optimizer(self, device: str) -> None:
         inner = getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]

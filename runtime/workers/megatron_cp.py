@@ -40,8 +40,12 @@ def local_positions(seq_len: int, cp: int, rank: int) -> torch.Tensor:
     if seq_len % (2 * cp):
         raise ValueError(f"a row of {seq_len} tokens does not split into {2 * cp} chunks")
     chunk = seq_len // (2 * cp)
-    return torch.cat([torch.arange(rank * chunk, (rank + 1) * chunk),
-                      torch.arange((2 * cp - 1 - rank) * chunk, (2 * cp - rank) * chunk)])
+    return torch.cat(
+        [
+            torch.arange(rank * chunk, (rank + 1) * chunk),
+            torch.arange((2 * cp - 1 - rank) * chunk, (2 * cp - rank) * chunk),
+        ]
+    )
 
 
 def gathered_positions(seq_len: int, cp: int) -> torch.Tensor:
@@ -74,7 +78,7 @@ class _GatherSequence(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)  # gloo has no reduce-scatter
-        return grad[ctx.rank * ctx.n:(ctx.rank + 1) * ctx.n], None
+        return grad[ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n], None
 
 
 class _SumOverGroup(torch.autograd.Function):
@@ -120,11 +124,19 @@ def context_parallel_attention_class():
             super().__init__(local, *args, **kwargs)
             self.cp_group = ps.get_context_parallel_group()
 
-        def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
-                    packed_seq_params=None):
+        def forward(
+            self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None, packed_seq_params=None
+        ):
             key = gather_sequence(key, self.cp_group)
             value = gather_sequence(value, self.cp_group)
-            return super().forward(query, key, value, attention_mask, attn_mask_type=attn_mask_type,
-                                   attention_bias=attention_bias, packed_seq_params=packed_seq_params)
+            return super().forward(
+                query,
+                key,
+                value,
+                attention_mask,
+                attn_mask_type=attn_mask_type,
+                attention_bias=attention_bias,
+                packed_seq_params=packed_seq_params,
+            )
 
     return ContextParallelAttention

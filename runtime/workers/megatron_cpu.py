@@ -57,7 +57,12 @@ class _CpuDevices(TorchFunctionMode):
             return args[0]
         if name == "type" and len(args) == 1 and not kwargs:
             return func(*args).replace("torch.", "torch.cuda.", 1)
-        if name == "to" and len(args) > 1 and isinstance(args[1], (str, torch.device, int)) and not isinstance(args[1], bool):
+        if (
+            name == "to"
+            and len(args) > 1
+            and isinstance(args[1], (str, torch.device, int))
+            and not isinstance(args[1], bool)
+        ):
             args = (args[0], _cpu_device(args[1]), *args[2:])
         return func(*args, **kwargs)
 

@@ -31,6 +31,7 @@ LORA_TYPES = ("lora", "canonical_lora", "dora")
 
 def target_layers(target_modules: str, exclude_modules: str | None = None) -> list[str]:
     """Megatron layer names that get adapters, from PEFT-style target/exclude module names."""
+
     def names(spec: str | None) -> set[str]:
         return {n.strip() for n in (spec or "").replace(",", " ").split() if n.strip()}
 
@@ -57,8 +58,18 @@ def _init_a(weight: torch.Tensor, method: str) -> None:
 class LoraLinear(torch.nn.Module):
     """A Megatron column- or row-parallel linear layer with adapters; returns (output, bias) as the base does."""
 
-    def __init__(self, base: torch.nn.Module, style: str, pieces: list[int], rank: int, alpha: float, dropout: float,
-                 init: str, lora_type: str, qkv_groups: tuple[int, int, int] | None = None):
+    def __init__(
+        self,
+        base: torch.nn.Module,
+        style: str,
+        pieces: list[int],
+        rank: int,
+        alpha: float,
+        dropout: float,
+        init: str,
+        lora_type: str,
+        qkv_groups: tuple[int, int, int] | None = None,
+    ):
         super().__init__()
         from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 
@@ -107,8 +118,10 @@ class LoraLinear(torch.nn.Module):
         groups, q_rows, kv_rows = self.qkv_groups
         q, k, v = parts
         lead = q.shape[:-1]
-        fused = torch.cat([q.reshape(*lead, groups, q_rows), k.reshape(*lead, groups, kv_rows),
-                           v.reshape(*lead, groups, kv_rows)], dim=-1)
+        fused = torch.cat(
+            [q.reshape(*lead, groups, q_rows), k.reshape(*lead, groups, kv_rows), v.reshape(*lead, groups, kv_rows)],
+            dim=-1,
+        )
         return fused.reshape(*lead, groups * (q_rows + 2 * kv_rows))
 
     def delta_weight(self) -> torch.Tensor:
@@ -127,7 +140,11 @@ class LoraLinear(torch.nn.Module):
         parts = []
         for a, b in zip(self.lora_A, self.lora_B):
             h = x @ a.T
-            h = copy_to_tensor_model_parallel_region(h) if self.style == "column" else reduce_from_tensor_model_parallel_region(h)
+            h = (
+                copy_to_tensor_model_parallel_region(h)
+                if self.style == "column"
+                else reduce_from_tensor_model_parallel_region(h)
+            )
             parts.append(h @ b.T)
         delta = self._layout(parts) * self.scale
         if self.lora_type != "dora":
@@ -151,8 +168,11 @@ class LoraLinear(torch.nn.Module):
 
         out = self.base.sharded_state_dict(f"{prefix}base.", sharded_offsets, metadata)
         own = {k: v for k, v in self.state_dict(prefix="", keep_vars=True).items() if not k.startswith("base.")}
-        axes = {k: (0 if self.style == "column" else 1) for k in own
-                if (k.startswith("lora_B") and self.style == "column") or (k.startswith("lora_A") and self.style == "row")}
+        axes = {
+            k: (0 if self.style == "column" else 1)
+            for k in own
+            if (k.startswith("lora_B") and self.style == "column") or (k.startswith("lora_A") and self.style == "row")
+        }
         if "magnitude" in own and self.style == "column":
             axes["magnitude"] = 0
         out.update(make_sharded_tensors_for_checkpoint(own, prefix, axes, sharded_offsets))
@@ -163,14 +183,18 @@ def add_adapters(gpt: torch.nn.Module, lora, lora_type: str, arch, tp: int) -> i
     """Wrap the targeted layers of every decoder layer of `gpt` (a GPTModel stage); returns how many."""
     layers = target_layers(lora.target_modules, lora.exclude_modules)
     if not layers:
-        raise ValueError(f"model.lora.target_modules {lora.target_modules!r} names no layer the megatron strategy has "
-                         f"(its layers fuse {', '.join(p for ps, _ in LAYERS.values() for p in ps)})")
+        raise ValueError(
+            f"model.lora.target_modules {lora.target_modules!r} names no layer the megatron strategy has "
+            f"(its layers fuse {', '.join(p for ps, _ in LAYERS.values() for p in ps)})"
+        )
     for p in gpt.parameters():  # only the adapters train, as with PEFT
         p.requires_grad_(False)
     if getattr(gpt, "embedding", None) is not None:
         # With every weight below frozen, activation recompute (Megatron's checkpoint is reentrant) would see no
         # input that needs a gradient and cut the adapters off from the loss: the embedding output asks for one.
-        gpt.embedding.register_forward_hook(lambda module, args, out: out.requires_grad_(True) if not out.requires_grad else out)
+        gpt.embedding.register_forward_hook(
+            lambda module, args, out: out.requires_grad_(True) if not out.requires_grad else out
+        )
     groups = arch.num_query_groups // tp
     q_rows, kv_rows = arch.heads_per_group * arch.head_dim, arch.head_dim
     ffn = arch.ffn_hidden_size // tp
@@ -182,10 +206,21 @@ def add_adapters(gpt: torch.nn.Module, lora, lora_type: str, arch, tp: int) -> i
                 if base is None:
                     continue
                 style = LAYERS[name][1]
-                pieces = {"linear_qkv": [groups * q_rows, groups * kv_rows, groups * kv_rows],
-                          "linear_fc1": [ffn, ffn]}.get(name, [base.weight.shape[0]])
-                wrapped = LoraLinear(base, style, pieces, lora.rank, lora.alpha, lora.dropout, lora.init_method,
-                                     lora_type, (groups, q_rows, kv_rows) if name == "linear_qkv" else None)
+                pieces = {
+                    "linear_qkv": [groups * q_rows, groups * kv_rows, groups * kv_rows],
+                    "linear_fc1": [ffn, ffn],
+                }.get(name, [base.weight.shape[0]])
+                wrapped = LoraLinear(
+                    base,
+                    style,
+                    pieces,
+                    lora.rank,
+                    lora.alpha,
+                    lora.dropout,
+                    lora.init_method,
+                    lora_type,
+                    (groups, q_rows, kv_rows) if name == "linear_qkv" else None,
+                )
                 setattr(owner, name, wrapped)
                 count += 1
     return count

@@ -57,11 +57,22 @@ def test_json_format_has_the_same_findings(spec_file):
 
 
 def test_overrides_are_yaml_typed_and_located_on_the_command_line():
-    ok = run_rlc("validate", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "trainer.seed=7",
-                 "generator.sampling_params.stop=['</answer>', '\\n\\n']", "trainer.logger=console")
+    ok = run_rlc(
+        "validate",
+        str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"),
+        "trainer.seed=7",
+        "generator.sampling_params.stop=['</answer>', '\\n\\n']",
+        "trainer.logger=console",
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = run_rlc("validate", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "trainer.train_batch_size=1000", "--format", "json",
-                  env={"WANDB_API_KEY": "x"})
+    bad = run_rlc(
+        "validate",
+        str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"),
+        "trainer.train_batch_size=1000",
+        "--format",
+        "json",
+        env={"WANDB_API_KEY": "x"},
+    )
     d = next(d for d in json.loads(bad.stdout)["diagnostics"] if d["code"] == "RLC-E105")
     assert d["file"] == "<command line>"
 
@@ -108,7 +119,7 @@ def test_committed_schema_matches_the_model():
 def test_explain_leaf_section_and_unknown():
     leaf = run_rlc("explain", "trainer.algorithm.policy_loss_type")
     assert leaf.returncode == 0
-    assert "accepted values: regular, dual_clip" in leaf.stdout and "default: \"regular\"" in leaf.stdout
+    assert "accepted values: regular, dual_clip" in leaf.stdout and 'default: "regular"' in leaf.stdout
     assert "RLC-E304" in leaf.stdout
     section = run_rlc("explain", "trainer.placement")
     assert "colocate_all" in section.stdout and "RLC-E201" in section.stdout

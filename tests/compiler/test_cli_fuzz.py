@@ -13,15 +13,35 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from ruamel.yaml import YAML
-
 from rlc.compiler.cli import cli
+from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "corpus" / "skyrl-legacy"  # beside the checkout, as CI has it
 SOURCES = sorted(ROOT.glob("examples/*.yaml")) + (sorted(CORPUS.glob("*.yaml")) if CORPUS.is_dir() else [])
-ODD_VALUES: list[Any] = [math.nan, math.inf, -math.inf, 10**30, -(10**12), -1, 0, 0.5, -0.5, "", "x", "NaN", True,
-                         None, [], {}, ["a", 1], {"k": "v"}, "1e400", 2**63, 1e308]
+ODD_VALUES: list[Any] = [
+    math.nan,
+    math.inf,
+    -math.inf,
+    10**30,
+    -(10**12),
+    -1,
+    0,
+    0.5,
+    -0.5,
+    "",
+    "x",
+    "NaN",
+    True,
+    None,
+    [],
+    {},
+    ["a", 1],
+    {"k": "v"},
+    "1e400",
+    2**63,
+    1e308,
+]
 
 NUMBERS: list[float] = [math.nan, math.inf, -math.inf, 1e308, -1e308, 1e-320, -0.0, 0.0, -1.5, 3.5, 1e9]
 INTEGERS: list[int] = [0, -1, -7, 3, 7, 1000, 10**9, 2**40, 2**63, -(2**63), 10**30]
@@ -95,9 +115,12 @@ def fuzz(seed: int, rounds: int, tmp: Path) -> None:
             YAML(typ="safe").dump(doc, f)
         keys = [".".join(p) for p in _paths(doc) if all(isinstance(k, str) for k in p)]
         ovs = [f"{rng.choice(keys)}={rng.choice(ODD_OVERRIDES)}"] if keys and rng.random() < 0.3 else []
-        for args in (["validate", str(spec), *ovs, "--format", "json"], ["plan", str(spec), *ovs, "--format", "json",
-                     "--svg", str(tmp / "plan.svg")], ["compile", str(spec), *ovs, "-o", str(tmp / f"out{i}")],
-                     ["diff", str(source), str(spec), *ovs, "--format", "json"]):
+        for args in (
+            ["validate", str(spec), *ovs, "--format", "json"],
+            ["plan", str(spec), *ovs, "--format", "json", "--svg", str(tmp / "plan.svg")],
+            ["compile", str(spec), *ovs, "-o", str(tmp / f"out{i}")],
+            ["diff", str(source), str(spec), *ovs, "--format", "json"],
+        ):
             _check(runner.invoke(cli, args), args)
 
 

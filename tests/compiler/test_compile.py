@@ -58,7 +58,14 @@ def test_compile_is_deterministic_across_directories_and_hash_seeds(tmp_path):
     _compile(rel, b, cwd=tmp_path / "elsewhere", env={"PYTHONHASHSEED": "4242"})
     names = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file())
     assert names == sorted(str(p.relative_to(b)) for p in b.rglob("*") if p.is_file())
-    assert {"resolved.yaml", "plan.json", "sky.yaml", "ray/submit.sh", "ray/runtime_env.yaml", "kuberay/rayjob.yaml"} <= set(names)
+    assert {
+        "resolved.yaml",
+        "plan.json",
+        "sky.yaml",
+        "ray/submit.sh",
+        "ray/runtime_env.yaml",
+        "kuberay/rayjob.yaml",
+    } <= set(names)
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from rlc.compiler.decide import decide
 from rlc.core.job import Decisions
 from rlc.core.plan import Plan
@@ -20,13 +19,34 @@ from rlc.spec.model import default_model
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
 
-def _decisions(*, device: str = "GPU", colocate: bool = True, remote: bool = False, lora: int = 0,
-               backend: str = "nccl", strategy: str = "fsdp2", override: str = "auto", extra: dict | None = None):
-    data = {"version": 1, "trainer": {
-        "strategy": strategy, "placement": {"colocate_all": colocate}, "policy": {"model": {"lora": {"rank": lora}}}},
-        "generator": {"inference_engine": {
-            "backend": "hf", "run_engines_locally": not remote, "remote_urls": ["10.0.0.9:8000"] if remote else [],
-            "weight_sync_backend": backend, "override_existing_update_group": override}}}
+def _decisions(
+    *,
+    device: str = "GPU",
+    colocate: bool = True,
+    remote: bool = False,
+    lora: int = 0,
+    backend: str = "nccl",
+    strategy: str = "fsdp2",
+    override: str = "auto",
+    extra: dict | None = None,
+):
+    data = {
+        "version": 1,
+        "trainer": {
+            "strategy": strategy,
+            "placement": {"colocate_all": colocate},
+            "policy": {"model": {"lora": {"rank": lora}}},
+        },
+        "generator": {
+            "inference_engine": {
+                "backend": "hf",
+                "run_engines_locally": not remote,
+                "remote_urls": ["10.0.0.9:8000"] if remote else [],
+                "weight_sync_backend": backend,
+                "override_existing_update_group": override,
+            }
+        },
+    }
     for key, value in (extra or {}).items():
         *head, last = key.split(".")
         node = data
@@ -38,56 +58,73 @@ def _decisions(*, device: str = "GPU", colocate: bool = True, remote: bool = Fal
     return decide(spec, plan)
 
 
-@pytest.mark.parametrize(("case", "expected"), [
-    ({}, "ipc"),  # colocated on GPUs: NCCL cannot pair two ranks on one GPU
-    ({"colocate": False}, "nccl"),
-    ({"backend": "gloo"}, "gloo"),  # asked for explicitly: over the host network even when colocated
-    ({"lora": 8}, "payload"),  # only the adapters travel
-    ({"lora": 8, "colocate": False}, "payload"),
-    ({"lora": 8, "backend": "gloo"}, "payload"),
-    ({"strategy": "megatron"}, "payload"),  # no IPC buckets from the megatron policy
-    ({"strategy": "megatron", "colocate": False}, "nccl"),
-    ({"strategy": "megatron", "lora": 8}, "payload"),  # merged weights, but colocated
-    ({"strategy": "megatron", "lora": 8, "colocate": False}, "nccl"),  # merged weights: a plain broadcast
-    ({"device": "CPU", "backend": "gloo"}, "gloo"),
-    ({"device": "CPU", "colocate": False, "backend": "gloo"}, "gloo"),
-    ({"device": "CPU"}, "payload"),  # nccl on a CPU run
-    ({"device": "CPU", "colocate": False}, "payload"),
-    ({"remote": True}, "nccl"),  # a remote server is never on the trainer's GPU
-    ({"remote": True, "colocate": False}, "nccl"),
-    ({"remote": True, "backend": "gloo"}, "gloo"),
-    ({"remote": True, "device": "CPU", "backend": "gloo"}, "gloo"),
-    ({"remote": True, "device": "CPU"}, "payload"),  # HTTP bodies
-    ({"remote": True, "lora": 8, "backend": "gloo"}, "payload"),
-], ids=lambda v: str(v) if isinstance(v, str) else ",".join(f"{k}={x}" for k, x in v.items()) or "colocated-cuda")
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ({}, "ipc"),  # colocated on GPUs: NCCL cannot pair two ranks on one GPU
+        ({"colocate": False}, "nccl"),
+        ({"backend": "gloo"}, "gloo"),  # asked for explicitly: over the host network even when colocated
+        ({"lora": 8}, "payload"),  # only the adapters travel
+        ({"lora": 8, "colocate": False}, "payload"),
+        ({"lora": 8, "backend": "gloo"}, "payload"),
+        ({"strategy": "megatron"}, "payload"),  # no IPC buckets from the megatron policy
+        ({"strategy": "megatron", "colocate": False}, "nccl"),
+        ({"strategy": "megatron", "lora": 8}, "payload"),  # merged weights, but colocated
+        ({"strategy": "megatron", "lora": 8, "colocate": False}, "nccl"),  # merged weights: a plain broadcast
+        ({"device": "CPU", "backend": "gloo"}, "gloo"),
+        ({"device": "CPU", "colocate": False, "backend": "gloo"}, "gloo"),
+        ({"device": "CPU"}, "payload"),  # nccl on a CPU run
+        ({"device": "CPU", "colocate": False}, "payload"),
+        ({"remote": True}, "nccl"),  # a remote server is never on the trainer's GPU
+        ({"remote": True, "colocate": False}, "nccl"),
+        ({"remote": True, "backend": "gloo"}, "gloo"),
+        ({"remote": True, "device": "CPU", "backend": "gloo"}, "gloo"),
+        ({"remote": True, "device": "CPU"}, "payload"),  # HTTP bodies
+        ({"remote": True, "lora": 8, "backend": "gloo"}, "payload"),
+    ],
+    ids=lambda v: str(v) if isinstance(v, str) else ",".join(f"{k}={x}" for k, x in v.items()) or "colocated-cuda",
+)
 def test_the_weight_transport_of_each_combination(case, expected):
     sync = _decisions(**case).weight_sync
     assert sync.transport == expected
     assert sync.backend == (expected if expected in ("gloo", "nccl") else None)
 
 
-@pytest.mark.parametrize(("override", "remote", "expected"), [
-    ("enable", False, True), ("enable", True, True),
-    ("disable", False, False), ("disable", True, False),
-    ("auto", True, True),  # SkyRL: remote servers outlive runs, so a new run takes them over
-    ("auto", False, False),  # local engines are this run's own
-])
+@pytest.mark.parametrize(
+    ("override", "remote", "expected"),
+    [
+        ("enable", False, True),
+        ("enable", True, True),
+        ("disable", False, False),
+        ("disable", True, False),
+        ("auto", True, True),  # SkyRL: remote servers outlive runs, so a new run takes them over
+        ("auto", False, False),  # local engines are this run's own
+    ],
+)
 def test_override_existing_update_group(override, remote, expected):
     assert _decisions(override=override, remote=remote, backend="gloo").weight_sync.override_existing_group is expected
 
 
-@pytest.mark.parametrize(("case", "dtype"), [
-    ({"device": "CPU", "extra": {"generator.inference_engine.model_dtype": "auto"}}, "float32"),
-    ({"extra": {"generator.inference_engine.model_dtype": "auto"}}, "bfloat16"),
-    ({"device": "CPU", "extra": {"generator.inference_engine.model_dtype": "bfloat16"}}, "bfloat16"),  # as written
-])
+@pytest.mark.parametrize(
+    ("case", "dtype"),
+    [
+        ({"device": "CPU", "extra": {"generator.inference_engine.model_dtype": "auto"}}, "float32"),
+        ({"extra": {"generator.inference_engine.model_dtype": "auto"}}, "bfloat16"),
+        ({"device": "CPU", "extra": {"generator.inference_engine.model_dtype": "bfloat16"}}, "bfloat16"),  # as written
+    ],
+)
 def test_the_engine_dtype_is_never_auto(case, dtype):
     assert _decisions(**case).engines.dtype == dtype
 
 
 def test_values_the_runtime_used_to_derive():
-    d = _decisions(extra={"trainer.max_prompt_length": 100, "generator.sampling_params.max_generate_length": 28,
-                          "generator.sampling_params.temperature": 0.7})
+    d = _decisions(
+        extra={
+            "trainer.max_prompt_length": 100,
+            "generator.sampling_params.max_generate_length": 28,
+            "generator.sampling_params.temperature": 0.7,
+        }
+    )
     assert d.engines.max_model_len == 128
     assert d.train_sampling.temperature == 0.7
     assert d.eval_sampling == d.train_sampling  # no eval_sampling_params: evaluation samples as training does
@@ -98,9 +135,17 @@ def test_values_the_runtime_used_to_derive():
 def test_worker_settings_name_the_model_and_strategy_each_role_runs():
     from rlc.compiler.decide import worker_settings
 
-    spec = default_model().to_typed({"version": 1, "trainer": {
-        "strategy": "fsdp", "algorithm": {"temperature": 0.0},
-        "policy": {"model": {"path": "org/policy"}}, "critic": {"model": {"path": "org/critic"}}}})
+    spec = default_model().to_typed(
+        {
+            "version": 1,
+            "trainer": {
+                "strategy": "fsdp",
+                "algorithm": {"temperature": 0.0},
+                "policy": {"model": {"path": "org/policy"}},
+                "critic": {"model": {"path": "org/critic"}},
+            },
+        }
+    )
     ref, critic = worker_settings(spec, "ref", "cuda", None), worker_settings(spec, "critic", "cuda", None)
     assert ref.model_path == "org/policy" and critic.model_path == "org/critic"  # a ref starts from the policy
     assert ref.strategy == "fsdp2"  # the alias is resolved
@@ -113,8 +158,11 @@ def test_worker_settings_name_the_model_and_strategy_each_role_runs():
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_compiles_a_complete_runtime_section(example, tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "rlc.compiler.cli", "compile", str(example), "-o", str(out)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlc.compiler.cli", "compile", str(example), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     raw = json.loads((out / "plan.json").read_text())
     assert "auto" not in json.dumps(raw["runtime"])
@@ -132,8 +180,11 @@ def test_the_runtime_loads_the_decisions_and_refuses_a_hand_edited_section(tmp_p
 
     out = tmp_path / "out"
     example = next(p for p in EXAMPLES if p.name == "local-cpu.yaml")
-    subprocess.run([sys.executable, "-m", "rlc.compiler.cli", "compile", str(example), "-o", str(out)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "rlc.compiler.cli", "compile", str(example), "-o", str(out)],
+        check=True,
+        capture_output=True,
+    )
     job = load(out / "resolved.yaml")
     raw = json.loads((out / "plan.json").read_text())
     assert job.decisions == Decisions.from_json(raw["runtime"]) and job.plan.to_json()["roles"] == raw["roles"]

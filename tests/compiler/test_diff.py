@@ -15,8 +15,11 @@ def test_legacy_file_and_its_migration_are_equal(tmp_path):
 
 
 def test_comments_order_and_written_defaults_do_not_count(spec_file):
-    a = spec_file("version: 1\ncluster: {gpus_per_node: 8, num_nodes: 1}\ntrainer: {logger: console, seed: 42}\n", "a.yaml")
-    b = spec_file("""
+    a = spec_file(
+        "version: 1\ncluster: {gpus_per_node: 8, num_nodes: 1}\ntrainer: {logger: console, seed: 42}\n", "a.yaml"
+    )
+    b = spec_file(
+        """
         # the same job, written differently
         trainer:
           seed: 42          # SkyRL's default, written out
@@ -24,15 +27,20 @@ def test_comments_order_and_written_defaults_do_not_count(spec_file):
           eval_interval: 5  # default too
         cluster: {num_nodes: 1, gpus_per_node: 8}
         version: 1
-        """, "b.yaml")
+        """,
+        "b.yaml",
+    )
     result = run_rlc("diff", str(a), str(b))
     assert result.returncode == 0, result.stdout
 
 
 def test_changes_grouped_with_provenance_and_placement(spec_file):
     a = spec_file("version: 1\ncluster: {gpus_per_node: 8, num_nodes: 1}\ntrainer: {logger: console}\n", "a.yaml")
-    b = spec_file("version: 1\ncluster: {gpus_per_node: 8, num_nodes: 1}\ntrainer: {logger: console}\n"
-                  "generator: {inference_engine: {tensor_parallel_size: 2}}\n", "b.yaml")
+    b = spec_file(
+        "version: 1\ncluster: {gpus_per_node: 8, num_nodes: 1}\ntrainer: {logger: console}\n"
+        "generator: {inference_engine: {tensor_parallel_size: 2}}\n",
+        "b.yaml",
+    )
     result = run_rlc("diff", str(a), str(b), "--format", "json")
     assert result.returncode == 1
     body = json.loads(result.stdout)

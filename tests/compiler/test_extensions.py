@@ -181,7 +181,9 @@ def test_cli_validate_rejects_wrong_type_in_extension_field(spec_file):
 
 @needs_demo
 def test_cli_validate_rejects_out_of_range_and_bad_value_in_extension(spec_file):
-    text = EXT_SPEC.replace("demo_bonus_coef: 0.5", "demo_bonus_coef: -1").replace('demo_mode: "on"', "demo_mode: sometimes")
+    text = EXT_SPEC.replace("demo_bonus_coef: 0.5", "demo_bonus_coef: -1").replace(
+        'demo_mode: "on"', "demo_mode: sometimes"
+    )
     code, out = _validate_json(spec_file(text))
     assert code == 1
     by_key = {d["key"]: d for d in out["diagnostics"]}
@@ -315,7 +317,9 @@ def test_origin_and_allowed_values(model):
 def test_to_typed_builds_extension_fields(model):
     data = {
         "version": 1,
-        "trainer": {"algorithm": {"bonus_coef": 0.5, "mode": "on", "policy_loss_type": "unit_loss", "kl_loss_coef": 0.01}},
+        "trainer": {
+            "algorithm": {"bonus_coef": 0.5, "mode": "on", "policy_loss_type": "unit_loss", "kl_loss_coef": 0.01}
+        },
         "environment": {"skyrl_gym": {"puzzle": {"max_number": 50}, "max_env_workers": 4}},
     }
     typed = model.to_typed(data)
@@ -338,8 +342,9 @@ def test_defaults_apply(model):
     assert typed.trainer.algorithm.policy_loss_type == "regular"
     assert typed.environment.skyrl_gym.puzzle == PuzzleEnv()
     # a section written partly keeps the defaults of the rest, and skipped (invalid) paths keep theirs
-    typed = model.to_typed({"trainer": {"algorithm": {"bonus_coef": "bad", "mode": "on"}}},
-                           skip=frozenset({f"{ALG}.bonus_coef"}))
+    typed = model.to_typed(
+        {"trainer": {"algorithm": {"bonus_coef": "bad", "mode": "on"}}}, skip=frozenset({f"{ALG}.bonus_coef"})
+    )
     assert typed.trainer.algorithm.bonus_coef == 0.0 and typed.trainer.algorithm.mode == "on"
     assert typed.trainer.algorithm.kl_loss_coef == AlgorithmConfig().kl_loss_coef
 
@@ -357,7 +362,8 @@ def test_schema_of_extended_model(model):
 def test_validation_in_process(model, spec_file):
     from rlc.compiler.frontend import analyze
 
-    good = spec_file("""
+    good = spec_file(
+        """
         version: 1
         trainer:
           algorithm:
@@ -367,12 +373,15 @@ def test_validation_in_process(model, spec_file):
           skyrl_gym:
             puzzle:
               max_number: 7
-        """, "good.yaml")
+        """,
+        "good.yaml",
+    )
     analysis = analyze(good, model=model)
     assert not [d for d in analysis.diagnostics if d.code.startswith("RLC-E01")], analysis.diagnostics
     assert analysis.spec.trainer.algorithm.bonus_coef == 0.5
     assert analysis.spec.environment.skyrl_gym.puzzle.max_number == 7
-    bad = spec_file("""
+    bad = spec_file(
+        """
         version: 1
         trainer:
           algorithm:
@@ -381,7 +390,9 @@ def test_validation_in_process(model, spec_file):
           skyrl_gym:
             puzzle:
               max_numbr: 7
-        """, "bad.yaml")
+        """,
+        "bad.yaml",
+    )
     diags = {d.key: d for d in analyze(bad, model=model).diagnostics}
     assert diags[f"{ALG}.bonus_coef"].code == "RLC-E011"
     assert diags[f"{ALG}.bonus_coef"].location.line == 4

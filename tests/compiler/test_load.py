@@ -345,8 +345,11 @@ def test_top_level_that_is_not_a_mapping(spec_file, text, word):
     assert word in d["message"]
 
 
-@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n", "~\n", "null\n"],
-                         ids=["empty", "blank-lines", "comment", "doc-marker", "tilde", "null"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "\n\n", "# only a comment\n", "---\n", "~\n", "null\n"],
+    ids=["empty", "blank-lines", "comment", "doc-marker", "tilde", "null"],
+)
 def test_empty_spec(spec_file, text):
     path = spec_file("x")
     path.write_text(text, encoding="utf-8")
@@ -396,8 +399,11 @@ def test_two_documents_in_one_file(spec_file):
     assert d["line"] == 2
 
 
-@pytest.mark.parametrize("text", ["version: 1\n[[a]]: x\n", "version: 1\n? [{a: 1}]\n: x\n", "? {a: [1]}\n: x\n"],
-                         ids=["list-in-list-key", "map-in-list-key", "list-in-map-key"])
+@pytest.mark.parametrize(
+    "text",
+    ["version: 1\n[[a]]: x\n", "version: 1\n? [{a: 1}]\n: x\n", "? {a: [1]}\n: x\n"],
+    ids=["list-in-list-key", "map-in-list-key", "list-in-map-key"],
+)
 def test_nested_collection_as_a_key(spec_file, text):
     # ruamel.yaml raises TypeError (unhashable) for these; that used to escape as an internal error
     refused(spec_file(text), "RLC-E001")
@@ -405,8 +411,18 @@ def test_nested_collection_as_a_key(spec_file, text):
 
 @pytest.mark.parametrize(
     "value",
-    ["2020-02-30", "2020-13-01", "!!int", "!!int abc", "!!int 0x", "!!float x", "!!bool maybe", "!!set x",
-     "!!omap x", "!!timestamp 2020-99-99"],
+    [
+        "2020-02-30",
+        "2020-13-01",
+        "!!int",
+        "!!int abc",
+        "!!int 0x",
+        "!!float x",
+        "!!bool maybe",
+        "!!set x",
+        "!!omap x",
+        "!!timestamp 2020-99-99",
+    ],
 )
 def test_scalars_ruamel_cannot_construct(spec_file, value):
     # ruamel.yaml raises ValueError/IndexError/KeyError/AttributeError (not YAMLError) for these; they used to

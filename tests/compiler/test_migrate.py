@@ -10,8 +10,8 @@ import pytest
 from conftest import CORPUS, EXAMPLES, ROOT, run_rlc
 from rlc.compiler.frontend import analyze
 from rlc.compiler.load import document_from_text
-from rlc.core.plain import plain_yaml as to_plain
 from rlc.compiler.migration import migrated_text
+from rlc.core.plain import plain_yaml as to_plain
 from rlc.spec.model import SpecModel
 from rlc.spec.versions import migrate_data
 
@@ -69,7 +69,7 @@ def test_corpus_file_migrates_validates_and_keeps_comments(tmp_path, path):
                     if lines[n].strip() and not lines[n].lstrip().startswith("#"):
                         dropped_lines.add(n + 1)
                     elif lines[n].strip():
-                        nxt = next((m for m in lines[n + 1:] if m.strip() and not m.lstrip().startswith("#")), "")
+                        nxt = next((m for m in lines[n + 1 :] if m.strip() and not m.lstrip().startswith("#")), "")
                         if len(nxt) - len(nxt.lstrip()) > indent:
                             dropped_lines.add(n + 1)
                     n += 1
@@ -115,37 +115,64 @@ def _get(data, path):
 
 # -- one snippet per mapping in legacy-keys.json -------------------------------------------------------
 
+
 def _mappings():
     return json.loads(LEGACY_KEYS.read_text()) if LEGACY_KEYS.exists() else []
 
 
 SAMPLES = {
-    "trainer.algorithm.use_kl_estimator_k3": True, "trainer.algorithm.use_abs_kl": True,
-    "trainer.algorithm.use_tis": True, "trainer.algorithm.tis_imp_ratio_cap": 3.0,
-    "trainer.algorithm.ppo_loss_type": "dual_clip", "generator.backend": "vllm",
-    "generator.inference_engine.backend": "vllm", "generator.model_dtype": "float16",
-    "generator.weight_sync_backend": "gloo", "generator.override_existing_update_group": "enable",
+    "trainer.algorithm.use_kl_estimator_k3": True,
+    "trainer.algorithm.use_abs_kl": True,
+    "trainer.algorithm.use_tis": True,
+    "trainer.algorithm.tis_imp_ratio_cap": 3.0,
+    "trainer.algorithm.ppo_loss_type": "dual_clip",
+    "generator.backend": "vllm",
+    "generator.inference_engine.backend": "vllm",
+    "generator.model_dtype": "float16",
+    "generator.weight_sync_backend": "gloo",
+    "generator.override_existing_update_group": "enable",
     "generator.inference_engine.override_existing_update_group": "enable",
-    "generator.remote_inference_engine_urls": ["127.0.0.1:8001"], "generator.inference_engine.remote_urls": ["127.0.0.1:8001"],
-    "generator.external_server_urls": ["http://127.0.0.1:8001"], "generator.external_proxy_url": "http://127.0.0.1:8000",
-    "generator.engine_init_kwargs": {"max_model_len": 4096}, "generator.http_endpoint_host": "0.0.0.0",
-    "generator.served_model_name": "policy", "generator.model_name": "${trainer.policy.model.path}",
-    "environment.skygym": {"max_env_workers": 8}, "megatron_config.policy": {"tensor_model_parallel_size": 2},
-    "megatron_config.ref": {"tensor_model_parallel_size": 2}, "trainer.target_modules": "all-linear",
-    "trainer.exclude_modules": "lm_head", "trainer.algorithm.kl_target": 0.05, "trainer.algorithm.init_kl_coef": 0.0,
-    "trainer.strategy": "fsdp2", "trainer.rope_scaling": {"rope_type": "yarn", "factor": 2.0},
-    "generator.rope_scaling": {"rope_type": "yarn", "factor": 2.0}, "trainer.rope_theta": 1000000.0,
-    "generator.rope_theta": 1000000.0, "trainer.algorithm.max_seq_len": 1536, "trainer.use_sample_packing": True,
-    "trainer.step_wise_training": True, "trainer.log_example_interval": 1,
+    "generator.remote_inference_engine_urls": ["127.0.0.1:8001"],
+    "generator.inference_engine.remote_urls": ["127.0.0.1:8001"],
+    "generator.external_server_urls": ["http://127.0.0.1:8001"],
+    "generator.external_proxy_url": "http://127.0.0.1:8000",
+    "generator.engine_init_kwargs": {"max_model_len": 4096},
+    "generator.http_endpoint_host": "0.0.0.0",
+    "generator.served_model_name": "policy",
+    "generator.model_name": "${trainer.policy.model.path}",
+    "environment.skygym": {"max_env_workers": 8},
+    "megatron_config.policy": {"tensor_model_parallel_size": 2},
+    "megatron_config.ref": {"tensor_model_parallel_size": 2},
+    "trainer.target_modules": "all-linear",
+    "trainer.exclude_modules": "lm_head",
+    "trainer.algorithm.kl_target": 0.05,
+    "trainer.algorithm.init_kl_coef": 0.0,
+    "trainer.strategy": "fsdp2",
+    "trainer.rope_scaling": {"rope_type": "yarn", "factor": 2.0},
+    "generator.rope_scaling": {"rope_type": "yarn", "factor": 2.0},
+    "trainer.rope_theta": 1000000.0,
+    "generator.rope_theta": 1000000.0,
+    "trainer.algorithm.max_seq_len": 1536,
+    "trainer.use_sample_packing": True,
+    "trainer.step_wise_training": True,
+    "trainer.log_example_interval": 1,
     "trainer.policy.megatron_config.torch_profiler_config": {"enable": False, "ranks": [0]},
-    "generator.inference_engine.router_type": "vllm", "generator.inference_engine.async_engine": True,
-    "generator.inference_engine.enable_http_endpoint": False, "generator.inference_engine.http_endpoint_host": "127.0.0.1",
-    "generator.inference_engine.http_endpoint_port": 8000, "trainer.algorithm.cispo.clip_low": 0.2,
-    "trainer.algorithm.cispo.clip_high": 0.3, "deepspeed_config.train": {"zero_optimization": {"stage": 3}},
-    "deepspeed_config.eval": {"zero_optimization": {"stage": 3}}, "trainer.rope_parameters": None,
-    "trainer.reward.model.path": None, "trainer.reward.fsdp_config.cpu_offload": True,
-    "trainer.placement.colocate_critic_reward": False, "trainer.use_orm_score": False,
-    "trainer.algorithm.normalize_reward": True, "generator.enforce_eager": False,
+    "generator.inference_engine.router_type": "vllm",
+    "generator.inference_engine.async_engine": True,
+    "generator.inference_engine.enable_http_endpoint": False,
+    "generator.inference_engine.http_endpoint_host": "127.0.0.1",
+    "generator.inference_engine.http_endpoint_port": 8000,
+    "trainer.algorithm.cispo.clip_low": 0.2,
+    "trainer.algorithm.cispo.clip_high": 0.3,
+    "deepspeed_config.train": {"zero_optimization": {"stage": 3}},
+    "deepspeed_config.eval": {"zero_optimization": {"stage": 3}},
+    "trainer.rope_parameters": None,
+    "trainer.reward.model.path": None,
+    "trainer.reward.fsdp_config.cpu_offload": True,
+    "trainer.placement.colocate_critic_reward": False,
+    "trainer.use_orm_score": False,
+    "trainer.algorithm.normalize_reward": True,
+    "generator.enforce_eager": False,
 }
 
 
@@ -163,7 +190,9 @@ def _sample(old: str):
     if old in SAMPLES:
         return SAMPLES[old]
     leaf = old.rsplit(".", 1)[-1]
-    if leaf.startswith(("enable_", "use_", "run_", "async_", "fully_", "vllm_", "colocate")) or leaf.endswith("_config"):
+    if leaf.startswith(("enable_", "use_", "run_", "async_", "fully_", "vllm_", "colocate")) or leaf.endswith(
+        "_config"
+    ):
         return True if not leaf.endswith("_config") else {}
     if "size" in leaf or "num" in leaf or "max_" in leaf or "port" in leaf:
         return 2
@@ -205,13 +234,19 @@ def test_each_legacy_mapping(tmp_path, entry):
 
 
 def test_kl_flags_become_one_enum():
-    for flags, expected in (({"use_abs_kl": True, "use_kl_estimator_k3": True}, "abs"),
-                            ({"use_kl_estimator_k3": True}, "k3"),
-                            ({"use_kl_estimator_k3": False, "use_abs_kl": False}, "k1")):
+    for flags, expected in (
+        ({"use_abs_kl": True, "use_kl_estimator_k3": True}, "abs"),
+        ({"use_kl_estimator_k3": True}, "k3"),
+        ({"use_kl_estimator_k3": False, "use_abs_kl": False}, "k1"),
+    ):
         doc, report, _ = _migrate_text(_dump({"trainer": {"algorithm": flags}}))
         assert to_plain(doc.data)["trainer"]["algorithm"]["kl_estimator_type"] == expected
     # Kept next to the new key as false overrides (2025-08 .. 2026-01): the enum decides.
-    doc, _, _ = _migrate_text(_dump({"trainer": {"algorithm": {"kl_estimator_type": "k2", "use_kl_estimator_k3": False, "use_abs_kl": False}}}))
+    doc, _, _ = _migrate_text(
+        _dump(
+            {"trainer": {"algorithm": {"kl_estimator_type": "k2", "use_kl_estimator_k3": False, "use_abs_kl": False}}}
+        )
+    )
     assert to_plain(doc.data)["trainer"]["algorithm"]["kl_estimator_type"] == "k2"
 
 
@@ -320,8 +355,14 @@ def test_migrate_in_place_is_idempotent(tmp_path):
 
 
 def test_legacy_override_on_the_command_line():
-    result = run_rlc("validate", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "generator.num_inference_engines=4",
-                     "--format", "json", env={"WANDB_API_KEY": "x"})
+    result = run_rlc(
+        "validate",
+        str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"),
+        "generator.num_inference_engines=4",
+        "--format",
+        "json",
+        env={"WANDB_API_KEY": "x"},
+    )
     body = json.loads(result.stdout)
     assert result.returncode == 1
     codes = {d["code"]: d for d in body["diagnostics"]}

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from rlc.compiler.cli import cli
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -70,15 +69,20 @@ def test_every_command_reports_the_same_findings(case, tmp_path, monkeypatch):
     assert base.exit_code == 1, base.output
     expected = _findings_from_json(json.loads(base.output))
     assert any(sev == "error" for sev, *_ in expected), expected
-    for command in (["plan", str(spec), *overrides, "--format", "json"],
-                    ["compile", str(spec), *overrides, "--format", "json", "-o", str(tmp_path / "out")],
-                    ["diff", str(spec), str(EXAMPLES / "local-cpu.yaml"), *overrides, "--format", "json"]):
+    for command in (
+        ["plan", str(spec), *overrides, "--format", "json"],
+        ["compile", str(spec), *overrides, "--format", "json", "-o", str(tmp_path / "out")],
+        ["diff", str(spec), str(EXAMPLES / "local-cpu.yaml"), *overrides, "--format", "json"],
+    ):
         result = _run(command, tmp_path)
         assert result.exit_code == 1, (command[0], result.output)
         assert _findings_from_json(json.loads(result.output)) == expected, command[0]
     errors = {f for f in expected if f[0] == "error"}
-    for command in (["validate", str(spec), *overrides], ["launch", str(spec), *overrides],
-                    ["run", str(spec), *overrides, "-o", str(tmp_path / "out")]):
+    for command in (
+        ["validate", str(spec), *overrides],
+        ["launch", str(spec), *overrides],
+        ["run", str(spec), *overrides, "-o", str(tmp_path / "out")],
+    ):
         result = _run(command, tmp_path)
         assert result.exit_code == 1, (command[0], result.output)
         assert {f for f in _findings_from_text(result.stderr) if f[0] == "error"} == errors, command[0]

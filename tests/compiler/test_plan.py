@@ -106,7 +106,9 @@ def test_non_colocated_policy_ref_group_critic_group_and_inference_group(spec_fi
     body = plan_json(path, cwd=tmp_path)
     pr, critic, inf = group(body, "policy_ref"), group(body, "critic"), group(body, "inference")
     assert pr["bundle"] == {"GPU": 4, "CPU": 4} and pr["num_bundles"] == 1 and pr["strategy"] == "PACK"
-    assert critic["bundle"] == {"GPU": 8, "CPU": 8} and inf["bundle"] == {"GPU": 1, "CPU": 1} and inf["num_bundles"] == 4
+    assert (
+        critic["bundle"] == {"GPU": 8, "CPU": 8} and inf["bundle"] == {"GPU": 1, "CPU": 1} and inf["num_bundles"] == 4
+    )
     for pg in (pr, critic):  # a whole-node bundle never crosses nodes
         assert all(len(b["gpus"]) == pg["bundle"]["GPU"] for b in pg["bundles"])
     policy, ref, crit = role(body, "policy"), role(body, "ref"), role(body, "critic")
@@ -136,7 +138,9 @@ def test_separate_models_each_get_their_own_group_or_none(spec_file, tmp_path):
     body = plan_json(path, cwd=tmp_path)
     policy, ref = role(body, "policy"), role(body, "ref")
     assert policy["placement_group"] == "policy" and group(body, "policy")["bundle"] == {"GPU": 4, "CPU": 4}
-    assert ref["placement_group"] is None and all(x["bundle"] is None for x in ref["ranks"])  # 1 GPU per node: Ray places them
+    assert ref["placement_group"] is None and all(
+        x["bundle"] is None for x in ref["ranks"]
+    )  # 1 GPU per node: Ray places them
     assert (policy["num_gpus"], ref["num_gpus"]) == (1, 1)
     used = gpus_of(policy) + gpus_of(ref) + [tuple(g) for e in body["inference"]["engines"] for g in e["gpus"]]
     assert len(used) == len(set(used)) == 8
@@ -182,7 +186,10 @@ def test_remote_engines_take_no_gpus(spec_file, tmp_path):
     body = plan_json(path, cwd=tmp_path)
     inf = body["inference"]
     assert inf["local"] is False and inf["engines"] == [] and inf["placement_group"] is None
-    assert [(r["url"], r["kind"]) for r in inf["remote_engines"]] == [("10.0.0.1:8000", "server"), ("10.0.0.2:8000", "server")]
+    assert [(r["url"], r["kind"]) for r in inf["remote_engines"]] == [
+        ("10.0.0.1:8000", "server"),
+        ("10.0.0.2:8000", "server"),
+    ]
     assert [pg["name"] for pg in body["placement_groups"]] == ["policy_ref"]
     table = run_rlc("plan", str(path), cwd=tmp_path)
     assert table.returncode == 0 and "E0" not in table.stdout and "10.0.0.2:8000" in table.stdout
@@ -246,7 +253,10 @@ def test_spec_errors_stop_before_planning(spec_file, tmp_path):
 
 def test_json_and_svg_are_the_same_bytes_every_time(tmp_path):
     spec = EXAMPLES / "gsm8k-grpo-2node.yaml"
-    runs = [run_rlc("plan", str(spec), "--format", "json", "--svg", str(tmp_path / f"{i}.svg"), cwd=tmp_path) for i in range(2)]
+    runs = [
+        run_rlc("plan", str(spec), "--format", "json", "--svg", str(tmp_path / f"{i}.svg"), cwd=tmp_path)
+        for i in range(2)
+    ]
     assert runs[0].returncode == 0 and runs[0].stdout == runs[1].stdout
     assert (tmp_path / "0.svg").read_bytes() == (tmp_path / "1.svg").read_bytes()
 
@@ -265,9 +275,17 @@ def test_table_and_well_formed_svg_at_the_default_path(tmp_path):
 
 
 def test_big_clusters_are_summarised(tmp_path):
-    result = run_rlc("plan", str(EXAMPLES / "gsm8k-grpo-2node.yaml"), "cluster.num_nodes=64", "trainer.train_batch_size=4096",
-                     "trainer.policy_mini_batch_size=1024", "trainer.micro_train_batch_size_per_gpu=1",
-                     "--svg", str(tmp_path / "big.svg"), cwd=tmp_path)
+    result = run_rlc(
+        "plan",
+        str(EXAMPLES / "gsm8k-grpo-2node.yaml"),
+        "cluster.num_nodes=64",
+        "trainer.train_batch_size=4096",
+        "trainer.policy_mini_batch_size=1024",
+        "trainer.micro_train_batch_size_per_gpu=1",
+        "--svg",
+        str(tmp_path / "big.svg"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) < 40 and "52 nodes (8-59) left out" in result.stdout
     assert "P511 R511 E255.1" in result.stdout
@@ -276,7 +294,9 @@ def test_big_clusters_are_summarised(tmp_path):
 
 def test_unwritable_svg_path_is_a_usage_error(tmp_path):
     (tmp_path / "file").write_text("x")
-    result = run_rlc("plan", str(EXAMPLES / "local-cpu.yaml"), "--svg", str(tmp_path / "file" / "plan.svg"), cwd=tmp_path)
+    result = run_rlc(
+        "plan", str(EXAMPLES / "local-cpu.yaml"), "--svg", str(tmp_path / "file" / "plan.svg"), cwd=tmp_path
+    )
     assert result.returncode == 2 and "--svg" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -297,9 +317,19 @@ def spec_of(nodes, per, colocate, share_ref, ref, critic, tp, pp, engines, model
     return s
 
 
-LAYOUTS = st.tuples(st.integers(1, 6), st.sampled_from([1, 2, 4, 6, 8]), st.booleans(), st.booleans(), st.booleans(),
-                    st.booleans(), st.sampled_from([1, 2, 3, 4, 8, 16]), st.sampled_from([1, 2]), st.integers(1, 8),
-                    st.integers(1, 3), st.integers(1, 8))
+LAYOUTS = st.tuples(
+    st.integers(1, 6),
+    st.sampled_from([1, 2, 4, 6, 8]),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([1, 2, 3, 4, 8, 16]),
+    st.sampled_from([1, 2]),
+    st.integers(1, 8),
+    st.integers(1, 3),
+    st.integers(1, 8),
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -49,6 +49,7 @@ CRASH_MARKERS = ("Traceback", "internal error")
 
 # --------------------------------------------------------------------------- strategies
 
+
 def _text(max_size: int = 20) -> st.SearchStrategy[str]:
     # no NUL (cannot go into argv) and no surrogates (cannot be encoded); everything else is fair game
     return st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=max_size)
@@ -60,12 +61,45 @@ scalars = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
     _text(),
-    st.sampled_from(["", " ", "-1", "0", "1e400", "yes", "no", "on", "null", "~", ".inf", "H100", "vllm", "grpo",
-                     "fsdp2", "2020-01-01", "0x10", "0o17", "1_000", "~/data/x.parquet", "a" * 300,
-                     # interpolations, which resolve follows (self-references, env lookups, junk)
-                     "${trainer.epochs}", "${trainer.train_batch_size}", "${trainer}", "${oc.env:HOME}",
-                     "${oc.env:NOPE_NOT_SET}", "${oc.env:X,3}", "${", "${}", "${a.b}", "${${x}}", "x${cluster.num_nodes}y",
-                     "${trainer.policy.model.path}", "${generator.n_samples_per_prompt}"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "-1",
+            "0",
+            "1e400",
+            "yes",
+            "no",
+            "on",
+            "null",
+            "~",
+            ".inf",
+            "H100",
+            "vllm",
+            "grpo",
+            "fsdp2",
+            "2020-01-01",
+            "0x10",
+            "0o17",
+            "1_000",
+            "~/data/x.parquet",
+            "a" * 300,
+            # interpolations, which resolve follows (self-references, env lookups, junk)
+            "${trainer.epochs}",
+            "${trainer.train_batch_size}",
+            "${trainer}",
+            "${oc.env:HOME}",
+            "${oc.env:NOPE_NOT_SET}",
+            "${oc.env:X,3}",
+            "${",
+            "${}",
+            "${a.b}",
+            "${${x}}",
+            "x${cluster.num_nodes}y",
+            "${trainer.policy.model.path}",
+            "${generator.n_samples_per_prompt}",
+        ]
+    ),
 )
 keys = st.one_of(st.sampled_from(TOP + NAMES), _text(max_size=12), st.integers(-3, 3), st.booleans(), st.none())
 
@@ -115,12 +149,70 @@ def rendered_documents(draw) -> str:
 
 
 FRAGMENTS = [
-    "version: 1\n", "version: 2\n", "name: x\n", "trainer:\n", "cluster:\n", "  ", "    ", "\n", "\n  ", "- ", "? ",
-    ": ", ":", "[", "]", "{", "}", ", ", "&a ", "*a", "&b ", "*b", "!t ", "!!str ", "!!int ", "!!map ", "!!set ",
-    "!!binary ", "!!python/name:os.system ", "!!python/object/apply:os.system ", "<<: ", "<<: *a\n", "# c\n", "'",
-    '"', "|\n", ">-\n", "---\n", "...\n", "%YAML 1.2\n", "%TAG !e! tag:e.com,2000:\n", "!e!x ", "\t", "\\", "\ufeff",
-    "é", "1", "-1.5e3", ".inf", ".nan", "null", "~", "true", "gpus_per_node", "epochs: ", "0x1F", "2020-01-01",
-    "=", "@", "`", "%", "\r\n", "\u2028", "\x85",
+    "version: 1\n",
+    "version: 2\n",
+    "name: x\n",
+    "trainer:\n",
+    "cluster:\n",
+    "  ",
+    "    ",
+    "\n",
+    "\n  ",
+    "- ",
+    "? ",
+    ": ",
+    ":",
+    "[",
+    "]",
+    "{",
+    "}",
+    ", ",
+    "&a ",
+    "*a",
+    "&b ",
+    "*b",
+    "!t ",
+    "!!str ",
+    "!!int ",
+    "!!map ",
+    "!!set ",
+    "!!binary ",
+    "!!python/name:os.system ",
+    "!!python/object/apply:os.system ",
+    "<<: ",
+    "<<: *a\n",
+    "# c\n",
+    "'",
+    '"',
+    "|\n",
+    ">-\n",
+    "---\n",
+    "...\n",
+    "%YAML 1.2\n",
+    "%TAG !e! tag:e.com,2000:\n",
+    "!e!x ",
+    "\t",
+    "\\",
+    "\ufeff",
+    "é",
+    "1",
+    "-1.5e3",
+    ".inf",
+    ".nan",
+    "null",
+    "~",
+    "true",
+    "gpus_per_node",
+    "epochs: ",
+    "0x1F",
+    "2020-01-01",
+    "=",
+    "@",
+    "`",
+    "%",
+    "\r\n",
+    "\u2028",
+    "\x85",
 ]
 token_soup = st.lists(st.one_of(st.sampled_from(FRAGMENTS), _text(max_size=5)), max_size=40).map("".join)
 
@@ -153,8 +245,11 @@ wrong_values = st.one_of(
 
 
 MODEL = SpecModel()
-MEGATRON_KWARGS = {f"trainer.{role}.megatron_config.{name}" for role in ("policy", "ref")
-                   for name in ("transformer_config_kwargs", "optimizer_config_kwargs")}
+MEGATRON_KWARGS = {
+    f"trainer.{role}.megatron_config.{name}"
+    for role in ("policy", "ref")
+    for name in ("transformer_config_kwargs", "optimizer_config_kwargs")
+}
 EXTREME = {
     "int": [0, -1, 1, 2, 3, 7, 2**31, 2**63, 10**30, -(10**30)],
     "float": [0.0, -0.0, -1.0, 1e-300, 1e300, float("inf"), float("-inf"), float("nan"), 0.5, 2.0],
@@ -218,10 +313,45 @@ junk_keys = st.one_of(
     st.sampled_from(["", " ", ".", "a..b", "1abc", "a.", ".a", "a-b", "a b", "ä"]),
 )
 override_values = st.one_of(
-    st.sampled_from(["", "1", "-1", "0", "1.5", "1e400", ".nan", "true", "null", "~", "[1, 2]", "[", "]", "{a: 1}",
-                     "{", "'", '"', "a: b", "- x", "!!python/object/apply:os.system [ls]", "!custom x", "&a 1",
-                     "*a", "[&a 1, *a]", "|", "2020-01-01", "2020-02-30", "!!int ", "H100", "vllm", "grpo", "x=y",
-                     "a,b", "#c", "%x"]),
+    st.sampled_from(
+        [
+            "",
+            "1",
+            "-1",
+            "0",
+            "1.5",
+            "1e400",
+            ".nan",
+            "true",
+            "null",
+            "~",
+            "[1, 2]",
+            "[",
+            "]",
+            "{a: 1}",
+            "{",
+            "'",
+            '"',
+            "a: b",
+            "- x",
+            "!!python/object/apply:os.system [ls]",
+            "!custom x",
+            "&a 1",
+            "*a",
+            "[&a 1, *a]",
+            "|",
+            "2020-01-01",
+            "2020-02-30",
+            "!!int ",
+            "H100",
+            "vllm",
+            "grpo",
+            "x=y",
+            "a,b",
+            "#c",
+            "%x",
+        ]
+    ),
     _text(max_size=12),
     scalars.map(str),
 )
@@ -237,8 +367,10 @@ malformed_override = st.one_of(
 @st.composite
 def override_lists(draw) -> list[str]:
     """1-3 overrides, each well-formed five times in six (values may still be bad YAML: a usage error)."""
-    return [draw(malformed_override if draw(st.integers(0, 5)) == 0 else well_formed_override)
-            for _ in range(draw(st.integers(1, 3)))]
+    return [
+        draw(malformed_override if draw(st.integers(0, 5)) == 0 else well_formed_override)
+        for _ in range(draw(st.integers(1, 3)))
+    ]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -255,6 +387,7 @@ def write(dirname: str, content: str | bytes) -> Path:
 
 def _strict_json(text: str):
     """RFC 8259 JSON: no NaN / Infinity tokens."""
+
     def refuse(name):
         raise ValueError(f"{name} is not JSON")
 

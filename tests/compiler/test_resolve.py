@@ -8,13 +8,17 @@ from rlc.compiler.frontend import analyze
 def _resolve(spec_file, text):
     analysis = analyze(spec_file(text), env={})
     # Derivations are checked for every spec value, including ones the runtime refuses (RLC-E9xx).
-    errors = [(d.code, d.message) for d in analysis.diagnostics if d.severity == "error" and not d.code.startswith("RLC-E9")]
+    errors = [
+        (d.code, d.message) for d in analysis.diagnostics if d.severity == "error" and not d.code.startswith("RLC-E9")
+    ]
     assert not errors and analysis.spec is not None, errors
     return analysis
 
 
 def test_skyrl_derivations(spec_file):
-    a = _resolve(spec_file, """
+    a = _resolve(
+        spec_file,
+        """
         version: 1
         cluster: {gpus_per_node: 8, num_nodes: 1}
         trainer:
@@ -24,46 +28,61 @@ def test_skyrl_derivations(spec_file):
           algorithm: {use_tis: true, tis_imp_ratio_cap: 4.0}
         generator:
           sampling_params: {temperature: 0.7, max_generate_length: 700}
-        """)
+        """,
+    )
     s, derived = a.spec, a.resolution.derived
     assert s.trainer.ref.model.path == "my/model" and derived["trainer.ref.model.path"] == ["trainer.policy.model.path"]
     assert s.generator.max_input_length == 300
     assert s.trainer.algorithm.temperature == 0.7
     assert s.trainer.algorithm.max_seq_len == 1000
-    assert s.generator.eval_sampling_params.temperature == 0.0 and s.generator.eval_sampling_params.max_generate_length == 700
+    assert (
+        s.generator.eval_sampling_params.temperature == 0.0
+        and s.generator.eval_sampling_params.max_generate_length == 700
+    )
     opc = s.trainer.algorithm.off_policy_correction
     assert opc.tis_ratio_type == "token" and opc.token_tis_ratio_clip_high == 4.0
     assert s.trainer.policy.megatron_config.transformer_config_kwargs["recompute_granularity"] == "full"
 
 
 def test_user_megatron_kwargs_are_back_filled(spec_file):
-    a = _resolve(spec_file, """
+    a = _resolve(
+        spec_file,
+        """
         version: 1
         cluster: {gpus_per_node: 8, num_nodes: 1}
         trainer:
           logger: console
           policy: {megatron_config: {transformer_config_kwargs: {recompute_granularity: selective}}}
-        """)
+        """,
+    )
     kw = a.spec.trainer.policy.megatron_config.transformer_config_kwargs
     assert kw["recompute_granularity"] == "selective" and kw["recompute_num_layers"] == 1
 
 
 def test_placement_and_engines_from_cluster(spec_file):
-    a = _resolve(spec_file, """
+    a = _resolve(
+        spec_file,
+        """
         version: 1
         cluster: {gpus_per_node: 8, num_nodes: 2}
         trainer: {logger: console}
         generator: {inference_engine: {tensor_parallel_size: 4}}
-        """)
+        """,
+    )
     p, ie = a.spec.trainer.placement, a.spec.generator.inference_engine
     assert (p.policy_num_nodes, p.policy_num_gpus_per_node) == (2, 8)
     assert (p.ref_num_nodes, p.ref_num_gpus_per_node) == (2, 8)
     assert ie.num_engines == 4
-    assert a.resolution.derived["generator.inference_engine.num_engines"][:2] == ["cluster.gpus_per_node", "cluster.num_nodes"]
+    assert a.resolution.derived["generator.inference_engine.num_engines"][:2] == [
+        "cluster.gpus_per_node",
+        "cluster.num_nodes",
+    ]
 
 
 def test_separate_groups_share_what_the_engines_leave(spec_file):
-    a = _resolve(spec_file, """
+    a = _resolve(
+        spec_file,
+        """
         version: 1
         cluster: {gpus_per_node: 8, num_nodes: 2}
         trainer:
@@ -71,27 +90,33 @@ def test_separate_groups_share_what_the_engines_leave(spec_file):
           placement: {colocate_all: false}
           micro_train_batch_size_per_gpu: 1
         generator: {inference_engine: {num_engines: 8}}
-        """)
+        """,
+    )
     p = a.spec.trainer.placement
     assert (p.policy_num_nodes, p.policy_num_gpus_per_node) == (1, 8)
     assert (p.ref_num_nodes, p.ref_num_gpus_per_node) == (1, 8)  # colocate_policy_ref
 
 
 def test_cluster_from_placement_copies_shared_layouts(spec_file):
-    a = _resolve(spec_file, """
+    a = _resolve(
+        spec_file,
+        """
         version: 1
         trainer:
           logger: console
           placement: {policy_num_nodes: 1, policy_num_gpus_per_node: 4}
         generator: {inference_engine: {num_engines: 4}}
-        """)
+        """,
+    )
     s = a.spec
     assert (s.cluster.num_nodes, s.cluster.gpus_per_node) == (1, 4)
     assert (s.trainer.placement.ref_num_nodes, s.trainer.placement.ref_num_gpus_per_node) == (1, 4)
 
 
 def test_references_resolve_and_env_stays(spec_file):
-    a = _resolve(spec_file, """
+    a = _resolve(
+        spec_file,
+        """
         version: 1
         cluster: {gpus_per_node: 8, num_nodes: 1}
         trainer:
@@ -100,7 +125,8 @@ def test_references_resolve_and_env_stays(spec_file):
           ckpt_path: "${oc.env:CKPT_ROOT,/tmp}/ckpts"
         generator:
           max_input_length: ${trainer.max_prompt_length}
-        """)
+        """,
+    )
     assert a.spec.trainer.run_name == "grpo-1024"
     assert a.spec.trainer.ckpt_path == "${oc.env:CKPT_ROOT,/tmp}/ckpts"
     assert a.spec.generator.max_input_length == 512

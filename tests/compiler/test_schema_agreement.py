@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from rlc.compiler.load import document_from_text
-from rlc.core.plain import plain_yaml as to_plain
 from rlc.compiler.validate import validate
+from rlc.core.plain import plain_yaml as to_plain
 from rlc.spec.model import SpecModel
 from rlc.spec.schema import committed_schema
 
@@ -20,9 +20,32 @@ BASE_TEXT = (EXAMPLES / "gsm8k-grpo-2node.yaml").read_text()
 PATHS = sorted(MODEL.paths())
 
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 70000), st.floats(-2, 3, allow_nan=False),
-    st.sampled_from(["", "x", "H100", "grpo", "grpoo", "fsdp", "${trainer.seed}", "${oc.env:HOME}", "a b", "1abc",
-                     "vllm", "token", "none", "latest", "ray", "bf16", "rlc-job", "$(rm -rf /)"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 70000),
+    st.floats(-2, 3, allow_nan=False),
+    st.sampled_from(
+        [
+            "",
+            "x",
+            "H100",
+            "grpo",
+            "grpoo",
+            "fsdp",
+            "${trainer.seed}",
+            "${oc.env:HOME}",
+            "a b",
+            "1abc",
+            "vllm",
+            "token",
+            "none",
+            "latest",
+            "ray",
+            "bf16",
+            "rlc-job",
+            "$(rm -rf /)",
+        ]
+    ),
     st.lists(st.sampled_from(["a", "B_1", "1", 3, None]), max_size=3),
     st.dictionaries(st.sampled_from(["A", "b_2", "3c", "x y"]), st.sampled_from(["v", 1, None]), max_size=2),
 )
@@ -52,8 +75,10 @@ def test_examples_agree():
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(edits=st.lists(st.tuples(st.sampled_from(PATHS), VALUES), min_size=1, max_size=3),
-       unknown=st.sampled_from([None, "trainer.seeed", "cluster.gpus", "generator.inference_engine.num_engine"]))
+@given(
+    edits=st.lists(st.tuples(st.sampled_from(PATHS), VALUES), min_size=1, max_size=3),
+    unknown=st.sampled_from([None, "trainer.seeed", "cluster.gpus", "generator.inference_engine.num_engine"]),
+)
 def test_random_edits_agree(edits, unknown):
     data = copy.deepcopy(to_plain(document_from_text(BASE_TEXT, "spec.yaml").data))
     for path, value in edits:

@@ -35,12 +35,24 @@ def _compile(tmp_path: Path, name: str, steps: int, *extra: str) -> Path:
         made = run_rlc("data", "synthetic", "-o", str(data), "--train", str(steps * 16), "--validation", "16")
         assert made.returncode == 0, made.stderr
     out = tmp_path / name
-    result = run_rlc("compile", str(EXAMPLES / "local-cpu.yaml"), "-o", str(out), "cluster.num_nodes=2", "cluster.gpus_per_node=1",
-                     "trainer.micro_train_batch_size_per_gpu=64", "trainer.micro_forward_batch_size_per_gpu=64",
-                     f"data.train_data=['{data / 'train.parquet'}']", "data.val_data=[]",
-                     f"trainer.log_path={tmp_path / 'runs'}", f"trainer.run_name={name}",
-                     f"trainer.ckpt_path={tmp_path / 'ckpts' / name}", f"trainer.export_path={tmp_path / 'exports'}",
-                     "launch.envs={RLC_DIST_TIMEOUT_S: '20'}", *extra)
+    result = run_rlc(
+        "compile",
+        str(EXAMPLES / "local-cpu.yaml"),
+        "-o",
+        str(out),
+        "cluster.num_nodes=2",
+        "cluster.gpus_per_node=1",
+        "trainer.micro_train_batch_size_per_gpu=64",
+        "trainer.micro_forward_batch_size_per_gpu=64",
+        f"data.train_data=['{data / 'train.parquet'}']",
+        "data.val_data=[]",
+        f"trainer.log_path={tmp_path / 'runs'}",
+        f"trainer.run_name={name}",
+        f"trainer.ckpt_path={tmp_path / 'ckpts' / name}",
+        f"trainer.export_path={tmp_path / 'exports'}",
+        "launch.envs={RLC_DIST_TIMEOUT_S: '20'}",
+        *extra,
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -77,21 +89,35 @@ def test_the_sky_task_across_two_hosts_a_missing_and_a_killed_host_a_resume_and_
     trains until one host dies, which stops it naming its last checkpoint; the task run again resumes there and
     finishes, every rank and engine on the host the plan names; `ray/submit.sh` then trains on the same head."""
     steps = 8
-    job = _compile(tmp_path, "sim-kill", steps, "trainer.ckpt_interval=2", "trainer.resume_mode=latest",
-                   "trainer.max_ckpts_to_keep=-1")  # first: it writes the data (steps x 16 rows) the jobs read
+    job = _compile(
+        tmp_path,
+        "sim-kill",
+        steps,
+        "trainer.ckpt_interval=2",
+        "trainer.resume_mode=latest",
+        "trainer.max_ckpts_to_keep=-1",
+    )  # first: it writes the data (steps x 16 rows) the jobs read
     missing = _compile(tmp_path, "sim-missing", steps, "launch.node_wait_timeout_s=10")
     small = tmp_path / "data-submit"  # 2 steps' rows: the Ray job only has to show it trains there
     made = run_rlc("data", "synthetic", "-o", str(small), "--train", "32", "--validation", "16")
     assert made.returncode == 0, made.stderr
-    submitted = _compile(tmp_path, "sim-submit", 2, "trainer.ckpt_interval=-1", f"data.train_data=['{small / 'train.parquet'}']")
+    submitted = _compile(
+        tmp_path, "sim-submit", 2, "trainer.ckpt_interval=-1", f"data.train_data=['{small / 'train.parquet'}']"
+    )
     task = skysim.load_task(job / "sky.yaml")
     work = tmp_path / "sim"
     marker = tmp_path / "ckpts" / "sim-kill" / "latest_ckpt_global_step.txt"
     with skysim.Cluster(2, work) as cluster:
         # Host 1 never starts: the head gives up after the gate's timeout, naming the address that never joined.
         started = time.monotonic()
-        codes = skysim.run_task(cluster, skysim.load_task(missing / "sky.yaml"), slots=1, logs=work / "logs-missing",
-                                hosts=[0], run_timeout_s=300)
+        codes = skysim.run_task(
+            cluster,
+            skysim.load_task(missing / "sky.yaml"),
+            slots=1,
+            logs=work / "logs-missing",
+            hosts=[0],
+            run_timeout_s=300,
+        )
         assert codes[0] not in (0, None)
         assert time.monotonic() - started >= 10
         log = (work / "logs-missing" / "run-0.log").read_text(errors="replace")
@@ -124,7 +150,9 @@ def test_the_sky_task_across_two_hosts_a_missing_and_a_killed_host_a_resume_and_
         codes = skysim.run_task(cluster, task, slots=1, logs=work / "logs-rerun", run_timeout_s=600)
         rerun = (work / "logs-rerun" / "run-0.log").read_text(errors="replace")
         assert codes == {0: 0, 1: 0}, rerun[-3000:]
-        assert f"resumed from {tmp_path / 'ckpts' / 'sim-kill' / f'global_step_{last}'} at step {last}" in rerun, rerun[-3000:]
+        assert f"resumed from {tmp_path / 'ckpts' / 'sim-kill' / f'global_step_{last}'} at step {last}" in rerun, rerun[
+            -3000:
+        ]
         assert "2 node(s) with 2 CPU joined the Ray cluster" in rerun
         assert [m["step"] for m in _metrics(tmp_path, "sim-kill")] == list(range(1, steps + 1))
 
@@ -141,9 +169,12 @@ def test_the_sky_task_across_two_hosts_a_missing_and_a_killed_host_a_resume_and_
 
         # The Ray job artifact, submitted to the same (still running) cluster's head from the head host.
         head = cluster.members[0]
-        submit = cluster.start(head, f"bash {submitted / 'ray' / 'submit.sh'}",
-                               skysim.task_env(cluster, head, task, 1, {"RAY_ADDRESS": "http://127.0.0.1:8265"}),
-                               work / "logs" / "submit.log")
+        submit = cluster.start(
+            head,
+            f"bash {submitted / 'ray' / 'submit.sh'}",
+            skysim.task_env(cluster, head, task, 1, {"RAY_ADDRESS": "http://127.0.0.1:8265"}),
+            work / "logs" / "submit.log",
+        )
         assert skysim.wait_all({0: submit}, 600) == {0: 0}, (work / "logs" / "submit.log").read_text()[-3000:]
         assert [m["step"] for m in _metrics(tmp_path, "sim-submit")] == [1, 2]
     _gone(cluster)

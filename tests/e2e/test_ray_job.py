@@ -28,16 +28,44 @@ def ray_cluster():
     home = Path(tempfile.mkdtemp(prefix="rlc-ray-home-"))
     temp = tempfile.mkdtemp(prefix="rr", dir="/tmp")  # Ray's socket paths must stay short
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "HOME": str(home), "RAY_AUTH_MODE": "disabled", "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "RAY_AUTH_MODE": "disabled",
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     port, dash, agent = _free_port(), _free_port(), _free_port()
     # The job agent's HTTP port too: its default (52365) may be taken by a Ray instance another test started, and
     # an agent that cannot bind it never registers, so no job could be submitted.
-    start = subprocess.run(["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",
-                            "--dashboard-agent-listen-port", str(agent),
-                            "--num-cpus", "2", "--temp-dir", temp, "--disable-usage-stats"],
-                           env=env, capture_output=True, text=True, timeout=180)
+    start = subprocess.run(
+        [
+            "ray",
+            "start",
+            "--head",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dash),
+            "--include-dashboard",
+            "true",
+            "--dashboard-agent-listen-port",
+            str(agent),
+            "--num-cpus",
+            "2",
+            "--temp-dir",
+            temp,
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if start.returncode != 0:
         pytest.skip(f"a local Ray head could not start here: {start.stderr[-500:]}")
     address = f"http://127.0.0.1:{dash}"
@@ -55,8 +83,13 @@ def _wait_for_the_job_agent(env: dict, address: str, timeout_s: float = 120) -> 
     agent has registered, which on a loaded machine can take longer than the head's own 10 s wait."""
     deadline = time.monotonic() + timeout_s
     while True:
-        probe = subprocess.run(["ray", "job", "submit", "--address", address, "--no-wait", "--", "true"],
-                               env=env, capture_output=True, text=True, timeout=120)
+        probe = subprocess.run(
+            ["ray", "job", "submit", "--address", address, "--no-wait", "--", "true"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if probe.returncode == 0:
             return
         if time.monotonic() > deadline:
@@ -72,8 +105,13 @@ def test_submit_script_runs_the_runtime_check_on_ray(tmp_path, ray_cluster):
     assert compiled.returncode == 0, compiled.stderr
     script = out / "ray" / "submit.sh"
     assert os.access(script, os.X_OK)
-    result = subprocess.run(["bash", str(script)], env={**env, "RAY_ADDRESS": address, "RLC_RUNTIME_COMMAND": "check"},
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        ["bash", str(script)],
+        env={**env, "RAY_ADDRESS": address, "RLC_RUNTIME_COMMAND": "check"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "local-cpu-grpo: config and plan load" in result.stdout + result.stderr
     assert "rlc-local-cpu-grpo-" in result.stdout + result.stderr  # the submission id from the content hash
@@ -87,13 +125,25 @@ def test_submit_script_trains_two_steps_on_ray(tmp_path, ray_cluster):
     made = run_rlc("data", "synthetic", "-o", str(data), "--train", "32", "--validation", "4")
     assert made.returncode == 0, made.stderr
     out = tmp_path / "job"
-    compiled = run_rlc("compile", str(EXAMPLES / "local-cpu.yaml"), "-o", str(out),
-                       f"data.train_data=['{data / 'train.parquet'}']", f"data.val_data=['{data / 'validation.parquet'}']",
-                       f"trainer.log_path={tmp_path / 'runs'}", f"trainer.ckpt_path={tmp_path / 'ckpts'}",
-                       f"trainer.export_path={tmp_path / 'exports'}")
+    compiled = run_rlc(
+        "compile",
+        str(EXAMPLES / "local-cpu.yaml"),
+        "-o",
+        str(out),
+        f"data.train_data=['{data / 'train.parquet'}']",
+        f"data.val_data=['{data / 'validation.parquet'}']",
+        f"trainer.log_path={tmp_path / 'runs'}",
+        f"trainer.ckpt_path={tmp_path / 'ckpts'}",
+        f"trainer.export_path={tmp_path / 'exports'}",
+    )
     assert compiled.returncode == 0, compiled.stderr
-    result = subprocess.run(["bash", str(out / "ray" / "submit.sh")], env={**env, "RAY_ADDRESS": address},
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        ["bash", str(out / "ray" / "submit.sh")],
+        env={**env, "RAY_ADDRESS": address},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log = result.stdout[-3000:] + result.stderr[-3000:]
     assert result.returncode == 0, log
     assert "trained to step 2" in log

@@ -23,14 +23,24 @@ def _args(tmp_path: Path, rows: int, *extra: str) -> list[str]:
     if not (data / "train.parquet").exists():
         made = run_rlc("data", "synthetic", "-o", str(data), "--train", str(rows), "--validation", "16")
         assert made.returncode == 0, made.stderr
-    return [str(EXAMPLES / "local-cpu.yaml"), "-o", str(tmp_path / "build"), "--no-progress",
-            f"data.train_data=['{data / 'train.parquet'}']", f"data.val_data=['{data / 'validation.parquet'}']",
-            f"trainer.log_path={tmp_path / 'runs'}", f"trainer.ckpt_path={tmp_path / 'ckpts'}",
-            f"trainer.export_path={tmp_path / 'exports'}", *extra]
+    return [
+        str(EXAMPLES / "local-cpu.yaml"),
+        "-o",
+        str(tmp_path / "build"),
+        "--no-progress",
+        f"data.train_data=['{data / 'train.parquet'}']",
+        f"data.val_data=['{data / 'validation.parquet'}']",
+        f"trainer.log_path={tmp_path / 'runs'}",
+        f"trainer.ckpt_path={tmp_path / 'ckpts'}",
+        f"trainer.export_path={tmp_path / 'exports'}",
+        *extra,
+    ]
 
 
 def _metrics(tmp_path: Path) -> list[dict]:
-    return [json.loads(line) for line in (tmp_path / "runs" / "local-cpu-grpo" / "metrics.jsonl").read_text().splitlines()]
+    return [
+        json.loads(line) for line in (tmp_path / "runs" / "local-cpu-grpo" / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 @pytest.mark.slow
@@ -59,8 +69,12 @@ def _weights(step_dir: Path) -> dict:
 def test_killed_run_resumes_at_its_last_checkpoint(tmp_path, run_env):
     steps = 8
     # Two ranks: the checkpoint is really sharded (DCP) and both ranks' RNG and optimizer state come back.
-    common = ("trainer.ckpt_interval=2", "trainer.max_ckpts_to_keep=-1", "cluster.gpus_per_node=2",
-              "trainer.micro_train_batch_size_per_gpu=16")
+    common = (
+        "trainer.ckpt_interval=2",
+        "trainer.max_ckpts_to_keep=-1",
+        "cluster.gpus_per_node=2",
+        "trainer.micro_train_batch_size_per_gpu=16",
+    )
     straight = tmp_path / "straight"
     straight.mkdir()
     done = run_rlc("run", *_args(straight, steps * 16, *common), env=run_env, timeout=600)
@@ -69,8 +83,13 @@ def test_killed_run_resumes_at_its_last_checkpoint(tmp_path, run_env):
     killed = tmp_path / "killed"
     killed.mkdir()
     args = _args(killed, steps * 16, *common, "trainer.resume_mode=latest")
-    proc = subprocess.Popen([rlc_executable(), "run", *args], env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [rlc_executable(), "run", *args],
+        env=run_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     marker = killed / "ckpts" / "latest_ckpt_global_step.txt"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
@@ -96,17 +115,26 @@ def test_killed_run_resumes_at_its_last_checkpoint(tmp_path, run_env):
 
 @pytest.mark.slow
 def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
-    extra = ("trainer.algorithm.use_kl_loss=true", "trainer.critic.model.path=rlc:tiny", "trainer.algorithm.advantage_estimator=gae",
-             "trainer.critic_mini_batch_size=8", "trainer.micro_train_batch_size_per_gpu=64", "trainer.ckpt_interval=2",
-             "trainer.hf_save_interval=3",
-             "trainer.eval_interval=2", "trainer.eval_before_train=true")
+    extra = (
+        "trainer.algorithm.use_kl_loss=true",
+        "trainer.critic.model.path=rlc:tiny",
+        "trainer.algorithm.advantage_estimator=gae",
+        "trainer.critic_mini_batch_size=8",
+        "trainer.micro_train_batch_size_per_gpu=64",
+        "trainer.ckpt_interval=2",
+        "trainer.hf_save_interval=3",
+        "trainer.eval_interval=2",
+        "trainer.eval_before_train=true",
+    )
     result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = _metrics(tmp_path)
     assert [m["step"] for m in metrics] == [0, 1, 2, 3]
     assert "eval/reward" in metrics[0] and "eval/reward" in metrics[2]
     assert all("critic/critic_loss" in m and "kl" in m for m in metrics[1:])
-    assert metrics[1]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[3]["kl"] > 0  # the policy moved away from the reference
+    assert (
+        metrics[1]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[3]["kl"] > 0
+    )  # the policy moved away from the reference
     last = tmp_path / "ckpts" / "global_step_3"
     assert (last / "critic" / ".metadata").exists() and (last / "policy" / ".metadata").exists()
     export = tmp_path / "exports" / "global_step_3"
@@ -124,15 +152,23 @@ def test_megatron_tensor_parallel_run_checkpoints_and_exports(tmp_path, run_env,
     """strategy megatron on two CPU slots (tp=2, through megatron_cpu), with a reference model for the KL loss.
     (Resuming a Megatron checkpoint in fresh workers, on another layout, is in test_megatron.py.)"""
     pytest.importorskip("megatron.core")
-    extra = ("trainer.strategy=megatron", "cluster.gpus_per_node=2", "trainer.policy.megatron_config.tensor_model_parallel_size=2",
-             "trainer.algorithm.use_kl_loss=true", "trainer.micro_train_batch_size_per_gpu=64", "trainer.ckpt_interval=2",
-             "trainer.hf_save_interval=4")
+    extra = (
+        "trainer.strategy=megatron",
+        "cluster.gpus_per_node=2",
+        "trainer.policy.megatron_config.tensor_model_parallel_size=2",
+        "trainer.algorithm.use_kl_loss=true",
+        "trainer.micro_train_batch_size_per_gpu=64",
+        "trainer.ckpt_interval=2",
+        "trainer.hf_save_interval=4",
+    )
     result = run_rlc("run", *_args(tmp_path, 64, *extra), env=run_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "Apex is not installed" not in result.stderr
     metrics = _metrics(tmp_path)
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[-1]["kl"] > 0  # the policy moved from the reference
+    assert (
+        metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[-1]["kl"] > 0
+    )  # the policy moved from the reference
     assert all(m["grad_norm"] > 0 for m in metrics)
     assert (tmp_path / "ckpts" / "global_step_2" / "policy" / "metadata.json").exists()  # Megatron's dist checkpoint
     from transformers import AutoModelForCausalLM
@@ -147,6 +183,7 @@ def test_megatron_tensor_parallel_run_checkpoints_and_exports(tmp_path, run_env,
 def test_a_tracker_that_cannot_start_stops_the_run_before_ray(tmp_path, run_env):
     try:
         import tensorboard  # noqa: F401
+
         pytest.skip("tensorboard is installed here")
     except ImportError:
         pass
@@ -160,9 +197,13 @@ def test_a_tracker_that_cannot_start_stops_the_run_before_ray(tmp_path, run_env)
 def test_a_gpu_plan_stops_before_any_model_loads_on_a_machine_without_its_gpus(tmp_path, run_env):
     if torch.cuda.is_available():
         pytest.skip("this machine has GPUs")
-    result = run_rlc("run", *_args(tmp_path, 32, "cluster.accelerator=H100", "trainer.bf16=true"), env=run_env, timeout=300)
+    result = run_rlc(
+        "run", *_args(tmp_path, 32, "cluster.accelerator=H100", "trainer.bf16=true"), env=run_env, timeout=300
+    )
     assert result.returncode != 0
-    assert "the plan needs 1 node(s) with 1 GPUs each, but Ray has 0 such node(s)" in result.stderr, result.stderr[-2000:]
+    assert "the plan needs 1 node(s) with 1 GPUs each, but Ray has 0 such node(s)" in result.stderr, result.stderr[
+        -2000:
+    ]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs" / "local-cpu-grpo" / "metrics.jsonl").exists() or not _metrics(tmp_path)
 
@@ -170,8 +211,12 @@ def test_a_gpu_plan_stops_before_any_model_loads_on_a_machine_without_its_gpus(t
 @pytest.mark.slow
 def test_lora_trains_only_adapters_and_exports_them_merged(tmp_path, run_env):
     pytest.importorskip("peft")
-    extra = ("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.alpha=16", "trainer.hf_save_interval=3",
-             "trainer.ckpt_interval=-1")
+    extra = (
+        "trainer.policy.model.lora.rank=8",
+        "trainer.policy.model.lora.alpha=16",
+        "trainer.hf_save_interval=3",
+        "trainer.ckpt_interval=-1",
+    )
     result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "FutureWarning" not in result.stderr
@@ -189,12 +234,17 @@ def test_lora_trains_only_adapters_and_exports_them_merged(tmp_path, run_env):
 
 @pytest.mark.slow
 def test_an_unreachable_remote_engine_is_a_clear_error(tmp_path, run_env):
-    extra = ("generator.inference_engine.run_engines_locally=false", "generator.inference_engine.remote_urls=['127.0.0.1:9']",
-             "trainer.placement.colocate_all=false")
+    extra = (
+        "generator.inference_engine.run_engines_locally=false",
+        "generator.inference_engine.remote_urls=['127.0.0.1:9']",
+        "trainer.placement.colocate_all=false",
+    )
     env = {**run_env, "RLC_ENGINE_CONNECT_TIMEOUT_S": "3"}
     result = run_rlc("run", *_args(tmp_path, 32, *extra), env=env, timeout=600)
     assert result.returncode != 0
-    assert "a remote inference engine cannot be used" in result.stderr and "127.0.0.1:9" in result.stderr, result.stderr[-2000:]
+    assert "a remote inference engine cannot be used" in result.stderr and "127.0.0.1:9" in result.stderr, (
+        result.stderr[-2000:]
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -210,9 +260,23 @@ def test_remote_engines_generate_and_take_weights_over_their_weight_group(tmp_pa
     from rlc.runtime.workers.fsdp import free_address
 
     port = free_address()[1]
-    server = subprocess.Popen([sys.executable, "-m", "rlc.runtime.inference.http", "--model", "rlc:tiny",
-                               "--port", str(port), "--name", "tiny"],
-                              env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlc.runtime.inference.http",
+            "--model",
+            "rlc:tiny",
+            "--port",
+            str(port),
+            "--name",
+            "tiny",
+        ],
+        env=run_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         client = RemoteEngine(f"127.0.0.1:{port}", model_name="tiny", timeout_s=60, connect_timeout_s=120)
         client.connect()
@@ -221,10 +285,13 @@ def test_remote_engines_generate_and_take_weights_over_their_weight_group(tmp_pa
             trainer = pool.submit(init_group, "127.0.0.1", gone, 0, 2, "gloo", timeout_s=60)
             client.init_weight_group("127.0.0.1", gone, 1, 2, "gloo")
             close_group(trainer.result(timeout=60))
-        extra = ("generator.inference_engine.run_engines_locally=false",
-                 f"generator.inference_engine.remote_urls=['127.0.0.1:{port}']",
-                 "generator.inference_engine.served_model_name=tiny", "trainer.placement.colocate_all=false",
-                 "trainer.ckpt_interval=-1")
+        extra = (
+            "generator.inference_engine.run_engines_locally=false",
+            f"generator.inference_engine.remote_urls=['127.0.0.1:{port}']",
+            "generator.inference_engine.served_model_name=tiny",
+            "trainer.placement.colocate_all=false",
+            "trainer.ckpt_interval=-1",
+        )
         disable = "generator.inference_engine.override_existing_update_group=disable"
         refused = run_rlc("run", *_args(tmp_path, 48, *extra, disable), env=run_env, timeout=600)
         assert refused.returncode != 0
@@ -249,9 +316,15 @@ def test_remote_engines_generate_and_take_weights_over_their_weight_group(tmp_pa
 def test_a_colocated_gpu_run_syncs_weights_through_cuda_ipc_buckets(tmp_path, run_env):
     """The policy and the hf engine share one GPU (colocate_all, nccl): weights travel as CUDA-IPC buckets of
     about 50 KB, so every sync takes many of them."""
-    extra = ("cluster.accelerator=H100", "trainer.bf16=true", "generator.inference_engine.model_dtype=bfloat16",
-             "generator.inference_engine.weight_sync_backend=nccl", "trainer.placement.colocate_all=true",
-             "generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB=0.00005", "trainer.ckpt_interval=-1")
+    extra = (
+        "cluster.accelerator=H100",
+        "trainer.bf16=true",
+        "generator.inference_engine.model_dtype=bfloat16",
+        "generator.inference_engine.weight_sync_backend=nccl",
+        "trainer.placement.colocate_all=true",
+        "generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB=0.00005",
+        "trainer.ckpt_interval=-1",
+    )
     result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = _metrics(tmp_path)

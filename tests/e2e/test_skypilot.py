@@ -28,8 +28,9 @@ def sky_python():
     py = SKY_VENV / "bin" / "python"
     if not py.exists():
         made = subprocess.run([sys.executable, "-m", "venv", str(SKY_VENV)], capture_output=True, text=True)
-        inst = made.returncode == 0 and subprocess.run([str(SKY_VENV / "bin" / "pip"), "install", "-q", "skypilot"],
-                                                       capture_output=True, text=True, timeout=900)
+        inst = made.returncode == 0 and subprocess.run(
+            [str(SKY_VENV / "bin" / "pip"), "install", "-q", "skypilot"], capture_output=True, text=True, timeout=900
+        )
         if not inst or inst.returncode != 0:
             pytest.skip(f"SkyPilot could not be installed here: {getattr(inst, 'stderr', '')[-300:]}")
     return py
@@ -40,11 +41,15 @@ def sky_python():
 def test_skypilot_parses_the_task(tmp_path, sky_python, example):
     out = tmp_path / "out"
     task = _compile(EXAMPLES / example, out)
-    code = ("import json, sys, sky; t = sky.Task.from_yaml(sys.argv[1]); r = list(t.resources)[0];"
-            "print(json.dumps({'num_nodes': t.num_nodes, 'acc': r.accelerators, 'envs': t.envs, "
-            "'secrets': str(t.to_yaml_config().get('secrets')), 'name': t.name}))")
+    code = (
+        "import json, sys, sky; t = sky.Task.from_yaml(sys.argv[1]); r = list(t.resources)[0];"
+        "print(json.dumps({'num_nodes': t.num_nodes, 'acc': r.accelerators, 'envs': t.envs, "
+        "'secrets': str(t.to_yaml_config().get('secrets')), 'name': t.name}))"
+    )
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    parsed = subprocess.run([str(sky_python), "-c", code, str(out / "sky.yaml")], capture_output=True, text=True, env=env, timeout=300)
+    parsed = subprocess.run(
+        [str(sky_python), "-c", code, str(out / "sky.yaml")], capture_output=True, text=True, env=env, timeout=300
+    )
     assert parsed.returncode == 0, parsed.stderr[-2000:]
     got = json.loads(parsed.stdout.strip().splitlines()[-1])
     assert got["num_nodes"] == task["num_nodes"] and got["name"] == task["name"]
@@ -71,13 +76,23 @@ def _fake_bin(tmp_path: Path) -> tuple[Path, Path]:
     return bin_dir, log
 
 
-def _run_script(section: str, task: dict, tmp_path: Path, rank: int, ips: str = "10.0.0.1\n10.0.0.2") -> tuple[subprocess.CompletedProcess, list[str]]:
+def _run_script(
+    section: str, task: dict, tmp_path: Path, rank: int, ips: str = "10.0.0.1\n10.0.0.2"
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     bin_dir, log = _fake_bin(tmp_path / f"{section}{rank}")
     home = tmp_path / f"home{rank}"
     home.mkdir(exist_ok=True)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "SKYPILOT_NODE_RANK": str(rank), "SKYPILOT_NODE_IPS": ips,
-           "SKYPILOT_NUM_NODES": str(task["num_nodes"]), "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
-    proc = subprocess.run(["bash", "-c", task[section]], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(home),
+        "SKYPILOT_NODE_RANK": str(rank),
+        "SKYPILOT_NODE_IPS": ips,
+        "SKYPILOT_NUM_NODES": str(task["num_nodes"]),
+        "SKYPILOT_NUM_GPUS_PER_NODE": "8",
+    }
+    proc = subprocess.run(
+        ["bash", "-c", task[section]], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     calls = log.read_text().splitlines() if log.exists() else []
     return proc, calls
 
@@ -86,10 +101,17 @@ def test_head_and_worker_branches(tmp_path):
     task = _compile(EXAMPLES / "gsm8k-grpo-2node.yaml", tmp_path / "out")
     head, calls = _run_script("run", task, tmp_path, 0)
     assert head.returncode == 0, head.stderr
-    assert any(c.startswith("ray start --head --node-ip-address 10.0.0.1 --port 6479") and "--num-gpus 8" in c for c in calls)
-    assert ("python -m rlc.runtime wait-cluster --address 10.0.0.1:6479 --nodes 2 --devices 16 --kind GPU --timeout 600 "
-            "--expect-ips 10.0.0.1,10.0.0.2") in calls
-    assert any(c.startswith("python -m rlc.runtime run ") and c.endswith("/.rlc/jobs/gsm8k-grpo-2node/resolved.yaml") for c in calls)
+    assert any(
+        c.startswith("ray start --head --node-ip-address 10.0.0.1 --port 6479") and "--num-gpus 8" in c for c in calls
+    )
+    assert (
+        "python -m rlc.runtime wait-cluster --address 10.0.0.1:6479 --nodes 2 --devices 16 --kind GPU --timeout 600 "
+        "--expect-ips 10.0.0.1,10.0.0.2"
+    ) in calls
+    assert any(
+        c.startswith("python -m rlc.runtime run ") and c.endswith("/.rlc/jobs/gsm8k-grpo-2node/resolved.yaml")
+        for c in calls
+    )
     worker, calls = _run_script("run", task, tmp_path, 1)
     assert worker.returncode == 0, worker.stderr
     assert calls == ["ray start --address 10.0.0.1:6479 --disable-usage-stats --num-gpus 8"]
@@ -136,9 +158,13 @@ def test_rlc_launch_compiles_then_calls_sky_launch(tmp_path):
     sky.write_text(f'#!/bin/bash\nprintf "%s\\n" "sky $*" >> {log}\nexit 0\n')
     sky.chmod(0o755)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    result = run_rlc("launch", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "trainer.seed=5", "--sky-arg=--yes", cwd=tmp_path, env=env)
+    result = run_rlc(
+        "launch", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "trainer.seed=5", "--sky-arg=--yes", cwd=tmp_path, env=env
+    )
     assert result.returncode == 0, result.stderr
-    assert log.read_text().splitlines() == ["sky launch build/gsm8k-grpo-1node/sky.yaml --cluster gsm8k-grpo-1node --yes"]
+    assert log.read_text().splitlines() == [
+        "sky launch build/gsm8k-grpo-1node/sky.yaml --cluster gsm8k-grpo-1node --yes"
+    ]
     assert (tmp_path / "build" / "gsm8k-grpo-1node" / "resolved.yaml").exists()
 
 

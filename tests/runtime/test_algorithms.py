@@ -52,6 +52,7 @@ def test_registries_cover_the_spec_names():
 
 # ---- advantages ---------------------------------------------------------------------------------
 
+
 def test_grpo_one_group_normalized_by_std():
     # rewards 1,0,1,0: mean 0.5; unbiased var = 4 * 0.5**2 / 3 = 1/3; std = 0.57735
     std = math.sqrt(1 / 3)
@@ -138,6 +139,7 @@ def test_fully_masked_sequence_gets_zero_advantage_without_nan():
 
 # ---- KL -----------------------------------------------------------------------------------------
 
+
 def test_kl_estimators_for_a_known_pair():
     # policy p = 0.5, reference q = 0.25: delta = log p - log q = log 2 = 0.693147
     lp, ref = t([math.log(0.5), math.log(0.25)]), t([math.log(0.25), math.log(0.5)])
@@ -173,6 +175,7 @@ def test_kl_in_reward_subtracts_coef_times_kl():
 
 
 # ---- log-probs, entropy, temperature ------------------------------------------------------------
+
 
 def test_token_log_probs_with_temperature():
     logits = t([[[0.0, math.log(3)]]])  # softmax -> 1/4, 3/4
@@ -237,6 +240,7 @@ def test_reduction_errors():
 
 # ---- PPO losses ---------------------------------------------------------------------------------
 
+
 def test_regular_ppo_clipping():
     ratios = [1.5, 0.5, 0.5, 1.2]
     log_probs = t([[math.log(r) for r in ratios]], dtype=F64).requires_grad_()
@@ -254,8 +258,14 @@ def test_regular_ppo_clipping():
 
 def test_asymmetric_clip_bounds():
     log_probs = t([[math.log(1.5), math.log(0.5)]])
-    loss, _ = regular_policy_loss(log_probs, torch.zeros(1, 2, dtype=F64), t([[1.0, -1.0]]), torch.ones(1, 2),
-                                  eps_clip_low=0.1, eps_clip_high=0.28)
+    loss, _ = regular_policy_loss(
+        log_probs,
+        torch.zeros(1, 2, dtype=F64),
+        t([[1.0, -1.0]]),
+        torch.ones(1, 2),
+        eps_clip_low=0.1,
+        eps_clip_high=0.28,
+    )
     # min(1.5, 1.28) -> -1.28 ; A=-1: min(-0.5, -0.9) -> 0.9
     close(loss, (-1.28 + 0.9) / 2)
 
@@ -283,8 +293,9 @@ def test_policy_loss_reductions_and_masked_rows():
         ("sequence_mean", -((1 + 2 + 3) / 3 + 4 + 0) / 3),
         ("seq_mean_token_sum_norm", -((1 + 2 + 3) / 10 + 4 / 10 + 0) / 3),
     ]:
-        loss, metrics = regular_policy_loss(log_probs, torch.zeros(3, 3, dtype=F64), adv, mask,
-                                            loss_reduction=reduction, max_seq_len=10)
+        loss, metrics = regular_policy_loss(
+            log_probs, torch.zeros(3, 3, dtype=F64), adv, mask, loss_reduction=reduction, max_seq_len=10
+        )
         close(loss, expected)
         close(metrics["clip_fraction"], 0.0)
     loss.backward()

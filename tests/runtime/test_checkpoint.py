@@ -84,14 +84,18 @@ def test_latest_is_the_marked_step_even_when_newer_ones_exist(tmp_path):
     assert ckpt.latest(tmp_path) == tmp_path / "global_step_2"
 
 
-@pytest.mark.parametrize("broken", [
-    {"state": None},
-    {"state": '{"global_step": 3, "epo'},
-    {"state": ""},
-    {"state": "[3]"},
-    {"state": '{"epoch": 1}'},
-    {"metadata": False},
-], ids=["no-state", "truncated-state", "empty-state", "state-not-an-object", "state-without-step", "no-metadata"])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"state": None},
+        {"state": '{"global_step": 3, "epo'},
+        {"state": ""},
+        {"state": "[3]"},
+        {"state": '{"epoch": 1}'},
+        {"metadata": False},
+    ],
+    ids=["no-state", "truncated-state", "empty-state", "state-not-an-object", "state-without-step", "no-metadata"],
+)
 def test_a_half_written_step_is_never_latest(tmp_path, broken):
     make_step(tmp_path, 1)
     make_step(tmp_path, 2)
@@ -175,8 +179,16 @@ def test_prune_of_a_missing_directory_is_a_no_op(tmp_path):
 
 
 def tracker(run_dir, start_step: int) -> Tracker:
-    return Tracker(run_dir, logger="console", project="p", run_name="r", config={}, total_steps=10,
-                   start_step=start_step, progress=False)
+    return Tracker(
+        run_dir,
+        logger="console",
+        project="p",
+        run_name="r",
+        config={},
+        total_steps=10,
+        start_step=start_step,
+        progress=False,
+    )
 
 
 def test_tracker_writes_one_line_per_step(tmp_path):

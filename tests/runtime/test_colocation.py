@@ -16,10 +16,19 @@ def _ppo(**kw) -> Colocation:
 
 def test_a_colocated_ppo_step_moves_one_role_at_a_time():
     c = _ppo()
-    assert _ops(c.start()) == ["policy.offload(model, optimizer)", "ref.offload(model)", "critic.offload(model, optimizer)"]
+    assert _ops(c.start()) == [
+        "policy.offload(model, optimizer)",
+        "ref.offload(model)",
+        "critic.offload(model, optimizer)",
+    ]
     assert _ops(c.sync_weights()) == [  # the first sync: weights in, KV cache after the policy left
-        "policy.backload(model)", "engines.wake_up(weights)", "policy.send_weights()", "policy.offload(model)",
-        "engines.wake_up(kv_cache)", "engines.reset_prefix_cache()"]
+        "policy.backload(model)",
+        "engines.wake_up(weights)",
+        "policy.send_weights()",
+        "policy.offload(model)",
+        "engines.wake_up(kv_cache)",
+        "engines.reset_prefix_cache()",
+    ]
     assert _ops(c.before_generate()) == []
     assert _ops(c.after_generate()) == ["engines.reset_prefix_cache()", "engines.sleep()"]
     assert _ops(c.before_forward("critic")) == ["critic.backload(model)"]
@@ -30,8 +39,12 @@ def test_a_colocated_ppo_step_moves_one_role_at_a_time():
     assert _ops(c.before_train("policy")) == ["critic.offload(model)", "policy.backload(model, optimizer)"]
     assert _ops(c.after_train("policy")) == ["policy.offload(optimizer)"]
     assert _ops(c.sync_weights()) == [
-        "engines.wake_up(weights)", "policy.send_weights()", "policy.offload(model)", "engines.wake_up(kv_cache)",
-        "engines.reset_prefix_cache()"]
+        "engines.wake_up(weights)",
+        "policy.send_weights()",
+        "policy.offload(model)",
+        "engines.wake_up(kv_cache)",
+        "engines.reset_prefix_cache()",
+    ]
     assert _ops(c.before_generate()) == []  # the next step starts with everything off the GPUs
 
 
@@ -91,7 +104,11 @@ def test_the_device_preflight_names_what_the_cluster_lacks():
     plan = Plan("job", nodes=2, gpus_per_node=8, accelerator="H100", nodes_needed=2, backend="vllm")
 
     def node(addr, gpus, alive=True):  # the shape of ray.nodes() entries
-        return {"Alive": alive, "NodeManagerAddress": addr, "Resources": {"CPU": 64.0, **({"GPU": gpus} if gpus else {})}}
+        return {
+            "Alive": alive,
+            "NodeManagerAddress": addr,
+            "Resources": {"CPU": 64.0, **({"GPU": gpus} if gpus else {})},
+        }
 
     assert device_shortfall(plan, [node("10.0.0.1", 8.0), node("10.0.0.2", 8.0)]) is None
     short = device_shortfall(plan, [node("10.0.0.1", 8.0), node("10.0.0.2", 4.0), node("10.0.0.3", 8.0, alive=False)])

@@ -55,7 +55,7 @@ def test_filter_collects_good_groups_over_several_batches():
     sampler = DynamicSampler("filter", 3, max_sample_batches=5)
     assert not sampler.add(t([1, 1, 0, 1]), g([0, 0, 1, 1]))  # rows 0-3: group 1 is good
     assert not sampler.add(t([0, 0, 1, 1]), g([0, 0, 1, 1]))  # rows 4-7: nothing
-    assert sampler.add(t([1, 0, 0, 1]), g([0, 0, 1, 1]))      # rows 8-11: two good groups
+    assert sampler.add(t([1, 0, 0, 1]), g([0, 0, 1, 1]))  # rows 8-11: two good groups
     assert sampler.indices().tolist() == [2, 3, 8, 9, 10, 11]
     assert sampler.metrics() == {
         "dynamic_sampling/sample_batches": 3,
@@ -167,10 +167,15 @@ def test_sampler_from_spec_section_and_bad_settings():
 
 # -- rows that cannot move the weights ----------------------------------------------------------------------
 
+
 def _algorithm(**algorithm):
     from rlc.spec.model import default_model
 
-    return default_model().to_typed({"version": 1, "trainer": {"algorithm": {"use_kl_loss": False, **algorithm}}}).trainer.algorithm
+    return (
+        default_model()
+        .to_typed({"version": 1, "trainer": {"algorithm": {"use_kl_loss": False, **algorithm}}})
+        .trainer.algorithm
+    )
 
 
 def _policy_batch(rows=8, length=5, seed=0):
@@ -183,8 +188,13 @@ def _policy_batch(rows=8, length=5, seed=0):
     advantages[5, :2] = 0  # a row whose only non-zero advantages lie outside its mask
     mask[5, 2:] = 0
     advantages[5, 2:] = 1.5
-    return {"response_ids": torch.zeros(rows, length, dtype=torch.long), "loss_mask": mask, "advantages": advantages,
-            "old_logprobs": -torch.rand(rows, length, generator=gen) * 3, "group": torch.arange(rows) // 2}
+    return {
+        "response_ids": torch.zeros(rows, length, dtype=torch.long),
+        "loss_mask": mask,
+        "advantages": advantages,
+        "old_logprobs": -torch.rand(rows, length, generator=gen) * 3,
+        "group": torch.arange(rows) // 2,
+    }
 
 
 def test_inert_rows_have_no_advantage_inside_their_mask():
@@ -210,7 +220,10 @@ def test_leaving_inert_rows_out_gives_the_same_loss_and_gradient(loss, reduction
 
     a = _algorithm(policy_loss_type=loss, loss_reduction=reduction)
     batch = _policy_batch()
-    logp = (batch["old_logprobs"] + torch.randn(batch["old_logprobs"].shape, generator=torch.Generator().manual_seed(1)) * 0.3)
+    logp = (
+        batch["old_logprobs"]
+        + torch.randn(batch["old_logprobs"].shape, generator=torch.Generator().manual_seed(1)) * 0.3
+    )
 
     def run(mb, tot):
         leaf = logp[mb["rows"]].clone().requires_grad_(True)

@@ -43,11 +43,23 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, fsdp_s
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
     from rlc.spec.model import default_model
 
-    spec = default_model().to_typed({"version": 1, "trainer": {
-        "policy": {"optimizer_config": {"lr": 1e-2}, "fsdp_config": {"fsdp_size": fsdp_size}},
-        "algorithm": {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True, "policy_loss_type": "dual_clip"},
-    }})
-    settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4)
+    spec = default_model().to_typed(
+        {
+            "version": 1,
+            "trainer": {
+                "policy": {"optimizer_config": {"lr": 1e-2}, "fsdp_config": {"fsdp_size": fsdp_size}},
+                "algorithm": {
+                    "use_kl_loss": True,
+                    "kl_loss_coef": 0.1,
+                    "use_entropy_loss": True,
+                    "policy_loss_type": "dual_clip",
+                },
+            },
+        }
+    )
+    settings = WorkerSettings(
+        "policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4
+    )
     worker = FSDPWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
     worker.setup("127.0.0.1", port)
     batch = _batch(worker.model.config.vocab_size)
@@ -70,8 +82,14 @@ def _run(world: int, model_path: str, out: str, fsdp_size: int = -1) -> list[dic
 def steps(tiny_model, tmp_path_factory):
     d = tmp_path_factory.mktemp("fsdp")
     # fsdp_size 1 of 2 ranks: hybrid sharding, each rank a whole replica (a 2-D replicate x shard mesh).
-    return (_run(1, tiny_model, str(d / "one.pt")), {"two": _run(2, tiny_model, str(d / "two.pt")),
-            "hybrid": _run(2, tiny_model, str(d / "hybrid.pt"), fsdp_size=1)}, d)
+    return (
+        _run(1, tiny_model, str(d / "one.pt")),
+        {
+            "two": _run(2, tiny_model, str(d / "two.pt")),
+            "hybrid": _run(2, tiny_model, str(d / "hybrid.pt"), fsdp_size=1),
+        },
+        d,
+    )
 
 
 @pytest.mark.parametrize("layout", ["two", "hybrid"])
@@ -104,8 +122,13 @@ def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
     from rlc.spec.model import default_model
 
     spec = default_model().to_typed({"version": 1})
-    worker = FSDPWorker(WorkerSettings("policy", model_path, micro_forward_batch_size=4, sample_packing=True),
-                        spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker = FSDPWorker(
+        WorkerSettings("policy", model_path, micro_forward_batch_size=4, sample_packing=True),
+        spec.trainer.policy,
+        spec.trainer.algorithm,
+        rank,
+        world,
+    )
     worker.setup("127.0.0.1", port)
     batch = _batch(worker.model.config.vocab_size)
     padded = worker.forward(batch)
@@ -128,19 +151,29 @@ def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
     from rlc.spec.model import default_model
 
-    spec = default_model().to_typed({"version": 1, "trainer": {"policy": {"optimizer_config": {"lr": 1e-2}},
-                                                                "algorithm": {"use_entropy_loss": True}}})
+    spec = default_model().to_typed(
+        {
+            "version": 1,
+            "trainer": {"policy": {"optimizer_config": {"lr": 1e-2}}, "algorithm": {"use_entropy_loss": True}},
+        }
+    )
     results = []
     for share in (True, False):
         # Micro-batches of 2 rows: rows 0-1 and 4-5 have no padded prompt (no mask at all), rows 2-3 and 6-7 do.
-        worker = FSDPWorker(WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=2),
-                            spec.trainer.policy, spec.trainer.algorithm, rank, world)
+        worker = FSDPWorker(
+            WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=2),
+            spec.trainer.policy,
+            spec.trainer.algorithm,
+            rank,
+            world,
+        )
         worker.setup("127.0.0.1", port)
         worker.share_prompts = share
         batch = _batch(worker.model.config.vocab_size)
         calls = []
-        worker.model.register_forward_hook(lambda module, args, kwargs, out, calls=calls: calls.append(kwargs["input_ids"].shape),
-                                           with_kwargs=True)
+        worker.model.register_forward_hook(
+            lambda module, args, kwargs, out, calls=calls: calls.append(kwargs["input_ids"].shape), with_kwargs=True
+        )
         logp = worker.forward(batch)
         reference = torch.zeros_like(logp)
         with torch.no_grad():  # each row alone, its padding cut off
@@ -148,9 +181,10 @@ def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
                 real = batch["attention_mask"][i].bool()
                 start = int(real[:PROMPT].sum()) - 1
                 count = int(real[PROMPT:].sum())
-                logits = worker.model(input_ids=batch["input_ids"][i][real][None]).logits[0, start:start + count]
-                reference[i, :count] = torch.log_softmax(logits, -1).gather(
-                    -1, batch["response_ids"][i, :count, None]).squeeze(-1)
+                logits = worker.model(input_ids=batch["input_ids"][i][real][None]).logits[0, start : start + count]
+                reference[i, :count] = (
+                    torch.log_softmax(logits, -1).gather(-1, batch["response_ids"][i, :count, None]).squeeze(-1)
+                )
         calls.clear()
         logp = worker.forward(batch)
         metrics = worker.train_mini_batch(batch, totals(batch))

@@ -29,14 +29,23 @@ def _report(name: str, values: dict) -> None:
     path = os.environ.get("RLC_GPU_REPORT")
     if path:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"test": name, "device": torch.cuda.get_device_name(0), "torch": torch.__version__, **values}) + "\n")
+            f.write(
+                json.dumps(
+                    {"test": name, "device": torch.cuda.get_device_name(0), "torch": torch.__version__, **values}
+                )
+                + "\n"
+            )
 
 
 def _spec(**algorithm):
     from rlc.spec.model import default_model
 
-    return default_model().to_typed({"version": 1, "trainer": {
-        "policy": {"optimizer_config": {"lr": 1e-4}}, "algorithm": {"use_kl_loss": False, **algorithm}}})
+    return default_model().to_typed(
+        {
+            "version": 1,
+            "trainer": {"policy": {"optimizer_config": {"lr": 1e-4}}, "algorithm": {"use_kl_loss": False, **algorithm}},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +53,16 @@ def worker(tiny_model):
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings, free_address
 
     spec = _spec()
-    settings = WorkerSettings("policy", tiny_model, device="cuda", bf16=True, gradient_checkpointing=True,
-                              micro_train_batch_size=16, micro_forward_batch_size=32, total_optimizer_steps=10)
+    settings = WorkerSettings(
+        "policy",
+        tiny_model,
+        device="cuda",
+        bf16=True,
+        gradient_checkpointing=True,
+        micro_train_batch_size=16,
+        micro_forward_batch_size=32,
+        total_optimizer_steps=10,
+    )
     w = FSDPWorker(settings, spec.trainer.policy, spec.trainer.algorithm, 0, 1)
     w.setup("127.0.0.1", free_address()[1])
     yield w
@@ -64,7 +81,10 @@ def test_grpo_steps_on_gsm8k_with_the_hf_engine(worker, tiny_model):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     engine = HFEngine(tiny_model, dtype="bfloat16", device="cuda", tokenizer=tok)
     env = make("gsm8k")
-    rows = [{"prompt": [{"role": "user", "content": f"{r['question']} {INSTRUCTION}"}], "answer": r["answer"]} for r in GSM8K_ROWS]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"{r['question']} {INSTRUCTION}"}], "answer": r["answer"]}
+        for r in GSM8K_ROWS
+    ]
     prompts = [encode_prompt(tok, env.prompt(r)) for r in rows]
     sampling = Sampling(max_generate_length=32, temperature=1.0, top_p=0.95)
     timings, diffs = [], []
@@ -72,9 +92,18 @@ def test_grpo_steps_on_gsm8k_with_the_hf_engine(worker, tiny_model):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         outs = engine.generate(prompts, sampling, n=8, seed=step)
-        rollouts = [Rollout(prompts[g], c.token_ids, c.logprobs, c.finish_reason,
-                            env.reward(rows[g], tok.decode(c.token_ids, skip_special_tokens=True), c.finish_reason == "stop"), g)
-                    for g, cs in enumerate(outs) for c in cs]
+        rollouts = [
+            Rollout(
+                prompts[g],
+                c.token_ids,
+                c.logprobs,
+                c.finish_reason,
+                env.reward(rows[g], tok.decode(c.token_ids, skip_special_tokens=True), c.finish_reason == "stop"),
+                g,
+            )
+            for g, cs in enumerate(outs)
+            for c in cs
+        ]
         batch = to_batch(rollouts, tok.pad_token_id)
         batch["old_logprobs"] = worker.forward(batch)
         batch["advantages"], _ = grpo_advantages(batch["token_rewards"], batch["loss_mask"], batch["group"])
@@ -88,8 +117,15 @@ def test_grpo_steps_on_gsm8k_with_the_hf_engine(worker, tiny_model):
         diffs.append(float((batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real].mean()))
     # bf16 engine vs bf16-compute trainer: the same tokens score alike.
     assert max(diffs) < 0.1, diffs
-    _report("grpo_gsm8k_hf_engine", {"steps": 4, "rollouts_per_step": 32, "step_s": [round(t, 3) for t in timings],
-                                     "mean_abs_logprob_diff": [round(d, 5) for d in diffs]})
+    _report(
+        "grpo_gsm8k_hf_engine",
+        {
+            "steps": 4,
+            "rollouts_per_step": 32,
+            "step_s": [round(t, 3) for t in timings],
+            "mean_abs_logprob_diff": [round(d, 5) for d in diffs],
+        },
+    )
 
 
 def test_colocated_offload_and_backload(worker):
@@ -114,8 +150,15 @@ def test_colocated_offload_and_backload(worker):
     assert all(p.device.type == "cuda" for p in worker.model.parameters())
     again = worker.train_mini_batch(batch, totals(batch))  # the optimizer still steps the same parameters
     assert again["grad_norm"] == again["grad_norm"]
-    _report("colocate_offload_backload", {"allocated_before_MB": round(on_gpu / 2**20, 2), "allocated_offloaded_MB": round(off / 2**20, 2),
-                                          "offload_s": round(offload_s, 4), "backload_s": round(backload_s, 4)})
+    _report(
+        "colocate_offload_backload",
+        {
+            "allocated_before_MB": round(on_gpu / 2**20, 2),
+            "allocated_offloaded_MB": round(off / 2**20, 2),
+            "offload_s": round(offload_s, 4),
+            "backload_s": round(backload_s, 4),
+        },
+    )
 
 
 def test_engine_sleep_and_wake_on_the_gpu(tiny_model):
@@ -146,12 +189,20 @@ def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
     from test_fsdp import _batch
 
     kl = {"use_kl_loss": True, "kl_loss_coef": 0.1}
-    fsdp = _policy_worker(FSDPWorker, tiny_model, "fsdp2", {"optimizer_config": {"lr": 1e-3, "weight_decay": 0.0}},
-                          bf16=False, algorithm=kl)
+    fsdp = _policy_worker(
+        FSDPWorker,
+        tiny_model,
+        "fsdp2",
+        {"optimizer_config": {"lr": 1e-3, "weight_decay": 0.0}},
+        bf16=False,
+        algorithm=kl,
+    )
     meg = _megatron(tiny_model, {}, bf16=False, algorithm=kl)
     batch = _batch(64)
     old = fsdp.forward(batch)
-    torch.testing.assert_close(meg.forward(batch)[batch["loss_mask"].bool()], old[batch["loss_mask"].bool()], rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(
+        meg.forward(batch)[batch["loss_mask"].bool()], old[batch["loss_mask"].bool()], rtol=1e-3, atol=1e-3
+    )
     batch["old_logprobs"] = old + batch["noise"]
     a, b = fsdp.train_mini_batch(batch, totals(batch)), meg.train_mini_batch(batch, totals(batch))
     for key in ("policy_loss", "kl", "entropy"):
@@ -166,8 +217,13 @@ def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
         assert y["policy_loss"] == pytest.approx(x["policy_loss"], rel=1e-2, abs=1e-4)
         assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-2)
     assert meg_steps[-1]["policy_loss"] < meg_steps[0]["policy_loss"]  # the same advantages again: the loss goes down
-    _report("megatron_vs_fsdp2", {key: {"fsdp2": [m[key] for m in fsdp_steps], "megatron": [m[key] for m in meg_steps]}
-                                  for key in ("policy_loss", "grad_norm", "kl", "entropy")})
+    _report(
+        "megatron_vs_fsdp2",
+        {
+            key: {"fsdp2": [m[key] for m in fsdp_steps], "megatron": [m[key] for m in meg_steps]}
+            for key in ("policy_loss", "grad_norm", "kl", "entropy")
+        },
+    )
 
 
 def _policy_worker(cls, tiny_model, strategy: str, policy: dict, *, bf16: bool, algorithm: dict):
@@ -175,24 +231,40 @@ def _policy_worker(cls, tiny_model, strategy: str, policy: dict, *, bf16: bool, 
     from rlc.runtime.workers.common import WorkerSettings, free_address
     from rlc.spec.model import default_model
 
-    spec = default_model().to_typed({"version": 1, "trainer": {"strategy": strategy, "policy": policy,
-                                                               "algorithm": algorithm}})
-    settings = WorkerSettings("policy", tiny_model, device="cuda", bf16=bf16, micro_train_batch_size=4,
-                              micro_forward_batch_size=8, total_optimizer_steps=16)
+    spec = default_model().to_typed(
+        {"version": 1, "trainer": {"strategy": strategy, "policy": policy, "algorithm": algorithm}}
+    )
+    settings = WorkerSettings(
+        "policy",
+        tiny_model,
+        device="cuda",
+        bf16=bf16,
+        micro_train_batch_size=4,
+        micro_forward_batch_size=8,
+        total_optimizer_steps=16,
+    )
     worker = cls(settings, spec.trainer.policy, spec.trainer.algorithm, 0, 1)
     worker.setup("127.0.0.1", free_address()[1])
     return worker
 
 
-def _megatron(tiny_model, strategy_config: dict, *, bf16: bool, lora: dict | None = None, lr: float = 1e-3,
-              algorithm: dict | None = None):
+def _megatron(
+    tiny_model,
+    strategy_config: dict,
+    *,
+    bf16: bool,
+    lora: dict | None = None,
+    lr: float = 1e-3,
+    algorithm: dict | None = None,
+):
     from rlc.runtime.workers.megatron import MegatronWorker
 
     policy = {"optimizer_config": {"lr": lr, "weight_decay": 0.0}, "megatron_config": strategy_config}
     if lora:
         policy["model"] = {"lora": lora}
-    return _policy_worker(MegatronWorker, tiny_model, "megatron", policy, bf16=bf16,
-                          algorithm=algorithm or {"use_kl_loss": False})
+    return _policy_worker(
+        MegatronWorker, tiny_model, "megatron", policy, bf16=bf16, algorithm=algorithm or {"use_kl_loss": False}
+    )
 
 
 def _hf_logprobs(tiny_model, state: dict, batch: dict) -> torch.Tensor:
@@ -205,9 +277,10 @@ def _hf_logprobs(tiny_model, state: dict, batch: dict) -> torch.Tensor:
     lm.to("cuda").eval()
     attn = batch["attention_mask"].cuda()
     with torch.no_grad():
-        logits = lm(input_ids=batch["input_ids"].cuda(), attention_mask=attn,
-                    position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
-    return token_log_probs(logits[:, batch["prompt_len"] - 1:-1].float(), batch["response_ids"].cuda(), 1.0).cpu()
+        logits = lm(
+            input_ids=batch["input_ids"].cuda(), attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)
+        ).logits
+    return token_log_probs(logits[:, batch["prompt_len"] - 1 : -1].float(), batch["response_ids"].cuda(), 1.0).cpu()
 
 
 def _initial_state(tiny_model) -> dict:
@@ -222,9 +295,14 @@ def _long_batch(rows: int = 8, prompt: int = 40, response: int = 24) -> dict:
     ids = torch.randint(4, 64, (rows, prompt + response), generator=g)
     attention = torch.ones(rows, prompt + response, dtype=torch.long)
     for r in range(rows):
-        attention[r, :3 * r] = 0
-    return {"input_ids": ids, "attention_mask": attention, "response_ids": ids[:, prompt:],
-            "loss_mask": torch.ones(rows, response), "prompt_len": prompt}
+        attention[r, : 3 * r] = 0
+    return {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "response_ids": ids[:, prompt:],
+        "loss_mask": torch.ones(rows, response),
+        "prompt_len": prompt,
+    }
 
 
 def test_megatron_bf16_checkpoint_offload_export_and_profiler_on_the_gpu(tiny_model, tmp_path):
@@ -236,12 +314,17 @@ def test_megatron_bf16_checkpoint_offload_export_and_profiler_on_the_gpu(tiny_mo
     from test_fsdp import _batch
 
     prof = tmp_path / "prof"
-    meg = _megatron(tiny_model, {"empty_cuda_cache": True, "torch_profiler_config": {
-        "enable": True, "ranks": [0], "save_path": str(prof)}}, bf16=True)
+    meg = _megatron(
+        tiny_model,
+        {"empty_cuda_cache": True, "torch_profiler_config": {"enable": True, "ranks": [0], "save_path": str(prof)}},
+        bf16=True,
+    )
     # Rows as long as real ones (past the 16 keys where Megatron would pick a fused softmax), left-padded: the
     # padding mask must be applied in bf16 on the GPU.
     long = _long_batch()
-    long_diff = (meg.forward(long) - _hf_logprobs(tiny_model, _initial_state(tiny_model), long)).abs()[long["loss_mask"].bool()]
+    long_diff = (meg.forward(long) - _hf_logprobs(tiny_model, _initial_state(tiny_model), long)).abs()[
+        long["loss_mask"].bool()
+    ]
     assert long_diff.mean() < 0.02, long_diff.mean()
     batch = _batch(64)
     real = batch["loss_mask"].bool()
@@ -277,12 +360,18 @@ def test_megatron_bf16_checkpoint_offload_export_and_profiler_on_the_gpu(tiny_mo
     # one per optimizer step, named by the step it made: the restored step's trace replaced the first try's
     assert [t.name for t in traces] == [f"policy_rank0_step{n}.json" for n in (1, 2, 3, 4)]
     assert '"cat": "kernel"' in traces[-1].read_text()  # CUDA kernels were traced
-    _report("megatron_bf16_lifecycle", {
-        "step_s": [round(t, 3) for t in timings], "policy_loss": [m["policy_loss"] for m in metrics],
-        "restored_step_policy_loss": [third["policy_loss"], again["policy_loss"]],
-        "allocated_MB": [round(before / 2**20, 2), round(offloaded / 2**20, 2)],
-        "export_mean_abs_logprob_diff": float(diff.mean()), "export_max_abs_logprob_diff": float(diff.max()),
-        "long_rows_mean_abs_logprob_diff_vs_hf": float(long_diff.mean())})
+    _report(
+        "megatron_bf16_lifecycle",
+        {
+            "step_s": [round(t, 3) for t in timings],
+            "policy_loss": [m["policy_loss"] for m in metrics],
+            "restored_step_policy_loss": [third["policy_loss"], again["policy_loss"]],
+            "allocated_MB": [round(before / 2**20, 2), round(offloaded / 2**20, 2)],
+            "export_mean_abs_logprob_diff": float(diff.mean()),
+            "export_max_abs_logprob_diff": float(diff.max()),
+            "long_rows_mean_abs_logprob_diff_vs_hf": float(long_diff.mean()),
+        },
+    )
 
 
 def test_megatron_lora_on_the_gpu(tiny_model):
@@ -292,7 +381,9 @@ def test_megatron_lora_on_the_gpu(tiny_model):
     from rlc.runtime.batch import totals
     from test_fsdp import _batch
 
-    meg = _megatron(tiny_model, {"lora_config": {"lora_type": "lora"}}, bf16=False, lora={"rank": 4, "alpha": 8}, lr=5e-2)
+    meg = _megatron(
+        tiny_model, {"lora_config": {"lora_type": "lora"}}, bf16=False, lora={"rank": 4, "alpha": 8}, lr=5e-2
+    )
     batch = _batch(64)
     real = batch["loss_mask"].bool()
     batch["old_logprobs"] = meg.forward(batch) + batch["noise"]
@@ -301,5 +392,10 @@ def test_megatron_lora_on_the_gpu(tiny_model):
     logp = meg.forward(batch)
     want = _hf_logprobs(tiny_model, meg.full_state_dict(), batch)
     torch.testing.assert_close(logp[real], want[real], rtol=1e-3, atol=1e-3)
-    _report("megatron_lora", {"policy_loss": [m["policy_loss"] for m in metrics],
-                              "max_abs_logprob_diff_vs_merged": float((logp[real] - want[real]).abs().max())})
+    _report(
+        "megatron_lora",
+        {
+            "policy_loss": [m["policy_loss"] for m in metrics],
+            "max_abs_logprob_diff_vs_merged": float((logp[real] - want[real]).abs().max()),
+        },
+    )

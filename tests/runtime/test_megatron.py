@@ -28,13 +28,17 @@ def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None, c
 
     policy = {"optimizer_config": OPTIMIZER}
     if strategy == "megatron":
-        policy["megatron_config"] = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
-                                     "context_parallel_size": cp,
-                                     "dist_ckpt_optim_fully_reshardable": True}  # resumable on another layout
+        policy["megatron_config"] = {
+            "tensor_model_parallel_size": tp,
+            "pipeline_model_parallel_size": pp,
+            "context_parallel_size": cp,
+            "dist_ckpt_optim_fully_reshardable": True,
+        }  # resumable on another layout
         if profile:  # the last pipeline stage's rank only
             policy["megatron_config"]["torch_profiler_config"] = {"enable": True, "ranks": [1], "save_path": profile}
-    return default_model().to_typed({"version": 1, "trainer": {"strategy": strategy, "policy": policy,
-                                                               "algorithm": ALGORITHM}})
+    return default_model().to_typed(
+        {"version": 1, "trainer": {"strategy": strategy, "policy": policy, "algorithm": ALGORITHM}}
+    )
 
 
 def _old_logprobs(worker, mine: dict, world: int, rank: int) -> torch.Tensor:
@@ -51,8 +55,20 @@ def _old_logprobs(worker, mine: dict, world: int, rank: int) -> torch.Tensor:
     return old
 
 
-def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strategy: str, tp: int, pp: int,
-          ckpt: str | None, mode: str, cp: int = 1) -> None:
+def _rank(
+    rank: int,
+    world: int,
+    port: int,
+    q,
+    model_path: str,
+    out: str,
+    strategy: str,
+    tp: int,
+    pp: int,
+    ckpt: str | None,
+    mode: str,
+    cp: int = 1,
+) -> None:
     """mode: "step" (one step), "save" (a step, a checkpoint, a second step, then back to the checkpoint and the
     second step again), or "resume" (a fresh worker loads the checkpoint, then takes the second step)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -64,8 +80,9 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strate
     else:
         from rlc.runtime.workers.fsdp import FSDPWorker as Worker
     spec = _spec(strategy, tp, pp, profile=out + ".prof" if pp == 2 else None, cp=cp)
-    settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3,
-                              total_optimizer_steps=4)
+    settings = WorkerSettings(
+        "policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4
+    )
     worker = Worker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
     worker.setup("127.0.0.1", port)
     layout = worker.layout()
@@ -103,8 +120,17 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strate
     worker.shutdown()
 
 
-def _run(world: int, model_path: str, out: str, strategy: str = "megatron", tp: int = 1, pp: int = 1,
-         ckpt: str | None = None, mode: str = "step", cp: int = 1) -> list[dict]:
+def _run(
+    world: int,
+    model_path: str,
+    out: str,
+    strategy: str = "megatron",
+    tp: int = 1,
+    pp: int = 1,
+    ckpt: str | None = None,
+    mode: str = "step",
+    cp: int = 1,
+) -> list[dict]:
     return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode, cp)
 
 
@@ -172,12 +198,16 @@ def test_the_profiler_traces_the_listed_ranks_steps(runs):
 
 def test_layouts(runs):
     by_name, _ = runs
-    assert [r["layout"] for r in by_name["tp2"]] == [{"dp_rank": 0, "dp_size": 1, "collect": True},
-                                                     {"dp_rank": 0, "dp_size": 1, "collect": False}]
+    assert [r["layout"] for r in by_name["tp2"]] == [
+        {"dp_rank": 0, "dp_size": 1, "collect": True},
+        {"dp_rank": 0, "dp_size": 1, "collect": False},
+    ]
     assert [r["layout"]["collect"] for r in by_name["pp2"]] == [False, True]  # the last stage has the logits
     # Context ranks share their rows (each holds half of every row's tokens); context rank 0 returns results.
-    assert [r["layout"] for r in by_name["cp2"]] == [{"dp_rank": 0, "dp_size": 1, "collect": True},
-                                                     {"dp_rank": 0, "dp_size": 1, "collect": False}]
+    assert [r["layout"] for r in by_name["cp2"]] == [
+        {"dp_rank": 0, "dp_size": 1, "collect": True},
+        {"dp_rank": 0, "dp_size": 1, "collect": False},
+    ]
     assert [r["layout"]["dp_rank"] for r in by_name["dp2"]] == [0, 1]
 
 
@@ -188,7 +218,10 @@ def test_checkpoint_restores_the_step(runs):
     for key in ("policy_loss", "kl", "entropy", "grad_norm"):
         assert one["again"][key] == pytest.approx(one["second"][key], rel=1e-6, abs=1e-8), key
     _, d = runs
-    second, again = torch.load(str(d / "one.pt") + ".second")["weights"], torch.load(str(d / "one.pt") + ".again")["weights"]
+    second, again = (
+        torch.load(str(d / "one.pt") + ".second")["weights"],
+        torch.load(str(d / "one.pt") + ".again")["weights"],
+    )
     for name in second:  # the optimizer state came back too: the step after it moves the weights the same way
         torch.testing.assert_close(again[name], second[name], rtol=0, atol=1e-6, msg=name)
 
@@ -230,21 +263,44 @@ def _lora_rank(rank: int, world: int, port: int, q, model_path: str, out: str) -
 
     result = {}
     for lora_type in LORA_TYPES:
-        spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "algorithm": ALGORITHM, "policy": {
-            "optimizer_config": {"lr": 5e-2}, "model": {"lora": {"rank": 4, "alpha": 8}},
-            "megatron_config": {"tensor_model_parallel_size": 2, "lora_config": {"lora_type": lora_type}}}}})
-        worker = MegatronWorker(WorkerSettings("policy", model_path, micro_train_batch_size=4, micro_forward_batch_size=8),
-                                spec.trainer.policy, spec.trainer.algorithm, rank, world)
+        spec = default_model().to_typed(
+            {
+                "version": 1,
+                "trainer": {
+                    "strategy": "megatron",
+                    "algorithm": ALGORITHM,
+                    "policy": {
+                        "optimizer_config": {"lr": 5e-2},
+                        "model": {"lora": {"rank": 4, "alpha": 8}},
+                        "megatron_config": {"tensor_model_parallel_size": 2, "lora_config": {"lora_type": lora_type}},
+                    },
+                },
+            }
+        )
+        worker = MegatronWorker(
+            WorkerSettings("policy", model_path, micro_train_batch_size=4, micro_forward_batch_size=8),
+            spec.trainer.policy,
+            spec.trainer.algorithm,
+            rank,
+            world,
+        )
         worker.setup("127.0.0.1", port)
         batch = _batch(64)
         trainable = {n for n, p in worker.gpt.named_parameters() if p.requires_grad}
-        metrics = worker.train_mini_batch({**batch, "old_logprobs": _old_logprobs(worker, batch, world, rank)}, totals(batch))
+        metrics = worker.train_mini_batch(
+            {**batch, "old_logprobs": _old_logprobs(worker, batch, world, rank)}, totals(batch)
+        )
         logp = worker.forward(batch)
         full = worker.full_state_dict()
         adapted = sum(isinstance(m, LoraLinear) for m in worker.gpt.modules())
         if rank == 0:
             torch.save(full, f"{out}.{lora_type}")
-        result[lora_type] = {"logp": logp.numpy(), "trainable": trainable, "adapted": adapted, "grad_norm": metrics["grad_norm"]}
+        result[lora_type] = {
+            "logp": logp.numpy(),
+            "trainable": trainable,
+            "adapted": adapted,
+            "grad_norm": metrics["grad_norm"],
+        }
     q.put((rank, result))  # numpy: a tensor would be shared memory that dies with this process
     worker.shutdown()
 
@@ -271,13 +327,17 @@ def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
     merged = torch.load(str(d / "merged") + f".{lora_type}")
     start = AutoModelForCausalLM.from_pretrained(tiny_model)
     changed = [n for n, v in start.state_dict().items() if not torch.equal(v, merged[n])]
-    assert changed and all(n.split(".")[-2] in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-                           for n in changed)  # only the adapted layers moved
+    assert changed and all(
+        n.split(".")[-2] in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+        for n in changed
+    )  # only the adapted layers moved
     start.load_state_dict(merged)
     batch = _batch(64)
     attn = batch["attention_mask"]
     with torch.no_grad():
-        logits = start(input_ids=batch["input_ids"], attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
-    want = token_log_probs(logits[:, batch["prompt_len"] - 1:-1], batch["response_ids"], 1.0)
+        logits = start(
+            input_ids=batch["input_ids"], attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)
+        ).logits
+    want = token_log_probs(logits[:, batch["prompt_len"] - 1 : -1], batch["response_ids"], 1.0)
     real = batch["loss_mask"].bool()
     torch.testing.assert_close(torch.from_numpy(got["logp"])[real], want[real], rtol=1e-4, atol=1e-4)

@@ -49,7 +49,7 @@ def _attention_rank(rank: int, world: int, port: int, q, seq: int) -> None:
     allowed = cp_utils.gathered_positions(seq, world)[None, :] <= mine[:, None]
     out = (xs @ keys.T).masked_fill(~allowed, float("-inf")).softmax(-1) @ keys
     total = cp_utils.response_values(out.sum(-1)[None], mine, 0, seq, dist.group.WORLD)[0]
-    (total ** 2).sum().backward()
+    (total**2).sum().backward()
     grads = [torch.empty_like(xs.grad) for _ in range(world)]
     dist.all_gather(grads, xs.grad)
     whole = torch.empty(seq, xs.shape[1])
@@ -70,7 +70,7 @@ def test_gathered_keys_and_summed_values_give_the_single_rank_gradients():
     keys = x @ w
     out = (x @ keys.T).masked_fill(~torch.ones(seq, seq, dtype=torch.bool).tril(), float("-inf")).softmax(-1) @ keys
     total = out.sum(-1)
-    (total ** 2).sum().backward()
+    (total**2).sum().backward()
     for rank, got in enumerate(run_ranks(_attention_rank, 2, seq)):
         torch.testing.assert_close(torch.from_numpy(got["total"]), total.detach(), msg=f"rank {rank}")
         torch.testing.assert_close(torch.from_numpy(got["grad"]), x.grad, msg=f"rank {rank}")

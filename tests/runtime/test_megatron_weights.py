@@ -26,15 +26,26 @@ from rlc.runtime import megatron_weights as mw  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ("llama", "qwen2")
 LLAMA3_ROPE = {
-    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 8192, "rope_theta": 500000.0,
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
 }
 
 
 def hf_config(family: str, **overrides):
     """Tiny GQA configs: Llama with a non-square head_dim, Qwen2 with qkv biases and tied embeddings."""
-    common = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    common = dict(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     if family == "llama":
         return transformers.LlamaConfig(**{**common, "head_dim": 12, "rope_theta": 5000.0, **overrides})
     return transformers.Qwen2Config(**{**common, "tie_word_embeddings": True, **overrides})
@@ -155,9 +166,21 @@ def test_fused_norm_names():
 
 
 def test_config_kwargs_from_plain_namespace():
-    cfg = SimpleNamespace(model_type="mistral", vocab_size=10, hidden_size=8, intermediate_size=16, num_hidden_layers=2,
-                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32, rms_norm_eps=1e-5,
-                          rope_theta=1e6, rope_scaling=None, sliding_window=None, hidden_act="silu")
+    cfg = SimpleNamespace(
+        model_type="mistral",
+        vocab_size=10,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+        rms_norm_eps=1e-5,
+        rope_theta=1e6,
+        rope_scaling=None,
+        sliding_window=None,
+        hidden_act="silu",
+    )
     layout = mw.layout_from_hf(cfg)
     assert layout.head_dim == 4 and not layout.tied and not layout.qkv_bias
     assert mw.transformer_config_kwargs(cfg)["layernorm_epsilon"] == 1e-5
@@ -196,8 +219,10 @@ def test_unsupported_models():
         mw.layout_from_hf(transformers.MistralConfig(sliding_window=16, max_position_embeddings=64))
     with pytest.raises(mw.UnsupportedModel, match="sliding"):
         mw.layout_from_hf(hf_config("qwen2", use_sliding_window=True, sliding_window=16, max_window_layers=1))
-    kw = mw.gpt_model_kwargs(hf_config("llama", rope_scaling=LLAMA3_ROPE, max_position_embeddings=16384),
-                             mw.layout_from_hf(hf_config("llama")))
+    kw = mw.gpt_model_kwargs(
+        hf_config("llama", rope_scaling=LLAMA3_ROPE, max_position_embeddings=16384),
+        mw.layout_from_hf(hf_config("llama")),
+    )
     assert kw["rope_scaling"] is True and kw["rope_scaling_factor"] == 8.0 and kw["rotary_base"] == 500000.0
 
 
@@ -205,8 +230,14 @@ def test_unsupported_models():
 def megatron_run():
     """One subprocess for both Megatron checks (importing Megatron-Core costs seconds)."""
     pytest.importorskip("megatron.core")
-    return subprocess.run([sys.executable, __file__], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return subprocess.run(
+        [sys.executable, __file__],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
 
 
 def _failure(proc) -> str:
@@ -229,6 +260,7 @@ def test_converted_megatron_model_computes_hf_logits(megatron_run):
 
 
 # ---- subprocess side: runs with Megatron-Core imported ----
+
 
 def _megatron_world():
     import torch.distributed as dist

@@ -107,13 +107,15 @@ def test_sequence_tis_weighs_every_token_by_the_capped_product():
 
 
 def test_geometric_mask_keeps_rows_on_the_bounds():
-    old = log_probs([
-        [2.0, 2.0, NAN],    # geometric mean 2: on the upper bound, kept
-        [0.5, NAN, NAN],    # 0.5: on the lower bound, kept
-        [4.0, 1.0, 4.0],    # (4*1*4)^(1/3) = 2.52 > 2: masked
-        [0.25, 0.25, NAN],  # 0.25 < 0.5: masked
-        [4.0, 0.25, NAN],   # 1: kept
-    ])
+    old = log_probs(
+        [
+            [2.0, 2.0, NAN],  # geometric mean 2: on the upper bound, kept
+            [0.5, NAN, NAN],  # 0.5: on the lower bound, kept
+            [4.0, 1.0, 4.0],  # (4*1*4)^(1/3) = 2.52 > 2: masked
+            [0.25, 0.25, NAN],  # 0.25 < 0.5: masked
+            [4.0, 0.25, NAN],  # 1: kept
+        ]
+    )
     mask = mask_of([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 0]])
     weight, new_mask, metrics = off_policy_correction(
         old, rollout_like(old, NAN), mask, sequence_mask_metric="geometric", geo_mask_low=0.5, geo_mask_high=2.0
@@ -134,13 +136,15 @@ def test_geometric_mask_defaults_are_a_narrow_band_around_one():
 
 
 def test_product_mask_and_a_fully_masked_row():
-    old = log_probs([
-        [2.0, 1.0],    # product 2: on the upper bound, kept
-        [0.5, NAN],    # 0.5: on the lower bound, kept
-        [2.0, 2.0],    # 4 > 2: masked
-        [0.5, 0.5],    # 0.25 < 0.5: masked
-        [NAN, NAN],    # no tokens: product 1, stays empty
-    ])
+    old = log_probs(
+        [
+            [2.0, 1.0],  # product 2: on the upper bound, kept
+            [0.5, NAN],  # 0.5: on the lower bound, kept
+            [2.0, 2.0],  # 4 > 2: masked
+            [0.5, 0.5],  # 0.25 < 0.5: masked
+            [NAN, NAN],  # no tokens: product 1, stays empty
+        ]
+    )
     mask = mask_of([[1, 1], [1, 0], [1, 1], [1, 1], [0, 0]])
     _, new_mask, metrics = off_policy_correction(old, rollout_like(old, INF), mask, sequence_mask_metric="product")
     assert torch.equal(new_mask, mask_of([[1, 1], [1, 0], [0, 0], [0, 0], [0, 0]]))
@@ -151,12 +155,14 @@ def test_product_mask_and_a_fully_masked_row():
 
 
 def test_outlier_tokens_mask_their_whole_row():
-    old = log_probs([
-        [2.0, 0.5, 1.0],   # on both bounds: kept
-        [1.0, 4.0, 1.0],   # 4 > 2: masked
-        [0.25, 1.0, 1.0],  # 0.25 < 0.5: masked
-        [1.0, 1.0, 100.0], # the outlier sits in a masked slot: kept
-    ])
+    old = log_probs(
+        [
+            [2.0, 0.5, 1.0],  # on both bounds: kept
+            [1.0, 4.0, 1.0],  # 4 > 2: masked
+            [0.25, 1.0, 1.0],  # 0.25 < 0.5: masked
+            [1.0, 1.0, 100.0],  # the outlier sits in a masked slot: kept
+        ]
+    )
     mask = mask_of([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0]])
     rollout = rollout_like(old)
     options = dict(outlier_token_is_threshold_low=0.5, outlier_token_is_threshold_high=2.0)
@@ -184,9 +190,14 @@ def test_tis_and_sequence_masks_read_the_mask_left_by_the_token_mask():
     old = log_probs([[2.0, 4.0, 2.0], [2.0, 8.0, 1.0]])
     mask = mask_of([[1, 1, 1], [1, 1, 1]])
     weight, new_mask, _ = off_policy_correction(
-        old, rollout_like(old), mask,
-        token_mask_is_threshold_low=0.5, token_mask_is_threshold_high=2.0,
-        tis_ratio_type="sequence", sequence_mask_metric="product", product_mask_high=4.0,
+        old,
+        rollout_like(old),
+        mask,
+        token_mask_is_threshold_low=0.5,
+        token_mask_is_threshold_high=2.0,
+        tis_ratio_type="sequence",
+        sequence_mask_metric="product",
+        product_mask_high=4.0,
     )
     # 4 and 8 are dropped first: row products become 2*2 = 4 (cap 5 untouched, on the product bound)
     # and 2*1 = 2; with them the products would have been 16 and 16.
@@ -212,8 +223,14 @@ def test_a_fully_masked_batch_leaks_nothing():
     rollout = torch.full((2, 3), INF, dtype=F64)
     mask = mask_of([[0, 0, 0], [0, 0, 0]])
     weight, new_mask, metrics = off_policy_correction(
-        old, rollout, mask, tis_ratio_type="sequence", sequence_mask_metric="geometric",
-        outlier_token_is_threshold_low=0.5, token_mask_is_threshold_low=0.5, token_mask_is_threshold_high=2.0,
+        old,
+        rollout,
+        mask,
+        tis_ratio_type="sequence",
+        sequence_mask_metric="geometric",
+        outlier_token_is_threshold_low=0.5,
+        token_mask_is_threshold_low=0.5,
+        token_mask_is_threshold_high=2.0,
     )
     close(weight, torch.ones(2, 3))
     assert torch.equal(new_mask, mask)
@@ -225,7 +242,11 @@ def test_weight_is_detached_and_mask_keeps_its_dtype():
     old = log_probs([[4.0, 1.0]]).requires_grad_()
     bool_mask = torch.tensor([[True, True]])
     weight, new_mask, _ = off_policy_correction(
-        old, torch.zeros(1, 2, dtype=F64), bool_mask, tis_ratio_type="token", token_mask_is_threshold_low=0.5,
+        old,
+        torch.zeros(1, 2, dtype=F64),
+        bool_mask,
+        tis_ratio_type="token",
+        token_mask_is_threshold_low=0.5,
         token_mask_is_threshold_high=2.0,
     )
     assert not weight.requires_grad and weight.dtype == F64

@@ -11,8 +11,14 @@ from rlc.runtime.workers.fsdp import ValueModel
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 PAD = 0
-SIZES = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2)
+SIZES = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
 
 
 def _model(family: str, attn: str) -> torch.nn.Module:
@@ -29,9 +35,17 @@ def _model(family: str, attn: str) -> torch.nn.Module:
 def _batch(shape: list[tuple[int, int]], seed: int = 1) -> dict:
     """A padded batch of rows with (prompt length, response length) each, random tokens in 1..63."""
     g = torch.Generator().manual_seed(seed)
-    rows = [Rollout(prompt_ids=torch.randint(1, 64, (p,), generator=g).tolist(),
-                    response_ids=torch.randint(1, 64, (n,), generator=g).tolist(),
-                    logprobs=None, finish_reason="stop", reward=0.0, group=i) for i, (p, n) in enumerate(shape)]
+    rows = [
+        Rollout(
+            prompt_ids=torch.randint(1, 64, (p,), generator=g).tolist(),
+            response_ids=torch.randint(1, 64, (n,), generator=g).tolist(),
+            logprobs=None,
+            finish_reason="stop",
+            reward=0.0,
+            group=i,
+        )
+        for i, (p, n) in enumerate(shape)
+    ]
     return to_batch(rows, PAD)
 
 
@@ -40,7 +54,7 @@ def _padded_logp(model, b: dict) -> torch.Tensor:
     ids, attn = b["input_ids"], b["attention_mask"]
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     start, length = b["prompt_len"] - 1, b["response_ids"].shape[1]
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, start:start + length]
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, start : start + length]
     return token_log_probs(logits, b["response_ids"])
 
 
@@ -119,13 +133,13 @@ def test_packed_critic_path_matches_padded(attn):
     with torch.no_grad():
         padded = decoder(input_ids=ids, attention_mask=attn_mask, position_ids=positions).last_hidden_state
         hidden = unpack(decoder(**packed_kwargs(packed)).last_hidden_state, packed, R)
-        assert torch.allclose(hidden[mask], padded[:, P - 1:P - 1 + R][mask], atol=1e-5, rtol=0)
+        assert torch.allclose(hidden[mask], padded[:, P - 1 : P - 1 + R][mask], atol=1e-5, rtol=0)
         assert (hidden[~mask] == 0).all()
 
         lm.config.use_cache = False  # as FSDPWorker._build_model does; ValueModel.forward takes no use_cache
         critic = ValueModel(lm, "value_head")
         torch.nn.init.normal_(critic.value_head.weight)
-        padded_values = critic(input_ids=ids, attention_mask=attn_mask, position_ids=positions)[:, P - 1:P - 1 + R]
+        padded_values = critic(input_ids=ids, attention_mask=attn_mask, position_ids=positions)[:, P - 1 : P - 1 + R]
         values = unpack(packed_forward(critic, packed, no_cache=False), packed, R)
     assert torch.allclose(values[mask], padded_values[mask], atol=1e-5, rtol=0)
 
@@ -165,10 +179,12 @@ def test_without_packing_kwargs_sequences_attend_to_each_other(attn):
             return token_log_probs(logits, b["response_ids"])
 
         right = logp(attention_mask=None, position_ids=packed.position_ids, use_cache=False)
-        one_sequence = logp(attention_mask=None, position_ids=torch.arange(packed.input_ids.shape[1])[None],
-                            use_cache=False)
-        full_mask = logp(attention_mask=torch.ones_like(packed.input_ids), position_ids=packed.position_ids,
-                         use_cache=False)
+        one_sequence = logp(
+            attention_mask=None, position_ids=torch.arange(packed.input_ids.shape[1])[None], use_cache=False
+        )
+        full_mask = logp(
+            attention_mask=torch.ones_like(packed.input_ids), position_ids=packed.position_ids, use_cache=False
+        )
         with_cache = logp(attention_mask=None, position_ids=packed.position_ids, use_cache=True)
     assert torch.allclose(right[mask], reference[mask], atol=1e-5, rtol=0)
     for wrong in (one_sequence, full_mask, with_cache):

@@ -48,6 +48,7 @@ def defaults(name: str) -> dict:
 
 # ---- options --------------------------------------------------------------------------------------
 
+
 def test_every_spec_loss_has_a_token_loss():
     assert set(POLICY_TOKEN_LOSSES) == set(spec.POLICY_LOSSES)
 
@@ -58,8 +59,13 @@ def test_options_read_from_the_algorithm_config():
     assert policy_loss_options("regular", a) == {"eps_clip_low": 0.1, "eps_clip_high": 0.3, "clip_ratio_c": 4.0}
     assert policy_loss_options("dual_clip", a) == policy_loss_options("regular", a)
     assert policy_loss_options("gspo", a) == {"eps_clip_low": 0.1, "eps_clip_high": 0.3}
-    assert policy_loss_options("clip_cov", a) == {"eps_clip_low": 0.1, "eps_clip_high": 0.3, "clip_ratio": 0.0002,
-                                                  "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
+    assert policy_loss_options("clip_cov", a) == {
+        "eps_clip_low": 0.1,
+        "eps_clip_high": 0.3,
+        "clip_ratio": 0.0002,
+        "clip_cov_lb": 1.0,
+        "clip_cov_ub": 5.0,
+    }
     assert policy_loss_options("kl_cov", a) == {"kl_cov_frac": 0.2, "ppo_kl_coef": 0.5}
     assert policy_loss_options("cispo", a) == {"cispo_eps_clip_low": 0.0, "cispo_eps_clip_high": 3.0}
     assert policy_loss_options("sapo", a) == {"tau_pos": 1.0, "tau_neg": 2.0}
@@ -71,13 +77,15 @@ def test_options_read_from_the_algorithm_config():
 def test_worker_call_shape_for_every_loss(name):
     # As the worker calls it: the loss from the table, options from the config.
     logp = t([[-1.0, -2.0], [-0.5, -0.1]], grad=True)
-    token_loss, metrics = POLICY_TOKEN_LOSSES[name](logp, logp.detach() + 0.05, t([[1.0, 1.0], [-1.0, -1.0]]),
-                                                    t([[1, 1], [1, 0]]), **defaults(name))
+    token_loss, metrics = POLICY_TOKEN_LOSSES[name](
+        logp, logp.detach() + 0.05, t([[1.0, 1.0], [-1.0, -1.0]]), t([[1, 1], [1, 0]]), **defaults(name)
+    )
     assert token_loss.shape == (2, 2) and torch.isfinite(token_loss).all()
     assert all(v.dim() == 0 and not v.requires_grad and torch.isfinite(v) for v in metrics.values())
 
 
 # ---- edge cases shared by the new losses --------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NEW_LOSSES)
 def test_single_on_policy_token_gets_the_plain_policy_gradient(name):
@@ -118,13 +126,15 @@ def test_inf_and_nan_in_masked_slots_never_leak(name):
 @pytest.mark.parametrize("name", NEW_LOSSES)
 def test_fully_masked_batch_gives_zero_loss_and_metrics(name):
     logp = t([[NAN, -INF]], grad=True)
-    token_loss, metrics = POLICY_TOKEN_LOSSES[name](logp, t([[0.0, NAN]]), t([[INF, 1.0]]), t([[0, 0]]),
-                                                    **defaults(name))
+    token_loss, metrics = POLICY_TOKEN_LOSSES[name](
+        logp, t([[0.0, NAN]]), t([[INF, 1.0]]), t([[0, 0]]), **defaults(name)
+    )
     close(token_loss, [[0.0, 0.0]])
     assert all(float(v) == 0.0 for v in metrics.values())
 
 
 # ---- gspo ----------------------------------------------------------------------------------------
+
 
 def test_gspo_shares_the_sequence_ratio_and_clips_it():
     # Row 0 log-ratios 0.1, 0.3 (third token masked) -> s = e^0.2 = 1.2214 > 1.2: A = 2 > 0 is clipped.
@@ -146,8 +156,9 @@ def test_gspo_shares_the_sequence_ratio_and_clips_it():
 
 def test_gspo_ratio_on_the_clip_boundary_is_not_clipped():
     logp = t([[-1.0, -2.0]], grad=True)
-    token_loss, metrics = gspo_token_loss(logp, t([[-1.0, -2.0]]), t([[3.0, -3.0]]), t([[1, 1]]),
-                                          eps_clip_low=0.0, eps_clip_high=0.0)
+    token_loss, metrics = gspo_token_loss(
+        logp, t([[-1.0, -2.0]]), t([[3.0, -3.0]]), t([[1, 1]]), eps_clip_low=0.0, eps_clip_high=0.0
+    )
     close(token_loss, [[-3.0, 3.0]])
     close(metrics["clip_fraction"], 0.0)
     token_loss.sum().backward()
@@ -163,13 +174,15 @@ def test_gspo_ratio_is_the_geometric_mean_not_the_token_ratio():
 
 # ---- cispo ---------------------------------------------------------------------------------------
 
+
 def test_cispo_weights_the_log_prob_by_the_clipped_ratio_as_a_constant():
     # Ratios 2, 1, 1/2 clip to 1.2, 1, 0.8 in [0.8, 1.2].
     logp = t([[-0.5, -1.0, -2.0]], grad=True)
     old = t([[-0.5 - LN2, -1.0, -2.0 + LN2]])
     adv = t([[1.0, -1.0, 2.0]])
-    token_loss, metrics = cispo_token_loss(logp, old, adv, t([[1, 1, 1]]), cispo_eps_clip_low=0.2,
-                                           cispo_eps_clip_high=0.2)
+    token_loss, metrics = cispo_token_loss(
+        logp, old, adv, t([[1, 1, 1]]), cispo_eps_clip_low=0.2, cispo_eps_clip_high=0.2
+    )
     close(token_loss, [[-1.2 * 1.0 * -0.5, -1.0 * -1.0 * -1.0, -0.8 * 2.0 * -2.0]])
     close(metrics["clip_fraction"], 2 / 3)
     close(metrics["ratio_mean"], (2 + 1 + 0.5) / 3)
@@ -192,13 +205,15 @@ def test_cispo_clipped_tokens_still_learn_where_ppo_gives_none():
 
 def test_cispo_ratio_on_the_lower_bound_is_not_clipped():
     # Spec defaults: low 0, so the bound is exactly r = 1.
-    _, metrics = cispo_token_loss(t([[-1.0, -2.0]]), t([[-1.0, -2.0 + LN2]]), t([[1.0, 1.0]]), t([[1, 1]]),
-                                  **defaults("cispo"))
+    _, metrics = cispo_token_loss(
+        t([[-1.0, -2.0]]), t([[-1.0, -2.0 + LN2]]), t([[1.0, 1.0]]), t([[1, 1]]), **defaults("cispo")
+    )
     close(metrics["clip_fraction"], 0.5)
     close(metrics["clipped_ratio_mean"], 1.0)
 
 
 # ---- sapo ----------------------------------------------------------------------------------------
+
 
 def test_sapo_gate_values_and_gradients():
     # Gate f(r) = 4/tau * sigmoid(tau * (r - 1)); df/d log p = 4 * s * (1 - s) * r, tau cancels.
@@ -234,8 +249,9 @@ COV_OLD = [[-1.0 - LN2, -2.0, -3.0], [-0.5, -1.5, NAN]]
 
 def test_clip_cov_drops_candidates_inside_the_covariance_band():
     logp = t(COV_LOGP, grad=True)
-    token_loss, metrics = clip_cov_token_loss(logp, t(COV_OLD), t(COV_ADV), t(COV_MASK), clip_ratio=0.4,
-                                              clip_cov_lb=-1.0, clip_cov_ub=1.0)
+    token_loss, metrics = clip_cov_token_loss(
+        logp, t(COV_OLD), t(COV_ADV), t(COV_MASK), clip_ratio=0.4, clip_cov_lb=-1.0, clip_cov_ub=1.0
+    )
     # Band (-1, 1) holds -0.48 and -0.18 (0.72 is PPO-clipped); floor(0.4 * 5) = 2 -> both dropped.
     close(token_loss, [[-2.4, 0.0, -2.0], [1.0, 0.0, 0.0]])
     close(metrics["clip_fraction"], 1 / 5)
@@ -248,8 +264,16 @@ def test_clip_cov_drops_candidates_inside_the_covariance_band():
 def test_clip_cov_draws_from_the_generator():
     def dropped(seed):
         g = torch.Generator().manual_seed(seed)
-        token_loss, metrics = clip_cov_token_loss(t(COV_LOGP), t(COV_OLD), t(COV_ADV), t(COV_MASK), clip_ratio=0.2,
-                                                  clip_cov_lb=-1.0, clip_cov_ub=1.0, generator=g)
+        token_loss, metrics = clip_cov_token_loss(
+            t(COV_LOGP),
+            t(COV_OLD),
+            t(COV_ADV),
+            t(COV_MASK),
+            clip_ratio=0.2,
+            clip_cov_lb=-1.0,
+            clip_cov_ub=1.0,
+            generator=g,
+        )
         close(metrics["cov_clip_fraction"], 1 / 5)  # floor(0.2 * 5) = 1 of the 2 candidates
         return tuple(map(tuple, (token_loss == 0).nonzero().tolist()))
 
@@ -260,8 +284,9 @@ def test_clip_cov_draws_from_the_generator():
 
 
 def test_clip_cov_drops_at_least_one_token_and_none_outside_the_band():
-    _, metrics = clip_cov_token_loss(t(COV_LOGP), t(COV_OLD), t(COV_ADV), t(COV_MASK), clip_ratio=0.0,
-                                     clip_cov_lb=-1.0, clip_cov_ub=1.0)
+    _, metrics = clip_cov_token_loss(
+        t(COV_LOGP), t(COV_OLD), t(COV_ADV), t(COV_MASK), clip_ratio=0.0, clip_cov_lb=-1.0, clip_cov_ub=1.0
+    )
     close(metrics["cov_clip_fraction"], 1 / 5)
     # Defaults (band (1, 5)): no token qualifies, so this is the plain PPO loss.
     token_loss, metrics = clip_cov_token_loss(t(COV_LOGP), t(COV_OLD), t(COV_ADV), t(COV_MASK), clip_ratio=1.0)
@@ -271,13 +296,15 @@ def test_clip_cov_drops_at_least_one_token_and_none_outside_the_band():
 
 def test_clip_cov_with_equal_advantages_is_plain_ppo():
     # All covariances are 0, outside any band above 0.
-    token_loss, metrics = clip_cov_token_loss(t([[-1.0, -3.0]]), t([[-1.0, -3.0]]), t([[0.5, 0.5]]), t([[1, 1]]),
-                                              clip_ratio=1.0, clip_cov_lb=0.0)
+    token_loss, metrics = clip_cov_token_loss(
+        t([[-1.0, -3.0]]), t([[-1.0, -3.0]]), t([[0.5, 0.5]]), t([[1, 1]]), clip_ratio=1.0, clip_cov_lb=0.0
+    )
     close(token_loss, [[-0.5, -0.5]])
     close(metrics["cov_clip_fraction"], 0.0)
 
 
 # ---- kl_cov --------------------------------------------------------------------------------------
+
 
 def test_kl_cov_penalizes_the_top_covariance_tokens():
     # Same covariances as above; the top two are 0.72 at (0, 0) and -0.18 at (1, 1).
@@ -297,14 +324,16 @@ def test_kl_cov_ties_go_to_the_earlier_token():
     # Equal advantages: every covariance is 0, so the first floor(0.5 * 4) = 2 unmasked tokens are chosen.
     logp = t([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
     old = logp - 0.2
-    token_loss, metrics = kl_cov_token_loss(logp, old, t([[1.0] * 3] * 2), t([[0, 1, 1], [1, 1, 0]]),
-                                            kl_cov_frac=0.5, ppo_kl_coef=1.0)
+    token_loss, metrics = kl_cov_token_loss(
+        logp, old, t([[1.0] * 3] * 2), t([[0, 1, 1], [1, 1, 0]]), kl_cov_frac=0.5, ppo_kl_coef=1.0
+    )
     r = math.exp(0.2)
     close(token_loss, [[0.0, -r + 0.2, -r + 0.2], [-r, -r, 0.0]])
     close(metrics["kl_cov_fraction"], 0.5)
 
 
 # ---- registry ------------------------------------------------------------------------------------
+
 
 def halve(log_probs, old_log_probs, advantages, mask, *, scale):
     return -scale * advantages * mask, {}
@@ -340,7 +369,10 @@ def test_registered_policy_loss_and_its_options():
     assert registry.get_policy_loss_options("test_halve", spec.AlgorithmConfig(eps_clip_high=0.5)) == {"scale": 0.5}
     registry.register_policy_loss("test_default_options", regular_token_loss)
     assert registry.get_policy_loss_options("test_default_options", spec.AlgorithmConfig()) == {
-        "eps_clip_low": 0.2, "eps_clip_high": 0.2, "clip_ratio_c": 3.0}
+        "eps_clip_low": 0.2,
+        "eps_clip_high": 0.2,
+        "clip_ratio_c": 3.0,
+    }
     with pytest.raises(ValueError, match="built-in"):
         registry.register_policy_loss("regular", halve)
     with pytest.raises(TypeError):
@@ -352,8 +384,9 @@ def test_registered_advantage_estimator():
         return mask * 2.0, mask * 3.0
 
     registry.register_advantage_estimator("test_constant", constant)
-    adv, returns = registry.get_advantage_estimator("test_constant")(t([1.0]), t([[1, 0]]), index=[0], values=None,
-                                                                     algorithm=spec.AlgorithmConfig())
+    adv, returns = registry.get_advantage_estimator("test_constant")(
+        t([1.0]), t([[1, 0]]), index=[0], values=None, algorithm=spec.AlgorithmConfig()
+    )
     close(adv, [[2.0, 0.0]])
     close(returns, [[3.0, 0.0]])
     with pytest.raises(ValueError, match="built-in"):
@@ -363,7 +396,8 @@ def test_registered_advantage_estimator():
 @pytest.fixture
 def installed_extension(tmp_path, monkeypatch):
     """A distribution on sys.path declaring one policy loss and one estimator as entry points."""
-    (tmp_path / "rlc_test_ep_ext.py").write_text(textwrap.dedent("""
+    (tmp_path / "rlc_test_ep_ext.py").write_text(
+        textwrap.dedent("""
         def scaled(log_probs, old_log_probs, advantages, mask, *, scale):
             return -scale * advantages * mask, {}
 
@@ -371,7 +405,8 @@ def installed_extension(tmp_path, monkeypatch):
 
         def ones(rewards, mask, *, index, values, algorithm):
             return mask * 1.0, mask * 1.0
-    """))
+    """)
+    )
     info = tmp_path / "rlc_test_ep_ext-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlc-test-ep-ext\nVersion: 0.1\n")
@@ -388,8 +423,9 @@ def test_entry_points_supply_losses_and_estimators(installed_extension):
     assert options == {"scale": pytest.approx(3.0)}
     token_loss, _ = loss(t([[0.0]]), t([[0.0]]), t([[2.0]]), t([[1]]), **options)
     close(token_loss, [[-6.0]])
-    adv, _ = registry.get_advantage_estimator("ep_ones")(t([1.0]), t([[1, 1]]), index=[0], values=None,
-                                                         algorithm=spec.AlgorithmConfig())
+    adv, _ = registry.get_advantage_estimator("ep_ones")(
+        t([1.0]), t([[1, 1]]), index=[0], values=None, algorithm=spec.AlgorithmConfig()
+    )
     close(adv, [[1.0, 1.0]])
 
 

@@ -11,21 +11,34 @@ pytest.importorskip("torch")
 from rlc.runtime.inference.hf import HFEngine  # noqa: E402
 from rlc.runtime.inference.http import RemoteEngine  # noqa: E402
 from rlc.runtime.inference.vllm import VLLMEngine  # noqa: E402  (imports vLLM only when an engine is built)
-from rlc.runtime.protocols import (EngineProtocol, IPCWeightSourceProtocol, LocalEngineProtocol,  # noqa: E402
-                                   RemoteEngineProtocol, WorkerProtocol)
+from rlc.runtime.protocols import (  # noqa: E402
+    EngineProtocol,
+    IPCWeightSourceProtocol,
+    LocalEngineProtocol,
+    RemoteEngineProtocol,
+    WorkerProtocol,
+)
 from rlc.runtime.workers.fsdp import FSDPWorker  # noqa: E402
 from rlc.runtime.workers.megatron import MegatronWorker  # noqa: E402
 
 IMPLEMENTATIONS = [
-    (HFEngine, LocalEngineProtocol), (VLLMEngine, LocalEngineProtocol), (RemoteEngine, RemoteEngineProtocol),
-    (FSDPWorker, IPCWeightSourceProtocol), (MegatronWorker, WorkerProtocol),
+    (HFEngine, LocalEngineProtocol),
+    (VLLMEngine, LocalEngineProtocol),
+    (RemoteEngine, RemoteEngineProtocol),
+    (FSDPWorker, IPCWeightSourceProtocol),
+    (MegatronWorker, WorkerProtocol),
 ]
 POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def protocol_methods(protocol: type) -> list[str]:
-    return sorted(name for klass in protocol.__mro__ if getattr(klass, "_is_protocol", False)
-                  for name, value in vars(klass).items() if callable(value) and not name.startswith("_"))
+    return sorted(
+        name
+        for klass in protocol.__mro__
+        if getattr(klass, "_is_protocol", False)
+        for name, value in vars(klass).items()
+        if callable(value) and not name.startswith("_")
+    )
 
 
 def incompatibilities(impl, wanted) -> list[str]:
@@ -41,8 +54,11 @@ def incompatibilities(impl, wanted) -> list[str]:
         elif p.default is not inspect.Parameter.empty and have[name].default is inspect.Parameter.empty:
             problems.append(f"{name} has no default")
     for name, p in have.items():
-        if name not in want and p.default is inspect.Parameter.empty and p.kind in (*POSITIONAL,
-                                                                                   inspect.Parameter.KEYWORD_ONLY):
+        if (
+            name not in want
+            and p.default is inspect.Parameter.empty
+            and p.kind in (*POSITIONAL, inspect.Parameter.KEYWORD_ONLY)
+        ):
             problems.append(f"extra parameter {name} without a default")
     return problems
 

@@ -25,9 +25,22 @@ GREEDY = Sampling(max_generate_length=8, temperature=0.0)
 @pytest.fixture(scope="module")
 def server(tiny_model):
     port = free_address()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "rlc.runtime.inference.http", "--model", tiny_model,
-                             "--port", str(port), "--name", "tiny"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlc.runtime.inference.http",
+            "--model",
+            tiny_model,
+            "--port",
+            str(port),
+            "--name",
+            "tiny",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         client = RemoteEngine(f"127.0.0.1:{port}", model_name="tiny", timeout_s=TIMEOUT, connect_timeout_s=TIMEOUT)
         client.connect()
@@ -88,8 +101,13 @@ def test_the_server_joins_the_group_and_generates_with_the_weights_it_receives(c
     remote, groups = client
     before = _greedy(remote)
     port = _join(remote, groups)
-    assert remote.weight_group() == {"master_address": "127.0.0.1", "master_port": port, "rank": 1, "world_size": 2,
-                                     "backend": "gloo"}
+    assert remote.weight_group() == {
+        "master_address": "127.0.0.1",
+        "master_port": port,
+        "rank": 1,
+        "world_size": 2,
+        "backend": "gloo",
+    }
     weights = _weights(tiny_model, seed=1)
     assert _sync(remote, groups[0], weights, version=5) == 5
     after = _greedy(remote)

@@ -19,8 +19,10 @@ from rlc.runtime.envs.gsm8k import GSM8K, INSTRUCTION, extract_answer  # noqa: E
 from rlc.runtime.envs.synthetic import CopyDigit  # noqa: E402
 
 RECORDS = [
-    {"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
-     "answer": "In May she sold 48/2 = 24.\nIn all 48+24 = 72.\n#### 72"},
+    {
+        "question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
+        "answer": "In May she sold 48/2 = 24.\nIn all 48+24 = 72.\n#### 72",
+    },
     {"question": "A shop has 1,000 pens and gets 234 more. How many now?", "answer": "1000 + 234 = 1234\n#### 1,234"},
     {"question": "Half of 7?", "answer": "7 / 2 = 3.50\n#### 3.50"},
 ]
@@ -37,28 +39,34 @@ def test_make_builds_the_builtin_environments():
         envs.make("gsm9k")
 
 
-@pytest.mark.parametrize("text, strict, expected", [
-    ("so the total is #### 1,234", False, "1234"),
-    ("#### 3.50", False, "3.5"),
-    ("#### 3.0", True, "3"),
-    ("#### -5", True, "-5"),
-    ("first #### 1 then #### 2", True, "2"),
-    ("she has 12 apples, then 15", False, "15"),
-    ("she has 12 apples, then 15", True, None),
-    ("no number here", False, None),
-    ("####", False, None),
-])
+@pytest.mark.parametrize(
+    "text, strict, expected",
+    [
+        ("so the total is #### 1,234", False, "1234"),
+        ("#### 3.50", False, "3.5"),
+        ("#### 3.0", True, "3"),
+        ("#### -5", True, "-5"),
+        ("first #### 1 then #### 2", True, "2"),
+        ("she has 12 apples, then 15", False, "15"),
+        ("she has 12 apples, then 15", True, None),
+        ("no number here", False, None),
+        ("####", False, None),
+    ],
+)
 def test_extract_answer(text, strict, expected):
     assert extract_answer(text, strict=strict) == expected
 
 
-@pytest.mark.parametrize("response, reward", [
-    ("48 / 2 = 24, 48 + 24 = 72 #### 72", 1.0),
-    ("#### 72.00", 1.0),
-    ("#### 71", 0.0),
-    ("the answer is 72", 0.0),  # the reward wants the marked answer
-    ("", 0.0),
-])
+@pytest.mark.parametrize(
+    "response, reward",
+    [
+        ("48 / 2 = 24, 48 + 24 = 72 #### 72", 1.0),
+        ("#### 72.00", 1.0),
+        ("#### 71", 0.0),
+        ("the answer is 72", 0.0),  # the reward wants the marked answer
+        ("", 0.0),
+    ],
+)
 def test_gsm8k_reward(response, reward):
     assert GSM8K().reward({"answer": "72"}, response, True) == reward
 
@@ -80,14 +88,17 @@ def test_synthetic_rows_are_deterministic_per_seed():
         assert r["answer"] in "0123456789" and r["prompt"] == f"copy the digit {r['answer']}:"
 
 
-@pytest.mark.parametrize("response, finished, reward", [
-    ("7", True, 1.0),
-    (" 7", True, 1.0),
-    ("7", False, 0.25),
-    ("78", True, 0.25),
-    ("3", True, 0.0),
-    ("", True, 0.0),
-])
+@pytest.mark.parametrize(
+    "response, finished, reward",
+    [
+        ("7", True, 1.0),
+        (" 7", True, 1.0),
+        ("7", False, 0.25),
+        ("78", True, 0.25),
+        ("3", True, 0.0),
+        ("", True, 0.0),
+    ],
+)
 def test_copy_digit_reward(response, finished, reward):
     assert CopyDigit().reward({"answer": "7"}, response, finished) == reward
 
@@ -102,11 +113,15 @@ def test_environment_prompt_is_the_row_prompt():
 
 
 def test_rows_round_trip_through_parquet(tmp_path):
-    rows = [{"prompt": [{"role": "user", "content": "2+2?"}], "answer": "4", "env_class": "gsm8k"},
-            {"prompt": [{"role": "user", "content": "3+3?"}], "answer": "6", "env_class": "gsm8k"}]
+    rows = [
+        {"prompt": [{"role": "user", "content": "2+2?"}], "answer": "4", "env_class": "gsm8k"},
+        {"prompt": [{"role": "user", "content": "3+3?"}], "answer": "6", "env_class": "gsm8k"},
+    ]
     write_rows(rows, tmp_path / "a" / "train.parquet")
     write_rows(synthetic_env.rows(3, 0), tmp_path / "b.parquet")
-    assert read_rows([str(tmp_path / "a" / "train.parquet"), str(tmp_path / "b.parquet")]) == rows + synthetic_env.rows(3, 0)
+    assert read_rows([str(tmp_path / "a" / "train.parquet"), str(tmp_path / "b.parquet")]) == rows + synthetic_env.rows(
+        3, 0
+    )
 
 
 def test_a_missing_data_file_names_its_path_and_the_fix(tmp_path):
@@ -190,13 +205,16 @@ def test_gsm8k_validation_holdout_and_name(tmp_path):
     assert read_rows([str(again[1])]) == val
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"question": "q", "answer": "#### 1"}\n{"question": \n', ":2: not a JSON line"),
-    ('[{"question": "q", "answer": "#### 1"},', "not JSON"),
-    ('{"question": "q"}\n', "record 1 lacks question/answer"),
-    ('[{"question": "q", "answer": "#### 1"}, 7]', "record 2 lacks question/answer"),
-    ('{"question": "q", "answer": "no number"}\n', "record 1 has no numeric answer"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"question": "q", "answer": "#### 1"}\n{"question": \n', ":2: not a JSON line"),
+        ('[{"question": "q", "answer": "#### 1"},', "not JSON"),
+        ('{"question": "q"}\n', "record 1 lacks question/answer"),
+        ('[{"question": "q", "answer": "#### 1"}, 7]', "record 2 lacks question/answer"),
+        ('{"question": "q", "answer": "no number"}\n', "record 1 has no numeric answer"),
+    ],
+)
 def test_malformed_gsm8k_input_is_a_data_error(tmp_path, content, message):
     source = tmp_path / "bad.jsonl"
     source.write_text(content)
@@ -231,7 +249,9 @@ def test_rlc_data_synthetic(tmp_path):
 
 
 def test_rlc_data_gsm8k(tmp_path):
-    result = run_rlc("data", "gsm8k", str(write_source(tmp_path, "jsonl")), "-o", str(tmp_path / "g"), "--validation", "1")
+    result = run_rlc(
+        "data", "gsm8k", str(write_source(tmp_path, "jsonl")), "-o", str(tmp_path / "g"), "--validation", "1"
+    )
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout
     assert len(read_rows([str(tmp_path / "g" / "train.parquet")])) == 2

@@ -57,7 +57,7 @@ def plain_logits(model, prompt: list[int], completion: list[int]) -> torch.Tenso
     """Logits that predicted each completion token, from one unpadded forward pass."""
     with torch.no_grad():
         logits = model(torch.tensor([prompt + completion])).logits[0].float()
-    return logits[len(prompt) - 1:len(prompt) + len(completion) - 1]
+    return logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
 
 
 def flat(out):
@@ -134,7 +134,7 @@ def test_eos_ends_a_completion_and_is_its_last_token(tiny_model, engine, prompts
     # An engine whose end-of-sequence token is the k-th greedy token must stop right after it.
     stopping = HFEngine(tiny_model, eos_token_id=greedy[k])
     c = stopping.generate([prompts[1]], Sampling(max_generate_length=8, temperature=0))[0][0]
-    assert (c.token_ids, c.finish_reason) == (greedy[:k + 1], "stop")
+    assert (c.token_ids, c.finish_reason) == (greedy[: k + 1], "stop")
 
 
 def test_same_seed_same_completions_other_seed_differs(engine, prompts):
@@ -153,10 +153,14 @@ def test_temperature_zero_is_greedy_and_equals_top_k_one(engine, reference, prom
         assert c.token_ids == plain_logits(reference, p, c.token_ids).argmax(-1).tolist()
 
 
-@pytest.mark.parametrize("sampling", [
-    Sampling(max_generate_length=10, temperature=0.7),
-    Sampling(max_generate_length=10, temperature=1.3, top_k=8, top_p=0.9, min_p=0.05, repetition_penalty=1.5),
-], ids=["plain", "filtered"])
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        Sampling(max_generate_length=10, temperature=0.7),
+        Sampling(max_generate_length=10, temperature=1.3, top_k=8, top_p=0.9, min_p=0.05, repetition_penalty=1.5),
+    ],
+    ids=["plain", "filtered"],
+)
 def test_logprobs_are_the_trainers_log_softmax(engine, reference, prompts, sampling):
     """log_softmax(logits / T) of the whole vocabulary, before filters and penalty, despite left padding."""
     out = engine.generate(prompts, sampling, n=3, seed=11)
@@ -175,8 +179,9 @@ def test_prompts_of_one_length_decode_without_a_mask(own_engine, reference, prom
     same = [prompts[0], prompts[0][::-1], [prompts[0][0]] * len(prompts[0])]
     own_engine.lean_decode = False  # the transformers forward's own decode steps (LeanDecoder has no mask here)
     masks = []
-    own_engine.model.register_forward_hook(lambda m, args, kwargs, out: masks.append(kwargs.get("attention_mask")),
-                                           with_kwargs=True)
+    own_engine.model.register_forward_hook(
+        lambda m, args, kwargs, out: masks.append(kwargs.get("attention_mask")), with_kwargs=True
+    )
     out = own_engine.generate(same, sampling, n=3, seed=5)
     assert len(masks) > 3 and all(m is None for m in masks)
     for p, group in zip(same, out):
@@ -197,9 +202,23 @@ def _random_model(tmp_path_factory, kind: str) -> str:
     biases (Qwen2)."""
     from transformers import LlamaConfig, Qwen2Config
 
-    common = dict(vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=6,
-                  num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    config = LlamaConfig(**common, rope_theta=500.0) if kind == "llama-gqa" else Qwen2Config(**common, use_sliding_window=False)
+    common = dict(
+        vocab_size=64,
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    config = (
+        LlamaConfig(**common, rope_theta=500.0)
+        if kind == "llama-gqa"
+        else Qwen2Config(**common, use_sliding_window=False)
+    )
     torch.manual_seed(3)
     model = AutoModelForCausalLM.from_config(config)
     if kind == "qwen2-bias":
@@ -229,7 +248,9 @@ def test_lean_decode_steps_are_the_models_forward(decode_model, prompts, padded)
         # EOS now and then: its logit about 2 above the others' (near 0 in a random model) where the final hidden
         # state is near its mean over the prompts.
         for engine in (lean, model_forward):
-            h = torch.cat([engine.model(torch.tensor([p]), output_hidden_states=True).hidden_states[-1][0] for p in prompts])
+            h = torch.cat(
+                [engine.model(torch.tensor([p]), output_hidden_states=True).hidden_states[-1][0] for p in prompts]
+            )
             mean = h.mean(0)
             engine.model.lm_head.weight[5] = 2.0 * mean / mean.dot(mean)
     batch = prompts if padded else [prompts[0], prompts[0][::-1]]
@@ -275,11 +296,15 @@ def test_models_lean_decode_does_not_know_keep_the_transformers_forward(tiny_mod
     scaled.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
     cases = {
         "rotary embedding other than the default": AutoModelForCausalLM.from_config(scaled),
-        "model type 'gpt2'": AutoModelForCausalLM.from_config(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64)),
+        "model type 'gpt2'": AutoModelForCausalLM.from_config(
+            GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64)
+        ),
     }
     for reason, model in cases.items():
         assert reason in (unsupported(model) or ""), unsupported(model)
-    lora = SimpleNamespace(rank=4, alpha=8, dropout=0.0, target_modules="all-linear", exclude_modules=None, init_method="kaiming")
+    lora = SimpleNamespace(
+        rank=4, alpha=8, dropout=0.0, target_modules="all-linear", exclude_modules=None, init_method="kaiming"
+    )
     engine = HFEngine(tiny_model, lora=lora)
     assert "adapters" in engine.lean_decode_off and not engine.lean_decode
 
@@ -306,21 +331,24 @@ def kept(logits: torch.Tensor, **params) -> list[set[int]]:
 HAND = torch.log(torch.tensor([[0.15, 0.5, 0.05, 0.3], [0.05, 0.3, 0.5, 0.15]]))
 
 
-@pytest.mark.parametrize("params, expected", [
-    ({}, [{0, 1, 2, 3}, {0, 1, 2, 3}]),
-    ({"top_k": 1}, [{1}, {2}]),
-    ({"top_k": 3}, [{0, 1, 3}, {1, 2, 3}]),
-    ({"top_k": 4}, [{0, 1, 2, 3}, {0, 1, 2, 3}]),
-    ({"top_p": 0.4}, [{1}, {2}]),
-    ({"top_p": 0.75}, [{1, 3}, {1, 2}]),
-    ({"top_p": 0.9}, [{0, 1, 3}, {1, 2, 3}]),
-    ({"min_p": 0.25}, [{0, 1, 3}, {1, 2, 3}]),
-    ({"min_p": 0.5}, [{1, 3}, {1, 2}]),
-    ({"min_p": 0.9}, [{1}, {2}]),
-    # top-k first, then min-p on what is left: 0.5 / 0.8 and 0.3 / 0.8 stay above 0.5 * 0.625.
-    ({"top_k": 2, "min_p": 0.5}, [{1, 3}, {1, 2}]),
-    ({"top_k": 3, "top_p": 0.6}, [{1, 3}, {1, 2}]),
-])
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({}, [{0, 1, 2, 3}, {0, 1, 2, 3}]),
+        ({"top_k": 1}, [{1}, {2}]),
+        ({"top_k": 3}, [{0, 1, 3}, {1, 2, 3}]),
+        ({"top_k": 4}, [{0, 1, 2, 3}, {0, 1, 2, 3}]),
+        ({"top_p": 0.4}, [{1}, {2}]),
+        ({"top_p": 0.75}, [{1, 3}, {1, 2}]),
+        ({"top_p": 0.9}, [{0, 1, 3}, {1, 2, 3}]),
+        ({"min_p": 0.25}, [{0, 1, 3}, {1, 2, 3}]),
+        ({"min_p": 0.5}, [{1, 3}, {1, 2}]),
+        ({"min_p": 0.9}, [{1}, {2}]),
+        # top-k first, then min-p on what is left: 0.5 / 0.8 and 0.3 / 0.8 stay above 0.5 * 0.625.
+        ({"top_k": 2, "min_p": 0.5}, [{1, 3}, {1, 2}]),
+        ({"top_k": 3, "top_p": 0.6}, [{1, 3}, {1, 2}]),
+    ],
+)
 def test_filters_keep_the_expected_tokens(params, expected):
     assert kept(HAND, **params) == expected
 
@@ -399,7 +427,11 @@ ROLLOUTS = [
 def test_batch_layout(mask_truncated):
     b = to_batch(ROLLOUTS, PAD, mask_truncated=mask_truncated)
     assert b["prompt_len"] == 4
-    assert b["input_ids"].tolist() == [[PAD, PAD, 5, 6, 7, 8, 9], [5, 6, 7, 8, 9, PAD, PAD], [PAD, PAD, PAD, 4, PAD, PAD, PAD]]
+    assert b["input_ids"].tolist() == [
+        [PAD, PAD, 5, 6, 7, 8, 9],
+        [5, 6, 7, 8, 9, PAD, PAD],
+        [PAD, PAD, PAD, 4, PAD, PAD, PAD],
+    ]
     assert b["attention_mask"].tolist() == [[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0], [0, 0, 0, 1, 0, 0, 0]]
     assert b["response_ids"].tolist() == [[7, 8, 9], [9, PAD, PAD], [PAD, PAD, PAD]]
     truncated_row = [0, 0, 0] if mask_truncated else [1, 0, 0]
@@ -410,7 +442,9 @@ def test_batch_layout(mask_truncated):
 
 
 def _rows(count: int) -> dict:
-    rollouts = [Rollout([1] * (1 + i % 3), [2] * (1 + i % 4), None, "stop", float(i), group=i // 2) for i in range(count)]
+    rollouts = [
+        Rollout([1] * (1 + i % 3), [2] * (1 + i % 4), None, "stop", float(i), group=i // 2) for i in range(count)
+    ]
     return to_batch(rollouts, PAD)
 
 
@@ -447,9 +481,14 @@ def test_token_weights_add_up_to_the_whole_batch_loss(reduction):
     for split in SPLITS:
         total, start = torch.tensor(0.0), 0
         for size in split:
-            piece = {k: v[start:start + size] for k, v in whole.items()}
-            w = token_weights(piece["loss_mask"], reduction, total_tokens=t["tokens"], total_sequences=t["sequences"],
-                              max_seq_len=max_len)
+            piece = {k: v[start : start + size] for k, v in whole.items()}
+            w = token_weights(
+                piece["loss_mask"],
+                reduction,
+                total_tokens=t["tokens"],
+                total_sequences=t["sequences"],
+                max_seq_len=max_len,
+            )
             total = total + (piece["loss"] * w).sum()
             start += size
         torch.testing.assert_close(total, expected, atol=1e-6, rtol=1e-5, msg=f"{reduction} over {split}")

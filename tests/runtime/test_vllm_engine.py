@@ -79,17 +79,36 @@ def vllm_api(test):
 
 
 def test_every_engine_setting_reaches_its_vllm_argument():
-    ie = _engine(model_dtype="float16", tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=1,
-                 gpu_memory_utilization=0.55, enforce_eager=False, enable_prefix_caching=False,
-                 enable_chunked_prefill=False, max_num_seqs=64, max_num_batched_tokens=4096,
-                 distributed_executor_backend="mp")
+    ie = _engine(
+        model_dtype="float16",
+        tensor_parallel_size=2,
+        pipeline_parallel_size=2,
+        data_parallel_size=1,
+        gpu_memory_utilization=0.55,
+        enforce_eager=False,
+        enable_prefix_caching=False,
+        enable_chunked_prefill=False,
+        max_num_seqs=64,
+        max_num_batched_tokens=4096,
+        distributed_executor_backend="mp",
+    )
     kw = engine_kwargs(ie, model="/models/qwen", seed=7, max_model_len=3072)
     assert kw == {
-        "model": "/models/qwen", "seed": 7, "dtype": "float16", "tensor_parallel_size": 2,
-        "pipeline_parallel_size": 2, "data_parallel_size": 1, "gpu_memory_utilization": 0.55,
-        "enforce_eager": False, "enable_prefix_caching": False, "enable_chunked_prefill": False,
-        "max_num_seqs": 64, "max_num_batched_tokens": 4096, "distributed_executor_backend": "mp",
-        "logprobs_mode": "processed_logprobs", "max_model_len": 3072,
+        "model": "/models/qwen",
+        "seed": 7,
+        "dtype": "float16",
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 2,
+        "data_parallel_size": 1,
+        "gpu_memory_utilization": 0.55,
+        "enforce_eager": False,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": False,
+        "max_num_seqs": 64,
+        "max_num_batched_tokens": 4096,
+        "distributed_executor_backend": "mp",
+        "logprobs_mode": "processed_logprobs",
+        "max_model_len": 3072,
         "worker_extension_cls": "rlc.runtime.inference.vllm_worker.WeightSyncExtension",
     }
 
@@ -101,8 +120,12 @@ def test_a_one_gpu_engine_runs_its_worker_in_process():
 
 def test_spec_defaults_map_to_skyrls_engine_defaults():
     kw = engine_kwargs(_engine(), model="m", seed=42)
-    assert (kw["dtype"], kw["gpu_memory_utilization"], kw["max_num_seqs"], kw["max_num_batched_tokens"]) == \
-        ("bfloat16", 0.8, 1024, 8192)
+    assert (kw["dtype"], kw["gpu_memory_utilization"], kw["max_num_seqs"], kw["max_num_batched_tokens"]) == (
+        "bfloat16",
+        0.8,
+        1024,
+        8192,
+    )
     assert kw["enable_prefix_caching"] and kw["enable_chunked_prefill"] and kw["enforce_eager"]
     for absent in ("enable_expert_parallel", "enable_sleep_mode", "enable_lora", "max_model_len", "hf_overrides"):
         assert absent not in kw
@@ -123,8 +146,10 @@ def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
 
 
 def test_engine_init_kwargs_pass_through_and_override():
-    ie = _engine(enforce_eager=True, engine_init_kwargs={"enforce_eager": False, "max_logprobs": 5,
-                                                          "logprobs_mode": "raw_logprobs"})
+    ie = _engine(
+        enforce_eager=True,
+        engine_init_kwargs={"enforce_eager": False, "max_logprobs": 5, "logprobs_mode": "raw_logprobs"},
+    )
     kw = engine_kwargs(ie, model="m", seed=0)
     assert (kw["enforce_eager"], kw["max_logprobs"], kw["logprobs_mode"]) == (False, 5, "raw_logprobs")
 
@@ -150,11 +175,28 @@ def test_multiprocessing_is_turned_off_through_the_environment():
 
 
 def test_every_sampling_setting_reaches_its_vllm_argument():
-    s = _sampling(max_generate_length=64, temperature=0.7, top_p=0.9, top_k=20, min_p=0.05,
-                  repetition_penalty=1.1, stop=["</answer>"], logprobs=1)
+    s = _sampling(
+        max_generate_length=64,
+        temperature=0.7,
+        top_p=0.9,
+        top_k=20,
+        min_p=0.05,
+        repetition_penalty=1.1,
+        stop=["</answer>"],
+        logprobs=1,
+    )
     assert sampling_kwargs(s, n=4, seed=11) == {
-        "n": 4, "max_tokens": 64, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05,
-        "repetition_penalty": 1.1, "stop": ["</answer>"], "logprobs": 0, "seed": 11, "detokenize": True,
+        "n": 4,
+        "max_tokens": 64,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "min_p": 0.05,
+        "repetition_penalty": 1.1,
+        "stop": ["</answer>"],
+        "logprobs": 0,
+        "seed": 11,
+        "detokenize": True,
     }
 
 
@@ -176,14 +218,19 @@ def test_additional_sampling_kwargs_pass_through_and_override():
 
 
 def _output(index, ids, logprobs, finish):
-    return types.SimpleNamespace(index=index, token_ids=ids, finish_reason=finish,
-                                 logprobs=[{t: types.SimpleNamespace(logprob=lp)} for t, lp in zip(ids, logprobs)])
+    return types.SimpleNamespace(
+        index=index,
+        token_ids=ids,
+        finish_reason=finish,
+        logprobs=[{t: types.SimpleNamespace(logprob=lp)} for t, lp in zip(ids, logprobs)],
+    )
 
 
 def test_outputs_become_completions_in_prompt_and_sample_order():
-    outputs = [types.SimpleNamespace(outputs=[_output(1, [7, 2], [-0.5, -0.1], "stop"),
-                                              _output(0, [5], [-1.0], "length")]),
-               types.SimpleNamespace(outputs=[_output(0, [9, 9, 9], [-0.2, -0.3, -0.4], "abort")])]
+    outputs = [
+        types.SimpleNamespace(outputs=[_output(1, [7, 2], [-0.5, -0.1], "stop"), _output(0, [5], [-1.0], "length")]),
+        types.SimpleNamespace(outputs=[_output(0, [9, 9, 9], [-0.2, -0.3, -0.4], "abort")]),
+    ]
     got = completions(outputs, logprobs=True)
     assert [[(c.token_ids, c.logprobs, c.finish_reason) for c in group] for group in got] == [
         [([5], [-1.0], "length"), ([7, 2], [-0.5, -0.1], "stop")],
@@ -221,9 +268,11 @@ class _Worker(WeightSyncExtension):
 
 def _weights() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return {"model.layers.0.self_attn.q_proj.weight": torch.randn(8, 4, generator=g).to(torch.bfloat16),
-            "model.layers.0.mlp.up_proj.weight": torch.randn(6, 4, generator=g),
-            "lm_head.weight": torch.randn(10, 4, generator=g)}
+    return {
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 4, generator=g).to(torch.bfloat16),
+        "model.layers.0.mlp.up_proj.weight": torch.randn(6, 4, generator=g),
+        "lm_head.weight": torch.randn(10, 4, generator=g),
+    }
 
 
 def _assert_same(loaded: dict, sent: dict) -> None:
@@ -251,8 +300,13 @@ def test_worker_rank_counts_data_parallel_groups(monkeypatch):
     import rlc.runtime.weight_sync as weight_sync
 
     joined = {}
-    monkeypatch.setattr(weight_sync, "init_group", lambda address, port, rank, world_size, backend, group_name:
-                        joined.update(rank=rank, world_size=world_size, group_name=group_name))
+    monkeypatch.setattr(
+        weight_sync,
+        "init_group",
+        lambda address, port, rank, world_size, backend, group_name: joined.update(
+            rank=rank, world_size=world_size, group_name=group_name
+        ),
+    )
     worker = _Worker(rank=1, dp_index=2, world=4)
     assert worker.rlc_init_weight_update_group("h", 1, 1, 17, backend="gloo") == 1 + 2 * 4 + 1
     assert joined == {"rank": 10, "world_size": 17, "group_name": "rlc-weight-sync"}
@@ -269,9 +323,12 @@ class _FakeLLM:
 
     def generate(self, prompts, params, use_tqdm=True):
         self.calls.append(("generate", [p["prompt_token_ids"] for p in prompts], params))
-        return [types.SimpleNamespace(outputs=[_output(k, [p["prompt_token_ids"][0], k], [-1.0, -2.0], "stop")
-                                               for k in range(sp["n"])])
-                for p, sp in zip(prompts, params)]
+        return [
+            types.SimpleNamespace(
+                outputs=[_output(k, [p["prompt_token_ids"][0], k], [-1.0, -2.0], "stop") for k in range(sp["n"])]
+            )
+            for p, sp in zip(prompts, params)
+        ]
 
     def sleep(self, level=1, mode="abort"):
         self.calls.append(("sleep", level))
@@ -307,13 +364,17 @@ def test_engine_generates_n_per_prompt_in_order_with_distinct_seeds(fake_vllm, m
     fake_vllm(multiproc=False)
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # restored after the test
     ie = _engine()
-    engine = VLLMEngine("/models/m", eos_token_id=2, engine_args=engine_kwargs(ie, model="/models/m", seed=3),
-                        env=engine_env(ie))
+    engine = VLLMEngine(
+        "/models/m", eos_token_id=2, engine_args=engine_kwargs(ie, model="/models/m", seed=3), env=engine_env(ie)
+    )
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert engine.llm.kwargs["worker_extension_cls"].endswith("WeightSyncExtension")
     out = engine.generate([[10, 1], [20, 1], [30, 1]], _sampling(), n=2, seed=100)
-    assert [[c.token_ids for c in group] for group in out] == [[[10, 0], [10, 1]], [[20, 0], [20, 1]],
-                                                               [[30, 0], [30, 1]]]
+    assert [[c.token_ids for c in group] for group in out] == [
+        [[10, 0], [10, 1]],
+        [[20, 0], [20, 1]],
+        [[30, 0], [30, 1]],
+    ]
     params = engine.llm.calls[-1][2]
     assert [p["seed"] for p in params] == [100, 102, 104]  # the n samples of a prompt use seed, seed + 1
     assert all(p["stop_token_ids"] == [2] for p in params)
@@ -384,8 +445,10 @@ def test_engines_receive_what_trainer_rank_0_broadcasts(fake_vllm):
     ctx = mp.get_context("spawn")
     errors, results = ctx.Queue(), ctx.Queue()
     port, weights = free_address()[1], _weights()
-    procs = [ctx.Process(target=_trainer_sends, args=(port, weights, errors)),
-             ctx.Process(target=_second_engine_receives, args=(port, weights, results))]
+    procs = [
+        ctx.Process(target=_trainer_sends, args=(port, weights, errors)),
+        ctx.Process(target=_second_engine_receives, args=(port, weights, results)),
+    ]
     for p in procs:
         p.start()
     try:
@@ -411,8 +474,16 @@ def test_engines_receive_what_trainer_rank_0_broadcasts(fake_vllm):
 
 def _all_options_kwargs(model: str) -> dict:
     ie = _engine(expert_parallel_size=2, tensor_parallel_size=2, fully_sharded_loras=True)
-    return engine_kwargs(ie, model=model, seed=5, max_model_len=96, colocated=True,
-                         rope_scaling={"rope_type": "yarn", "factor": 2.0}, rope_theta=5e5, lora_rank=16)
+    return engine_kwargs(
+        ie,
+        model=model,
+        seed=5,
+        max_model_len=96,
+        colocated=True,
+        rope_scaling={"rope_type": "yarn", "factor": 2.0},
+        rope_theta=5e5,
+        lora_rank=16,
+    )
 
 
 @vllm_api
@@ -447,8 +518,15 @@ def test_vllm_builds_the_model_config_with_rlcs_rope_and_logprobs(tmp_path):
     from transformers import LlamaConfig
     from vllm.engine.arg_utils import EngineArgs
 
-    LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                num_key_value_heads=1, max_position_embeddings=128).save_pretrained(tmp_path)
+    LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+    ).save_pretrained(tmp_path)
     kw = _all_options_kwargs(str(tmp_path))
     del kw["enable_sleep_mode"]  # vLLM checks the platform (CUDA) supports it
     config = EngineArgs(**kw, skip_tokenizer_init=True).create_model_config()
@@ -484,12 +562,22 @@ def test_the_extension_mixes_into_vllms_gpu_worker():
 
 
 @vllm_api
-@pytest.mark.parametrize("spec", [
-    {"max_generate_length": 64, "temperature": 0.7, "top_p": 0.9, "top_k": -1, "min_p": 0.05,
-     "repetition_penalty": 1.1, "stop": ["</answer>"]},
-    {"top_k": 20, "logprobs": None},
-    {"temperature": 0.0},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {
+            "max_generate_length": 64,
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "top_k": -1,
+            "min_p": 0.05,
+            "repetition_penalty": 1.1,
+            "stop": ["</answer>"],
+        },
+        {"top_k": 20, "logprobs": None},
+        {"temperature": 0.0},
+    ],
+)
 def test_every_sampling_kwarg_is_accepted_by_vllm(spec):
     from vllm import SamplingParams
 
@@ -530,10 +618,19 @@ def test_vllm_outputs_become_completions(flat):
             out.append(position)
         return out
 
-    request = RequestOutput("r0", None, [1, 2], None, outputs=[
-        CompletionOutput(1, "", [4, 2], -0.7, logprobs([(4, -0.5), (2, -0.2)]), finish_reason="stop"),
-        CompletionOutput(0, "", [3, 3, 3], -0.9, logprobs([(3, -0.1), (3, -0.3), (3, -0.5)]), finish_reason="length"),
-    ], finished=True)
+    request = RequestOutput(
+        "r0",
+        None,
+        [1, 2],
+        None,
+        outputs=[
+            CompletionOutput(1, "", [4, 2], -0.7, logprobs([(4, -0.5), (2, -0.2)]), finish_reason="stop"),
+            CompletionOutput(
+                0, "", [3, 3, 3], -0.9, logprobs([(3, -0.1), (3, -0.3), (3, -0.5)]), finish_reason="length"
+            ),
+        ],
+        finished=True,
+    )
     [[first, second]] = completions([request], logprobs=True)
     assert (first.token_ids, first.logprobs, first.finish_reason) == ([3, 3, 3], [-0.1, -0.3, -0.5], "length")
     assert (second.token_ids, second.logprobs, second.finish_reason) == ([4, 2], [-0.5, -0.2], "stop")

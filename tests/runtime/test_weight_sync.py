@@ -157,8 +157,10 @@ def synced(tiny_model, tmp_path_factory):
     ctx = mp.get_context("spawn")
     results, metas_q = ctx.Queue(), ctx.Queue()
     fsdp_port, sync_port = _two_ports()
-    procs = [ctx.Process(target=_trainer, args=(r, fsdp_port, sync_port, tiny_model, str(out), results, metas_q))
-             for r in range(2)]
+    procs = [
+        ctx.Process(target=_trainer, args=(r, fsdp_port, sync_port, tiny_model, str(out), results, metas_q))
+        for r in range(2)
+    ]
     procs.append(ctx.Process(target=_engine, args=(sync_port, tiny_model, str(out), results, metas_q)))
     for p in procs:
         p.start()
@@ -232,6 +234,7 @@ def test_engine_loads_whole_modules_in_bounded_chunks(synced, unsharded):
 
 def _plain_member(rank: int, port: int, expect: list, results) -> None:
     """A process in no default group at all; rank 0 sends two tensors, rank 1 expects `expect`."""
+
     def body():
         group = init_group("127.0.0.1", port, rank, 2, backend="gloo", timeout_s=TIMEOUT)
         if rank == 0:
@@ -266,28 +269,38 @@ def test_a_receiver_expecting_other_weights_raises():
 
 def _bucket_tensors() -> list:
     g = torch.Generator().manual_seed(3)
-    return [("a.weight", torch.randn(4, 3, generator=g)), ("a.bias", torch.randn(3, generator=g)),
-            ("b.weight", torch.randn(20, generator=g)), ("b.count", torch.arange(5)),
-            ("c.weight", torch.randn(2, 2, generator=g).to(torch.bfloat16)), ("c.bias", torch.randn(2, generator=g))]
+    return [
+        ("a.weight", torch.randn(4, 3, generator=g)),
+        ("a.bias", torch.randn(3, generator=g)),
+        ("b.weight", torch.randn(20, generator=g)),
+        ("b.count", torch.arange(5)),
+        ("c.weight", torch.randn(2, 2, generator=g).to(torch.bfloat16)),
+        ("c.bias", torch.randn(2, generator=g)),
+    ]
 
 
 def _bucket_member(rank: int, port: int, results) -> None:
     """Rank 0 sends `_bucket_tensors` in 64-byte buckets; rank 1 reports what arrived and how many collectives ran."""
+
     def body():
         from rlc.runtime import weight_sync
 
         group = init_group("127.0.0.1", port, rank, 2, backend="gloo", timeout_s=TIMEOUT)
         calls = []
         original = weight_sync.broadcast_tensor
-        weight_sync.broadcast_tensor = lambda tensor, *args: (calls.append(tuple(tensor.shape)), original(tensor, *args))[1]
+        weight_sync.broadcast_tensor = lambda tensor, *args: (
+            calls.append(tuple(tensor.shape)),
+            original(tensor, *args),
+        )[1]
         if rank == 0:
             send_weights(group, _bucket_tensors(), bucket_bytes=64)
             results.put(("ok", "sender", calls))
         else:
             metas = [WeightMeta(n, dtype_name(t.dtype), tuple(t.shape)) for n, t in _bucket_tensors()]
             got = []
-            receive_weights(group, metas, "cpu", lambda chunk: got.extend((n, t.clone()) for n, t in chunk),
-                            bucket_bytes=64)
+            receive_weights(
+                group, metas, "cpu", lambda chunk: got.extend((n, t.clone()) for n, t in chunk), bucket_bytes=64
+            )
             results.put(("ok", "receiver", (got, calls)))
         close_group(group)
 
@@ -309,6 +322,7 @@ def test_broadcast_buckets_carry_consecutive_tensors_of_a_dtype():
 def _sleeping_engine_member(rank: int, port: int, model_path: str, results) -> None:
     """Rank 0 broadcasts the model's weights x 1.5; rank 1 is an hf engine that dropped its weights (level-2 sleep)
     and wakes them, receives, then wakes its KV cache: a colocated GPU run's sync, in that order."""
+
     def body():
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         from transformers import AutoModelForCausalLM
@@ -362,14 +376,25 @@ def _layout(chunks):
 
 
 def test_chunks_keep_modules_whole_and_respect_the_threshold():
-    items = _named([("a.q.weight", 40), ("a.q.bias", 10), ("a.k.weight", 40), ("a.k.bias", 10),
-                    ("a.norm.weight", 20), ("head.weight", 30)])
+    items = _named(
+        [
+            ("a.q.weight", 40),
+            ("a.q.bias", 10),
+            ("a.k.weight", 40),
+            ("a.k.bias", 10),
+            ("a.norm.weight", 20),
+            ("head.weight", 30),
+        ]
+    )
     assert _layout(chunk_by_module(items, 100)) == [
         ["a.q.weight", "a.q.bias", "a.k.weight", "a.k.bias"],  # 100 bytes: exactly at the threshold
         ["a.norm.weight", "head.weight"],
     ]
     assert _layout(chunk_by_module(items, 60)) == [
-        ["a.q.weight", "a.q.bias"], ["a.k.weight", "a.k.bias"], ["a.norm.weight", "head.weight"]]
+        ["a.q.weight", "a.q.bias"],
+        ["a.k.weight", "a.k.bias"],
+        ["a.norm.weight", "head.weight"],
+    ]
 
 
 def test_a_module_larger_than_the_threshold_travels_alone():
@@ -442,12 +467,14 @@ def _decoder_like() -> list[tuple[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     named = [("embed_tokens.weight", torch.randn(40, 8, generator=g))]
     for i in range(3):
-        named += [(f"layers.{i}.attn.q.weight", torch.randn(6, 8, generator=g).to(torch.bfloat16)),
-                  (f"layers.{i}.attn.q.bias", torch.randn(6, generator=g).to(torch.bfloat16)),
-                  (f"layers.{i}.attn.o.weight", torch.randn(8, 6, generator=g).to(torch.bfloat16)),
-                  (f"layers.{i}.mlp.up.weight", torch.randn(5, 8, generator=g)),
-                  (f"layers.{i}.norm.weight", torch.randn(8, generator=g)),
-                  (f"layers.{i}.norm.steps", torch.tensor([i], dtype=torch.int64))]
+        named += [
+            (f"layers.{i}.attn.q.weight", torch.randn(6, 8, generator=g).to(torch.bfloat16)),
+            (f"layers.{i}.attn.q.bias", torch.randn(6, generator=g).to(torch.bfloat16)),
+            (f"layers.{i}.attn.o.weight", torch.randn(8, 6, generator=g).to(torch.bfloat16)),
+            (f"layers.{i}.mlp.up.weight", torch.randn(5, 8, generator=g)),
+            (f"layers.{i}.norm.weight", torch.randn(8, generator=g)),
+            (f"layers.{i}.norm.steps", torch.tensor([i], dtype=torch.int64)),
+        ]
     return named + [("norm.weight", torch.randn(8, generator=g)), ("lm_head.weight", torch.randn(10, 8, generator=g))]
 
 
@@ -500,7 +527,7 @@ def test_ipc_buckets_hold_on_to_nothing_they_packed_or_yielded():
     _, entries = next(buckets)
     assert dropped_alive and not any(dropped_alive)
     gc.collect()
-    rest = [n for n, _ in named][[n for n, _ in named].index(entries[-1].name) + 1:]
+    rest = [n for n, _ in named][[n for n, _ in named].index(entries[-1].name) + 1 :]
     module = [n for n in rest if n.rpartition(".")[0] == rest[0].rpartition(".")[0]]
     assert {name for name, ref in alive.items() if ref() is not None} == {*module, rest[len(module)]}
 
@@ -518,8 +545,11 @@ def _ipc_receiver(handle, entries, results) -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
 def test_cuda_ipc_bucket_opens_in_another_process():
-    named = [("a.weight", torch.randn(32, 16)), ("a.bias", torch.arange(16, dtype=torch.int64)),
-             ("b.weight", torch.randn(8, dtype=torch.float32).to(torch.bfloat16))]
+    named = [
+        ("a.weight", torch.randn(32, 16)),
+        ("a.bias", torch.arange(16, dtype=torch.int64)),
+        ("b.weight", torch.randn(8, dtype=torch.float32).to(torch.bfloat16)),
+    ]
     buffer, entries = pack_ipc_bucket(named, "cuda")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -533,6 +563,7 @@ def test_cuda_ipc_bucket_opens_in_another_process():
 
 def _ipc_engine(model_path: str, out: str, requests, results) -> None:
     """An hf engine on the GPU: loads each bucket it is sent and acknowledges it, then saves its weights."""
+
     def body():
         from rlc.runtime.inference.hf import HFEngine
 
@@ -565,8 +596,13 @@ def test_a_colocated_engine_loads_the_policys_weights_from_cuda_ipc_buckets(tiny
     from rlc.spec.model import default_model
 
     spec = default_model().to_typed({"version": 1})
-    worker = FSDPWorker(WorkerSettings("policy", tiny_model, device="cuda", bf16=True), spec.trainer.policy,
-                        spec.trainer.algorithm, 0, 1)
+    worker = FSDPWorker(
+        WorkerSettings("policy", tiny_model, device="cuda", bf16=True),
+        spec.trainer.policy,
+        spec.trainer.algorithm,
+        0,
+        1,
+    )
     worker.setup("127.0.0.1", free_address()[1])
     ctx = mp.get_context("spawn")
     requests, results = ctx.Queue(), ctx.Queue()
