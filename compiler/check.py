@@ -22,6 +22,7 @@ class Rule:
 
 
 RULES: list[Rule] = []
+INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics
 
 
 def rule(code: str, title: str, *keys: str):
@@ -98,8 +99,10 @@ def check(spec: Any, locate: Callable[[str], Any], env: Optional[dict] = None) -
     for r in RULES:
         try:
             out.extend(r.fn(ctx))
-        except (TypeError, ZeroDivisionError, AttributeError):
-            continue  # a value of the wrong type was already reported by the schema
+        except Exception as exc:  # noqa: BLE001 - a crashing rule is rlc's bug, reported as data, never a traceback
+            message = f"rule {r.code} ({r.fn.__name__}) crashed: {type(exc).__name__}: {exc}"
+            out.append(Diagnostic(INTERNAL_ERROR, ERROR, message,
+                                  hint="this is a bug in rlc, not in your spec: please report it with the spec"))
     return out
 
 

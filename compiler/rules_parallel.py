@@ -49,3 +49,25 @@ def _lora_alpha(c: Context):
         lora = getattr(c.t, role).model.lora
         if lora.rank > 0 and lora.alpha <= 0:
             yield c.error("RLC-E602", f"trainer.{role}.model.lora.alpha", f"lora.alpha is {lora.alpha}; the adapter would be scaled to nothing", "use alpha > 0 (commonly 2 x rank)")
+
+
+# -- FSDP2 mesh ------------------------------------------------------------------------------------------
+
+@rule("RLC-E505", "FSDP2: fsdp_size divides the role's world size", "trainer.policy.fsdp_config.fsdp_size",
+      "trainer.ref.fsdp_config.fsdp_size", "trainer.critic.fsdp_config.fsdp_size", "trainer.strategy",
+      "trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node")
+def fsdp_size_divides_world(c: Context):
+    # The fsdp2 worker builds a (world / fsdp_size, fsdp_size) mesh and refuses a size that does not divide the world.
+    if c.megatron:
+        return
+    for role in ("policy", "ref", "critic"):
+        shard, world = getattr(c.t, role).fsdp_config.fsdp_size, c.world(role)
+        if role == "critic" and not critic_on(c.s):
+            continue
+        if not isinstance(shard, int) or not world:
+            continue
+        if 0 < shard < world and world % shard:  # a size >= the world shards over all of it
+            yield c.error("RLC-E505", f"trainer.{role}.fsdp_config.fsdp_size",
+                          f"fsdp_size {shard} does not divide the {role}'s {world} GPUs; the fsdp2 worker refuses it",
+                          f"set fsdp_size to a divisor of {world}, or -1 to shard over all of them",
+                          [f"trainer.placement.{role}_num_gpus_per_node"], fsdp_size=shard, world=world)

@@ -267,6 +267,12 @@ CASES = {
           policy:
             sequence_parallel_size: 2  # <-
         """),
+    "RLC-E505": ("trainer.policy.fsdp_config.fsdp_size", """
+        trainer:
+          policy:
+            fsdp_config:
+              fsdp_size: 3  # <-
+        """),
     "RLC-W501": ("trainer.policy.megatron_config.expert_model_parallel_size", """
         trainer:
           strategy: megatron
