@@ -1,4 +1,4 @@
-"""Algorithm and generation rules (skyrl-rules.md §3.2-§3.5, §3.7): losses, KL, off-policy correction, engines."""
+"""Algorithm and generation rules: losses, KL, off-policy correction, generator and inference engines."""
 
 from __future__ import annotations
 
@@ -10,33 +10,33 @@ IE = "generator.inference_engine"
 NS = "generator.n_samples_per_prompt"
 
 
-# -- algorithm (skyrl-rules.md §3.7) ------------------------------------------------------------------
+# -- algorithm ------------------------------------------------------------------
 
 ALG = "trainer.algorithm"
 
 
 @rule("RLC-E301", "advantage_estimator gae needs a critic", f"{ALG}.advantage_estimator", "trainer.critic.model.path")
-def _c2(c: Context):
+def gae_needs_critic(c: Context):
     if c.alg.advantage_estimator == "gae" and not critic_on(c.s):
         yield c.error("RLC-E301", f"{ALG}.advantage_estimator", "advantage_estimator gae needs a value model, but trainer.critic.model.path is not set",
                       "set trainer.critic.model.path (PPO), or use grpo/rloo/reinforce++", ["trainer.critic.model.path"])
 
 
 @rule("RLC-E302", "use_kl_in_reward and use_kl_loss are mutually exclusive", f"{ALG}.use_kl_in_reward", f"{ALG}.use_kl_loss")
-def _c3(c: Context):
+def kl_in_reward_excludes_kl_loss(c: Context):
     if c.alg.use_kl_in_reward and c.alg.use_kl_loss:
         yield c.error("RLC-E302", f"{ALG}.use_kl_in_reward", "use_kl_in_reward and use_kl_loss are both true; the KL term is applied once, in one place",
                       "set use_kl_loss: false to penalise rewards, or use_kl_in_reward: false", [f"{ALG}.use_kl_loss"])
 
 
 @rule("RLC-E303", "seq_mean_token_sum_norm needs max_seq_len", f"{ALG}.loss_reduction", f"{ALG}.max_seq_len")
-def _c13(c: Context):
+def token_sum_norm_needs_max_seq_len(c: Context):
     if c.alg.loss_reduction == "seq_mean_token_sum_norm" and c.alg.max_seq_len is None:
         yield c.error("RLC-E303", f"{ALG}.max_seq_len", "loss_reduction seq_mean_token_sum_norm needs max_seq_len", "set trainer.algorithm.max_seq_len")
 
 
 @rule("RLC-E304", "off-policy correction does not combine with clip_cov or kl_cov", f"{ALG}.off_policy_correction.tis_ratio_type", f"{ALG}.policy_loss_type")
-def _c15(c: Context):
+def off_policy_correction_excludes_cov_losses(c: Context):
     opc = c.alg.off_policy_correction
     if (opc.tis_ratio_type or opc.sequence_mask_metric) and c.alg.policy_loss_type in ("clip_cov", "kl_cov"):
         key = f"{ALG}.off_policy_correction.tis_ratio_type" if opc.tis_ratio_type else f"{ALG}.off_policy_correction.sequence_mask_metric"
@@ -45,26 +45,26 @@ def _c15(c: Context):
 
 
 @rule("RLC-E305", "max_ckpts_to_keep is -1 or positive", "trainer.max_ckpts_to_keep")
-def _c6(c: Context):
+def max_ckpts_to_keep_valid(c: Context):
     if c.t.max_ckpts_to_keep == 0 or (num(c.t.max_ckpts_to_keep) is not None and c.t.max_ckpts_to_keep < -1):
         yield c.error("RLC-E305", "trainer.max_ckpts_to_keep", f"max_ckpts_to_keep is {c.t.max_ckpts_to_keep}", "use -1 to keep all checkpoints or N > 0 to keep the last N")
 
 
 @rule("RLC-E306", "resume_mode from_path needs resume_path", "trainer.resume_mode", "trainer.resume_path")
-def _resume(c: Context):
+def resume_from_path_needs_path(c: Context):
     if c.t.resume_mode == "from_path" and not c.t.resume_path:
         yield c.error("RLC-E306", "trainer.resume_path", "resume_mode is from_path but resume_path is not set", "set trainer.resume_path to a checkpoint directory", ["trainer.resume_mode"])
 
 
 @rule("RLC-E307", "step-wise trajectories need a per-trajectory advantage (not gae or reinforce++)", "generator.step_wise_trajectories", f"{ALG}.advantage_estimator")
-def _c10(c: Context):
+def step_wise_needs_per_trajectory_advantage(c: Context):
     if c.s.generator.step_wise_trajectories and c.alg.advantage_estimator in ("gae", "reinforce++"):
         yield c.error("RLC-E307", f"{ALG}.advantage_estimator", f"step_wise_trajectories broadcasts one advantage per trajectory; {c.alg.advantage_estimator} computes per-token advantages",
                       "use grpo or rloo with step_wise_trajectories", ["generator.step_wise_trajectories"])
 
 
 @rule("RLC-E308", "off-policy correction values are in range", f"{ALG}.off_policy_correction")
-def _opc_values(c: Context):
+def off_policy_correction_in_range(c: Context):
     opc, k = c.alg.off_policy_correction, f"{ALG}.off_policy_correction"
     if opc.sequence_mask_metric == "geometric" and not opc.geo_mask_low < 1 < opc.geo_mask_high:
         yield c.error("RLC-E308", f"{k}.geo_mask_low", f"the geometric mask band [{opc.geo_mask_low}, {opc.geo_mask_high}] must contain 1", "use values like 0.99 and 1.01")
@@ -79,7 +79,7 @@ def _opc_values(c: Context):
 
 
 @rule("RLC-E310", "the loss's logit temperature is positive", f"{ALG}.temperature", "generator.sampling_params.temperature")
-def _temperature(c: Context):
+def loss_temperature_positive(c: Context):
     t = c.alg.temperature
     if num(t) is not None and t <= 0:
         yield c.error("RLC-E310", f"{ALG}.temperature", f"the policy loss divides logits by temperature {t}; rollouts sampled greedily "
@@ -88,7 +88,7 @@ def _temperature(c: Context):
 
 
 @rule("RLC-E309", "dynamic sampling replace needs a group to sample from (n_samples_per_prompt > 1)", f"{ALG}.dynamic_sampling.type", NS)
-def _dyn(c: Context):
+def dynamic_sampling_replace_needs_group(c: Context):
     if c.alg.dynamic_sampling.type is not None and c.s.generator.n_samples_per_prompt < 2:
         yield c.error("RLC-E309", f"{ALG}.dynamic_sampling.type", "dynamic sampling filters groups by reward variance, which needs n_samples_per_prompt >= 2",
                       "raise generator.n_samples_per_prompt", [NS])
@@ -100,7 +100,7 @@ FA = "trainer.fully_async"
 
 @rule("RLC-E311", "fully async training needs engines apart from the trainer (colocate_all false)", f"{FA}.enabled",
       "trainer.placement.colocate_all")
-def _async_colocate(c: Context):
+def fully_async_needs_separate_engines(c: Context):
     if c.t.fully_async.enabled and c.t.placement.colocate_all:
         yield c.error("RLC-E311", f"{FA}.enabled", "fully async training generates while the trainer trains, but colocate_all puts "
                       "both on the same GPUs, which then take turns", "set trainer.placement.colocate_all: false",
@@ -109,7 +109,7 @@ def _async_colocate(c: Context):
 
 @rule("RLC-E312", "fully async training takes one optimizer step per batch and no dynamic sampling", f"{FA}.enabled",
       "trainer.policy_mini_batch_size", f"{ALG}.dynamic_sampling.type")
-def _async_batches(c: Context):
+def fully_async_one_step_per_batch(c: Context):
     if not c.t.fully_async.enabled:
         return
     if num(c.t.train_batch_size) is not None and c.t.train_batch_size != c.t.policy_mini_batch_size:
@@ -123,7 +123,7 @@ def _async_batches(c: Context):
 
 @rule("RLC-E313", "fully async generation workers are between policy_mini_batch_size and that times (max_staleness_steps + 1)",
       f"{FA}.num_parallel_generation_workers")
-def _async_workers(c: Context):
+def fully_async_generation_workers_in_range(c: Context):
     fa, mp = c.t.fully_async, c.t.policy_mini_batch_size
     if not fa.enabled or num(mp) is None:
         return
@@ -136,11 +136,11 @@ def _async_workers(c: Context):
                       ["trainer.policy_mini_batch_size", f"{FA}.max_staleness_steps"])
 
 
-# -- generator and inference engines (§3.2, §3.4, §3.5) ------------------------------------------------
+# -- generator and inference engines ------------------------------------------------
 
 @rule("RLC-E401", "max_input_length equals max_prompt_length for single turn, and is at least it for multi-turn",
       "generator.max_input_length", "trainer.max_prompt_length", "generator.max_turns")
-def _g1(c: Context):
+def input_length_matches_prompt_length(c: Context):
     g, mpl = c.s.generator, c.t.max_prompt_length
     if num(g.max_input_length) is None or num(mpl) is None:
         return
@@ -153,21 +153,22 @@ def _g1(c: Context):
 
 
 @rule("RLC-E402", "logprobs is 0 or 1", "generator.sampling_params.logprobs")
-def _g3(c: Context):
+def logprobs_zero_or_one(c: Context):
     for key, sp in (("generator.sampling_params", c.s.generator.sampling_params), ("generator.eval_sampling_params", c.s.generator.eval_sampling_params)):
         if sp is not None and num(sp.logprobs) is not None and sp.logprobs > 1:
             yield c.error("RLC-E402", f"{key}.logprobs", f"logprobs is {sp.logprobs}; only the chosen token's log-prob is used (0 or 1)", "set logprobs: 1")
 
 
 @rule("RLC-W401", "wandb logging needs WANDB_API_KEY", "trainer.logger", "launch.secrets")
-def _g2(c: Context):
-    if c.t.logger == "wandb" and "WANDB_API_KEY" not in c.s.launch.secrets and not c.env.get("WANDB_API_KEY"):
+def wandb_needs_api_key(c: Context):
+    secrets = c.s.launch.secrets if isinstance(c.s.launch.secrets, list) else []  # an interpolation may resolve to a scalar
+    if c.t.logger == "wandb" and "WANDB_API_KEY" not in secrets and not c.env.get("WANDB_API_KEY"):
         yield c.warning("RLC-W401", "trainer.logger", "trainer.logger is wandb but WANDB_API_KEY is neither in launch.secrets nor set here",
                         "add WANDB_API_KEY to launch.secrets (the value stays on your machine), or set trainer.logger: console", ["launch.secrets"])
 
 
 @rule("RLC-W402", "stop strings in multi-turn conversations without an appended EOS", "generator.sampling_params.stop")
-def _g5(c: Context):
+def multi_turn_stop_strings_need_eos(c: Context):
     g = c.s.generator
     stops = g.sampling_params.stop or (g.eval_sampling_params.stop if g.eval_sampling_params else None)
     if g.use_conversation_multi_turn and stops and not g.append_eos_token_after_stop_str_in_multi_turn:
@@ -177,7 +178,7 @@ def _g5(c: Context):
 
 
 @rule("RLC-E403", "expert parallelism spans dp * tp", f"{IE}.expert_parallel_size")
-def _i2(c: Context):
+def expert_parallel_spans_dp_tp(c: Context):
     ie = c.ie
     if ie.expert_parallel_size > 1 and ie.data_parallel_size * ie.tensor_parallel_size != ie.expert_parallel_size:
         yield c.error("RLC-E403", f"{IE}.expert_parallel_size", f"expert_parallel_size ({ie.expert_parallel_size}) must equal data_parallel_size * tensor_parallel_size ({ie.data_parallel_size}*{ie.tensor_parallel_size})",
@@ -185,7 +186,7 @@ def _i2(c: Context):
 
 
 @rule("RLC-E404", "colocate_all needs engines this job starts (no external URLs)", f"{IE}.external_proxy_url", f"{IE}.external_server_urls")
-def _n1(c: Context):
+def colocate_all_needs_local_engines(c: Context):
     if c.p.colocate_all and (c.ie.external_proxy_url or c.ie.external_server_urls):
         key = f"{IE}.external_proxy_url" if c.ie.external_proxy_url else f"{IE}.external_server_urls"
         yield c.error("RLC-E404", key, "colocate_all shares the training GPUs with engines the job starts; external servers cannot share them",
@@ -193,7 +194,7 @@ def _n1(c: Context):
 
 
 @rule("RLC-E405", "remote engines need their addresses", f"{IE}.run_engines_locally", f"{IE}.remote_urls")
-def _n2(c: Context):
+def remote_engines_need_urls(c: Context):
     ie = c.ie
     if not ie.run_engines_locally and not (ie.remote_urls or ie.external_proxy_url or ie.external_server_urls):
         yield c.error("RLC-E405", f"{IE}.run_engines_locally", "run_engines_locally is false but no remote engine address is given",
@@ -204,14 +205,14 @@ def _n2(c: Context):
 
 
 @rule("RLC-E406", "chat_template source file needs name_or_path", "generator.chat_template.source", "generator.chat_template.name_or_path")
-def _chat(c: Context):
+def chat_template_file_needs_path(c: Context):
     ct = c.s.generator.chat_template
     if ct.source == "file" and not ct.name_or_path:
         yield c.error("RLC-E406", "generator.chat_template.name_or_path", "chat_template.source is file but name_or_path is not set", "set the path of the Jinja template")
 
 
 @rule("RLC-E407", "batched generation is single-turn only", "generator.batched", "generator.max_turns")
-def _batched(c: Context):
+def batched_generation_single_turn(c: Context):
     g = c.s.generator
     if g.batched and g.max_turns > 1:
         yield c.error("RLC-E407", "generator.batched", f"batched generation runs one turn, but max_turns is {g.max_turns}", "set generator.batched: false for multi-turn", ["generator.max_turns"])

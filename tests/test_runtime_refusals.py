@@ -83,3 +83,25 @@ def test_a_crashing_rule_is_an_internal_error_not_silence(monkeypatch: pytest.Mo
     internal = [d for d in out if d.code == INTERNAL_ERROR]
     assert internal and "RLC-E998" in internal[0].message and "crashes" in internal[0].message
     assert internal[0].is_error and "report" in internal[0].hint
+
+
+def test_megatron_tensor_parallel_must_divide_a_local_models_heads(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    config = {"model_type": "qwen2", "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864,
+              "hidden_size": 896, "num_hidden_layers": 2, "vocab_size": 1000, "hidden_act": "silu"}
+    (model / "config.json").write_text(json.dumps(config))
+    rc, diags = _validate(EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml", f"trainer.policy.model.path={model}",
+                          "trainer.policy.megatron_config.tensor_model_parallel_size=4")
+    hits = _errors(diags, "RLC-E506")
+    assert rc == 1 and hits and hits[0]["key"] == "trainer.policy.megatron_config.tensor_model_parallel_size", diags
+    assert "num_attention_heads=14" in hits[0]["message"]
+    rc, diags = _validate(EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml", f"trainer.policy.model.path={model}",
+                          "trainer.policy.megatron_config.tensor_model_parallel_size=2")
+    assert not _errors(diags, "RLC-E506"), diags
+    # The runtime's own conversion check refuses the same layout (it reads the config by attribute, no weights).
+    megatron_weights = pytest.importorskip("rlc.runtime.megatron_weights")
+    from types import SimpleNamespace
+
+    with pytest.raises(megatron_weights.UnsupportedModel, match="num_attention_heads=14"):
+        megatron_weights.layout_from_hf(SimpleNamespace(**config), tp_size=4)
