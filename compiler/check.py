@@ -86,7 +86,10 @@ class Context:
             return None
         if self.megatron and role in ("policy", "ref"):
             mc = getattr(self.t, role).megatron_config
-            size = mc.tensor_model_parallel_size * mc.pipeline_model_parallel_size * mc.context_parallel_size
+            parts = [num(mc.tensor_model_parallel_size), num(mc.pipeline_model_parallel_size), num(mc.context_parallel_size)]
+            if any(not p for p in parts):
+                return None
+            size = int(parts[0] * parts[1] * parts[2])
             return w // size if w % size == 0 else None
         sp = getattr(self.t, role).sequence_parallel_size
         return w // sp if isinstance(sp, int) and sp > 0 else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from rlc.compiler.check import Context, rule
+from rlc.compiler.check import Context, num, rule
 from rlc.compiler.resolve import critic_on
 
 IE = "generator.inference_engine"
@@ -35,8 +35,11 @@ def megatron_expert_layout_divides_world(c: Context):
     if not c.megatron:
         return
     mc, w = c.t.policy.megatron_config, c.world("policy")
-    etp = mc.expert_tensor_parallel_size or mc.tensor_model_parallel_size
-    size = mc.pipeline_model_parallel_size * mc.expert_model_parallel_size * etp
+    sizes = [num(mc.expert_tensor_parallel_size or mc.tensor_model_parallel_size), num(mc.pipeline_model_parallel_size),
+             num(mc.expert_model_parallel_size)]
+    if any(not s for s in sizes):
+        return  # an interpolation resolved on the node
+    size = int(sizes[0] * sizes[1] * sizes[2])
     if w and w % size:
         yield c.warning("RLC-W501", "trainer.policy.megatron_config.expert_model_parallel_size",
                         f"policy GPUs ({w}) are not divisible by pp*ep*etp = {size}; Megatron-Core will refuse this expert layout", f"make {w} a multiple of {size}")
