@@ -7,8 +7,9 @@ can say which rules a key takes part in.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic
 
@@ -18,7 +19,7 @@ class Rule:
     code: str
     title: str
     keys: tuple[str, ...]
-    fn: Callable[["Context"], Iterable[Diagnostic]]
+    fn: Callable[[Context], Iterable[Diagnostic]]
 
 
 RULES: list[Rule] = []
@@ -33,20 +34,30 @@ def rule(code: str, title: str, *keys: str):
     return deco
 
 
-def num(v: Any) -> Optional[float]:
+def num(v: Any) -> float | None:
     """A numeric value, or None for strings left for the node to resolve (e.g. ${oc.env:...})."""
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 class Context:
-    def __init__(self, spec: Any, locate: Callable[[str], Any], env: Optional[dict] = None):
+    def __init__(self, spec: Any, locate: Callable[[str], Any], env: dict | None = None):
         self.s = spec
         self.locate = locate
         self.env = os.environ if env is None else env
 
-    def diag(self, severity: str, code: str, key: str, message: str, hint: str, related: Iterable[str] = (), **values) -> Diagnostic:
-        return Diagnostic(code, severity, message, key=key, location=self.locate(key, list(related)), hint=hint,
-                          values=values, related=list(related))
+    def diag(
+        self, severity: str, code: str, key: str, message: str, hint: str, related: Iterable[str] = (), **values
+    ) -> Diagnostic:
+        return Diagnostic(
+            code,
+            severity,
+            message,
+            key=key,
+            location=self.locate(key, list(related)),
+            hint=hint,
+            values=values,
+            related=list(related),
+        )
 
     def error(self, code, key, message, hint, related=(), **values) -> Diagnostic:
         return self.diag(ERROR, code, key, message, hint, related, **values)
@@ -75,18 +86,22 @@ class Context:
     def megatron(self) -> bool:
         return self.t.strategy == "megatron"
 
-    def world(self, role: str) -> Optional[int]:
+    def world(self, role: str) -> int | None:
         n, g = num(getattr(self.p, f"{role}_num_nodes")), num(getattr(self.p, f"{role}_num_gpus_per_node"))
         return int(n * g) if n is not None and g is not None else None
 
-    def dp(self, role: str) -> Optional[int]:
+    def dp(self, role: str) -> int | None:
         """Data-parallel size of a role: world / (tp*pp*cp) under Megatron, world // sp under FSDP."""
         w = self.world(role)
         if w is None:
             return None
         if self.megatron and role in ("policy", "ref"):
             mc = getattr(self.t, role).megatron_config
-            parts = [num(mc.tensor_model_parallel_size), num(mc.pipeline_model_parallel_size), num(mc.context_parallel_size)]
+            parts = [
+                num(mc.tensor_model_parallel_size),
+                num(mc.pipeline_model_parallel_size),
+                num(mc.context_parallel_size),
+            ]
             if any(not p for p in parts):
                 return None
             size = int(parts[0] * parts[1] * parts[2])
@@ -95,7 +110,7 @@ class Context:
         return w // sp if isinstance(sp, int) and sp > 0 else None
 
 
-def check(spec: Any, locate: Callable[[str], Any], env: Optional[dict] = None) -> list[Diagnostic]:
+def check(spec: Any, locate: Callable[[str], Any], env: dict | None = None) -> list[Diagnostic]:
     _load_rules()
     ctx = Context(spec, locate, env)
     out: list[Diagnostic] = []
@@ -104,8 +119,14 @@ def check(spec: Any, locate: Callable[[str], Any], env: Optional[dict] = None) -
             out.extend(r.fn(ctx))
         except Exception as exc:  # noqa: BLE001 - a crashing rule is rlc's bug, reported as data, never a traceback
             message = f"rule {r.code} ({r.fn.__name__}) crashed: {type(exc).__name__}: {exc}"
-            out.append(Diagnostic(INTERNAL_ERROR, ERROR, message,
-                                  hint="this is a bug in rlc, not in your spec: please report it with the spec"))
+            out.append(
+                Diagnostic(
+                    INTERNAL_ERROR,
+                    ERROR,
+                    message,
+                    hint="this is a bug in rlc, not in your spec: please report it with the spec",
+                )
+            )
     return out
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from rlc.compiler.check import Context, num, rule
 from rlc.compiler.resolve import critic_on
 
@@ -18,153 +17,313 @@ ALG = "trainer.algorithm"
 @rule("RLC-E301", "advantage_estimator gae needs a critic", f"{ALG}.advantage_estimator", "trainer.critic.model.path")
 def gae_needs_critic(c: Context):
     if c.alg.advantage_estimator == "gae" and not critic_on(c.s):
-        yield c.error("RLC-E301", f"{ALG}.advantage_estimator", "advantage_estimator gae needs a value model, but trainer.critic.model.path is not set",
-                      "set trainer.critic.model.path (PPO), or use grpo/rloo/reinforce++", ["trainer.critic.model.path"])
+        yield c.error(
+            "RLC-E301",
+            f"{ALG}.advantage_estimator",
+            "advantage_estimator gae needs a value model, but trainer.critic.model.path is not set",
+            "set trainer.critic.model.path (PPO), or use grpo/rloo/reinforce++",
+            ["trainer.critic.model.path"],
+        )
 
 
-@rule("RLC-E302", "use_kl_in_reward and use_kl_loss are mutually exclusive", f"{ALG}.use_kl_in_reward", f"{ALG}.use_kl_loss")
+@rule(
+    "RLC-E302",
+    "use_kl_in_reward and use_kl_loss are mutually exclusive",
+    f"{ALG}.use_kl_in_reward",
+    f"{ALG}.use_kl_loss",
+)
 def kl_in_reward_excludes_kl_loss(c: Context):
     if c.alg.use_kl_in_reward and c.alg.use_kl_loss:
-        yield c.error("RLC-E302", f"{ALG}.use_kl_in_reward", "use_kl_in_reward and use_kl_loss are both true; the KL term is applied once, in one place",
-                      "set use_kl_loss: false to penalise rewards, or use_kl_in_reward: false", [f"{ALG}.use_kl_loss"])
+        yield c.error(
+            "RLC-E302",
+            f"{ALG}.use_kl_in_reward",
+            "use_kl_in_reward and use_kl_loss are both true; the KL term is applied once, in one place",
+            "set use_kl_loss: false to penalise rewards, or use_kl_in_reward: false",
+            [f"{ALG}.use_kl_loss"],
+        )
 
 
 @rule("RLC-E303", "seq_mean_token_sum_norm needs max_seq_len", f"{ALG}.loss_reduction", f"{ALG}.max_seq_len")
 def token_sum_norm_needs_max_seq_len(c: Context):
     if c.alg.loss_reduction == "seq_mean_token_sum_norm" and c.alg.max_seq_len is None:
-        yield c.error("RLC-E303", f"{ALG}.max_seq_len", "loss_reduction seq_mean_token_sum_norm needs max_seq_len", "set trainer.algorithm.max_seq_len")
+        yield c.error(
+            "RLC-E303",
+            f"{ALG}.max_seq_len",
+            "loss_reduction seq_mean_token_sum_norm needs max_seq_len",
+            "set trainer.algorithm.max_seq_len",
+        )
 
 
-@rule("RLC-E304", "off-policy correction does not combine with clip_cov or kl_cov", f"{ALG}.off_policy_correction.tis_ratio_type", f"{ALG}.policy_loss_type")
+@rule(
+    "RLC-E304",
+    "off-policy correction does not combine with clip_cov or kl_cov",
+    f"{ALG}.off_policy_correction.tis_ratio_type",
+    f"{ALG}.policy_loss_type",
+)
 def off_policy_correction_excludes_cov_losses(c: Context):
     opc = c.alg.off_policy_correction
     if (opc.tis_ratio_type or opc.sequence_mask_metric) and c.alg.policy_loss_type in ("clip_cov", "kl_cov"):
-        key = f"{ALG}.off_policy_correction.tis_ratio_type" if opc.tis_ratio_type else f"{ALG}.off_policy_correction.sequence_mask_metric"
-        yield c.error("RLC-E304", key, f"off-policy correction is not implemented for policy_loss_type {c.alg.policy_loss_type}",
-                      "turn off_policy_correction off, or use another policy loss", [f"{ALG}.policy_loss_type"])
+        key = (
+            f"{ALG}.off_policy_correction.tis_ratio_type"
+            if opc.tis_ratio_type
+            else f"{ALG}.off_policy_correction.sequence_mask_metric"
+        )
+        yield c.error(
+            "RLC-E304",
+            key,
+            f"off-policy correction is not implemented for policy_loss_type {c.alg.policy_loss_type}",
+            "turn off_policy_correction off, or use another policy loss",
+            [f"{ALG}.policy_loss_type"],
+        )
 
 
 @rule("RLC-E305", "max_ckpts_to_keep is -1 or positive", "trainer.max_ckpts_to_keep")
 def max_ckpts_to_keep_valid(c: Context):
     if c.t.max_ckpts_to_keep == 0 or (num(c.t.max_ckpts_to_keep) is not None and c.t.max_ckpts_to_keep < -1):
-        yield c.error("RLC-E305", "trainer.max_ckpts_to_keep", f"max_ckpts_to_keep is {c.t.max_ckpts_to_keep}", "use -1 to keep all checkpoints or N > 0 to keep the last N")
+        yield c.error(
+            "RLC-E305",
+            "trainer.max_ckpts_to_keep",
+            f"max_ckpts_to_keep is {c.t.max_ckpts_to_keep}",
+            "use -1 to keep all checkpoints or N > 0 to keep the last N",
+        )
 
 
 @rule("RLC-E306", "resume_mode from_path needs resume_path", "trainer.resume_mode", "trainer.resume_path")
 def resume_from_path_needs_path(c: Context):
     if c.t.resume_mode == "from_path" and not c.t.resume_path:
-        yield c.error("RLC-E306", "trainer.resume_path", "resume_mode is from_path but resume_path is not set", "set trainer.resume_path to a checkpoint directory", ["trainer.resume_mode"])
+        yield c.error(
+            "RLC-E306",
+            "trainer.resume_path",
+            "resume_mode is from_path but resume_path is not set",
+            "set trainer.resume_path to a checkpoint directory",
+            ["trainer.resume_mode"],
+        )
 
 
-@rule("RLC-E307", "step-wise trajectories need a per-trajectory advantage (not gae or reinforce++)", "generator.step_wise_trajectories", f"{ALG}.advantage_estimator")
+@rule(
+    "RLC-E307",
+    "step-wise trajectories need a per-trajectory advantage (not gae or reinforce++)",
+    "generator.step_wise_trajectories",
+    f"{ALG}.advantage_estimator",
+)
 def step_wise_needs_per_trajectory_advantage(c: Context):
     if c.s.generator.step_wise_trajectories and c.alg.advantage_estimator in ("gae", "reinforce++"):
-        yield c.error("RLC-E307", f"{ALG}.advantage_estimator", f"step_wise_trajectories broadcasts one advantage per trajectory; {c.alg.advantage_estimator} computes per-token advantages",
-                      "use grpo or rloo with step_wise_trajectories", ["generator.step_wise_trajectories"])
+        yield c.error(
+            "RLC-E307",
+            f"{ALG}.advantage_estimator",
+            f"step_wise_trajectories broadcasts one advantage per trajectory; {c.alg.advantage_estimator} computes per-token advantages",
+            "use grpo or rloo with step_wise_trajectories",
+            ["generator.step_wise_trajectories"],
+        )
 
 
 @rule("RLC-E308", "off-policy correction values are in range", f"{ALG}.off_policy_correction")
 def off_policy_correction_in_range(c: Context):
     opc, k = c.alg.off_policy_correction, f"{ALG}.off_policy_correction"
     if opc.sequence_mask_metric == "geometric" and not opc.geo_mask_low < 1 < opc.geo_mask_high:
-        yield c.error("RLC-E308", f"{k}.geo_mask_low", f"the geometric mask band [{opc.geo_mask_low}, {opc.geo_mask_high}] must contain 1", "use values like 0.99 and 1.01")
+        yield c.error(
+            "RLC-E308",
+            f"{k}.geo_mask_low",
+            f"the geometric mask band [{opc.geo_mask_low}, {opc.geo_mask_high}] must contain 1",
+            "use values like 0.99 and 1.01",
+        )
     if opc.sequence_mask_metric == "product" and not opc.product_mask_low < 1 < opc.product_mask_high:
-        yield c.error("RLC-E308", f"{k}.product_mask_low", f"the product mask band [{opc.product_mask_low}, {opc.product_mask_high}] must contain 1", "use values like 0.5 and 2.0")
-    for lo, hi in (("outlier_token_is_threshold_low", "outlier_token_is_threshold_high"), ("token_mask_is_threshold_low", "token_mask_is_threshold_high")):
+        yield c.error(
+            "RLC-E308",
+            f"{k}.product_mask_low",
+            f"the product mask band [{opc.product_mask_low}, {opc.product_mask_high}] must contain 1",
+            "use values like 0.5 and 2.0",
+        )
+    for lo, hi in (
+        ("outlier_token_is_threshold_low", "outlier_token_is_threshold_high"),
+        ("token_mask_is_threshold_low", "token_mask_is_threshold_high"),
+    ):
         a, b = getattr(opc, lo), getattr(opc, hi)
         if num(a) is not None and num(b) is not None and a >= b:
-            yield c.error("RLC-E308", f"{k}.{lo}", f"{lo} ({a}) must be below {hi} ({b})", f"lower {lo} or raise {hi}", [f"{k}.{hi}"])
+            yield c.error(
+                "RLC-E308",
+                f"{k}.{lo}",
+                f"{lo} ({a}) must be below {hi} ({b})",
+                f"lower {lo} or raise {hi}",
+                [f"{k}.{hi}"],
+            )
     if opc.tis_ratio_type == "token" and opc.token_tis_ratio_clip_high <= 1:
-        yield c.error("RLC-E308", f"{k}.token_tis_ratio_clip_high", f"token_tis_ratio_clip_high is {opc.token_tis_ratio_clip_high}; a cap at or below 1 clips every ratio", "use a cap between 1.5 and 5")
+        yield c.error(
+            "RLC-E308",
+            f"{k}.token_tis_ratio_clip_high",
+            f"token_tis_ratio_clip_high is {opc.token_tis_ratio_clip_high}; a cap at or below 1 clips every ratio",
+            "use a cap between 1.5 and 5",
+        )
 
 
-@rule("RLC-E310", "the loss's logit temperature is positive", f"{ALG}.temperature", "generator.sampling_params.temperature")
+@rule(
+    "RLC-E310",
+    "the loss's logit temperature is positive",
+    f"{ALG}.temperature",
+    "generator.sampling_params.temperature",
+)
 def loss_temperature_positive(c: Context):
     t = c.alg.temperature
     if num(t) is not None and t <= 0:
-        yield c.error("RLC-E310", f"{ALG}.temperature", f"the policy loss divides logits by temperature {t}; rollouts sampled greedily "
-                      "(temperature 0) cannot be trained on", "sample with temperature > 0 (e.g. 1.0), or set trainer.algorithm.temperature",
-                      ["generator.sampling_params.temperature"])
+        yield c.error(
+            "RLC-E310",
+            f"{ALG}.temperature",
+            f"the policy loss divides logits by temperature {t}; rollouts sampled greedily "
+            "(temperature 0) cannot be trained on",
+            "sample with temperature > 0 (e.g. 1.0), or set trainer.algorithm.temperature",
+            ["generator.sampling_params.temperature"],
+        )
 
 
-@rule("RLC-E309", "dynamic sampling replace needs a group to sample from (n_samples_per_prompt > 1)", f"{ALG}.dynamic_sampling.type", NS)
+@rule(
+    "RLC-E309",
+    "dynamic sampling replace needs a group to sample from (n_samples_per_prompt > 1)",
+    f"{ALG}.dynamic_sampling.type",
+    NS,
+)
 def dynamic_sampling_replace_needs_group(c: Context):
     if c.alg.dynamic_sampling.type is not None and c.s.generator.n_samples_per_prompt < 2:
-        yield c.error("RLC-E309", f"{ALG}.dynamic_sampling.type", "dynamic sampling filters groups by reward variance, which needs n_samples_per_prompt >= 2",
-                      "raise generator.n_samples_per_prompt", [NS])
-
+        yield c.error(
+            "RLC-E309",
+            f"{ALG}.dynamic_sampling.type",
+            "dynamic sampling filters groups by reward variance, which needs n_samples_per_prompt >= 2",
+            "raise generator.n_samples_per_prompt",
+            [NS],
+        )
 
 
 FA = "trainer.fully_async"
 
 
-@rule("RLC-E311", "fully async training needs engines apart from the trainer (colocate_all false)", f"{FA}.enabled",
-      "trainer.placement.colocate_all")
+@rule(
+    "RLC-E311",
+    "fully async training needs engines apart from the trainer (colocate_all false)",
+    f"{FA}.enabled",
+    "trainer.placement.colocate_all",
+)
 def fully_async_needs_separate_engines(c: Context):
     if c.t.fully_async.enabled and c.t.placement.colocate_all:
-        yield c.error("RLC-E311", f"{FA}.enabled", "fully async training generates while the trainer trains, but colocate_all puts "
-                      "both on the same GPUs, which then take turns", "set trainer.placement.colocate_all: false",
-                      ["trainer.placement.colocate_all"])
+        yield c.error(
+            "RLC-E311",
+            f"{FA}.enabled",
+            "fully async training generates while the trainer trains, but colocate_all puts "
+            "both on the same GPUs, which then take turns",
+            "set trainer.placement.colocate_all: false",
+            ["trainer.placement.colocate_all"],
+        )
 
 
-@rule("RLC-E312", "fully async training takes one optimizer step per batch and no dynamic sampling", f"{FA}.enabled",
-      "trainer.policy_mini_batch_size", f"{ALG}.dynamic_sampling.type")
+@rule(
+    "RLC-E312",
+    "fully async training takes one optimizer step per batch and no dynamic sampling",
+    f"{FA}.enabled",
+    "trainer.policy_mini_batch_size",
+    f"{ALG}.dynamic_sampling.type",
+)
 def fully_async_one_step_per_batch(c: Context):
     if not c.t.fully_async.enabled:
         return
     if num(c.t.train_batch_size) is not None and c.t.train_batch_size != c.t.policy_mini_batch_size:
-        yield c.error("RLC-E312", "trainer.policy_mini_batch_size", f"fully async training needs policy_mini_batch_size == "
-                      f"train_batch_size ({c.t.policy_mini_batch_size} != {c.t.train_batch_size})",
-                      f"set trainer.policy_mini_batch_size: {c.t.train_batch_size}", ["trainer.train_batch_size", f"{FA}.enabled"])
+        yield c.error(
+            "RLC-E312",
+            "trainer.policy_mini_batch_size",
+            f"fully async training needs policy_mini_batch_size == "
+            f"train_batch_size ({c.t.policy_mini_batch_size} != {c.t.train_batch_size})",
+            f"set trainer.policy_mini_batch_size: {c.t.train_batch_size}",
+            ["trainer.train_batch_size", f"{FA}.enabled"],
+        )
     if c.alg.dynamic_sampling.type is not None:
-        yield c.error("RLC-E312", f"{ALG}.dynamic_sampling.type", "dynamic sampling regenerates a step's batch, which fully async "
-                      "training has already generated ahead", "remove trainer.algorithm.dynamic_sampling.type", [f"{FA}.enabled"])
+        yield c.error(
+            "RLC-E312",
+            f"{ALG}.dynamic_sampling.type",
+            "dynamic sampling regenerates a step's batch, which fully async training has already generated ahead",
+            "remove trainer.algorithm.dynamic_sampling.type",
+            [f"{FA}.enabled"],
+        )
 
 
-@rule("RLC-E313", "fully async generation workers are between policy_mini_batch_size and that times (max_staleness_steps + 1)",
-      f"{FA}.num_parallel_generation_workers")
+@rule(
+    "RLC-E313",
+    "fully async generation workers are between policy_mini_batch_size and that times (max_staleness_steps + 1)",
+    f"{FA}.num_parallel_generation_workers",
+)
 def fully_async_generation_workers_in_range(c: Context):
     fa, mp = c.t.fully_async, c.t.policy_mini_batch_size
     if not fa.enabled or num(mp) is None:
         return
     high = mp * (fa.max_staleness_steps + 1)
     if not mp <= fa.num_parallel_generation_workers <= high:
-        yield c.error("RLC-E313", f"{FA}.num_parallel_generation_workers", f"num_parallel_generation_workers "
-                      f"{fa.num_parallel_generation_workers} is outside [{mp}, {high}] (policy_mini_batch_size x "
-                      "(max_staleness_steps + 1)): fewer cannot fill a mini-batch, more would exceed the staleness bound",
-                      f"set trainer.fully_async.num_parallel_generation_workers between {mp} and {high}",
-                      ["trainer.policy_mini_batch_size", f"{FA}.max_staleness_steps"])
+        yield c.error(
+            "RLC-E313",
+            f"{FA}.num_parallel_generation_workers",
+            f"num_parallel_generation_workers "
+            f"{fa.num_parallel_generation_workers} is outside [{mp}, {high}] (policy_mini_batch_size x "
+            "(max_staleness_steps + 1)): fewer cannot fill a mini-batch, more would exceed the staleness bound",
+            f"set trainer.fully_async.num_parallel_generation_workers between {mp} and {high}",
+            ["trainer.policy_mini_batch_size", f"{FA}.max_staleness_steps"],
+        )
 
 
 # -- generator and inference engines ------------------------------------------------
 
-@rule("RLC-E401", "max_input_length equals max_prompt_length for single turn, and is at least it for multi-turn",
-      "generator.max_input_length", "trainer.max_prompt_length", "generator.max_turns")
+
+@rule(
+    "RLC-E401",
+    "max_input_length equals max_prompt_length for single turn, and is at least it for multi-turn",
+    "generator.max_input_length",
+    "trainer.max_prompt_length",
+    "generator.max_turns",
+)
 def input_length_matches_prompt_length(c: Context):
     g, mpl = c.s.generator, c.t.max_prompt_length
     if num(g.max_input_length) is None or num(mpl) is None:
         return
     if g.max_turns == 1 and g.max_input_length != mpl:
-        yield c.error("RLC-E401", "generator.max_input_length", f"single-turn generation needs max_input_length == max_prompt_length, but they are {g.max_input_length} and {mpl}",
-                      "leave generator.max_input_length unset (it follows trainer.max_prompt_length)", ["trainer.max_prompt_length", "generator.max_turns"])
+        yield c.error(
+            "RLC-E401",
+            "generator.max_input_length",
+            f"single-turn generation needs max_input_length == max_prompt_length, but they are {g.max_input_length} and {mpl}",
+            "leave generator.max_input_length unset (it follows trainer.max_prompt_length)",
+            ["trainer.max_prompt_length", "generator.max_turns"],
+        )
     elif g.max_input_length < mpl:
-        yield c.error("RLC-E401", "generator.max_input_length", f"max_input_length ({g.max_input_length}) is shorter than max_prompt_length ({mpl})",
-                      f"raise max_input_length to at least {mpl}", ["trainer.max_prompt_length"])
+        yield c.error(
+            "RLC-E401",
+            "generator.max_input_length",
+            f"max_input_length ({g.max_input_length}) is shorter than max_prompt_length ({mpl})",
+            f"raise max_input_length to at least {mpl}",
+            ["trainer.max_prompt_length"],
+        )
 
 
 @rule("RLC-E402", "logprobs is 0 or 1", "generator.sampling_params.logprobs")
 def logprobs_zero_or_one(c: Context):
-    for key, sp in (("generator.sampling_params", c.s.generator.sampling_params), ("generator.eval_sampling_params", c.s.generator.eval_sampling_params)):
+    for key, sp in (
+        ("generator.sampling_params", c.s.generator.sampling_params),
+        ("generator.eval_sampling_params", c.s.generator.eval_sampling_params),
+    ):
         if sp is not None and num(sp.logprobs) is not None and sp.logprobs > 1:
-            yield c.error("RLC-E402", f"{key}.logprobs", f"logprobs is {sp.logprobs}; only the chosen token's log-prob is used (0 or 1)", "set logprobs: 1")
+            yield c.error(
+                "RLC-E402",
+                f"{key}.logprobs",
+                f"logprobs is {sp.logprobs}; only the chosen token's log-prob is used (0 or 1)",
+                "set logprobs: 1",
+            )
 
 
 @rule("RLC-W401", "wandb logging needs WANDB_API_KEY", "trainer.logger", "launch.secrets")
 def wandb_needs_api_key(c: Context):
-    secrets = c.s.launch.secrets if isinstance(c.s.launch.secrets, list) else []  # an interpolation may resolve to a scalar
+    secrets = (
+        c.s.launch.secrets if isinstance(c.s.launch.secrets, list) else []
+    )  # an interpolation may resolve to a scalar
     if c.t.logger == "wandb" and "WANDB_API_KEY" not in secrets and not c.env.get("WANDB_API_KEY"):
-        yield c.warning("RLC-W401", "trainer.logger", "trainer.logger is wandb but WANDB_API_KEY is neither in launch.secrets nor set here",
-                        "add WANDB_API_KEY to launch.secrets (the value stays on your machine), or set trainer.logger: console", ["launch.secrets"])
+        yield c.warning(
+            "RLC-W401",
+            "trainer.logger",
+            "trainer.logger is wandb but WANDB_API_KEY is neither in launch.secrets nor set here",
+            "add WANDB_API_KEY to launch.secrets (the value stays on your machine), or set trainer.logger: console",
+            ["launch.secrets"],
+        )
 
 
 @rule("RLC-W402", "stop strings in multi-turn conversations without an appended EOS", "generator.sampling_params.stop")
@@ -172,49 +331,100 @@ def multi_turn_stop_strings_need_eos(c: Context):
     g = c.s.generator
     stops = g.sampling_params.stop or (g.eval_sampling_params.stop if g.eval_sampling_params else None)
     if g.use_conversation_multi_turn and stops and not g.append_eos_token_after_stop_str_in_multi_turn:
-        yield c.warning("RLC-W402", "generator.append_eos_token_after_stop_str_in_multi_turn",
-                        "stop strings end turns without an EOS token, so the chat template sees unterminated assistant messages",
-                        "set append_eos_token_after_stop_str_in_multi_turn: true", ["generator.sampling_params.stop"])
+        yield c.warning(
+            "RLC-W402",
+            "generator.append_eos_token_after_stop_str_in_multi_turn",
+            "stop strings end turns without an EOS token, so the chat template sees unterminated assistant messages",
+            "set append_eos_token_after_stop_str_in_multi_turn: true",
+            ["generator.sampling_params.stop"],
+        )
 
 
 @rule("RLC-E403", "expert parallelism spans dp * tp", f"{IE}.expert_parallel_size")
 def expert_parallel_spans_dp_tp(c: Context):
     ie = c.ie
     if ie.expert_parallel_size > 1 and ie.data_parallel_size * ie.tensor_parallel_size != ie.expert_parallel_size:
-        yield c.error("RLC-E403", f"{IE}.expert_parallel_size", f"expert_parallel_size ({ie.expert_parallel_size}) must equal data_parallel_size * tensor_parallel_size ({ie.data_parallel_size}*{ie.tensor_parallel_size})",
-                      f"set expert_parallel_size to {ie.data_parallel_size * ie.tensor_parallel_size}", [f"{IE}.data_parallel_size", f"{IE}.tensor_parallel_size"])
+        yield c.error(
+            "RLC-E403",
+            f"{IE}.expert_parallel_size",
+            f"expert_parallel_size ({ie.expert_parallel_size}) must equal data_parallel_size * tensor_parallel_size ({ie.data_parallel_size}*{ie.tensor_parallel_size})",
+            f"set expert_parallel_size to {ie.data_parallel_size * ie.tensor_parallel_size}",
+            [f"{IE}.data_parallel_size", f"{IE}.tensor_parallel_size"],
+        )
 
 
-@rule("RLC-E404", "colocate_all needs engines this job starts (no external URLs)", f"{IE}.external_proxy_url", f"{IE}.external_server_urls")
+@rule(
+    "RLC-E404",
+    "colocate_all needs engines this job starts (no external URLs)",
+    f"{IE}.external_proxy_url",
+    f"{IE}.external_server_urls",
+)
 def colocate_all_needs_local_engines(c: Context):
     if c.p.colocate_all and (c.ie.external_proxy_url or c.ie.external_server_urls):
         key = f"{IE}.external_proxy_url" if c.ie.external_proxy_url else f"{IE}.external_server_urls"
-        yield c.error("RLC-E404", key, "colocate_all shares the training GPUs with engines the job starts; external servers cannot share them",
-                      "set trainer.placement.colocate_all: false to use external servers", ["trainer.placement.colocate_all"])
+        yield c.error(
+            "RLC-E404",
+            key,
+            "colocate_all shares the training GPUs with engines the job starts; external servers cannot share them",
+            "set trainer.placement.colocate_all: false to use external servers",
+            ["trainer.placement.colocate_all"],
+        )
 
 
 @rule("RLC-E405", "remote engines need their addresses", f"{IE}.run_engines_locally", f"{IE}.remote_urls")
 def remote_engines_need_urls(c: Context):
     ie = c.ie
     if not ie.run_engines_locally and not (ie.remote_urls or ie.external_proxy_url or ie.external_server_urls):
-        yield c.error("RLC-E405", f"{IE}.run_engines_locally", "run_engines_locally is false but no remote engine address is given",
-                      f"set {IE}.remote_urls (host:port list) or external_server_urls", [f"{IE}.remote_urls"])
+        yield c.error(
+            "RLC-E405",
+            f"{IE}.run_engines_locally",
+            "run_engines_locally is false but no remote engine address is given",
+            f"set {IE}.remote_urls (host:port list) or external_server_urls",
+            [f"{IE}.remote_urls"],
+        )
     if not ie.run_engines_locally and c.p.colocate_all:
-        yield c.error("RLC-E405", f"{IE}.run_engines_locally", "run_engines_locally is false, so the engines cannot share the training GPUs (colocate_all)",
-                      "set trainer.placement.colocate_all: false", ["trainer.placement.colocate_all"])
+        yield c.error(
+            "RLC-E405",
+            f"{IE}.run_engines_locally",
+            "run_engines_locally is false, so the engines cannot share the training GPUs (colocate_all)",
+            "set trainer.placement.colocate_all: false",
+            ["trainer.placement.colocate_all"],
+        )
 
 
-@rule("RLC-E406", "chat_template source file needs name_or_path", "generator.chat_template.source", "generator.chat_template.name_or_path")
+@rule(
+    "RLC-E406",
+    "chat_template source file needs name_or_path",
+    "generator.chat_template.source",
+    "generator.chat_template.name_or_path",
+)
 def chat_template_file_needs_path(c: Context):
     ct = c.s.generator.chat_template
     if ct.source == "file" and not ct.name_or_path:
-        yield c.error("RLC-E406", "generator.chat_template.name_or_path", "chat_template.source is file but name_or_path is not set", "set the path of the Jinja template")
+        yield c.error(
+            "RLC-E406",
+            "generator.chat_template.name_or_path",
+            "chat_template.source is file but name_or_path is not set",
+            "set the path of the Jinja template",
+        )
 
 
 @rule("RLC-E407", "batched generation is single-turn only", "generator.batched", "generator.max_turns")
 def batched_generation_single_turn(c: Context):
     g = c.s.generator
     if g.batched and g.max_turns > 1:
-        yield c.error("RLC-E407", "generator.batched", f"batched generation runs one turn, but max_turns is {g.max_turns}", "set generator.batched: false for multi-turn", ["generator.max_turns"])
+        yield c.error(
+            "RLC-E407",
+            "generator.batched",
+            f"batched generation runs one turn, but max_turns is {g.max_turns}",
+            "set generator.batched: false for multi-turn",
+            ["generator.max_turns"],
+        )
     if g.batched and g.chat_template_kwargs:
-        yield c.error("RLC-E407", "generator.chat_template_kwargs", "chat_template_kwargs are not applied in batched generation", "set generator.batched: false", ["generator.batched"])
+        yield c.error(
+            "RLC-E407",
+            "generator.chat_template_kwargs",
+            "chat_template_kwargs are not applied in batched generation",
+            "set generator.batched: false",
+            ["generator.batched"],
+        )

@@ -7,13 +7,16 @@ import math
 from rlc.compiler.check import Context, num, rule
 from rlc.compiler.resolve import critic_on, ref_on
 
-
 B, MP, MC = "trainer.train_batch_size", "trainer.policy_mini_batch_size", "trainer.critic_mini_batch_size"
-U, F, NS = "trainer.micro_train_batch_size_per_gpu", "trainer.micro_forward_batch_size_per_gpu", "generator.n_samples_per_prompt"
-
+U, F, NS = (
+    "trainer.micro_train_batch_size_per_gpu",
+    "trainer.micro_forward_batch_size_per_gpu",
+    "generator.n_samples_per_prompt",
+)
 
 
 # -- batch sizes ------------------------------------------------------------
+
 
 def _mini_within_train(c: Context, code: str, key: str):
     """A mini batch is positive and no larger than the training batch."""
@@ -22,10 +25,19 @@ def _mini_within_train(c: Context, code: str, key: str):
         return
     name = key.split(".")[-1]
     if m <= 0:
-        yield c.error(code, key, f"{name} is {m}; it must be positive", "set it to a divisor of train_batch_size, e.g. 256")
+        yield c.error(
+            code, key, f"{name} is {m}; it must be positive", "set it to a divisor of train_batch_size, e.g. 256"
+        )
     elif b < m:
-        yield c.error(code, key, f"{name} ({m}) is larger than train_batch_size ({b})", f"lower {name} to at most {b}", [B],
-                      mini=m, train=b)
+        yield c.error(
+            code,
+            key,
+            f"{name} ({m}) is larger than train_batch_size ({b})",
+            f"lower {name} to at most {b}",
+            [B],
+            mini=m,
+            train=b,
+        )
 
 
 @rule("RLC-E101", "train_batch_size >= policy_mini_batch_size > 0", B, MP)
@@ -43,12 +55,20 @@ def critic_mini_batch_within_train_batch(c: Context):
 def micro_batches_positive(c: Context):
     for key, v in ((U, c.t.micro_train_batch_size_per_gpu), (F, c.t.micro_forward_batch_size_per_gpu)):
         if num(v) is not None and v <= 0:
-            yield c.error("RLC-E103", key, f"{key.split('.')[-1]} is {v}; it must be at least 1", f"set {key} to 1 or more")
+            yield c.error(
+                "RLC-E103", key, f"{key.split('.')[-1]} is {v}; it must be at least 1", f"set {key} to 1 or more"
+            )
 
 
-@rule("RLC-E104", "Megatron: the role's GPU count is divisible by tp*pp*cp", "trainer.policy.megatron_config.tensor_model_parallel_size",
-      "trainer.policy.megatron_config.pipeline_model_parallel_size", "trainer.policy.megatron_config.context_parallel_size",
-      "trainer.placement.policy_num_gpus_per_node", "trainer.placement.policy_num_nodes")
+@rule(
+    "RLC-E104",
+    "Megatron: the role's GPU count is divisible by tp*pp*cp",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.megatron_config.context_parallel_size",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+)
 def megatron_world_divisible_by_model_parallel(c: Context):
     if not c.megatron:
         return
@@ -57,23 +77,39 @@ def megatron_world_divisible_by_model_parallel(c: Context):
         mc = getattr(c.t, role).megatron_config
         size = mc.tensor_model_parallel_size * mc.pipeline_model_parallel_size * mc.context_parallel_size
         if w is not None and w % size:
-            yield c.error("RLC-E104", f"trainer.{role}.megatron_config.tensor_model_parallel_size",
-                          f"{role} runs on {w} GPUs, which tp*pp*cp = {mc.tensor_model_parallel_size}*{mc.pipeline_model_parallel_size}*{mc.context_parallel_size} = {size} does not divide",
-                          f"make the {role} GPU count a multiple of {size}, or change the parallel sizes",
-                          [f"trainer.placement.{role}_num_gpus_per_node", f"trainer.placement.{role}_num_nodes"], world=w, model_parallel=size)
+            yield c.error(
+                "RLC-E104",
+                f"trainer.{role}.megatron_config.tensor_model_parallel_size",
+                f"{role} runs on {w} GPUs, which tp*pp*cp = {mc.tensor_model_parallel_size}*{mc.pipeline_model_parallel_size}*{mc.context_parallel_size} = {size} does not divide",
+                f"make the {role} GPU count a multiple of {size}, or change the parallel sizes",
+                [f"trainer.placement.{role}_num_gpus_per_node", f"trainer.placement.{role}_num_nodes"],
+                world=w,
+                model_parallel=size,
+            )
 
 
 @rule("RLC-E105", "train_batch_size is a multiple of policy_mini_batch_size", B, MP)
 def policy_mini_batch_divides_train_batch(c: Context):
     b, m = num(c.t.train_batch_size), num(c.t.policy_mini_batch_size)
     if b and m and b >= m > 0 and b % m:
-        yield c.error("RLC-E105", MP, f"policy_mini_batch_size ({m}) does not divide train_batch_size ({b})",
-                      f"use a divisor of {b}, e.g. {_divisor_near(int(b), int(m))}", [B], mini=m, train=b)
+        yield c.error(
+            "RLC-E105",
+            MP,
+            f"policy_mini_batch_size ({m}) does not divide train_batch_size ({b})",
+            f"use a divisor of {b}, e.g. {_divisor_near(int(b), int(m))}",
+            [B],
+            mini=m,
+            train=b,
+        )
 
 
 def _per_gpu_sizes(c: Context, role: str, mini_key: str):
     """(mini batch per GPU, train batch per GPU, dp) of a role, or None when a value is unknown."""
-    b, m, n = num(c.t.train_batch_size), num(getattr(c.t, mini_key.split(".")[-1])), num(c.s.generator.n_samples_per_prompt)
+    b, m, n = (
+        num(c.t.train_batch_size),
+        num(getattr(c.t, mini_key.split(".")[-1])),
+        num(c.s.generator.n_samples_per_prompt),
+    )
     dp = c.dp(role)
     if None in (b, m, n, dp) or m <= 0 or dp <= 0 or b < m:
         return None
@@ -87,15 +123,25 @@ def _mini_per_gpu(c: Context, role: str, mini_key: str, code: str):
     mb_gpu, _, dp = sizes
     m, n = getattr(c.t, mini_key.split(".")[-1]), c.s.generator.n_samples_per_prompt
     if mb_gpu <= 0:
-        yield c.error(code, mini_key,
-                      f"{role} mini batch per GPU is {m}*{n}//{dp} = 0: {m} prompts x {n} samples spread over {dp} data-parallel ranks leave none per GPU",
-                      f"raise {mini_key.split('.')[-1]} to at least {math.ceil(dp / n)} or use fewer GPUs",
-                      [NS, f"trainer.placement.{role}_num_gpus_per_node"], per_gpu=mb_gpu, dp=dp)
+        yield c.error(
+            code,
+            mini_key,
+            f"{role} mini batch per GPU is {m}*{n}//{dp} = 0: {m} prompts x {n} samples spread over {dp} data-parallel ranks leave none per GPU",
+            f"raise {mini_key.split('.')[-1]} to at least {math.ceil(dp / n)} or use fewer GPUs",
+            [NS, f"trainer.placement.{role}_num_gpus_per_node"],
+            per_gpu=mb_gpu,
+            dp=dp,
+        )
     elif mb_gpu % u:
-        yield c.error(code, U,
-                      f"{role} mini batch per GPU ({m}*{n}//{dp} = {mb_gpu}) is not a multiple of micro_train_batch_size_per_gpu ({u})",
-                      f"use a micro batch that divides {mb_gpu}, e.g. {_divisor_near(mb_gpu, int(u))}", [mini_key, NS],
-                      per_gpu=mb_gpu, micro=u)
+        yield c.error(
+            code,
+            U,
+            f"{role} mini batch per GPU ({m}*{n}//{dp} = {mb_gpu}) is not a multiple of micro_train_batch_size_per_gpu ({u})",
+            f"use a micro batch that divides {mb_gpu}, e.g. {_divisor_near(mb_gpu, int(u))}",
+            [mini_key, NS],
+            per_gpu=mb_gpu,
+            micro=u,
+        )
 
 
 def _train_per_gpu(c: Context, role: str, mini_key: str, code: str):
@@ -105,13 +151,25 @@ def _train_per_gpu(c: Context, role: str, mini_key: str, code: str):
     mb_gpu, tb_gpu, dp = sizes
     b, n = c.t.train_batch_size, c.s.generator.n_samples_per_prompt
     if tb_gpu % mb_gpu:
-        yield c.error(code, B,
-                      f"{role} train batch per GPU ({b}*{n}//{dp} = {tb_gpu}) is not a multiple of the mini batch per GPU ({mb_gpu})",
-                      "make train_batch_size a multiple of the mini batch size and both divisible by the data-parallel size",
-                      [mini_key, NS], train_per_gpu=tb_gpu, mini_per_gpu=mb_gpu)
+        yield c.error(
+            code,
+            B,
+            f"{role} train batch per GPU ({b}*{n}//{dp} = {tb_gpu}) is not a multiple of the mini batch per GPU ({mb_gpu})",
+            "make train_batch_size a multiple of the mini batch size and both divisible by the data-parallel size",
+            [mini_key, NS],
+            train_per_gpu=tb_gpu,
+            mini_per_gpu=mb_gpu,
+        )
 
 
-@rule("RLC-E106", "policy mini batch per GPU is positive and a multiple of the micro batch", MP, NS, U, "trainer.placement.policy_num_gpus_per_node")
+@rule(
+    "RLC-E106",
+    "policy mini batch per GPU is positive and a multiple of the micro batch",
+    MP,
+    NS,
+    U,
+    "trainer.placement.policy_num_gpus_per_node",
+)
 def policy_mini_batch_per_gpu_fits_micro(c: Context):
     yield from _mini_per_gpu(c, "policy", MP, "RLC-E106")
 
@@ -121,14 +179,27 @@ def policy_train_batch_per_gpu_fits_mini(c: Context):
     yield from _train_per_gpu(c, "policy", MP, "RLC-E107")
 
 
-@rule("RLC-E108", "critic batch arithmetic (as for the policy)", MC, B, NS, U, "trainer.placement.critic_num_gpus_per_node")
+@rule(
+    "RLC-E108",
+    "critic batch arithmetic (as for the policy)",
+    MC,
+    B,
+    NS,
+    U,
+    "trainer.placement.critic_num_gpus_per_node",
+)
 def critic_batch_arithmetic(c: Context):
     if not critic_on(c.s):
         return
     b, m = num(c.t.train_batch_size), num(c.t.critic_mini_batch_size)
     if b and m and b >= m > 0 and b % m:
-        yield c.error("RLC-E108", MC, f"critic_mini_batch_size ({m}) does not divide train_batch_size ({b})",
-                      f"use a divisor of {b}", [B])
+        yield c.error(
+            "RLC-E108",
+            MC,
+            f"critic_mini_batch_size ({m}) does not divide train_batch_size ({b})",
+            f"use a divisor of {b}",
+            [B],
+        )
         return
     yield from _mini_per_gpu(c, "critic", MC, "RLC-E108")
     yield from _train_per_gpu(c, "critic", MC, "RLC-E108")
@@ -142,19 +213,35 @@ def train_batch_covers_data_parallel_ranks(c: Context):
         return
     lcm = math.lcm(*dps)
     if b * n < lcm:
-        yield c.error("RLC-E109", B, f"a training batch holds {b}*{n} = {b * n} sequences, fewer than the {lcm} data-parallel ranks (lcm of policy/ref)",
-                      f"raise train_batch_size to at least {math.ceil(lcm / n)}", [NS], sequences=b * n, lcm=lcm)
+        yield c.error(
+            "RLC-E109",
+            B,
+            f"a training batch holds {b}*{n} = {b * n} sequences, fewer than the {lcm} data-parallel ranks (lcm of policy/ref)",
+            f"raise train_batch_size to at least {math.ceil(lcm / n)}",
+            [NS],
+            sequences=b * n,
+            lcm=lcm,
+        )
 
 
 @rule("RLC-W101", "mini batch * n_samples divides evenly over the policy data-parallel ranks", MP, NS)
 def mini_batch_spreads_evenly(c: Context):
     m, n, dp = num(c.t.policy_mini_batch_size), num(c.s.generator.n_samples_per_prompt), c.dp("policy")
     if None not in (m, n, dp) and m > 0 and dp > 0 and (m * n) // dp > 0 and (m * n) % dp:
-        yield c.warning("RLC-W101", MP, f"{m}*{n} = {m * n} sequences per mini batch do not split evenly over {dp} data-parallel ranks; {(m * n) % dp} are dropped from the per-GPU count",
-                        f"make policy_mini_batch_size * n_samples_per_prompt a multiple of {dp}", [NS])
+        yield c.warning(
+            "RLC-W101",
+            MP,
+            f"{m}*{n} = {m * n} sequences per mini batch do not split evenly over {dp} data-parallel ranks; {(m * n) % dp} are dropped from the per-GPU count",
+            f"make policy_mini_batch_size * n_samples_per_prompt a multiple of {dp}",
+            [NS],
+        )
 
 
-@rule("RLC-W102", "FSDP: the role's GPU count is divisible by its sequence_parallel_size", "trainer.policy.sequence_parallel_size")
+@rule(
+    "RLC-W102",
+    "FSDP: the role's GPU count is divisible by its sequence_parallel_size",
+    "trainer.policy.sequence_parallel_size",
+)
 def fsdp_world_divisible_by_sequence_parallel(c: Context):
     if c.megatron:
         return
@@ -163,10 +250,12 @@ def fsdp_world_divisible_by_sequence_parallel(c: Context):
             continue
         w, sp = c.world(role), getattr(c.t, role).sequence_parallel_size
         if w and isinstance(sp, int) and sp > 0 and w % sp:
-            yield c.warning("RLC-W102", f"trainer.{role}.sequence_parallel_size",
-                            f"{role} runs on {w} GPUs, which sequence_parallel_size {sp} does not divide; {w % sp} GPU(s) sit idle",
-                            f"use a sequence_parallel_size that divides {w}")
-
+            yield c.warning(
+                "RLC-W102",
+                f"trainer.{role}.sequence_parallel_size",
+                f"{role} runs on {w} GPUs, which sequence_parallel_size {sp} does not divide; {w % sp} GPU(s) sit idle",
+                f"use a sequence_parallel_size that divides {w}",
+            )
 
 
 def _divisor_near(n: int, target: int) -> int:

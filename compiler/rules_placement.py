@@ -7,14 +7,19 @@ import math
 from rlc.compiler.check import Context, num, rule
 from rlc.compiler.resolve import critic_on, engine_gpus, gpu_demand, ref_on
 
-
 # -- placement ------------------------------------------------------
 
 IE = "generator.inference_engine"
 
 
-@rule("RLC-E201", "colocate_all: policy GPUs == num_engines * tp * pp * dp", "trainer.placement.colocate_all",
-      f"{IE}.num_engines", f"{IE}.tensor_parallel_size", "trainer.placement.policy_num_gpus_per_node")
+@rule(
+    "RLC-E201",
+    "colocate_all: policy GPUs == num_engines * tp * pp * dp",
+    "trainer.placement.colocate_all",
+    f"{IE}.num_engines",
+    f"{IE}.tensor_parallel_size",
+    "trainer.placement.policy_num_gpus_per_node",
+)
 def colocate_all_engines_match_policy(c: Context):
     if not c.p.colocate_all or not c.ie.run_engines_locally:
         return
@@ -22,26 +27,50 @@ def colocate_all_engines_match_policy(c: Context):
     inf = c.ie.num_engines * engine_gpus(c.ie)
     if w is not None and w != inf:
         per = engine_gpus(c.ie)
-        fix = f"set {IE}.num_engines to {w // per}" if w % per == 0 else f"make policy GPUs a multiple of tp*pp*dp = {per}"
-        yield c.error("RLC-E201", f"{IE}.num_engines",
-                      f"colocate_all puts training and inference on the same GPUs, but the policy has {w} and the engines {c.ie.num_engines}*{c.ie.tensor_parallel_size}*{c.ie.pipeline_parallel_size}*{c.ie.data_parallel_size} = {inf}",
-                      fix + " (or leave num_engines unset to derive it)", ["trainer.placement.policy_num_gpus_per_node", "trainer.placement.policy_num_nodes"],
-                      policy_gpus=w, inference_gpus=inf)
+        fix = (
+            f"set {IE}.num_engines to {w // per}"
+            if w % per == 0
+            else f"make policy GPUs a multiple of tp*pp*dp = {per}"
+        )
+        yield c.error(
+            "RLC-E201",
+            f"{IE}.num_engines",
+            f"colocate_all puts training and inference on the same GPUs, but the policy has {w} and the engines {c.ie.num_engines}*{c.ie.tensor_parallel_size}*{c.ie.pipeline_parallel_size}*{c.ie.data_parallel_size} = {inf}",
+            fix + " (or leave num_engines unset to derive it)",
+            ["trainer.placement.policy_num_gpus_per_node", "trainer.placement.policy_num_nodes"],
+            policy_gpus=w,
+            inference_gpus=inf,
+        )
 
 
-@rule("RLC-E202", "colocate_policy_ref (not colocate_all): ref layout equals policy layout", "trainer.placement.colocate_policy_ref",
-      "trainer.placement.ref_num_nodes", "trainer.placement.ref_num_gpus_per_node")
+@rule(
+    "RLC-E202",
+    "colocate_policy_ref (not colocate_all): ref layout equals policy layout",
+    "trainer.placement.colocate_policy_ref",
+    "trainer.placement.ref_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+)
 def colocated_ref_matches_policy(c: Context):
     if c.p.colocate_all or not c.p.colocate_policy_ref or not ref_on(c.s):
         return
     for dim in ("num_nodes", "num_gpus_per_node"):
         pv, rv = getattr(c.p, f"policy_{dim}"), getattr(c.p, f"ref_{dim}")
         if pv != rv:
-            yield c.error("RLC-E202", f"trainer.placement.ref_{dim}", f"colocate_policy_ref shares per-node bundles, but ref_{dim} ({rv}) differs from policy_{dim} ({pv})",
-                          f"set ref_{dim} to {pv} (or colocate_policy_ref: false)", [f"trainer.placement.policy_{dim}"])
+            yield c.error(
+                "RLC-E202",
+                f"trainer.placement.ref_{dim}",
+                f"colocate_policy_ref shares per-node bundles, but ref_{dim} ({rv}) differs from policy_{dim} ({pv})",
+                f"set ref_{dim} to {pv} (or colocate_policy_ref: false)",
+                [f"trainer.placement.policy_{dim}"],
+            )
 
 
-@rule("RLC-E203", "colocate_all: ref and critic GPUs equal policy GPUs", "trainer.placement.ref_num_gpus_per_node", "trainer.placement.critic_num_gpus_per_node")
+@rule(
+    "RLC-E203",
+    "colocate_all: ref and critic GPUs equal policy GPUs",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.critic_num_gpus_per_node",
+)
 def colocate_all_roles_match_policy(c: Context):
     if not c.p.colocate_all:
         return
@@ -49,9 +78,13 @@ def colocate_all_roles_match_policy(c: Context):
     for role, on in (("ref", ref_on(c.s)), ("critic", critic_on(c.s))):
         rw = c.world(role)
         if on and rw is not None and w is not None and rw != w:
-            yield c.error("RLC-E203", f"trainer.placement.{role}_num_gpus_per_node",
-                          f"colocate_all needs the {role} on the policy's GPUs, but it has {rw} and the policy {w}",
-                          f"set {role}_num_nodes/{role}_num_gpus_per_node like the policy's, or leave them unset", ["trainer.placement.policy_num_gpus_per_node"])
+            yield c.error(
+                "RLC-E203",
+                f"trainer.placement.{role}_num_gpus_per_node",
+                f"colocate_all needs the {role} on the policy's GPUs, but it has {rw} and the policy {w}",
+                f"set {role}_num_nodes/{role}_num_gpus_per_node like the policy's, or leave them unset",
+                ["trainer.placement.policy_num_gpus_per_node"],
+            )
 
 
 @rule("RLC-E204", "the placement fits the cluster (GPUs in total)", "cluster.gpus_per_node", "cluster.num_nodes")
@@ -62,11 +95,23 @@ def placement_fits_cluster(c: Context):
     demand = gpu_demand(c.s)
     unit = "CPU slots" if c.s.cluster.accelerator == "none" else "GPUs"
     if demand > g * n:
-        yield c.error("RLC-E204", "cluster.num_nodes", f"the job needs {demand} {unit} but the cluster has {n} x {g} = {g * n}",
-                      f"raise cluster.num_nodes to {math.ceil(demand / g)} or shrink the placement", ["cluster.gpus_per_node"], demand=demand, capacity=g * n)
+        yield c.error(
+            "RLC-E204",
+            "cluster.num_nodes",
+            f"the job needs {demand} {unit} but the cluster has {n} x {g} = {g * n}",
+            f"raise cluster.num_nodes to {math.ceil(demand / g)} or shrink the placement",
+            ["cluster.gpus_per_node"],
+            demand=demand,
+            capacity=g * n,
+        )
 
 
-@rule("RLC-E205", "every per-node bundle fits one node", "cluster.gpus_per_node", "trainer.placement.policy_num_gpus_per_node")
+@rule(
+    "RLC-E205",
+    "every per-node bundle fits one node",
+    "cluster.gpus_per_node",
+    "trainer.placement.policy_num_gpus_per_node",
+)
 def bundle_fits_node(c: Context):
     g = num(c.s.cluster.gpus_per_node)
     if g is None:
@@ -74,26 +119,48 @@ def bundle_fits_node(c: Context):
     for role, on in (("policy", True), ("ref", ref_on(c.s)), ("critic", critic_on(c.s))):
         v = getattr(c.p, f"{role}_num_gpus_per_node")
         if on and num(v) is not None and v > g:
-            yield c.error("RLC-E205", f"trainer.placement.{role}_num_gpus_per_node", f"{role}_num_gpus_per_node is {v} but a node has {g} GPUs",
-                          f"use at most {g} per node and more nodes", ["cluster.gpus_per_node"])
+            yield c.error(
+                "RLC-E205",
+                f"trainer.placement.{role}_num_gpus_per_node",
+                f"{role}_num_gpus_per_node is {v} but a node has {g} GPUs",
+                f"use at most {g} per node and more nodes",
+                ["cluster.gpus_per_node"],
+            )
 
 
-@rule("RLC-E206", "an engine larger than one node needs distributed_executor_backend: ray", f"{IE}.distributed_executor_backend", f"{IE}.tensor_parallel_size")
+@rule(
+    "RLC-E206",
+    "an engine larger than one node needs distributed_executor_backend: ray",
+    f"{IE}.distributed_executor_backend",
+    f"{IE}.tensor_parallel_size",
+)
 def multi_node_engine_needs_ray_backend(c: Context):
     g = num(c.s.cluster.gpus_per_node)
     size = c.ie.tensor_parallel_size * c.ie.pipeline_parallel_size
     if g is not None and c.ie.distributed_executor_backend == "mp" and size > g:
-        yield c.error("RLC-E206", f"{IE}.distributed_executor_backend", f"each engine rank needs tp*pp = {size} GPUs, more than a node's {g}; the mp executor runs on one node only",
-                      "set distributed_executor_backend: ray, or shrink the engine to one node", [f"{IE}.tensor_parallel_size", "cluster.gpus_per_node"])
+        yield c.error(
+            "RLC-E206",
+            f"{IE}.distributed_executor_backend",
+            f"each engine rank needs tp*pp = {size} GPUs, more than a node's {g}; the mp executor runs on one node only",
+            "set distributed_executor_backend: ray, or shrink the engine to one node",
+            [f"{IE}.tensor_parallel_size", "cluster.gpus_per_node"],
+        )
 
 
-@rule("RLC-W201", "an engine's tensor-parallel group spans nodes", f"{IE}.tensor_parallel_size", "cluster.gpus_per_node")
+@rule(
+    "RLC-W201", "an engine's tensor-parallel group spans nodes", f"{IE}.tensor_parallel_size", "cluster.gpus_per_node"
+)
 def engine_tensor_parallel_spans_nodes(c: Context):
     g = num(c.s.cluster.gpus_per_node)
     tp = num(c.ie.tensor_parallel_size)
     if g is not None and tp is not None and c.ie.distributed_executor_backend == "ray" and tp > g:
-        yield c.warning("RLC-W201", f"{IE}.tensor_parallel_size", f"tensor_parallel_size {tp} is larger than a node ({g} GPUs): each all-reduce crosses the slower inter-node network",
-                        "prefer pipeline_parallel_size across nodes and tensor parallelism inside one", ["cluster.gpus_per_node"])
+        yield c.warning(
+            "RLC-W201",
+            f"{IE}.tensor_parallel_size",
+            f"tensor_parallel_size {tp} is larger than a node ({g} GPUs): each all-reduce crosses the slower inter-node network",
+            "prefer pipeline_parallel_size across nodes and tensor parallelism inside one",
+            ["cluster.gpus_per_node"],
+        )
 
 
 @rule("RLC-W202", "the placement leaves GPUs of the cluster unused", "cluster.num_nodes")
@@ -103,19 +170,35 @@ def placement_leaves_gpus_idle(c: Context):
         return
     demand = gpu_demand(c.s)
     if demand < g * n:
-        yield c.warning("RLC-W202", "cluster.num_nodes", f"the job uses {demand} of the cluster's {g * n} GPUs; {g * n - demand} stay idle",
-                        "leave the placement counts unset to derive them from cluster, or shrink the cluster")
+        yield c.warning(
+            "RLC-W202",
+            "cluster.num_nodes",
+            f"the job uses {demand} of the cluster's {g * n} GPUs; {g * n - demand} stay idle",
+            "leave the placement counts unset to derive them from cluster, or shrink the cluster",
+        )
 
 
 MAX_DEVICES = 1_000_000
 
 
-@rule("RLC-E207", "the job asks for at most a million devices (the planner lays out each one)", "cluster.num_nodes",
-      "generator.inference_engine.num_engines")
+@rule(
+    "RLC-E207",
+    "the job asks for at most a million devices (the planner lays out each one)",
+    "cluster.num_nodes",
+    "generator.inference_engine.num_engines",
+)
 def job_size_bounded(c: Context):
     g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)
     demand = gpu_demand(c.s)
     if demand > MAX_DEVICES or (g is not None and n is not None and g * n > MAX_DEVICES):
-        key = "cluster.num_nodes" if g is not None and n is not None and g * n > MAX_DEVICES else "generator.inference_engine.num_engines"
-        yield c.error("RLC-E207", key, f"the job spans more than {MAX_DEVICES:,} devices ({max(demand, int((g or 0) * (n or 0))):,})",
-                      "check the counts for a typo: no cluster this large exists")
+        key = (
+            "cluster.num_nodes"
+            if g is not None and n is not None and g * n > MAX_DEVICES
+            else "generator.inference_engine.num_engines"
+        )
+        yield c.error(
+            "RLC-E207",
+            key,
+            f"the job spans more than {MAX_DEVICES:,} devices ({max(demand, int((g or 0) * (n or 0))):,})",
+            "check the counts for a typo: no cluster this large exists",
+        )

@@ -22,8 +22,12 @@ def _extension_envs() -> set[str]:
 @rule("RLC-E902", "the runtime has this environment", "environment.env_class")
 def environment_exists(c: Context):
     if c.s.environment.env_class not in BUILTIN_ENVS and c.s.environment.env_class not in _extension_envs():
-        yield c.error("RLC-E902", "environment.env_class", f"environment {c.s.environment.env_class!r} is not one this rlc runtime has",
-                      f"use one of {', '.join(BUILTIN_ENVS)}")
+        yield c.error(
+            "RLC-E902",
+            "environment.env_class",
+            f"environment {c.s.environment.env_class!r} is not one this rlc runtime has",
+            f"use one of {', '.join(BUILTIN_ENVS)}",
+        )
 
 
 def _unsupported(c: Context):
@@ -32,7 +36,11 @@ def _unsupported(c: Context):
     checks = [
         ("generator.max_turns", (num(g.max_turns) or 0) > 1, "multi-turn rollouts"),
         ("generator.step_wise_trajectories", g.step_wise_trajectories, "step-wise trajectories"),
-        ("generator.inference_engine.enable_http_endpoint", g.inference_engine.enable_http_endpoint, "the HTTP endpoint"),
+        (
+            "generator.inference_engine.enable_http_endpoint",
+            g.inference_engine.enable_http_endpoint,
+            "the HTTP endpoint",
+        ),
         ("generator.chat_template.name_or_path", g.chat_template.name_or_path is not None, "a custom chat template"),
         ("trainer.logger", t.logger == "mlflow", "mlflow logging"),
         ("trainer.update_ref_every_epoch", t.update_ref_every_epoch, "refreshing the reference model"),
@@ -42,19 +50,39 @@ def _unsupported(c: Context):
         ("trainer.policy.use_torch_compile", t.policy.use_torch_compile, "torch.compile"),
     ]
     for role in ("policy", "ref", "critic"):
-        checks.append((f"trainer.{role}.sequence_parallel_size", (num(getattr(t, role).sequence_parallel_size) or 0) > 1, "Ulysses sequence parallelism"))
+        checks.append(
+            (
+                f"trainer.{role}.sequence_parallel_size",
+                (num(getattr(t, role).sequence_parallel_size) or 0) > 1,
+                "Ulysses sequence parallelism",
+            )
+        )
     return [(key, what) for key, on, what in checks if on]
 
 
-FEATURE_KEYS = ("generator.max_turns", "generator.step_wise_trajectories", "generator.inference_engine.enable_http_endpoint",
-                "generator.chat_template.name_or_path", "trainer.logger", "trainer.update_ref_every_epoch",
-                "trainer.dump_data_batch", "trainer.rope_scaling", "trainer.rope_theta", "trainer.policy.use_torch_compile",
-                "trainer.policy.sequence_parallel_size", "trainer.ref.sequence_parallel_size",
-                "trainer.critic.sequence_parallel_size")
+FEATURE_KEYS = (
+    "generator.max_turns",
+    "generator.step_wise_trajectories",
+    "generator.inference_engine.enable_http_endpoint",
+    "generator.chat_template.name_or_path",
+    "trainer.logger",
+    "trainer.update_ref_every_epoch",
+    "trainer.dump_data_batch",
+    "trainer.rope_scaling",
+    "trainer.rope_theta",
+    "trainer.policy.use_torch_compile",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.ref.sequence_parallel_size",
+    "trainer.critic.sequence_parallel_size",
+)
 
 
 @rule("RLC-E903", "the runtime executes every feature the spec turns on", *FEATURE_KEYS)
 def runtime_executes_features(c: Context):
     for key, what in _unsupported(c):
-        yield c.error("RLC-E903", key, f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",
-                      f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)")
+        yield c.error(
+            "RLC-E903",
+            key,
+            f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",
+            f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)",
+        )

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import re
 import typing
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
-from rlc.core.diagnostics import ERROR, Diagnostic
 from rlc.compiler.load import Document
+from rlc.core.diagnostics import ERROR, Diagnostic
 from rlc.spec import fields as meta
 from rlc.spec import schema
 from rlc.spec.model import _NONE, FieldSpec, SpecModel, _union_args, type_label
@@ -52,8 +53,15 @@ def describe(value: Any) -> str:
 
 
 def _kind(value: Any) -> str:
-    for t, word in ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
-                    (dict, "mapping"), (list, "list")):
+    for t, word in (
+        (type(None), "null"),
+        (bool, "boolean"),
+        (int, "integer"),
+        (float, "number"),
+        (str, "string"),
+        (dict, "mapping"),
+        (list, "list"),
+    ):
         if isinstance(value, t):
             return word
     return type(value).__name__
@@ -66,16 +74,18 @@ def _matches(tp: Any, value: Any) -> bool:
     if tp is bool:
         return isinstance(value, bool)
     if tp is int:
-        return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
+        )
     if tp is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if tp is str:
         return isinstance(value, str)
     origin = typing.get_origin(tp)
-    if origin in (list, typing.List):
+    if origin in (list, list):
         (item,) = typing.get_args(tp) or (Any,)
         return isinstance(value, list) and all(_matches(item, v) for v in value)
-    if origin in (dict, typing.Dict) or tp is dict:
+    if origin in (dict, dict) or tp is dict:
         return isinstance(value, dict)
     return False
 
@@ -102,8 +112,17 @@ class _Walker:
     def value(self, spec: FieldSpec, value: Any, path: list) -> None:
         key, loc = dotted(path), self.doc.locate(tuple(path))
         if path == ["version"] and value != spec.default():
-            self.report(Diagnostic("RLC-E014", ERROR, f"version {describe(value)} is not a spec version this rlc reads", key="version",
-                                   location=loc, hint="write `version: 1`; files without `version` are read as legacy SkyRL configs"), path)
+            self.report(
+                Diagnostic(
+                    "RLC-E014",
+                    ERROR,
+                    f"version {describe(value)} is not a spec version this rlc reads",
+                    key="version",
+                    location=loc,
+                    hint="write `version: 1`; files without `version` are read as legacy SkyRL configs",
+                ),
+                path,
+            )
             return
         if value is None and spec.optional:
             return
@@ -122,8 +141,18 @@ class _Walker:
 
                 close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.5)
                 hint = f"did you mean {close[0]!r}?" if close else f"use one of: {', '.join(map(str, allowed))}"
-                self.report(Diagnostic("RLC-E012", ERROR, f"{key} = {describe(value)} is not an accepted value", key=key, location=loc,
-                                       hint=hint + (" (or null)" if spec.optional else ""), values={"value": value, "allowed": list(allowed)}), path)
+                self.report(
+                    Diagnostic(
+                        "RLC-E012",
+                        ERROR,
+                        f"{key} = {describe(value)} is not an accepted value",
+                        key=key,
+                        location=loc,
+                        hint=hint + (" (or null)" if spec.optional else ""),
+                        values={"value": value, "allowed": list(allowed)},
+                    ),
+                    path,
+                )
             return
         types = [t for t in _union_args(spec.tp) if t is not _NONE]
         if not any(_matches(t, value) for t in types):
@@ -135,17 +164,38 @@ class _Walker:
         key, m = dotted(path), spec.meta
         if isinstance(value, float) and not math.isfinite(value):
             # .nan/.inf parse as floats in YAML; no setting of a training job means infinity or not-a-number
-            self.report(Diagnostic("RLC-E015", ERROR, f"{key} = {describe(value)} is not a finite number", key=key,
-                                   location=self.doc.locate(tuple(path)), hint=f"set {key} to a finite number",
-                                   values={"value": value}), path)
+            self.report(
+                Diagnostic(
+                    "RLC-E015",
+                    ERROR,
+                    f"{key} = {describe(value)} is not a finite number",
+                    key=key,
+                    location=self.doc.locate(tuple(path)),
+                    hint=f"set {key} to a finite number",
+                    values={"value": value},
+                ),
+                path,
+            )
             return
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            for name, word, ok in ((meta.MINIMUM, ">=", lambda v, b: v >= b), (meta.MAXIMUM, "<=", lambda v, b: v <= b),
-                                   (meta.EXCLUSIVE_MINIMUM, ">", lambda v, b: v > b)):
+            for name, word, ok in (
+                (meta.MINIMUM, ">=", lambda v, b: v >= b),
+                (meta.MAXIMUM, "<=", lambda v, b: v <= b),
+                (meta.EXCLUSIVE_MINIMUM, ">", lambda v, b: v > b),
+            ):
                 if name in m and not (not math.isnan(value) and ok(value, m[name])):
-                    self.report(Diagnostic("RLC-E013", ERROR, f"{key} = {describe(value)} is out of range: it must be {word} {m[name]}",
-                                           key=key, location=self.doc.locate(tuple(path)), hint=f"set {key} to a value {word} {m[name]}",
-                                           values={"value": value, "bound": m[name]}), path)
+                    self.report(
+                        Diagnostic(
+                            "RLC-E013",
+                            ERROR,
+                            f"{key} = {describe(value)} is out of range: it must be {word} {m[name]}",
+                            key=key,
+                            location=self.doc.locate(tuple(path)),
+                            hint=f"set {key} to a value {word} {m[name]}",
+                            values={"value": value, "bound": m[name]},
+                        ),
+                        path,
+                    )
                     return
         pattern = m.get(meta.PATTERN)
         if pattern is None:
@@ -154,25 +204,55 @@ class _Walker:
             bad = [] if re.search(pattern, value) else [(path, value)]
         elif isinstance(value, dict):
             bad = [(path + [k], k) for k in value if not (isinstance(k, str) and re.search(pattern, k))]
-            bad += [(path + [k], v) for k, v in value.items() if not isinstance(v, (str, int, float, bool)) and (path + [k], k) not in bad]
+            bad += [
+                (path + [k], v)
+                for k, v in value.items()
+                if not isinstance(v, (str, int, float, bool)) and (path + [k], k) not in bad
+            ]
         else:
             bad = [(path + [i], v) for i, v in enumerate(value) if not re.search(pattern, str(v))]
         for where, what in bad:
             what_key = dotted(where)
-            hint = ("use letters, digits, '.', '_' and '-' (at most 63, starting with a letter or digit)" if spec.name == "name"
-                    else "names are letters, digits and '_', not starting with a digit; values are plain strings or numbers")
-            self.report(Diagnostic("RLC-E013", ERROR, f"{what_key} = {describe(what)} is not allowed here", key=what_key,
-                                   location=self.doc.locate(tuple(where), key=isinstance(value, dict)), hint=hint, values={"value": what}), path)
+            hint = (
+                "use letters, digits, '.', '_' and '-' (at most 63, starting with a letter or digit)"
+                if spec.name == "name"
+                else "names are letters, digits and '_', not starting with a digit; values are plain strings or numbers"
+            )
+            self.report(
+                Diagnostic(
+                    "RLC-E013",
+                    ERROR,
+                    f"{what_key} = {describe(what)} is not allowed here",
+                    key=what_key,
+                    location=self.doc.locate(tuple(where), key=isinstance(value, dict)),
+                    hint=hint,
+                    values={"value": what},
+                ),
+                path,
+            )
 
     def type_error(self, spec: FieldSpec, value: Any, path: list, expected: str) -> None:
         key = dotted(path)
-        words = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}.get(expected, expected)
+        words = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}.get(
+            expected, expected
+        )
         if spec.section is not None:
             words = "a mapping of its settings"
-        got = describe(value) if value is None or isinstance(value, (dict, list)) else f"{_kind(value)} {describe(value)}"
-        self.report(Diagnostic("RLC-E011", ERROR, f"{key} should be {expected}, got {got}", key=key,
-                               location=self.doc.locate(tuple(path)), hint=f"write {key} as {words}",
-                               values={"value": value, "expected": expected}), path)
+        got = (
+            describe(value) if value is None or isinstance(value, (dict, list)) else f"{_kind(value)} {describe(value)}"
+        )
+        self.report(
+            Diagnostic(
+                "RLC-E011",
+                ERROR,
+                f"{key} should be {expected}, got {got}",
+                key=key,
+                location=self.doc.locate(tuple(path)),
+                hint=f"write {key} as {words}",
+                values={"value": value, "expected": expected},
+            ),
+            path,
+        )
 
     def unknown_key(self, path: list, key: Any, props: list[str]) -> Diagnostic:
         full = dotted(path + [key])
@@ -180,8 +260,14 @@ class _Walker:
         import difflib
 
         if not isinstance(key, str):
-            return Diagnostic("RLC-E010", ERROR, f"{describe(key)} is not a valid key (keys are names)", key=dotted(path) or None,
-                              location=loc, hint="write keys as plain names")
+            return Diagnostic(
+                "RLC-E010",
+                ERROR,
+                f"{describe(key)} is not a valid key (keys are names)",
+                key=dotted(path) or None,
+                location=loc,
+                hint="write keys as plain names",
+            )
         close = difflib.get_close_matches(key, props, n=1, cutoff=0.6)
         elsewhere = [p for p in self.model.paths() if p.endswith("." + key) and p != field_path(path + [key])]
         legacy = _legacy_hint(field_path(path + [key]))
@@ -193,16 +279,29 @@ class _Walker:
             hint = f"{key} lives at {' or '.join(sorted(elsewhere)[:3])}"
         else:
             where = dotted(path) or "the top level"
-            hint = f"{where} takes: {', '.join(props)}" if len(props) <= 12 else f"run `rlc explain {dotted(path) or 'trainer'}` to list the keys of {where}"
-        return Diagnostic("RLC-E010", ERROR, f"unknown key {full}", key=full, location=loc, hint=hint,
-                          values={"suggestions": close or elsewhere[:3]})
+            hint = (
+                f"{where} takes: {', '.join(props)}"
+                if len(props) <= 12
+                else f"run `rlc explain {dotted(path) or 'trainer'}` to list the keys of {where}"
+            )
+        return Diagnostic(
+            "RLC-E010",
+            ERROR,
+            f"unknown key {full}",
+            key=full,
+            location=loc,
+            hint=hint,
+            values={"suggestions": close or elsewhere[:3]},
+        )
 
 
-def _legacy_hint(path: str) -> Optional[str]:
+def _legacy_hint(path: str) -> str | None:
     from rlc.spec.legacy import legacy_target
 
     target = legacy_target(path)
-    return f"{path} is a legacy SkyRL key: spec v1 calls it {target} (`rlc migrate` rewrites the file)" if target else None
+    return (
+        f"{path} is a legacy SkyRL key: spec v1 calls it {target} (`rlc migrate` rewrites the file)" if target else None
+    )
 
 
 def validate(doc: Document, data: dict, model: SpecModel) -> tuple[list[Diagnostic], set[str]]:

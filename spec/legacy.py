@@ -9,9 +9,10 @@ key order and formatting of everything it does not touch stay as they were.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Optional
+from typing import Any
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
 ENGINE_KEYS = {
@@ -69,15 +70,25 @@ MOVES: dict[str, str] = {
     "environment.max_env_workers": "environment.skyrl_gym.max_env_workers",
     "generator.weight_transfer_threshold_cuda_ipc_in_GB": "generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB",
     "generator.vllm_engine_kwargs": "generator.inference_engine.engine_init_kwargs",
-    **{f"trainer.{role}.model.lora_{k}": f"trainer.{role}.model.lora.{k}" for role in ("policy", "critic") for k in ("rank", "alpha", "dropout")},
+    **{
+        f"trainer.{role}.model.lora_{k}": f"trainer.{role}.model.lora.{k}"
+        for role in ("policy", "critic")
+        for k in ("rank", "alpha", "dropout")
+    },
     **{f"generator.{old}": f"generator.inference_engine.{new}" for old, new in ENGINE_KEYS.items()},
 }
 
 # One legacy value copied to several new keys.
 SPLITS: dict[str, tuple[str, ...]] = {
-    "trainer.num_warmup_steps": ("trainer.policy.optimizer_config.num_warmup_steps", "trainer.critic.optimizer_config.num_warmup_steps"),
+    "trainer.num_warmup_steps": (
+        "trainer.policy.optimizer_config.num_warmup_steps",
+        "trainer.critic.optimizer_config.num_warmup_steps",
+    ),
     "trainer.target_modules": ("trainer.policy.model.lora.target_modules", "trainer.critic.model.lora.target_modules"),
-    "trainer.exclude_modules": ("trainer.policy.model.lora.exclude_modules", "trainer.critic.model.lora.exclude_modules"),
+    "trainer.exclude_modules": (
+        "trainer.policy.model.lora.exclude_modules",
+        "trainer.critic.model.lora.exclude_modules",
+    ),
 }
 
 _REWARD_MODEL = "a reward model (removed upstream 2025-10; rlc scores rollouts with environments)"
@@ -89,10 +100,26 @@ def _no_reward_model(data) -> bool:
 
 # Keys removed without a successor. The predicate says when dropping the value changes nothing.
 DROPS: list[tuple[str, str, Callable[[Any, Any], bool]]] = [
-    ("deepspeed_config", "DeepSpeed is not supported by rlc (removed upstream 2026-01)", lambda v, d: _get(d, "trainer.strategy") != "deepspeed"),
-    ("trainer.policy.deepspeed_config", "DeepSpeed is not supported by rlc", lambda v, d: _get(d, "trainer.strategy") != "deepspeed"),
-    ("trainer.critic.deepspeed_config", "DeepSpeed is not supported by rlc", lambda v, d: _get(d, "trainer.strategy") != "deepspeed"),
-    ("trainer.ref.deepspeed_config", "DeepSpeed is not supported by rlc", lambda v, d: _get(d, "trainer.strategy") != "deepspeed"),
+    (
+        "deepspeed_config",
+        "DeepSpeed is not supported by rlc (removed upstream 2026-01)",
+        lambda v, d: _get(d, "trainer.strategy") != "deepspeed",
+    ),
+    (
+        "trainer.policy.deepspeed_config",
+        "DeepSpeed is not supported by rlc",
+        lambda v, d: _get(d, "trainer.strategy") != "deepspeed",
+    ),
+    (
+        "trainer.critic.deepspeed_config",
+        "DeepSpeed is not supported by rlc",
+        lambda v, d: _get(d, "trainer.strategy") != "deepspeed",
+    ),
+    (
+        "trainer.ref.deepspeed_config",
+        "DeepSpeed is not supported by rlc",
+        lambda v, d: _get(d, "trainer.strategy") != "deepspeed",
+    ),
     ("trainer.reward", _REWARD_MODEL, lambda v, d: _no_reward_model(d)),
     ("trainer.placement.colocate_critic_reward", _REWARD_MODEL, lambda v, d: _no_reward_model(d)),
     ("trainer.placement.reward_num_nodes", _REWARD_MODEL, lambda v, d: _no_reward_model(d)),
@@ -147,8 +174,8 @@ class Change:
     """One thing the migration did."""
 
     kind: str  # moved | transformed | dropped | reference | defaults | added
-    old: Optional[str]
-    new: Optional[str]
+    old: str | None
+    new: str | None
     line: int = 0
     old_value: Any = None
     new_value: Any = None
@@ -160,7 +187,9 @@ class Change:
         if self.kind == "moved":
             return f"moved    {self.old}{at} -> {self.new}"
         if self.kind == "transformed":
-            return f"changed  {self.old}: {_show(self.old_value)}{at} -> {self.new}: {_show(self.new_value)}" + (f"  [{self.reason}]" if self.reason else "")
+            return f"changed  {self.old}: {_show(self.old_value)}{at} -> {self.new}: {_show(self.new_value)}" + (
+                f"  [{self.reason}]" if self.reason else ""
+            )
         if self.kind == "dropped":
             return f"dropped  {self.old}{at}: {self.reason}"
         if self.kind == "reference":
@@ -181,6 +210,7 @@ def _show(v: Any) -> str:
 
 
 # -- tree helpers (round-trip maps) ---------------------------------------------------------------------
+
 
 def _get(data, path: str) -> Any:
     node = data
@@ -271,7 +301,7 @@ def _keep_comment(parent, prev, lines: str) -> None:
         entry[2].value = entry[2].value + lines
 
 
-def _ensure_map(data, path: str, anchor: Optional[tuple] = None):
+def _ensure_map(data, path: str, anchor: tuple | None = None):
     """The map at `path`, created (after `anchor` = (parent_path, sibling_key) when given) if absent."""
     from ruamel.yaml.comments import CommentedMap
 
@@ -281,7 +311,12 @@ def _ensure_map(data, path: str, anchor: Optional[tuple] = None):
         child = node.get(part) if isinstance(node, dict) else None
         if not isinstance(child, dict):
             child = CommentedMap()
-            if anchor is not None and anchor[0] == ".".join(parts[:i]) and anchor[1] in node and hasattr(node, "insert"):
+            if (
+                anchor is not None
+                and anchor[0] == ".".join(parts[:i])
+                and anchor[1] in node
+                and hasattr(node, "insert")
+            ):
                 node.insert(list(node).index(anchor[1]), part, child)
             else:
                 node[part] = child
@@ -302,6 +337,7 @@ def _put(data, path: str, value: Any, comment: Any = None) -> None:
 
 
 # -- the step -------------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Step:
@@ -325,8 +361,19 @@ class _Step:
             return
         if existing is not _MISSING and not (isinstance(existing, dict) and isinstance(value, dict)):
             same = existing == value
-            self.changes.append(Change("dropped", old, new, line, value, severity="info" if same else "warning",
-                                       reason=f"same value as {new}" if same else f"{new} is also set ({_show(existing)}); the newer key wins"))
+            self.changes.append(
+                Change(
+                    "dropped",
+                    old,
+                    new,
+                    line,
+                    value,
+                    severity="info" if same else "warning",
+                    reason=f"same value as {new}"
+                    if same
+                    else f"{new} is also set ({_show(existing)}); the newer key wins",
+                )
+            )
             return
         _put(self.data, new, value, comment)
         self.changes.append(Change("moved", old, new, line, value, value))
@@ -361,8 +408,16 @@ class _Step:
                 if m and m.group(1).split(".")[0] not in known_tops and _get(self.data, m.group(1)) is _MISSING:
                     line = _line_of(node, key)
                     _pop(self.data, where)
-                    self.changes.append(Change("dropped", where, None, line, value,
-                                               reason=f"pointed at the Hydra default group {m.group(1)}; rlc's built-in defaults apply"))
+                    self.changes.append(
+                        Change(
+                            "dropped",
+                            where,
+                            None,
+                            line,
+                            value,
+                            reason=f"pointed at the Hydra default group {m.group(1)}; rlc's built-in defaults apply",
+                        )
+                    )
                 elif isinstance(value, dict):
                     visit(value, where)
 
@@ -375,12 +430,29 @@ class _Step:
         loss = _get(self.data, "trainer.algorithm.policy_loss_type")
         if value == "sequence" and loss in (_MISSING, "regular"):
             _ensure_map(self.data, "trainer.algorithm")["policy_loss_type"] = "gspo"
-            self.changes.append(Change("transformed", "trainer.algorithm.importance_sampling_level", "trainer.algorithm.policy_loss_type", line,
-                                       value, "gspo", reason="sequence-level importance sampling is the gspo loss"))
+            self.changes.append(
+                Change(
+                    "transformed",
+                    "trainer.algorithm.importance_sampling_level",
+                    "trainer.algorithm.policy_loss_type",
+                    line,
+                    value,
+                    "gspo",
+                    reason="sequence-level importance sampling is the gspo loss",
+                )
+            )
         else:
-            self.changes.append(Change("dropped", "trainer.algorithm.importance_sampling_level", None, line, value,
-                                       reason="token-level importance sampling is what the policy losses do",
-                                       severity="info" if value == "token" else "error"))
+            self.changes.append(
+                Change(
+                    "dropped",
+                    "trainer.algorithm.importance_sampling_level",
+                    None,
+                    line,
+                    value,
+                    reason="token-level importance sampling is what the policy losses do",
+                    severity="info" if value == "token" else "error",
+                )
+            )
 
     def get_logprobs(self) -> None:
         for section in ("generator.sampling_params", "generator.eval_sampling_params"):
@@ -388,12 +460,30 @@ class _Step:
             if value is _MISSING:
                 continue
             if _get(self.data, f"{section}.logprobs") is not _MISSING:
-                self.changes.append(Change("dropped", f"{section}.get_logprobs", None, line, value, reason=f"{section}.logprobs is set and decides"))
+                self.changes.append(
+                    Change(
+                        "dropped",
+                        f"{section}.get_logprobs",
+                        None,
+                        line,
+                        value,
+                        reason=f"{section}.logprobs is set and decides",
+                    )
+                )
                 continue
             new = 1 if value else None
             _ensure_map(self.data, section)["logprobs"] = new
-            self.changes.append(Change("transformed", f"{section}.get_logprobs", f"{section}.logprobs", line, value, new,
-                                       reason="the flag became the number of log-probs returned"))
+            self.changes.append(
+                Change(
+                    "transformed",
+                    f"{section}.get_logprobs",
+                    f"{section}.logprobs",
+                    line,
+                    value,
+                    new,
+                    reason="the flag became the number of log-probs returned",
+                )
+            )
 
     def unknown_inert(self) -> None:
         """Keys spec v1 does not know whose values turn nothing on are dropped; others stay for validation to report."""
@@ -406,14 +496,21 @@ class _Step:
                 where = f"{path}.{key}" if path else str(key)
                 spec = model.lookup(where)
                 if spec is None:
-                    siblings = [p.rsplit(".", 1)[-1] for p in model.paths() if p.rsplit(".", 1)[0] == path or ("." not in p and not path)]
+                    siblings = [
+                        p.rsplit(".", 1)[-1]
+                        for p in model.paths()
+                        if p.rsplit(".", 1)[0] == path or ("." not in p and not path)
+                    ]
                     typo = difflib.get_close_matches(str(key), siblings, n=1, cutoff=0.8)
                     parent_known = not path or model.lookup(path) is not None
                     if parent_known and inert(value) and not typo:
                         line = _line_of(node, key)
                         _pop(self.data, where)
-                        self.changes.append(Change("dropped", where, None, line, value,
-                                                   reason="not in spec v1; its value turns nothing on"))
+                        self.changes.append(
+                            Change(
+                                "dropped", where, None, line, value, reason="not in spec v1; its value turns nothing on"
+                            )
+                        )
                 elif spec.section is not None and isinstance(value, dict):
                     visit(value, where)
 
@@ -426,29 +523,57 @@ class _Step:
         entries = self.data.pop("defaults")
         pulled = []
         for entry in entries if isinstance(entries, list) else [entries]:
-            text = entry if isinstance(entry, str) else ", ".join(f"{k}: {v}" for k, v in dict(entry).items()) if isinstance(entry, dict) else str(entry)
+            text = (
+                entry
+                if isinstance(entry, str)
+                else ", ".join(f"{k}: {v}" for k, v in dict(entry).items())
+                if isinstance(entry, dict)
+                else str(entry)
+            )
             if text == "_self_":
                 continue
             group = text.split("@")[0].split(":")[0].strip()
-            pulled.append(f"{text} -> {HYDRA_GROUPS.get(group, 'unknown group: its keys must be written out in the spec')}")
+            pulled.append(
+                f"{text} -> {HYDRA_GROUPS.get(group, 'unknown group: its keys must be written out in the spec')}"
+            )
         unknown = [p for p in pulled if "unknown group" in p]
-        self.changes.append(Change("defaults", "defaults", None, line, reason="; ".join(pulled) or "only _self_",
-                                   severity="error" if unknown else "info"))
+        self.changes.append(
+            Change(
+                "defaults",
+                "defaults",
+                None,
+                line,
+                reason="; ".join(pulled) or "only _self_",
+                severity="error" if unknown else "info",
+            )
+        )
 
     def strategy(self) -> None:
         value = _get(self.data, "trainer.strategy")
         if value == "deepspeed":
             parent = self.data["trainer"]
             parent["strategy"] = "fsdp2"
-            self.changes.append(Change("transformed", "trainer.strategy", "trainer.strategy", _line_of(parent, "strategy"), value, "fsdp2",
-                                       reason="DeepSpeed is not supported by rlc; review the FSDP settings", severity="error"))
+            self.changes.append(
+                Change(
+                    "transformed",
+                    "trainer.strategy",
+                    "trainer.strategy",
+                    _line_of(parent, "strategy"),
+                    value,
+                    "fsdp2",
+                    reason="DeepSpeed is not supported by rlc; review the FSDP settings",
+                    severity="error",
+                )
+            )
 
     def split(self, old: str, news: tuple[str, ...]) -> None:
         value, line, _ = _pop(self.data, old)
         if value is _MISSING:
             return
         if value is None and old != "trainer.num_warmup_steps":
-            self.changes.append(Change("dropped", old, None, line, value, reason="null (the per-model default applies)"))
+            self.changes.append(
+                Change("dropped", old, None, line, value, reason="null (the per-model default applies)")
+            )
             return
         for new in news:
             if _get(self.data, new) is _MISSING:
@@ -478,11 +603,24 @@ class _Step:
             if value is _MISSING:
                 continue
             old = f"trainer.algorithm.{flag}"
-            if new is not None and (value is True or (abs_ is not True and k3 is not True and flag == "use_kl_estimator_k3")):
-                self.changes.append(Change("transformed", old, target, line, value, new, reason="the estimator flags became one enum"))
+            if new is not None and (
+                value is True or (abs_ is not True and k3 is not True and flag == "use_kl_estimator_k3")
+            ):
+                self.changes.append(
+                    Change("transformed", old, target, line, value, new, reason="the estimator flags became one enum")
+                )
             else:
                 decided = new if new is not None else current
-                self.changes.append(Change("dropped", old, target, line, value, reason=f"{_show(value)}; kl_estimator_type ({decided}) decides"))
+                self.changes.append(
+                    Change(
+                        "dropped",
+                        old,
+                        target,
+                        line,
+                        value,
+                        reason=f"{_show(value)}; kl_estimator_type ({decided}) decides",
+                    )
+                )
 
     def init_kl_coef(self) -> None:
         value, line, _ = _pop(self.data, "trainer.algorithm.init_kl_coef")
@@ -491,11 +629,28 @@ class _Step:
         in_reward = _get(self.data, "trainer.algorithm.use_kl_in_reward") is True
         if in_reward and value != _get(self.data, "trainer.algorithm.kl_loss_coef"):
             _ensure_map(self.data, "trainer.algorithm")["kl_loss_coef"] = value
-            self.changes.append(Change("transformed", "trainer.algorithm.init_kl_coef", "trainer.algorithm.kl_loss_coef", line, value, value,
-                                       reason="kl_loss_coef is now the initial KL-in-reward coefficient"))
+            self.changes.append(
+                Change(
+                    "transformed",
+                    "trainer.algorithm.init_kl_coef",
+                    "trainer.algorithm.kl_loss_coef",
+                    line,
+                    value,
+                    value,
+                    reason="kl_loss_coef is now the initial KL-in-reward coefficient",
+                )
+            )
         else:
-            self.changes.append(Change("dropped", "trainer.algorithm.init_kl_coef", None, line, value,
-                                       reason="only used with use_kl_in_reward; kl_loss_coef is the initial coefficient now"))
+            self.changes.append(
+                Change(
+                    "dropped",
+                    "trainer.algorithm.init_kl_coef",
+                    None,
+                    line,
+                    value,
+                    reason="only used with use_kl_in_reward; kl_loss_coef is the initial coefficient now",
+                )
+            )
 
     def tis(self) -> None:
         use, line, _ = _pop(self.data, "trainer.algorithm.use_tis")
@@ -503,16 +658,52 @@ class _Step:
         if use is True:
             opc = _ensure_map(self.data, "trainer.algorithm.off_policy_correction")
             opc["tis_ratio_type"] = "token"
-            self.changes.append(Change("transformed", "trainer.algorithm.use_tis", "trainer.algorithm.off_policy_correction.tis_ratio_type", line, True, "token",
-                                       reason="deprecated flag replaced by the off_policy_correction block"))
+            self.changes.append(
+                Change(
+                    "transformed",
+                    "trainer.algorithm.use_tis",
+                    "trainer.algorithm.off_policy_correction.tis_ratio_type",
+                    line,
+                    True,
+                    "token",
+                    reason="deprecated flag replaced by the off_policy_correction block",
+                )
+            )
             if cap is not _MISSING:
                 opc["token_tis_ratio_clip_high"] = cap
-                self.changes.append(Change("moved", "trainer.algorithm.tis_imp_ratio_cap", "trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high", cap_line, cap, cap))
+                self.changes.append(
+                    Change(
+                        "moved",
+                        "trainer.algorithm.tis_imp_ratio_cap",
+                        "trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high",
+                        cap_line,
+                        cap,
+                        cap,
+                    )
+                )
             return
         if use is not _MISSING:
-            self.changes.append(Change("dropped", "trainer.algorithm.use_tis", None, line, use, reason="false: off-policy correction stays off"))
+            self.changes.append(
+                Change(
+                    "dropped",
+                    "trainer.algorithm.use_tis",
+                    None,
+                    line,
+                    use,
+                    reason="false: off-policy correction stays off",
+                )
+            )
         if cap is not _MISSING:
-            self.changes.append(Change("dropped", "trainer.algorithm.tis_imp_ratio_cap", None, cap_line, cap, reason="only used with use_tis"))
+            self.changes.append(
+                Change(
+                    "dropped",
+                    "trainer.algorithm.tis_imp_ratio_cap",
+                    None,
+                    cap_line,
+                    cap,
+                    reason="only used with use_tis",
+                )
+            )
 
     def model_name(self) -> None:
         value, line, _ = _pop(self.data, "generator.model_name")
@@ -520,13 +711,33 @@ class _Step:
             return
         policy = _get(self.data, "trainer.policy.model.path")
         if value in (None, policy, "${trainer.policy.model.path}"):
-            self.changes.append(Change("dropped", "generator.model_name", None, line, value, reason="derived from trainer.policy.model.path"))
+            self.changes.append(
+                Change(
+                    "dropped",
+                    "generator.model_name",
+                    None,
+                    line,
+                    value,
+                    reason="derived from trainer.policy.model.path",
+                )
+            )
         elif _get(self.data, "generator.served_model_name") in (_MISSING, None):
             _put(self.data, "generator.served_model_name", value)
-            self.changes.append(Change("transformed", "generator.model_name", "generator.inference_engine.served_model_name", line, value, value,
-                                       reason="the name the engines serve the policy under"))
+            self.changes.append(
+                Change(
+                    "transformed",
+                    "generator.model_name",
+                    "generator.inference_engine.served_model_name",
+                    line,
+                    value,
+                    value,
+                    reason="the name the engines serve the policy under",
+                )
+            )
         else:
-            self.changes.append(Change("dropped", "generator.model_name", None, line, value, reason="served_model_name is set and wins"))
+            self.changes.append(
+                Change("dropped", "generator.model_name", None, line, value, reason="served_model_name is set and wins")
+            )
 
     def drops(self) -> None:
         for path, reason, inert in DROPS:
@@ -535,8 +746,17 @@ class _Step:
                 continue
             harmless = inert(value, self.data)
             _, line, _ = _pop(self.data, path)
-            self.changes.append(Change("dropped", path, None, line, value, reason=reason if harmless else f"{reason}; its value changes what runs",
-                                       severity="info" if harmless else "error"))
+            self.changes.append(
+                Change(
+                    "dropped",
+                    path,
+                    None,
+                    line,
+                    value,
+                    reason=reason if harmless else f"{reason}; its value changes what runs",
+                    severity="info" if harmless else "error",
+                )
+            )
 
     def references(self) -> None:
         renames = dict(MOVES)
@@ -550,7 +770,16 @@ class _Step:
                     new = REF.sub(lambda m: "${" + _renamed(m.group(1), renames) + "}", value)
                     if new != value:
                         node[key] = type(value)(new) if type(value) is not str else new
-                        self.changes.append(Change("reference", None, where, _line_of(node, key) if isinstance(node, dict) else 0, value, new))
+                        self.changes.append(
+                            Change(
+                                "reference",
+                                None,
+                                where,
+                                _line_of(node, key) if isinstance(node, dict) else 0,
+                                value,
+                                new,
+                            )
+                        )
                 elif isinstance(value, (dict, list)):
                     rewrite(value, where)
 
@@ -568,7 +797,7 @@ def _v1_model():
 def _renamed(ref: str, renames: dict[str, str]) -> str:
     for old, new in renames.items():
         if ref == old or ref.startswith(old + "."):
-            return new + ref[len(old):]
+            return new + ref[len(old) :]
     return ref
 
 
@@ -580,12 +809,14 @@ def migrate(data) -> list[Change]:
     return changes
 
 
-def legacy_target(path: str) -> Optional[str]:
+def legacy_target(path: str) -> str | None:
     """Where a legacy key lives in spec v1 (None if it is not a known legacy key)."""
     if path in MOVES:
         return MOVES[path]
     if path in SPLITS:
         return " and ".join(SPLITS[path])
-    return {"trainer.algorithm.use_kl_estimator_k3": "trainer.algorithm.kl_estimator_type",
-            "trainer.algorithm.use_abs_kl": "trainer.algorithm.kl_estimator_type",
-            "trainer.algorithm.init_kl_coef": "trainer.algorithm.kl_loss_coef"}.get(path)
+    return {
+        "trainer.algorithm.use_kl_estimator_k3": "trainer.algorithm.kl_estimator_type",
+        "trainer.algorithm.use_abs_kl": "trainer.algorithm.kl_estimator_type",
+        "trainer.algorithm.init_kl_coef": "trainer.algorithm.kl_loss_coef",
+    }.get(path)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from rlc.compiler.check import INTERNAL_ERROR
 from rlc.compiler.frontend import analyze
 from rlc.compiler.load import load_document, to_plain
@@ -29,9 +28,34 @@ def _leaves(data: object, prefix: str = "") -> list[str]:
 LEAVES = {path: _leaves(to_plain(load_document(path).data)) for path in EXAMPLES}
 MODEL_PATHS = sorted(SpecModel().paths())  # keys the examples leave at their defaults too
 VALUES = st.one_of(
-    st.sampled_from(["0", "-1", "1", "2", "3", "7", "1000000000", "0.0", "-0.5", "1e-30", "null", "true", "false",
-                     "''", "abc", "[]", "{}", "[1, 2]", "${trainer.seed}", "${oc.env:X}", "rlc:tiny", "fsdp2",
-                     "megatron", "none"]),
+    st.sampled_from(
+        [
+            "0",
+            "-1",
+            "1",
+            "2",
+            "3",
+            "7",
+            "1000000000",
+            "0.0",
+            "-0.5",
+            "1e-30",
+            "null",
+            "true",
+            "false",
+            "''",
+            "abc",
+            "[]",
+            "{}",
+            "[1, 2]",
+            "${trainer.seed}",
+            "${oc.env:X}",
+            "rlc:tiny",
+            "fsdp2",
+            "megatron",
+            "none",
+        ]
+    ),
     st.integers(-3, 70000).map(str),
     st.floats(-10, 10, allow_nan=False).map(repr),
 )
@@ -41,8 +65,9 @@ VALUES = st.one_of(
 @given(data=st.data())
 def test_mutated_examples_never_crash_a_rule(data: st.DataObject) -> None:
     path = data.draw(st.sampled_from(EXAMPLES))
-    keys = data.draw(st.lists(st.sampled_from(LEAVES[path]) | st.sampled_from(MODEL_PATHS), min_size=1, max_size=3,
-                              unique=True))
+    keys = data.draw(
+        st.lists(st.sampled_from(LEAVES[path]) | st.sampled_from(MODEL_PATHS), min_size=1, max_size=3, unique=True)
+    )
     try:
         overrides = [parse_override(f"{key}={data.draw(VALUES)}") for key in keys]
         analysis = analyze(path, overrides, env={})

@@ -9,46 +9,65 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from rlc.compiler.check import RULES
 from rlc.compiler.frontend import analyze
 
 BASE_CLUSTER = "cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
 
 CASES = {
-    "RLC-E101": ("trainer.policy_mini_batch_size", """
+    "RLC-E101": (
+        "trainer.policy_mini_batch_size",
+        """
         trainer:
           train_batch_size: 64
           policy_mini_batch_size: 128  # <-
-        """),
-    "RLC-E102": ("trainer.critic_mini_batch_size", """
+        """,
+    ),
+    "RLC-E102": (
+        "trainer.critic_mini_batch_size",
+        """
         trainer:
           critic: {model: {path: Qwen/Qwen2.5-0.5B}}
           algorithm: {advantage_estimator: gae}
           train_batch_size: 64
           critic_mini_batch_size: 128  # <-
-        """),
-    "RLC-E103": ("trainer.micro_forward_batch_size_per_gpu", """
+        """,
+    ),
+    "RLC-E103": (
+        "trainer.micro_forward_batch_size_per_gpu",
+        """
         trainer:
           micro_forward_batch_size_per_gpu: 0  # <-
-        """),
-    "RLC-E104": ("trainer.policy.megatron_config.tensor_model_parallel_size", """
+        """,
+    ),
+    "RLC-E104": (
+        "trainer.policy.megatron_config.tensor_model_parallel_size",
+        """
         trainer:
           strategy: megatron
           policy:
             megatron_config:
               tensor_model_parallel_size: 3  # <-
-        """),
-    "RLC-E105": ("trainer.policy_mini_batch_size", """
+        """,
+    ),
+    "RLC-E105": (
+        "trainer.policy_mini_batch_size",
+        """
         trainer:
           train_batch_size: 64
           policy_mini_batch_size: 24  # <-
-        """),
-    "RLC-E106": ("trainer.micro_train_batch_size_per_gpu", """
+        """,
+    ),
+    "RLC-E106": (
+        "trainer.micro_train_batch_size_per_gpu",
+        """
         trainer:
           micro_train_batch_size_per_gpu: 3  # <-
-        """),
-    "RLC-E107": ("trainer.train_batch_size", """
+        """,
+    ),
+    "RLC-E107": (
+        "trainer.train_batch_size",
+        """
         cluster: {accelerator: H100, gpus_per_node: 4, num_nodes: 1}
         trainer:
           train_batch_size: 10  # <-
@@ -56,39 +75,57 @@ CASES = {
           micro_train_batch_size_per_gpu: 1
         generator:
           n_samples_per_prompt: 3
-        """),
-    "RLC-E108": ("trainer.critic_mini_batch_size", """
+        """,
+    ),
+    "RLC-E108": (
+        "trainer.critic_mini_batch_size",
+        """
         trainer:
           critic: {model: {path: Qwen/Qwen2.5-0.5B}}
           algorithm: {advantage_estimator: gae}
           critic_mini_batch_size: 24  # <-
-        """),
-    "RLC-E109": ("trainer.train_batch_size", """
+        """,
+    ),
+    "RLC-E109": (
+        "trainer.train_batch_size",
+        """
         trainer:
           train_batch_size: 1  # <-
           policy_mini_batch_size: 1
         generator:
           n_samples_per_prompt: 1
-        """),
-    "RLC-W101": ("trainer.policy_mini_batch_size", """
+        """,
+    ),
+    "RLC-W101": (
+        "trainer.policy_mini_batch_size",
+        """
         trainer:
           train_batch_size: 40
           policy_mini_batch_size: 10  # <-
           micro_train_batch_size_per_gpu: 1
         generator:
           n_samples_per_prompt: 3
-        """),
-    "RLC-W102": ("trainer.policy.sequence_parallel_size", """
+        """,
+    ),
+    "RLC-W102": (
+        "trainer.policy.sequence_parallel_size",
+        """
         trainer:
           policy:
             sequence_parallel_size: 3  # <-
-        """),
-    "RLC-E201": ("generator.inference_engine.num_engines", """
+        """,
+    ),
+    "RLC-E201": (
+        "generator.inference_engine.num_engines",
+        """
         generator:
           inference_engine:
             num_engines: 4  # <-
-        """),
-    "RLC-E202": ("trainer.placement.ref_num_gpus_per_node", """
+        """,
+    ),
+    "RLC-E202": (
+        "trainer.placement.ref_num_gpus_per_node",
+        """
         trainer:
           placement:
             colocate_all: false
@@ -97,13 +134,19 @@ CASES = {
           micro_train_batch_size_per_gpu: 1
         generator:
           inference_engine: {num_engines: 4}
-        """),
-    "RLC-E203": ("trainer.placement.ref_num_gpus_per_node", """
+        """,
+    ),
+    "RLC-E203": (
+        "trainer.placement.ref_num_gpus_per_node",
+        """
         trainer:
           placement:
             ref_num_gpus_per_node: 4  # <-
-        """),
-    "RLC-E204": ("cluster.num_nodes", """
+        """,
+    ),
+    "RLC-E204": (
+        "cluster.num_nodes",
+        """
         cluster:
           gpus_per_node: 8
           num_nodes: 1  # <-
@@ -113,26 +156,38 @@ CASES = {
             policy_num_gpus_per_node: 8
         generator:
           inference_engine: {num_engines: 4}
-        """),
-    "RLC-E205": ("trainer.placement.policy_num_gpus_per_node", """
+        """,
+    ),
+    "RLC-E205": (
+        "trainer.placement.policy_num_gpus_per_node",
+        """
         trainer:
           placement:
             policy_num_gpus_per_node: 16  # <-
-        """),
-    "RLC-E206": ("generator.inference_engine.distributed_executor_backend", """
+        """,
+    ),
+    "RLC-E206": (
+        "generator.inference_engine.distributed_executor_backend",
+        """
         cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 2}
         generator:
           inference_engine:
             tensor_parallel_size: 16
             distributed_executor_backend: mp  # <-
-        """),
-    "RLC-W201": ("generator.inference_engine.tensor_parallel_size", """
+        """,
+    ),
+    "RLC-W201": (
+        "generator.inference_engine.tensor_parallel_size",
+        """
         cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 2}
         generator:
           inference_engine:
             tensor_parallel_size: 16  # <-
-        """),
-    "RLC-W202": ("cluster.num_nodes", """
+        """,
+    ),
+    "RLC-W202": (
+        "cluster.num_nodes",
+        """
         cluster:
           gpus_per_node: 8
           num_nodes: 2  # <-
@@ -140,190 +195,284 @@ CASES = {
           placement: {policy_num_gpus_per_node: 8, ref_num_gpus_per_node: 8}
         generator:
           inference_engine: {num_engines: 8}
-        """),
-    "RLC-E207": ("cluster.num_nodes", """
+        """,
+    ),
+    "RLC-E207": (
+        "cluster.num_nodes",
+        """
         cluster:
           gpus_per_node: 8
           num_nodes: 200000  # <-
-        """),
-    "RLC-E301": ("trainer.algorithm.advantage_estimator", """
+        """,
+    ),
+    "RLC-E301": (
+        "trainer.algorithm.advantage_estimator",
+        """
         trainer:
           algorithm:
             advantage_estimator: gae  # <-
-        """),
-    "RLC-E302": ("trainer.algorithm.use_kl_in_reward", """
+        """,
+    ),
+    "RLC-E302": (
+        "trainer.algorithm.use_kl_in_reward",
+        """
         trainer:
           algorithm:
             use_kl_in_reward: true  # <-
             use_kl_loss: true
-        """),
-    "RLC-E303": ("trainer.algorithm.max_seq_len", """
+        """,
+    ),
+    "RLC-E303": (
+        "trainer.algorithm.max_seq_len",
+        """
         trainer:
           algorithm:
             loss_reduction: seq_mean_token_sum_norm  # <-
         generator:
           sampling_params:
             max_generate_length: ${oc.env:MAX_GEN_LEN}
-        """),
-    "RLC-E304": ("trainer.algorithm.off_policy_correction.tis_ratio_type", """
+        """,
+    ),
+    "RLC-E304": (
+        "trainer.algorithm.off_policy_correction.tis_ratio_type",
+        """
         trainer:
           algorithm:
             policy_loss_type: clip_cov
             off_policy_correction:
               tis_ratio_type: token  # <-
-        """),
-    "RLC-E305": ("trainer.max_ckpts_to_keep", """
+        """,
+    ),
+    "RLC-E305": (
+        "trainer.max_ckpts_to_keep",
+        """
         trainer:
           max_ckpts_to_keep: 0  # <-
-        """),
-    "RLC-E306": ("trainer.resume_path", """
+        """,
+    ),
+    "RLC-E306": (
+        "trainer.resume_path",
+        """
         trainer:
           resume_mode: from_path  # <-
-        """),
-    "RLC-E307": ("trainer.algorithm.advantage_estimator", """
+        """,
+    ),
+    "RLC-E307": (
+        "trainer.algorithm.advantage_estimator",
+        """
         trainer:
           critic: {model: {path: Qwen/Qwen2.5-0.5B}}
           algorithm:
             advantage_estimator: gae  # <-
         generator:
           step_wise_trajectories: true
-        """),
-    "RLC-E308": ("trainer.algorithm.off_policy_correction.geo_mask_low", """
+        """,
+    ),
+    "RLC-E308": (
+        "trainer.algorithm.off_policy_correction.geo_mask_low",
+        """
         trainer:
           algorithm:
             off_policy_correction:
               sequence_mask_metric: geometric
               geo_mask_low: 1.02  # <-
-        """),
-    "RLC-E309": ("trainer.algorithm.dynamic_sampling.type", """
+        """,
+    ),
+    "RLC-E309": (
+        "trainer.algorithm.dynamic_sampling.type",
+        """
         trainer:
           algorithm:
             dynamic_sampling:
               type: filter  # <-
         generator:
           n_samples_per_prompt: 1
-        """),
-    "RLC-E310": ("trainer.algorithm.temperature", """
+        """,
+    ),
+    "RLC-E310": (
+        "trainer.algorithm.temperature",
+        """
         generator:
           sampling_params:
             temperature: 0.0  # <-
-        """),
-    "RLC-E401": ("generator.max_input_length", """
+        """,
+    ),
+    "RLC-E401": (
+        "generator.max_input_length",
+        """
         generator:
           max_input_length: 256  # <-
-        """),
-    "RLC-E402": ("generator.sampling_params.logprobs", """
+        """,
+    ),
+    "RLC-E402": (
+        "generator.sampling_params.logprobs",
+        """
         generator:
           sampling_params:
             logprobs: 2  # <-
-        """),
-    "RLC-W401": ("trainer.logger", """
+        """,
+    ),
+    "RLC-W401": (
+        "trainer.logger",
+        """
         trainer:
           logger: wandb  # <-
-        """),
-    "RLC-W402": ("generator.append_eos_token_after_stop_str_in_multi_turn", """
+        """,
+    ),
+    "RLC-W402": (
+        "generator.append_eos_token_after_stop_str_in_multi_turn",
+        """
         generator:
           append_eos_token_after_stop_str_in_multi_turn: false  # <-
           sampling_params:
             stop: ["</answer>"]
-        """),
-    "RLC-E403": ("generator.inference_engine.expert_parallel_size", """
+        """,
+    ),
+    "RLC-E403": (
+        "generator.inference_engine.expert_parallel_size",
+        """
         generator:
           inference_engine:
             expert_parallel_size: 4  # <-
-        """),
-    "RLC-E404": ("generator.inference_engine.external_server_urls", """
+        """,
+    ),
+    "RLC-E404": (
+        "generator.inference_engine.external_server_urls",
+        """
         generator:
           inference_engine:
             external_server_urls: ["http://10.0.0.5:8000"]  # <-
-        """),
-    "RLC-E405": ("generator.inference_engine.run_engines_locally", """
+        """,
+    ),
+    "RLC-E405": (
+        "generator.inference_engine.run_engines_locally",
+        """
         trainer:
           placement: {colocate_all: false}
         generator:
           inference_engine:
             run_engines_locally: false  # <-
-        """),
-    "RLC-E406": ("generator.chat_template.name_or_path", """
+        """,
+    ),
+    "RLC-E406": (
+        "generator.chat_template.name_or_path",
+        """
         generator:
           chat_template:
             source: file  # <-
-        """),
-    "RLC-E407": ("generator.batched", """
+        """,
+    ),
+    "RLC-E407": (
+        "generator.batched",
+        """
         generator:
           batched: true  # <-
           max_turns: 3
           max_input_length: 2048
-        """),
-    "RLC-E503": ("trainer.critic.model.path", """
+        """,
+    ),
+    "RLC-E503": (
+        "trainer.critic.model.path",
+        """
         trainer:
           strategy: megatron
           critic:
             model:
               path: Qwen/Qwen2.5-0.5B  # <-
-        """),
-    "RLC-E504": ("trainer.policy.sequence_parallel_size", """
+        """,
+    ),
+    "RLC-E504": (
+        "trainer.policy.sequence_parallel_size",
+        """
         trainer:
           strategy: megatron
           policy:
             sequence_parallel_size: 2  # <-
-        """),
-    "RLC-E505": ("trainer.policy.fsdp_config.fsdp_size", """
+        """,
+    ),
+    "RLC-E505": (
+        "trainer.policy.fsdp_config.fsdp_size",
+        """
         trainer:
           policy:
             fsdp_config:
               fsdp_size: 3  # <-
-        """),
-    "RLC-E506": ("trainer.policy.megatron_config.tensor_model_parallel_size", """
+        """,
+    ),
+    "RLC-E506": (
+        "trainer.policy.megatron_config.tensor_model_parallel_size",
+        """
         trainer:
           strategy: megatron
           policy:
             model: {path: FIXTURES/model-14-heads}
             megatron_config:
               tensor_model_parallel_size: 4  # <-
-        """),
-    "RLC-W501": ("trainer.policy.megatron_config.expert_model_parallel_size", """
+        """,
+    ),
+    "RLC-W501": (
+        "trainer.policy.megatron_config.expert_model_parallel_size",
+        """
         trainer:
           strategy: megatron
           policy:
             megatron_config:
               expert_model_parallel_size: 3  # <-
-        """),
-    "RLC-E602": ("trainer.policy.model.lora.alpha", """
+        """,
+    ),
+    "RLC-E602": (
+        "trainer.policy.model.lora.alpha",
+        """
         trainer:
           policy:
             model:
               lora: {rank: 8, alpha: 0}  # <-
-        """),
-    "RLC-E311": ("trainer.fully_async.enabled", """
+        """,
+    ),
+    "RLC-E311": (
+        "trainer.fully_async.enabled",
+        """
         trainer:
           placement: {colocate_all: true}
           fully_async:
             enabled: true  # <-
-        """),
-    "RLC-E312": ("trainer.policy_mini_batch_size", """
+        """,
+    ),
+    "RLC-E312": (
+        "trainer.policy_mini_batch_size",
+        """
         trainer:
           placement: {colocate_all: false}
           train_batch_size: 64
           policy_mini_batch_size: 32  # <-
           fully_async: {enabled: true, num_parallel_generation_workers: 64}
-        """),
-    "RLC-E313": ("trainer.fully_async.num_parallel_generation_workers", """
+        """,
+    ),
+    "RLC-E313": (
+        "trainer.fully_async.num_parallel_generation_workers",
+        """
         trainer:
           placement: {colocate_all: false}
           fully_async:
             enabled: true
             num_parallel_generation_workers: 4  # <-
-        """),
-    "RLC-E902": ("environment.env_class", """
+        """,
+    ),
+    "RLC-E902": (
+        "environment.env_class",
+        """
         environment:
           env_class: text2sql  # <-
-        """),
-    "RLC-E903": ("generator.max_turns", """
+        """,
+    ),
+    "RLC-E903": (
+        "generator.max_turns",
+        """
         generator:
           max_turns: 3  # <-
           max_input_length: 4096
-        """),
+        """,
+    ),
 }
 
 
@@ -375,8 +524,10 @@ def test_huge_batch_sizes_are_answered_at_once(tmp_path):
     import time
 
     path = tmp_path / "spec.yaml"
-    path.write_text("version: 1\n" + BASE_CLUSTER + "trainer: {logger: console, train_batch_size: 1000000000039, "
-                    "policy_mini_batch_size: 999999999989, micro_train_batch_size_per_gpu: 7}\n")
+    path.write_text(
+        "version: 1\n" + BASE_CLUSTER + "trainer: {logger: console, train_batch_size: 1000000000039, "
+        "policy_mini_batch_size: 999999999989, micro_train_batch_size_per_gpu: 7}\n"
+    )
     start = time.monotonic()
     analysis = analyze(path, env={})
     assert time.monotonic() - start < 5
@@ -386,13 +537,18 @@ def test_huge_batch_sizes_are_answered_at_once(tmp_path):
 def test_megatron_context_parallelism_compiles(tmp_path):
     """tp·pp·cp dividing the policy's GPUs is all context parallelism asks of a spec (RLC-E104 checks it)."""
     path = tmp_path / "spec.yaml"
-    path.write_text("version: 1\n" + BASE_CLUSTER + textwrap.dedent("""\
+    path.write_text(
+        "version: 1\n"
+        + BASE_CLUSTER
+        + textwrap.dedent("""\
         trainer:
           logger: console
           strategy: megatron
           policy:
             megatron_config: {context_parallel_size: 2}
-        """))
+        """)
+    )
     analysis = analyze(path, env={})
-    assert analysis.ok and not [d for d in analysis.diagnostics if d.severity == "error"], \
-        [(d.code, d.message) for d in analysis.diagnostics]
+    assert analysis.ok and not [d for d in analysis.diagnostics if d.severity == "error"], [
+        (d.code, d.message) for d in analysis.diagnostics
+    ]

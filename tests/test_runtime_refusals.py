@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from rlc.compiler.check import INTERNAL_ERROR, RULES, Context, check, rule
 from rlc.compiler.cli import cli
 
@@ -26,13 +25,25 @@ def _errors(diags: list[dict], code: str) -> list[dict]:
 
 # (spec, override that makes the runtime refuse, code, key)
 REFUSALS = [
-    ("gsm8k-grpo-2node.yaml", "trainer.policy.fsdp_config.fsdp_size=3", "RLC-E505",
-     "trainer.policy.fsdp_config.fsdp_size"),
+    (
+        "gsm8k-grpo-2node.yaml",
+        "trainer.policy.fsdp_config.fsdp_size=3",
+        "RLC-E505",
+        "trainer.policy.fsdp_config.fsdp_size",
+    ),
     ("gsm8k-grpo-8xh100.yaml", "trainer.ref.fsdp_config.fsdp_size=3", "RLC-E505", "trainer.ref.fsdp_config.fsdp_size"),
-    ("gsm8k-grpo-megatron-8xh100.yaml", "trainer.policy.megatron_config.tensor_model_parallel_size=3", "RLC-E104",
-     "trainer.policy.megatron_config.tensor_model_parallel_size"),
-    ("gsm8k-grpo-megatron-8xh100.yaml", "trainer.policy.sequence_parallel_size=2", "RLC-E504",
-     "trainer.policy.sequence_parallel_size"),
+    (
+        "gsm8k-grpo-megatron-8xh100.yaml",
+        "trainer.policy.megatron_config.tensor_model_parallel_size=3",
+        "RLC-E104",
+        "trainer.policy.megatron_config.tensor_model_parallel_size",
+    ),
+    (
+        "gsm8k-grpo-megatron-8xh100.yaml",
+        "trainer.policy.sequence_parallel_size=2",
+        "RLC-E504",
+        "trainer.policy.sequence_parallel_size",
+    ),
 ]
 
 
@@ -60,8 +71,10 @@ def test_non_finite_override_is_refused(text: str) -> None:
 @pytest.mark.parametrize("text", [".nan", ".inf", "-.inf"])
 def test_non_finite_value_in_a_file_is_refused_at_its_line(tmp_path: Path, text: str) -> None:
     spec = tmp_path / "spec.yaml"
-    spec.write_text("version: 1\ncluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
-                    f"generator:\n  sampling_params:\n    temperature: {text}\n")
+    spec.write_text(
+        "version: 1\ncluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
+        f"generator:\n  sampling_params:\n    temperature: {text}\n"
+    )
     rc, diags = _validate(spec)
     hits = _errors(diags, "RLC-E015")
     assert rc == 1 and hits and hits[0]["key"] == "generator.sampling_params.temperature", diags
@@ -88,16 +101,30 @@ def test_a_crashing_rule_is_an_internal_error_not_silence(monkeypatch: pytest.Mo
 def test_megatron_tensor_parallel_must_divide_a_local_models_heads(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
-    config = {"model_type": "qwen2", "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864,
-              "hidden_size": 896, "num_hidden_layers": 2, "vocab_size": 1000, "hidden_act": "silu"}
+    config = {
+        "model_type": "qwen2",
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "intermediate_size": 4864,
+        "hidden_size": 896,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "hidden_act": "silu",
+    }
     (model / "config.json").write_text(json.dumps(config))
-    rc, diags = _validate(EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml", f"trainer.policy.model.path={model}",
-                          "trainer.policy.megatron_config.tensor_model_parallel_size=4")
+    rc, diags = _validate(
+        EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml",
+        f"trainer.policy.model.path={model}",
+        "trainer.policy.megatron_config.tensor_model_parallel_size=4",
+    )
     hits = _errors(diags, "RLC-E506")
     assert rc == 1 and hits and hits[0]["key"] == "trainer.policy.megatron_config.tensor_model_parallel_size", diags
     assert "num_attention_heads=14" in hits[0]["message"]
-    rc, diags = _validate(EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml", f"trainer.policy.model.path={model}",
-                          "trainer.policy.megatron_config.tensor_model_parallel_size=2")
+    rc, diags = _validate(
+        EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml",
+        f"trainer.policy.model.path={model}",
+        "trainer.policy.megatron_config.tensor_model_parallel_size=2",
+    )
     assert not _errors(diags, "RLC-E506"), diags
     # The runtime's own conversion check refuses the same layout (it reads the config by attribute, no weights).
     megatron_weights = pytest.importorskip("rlc.runtime.megatron_weights")
