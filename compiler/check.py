@@ -23,6 +23,7 @@ class Rule:
 
 
 RULES: list[Rule] = []
+INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics
 
 
 def rule(code: str, title: str, *keys: str):
@@ -96,7 +97,14 @@ class Context:
             return None
         if self.megatron and role in ("policy", "ref"):
             mc = getattr(self.t, role).megatron_config
-            size = mc.tensor_model_parallel_size * mc.pipeline_model_parallel_size * mc.context_parallel_size
+            parts = [
+                num(mc.tensor_model_parallel_size),
+                num(mc.pipeline_model_parallel_size),
+                num(mc.context_parallel_size),
+            ]
+            if not (parts[0] and parts[1] and parts[2]):
+                return None
+            size = int(parts[0] * parts[1] * parts[2])
             return w // size if w % size == 0 else None
         sp = getattr(self.t, role).sequence_parallel_size
         return w // sp if isinstance(sp, int) and sp > 0 else None
@@ -109,8 +117,16 @@ def check(spec: Any, locate: Callable[..., Any], env: dict | None = None) -> lis
     for r in RULES:
         try:
             out.extend(r.fn(ctx))
-        except (TypeError, ZeroDivisionError, AttributeError):
-            continue  # a value of the wrong type was already reported by the schema
+        except Exception as exc:  # noqa: BLE001 - a crashing rule is rlc's bug, reported as data, never a traceback
+            message = f"rule {r.code} ({r.fn.__name__}) crashed: {type(exc).__name__}: {exc}"
+            out.append(
+                Diagnostic(
+                    INTERNAL_ERROR,
+                    ERROR,
+                    message,
+                    hint="this is a bug in rlc, not in your spec: please report it with the spec",
+                )
+            )
     return out
 
 

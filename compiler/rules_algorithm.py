@@ -1,4 +1,4 @@
-"""Algorithm and generation rules (skyrl-rules.md §3.2-§3.5, §3.7): losses, KL, off-policy correction, engines."""
+"""Algorithm and generation rules: losses, KL, off-policy correction, generator and inference engines."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ IE = "generator.inference_engine"
 NS = "generator.n_samples_per_prompt"
 
 
-# -- algorithm (skyrl-rules.md §3.7) ------------------------------------------------------------------
+# -- algorithm ------------------------------------------------------------------
 
 ALG = "trainer.algorithm"
 
 
 @rule("RLC-E301", "advantage_estimator gae needs a critic", f"{ALG}.advantage_estimator", "trainer.critic.model.path")
-def _c2(c: Context):
+def gae_needs_critic(c: Context):
     if c.alg.advantage_estimator == "gae" and not critic_on(c.s):
         yield c.error(
             "RLC-E301",
@@ -32,7 +32,7 @@ def _c2(c: Context):
     f"{ALG}.use_kl_in_reward",
     f"{ALG}.use_kl_loss",
 )
-def _c3(c: Context):
+def kl_in_reward_excludes_kl_loss(c: Context):
     if c.alg.use_kl_in_reward and c.alg.use_kl_loss:
         yield c.error(
             "RLC-E302",
@@ -44,7 +44,7 @@ def _c3(c: Context):
 
 
 @rule("RLC-E303", "seq_mean_token_sum_norm needs max_seq_len", f"{ALG}.loss_reduction", f"{ALG}.max_seq_len")
-def _c13(c: Context):
+def token_sum_norm_needs_max_seq_len(c: Context):
     if c.alg.loss_reduction == "seq_mean_token_sum_norm" and c.alg.max_seq_len is None:
         yield c.error(
             "RLC-E303",
@@ -60,7 +60,7 @@ def _c13(c: Context):
     f"{ALG}.off_policy_correction.tis_ratio_type",
     f"{ALG}.policy_loss_type",
 )
-def _c15(c: Context):
+def off_policy_correction_excludes_cov_losses(c: Context):
     opc = c.alg.off_policy_correction
     if (opc.tis_ratio_type or opc.sequence_mask_metric) and c.alg.policy_loss_type in ("clip_cov", "kl_cov"):
         key = (
@@ -78,7 +78,7 @@ def _c15(c: Context):
 
 
 @rule("RLC-E305", "max_ckpts_to_keep is -1 or positive", "trainer.max_ckpts_to_keep")
-def _c6(c: Context):
+def max_ckpts_to_keep_valid(c: Context):
     if c.t.max_ckpts_to_keep == 0 or (num(c.t.max_ckpts_to_keep) is not None and c.t.max_ckpts_to_keep < -1):
         yield c.error(
             "RLC-E305",
@@ -89,7 +89,7 @@ def _c6(c: Context):
 
 
 @rule("RLC-E306", "resume_mode from_path needs resume_path", "trainer.resume_mode", "trainer.resume_path")
-def _resume(c: Context):
+def resume_from_path_needs_path(c: Context):
     if c.t.resume_mode == "from_path" and not c.t.resume_path:
         yield c.error(
             "RLC-E306",
@@ -106,7 +106,7 @@ def _resume(c: Context):
     "generator.step_wise_trajectories",
     f"{ALG}.advantage_estimator",
 )
-def _c10(c: Context):
+def step_wise_needs_per_trajectory_advantage(c: Context):
     if c.s.generator.step_wise_trajectories and c.alg.advantage_estimator in ("gae", "reinforce++"):
         yield c.error(
             "RLC-E307",
@@ -118,7 +118,7 @@ def _c10(c: Context):
 
 
 @rule("RLC-E308", "off-policy correction values are in range", f"{ALG}.off_policy_correction")
-def _opc_values(c: Context):
+def off_policy_correction_in_range(c: Context):
     opc, k = c.alg.off_policy_correction, f"{ALG}.off_policy_correction"
     if opc.sequence_mask_metric == "geometric" and not opc.geo_mask_low < 1 < opc.geo_mask_high:
         yield c.error(
@@ -162,7 +162,7 @@ def _opc_values(c: Context):
     f"{ALG}.temperature",
     "generator.sampling_params.temperature",
 )
-def _temperature(c: Context):
+def loss_temperature_positive(c: Context):
     t = c.alg.temperature
     if num(t) is not None and t <= 0:
         yield c.error(
@@ -181,7 +181,7 @@ def _temperature(c: Context):
     f"{ALG}.dynamic_sampling.type",
     NS,
 )
-def _dyn(c: Context):
+def dynamic_sampling_replace_needs_group(c: Context):
     if c.alg.dynamic_sampling.type is not None and c.s.generator.n_samples_per_prompt < 2:
         yield c.error(
             "RLC-E309",
@@ -201,7 +201,7 @@ FA = "trainer.fully_async"
     f"{FA}.enabled",
     "trainer.placement.colocate_all",
 )
-def _async_colocate(c: Context):
+def fully_async_needs_separate_engines(c: Context):
     if c.t.fully_async.enabled and c.t.placement.colocate_all:
         yield c.error(
             "RLC-E311",
@@ -220,7 +220,7 @@ def _async_colocate(c: Context):
     "trainer.policy_mini_batch_size",
     f"{ALG}.dynamic_sampling.type",
 )
-def _async_batches(c: Context):
+def fully_async_one_step_per_batch(c: Context):
     if not c.t.fully_async.enabled:
         return
     if num(c.t.train_batch_size) is not None and c.t.train_batch_size != c.t.policy_mini_batch_size:
@@ -247,7 +247,7 @@ def _async_batches(c: Context):
     "fully async generation workers are between policy_mini_batch_size and that times (max_staleness_steps + 1)",
     f"{FA}.num_parallel_generation_workers",
 )
-def _async_workers(c: Context):
+def fully_async_generation_workers_in_range(c: Context):
     fa, mp = c.t.fully_async, c.t.policy_mini_batch_size
     if not fa.enabled or num(mp) is None:
         return
@@ -264,7 +264,7 @@ def _async_workers(c: Context):
         )
 
 
-# -- generator and inference engines (§3.2, §3.4, §3.5) ------------------------------------------------
+# -- generator and inference engines ------------------------------------------------
 
 
 @rule(
@@ -274,7 +274,7 @@ def _async_workers(c: Context):
     "trainer.max_prompt_length",
     "generator.max_turns",
 )
-def _g1(c: Context):
+def input_length_matches_prompt_length(c: Context):
     g, mpl = c.s.generator, c.t.max_prompt_length
     if num(g.max_input_length) is None or num(mpl) is None:
         return
@@ -297,7 +297,7 @@ def _g1(c: Context):
 
 
 @rule("RLC-E402", "logprobs is 0 or 1", "generator.sampling_params.logprobs")
-def _g3(c: Context):
+def logprobs_zero_or_one(c: Context):
     for key, sp in (
         ("generator.sampling_params", c.s.generator.sampling_params),
         ("generator.eval_sampling_params", c.s.generator.eval_sampling_params),
@@ -312,8 +312,11 @@ def _g3(c: Context):
 
 
 @rule("RLC-W401", "wandb logging needs WANDB_API_KEY", "trainer.logger", "launch.secrets")
-def _g2(c: Context):
-    if c.t.logger == "wandb" and "WANDB_API_KEY" not in c.s.launch.secrets and not c.env.get("WANDB_API_KEY"):
+def wandb_needs_api_key(c: Context):
+    secrets = (
+        c.s.launch.secrets if isinstance(c.s.launch.secrets, list) else []
+    )  # an interpolation may resolve to a scalar
+    if c.t.logger == "wandb" and "WANDB_API_KEY" not in secrets and not c.env.get("WANDB_API_KEY"):
         yield c.warning(
             "RLC-W401",
             "trainer.logger",
@@ -324,7 +327,7 @@ def _g2(c: Context):
 
 
 @rule("RLC-W402", "stop strings in multi-turn conversations without an appended EOS", "generator.sampling_params.stop")
-def _g5(c: Context):
+def multi_turn_stop_strings_need_eos(c: Context):
     g = c.s.generator
     stops = g.sampling_params.stop or (g.eval_sampling_params.stop if g.eval_sampling_params else None)
     if g.use_conversation_multi_turn and stops and not g.append_eos_token_after_stop_str_in_multi_turn:
@@ -338,7 +341,7 @@ def _g5(c: Context):
 
 
 @rule("RLC-E403", "expert parallelism spans dp * tp", f"{IE}.expert_parallel_size")
-def _i2(c: Context):
+def expert_parallel_spans_dp_tp(c: Context):
     ie = c.ie
     if ie.expert_parallel_size > 1 and ie.data_parallel_size * ie.tensor_parallel_size != ie.expert_parallel_size:
         yield c.error(
@@ -356,7 +359,7 @@ def _i2(c: Context):
     f"{IE}.external_proxy_url",
     f"{IE}.external_server_urls",
 )
-def _n1(c: Context):
+def colocate_all_needs_local_engines(c: Context):
     if c.p.colocate_all and (c.ie.external_proxy_url or c.ie.external_server_urls):
         key = f"{IE}.external_proxy_url" if c.ie.external_proxy_url else f"{IE}.external_server_urls"
         yield c.error(
@@ -369,7 +372,7 @@ def _n1(c: Context):
 
 
 @rule("RLC-E405", "remote engines need their addresses", f"{IE}.run_engines_locally", f"{IE}.remote_urls")
-def _n2(c: Context):
+def remote_engines_need_urls(c: Context):
     ie = c.ie
     if not ie.run_engines_locally and not (ie.remote_urls or ie.external_proxy_url or ie.external_server_urls):
         yield c.error(
@@ -395,7 +398,7 @@ def _n2(c: Context):
     "generator.chat_template.source",
     "generator.chat_template.name_or_path",
 )
-def _chat(c: Context):
+def chat_template_file_needs_path(c: Context):
     ct = c.s.generator.chat_template
     if ct.source == "file" and not ct.name_or_path:
         yield c.error(
@@ -407,7 +410,7 @@ def _chat(c: Context):
 
 
 @rule("RLC-E407", "batched generation is single-turn only", "generator.batched", "generator.max_turns")
-def _batched(c: Context):
+def batched_generation_single_turn(c: Context):
     g = c.s.generator
     if g.batched and g.max_turns > 1:
         yield c.error(

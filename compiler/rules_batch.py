@@ -1,4 +1,4 @@
-"""Batch-size rules (skyrl-rules.md §3.8): divisibility and the per-GPU arithmetic with data-parallel sizes."""
+"""Batch-size rules: divisibility and the per-GPU arithmetic with data-parallel sizes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ U, F, NS = (
 )
 
 
-# -- batch sizes (skyrl-rules.md §3.8) ------------------------------------------------------------
+# -- batch sizes ------------------------------------------------------------
 
 
 def _mini_within_train(c: Context, code: str, key: str):
@@ -41,18 +41,18 @@ def _mini_within_train(c: Context, code: str, key: str):
 
 
 @rule("RLC-E101", "train_batch_size >= policy_mini_batch_size > 0", B, MP)
-def _b1(c: Context):
+def policy_mini_batch_within_train_batch(c: Context):
     yield from _mini_within_train(c, "RLC-E101", MP)
 
 
 @rule("RLC-E102", "critic: train_batch_size >= critic_mini_batch_size > 0", B, MC, "trainer.critic.model.path")
-def _b2(c: Context):
+def critic_mini_batch_within_train_batch(c: Context):
     if critic_on(c.s):
         yield from _mini_within_train(c, "RLC-E102", MC)
 
 
 @rule("RLC-E103", "micro batch sizes are positive", U, F)
-def _b3(c: Context):
+def micro_batches_positive(c: Context):
     for key, v in ((U, c.t.micro_train_batch_size_per_gpu), (F, c.t.micro_forward_batch_size_per_gpu)):
         if num(v) is not None and v <= 0:
             yield c.error(
@@ -69,7 +69,7 @@ def _b3(c: Context):
     "trainer.placement.policy_num_gpus_per_node",
     "trainer.placement.policy_num_nodes",
 )
-def _b4(c: Context):
+def megatron_world_divisible_by_model_parallel(c: Context):
     if not c.megatron:
         return
     for role in ("policy",) + (("ref",) if ref_on(c.s) else ()):
@@ -89,7 +89,7 @@ def _b4(c: Context):
 
 
 @rule("RLC-E105", "train_batch_size is a multiple of policy_mini_batch_size", B, MP)
-def _b5(c: Context):
+def policy_mini_batch_divides_train_batch(c: Context):
     b, m = num(c.t.train_batch_size), num(c.t.policy_mini_batch_size)
     if b and m and b >= m > 0 and b % m:
         yield c.error(
@@ -111,7 +111,7 @@ def _per_gpu_sizes(c: Context, role: str, mini_key: str):
         num(c.s.generator.n_samples_per_prompt),
     )
     dp = c.dp(role)
-    if None in (b, m, n, dp) or m <= 0 or dp <= 0 or b < m:
+    if b is None or m is None or n is None or dp is None or m <= 0 or dp <= 0 or b < m:
         return None
     return (m * n) // dp, (b * n) // dp, dp
 
@@ -170,12 +170,12 @@ def _train_per_gpu(c: Context, role: str, mini_key: str, code: str):
     U,
     "trainer.placement.policy_num_gpus_per_node",
 )
-def _b6(c: Context):
+def policy_mini_batch_per_gpu_fits_micro(c: Context):
     yield from _mini_per_gpu(c, "policy", MP, "RLC-E106")
 
 
 @rule("RLC-E107", "policy train batch per GPU is a multiple of the mini batch per GPU", B, MP, NS)
-def _b7(c: Context):
+def policy_train_batch_per_gpu_fits_mini(c: Context):
     yield from _train_per_gpu(c, "policy", MP, "RLC-E107")
 
 
@@ -188,7 +188,7 @@ def _b7(c: Context):
     U,
     "trainer.placement.critic_num_gpus_per_node",
 )
-def _b8(c: Context):
+def critic_batch_arithmetic(c: Context):
     if not critic_on(c.s):
         return
     b, m = num(c.t.train_batch_size), num(c.t.critic_mini_batch_size)
@@ -206,10 +206,11 @@ def _b8(c: Context):
 
 
 @rule("RLC-E109", "train_batch_size * n_samples_per_prompt >= lcm of policy and ref data-parallel sizes", B, NS)
-def _b9(c: Context):
+def train_batch_covers_data_parallel_ranks(c: Context):
     b, n = num(c.t.train_batch_size), num(c.s.generator.n_samples_per_prompt)
-    dps = [c.dp("policy")] + ([c.dp("ref")] if ref_on(c.s) else [])
-    if None in dps or b is None or n is None:
+    found = [c.dp("policy")] + ([c.dp("ref")] if ref_on(c.s) else [])
+    dps = [d for d in found if d is not None]
+    if len(dps) < len(found) or b is None or n is None:
         return
     lcm = math.lcm(*dps)
     if b * n < lcm:
@@ -225,9 +226,9 @@ def _b9(c: Context):
 
 
 @rule("RLC-W101", "mini batch * n_samples divides evenly over the policy data-parallel ranks", MP, NS)
-def _w101(c: Context):
+def mini_batch_spreads_evenly(c: Context):
     m, n, dp = num(c.t.policy_mini_batch_size), num(c.s.generator.n_samples_per_prompt), c.dp("policy")
-    if None not in (m, n, dp) and m > 0 and dp > 0 and (m * n) // dp > 0 and (m * n) % dp:
+    if m is not None and n is not None and dp is not None and m > 0 and dp > 0 and (m * n) // dp > 0 and (m * n) % dp:
         yield c.warning(
             "RLC-W101",
             MP,
@@ -242,7 +243,7 @@ def _w101(c: Context):
     "FSDP: the role's GPU count is divisible by its sequence_parallel_size",
     "trainer.policy.sequence_parallel_size",
 )
-def _w102(c: Context):
+def fsdp_world_divisible_by_sequence_parallel(c: Context):
     if c.megatron:
         return
     for role in ("policy", "critic", "ref"):

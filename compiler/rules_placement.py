@@ -1,4 +1,4 @@
-"""Placement rules (skyrl-rules.md §3.7 C17/C18, §4): colocation equalities and the fit to `cluster`."""
+"""Placement rules: colocation equalities and the fit of every role and engine to `cluster`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from rlc.compiler.check import Context, num, rule
 from rlc.compiler.resolve import critic_on, engine_gpus, gpu_demand, ref_on
 
-# -- placement (skyrl-rules.md §3.7 C17/C18, §4) ------------------------------------------------------
+# -- placement ------------------------------------------------------
 
 IE = "generator.inference_engine"
 
@@ -20,7 +20,7 @@ IE = "generator.inference_engine"
     f"{IE}.tensor_parallel_size",
     "trainer.placement.policy_num_gpus_per_node",
 )
-def _c17(c: Context):
+def colocate_all_engines_match_policy(c: Context):
     if not c.p.colocate_all or not c.ie.run_engines_locally:
         return
     w = c.world("policy")
@@ -50,7 +50,7 @@ def _c17(c: Context):
     "trainer.placement.ref_num_nodes",
     "trainer.placement.ref_num_gpus_per_node",
 )
-def _c18(c: Context):
+def colocated_ref_matches_policy(c: Context):
     if c.p.colocate_all or not c.p.colocate_policy_ref or not ref_on(c.s):
         return
     for dim in ("num_nodes", "num_gpus_per_node"):
@@ -71,7 +71,7 @@ def _c18(c: Context):
     "trainer.placement.ref_num_gpus_per_node",
     "trainer.placement.critic_num_gpus_per_node",
 )
-def _colocate_roles(c: Context):
+def colocate_all_roles_match_policy(c: Context):
     if not c.p.colocate_all:
         return
     w = c.world("policy")
@@ -88,7 +88,7 @@ def _colocate_roles(c: Context):
 
 
 @rule("RLC-E204", "the placement fits the cluster (GPUs in total)", "cluster.gpus_per_node", "cluster.num_nodes")
-def _fits_total(c: Context):
+def placement_fits_cluster(c: Context):
     g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)
     if g is None or n is None:
         return
@@ -112,7 +112,7 @@ def _fits_total(c: Context):
     "cluster.gpus_per_node",
     "trainer.placement.policy_num_gpus_per_node",
 )
-def _fits_node(c: Context):
+def bundle_fits_node(c: Context):
     g = num(c.s.cluster.gpus_per_node)
     if g is None:
         return
@@ -134,7 +134,7 @@ def _fits_node(c: Context):
     f"{IE}.distributed_executor_backend",
     f"{IE}.tensor_parallel_size",
 )
-def _mp_fits(c: Context):
+def multi_node_engine_needs_ray_backend(c: Context):
     g = num(c.s.cluster.gpus_per_node)
     size = c.ie.tensor_parallel_size * c.ie.pipeline_parallel_size
     if g is not None and c.ie.distributed_executor_backend == "mp" and size > g:
@@ -150,10 +150,10 @@ def _mp_fits(c: Context):
 @rule(
     "RLC-W201", "an engine's tensor-parallel group spans nodes", f"{IE}.tensor_parallel_size", "cluster.gpus_per_node"
 )
-def _tp_spans(c: Context):
+def engine_tensor_parallel_spans_nodes(c: Context):
     g = num(c.s.cluster.gpus_per_node)
-    tp = c.ie.tensor_parallel_size
-    if g is not None and c.ie.distributed_executor_backend == "ray" and tp > g:
+    tp = num(c.ie.tensor_parallel_size)
+    if g is not None and tp is not None and c.ie.distributed_executor_backend == "ray" and tp > g:
         yield c.warning(
             "RLC-W201",
             f"{IE}.tensor_parallel_size",
@@ -164,7 +164,7 @@ def _tp_spans(c: Context):
 
 
 @rule("RLC-W202", "the placement leaves GPUs of the cluster unused", "cluster.num_nodes")
-def _idle(c: Context):
+def placement_leaves_gpus_idle(c: Context):
     g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)
     if g is None or n is None:
         return
@@ -187,7 +187,7 @@ MAX_DEVICES = 1_000_000
     "cluster.num_nodes",
     "generator.inference_engine.num_engines",
 )
-def _too_large(c: Context):
+def job_size_bounded(c: Context):
     g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)
     demand = gpu_demand(c.s)
     if demand > MAX_DEVICES or (g is not None and n is not None and g * n > MAX_DEVICES):

@@ -7,7 +7,7 @@ their launch files are still worth checking, and the runtime stops at start-up, 
 
 from __future__ import annotations
 
-from rlc.compiler.check import Context, rule
+from rlc.compiler.check import Context, num, rule
 
 ALG = "trainer.algorithm"
 BUILTIN_ENVS = ("gsm8k", "synthetic")  # rlc.runtime.envs.BUILTIN (kept here so the compiler imports no runtime code)
@@ -20,7 +20,7 @@ def _extension_envs() -> set[str]:
 
 
 @rule("RLC-E902", "the runtime has this environment", "environment.env_class")
-def _env(c: Context):
+def environment_exists(c: Context):
     if c.s.environment.env_class not in BUILTIN_ENVS and c.s.environment.env_class not in _extension_envs():
         yield c.error(
             "RLC-E902",
@@ -34,7 +34,7 @@ def _unsupported(c: Context):
     """(key, what is set) for every feature the runtime does not execute yet."""
     t, g = c.t, c.s.generator
     checks = [
-        ("generator.max_turns", g.max_turns > 1, "multi-turn rollouts"),
+        ("generator.max_turns", (num(g.max_turns) or 0) > 1, "multi-turn rollouts"),
         ("generator.step_wise_trajectories", g.step_wise_trajectories, "step-wise trajectories"),
         (
             "generator.inference_engine.enable_http_endpoint",
@@ -53,15 +53,32 @@ def _unsupported(c: Context):
         checks.append(
             (
                 f"trainer.{role}.sequence_parallel_size",
-                getattr(t, role).sequence_parallel_size > 1,
+                (num(getattr(t, role).sequence_parallel_size) or 0) > 1,
                 "Ulysses sequence parallelism",
             )
         )
     return [(key, what) for key, on, what in checks if on]
 
 
-@rule("RLC-E903", "the runtime executes every feature the spec turns on", "generator.max_turns")
-def _features(c: Context):
+FEATURE_KEYS = (
+    "generator.max_turns",
+    "generator.step_wise_trajectories",
+    "generator.inference_engine.enable_http_endpoint",
+    "generator.chat_template.name_or_path",
+    "trainer.logger",
+    "trainer.update_ref_every_epoch",
+    "trainer.dump_data_batch",
+    "trainer.rope_scaling",
+    "trainer.rope_theta",
+    "trainer.policy.use_torch_compile",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.ref.sequence_parallel_size",
+    "trainer.critic.sequence_parallel_size",
+)
+
+
+@rule("RLC-E903", "the runtime executes every feature the spec turns on", *FEATURE_KEYS)
+def runtime_executes_features(c: Context):
     for key, what in _unsupported(c):
         yield c.error(
             "RLC-E903",

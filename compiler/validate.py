@@ -162,6 +162,21 @@ class _Walker:
 
     def constraints(self, spec: FieldSpec, value: Any, path: list) -> None:
         key, m = dotted(path), spec.meta
+        if isinstance(value, float) and not math.isfinite(value):
+            # .nan/.inf parse as floats in YAML; no setting of a training job means infinity or not-a-number
+            self.report(
+                Diagnostic(
+                    "RLC-E015",
+                    ERROR,
+                    f"{key} = {describe(value)} is not a finite number",
+                    key=key,
+                    location=self.doc.locate(tuple(path)),
+                    hint=f"set {key} to a finite number",
+                    values={"value": value},
+                ),
+                path,
+            )
+            return
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             for name, word, ok in (
                 (meta.MINIMUM, ">=", lambda v, b: v >= b),

@@ -1,6 +1,6 @@
 """Migration step legacy -> 1: SkyRL's flat-key YAML (any historical shape) to spec v1.
 
-Written from the rename history (skyrl-rules.md §5, legacy-keys.json), not from particular files: every
+Written from SkyRL's history of renamed keys, not from particular files: every
 rule below names a key shape, so versions we never saw migrate too. The step is a pure function on the
 round-trip document (it edits the tree in place and returns the list of changes it made); comments,
 key order and formatting of everything it does not touch stay as they were.

@@ -6,6 +6,7 @@ The line to expect is marked in each spec with `# <-`.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 from rlc.compiler.check import RULES
@@ -389,6 +390,26 @@ CASES = {
             sequence_parallel_size: 2  # <-
         """,
     ),
+    "RLC-E505": (
+        "trainer.policy.fsdp_config.fsdp_size",
+        """
+        trainer:
+          policy:
+            fsdp_config:
+              fsdp_size: 3  # <-
+        """,
+    ),
+    "RLC-E506": (
+        "trainer.policy.megatron_config.tensor_model_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: FIXTURES/model-14-heads}
+            megatron_config:
+              tensor_model_parallel_size: 4  # <-
+        """,
+    ),
     "RLC-W501": (
         "trainer.policy.megatron_config.expert_model_parallel_size",
         """
@@ -456,7 +477,7 @@ CASES = {
 
 
 def _write(tmp_path, body: str):
-    body = textwrap.dedent(body).strip("\n")
+    body = textwrap.dedent(body).strip("\n").replace("FIXTURES", str(Path(__file__).resolve().parents[1] / "fixtures"))
     text = "version: 1\n"
     if not body.startswith("cluster"):
         text += BASE_CLUSTER
@@ -494,8 +515,6 @@ def test_base_spec_is_valid(tmp_path):
 
 
 def test_rules_are_documented():
-    from pathlib import Path
-
     doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
     missing = [r.code for r in RULES if r.code not in doc]
     assert not missing, f"docs/rules.md lacks {missing}"

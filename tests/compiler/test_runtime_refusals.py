@@ -1,0 +1,134 @@
+"""What the runtime refuses at start-up, `rlc validate` refuses first: one case per config-error row of
+docs/runtime-refusals.md, run through the CLI's click entry point as a user would see it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rlc.compiler.check import INTERNAL_ERROR, RULES, Context, check, rule
+from rlc.compiler.cli import cli
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _validate(spec: Path | str, *overrides: str) -> tuple[int, list[dict]]:
+    result = CliRunner().invoke(cli, ["validate", str(spec), *overrides, "--format", "json"])
+    return result.exit_code, json.loads(result.output)["diagnostics"]
+
+
+def _errors(diags: list[dict], code: str) -> list[dict]:
+    return [d for d in diags if d["code"] == code and d["severity"] == "error"]
+
+
+# (spec, override that makes the runtime refuse, code, key)
+REFUSALS = [
+    (
+        "gsm8k-grpo-2node.yaml",
+        "trainer.policy.fsdp_config.fsdp_size=3",
+        "RLC-E505",
+        "trainer.policy.fsdp_config.fsdp_size",
+    ),
+    ("gsm8k-grpo-8xh100.yaml", "trainer.ref.fsdp_config.fsdp_size=3", "RLC-E505", "trainer.ref.fsdp_config.fsdp_size"),
+    (
+        "gsm8k-grpo-megatron-8xh100.yaml",
+        "trainer.policy.megatron_config.tensor_model_parallel_size=3",
+        "RLC-E104",
+        "trainer.policy.megatron_config.tensor_model_parallel_size",
+    ),
+    (
+        "gsm8k-grpo-megatron-8xh100.yaml",
+        "trainer.policy.sequence_parallel_size=2",
+        "RLC-E504",
+        "trainer.policy.sequence_parallel_size",
+    ),
+]
+
+
+@pytest.mark.parametrize(("example", "override", "code", "key"), REFUSALS)
+def test_validate_refuses_what_the_runtime_refuses(example: str, override: str, code: str, key: str) -> None:
+    rc, diags = _validate(EXAMPLES / example, override)
+    hits = _errors(diags, code)
+    assert rc == 1 and hits, diags
+    assert hits[0]["key"] == key and hits[0]["file"], hits[0]
+
+
+def test_fsdp_size_that_divides_the_world_is_valid() -> None:
+    rc, diags = _validate(EXAMPLES / "gsm8k-grpo-2node.yaml", "trainer.policy.fsdp_config.fsdp_size=8")
+    assert rc == 0, diags
+
+
+@pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", ".NaN", "+.Inf"])
+def test_non_finite_override_is_refused(text: str) -> None:
+    rc, diags = _validate(EXAMPLES / "gsm8k-grpo-2node.yaml", f"trainer.policy.optimizer_config.lr={text}")
+    hits = _errors(diags, "RLC-E015")
+    assert rc == 1 and hits and hits[0]["key"] == "trainer.policy.optimizer_config.lr", diags
+    assert hits[0]["file"] == "<command line>"
+
+
+@pytest.mark.parametrize("text", [".nan", ".inf", "-.inf"])
+def test_non_finite_value_in_a_file_is_refused_at_its_line(tmp_path: Path, text: str) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "version: 1\ncluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
+        f"generator:\n  sampling_params:\n    temperature: {text}\n"
+    )
+    rc, diags = _validate(spec)
+    hits = _errors(diags, "RLC-E015")
+    assert rc == 1 and hits and hits[0]["key"] == "generator.sampling_params.temperature", diags
+    assert hits[0]["file"] == str(spec) and hits[0]["line"] == 5
+
+
+def test_a_crashing_rule_is_an_internal_error_not_silence(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real rule registered the way every rule is; it fails the way a rule with a bug would.
+    monkeypatch.setattr("rlc.compiler.check.RULES", list(RULES))
+
+    @rule("RLC-E998", "divides by the train batch size", "trainer.train_batch_size")
+    def crashes(c: Context):
+        yield c.error("RLC-E998", "trainer.train_batch_size", str(1 // 0), "none")
+
+    from rlc.compiler.frontend import analyze
+
+    spec = analyze(EXAMPLES / "local-cpu.yaml").spec
+    out = check(spec, lambda key, related=(): None, env={})
+    internal = [d for d in out if d.code == INTERNAL_ERROR]
+    assert internal and "RLC-E998" in internal[0].message and "crashes" in internal[0].message
+    assert internal[0].is_error and "report" in internal[0].hint
+
+
+def test_megatron_tensor_parallel_must_divide_a_local_models_heads(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    config = {
+        "model_type": "qwen2",
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "intermediate_size": 4864,
+        "hidden_size": 896,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "hidden_act": "silu",
+    }
+    (model / "config.json").write_text(json.dumps(config))
+    rc, diags = _validate(
+        EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml",
+        f"trainer.policy.model.path={model}",
+        "trainer.policy.megatron_config.tensor_model_parallel_size=4",
+    )
+    hits = _errors(diags, "RLC-E506")
+    assert rc == 1 and hits and hits[0]["key"] == "trainer.policy.megatron_config.tensor_model_parallel_size", diags
+    assert "num_attention_heads=14" in hits[0]["message"]
+    rc, diags = _validate(
+        EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml",
+        f"trainer.policy.model.path={model}",
+        "trainer.policy.megatron_config.tensor_model_parallel_size=2",
+    )
+    assert not _errors(diags, "RLC-E506"), diags
+    # The runtime's own conversion check refuses the same layout (it reads the config by attribute, no weights).
+    megatron_weights = pytest.importorskip("rlc.runtime.megatron_weights")
+    from types import SimpleNamespace
+
+    with pytest.raises(megatron_weights.UnsupportedModel, match="num_attention_heads=14"):
+        megatron_weights.layout_from_hf(SimpleNamespace(**config), tp_size=4)
