@@ -1,4 +1,4 @@
-"""Plan: from the resolved spec to where every role and inference engine runs (skyrl-rules.md §4).
+"""Plan: from the resolved spec to where every role and inference engine runs, as SkyRL places them.
 
 The plan is what the runtime creates, not a guess at what Ray will do: each placement group below, with each
 bundle on the node and GPUs named here, and each actor pinned to its bundle. A node is a logical index
@@ -181,7 +181,7 @@ def _group_roles(out: Plan, what: str, members: list[str], d: _Demand, world: di
     for m in members:
         ranks: list[tuple[int, int, int | None]] = []
         for r in range(world[m]):
-            # Rank r sits on bundle r // g (skyrl-rules.md §4.3); the modulo only keeps a mis-sized ref (RLC-E202) in range.
+            # Rank r sits on bundle r // g, as in SkyRL; the modulo only keeps a mis-sized ref (RLC-E202) in range.
             k = r % total // d.size
             ranks.append((pg.bundles[k].node, pg.bundles[k].gpus[r % d.size], k))
         roles.append(Role(m, pg.name, shares[m], ranks))

@@ -1,6 +1,6 @@
 """Resolve: from the typed spec to a config in which every derived value is explicit.
 
-Derivations follow SkyRL's `__post_init__` hooks and `validate_cfg` mutations (skyrl-rules.md §2), then
+Derivations follow SkyRL's `__post_init__` hooks and the values its `validate_cfg` fills in, then
 rlc's own: placement counts from `cluster` when the spec leaves them unset, and `cluster` from the
 placement when it is unset. Each derived value records the keys it came from.
 """
@@ -317,7 +317,8 @@ def nodes_needed(spec, per_node: int) -> int:
 
 
 def gpu_demand(spec) -> int:
-    """GPUs the job asks of the cluster (skyrl-rules.md §4.1)."""
+    """GPUs the job asks of the cluster: under colocate_all the largest of the roles and the engines (they share GPUs),
+    otherwise their sum (a ref that shares the policy's bundles adds none)."""
     p, ie = spec.trainer.placement, spec.generator.inference_engine
 
     def w(role: str) -> int:

@@ -3,7 +3,7 @@
 With colocate_all the policy, ref and critic ranks and the inference engines share the same GPUs, so
 at any moment only what the current phase needs may sit there. `Colocation` knows where every role's
 model and optimizer state are and whether the engines are awake, and returns, per phase, the ordered
-actions that get there (runtime-anchors.md §1.4, SkyRL's `_ensure_on_gpu` and weight-sync order):
+actions that get there (in the order of SkyRL's `_ensure_on_gpu` and its weight sync):
 
 - generate: engines awake (weights and KV cache), every trainer role on the CPU;
 - after generate: engines reset their prefix cache and sleep (level 2: weights and KV dropped);

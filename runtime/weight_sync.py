@@ -1,6 +1,6 @@
 """Weight sync from the trainer to the inference engines: stream full weights, chunk them, send them.
 
-Two paths, as in the runtime notes (§1.5). Broadcast: trainer rank 0 and every engine worker form a
+Two paths. Broadcast: trainer rank 0 and every engine worker form a
 process group of their own (`init_group`), rank 0 streams the unsharded weights one tensor at a time
 (`iter_full_params` → `send_weights`) and each engine allocates, receives and loads them chunk by chunk
 (`receive_weights`). CUDA IPC (trainer and engine on one GPU, where NCCL cannot pair them): every
