@@ -24,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.multiprocessing as mp  # noqa: E402
+from rlc.compiler.decide import sampling as sampling_from_spec  # noqa: E402
 from rlc.runtime.inference.hf import Sampling  # noqa: E402
 from rlc.runtime.inference.vllm import (  # noqa: E402
     LORA_RANKS,
@@ -51,7 +52,7 @@ def _engine(**fields):
 
 
 def _sampling(**fields) -> Sampling:
-    return Sampling.from_spec(_spec({"sampling_params": fields}).generator.sampling_params)
+    return sampling_from_spec(_spec({"sampling_params": fields}).generator.sampling_params)
 
 
 @functools.cache
