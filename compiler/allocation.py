@@ -48,6 +48,8 @@ STRATEGY = "RLC-E224"  # training components with different backends
 COLOCATION = "RLC-E225"  # a sharing rlc's placement cannot express, or shared components of different sizes
 LAYOUT = "RLC-E226"  # a model's GPUs do not fill whole nodes
 CONFLICT = "RLC-E227"  # the string and an explicitly set key disagree
+UNUSED_REF = "RLC-W220"  # a ref component while no KL term uses the reference model
+UNUSED_CRITIC = "RLC-W221"  # a critic component while no critic model is set
 CODES = {
     SYNTAX: "the allocation string does not parse",
     BACKEND: "an unknown or unsupported backend",
@@ -57,6 +59,8 @@ CODES = {
     COLOCATION: "a sharing of GPUs rlc's placement cannot express, or shared components of different sizes",
     LAYOUT: "a model's GPU count does not fill whole nodes of cluster.gpus_per_node",
     CONFLICT: "the allocation string and an explicitly set placement key disagree",
+    UNUSED_REF: "warning: a ref component, but no KL term loads the reference model",
+    UNUSED_CRITIC: "warning: a critic component, but trainer.critic.model.path is unset",
 }
 
 

@@ -173,7 +173,9 @@ def _batches(imp: _Importer) -> None:
 
 
 def _model(imp: _Importer, strategy: str) -> None:
-    imp.put("trainer.strategy", "megatron" if strategy == "megatron" else "fsdp2", reason=f"AReaL backend {strategy}")
+    source = next((k for k in ("allocation_mode", "actor.backend", "rollout.backend") if imp.has(k)), None)
+    chosen = "megatron" if strategy == "megatron" else "fsdp2"
+    imp.put("trainer.strategy", chosen, *([source] if source else []), reason=f"AReaL's {strategy} training backend")
     if imp.has("actor.path"):
         imp.put("trainer.policy.model.path", imp.get("actor.path"), "actor.path")
     if imp.get("actor.init_from_scratch") is True:

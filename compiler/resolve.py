@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlc.compiler import allocation
-from rlc.core.diagnostics import ERROR, Diagnostic, Location
+from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.spec.generation import SamplingParams
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
 
@@ -135,8 +135,9 @@ class _Resolver:
             return
         per_node = self.spec.cluster.gpus_per_node
         try:
+            parsed = allocation.parse(text)
             found = allocation.settings(
-                allocation.parse(text), self.spec.trainer.strategy, per_node if isinstance(per_node, int) else None
+                parsed, self.spec.trainer.strategy, per_node if isinstance(per_node, int) else None
             )
         except allocation.AllocationError as exc:
             message = f"{allocation.KEY}: {exc.message}"
@@ -146,6 +147,7 @@ class _Resolver:
                 )
             )
             return
+        self._unused_components(parsed)
         for path, value in found.items():
             if path not in self.explicit:
                 self.derive(path, value, [allocation.KEY])
@@ -163,6 +165,33 @@ class _Resolver:
                     location=self.locate(path),
                     hint=f"remove {path} and let the allocation string set it, or change the string",
                     related=[allocation.KEY],
+                )
+            )
+
+    def _unused_components(self, parsed: allocation.Allocation) -> None:
+        for comp in parsed.components:
+            if comp.role == "ref" and not ref_on(self.spec):
+                code, what, hint = (
+                    allocation.UNUSED_REF,
+                    "places a reference model, but no KL term loads one (use_kl_loss and use_kl_in_reward are off)",
+                    "drop the ref component, or turn on a KL term",
+                )
+            elif comp.role == "critic" and not critic_on(self.spec):
+                code, what, hint = (
+                    allocation.UNUSED_CRITIC,
+                    "places a critic, but trainer.critic.model.path is unset, so no critic is trained",
+                    "set trainer.critic.model.path, or drop the critic component",
+                )
+            else:
+                continue
+            self.out.diagnostics.append(
+                Diagnostic(
+                    code,
+                    WARNING,
+                    f"{allocation.KEY} {what}; its GPUs stay idle",
+                    key=allocation.KEY,
+                    location=self._in_string(comp.start),
+                    hint=hint,
                 )
             )
 

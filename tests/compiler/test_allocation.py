@@ -155,3 +155,13 @@ def test_cli_validate_and_explain(tmp_path):
     explained = run_rlc("explain", "trainer.placement.allocation")
     assert explained.returncode == 0
     assert 'group ( "+" group )*' in explained.stdout and "RLC-E227" in explained.stdout
+
+
+def test_an_idle_ref_or_critic_component_is_a_warning(tmp_path):
+    spec = _spec(tmp_path, "w", 4, "", "allocation: vllm:d8+fsdp[actor]:d8+fsdp[ref]:d8+fsdp[critic]:d8")
+    spec.write_text(spec.read_text().replace("use_kl_loss: true", "use_kl_loss: false"))
+    result = compile_job(spec)
+    warned = {d.code: d for d in result.diagnostics if d.code in ("RLC-W220", "RLC-W221")}
+    assert set(warned) == {"RLC-W220", "RLC-W221"}
+    loc = warned["RLC-W221"].location
+    assert loc is not None and loc.text is not None and loc.text[loc.col - 1 :].startswith("fsdp[critic]")

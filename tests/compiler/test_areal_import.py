@@ -21,6 +21,7 @@ RL = {
     "gsm8k_dapo_dynamic_bs.yaml": {"advantage_estimator": "grpo", "eps_clip_high": 0.28, "eps_clip_low": 0.2},
     "gsm8k_rloo.yaml": {"advantage_estimator": "rloo"},
     "gsm8k_grpo_lora.yaml": {"advantage_estimator": "grpo"},
+    "gsm8k_grpo_megatron.yaml": {"advantage_estimator": "grpo", "grpo_norm_by_std": True},
     "gsm8k_ppo_megatron.yaml": {"advantage_estimator": "gae", "value_clip": 0.5},
 }
 REFUSED = {"gsm8k_sft.yaml": "SFT", "hhrlhf_rw.yaml": "reward-model"}
@@ -84,6 +85,9 @@ def test_lora_megatron_and_placement_details():
     assert lora.spec["trainer.policy.model.lora.target_modules"] == "all-linear"
     _, rloo = _import("gsm8k_rloo.yaml")  # AReaL's older `sglang.d4p1t1+d4p1t1` spelling
     assert rloo.spec["trainer.placement.allocation"] == "vllm:d4p1t1+fsdp:d4p1t1"
+    _, megatron = _import("gsm8k_grpo_megatron.yaml")
+    assert megatron.spec["trainer.strategy"] == "megatron"
+    assert megatron.spec["trainer.placement.allocation"] == "vllm:d4p1t1+megatron:d4p1t1"
     _, ppo = _import("gsm8k_ppo_megatron.yaml")
     assert ppo.spec["trainer.strategy"] == "fsdp2"  # rlc's Megatron trains no critic: reported as altering
     assert ppo.spec["trainer.placement.allocation"] == "vllm:d4p1t1+fsdp:d2p1t1+fsdp[critic]:d2p1t1"
