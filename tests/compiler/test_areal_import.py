@@ -20,6 +20,12 @@ RL = {
     "gsm8k_gspo.yaml": {"advantage_estimator": "grpo", "policy_loss_type": "gspo"},
     "gsm8k_dapo_dynamic_bs.yaml": {"advantage_estimator": "grpo", "eps_clip_high": 0.28, "eps_clip_low": 0.2},
     "gsm8k_rloo.yaml": {"advantage_estimator": "rloo"},
+    "gsm8k_reinforce.yaml": {
+        "advantage_estimator": "reinforce++",
+        "use_kl_in_reward": True,
+        "kl_loss_coef": 0.001,
+        "kl_estimator_type": "k1",
+    },
     "gsm8k_grpo_lora.yaml": {"advantage_estimator": "grpo"},
     "gsm8k_grpo_megatron.yaml": {"advantage_estimator": "grpo", "grpo_norm_by_std": True},
     "gsm8k_ppo_megatron.yaml": {"advantage_estimator": "gae", "value_clip": 0.5},
