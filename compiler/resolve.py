@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlc.compiler import allocation
+from rlc.compiler.allocation import Allocation
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.spec.generation import SamplingParams
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
@@ -168,7 +169,7 @@ class _Resolver:
                 )
             )
 
-    def _unused_components(self, parsed: allocation.Allocation) -> None:
+    def _unused_components(self, parsed: Allocation) -> None:
         for comp in parsed.components:
             if comp.role == "ref" and not ref_on(self.spec):
                 code, what, hint = (

@@ -6,6 +6,9 @@ import textwrap
 
 import pytest
 from conftest import run_rlc
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rlc.compiler import allocation
 from rlc.compiler.pipeline import compile_job
 from rlc.core.overrides import parse_override
 
@@ -165,3 +168,24 @@ def test_an_idle_ref_or_critic_component_is_a_warning(tmp_path):
     assert set(warned) == {"RLC-W220", "RLC-W221"}
     loc = warned["RLC-W221"].location
     assert loc is not None and loc.text is not None and loc.text[loc.col - 1 :].startswith("fsdp[critic]")
+
+
+TOKENS = ["vllm", "fsdp", "megatron", "sglang", ":", ".", "+", "|", "(", "[ref]", "[critic]", "[actor]", " "]
+TOKENS += ["d4", "d2", "t2", "p2", "c2", "e2", "d0", "d16", "attn:d1"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet="vlmfsdpgtrceaon0123456789[]:+|() ._", max_size=30),
+        st.lists(st.sampled_from(TOKENS), max_size=9).map("".join),
+    ),
+    st.sampled_from([None, 1, 8]),
+)
+def test_any_string_parses_or_is_a_located_error(text, per_node):
+    try:
+        found = allocation.settings(allocation.parse(text), "fsdp2", per_node)
+    except allocation.AllocationError as exc:
+        assert exc.code in allocation.CODES and 0 <= exc.offset <= len(text)
+    else:
+        assert all(isinstance(v, (int, bool, str)) for v in found.values())
