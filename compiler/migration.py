@@ -138,7 +138,9 @@ def areal_text(source: str, result) -> str:
         node[last] = value
         sources = [s for s in result.sources.get(path, []) if s]
         if sources:
-            node.yaml_add_eol_comment(f"AReaL: {', '.join(sources)}", last)
+            node.yaml_add_eol_comment(
+                f"AReaL: {', '.join(sources)}", last, column=_comment_column(len(head), last, value)
+            )
     root.yaml_set_start_comment(
         f"Imported from the AReaL config {source} by `rlc migrate --from areal`.\n"
         "Comments name the AReaL keys each value came from; the report lists what was dropped."
@@ -149,6 +151,17 @@ def areal_text(source: str, result) -> str:
     buf = io.StringIO()
     y.dump(root, buf)
     return buf.getvalue()
+
+
+def _comment_column(depth: int, key: str, value) -> int:
+    """Two spaces after `key: value` (ruamel would otherwise align a comment with the one before it)."""
+    if isinstance(value, bool):
+        shown = "true" if value else "false"
+    elif isinstance(value, (str, int, float)):
+        shown = str(value)
+    else:
+        shown = ""  # a block list or mapping: the comment goes after `key:`
+    return 2 * depth + len(key) + 2 + len(shown) + (2 if shown else 1)
 
 
 def run_areal_import(old: str, output: str | None, force: bool) -> int:
