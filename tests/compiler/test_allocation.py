@@ -158,6 +158,7 @@ def test_cli_validate_and_explain(tmp_path):
     explained = run_rlc("explain", "trainer.placement.allocation")
     assert explained.returncode == 0
     assert 'group ( "+" group )*' in explained.stdout and "RLC-E227" in explained.stdout
+    assert "rlc addition" in explained.stdout
 
 
 def test_an_idle_ref_or_critic_component_is_a_warning(tmp_path):
