@@ -114,15 +114,33 @@ def explain(key: str) -> None:
 @click.option("--check", is_flag=True, help="Exit 1 when OLD needs migrating; write nothing.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff instead of the migrated file.")
 @click.option("--force", is_flag=True, help="Let -o replace an existing file.")
-def migrate(old: str, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool) -> None:
+@click.option(
+    "--from",
+    "source",
+    type=click.Choice(["skyrl", "areal"]),
+    default="skyrl",
+    show_default=True,
+    help="What OLD is: a legacy SkyRL config, or an AReaL experiment config (RL only) to import.",
+)
+def migrate(
+    old: str, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool, source: str
+) -> None:
     """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
 
-    Without -o/--in-place the result goes to stdout and no file is touched.
+    With --from areal, import an AReaL experiment config instead: every key is reported as mapped, dropped or
+    not carried, and SFT, DPO and reward-model configs are refused. Without -o/--in-place the result goes to
+    stdout and no file is touched.
     """
-    from rlc.compiler.migration import run_migrate
+    from rlc.compiler.migration import run_areal_import, run_migrate
 
     if output and in_place:
         raise click.UsageError("use either -o/--output or --in-place, not both")
+    if source == "areal":
+        if in_place or check or show_diff:
+            raise click.UsageError(
+                "--from areal writes a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
+            )
+        sys.exit(run_areal_import(old, output, force))
     sys.exit(run_migrate(old, output, in_place, check, show_diff, force))
 
 

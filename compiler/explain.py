@@ -5,7 +5,17 @@ from __future__ import annotations
 import difflib
 import json
 
+from rlc.compiler import allocation
 from rlc.spec.model import default_model, to_plain, type_label
+
+
+class _Grammar:
+    def __init__(self, text: str, codes: dict[str, str]):
+        self.text, self.codes = text, codes
+
+
+# Keys whose values are small languages of their own: their grammar and diagnostics.
+GRAMMARS = {allocation.KEY: _Grammar(allocation.GRAMMAR, allocation.CODES)}
 
 
 def explain_key(key: str) -> tuple[str, bool]:
@@ -44,6 +54,14 @@ def explain_key(key: str) -> tuple[str, bool]:
             lines.append(f"  range: {', '.join(bounds)}")
         if spec.meta.get("passthrough"):
             lines.append("  free-form mapping: its keys are passed through unchecked")
+    if spec.meta.get("rlc_only"):
+        lines.append("  rlc addition: SkyRL's config has no such key")
+    grammar = GRAMMARS.get(key)
+    if grammar:
+        lines.append("  grammar:")
+        lines.extend(f"    {line}" if line else "" for line in grammar.text.splitlines())
+        lines.append("  diagnostics:")
+        lines.extend(f"    {code}  {what}" for code, what in grammar.codes.items())
     origin = model.extensions.origin.get(key)
     if origin:
         lines.append(f"  added by extension: {origin}")

@@ -13,7 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlc.core.diagnostics import ERROR, Diagnostic
+from rlc.compiler import allocation
+from rlc.compiler.allocation import Allocation
+from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.spec.generation import SamplingParams
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
 
@@ -65,13 +67,14 @@ class _Resolver:
         self.explicit = explicit
         self.locate = locate
         self.out = Resolution(self.spec, explicit)
+        self.fixed: set[str] = set()  # keys the allocation string set; they count as written
 
     def derive(self, path: str, value: Any, sources: list[str]) -> None:
         put(self.spec, path, value)
         self.out.derived[path] = sources
 
     def unset(self, path: str) -> bool:
-        return path not in self.explicit
+        return path not in self.explicit and path not in self.fixed
 
     # -- ${...} references -----------------------------------------------------------------
 
@@ -123,6 +126,86 @@ class _Resolver:
         self.out.diagnostics.append(
             Diagnostic("RLC-E016", ERROR, message, key=path, location=self.locate(path), hint=hint)
         )
+
+    # -- the allocation string -----------------------------------------------------------------
+
+    def allocation(self) -> None:
+        """Expand trainer.placement.allocation into the keys it stands for; a key also written must agree."""
+        text = self.spec.trainer.placement.allocation
+        if not isinstance(text, str):
+            return
+        per_node = self.spec.cluster.gpus_per_node
+        try:
+            parsed = allocation.parse(text)
+            found = allocation.settings(
+                parsed, self.spec.trainer.strategy, per_node if isinstance(per_node, int) else None
+            )
+        except allocation.AllocationError as exc:
+            message = f"{allocation.KEY}: {exc.message}"
+            self.out.diagnostics.append(
+                Diagnostic(
+                    exc.code, ERROR, message, key=allocation.KEY, location=self._in_string(exc.offset), hint=exc.hint
+                )
+            )
+            return
+        self._unused_components(parsed)
+        for path, value in found.items():
+            if path not in self.explicit:
+                self.derive(path, value, [allocation.KEY])
+                self.fixed.add(path)
+                continue
+            current = get(self.spec, path)
+            if current == value or (path == "trainer.strategy" and current == "fsdp" and value == "fsdp2"):
+                continue
+            self.out.diagnostics.append(
+                Diagnostic(
+                    allocation.CONFLICT,
+                    ERROR,
+                    f"{path} is {current!r} but {allocation.KEY} ({text!r}) makes it {value!r}",
+                    key=path,
+                    location=self.locate(path),
+                    hint=f"remove {path} and let the allocation string set it, or change the string",
+                    related=[allocation.KEY],
+                )
+            )
+
+    def _unused_components(self, parsed: Allocation) -> None:
+        for comp in parsed.components:
+            if comp.role == "ref" and not ref_on(self.spec):
+                code, what, hint = (
+                    allocation.UNUSED_REF,
+                    "places a reference model, but no KL term loads one (use_kl_loss and use_kl_in_reward are off)",
+                    "drop the ref component, or turn on a KL term",
+                )
+            elif comp.role == "critic" and not critic_on(self.spec):
+                code, what, hint = (
+                    allocation.UNUSED_CRITIC,
+                    "places a critic, but trainer.critic.model.path is unset, so no critic is trained",
+                    "set trainer.critic.model.path, or drop the critic component",
+                )
+            else:
+                continue
+            self.out.diagnostics.append(
+                Diagnostic(
+                    code,
+                    WARNING,
+                    f"{allocation.KEY} {what}; its GPUs stay idle",
+                    key=allocation.KEY,
+                    location=self._in_string(comp.start),
+                    hint=hint,
+                )
+            )
+
+    def _in_string(self, offset: int) -> Location | None:
+        """Where character `offset` of the allocation string is written (the value's start when unknown)."""
+        loc = self.locate(allocation.KEY)
+        if loc is None or loc.text is None:
+            return loc
+        if loc.line == 0:  # a command-line override: key=value
+            eq = loc.text.find("=")
+            return Location(loc.file, 0, eq + 2 + offset if eq >= 0 else 0, loc.text)
+        quoted = loc.col > 0 and loc.text[loc.col - 1 : loc.col] in ("'", '"')
+        return Location(loc.file, loc.line, loc.col + offset + (1 if quoted else 0), loc.text)
 
     # -- SkyRL's derivations ------------------------------------------------------------------
 
@@ -347,6 +430,7 @@ def resolve(spec: Any, explicit: set[str], locate=lambda path: None) -> Resoluti
     """Interpolate references, apply SkyRL's derivations, then derive placement and cluster."""
     r = _Resolver(spec, explicit, locate)
     r.interpolate()
+    r.allocation()
     r.skyrl()
     r.placement()
     return r.out

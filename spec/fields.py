@@ -14,6 +14,7 @@ MAXIMUM = "maximum"
 EXCLUSIVE_MINIMUM = "exclusive_minimum"
 PASSTHROUGH = "passthrough"
 PATTERN = "pattern"
+RLC_ONLY = "rlc_only"  # an rlc addition with no SkyRL counterpart
 
 
 def setting(
@@ -27,6 +28,7 @@ def setting(
     exclusive_minimum: float | None = None,
     passthrough: bool = False,
     pattern: str | None = None,
+    rlc_only: bool = False,
 ) -> Any:
     """A dataclass field with its documentation and schema constraints attached."""
     if not doc:
@@ -44,6 +46,8 @@ def setting(
         meta[PASSTHROUGH] = True
     if pattern is not None:
         meta[PATTERN] = pattern
+    if rlc_only:
+        meta[RLC_ONLY] = True
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

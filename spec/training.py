@@ -163,6 +163,11 @@ class PlacementConfig:
     ref_num_gpus_per_node: int = setting(
         1, "GPUs per node for the reference model; derived from cluster when unset.", minimum=1
     )
+    allocation: str | None = setting(
+        None,
+        "AReaL-style shorthand for the counts above, e.g. vllm:d4t2+fsdp:d8 (`rlc explain` gives the grammar).",
+        rlc_only=True,
+    )
 
 
 def _default_policy_model() -> ModelConfig:
