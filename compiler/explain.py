@@ -6,6 +6,7 @@ import difflib
 import json
 
 from rlc.spec.model import default_model, to_plain, type_label
+from rlc.spec.skyrl_release import default_change
 
 
 def explain_key(key: str) -> tuple[str, bool]:
@@ -44,6 +45,9 @@ def explain_key(key: str) -> tuple[str, bool]:
             lines.append(f"  range: {', '.join(bounds)}")
         if spec.meta.get("passthrough"):
             lines.append("  free-form mapping: its keys are passed through unchecked")
+        upstream = default_change(key)
+        if upstream:
+            lines.append(f"  {upstream}")
     origin = model.extensions.origin.get(key)
     if origin:
         lines.append(f"  added by extension: {origin}")
