@@ -169,7 +169,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
             for k in (
                 "max_tokens_per_microbatch",
                 "recompute_old_logprobs_per_minibatch",
-                "remove_microbatch_padding",
                 "logprobs_chunk_size",
                 "vocab_entropy_chunk_size",
                 "vocab_entropy_chunk_memory_mb",

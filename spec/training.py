@@ -348,7 +348,9 @@ class TrainerConfig:
     recompute_old_logprobs_per_minibatch: bool = setting(
         True, "SkyRL 0.4: recompute old log-probs before each mini batch (rlc runs only the default)."
     )
-    remove_microbatch_padding: bool = setting(True, "SkyRL 0.4: drop padding inside micro batches.")
+    remove_microbatch_padding: bool = setting(
+        True, "SkyRL 0.4's name of use_sample_packing: false turns packing off (either one false does)."
+    )
     update_ref_every_epoch: bool = setting(False, "Copy the policy into the reference model every epoch.")
     use_sample_packing: bool = setting(True, "Pack sequences without padding in micro batches.")
     eval_batch_size: int = setting(1024, "Prompts per evaluation batch.", minimum=1)

@@ -167,3 +167,23 @@ def test_every_default_agrees_or_explain_says_why_not(skyrl_fields):
         if field.section is None and to_plain(field.default()) != upstream:
             differing[key] = upstream
     assert differing == {k: v for k, (v, _) in DEFAULT_CHANGES.items()}
+
+
+def test_remove_microbatch_padding_is_skyrl_04s_name_of_sample_packing():
+    from rlc.compiler.decide import worker_settings
+
+    def packing(**trainer) -> bool:
+        spec = MODEL.to_typed({"version": 1, "trainer": trainer})
+        return worker_settings(spec, "policy", "cuda", None).sample_packing
+
+    assert packing() and not packing(remove_microbatch_padding=False) and not packing(use_sample_packing=False)
+
+
+def test_a_key_both_legacy_and_v1_means_what_v1_says_in_an_override(tmp_path):
+    from conftest import run_rlc
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((EXAMPLES / "local-cpu.yaml").read_text())
+    result = run_rlc("validate", str(spec), "trainer.policy.torch_profiler_config.enable=true")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and "RLC-E804" in out and "RLC-W010" not in out, out
