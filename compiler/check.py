@@ -39,11 +39,45 @@ def num(v: Any) -> float | None:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+# Where a value came from, as `origin(key)` tells: a command-line override, a line of the file that differs from
+# the default, a line of the file that repeats the default, or nothing the user wrote (None).
+OVERRIDE, CHANGED, WRITTEN = "override", "changed", "written"
+
+
 class Context:
-    def __init__(self, spec: Any, locate: Callable[..., Any], env: dict | None = None):
+    def __init__(
+        self,
+        spec: Any,
+        locate: Callable[..., Any],
+        env: dict | None = None,
+        origin: Callable[[str], str | None] | None = None,
+    ):
         self.s = spec
         self.locate = locate
         self.env = os.environ if env is None else env
+        self.origin = origin or (lambda key: None)
+
+    def culprit(self, keys: Iterable[str], fallback: str) -> str:
+        """The key among `keys` the user most likely changed to cause a mismatch: the first set by an override,
+        else the first the file sets to a value other than its default, else the first the file sets at all."""
+        keys = list(keys)
+        for rank in (OVERRIDE, CHANGED, WRITTEN):
+            for k in keys:
+                if self.origin(k) == rank:
+                    return k
+        return fallback
+
+    def how_set(self, key: str) -> str:
+        """`key = value` and where the user set it, for a message; empty when the user did not set it."""
+        where = {OVERRIDE: "on the command line", CHANGED: "in the file", WRITTEN: "in the file"}.get(
+            self.origin(key) or ""
+        )
+        if where is None:
+            return ""
+        value: Any = self.s
+        for part in key.split("."):
+            value = getattr(value, part)
+        return f"{key} = {value} ({where})"
 
     def diag(
         self, severity: str, code: str, key: str, message: str, hint: str, related: Iterable[str] = (), **values
@@ -110,9 +144,14 @@ class Context:
         return w // sp if isinstance(sp, int) and sp > 0 else None
 
 
-def check(spec: Any, locate: Callable[..., Any], env: dict | None = None) -> list[Diagnostic]:
+def check(
+    spec: Any,
+    locate: Callable[..., Any],
+    env: dict | None = None,
+    origin: Callable[[str], str | None] | None = None,
+) -> list[Diagnostic]:
     _load_rules()
-    ctx = Context(spec, locate, env)
+    ctx = Context(spec, locate, env, origin)
     out: list[Diagnostic] = []
     for r in RULES:
         try:
@@ -137,4 +176,11 @@ def rules_for(key: str) -> list[Rule]:
 
 def _load_rules() -> None:
     """The rule modules register themselves with @rule when imported."""
-    from rlc.compiler import rules_algorithm, rules_batch, rules_parallel, rules_placement, rules_runtime  # noqa: F401
+    from rlc.compiler import (  # noqa: F401
+        rules_algorithm,
+        rules_batch,
+        rules_parallel,
+        rules_placement,
+        rules_runtime,
+        rules_upstream,
+    )

@@ -88,7 +88,8 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         max_seq_len=max_seq_len(spec),
         cpu_slots_per_node=cpu_slots,
         memory_snapshot_dir=f"{t.ckpt_path.rstrip('/')}/memory_snapshots",
-        sample_packing=bool(t.use_sample_packing),
+        # SkyRL 0.4 renamed use_sample_packing to remove_microbatch_padding: packing runs when neither is off
+        sample_packing=bool(t.use_sample_packing and t.remove_microbatch_padding),
         colocated=bool(t.placement.colocate_all),
     )
 

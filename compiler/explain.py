@@ -7,6 +7,7 @@ import json
 
 from rlc.compiler import allocation
 from rlc.spec.model import default_model, to_plain, type_label
+from rlc.spec.skyrl_release import default_change
 
 
 class _Grammar:
@@ -54,6 +55,9 @@ def explain_key(key: str) -> tuple[str, bool]:
             lines.append(f"  range: {', '.join(bounds)}")
         if spec.meta.get("passthrough"):
             lines.append("  free-form mapping: its keys are passed through unchecked")
+        upstream = default_change(key)
+        if upstream:
+            lines.append(f"  {upstream}")
     if spec.meta.get("rlc_only"):
         lines.append("  rlc addition: SkyRL's config has no such key")
     grammar = GRAMMARS.get(key)

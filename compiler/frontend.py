@@ -122,7 +122,16 @@ def analyze_document(
                 return locate(k)
         return locate(key)
 
-    for d in check(resolution.spec, locate_written, env):
+    def origin(key: str) -> str | None:
+        from rlc.compiler.check import CHANGED, OVERRIDE, WRITTEN
+
+        if tuple(key.split(".")) in doc.overrides:
+            return OVERRIDE
+        if key not in explicit:
+            return None
+        return WRITTEN if _is_default(model, key, resolution) else CHANGED
+
+    for d in check(resolution.spec, locate_written, env, origin):
         if _touches(d, invalid):
             continue
         if report is not None and d.key and d.key not in explicit and _is_default(model, d.key, resolution):

@@ -399,23 +399,54 @@ def nodes_needed(spec, per_node: int) -> int:
     return max(1, total)
 
 
+@dataclass(frozen=True)
+class Demand:
+    """One term of the job's GPU demand: a role or the engines, its GPUs, and the keys multiplied to get them."""
+
+    role: str
+    gpus: int
+    factors: tuple[tuple[str, int], ...]  # (dotted key, value)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.factors)
+
+    def formula(self) -> str:
+        """e.g. `trainer.placement.policy_num_nodes 2 x policy_num_gpus_per_node 8` (factors of 1 beyond the first
+        are left out: they change nothing)."""
+        shown = [f for i, f in enumerate(self.factors) if i == 0 or f[1] != 1]
+        section = shown[0][0].rsplit(".", 1)[0]
+        return " x ".join(f"{k if i == 0 else k.removeprefix(section + '.')} {v}" for i, (k, v) in enumerate(shown))
+
+
+def demand_terms(spec) -> tuple[list[Demand], bool]:
+    """The terms of `gpu_demand`, and whether they share GPUs (colocate_all: the demand is their largest, not
+    their sum). A ref that shares the policy's bundles is no term outside colocate_all."""
+    p, ie = spec.trainer.placement, spec.generator.inference_engine
+    pl, eng = "trainer.placement", "generator.inference_engine"
+
+    def role(name: str) -> Demand:
+        n, g = _int(getattr(p, f"{name}_num_nodes")), _int(getattr(p, f"{name}_num_gpus_per_node"))
+        return Demand(name, n * g, ((f"{pl}.{name}_num_nodes", n), (f"{pl}.{name}_num_gpus_per_node", g)))
+
+    terms = [role("policy")]
+    if ie.run_engines_locally:
+        names = ("num_engines", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+        factors = tuple((f"{eng}.{k}", _int(getattr(ie, k))) for k in names)
+        terms.append(Demand("inference engines", _int(ie.num_engines) * engine_gpus(ie), factors))
+    if critic_on(spec):
+        terms.append(role("critic"))
+    if ref_on(spec) and (p.colocate_all or not p.colocate_policy_ref):
+        terms.append(role("ref"))
+    return terms, bool(p.colocate_all)
+
+
 def gpu_demand(spec) -> int:
     """GPUs the job asks of the cluster: under colocate_all the largest of the roles and the engines (they share GPUs),
     otherwise their sum (a ref that shares the policy's bundles adds none)."""
-    p, ie = spec.trainer.placement, spec.generator.inference_engine
-
-    def w(role: str) -> int:
-        return _int(getattr(p, f"{role}_num_nodes")) * _int(getattr(p, f"{role}_num_gpus_per_node"))
-
-    inference = _int(ie.num_engines) * engine_gpus(ie) if ie.run_engines_locally else 0
-    if p.colocate_all:
-        return max(
-            [inference, w("policy")] + ([w("ref")] if ref_on(spec) else []) + ([w("critic")] if critic_on(spec) else [])
-        )
-    total = w("policy") + inference + (w("critic") if critic_on(spec) else 0)
-    if ref_on(spec) and not p.colocate_policy_ref:
-        total += w("ref")
-    return total
+    terms, shared = demand_terms(spec)
+    gpus = [t.gpus for t in terms]
+    return max(gpus) if shared else sum(gpus)
 
 
 def _walk(obj: Any, path: str):

@@ -4,12 +4,35 @@ from __future__ import annotations
 
 import math
 
-from rlc.compiler.check import Context, num, rule
-from rlc.compiler.resolve import critic_on, engine_gpus, gpu_demand, ref_on
+from rlc.compiler.check import OVERRIDE, Context, num, rule
+from rlc.compiler.resolve import critic_on, demand_terms, engine_gpus, gpu_demand, ref_on
 
 # -- placement ------------------------------------------------------
 
 IE = "generator.inference_engine"
+PL = "trainer.placement"
+ENGINE_SHAPE = (f"{IE}.tensor_parallel_size", f"{IE}.pipeline_parallel_size", f"{IE}.data_parallel_size")
+POLICY_LAYOUT = (f"{PL}.policy_num_gpus_per_node", f"{PL}.policy_num_nodes")
+
+
+def _because(c: Context, key: str) -> str:
+    """`; KEY = VALUE (on the command line) makes them differ` when the user set the culprit key, else nothing."""
+    how = c.how_set(key)
+    return f"; {how} makes them differ" if how else ""
+
+
+def _demand_text(c: Context) -> str:
+    """What adds up to the job's GPU demand: each role and the engines, with the keys that size them."""
+    terms, shared = demand_terms(c.s)
+    parts = [f"{t.role} {t.gpus} = {t.formula()}" for t in terms]
+    if shared:
+        return "under colocate_all the roles share GPUs, so it needs the largest of " + "; ".join(parts)
+    return " + ".join(parts)
+
+
+def _overridden(c: Context, key: str) -> str:
+    """`; KEY = VALUE (on the command line)` for a culprit set by an override (a file line shows in the location)."""
+    return f"; {c.how_set(key)}" if c.origin(key) == OVERRIDE else ""
 
 
 @rule(
@@ -27,17 +50,24 @@ def colocate_all_engines_match_policy(c: Context):
     inf = c.ie.num_engines * engine_gpus(c.ie)
     if w is not None and w != inf:
         per = engine_gpus(c.ie)
-        fix = (
-            f"set {IE}.num_engines to {w // per}"
-            if w % per == 0
-            else f"make policy GPUs a multiple of tp*pp*dp = {per}"
-        )
+        keys = (f"{IE}.num_engines", *ENGINE_SHAPE, *POLICY_LAYOUT)
+        key = c.culprit(keys, f"{IE}.num_engines")
+        if key in ENGINE_SHAPE:
+            fix = f"set {key} back so tp*pp*dp divides the policy's {w} GPUs"
+        elif key in POLICY_LAYOUT:
+            fix = f"give the policy {inf} GPUs like the engines, or leave num_engines unset to derive it"
+        elif w % per == 0:
+            fix = f"set {IE}.num_engines to {w // per} (or leave num_engines unset to derive it)"
+        else:
+            fix = f"make policy GPUs a multiple of tp*pp*dp = {per} (or leave num_engines unset to derive it)"
         yield c.error(
             "RLC-E201",
-            f"{IE}.num_engines",
-            f"colocate_all puts training and inference on the same GPUs, but the policy has {w} and the engines {c.ie.num_engines}*{c.ie.tensor_parallel_size}*{c.ie.pipeline_parallel_size}*{c.ie.data_parallel_size} = {inf}",
-            fix + " (or leave num_engines unset to derive it)",
-            ["trainer.placement.policy_num_gpus_per_node", "trainer.placement.policy_num_nodes"],
+            key,
+            f"colocate_all puts training and inference on the same GPUs, but the policy has {w} and the engines "
+            f"{c.ie.num_engines}*{c.ie.tensor_parallel_size}*{c.ie.pipeline_parallel_size}*{c.ie.data_parallel_size}"
+            f" = {inf}{_because(c, key)}",
+            fix,
+            [k for k in keys if k != key],
             policy_gpus=w,
             inference_gpus=inf,
         )
@@ -56,12 +86,20 @@ def colocated_ref_matches_policy(c: Context):
     for dim in ("num_nodes", "num_gpus_per_node"):
         pv, rv = getattr(c.p, f"policy_{dim}"), getattr(c.p, f"ref_{dim}")
         if pv != rv:
+            ref_key, policy_key = f"{PL}.ref_{dim}", f"{PL}.policy_{dim}"
+            key = c.culprit((ref_key, policy_key, f"{PL}.colocate_policy_ref"), ref_key)
+            fix = (
+                f"set policy_{dim} back to {rv} like the ref's (or colocate_policy_ref: false)"
+                if key == policy_key
+                else f"set ref_{dim} to {pv} (or colocate_policy_ref: false)"
+            )
             yield c.error(
                 "RLC-E202",
-                f"trainer.placement.ref_{dim}",
-                f"colocate_policy_ref shares per-node bundles, but ref_{dim} ({rv}) differs from policy_{dim} ({pv})",
-                f"set ref_{dim} to {pv} (or colocate_policy_ref: false)",
-                [f"trainer.placement.policy_{dim}"],
+                key,
+                f"colocate_policy_ref shares per-node bundles, but ref_{dim} ({rv}) differs from policy_{dim} ({pv})"
+                + _because(c, key),
+                fix,
+                [k for k in (ref_key, policy_key) if k != key],
             )
 
 
@@ -78,12 +116,20 @@ def colocate_all_roles_match_policy(c: Context):
     for role, on in (("ref", ref_on(c.s)), ("critic", critic_on(c.s))):
         rw = c.world(role)
         if on and rw is not None and w is not None and rw != w:
+            role_keys = (f"{PL}.{role}_num_gpus_per_node", f"{PL}.{role}_num_nodes")
+            key = c.culprit((*role_keys, *POLICY_LAYOUT), role_keys[0])
+            fix = (
+                f"set the policy's layout back to {rw} GPUs like the {role}'s, or leave both unset"
+                if key in POLICY_LAYOUT
+                else f"set {role}_num_nodes/{role}_num_gpus_per_node like the policy's, or leave them unset"
+            )
             yield c.error(
                 "RLC-E203",
-                f"trainer.placement.{role}_num_gpus_per_node",
-                f"colocate_all needs the {role} on the policy's GPUs, but it has {rw} and the policy {w}",
-                f"set {role}_num_nodes/{role}_num_gpus_per_node like the policy's, or leave them unset",
-                ["trainer.placement.policy_num_gpus_per_node"],
+                key,
+                f"colocate_all needs the {role} on the policy's GPUs, but it has {rw} and the policy {w}"
+                + _because(c, key),
+                fix,
+                [k for k in (*role_keys, *POLICY_LAYOUT) if k != key],
             )
 
 
@@ -95,14 +141,21 @@ def placement_fits_cluster(c: Context):
     demand = gpu_demand(c.s)
     unit = "CPU slots" if c.s.cluster.accelerator == "none" else "GPUs"
     if demand > g * n:
+        terms, _ = demand_terms(c.s)
+        how = _demand_text(c)
+        biggest = max(terms, key=lambda t: t.gpus)
+        keys = ("cluster.num_nodes", "cluster.gpus_per_node", *(k for t in terms for k in t.keys))
+        key = c.culprit(keys, "cluster.num_nodes")
         yield c.error(
             "RLC-E204",
-            "cluster.num_nodes",
-            f"the job needs {demand} {unit} but the cluster has {n} x {g} = {g * n}",
-            f"raise cluster.num_nodes to {math.ceil(demand / g)} or shrink the placement",
-            ["cluster.gpus_per_node"],
+            key,
+            f"the job needs {demand} {unit} but the cluster has {n} x {g} = {g * n}: {how}{_overridden(c, key)}",
+            f"raise cluster.num_nodes to {math.ceil(demand / g)}, or shrink the {biggest.role} "
+            f"({', '.join(k.rsplit('.', 1)[1] for k in biggest.keys)})",
+            [k for k in keys if k != key],
             demand=demand,
             capacity=g * n,
+            terms=[{"role": t.role, "gpus": t.gpus, "keys": list(t.keys)} for t in terms],
         )
 
 
@@ -173,7 +226,7 @@ def placement_leaves_gpus_idle(c: Context):
         yield c.warning(
             "RLC-W202",
             "cluster.num_nodes",
-            f"the job uses {demand} of the cluster's {g * n} GPUs; {g * n - demand} stay idle",
+            f"the job uses {demand} of the cluster's {g * n} GPUs ({_demand_text(c)}); {g * n - demand} stay idle",
             "leave the placement counts unset to derive them from cluster, or shrink the cluster",
         )
 

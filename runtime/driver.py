@@ -41,6 +41,12 @@ class RunResult:
     checkpoints: list[str] = field(default_factory=list)
 
 
+def planned_steps(steps_per_epoch: int, epochs: int, max_training_steps: int | None) -> int:
+    """Training steps of a run: every epoch, or fewer when `trainer.max_training_steps` stops it early."""
+    total = steps_per_epoch * epochs
+    return total if max_training_steps is None else min(total, max_training_steps)
+
+
 def encode_prompt(tokenizer, prompt) -> list[int]:
     """Token ids of a text prompt, or of chat messages through the chat template (plain text without one)."""
     if isinstance(prompt, list):
@@ -134,7 +140,7 @@ class Driver:
         self.train, self.steps_per_epoch = train, steps_per_epoch
         if steps_per_epoch == 0:
             raise RunError(f"{len(train)} usable training prompts are fewer than train_batch_size={t.train_batch_size}")
-        total_steps = steps_per_epoch * t.epochs
+        total_steps = planned_steps(steps_per_epoch, t.epochs, t.max_training_steps)
         mini_per_step = max(1, t.train_batch_size // t.policy_mini_batch_size)
         start_step, resume_state, resume_dir = self._resume_point()
         try:  # before Ray and the models: a tracker that cannot start stops the run at once
@@ -221,7 +227,7 @@ class Driver:
             if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
                 self._export(ray, step)
         if t.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
-            result.checkpoints.append(str(self._save(ray, total_steps, t.epochs - 1)))
+            result.checkpoints.append(str(self._save(ray, total_steps, (total_steps - 1) // steps_per_epoch)))
         if start_step >= total_steps:
             tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
         return result
@@ -395,7 +401,10 @@ class Driver:
             metrics["overlong_filtered_fraction"] = sum(r.finish_reason != "stop" for r in rollouts) / len(rollouts)
         if a.zero_variance_filter:
             flat = zero_variance_groups(
-                torch.tensor([r.reward for r in rollouts]), batch["group"], mask=batch["loss_mask"]
+                torch.tensor([r.reward for r in rollouts]),
+                batch["group"],
+                mask=batch["loss_mask"],
+                tol=a.zero_variance_filter_tol,
             )
             batch["loss_mask"] = batch["loss_mask"] * (~flat).float()[:, None]
             metrics["zero_variance_fraction"] = float(flat.float().mean())

@@ -43,6 +43,16 @@ def local_model_path(path: str) -> str:
         raise RunError(str(exc)) from None
 
 
+def trainer_env(spec) -> dict[str, str]:
+    """Environment of the training workers: launch.trainer_envs, plus PyTorch's expandable-segments allocator
+    when trainer.use_expandable_segments asks for it (a PYTORCH_CUDA_ALLOC_CONF the user set wins)."""
+    env = {k: str(v) for k, v in (spec.launch.trainer_envs or {}).items()}
+    user_set = "PYTORCH_CUDA_ALLOC_CONF" in env or "PYTORCH_CUDA_ALLOC_CONF" in (spec.launch.envs or {})
+    if spec.trainer.use_expandable_segments and not user_set:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    return env
+
+
 def start_ray(job: CompiledJob, address: str | None):
     import ray
 
@@ -127,7 +137,7 @@ class Cluster:
             total_optimizer_steps=total_optimizer_steps,
             memory_snapshot_dir=str(expand(planned.memory_snapshot_dir)) if planned.memory_snapshot_dir else None,
         )
-        env = {k: str(v) for k, v in (self.spec.launch.trainer_envs or {}).items()}
+        env = trainer_env(self.spec)
         actor = self.ray.remote(Worker)
         world, res = role.world_size, self.plan.share(role.share)
         workers = [

@@ -49,6 +49,16 @@ class KLCovConfig:
 class CISPOConfig:
     cispo_eps_clip_low: float = setting(0.0, "Offset below 1 of the importance-ratio clip.", minimum=0)
     cispo_eps_clip_high: float = setting(5.0, "Offset above 1 of the importance-ratio clip.", minimum=0)
+    cispo_anchor: str = setting(
+        "old", "SkyRL 0.4: log-probs the ratio is anchored on (old or rollout).", enum=("old", "rollout")
+    )
+
+
+@dataclass
+class DPPOConfig:
+    dppo_type: str = setting("binary_tv", "SkyRL 0.4: DPPO divergence.", enum=("binary_tv", "binary_kl"))
+    delta_low: float = setting(0.2, "SkyRL 0.4: divergence threshold for negative advantages.", minimum=0)
+    delta_high: float = setting(0.2, "SkyRL 0.4: divergence threshold for positive advantages.", minimum=0)
 
 
 @dataclass
@@ -94,6 +104,7 @@ class AlgorithmConfig:
     loss_reduction: str = setting("token_mean", "How token losses reduce to a scalar.", enum=LOSS_REDUCTIONS)
     grpo_norm_by_std: bool = setting(True, "Divide GRPO advantages by the group's reward std.")
     zero_variance_filter: bool = setting(False, "Mask prompts whose group rewards are all equal.")
+    zero_variance_filter_tol: float = setting(1e-6, "SkyRL 0.4: reward spread counted as zero variance.", minimum=0)
     lambd: float = setting(1.0, "GAE lambda.", minimum=0, maximum=1)
     gamma: float = setting(1.0, "Discount factor.", minimum=0, maximum=1)
     eps_clip_low: float = setting(0.2, "PPO clip below 1.", minimum=0)
@@ -108,6 +119,8 @@ class AlgorithmConfig:
     clip_cov: ClipCovConfig = section(ClipCovConfig, "Clip-Cov settings (policy_loss_type=clip_cov).")
     kl_cov: KLCovConfig = section(KLCovConfig, "KL-Cov settings (policy_loss_type=kl_cov).")
     cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
+    dppo: DPPOConfig = section(DPPOConfig, "SkyRL 0.4: DPPO settings.")
+    enable_sample_support_replay: bool = setting(False, "SkyRL 0.4: replay the engines' sampling support set.")
     max_seq_len: int | None = setting(
         None,
         "Sequence-length normalizer of seq_mean_token_sum_norm; derived as max_input_length + max_generate_length.",

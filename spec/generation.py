@@ -30,6 +30,22 @@ class ChatTemplateConfig:
 
 
 @dataclass
+class DeltaWeightSyncConfig:
+    sync_dir: str | None = setting(None, "SkyRL 0.4: directory (or bucket) weight deltas are published to.")
+    local_checkpoint_dir: str | None = setting(None, "SkyRL 0.4: local copy of the published checkpoint.")
+    publish_staging_dir: str | None = setting(None, "SkyRL 0.4: staging directory of a publish.")
+    max_file_size_in_gb: float = setting(1.0, "SkyRL 0.4: largest shard written.", exclusive_minimum=0)
+    cloud_download_workers: int = setting(4, "SkyRL 0.4: parallel downloads from cloud storage.", minimum=1)
+    publish_num_workers: int | None = setting(None, "SkyRL 0.4: parallel writers of a publish.", minimum=1)
+    checkpoint_load_format: str = setting(
+        "vllm_multi_thread_safetensors",
+        "SkyRL 0.4: how the engines load a published checkpoint.",
+        enum=("vllm_multi_thread_safetensors", "vllm_fastsafetensors"),
+    )
+    multi_thread_safetensors_max_workers: int = setting(8, "SkyRL 0.4: threads loading safetensors.", minimum=1)
+
+
+@dataclass
 class InferenceEngineConfig:
     model_dtype: str = setting(
         "bfloat16",
@@ -42,6 +58,14 @@ class InferenceEngineConfig:
         "vllm", "Inference engine (hf is the CPU Hugging Face generate engine).", enum=INFERENCE_BACKENDS
     )
     weight_sync_backend: str = setting("nccl", "Collective used to send weights to the engines.", enum=("nccl", "gloo"))
+    fp8_weight_sync_mode: str | None = setting(
+        None,
+        "SkyRL 0.4: send FP8 weights to the engines (blockwise, mxfp8, auto).",
+        enum=("blockwise", "mxfp8", "auto"),
+    )
+    delta_weight_sync: DeltaWeightSyncConfig | None = setting(
+        None, "SkyRL 0.4: publish weights as checkpoint deltas the engines load; null syncs directly."
+    )
     weight_transfer_threshold_cuda_ipc_GB: float = setting(
         1.0, "Batch size in GB of CUDA-IPC weight transfers.", exclusive_minimum=0
     )
@@ -61,6 +85,27 @@ class InferenceEngineConfig:
         0.8, "Share of GPU memory the engine may take.", exclusive_minimum=0, maximum=1
     )
     max_num_seqs: int = setting(1024, "Most sequences per engine step.", minimum=1)
+    enable_return_routed_experts: bool = setting(False, "SkyRL 0.4: engines return the experts each token used.")
+    enable_return_sample_support_set: bool = setting(False, "SkyRL 0.4: engines return each token's support set.")
+    offload_kv_for_weight_sync: bool = setting(False, "SkyRL 0.4: offload the KV cache during weight sync.")
+    use_expandable_segments: bool = setting(
+        False, "SkyRL 0.4: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on the engine processes."
+    )
+    language_model_only: bool = setting(False, "SkyRL 0.4: serve only the language model of a vision-language model.")
+    speculative_config: dict[str, Any] | None = setting(
+        None, "SkyRL 0.4: vLLM speculative decoding config.", passthrough=True
+    )
+    enable_pd: bool = setting(False, "SkyRL 0.4: prefill-decode disaggregation.")
+    num_prefill: int = setting(0, "SkyRL 0.4: prefill engines when enable_pd is on.", minimum=0)
+    prefill_init_kwargs: dict[str, Any] = setting(
+        doc="SkyRL 0.4: vLLM kwargs of the prefill engines.", factory=dict, passthrough=True
+    )
+    decode_init_kwargs: dict[str, Any] = setting(
+        doc="SkyRL 0.4: vLLM kwargs of the decode engines.", factory=dict, passthrough=True
+    )
+    router_init_kwargs: dict[str, Any] = setting(
+        doc="SkyRL 0.4: kwargs of the vllm-router.", factory=dict, passthrough=True
+    )
     remote_urls: list[str] = setting(doc="host:port of remote engines (run_engines_locally=false).", factory=list)
     enable_http_endpoint: bool = setting(False, "Serve an OpenAI-compatible endpoint in front of the engines.")
     http_endpoint_host: str = setting("127.0.0.1", "Host of the HTTP endpoint.")
@@ -108,6 +153,9 @@ class GeneratorConfig:
     )
     rope_theta: float | None = setting(None, "Engine RoPE base; derived from trainer.rope_theta.")
     step_wise_trajectories: bool = setting(False, "Train on each turn as its own trajectory.")
+    use_cache_salt: bool = setting(True, "SkyRL 0.4: salt the engines' prefix cache per weight version.")
+    vision_language_generator: bool = setting(False, "SkyRL 0.4: generate from image and text prompts.")
+    merge_stepwise_output: bool = setting(False, "SkyRL 0.4: merge step-wise trajectories into one.")
 
 
 @dataclass
@@ -144,6 +192,15 @@ class EnvironmentConfig:
 
 
 @dataclass
+class DataLoaderConfig:
+    num_workers: int | None = setting(
+        None, "Prompt loader worker processes; rlc loads prompts in the driver (null or 0).", minimum=0
+    )
+    persistent_workers: bool = setting(False, "Keep loader workers alive across epochs (needs num_workers > 0).")
+
+
+@dataclass
 class DataConfig:
     train_data: list[str] = setting(doc="Training parquet files.", factory=lambda: ["~/data/gsm8k/train.parquet"])
     val_data: list[str] = setting(doc="Validation parquet files.", factory=lambda: ["~/data/gsm8k/validation.parquet"])
+    dataloader: DataLoaderConfig = section(DataLoaderConfig, "How prompts are loaded.")

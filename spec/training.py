@@ -40,12 +40,31 @@ class SkyRLLoraConfig:
         "kaiming",
         "Adapter init: PEFT init_lora_weights for FSDP; lora_A init (xavier, normal, kaiming, zero) for Megatron.",
     )
+    sync_mode: str = setting(
+        "disk", "SkyRL 0.4: how adapter-only sync reaches the engines (disk or memory).", enum=("disk", "memory")
+    )
+    share_expert_adapters: bool = setting(True, "SkyRL 0.4: MoE experts share one adapter.")
+    max_loras: int = setting(1, "SkyRL 0.4: adapters active at once in the engines (vLLM max_loras).", minimum=1)
+    max_cpu_loras: int | None = setting(
+        None, "SkyRL 0.4: adapters kept in the engines' CPU cache (vLLM max_cpu_loras).", minimum=1
+    )
+
+
+@dataclass
+class FakeInt4QATConfig:
+    enabled: bool = setting(False, "SkyRL 0.4: fake-INT4 quantization-aware training of MoE experts (Megatron).")
+    group_size: int = setting(32, "SkyRL 0.4: weights per quantization group.", minimum=1)
+    symmetric: bool = setting(True, "SkyRL 0.4: symmetric quantization.")
+    scale_divisor: float = setting(7.5, "SkyRL 0.4: divisor of the group's max magnitude giving the scale.")
+    q_min: float = setting(-8.0, "SkyRL 0.4: smallest quantized value.")
+    bf16_base_path: str | None = setting(None, "SkyRL 0.4: bf16 checkpoint the quantized weights start from.")
 
 
 @dataclass
 class ModelConfig:
     path: str | None = setting(None, "Hugging Face model id or local path (rlc:tiny builds a tiny local model).")
     lora: SkyRLLoraConfig = section(SkyRLLoraConfig, "LoRA adapter settings.")
+    fake_int4_qat: FakeInt4QATConfig = section(FakeInt4QATConfig, "SkyRL 0.4: fake-INT4 quantization-aware training.")
 
 
 @dataclass
@@ -93,6 +112,13 @@ class MegatronDDPConfig:
     overlap_grad_reduce: bool = setting(False, "Overlap gradient reduce-scatter with backward.")
     overlap_param_gather: bool = setting(False, "Overlap parameter all-gather with forward.")
     average_in_collective: bool = setting(True, "Average gradients inside the collective.")
+    fp8_param_gather: bool = setting(False, "SkyRL 0.4: all-gather parameters in FP8.")
+
+
+@dataclass
+class MegatronHFExportConfig:
+    distributed_save: bool = setting(False, "SkyRL 0.4: every rank writes its part of the Hugging Face export.")
+    save_every_n_ranks: int = setting(1, "SkyRL 0.4: ranks per writer in a distributed export.", minimum=1)
 
 
 @dataclass
@@ -105,6 +131,29 @@ class MegatronTorchProfilerConfig:
 @dataclass
 class MegatronLoraConfig:
     lora_type: str = setting("lora", "Megatron LoRA flavour.", enum=("lora", "canonical_lora", "dora"))
+    merge_lora: bool = setting(True, "SkyRL 0.4: merge adapters into the weights sent to the engines.")
+    experts_shared_outer_loras: bool = setting(False, "SkyRL 0.4: experts share the outer LoRA matrices.")
+    normalize_moe_lora: bool = setting(False, "SkyRL 0.4: normalize MoE adapter updates by the experts routed.")
+
+
+@dataclass
+class TorchProfilerConfig:
+    enable: bool = setting(False, "SkyRL 0.4: profile the policy workers with torch.profiler.")
+    ranks: list[int] = setting(doc="SkyRL 0.4: ranks profiled.", factory=lambda: [0])
+    save_path: str | None = setting(None, "SkyRL 0.4: directory traces are written to.")
+    skip_first: int = setting(10, "SkyRL 0.4: profiler steps skipped before the schedule starts.", minimum=0)
+    wait: int = setting(0, "SkyRL 0.4: idle steps of each profiler cycle.", minimum=0)
+    warmup: int = setting(1, "SkyRL 0.4: warm-up steps of each profiler cycle.", minimum=0)
+    active: int = setting(1, "SkyRL 0.4: recorded steps of each profiler cycle.", minimum=1)
+    repeat: int = setting(1, "SkyRL 0.4: profiler cycles; 0 repeats until the end.", minimum=0)
+    activities: list[str] = setting(doc="SkyRL 0.4: activities recorded (cpu, cuda).", factory=lambda: ["cpu", "cuda"])
+    record_shapes: bool = setting(True, "SkyRL 0.4: record operator input shapes.")
+    profile_memory: bool = setting(False, "SkyRL 0.4: record tensor allocations.")
+    with_stack: bool = setting(True, "SkyRL 0.4: record Python stacks.")
+    with_flops: bool = setting(False, "SkyRL 0.4: estimate FLOPs of matmuls and convolutions.")
+    with_modules: bool = setting(False, "SkyRL 0.4: record the module hierarchy.")
+    use_gzip: bool = setting(False, "SkyRL 0.4: gzip chrome traces.")
+    export_type: str = setting("chrome_trace", "SkyRL 0.4: trace format.", enum=("chrome_trace", "stacks"))
 
 
 @dataclass
@@ -120,13 +169,18 @@ class MegatronConfig:
     moe_router_load_balancing_type: str = setting(
         "none", "MoE router load balancing.", enum=("none", "aux_loss", "seq_aux_loss", "sinkhorn")
     )
+    moe_aux_loss_coeff: float = setting(0.0, "SkyRL 0.4: coefficient of the MoE auxiliary load-balancing loss.")
     moe_grouped_gemm: bool = setting(True, "Use grouped GEMM for experts.")
     moe_router_score_function: str | None = setting(
         None, "MoE router score function; null keeps the model's.", enum=("softmax", "sigmoid")
     )
     moe_router_enable_expert_bias: bool | None = setting(None, "Aux-loss-free expert bias; null keeps the model's.")
+    moe_enable_routing_replay: bool = setting(False, "SkyRL 0.4: replay the engines' expert routing in training.")
+    moe_per_layer_logging: bool = setting(False, "SkyRL 0.4: log MoE router statistics per layer.")
+    moe_router_dtype: str = setting("fp32", "SkyRL 0.4: dtype of the MoE router.", enum=("fp32", "fp64"))
     ddp_config: MegatronDDPConfig = section(MegatronDDPConfig, "Megatron DDP settings.")
     torch_profiler_config: MegatronTorchProfilerConfig = section(MegatronTorchProfilerConfig, "Torch profiler.")
+    hf_export_config: MegatronHFExportConfig = section(MegatronHFExportConfig, "SkyRL 0.4: Hugging Face export.")
     lora_config: MegatronLoraConfig = section(MegatronLoraConfig, "Megatron LoRA settings.")
     optimizer_config_kwargs: dict[str, Any] = setting(
         doc="Extra Megatron OptimizerConfig arguments; unset keys take rlc's defaults.",
@@ -138,6 +192,12 @@ class MegatronConfig:
         factory=lambda: copy.deepcopy(DEFAULT_TRANSFORMER_CONFIG_KWARGS),
         passthrough=True,
     )
+    fp8: str | None = setting(
+        None, "SkyRL 0.4: TransformerEngine FP8 compute format (e4m3, hybrid); null trains without."
+    )
+    fp8_recipe: str | None = setting(None, "SkyRL 0.4: TransformerEngine FP8 scaling recipe.")
+    fp8_param: bool | None = setting(None, "SkyRL 0.4: keep parameters in FP8.")
+    fp8_amax_compute_algo: str | None = setting(None, "SkyRL 0.4: FP8 amax algorithm (max, most_recent).")
     empty_cuda_cache: bool | None = setting(None, "Empty the CUDA cache between phases; null decides automatically.")
     model_config_kwargs: dict = setting(
         doc="Pass-through kwargs for the model provider.", factory=dict, passthrough=True
@@ -145,6 +205,14 @@ class MegatronConfig:
     dist_ckpt_optim_fully_reshardable: bool = setting(
         False, "Save optimizer state so it can be resharded to any parallel layout."
     )
+    freeze_moe_router: bool = setting(False, "SkyRL 0.4: do not train the MoE router.")
+    freeze_dsa_indexer: bool = setting(False, "SkyRL 0.4: do not train the DeepSeek sparse-attention indexer.")
+    mtp_num_layers: int | None = setting(None, "SkyRL 0.4: multi-token-prediction layers; null keeps the model's.")
+    mtp_loss_weight: float = setting(0.1, "SkyRL 0.4: weight of the multi-token-prediction loss.")
+    mtp_loss_chunk_size: int | None = setting(1024, "SkyRL 0.4: tokens per chunk of the MTP loss.")
+    mtp_loss_topk: int | None = setting(None, "SkyRL 0.4: top-k logits kept by the MTP loss.")
+    async_dist_ckpt_save: bool = setting(False, "SkyRL 0.4: save distributed checkpoints asynchronously.")
+    async_save_prestage_to_cpu: bool = setting(False, "SkyRL 0.4: stage asynchronous saves in CPU memory first.")
 
 
 @dataclass
@@ -186,6 +254,9 @@ class PolicyConfig:
     model_config_kwargs: dict = setting(
         doc="Pass-through kwargs for the Hugging Face model config (FSDP).", factory=dict, passthrough=True
     )
+    torch_profiler_config: TorchProfilerConfig = section(TorchProfilerConfig, "SkyRL 0.4: torch profiler.")
+    language_model_only: bool = setting(False, "SkyRL 0.4: load only the language model of a vision-language model.")
+    inference_only_init: bool = setting(False, "SkyRL 0.4: start the policy for inference only (no optimizer).")
 
 
 def _critic_optimizer() -> OptimizerConfig:
@@ -212,6 +283,7 @@ class RefConfig:
     model_config_kwargs: dict = setting(
         doc="Pass-through kwargs for the Hugging Face model config.", factory=dict, passthrough=True
     )
+    language_model_only: bool = setting(False, "SkyRL 0.4: load only the language model of a vision-language model.")
 
 
 @dataclass
@@ -225,11 +297,26 @@ class FullyAsyncConfig:
     num_parallel_generation_workers: int = setting(
         768, "Generation workers; between policy_mini_batch_size and that times (max_staleness_steps + 1).", minimum=1
     )
+    sample_full_batch: bool = setting(False, "SkyRL 0.4: wait for a full batch of fresh groups before each step.")
+    clear_kv_cache_on_weight_sync: bool = setting(False, "SkyRL 0.4: drop the engines' KV cache at each weight sync.")
+    simulate_training: bool = setting(False, "SkyRL 0.4: sleep instead of training (benchmarks generation).")
+    simulate_training_step_seconds: float = setting(30.0, "SkyRL 0.4: simulated step time.", minimum=0)
+    simulate_weight_sync_seconds: float = setting(0.0, "SkyRL 0.4: simulated weight-sync time.", minimum=0)
+
+
+@dataclass
+class MTPConfig:
+    enabled: bool = setting(False, "SkyRL 0.4: train multi-token-prediction heads for speculative decoding.")
+    num_speculative_tokens: int = setting(1, "SkyRL 0.4: tokens the MTP heads propose.", minimum=1)
+    loss_weight: float = setting(0.1, "SkyRL 0.4: weight of the MTP loss.")
 
 
 @dataclass
 class TrainerConfig:
     placement: PlacementConfig = section(PlacementConfig, "Where policy, ref and critic run.")
+    use_expandable_segments: bool = setting(
+        True, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on the training workers (less fragmentation)."
+    )
     sequence_parallel_backend: str = setting("ulysses", "Sequence-parallel implementation.", enum=("ulysses",))
     strategy: str = setting("fsdp2", "Training backend (fsdp is an alias of fsdp2).", enum=STRATEGIES)
     policy: PolicyConfig = section(PolicyConfig, "Policy model training.")
@@ -237,6 +324,7 @@ class TrainerConfig:
     critic: CriticConfig = section(CriticConfig, "Critic model (used when critic.model.path is set).")
     algorithm: AlgorithmConfig = section(AlgorithmConfig, "RL algorithm.")
     fully_async: FullyAsyncConfig = section(FullyAsyncConfig, "Fully asynchronous training knobs.")
+    mtp: MTPConfig = section(MTPConfig, "SkyRL 0.4: multi-token prediction.")
     gradient_checkpointing: bool = setting(True, "Recompute activations in backward to save memory.")
     gradient_checkpointing_use_reentrant: bool = setting(False, "Use reentrant activation checkpointing.")
     seed: int = setting(42, "Random seed.")
@@ -252,12 +340,22 @@ class TrainerConfig:
     export_path: str = setting("~/exports/", "Directory of exported artifacts (HF models, dumps).")
     bf16: bool = setting(True, "Train in bfloat16.")
     epochs: int = setting(1, "Passes over the training data.", minimum=1)
+    max_training_steps: int | None = setting(
+        None, "Stop after this many training steps (fewer than epochs would give); null trains every epoch.", minimum=1
+    )
     update_epochs_per_batch: int = setting(1, "Gradient passes over each training batch.", minimum=1)
     train_batch_size: int = setting(1024, "Prompts per training step.")
     policy_mini_batch_size: int = setting(256, "Prompts per policy optimizer step.")
     critic_mini_batch_size: int = setting(256, "Prompts per critic optimizer step.")
     micro_train_batch_size_per_gpu: int = setting(1, "Sequences per GPU per forward/backward in training.")
     micro_forward_batch_size_per_gpu: int = setting(1, "Sequences per GPU per forward-only pass.")
+    max_tokens_per_microbatch: int = setting(-1, "SkyRL 0.4: token budget of a micro batch; -1 counts sequences.")
+    recompute_old_logprobs_per_minibatch: bool = setting(
+        True, "SkyRL 0.4: recompute old log-probs before each mini batch (rlc runs only the default)."
+    )
+    remove_microbatch_padding: bool = setting(
+        True, "SkyRL 0.4's name of use_sample_packing: false turns packing off (either one false does)."
+    )
     update_ref_every_epoch: bool = setting(False, "Copy the policy into the reference model every epoch.")
     use_sample_packing: bool = setting(True, "Pack sequences without padding in micro batches.")
     eval_batch_size: int = setting(1024, "Prompts per evaluation batch.", minimum=1)
@@ -271,6 +369,17 @@ class TrainerConfig:
     logger: str = setting("wandb", "Metrics tracker.", enum=("wandb", "tensorboard", "mlflow", "console"))
     dump_data_batch: bool = setting(False, "Write each training batch to export_path.")
     dump_eval_results: bool = setting(True, "Write evaluation results to export_path.")
+    enable_ray_gpu_monitor: bool = setting(True, "SkyRL 0.4: log GPU use through Ray's monitor.")
+    tags: list[str] | None = setting(None, "SkyRL 0.4: tracker run tags.")
+    print_example_interval: int = setting(1, "SkyRL 0.4: print an example trajectory every N steps.")
+    num_logger_eval_samples: int = setting(-1, "SkyRL 0.4: evaluation samples sent to the tracker; -1 sends none.")
+    num_logger_train_samples: int = setting(-1, "SkyRL 0.4: training samples sent to the tracker; -1 sends none.")
+    log_example_interval: int = setting(-1, "SkyRL 0.4: send example trajectories every N steps; -1 disables.")
+    logprobs_chunk_size: int | None = setting(1024, "SkyRL 0.4: tokens per chunk of the log-prob computation.")
+    vocab_entropy_chunk_size: int | None = setting(0, "SkyRL 0.4: tokens per chunk of the entropy; 0 does not chunk.")
+    vocab_entropy_chunk_memory_mb: int = setting(512, "SkyRL 0.4: memory budget of an entropy chunk.", minimum=1)
+    fused_lm_head_logprob: bool = setting(False, "SkyRL 0.4: fuse the LM head with the log-prob computation.")
+    fused_lm_head_logprob_backend: str = setting("torch", "SkyRL 0.4: backend of the fused LM-head log-probs.")
     rope_scaling: dict[str, Any] | None = setting(
         None, "RoPE scaling for the trained model (e.g. YaRN).", passthrough=True
     )

@@ -152,6 +152,10 @@ def upgrade(doc, overrides: list) -> MigrationReport | None:
 
 
 def _is_legacy_key(key: str) -> bool:
+    from rlc.spec.model import default_model
+
+    if default_model().lookup(key) is not None:
+        return False  # a key spec v1 has (SkyRL 0.4 brought back some legacy names) means what v1 says
     top = key.split(".")[0]
     if key in legacy.MOVES or key in legacy.SPLITS or legacy.legacy_target(key):
         return True
