@@ -1,6 +1,6 @@
 """Memory fit: the estimated peak of every GPU of the plan, phase by phase, against the accelerator's capacity.
 
-What each role holds is counted the way rlc's runtime builds it (`rlc explain memory` says it in words):
+What each role holds is counted the way rlc's runtime builds it (this text is `rlc explain memory`):
 - fsdp2: fp32 parameters, gradients and AdamW's two moments, sharded over the role's shard group (fsdp_size, or
   the world); the working copies FSDP gathers in the compute dtype (the root's embeddings and head, two layers);
   cpu_offload keeps the sharded state on the CPU. LoRA trains (and keeps gradients and moments of) the adapters.
@@ -10,7 +10,7 @@ What each role holds is counted the way rlc's runtime builds it (`rlc explain me
   input plus one layer recomputed; logits of the response tokens over the vocabulary in the compute dtype, their
   float32 copy, log-softmax and its gradient.
 - a vLLM engine takes gpu_memory_utilization of each of its GPUs: its share of the weights, the rest KV cache.
-- every process on a GPU (a trainer actor) adds CUDA_CONTEXT for its CUDA context, NCCL and allocator slack.
+- every trainer process on a GPU adds 1 GiB for its CUDA context, NCCL buffers and allocator slack.
 With colocate_all, each phase has only what SkyRL keeps on the GPU then (generate: the engines; a forward or
 training pass: that role's model, optimizer when training; weight sync: engine and policy weights), so the peak
 is the worst phase. Without it everything placed on a GPU stays there, and the phases only add their transients.
@@ -230,7 +230,9 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> Role
             out["grads"] = -(-4 * trainable // shard)
             out["gathered"] = gathered + (0 if plain else 2 * (b + 4) * shape.layer)
         out["activations"] = (
-            activation_bytes(shape, tokens, b, ckpt) if train else tokens * (layer_activation_bytes(shape, b) + 4 * b * shape.hidden)
+            activation_bytes(shape, tokens, b, ckpt)
+            if train
+            else tokens * (layer_activation_bytes(shape, b) + 4 * b * shape.hidden)
         )
         if role == "critic":
             out["values"] = tokens * 4 * 3
@@ -258,7 +260,9 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
     b = 2 if t.bf16 else 4
     stage_layers = -(-shape.layers // pp)
     expert_layer = shape.expert_params // shape.moe_layers if shape.moe_layers else 0
-    body = stage_layers * (shape.layer - expert_layer) + (shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding)
+    body = stage_layers * (shape.layer - expert_layer) + (
+        shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding
+    )
     experts = stage_layers * expert_layer * shape.moe_layers // max(shape.layers, 1)
     local = -(-body // tp) + -(-experts // (ep * etp))
     dp = max(world // (tp * pp * cp), 1)
@@ -286,7 +290,14 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
         else:
             act = tokens * per_layer
         grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local
-        logits = logits_bytes(-(-shape.vocab // tp), -(-micro * response // cp), b, train, train and bool(alg.use_entropy_loss), temperature)
+        logits = logits_bytes(
+            -(-shape.vocab // tp),
+            -(-micro * response // cp),
+            b,
+            train,
+            train and bool(alg.use_entropy_loss),
+            temperature,
+        )
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
 
     return RoleCost(
@@ -299,7 +310,9 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
 
 def engine_weights(spec, shape: ModelShape) -> int:
     ie = spec.generator.inference_engine
-    return DTYPE_BYTES.get(ie.model_dtype, 2) * -(-shape.params // (int(ie.tensor_parallel_size) * int(ie.pipeline_parallel_size)))
+    return DTYPE_BYTES.get(ie.model_dtype, 2) * -(
+        -shape.params // (int(ie.tensor_parallel_size) * int(ie.pipeline_parallel_size))
+    )
 
 
 # -- the estimate ---------------------------------------------------------------------------------------------
@@ -379,7 +392,11 @@ def _phases(spec, roles: list[str], costs: dict[str, RoleCost], engine: dict, co
             if c.train:
                 phases[f"train {r}"] = {**kept, **tag(r, c.state), **tag(r, c.optimizer), **tag(r, c.train)}
         if engine and "policy" in roles:
-            phases["weight sync"] = {**kept, **tag("policy", costs["policy"].state), "engine/weights": engine["engine/weights"]}
+            phases["weight sync"] = {
+                **kept,
+                **tag("policy", costs["policy"].state),
+                "engine/weights": engine["engine/weights"],
+            }
         return phases
     resident = dict(engine)
     for r in roles:

@@ -195,9 +195,7 @@ def shape_from_config(config: dict) -> ModelShape:
             intermediate=int(config.get("intermediate_size") or 0),
             experts=experts,
             moe_intermediate=need("moe_intermediate_size"),
-            shared_intermediate=int(config.get("shared_expert_intermediate_size") or 0)
-            if kind == "qwen2_moe"
-            else 0,
+            shared_intermediate=int(config.get("shared_expert_intermediate_size") or 0) if kind == "qwen2_moe" else 0,
             moe_layers=moe,
             experts_per_token=int(config.get("num_experts_per_tok") or 0),
         )
