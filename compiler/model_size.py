@@ -13,6 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LOCAL, HF_CACHE, BUILT_IN = "config.json", "hf-cache", "table"
 SHAPE_KEYS = (
@@ -149,7 +150,7 @@ def shape_from_config(config: dict) -> ModelShape:
     vocab = need("vocab_size")
     tied = bool(config.get("tie_word_embeddings", kind.startswith("gemma")))
     bias = bool(config.get("attention_bias", False))
-    common = {
+    common: dict[str, Any] = {
         "model_type": kind,
         "hidden": hidden,
         "layers": layers,
