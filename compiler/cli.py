@@ -186,13 +186,20 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
     target = Path(svg_path or Path("build") / layout.name / "plan.svg")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render_svg(layout), encoding="utf-8")
+        target.write_text(render_svg(layout, result.memory), encoding="utf-8")
     except OSError as exc:
         raise click.BadParameter(f"cannot write {target}: {exc.strerror or exc}", param_hint="--svg") from None
     if fmt == "json":
-        click.echo(json.dumps(layout.to_json(), indent=2))
+        data = layout.to_json()
+        if result.memory is not None:
+            data["memory"] = result.memory.to_json()
+        click.echo(json.dumps(data, indent=2))
     else:
+        from rlc.compiler.plan_svg import render_memory
+
         click.echo(render_table(layout, _color(sys.stdout)))
+        if result.memory is not None:
+            click.echo(render_memory(result.memory))
         click.echo(f"picture: {target}")
     sys.exit(EXIT_OK)
 

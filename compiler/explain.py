@@ -23,6 +23,8 @@ def explain_key(key: str) -> tuple[str, bool]:
     from rlc.compiler.check import rules_for
     from rlc.spec.legacy import legacy_target
 
+    if key == "memory":
+        return memory_text(), True
     model = default_model()
     spec = model.lookup(key)
     if spec is None:
@@ -73,8 +75,45 @@ def explain_key(key: str) -> tuple[str, bool]:
     if values_origin:
         extra = ", ".join(model.extensions.values.get(key, []))
         lines.append(f"  values added by extension {values_origin}: {extra}")
-    rules = rules_for(key)
+    rules = [(r.code, r.title) for r in rules_for(key)] + memory_codes_for(key)
     if rules:
         lines.append("  rules:")
-        lines.extend(f"    {r.code}  {r.title}" for r in rules)
+        lines.extend(f"    {code}  {title}" for code, title in rules)
     return "\n".join(lines), True
+
+
+def memory_codes_for(key: str) -> list[tuple[str, str]]:
+    """The memory-fit findings a key takes part in (policy keys stand for every role's)."""
+    from rlc.compiler.memory import CODES, MEMORY_KEYS
+
+    generic = key.replace("trainer.ref.", "trainer.policy.").replace("trainer.critic.", "trainer.policy.")
+    generic = (
+        generic.replace("_ref_", "_policy_")
+        .replace("_critic_", "_policy_")
+        .replace("placement.ref", "placement.policy")
+    )
+    generic = generic.replace("placement.critic", "placement.policy")
+    return [
+        (code, CODES[code] + " (`rlc explain memory`)")
+        for code, keys in MEMORY_KEYS.items()
+        if any(generic == k or k.startswith(generic + ".") for k in keys)
+    ]
+
+
+def memory_text() -> str:
+    """How rlc estimates each GPU's peak memory: the memory module's own account, then its findings."""
+    from rlc.compiler import memory
+
+    lines = ["memory", "  How `rlc plan`, `validate` and `compile` estimate each GPU's peak memory:", ""]
+    lines += ["  " + line for line in (memory.__doc__ or "").strip().splitlines()]
+    lines += [
+        "",
+        "  Model sizes come from a local directory's config.json, the Hugging Face cache, or rlc's table of common",
+        "  hub ids; model_config_kwargs override them. Accelerator capacities are the driver's totals (H100 79.6 GiB).",
+        "  Sequence lengths are the longest the spec allows (max_prompt_length + max_generate_length): the estimate",
+        "  is the peak of a micro-batch of full-length rows, what one long response pads a whole batch to.",
+        "  CPU-only clusters (accelerator: none) are not checked.",
+        "  findings:",
+    ]
+    lines += [f"    {code}  {title}" for code, title in memory.CODES.items()]
+    return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""The compiler as one call: load -> migrate -> validate -> resolve -> check -> plan, with every diagnostic located.
+"""The compiler as one call: load -> migrate -> validate -> resolve -> check -> plan -> memory fit, with every
+diagnostic located.
 
 Every command that reads a spec (validate, plan, compile, diff, launch, run) goes through `compile_job`, so they
 all report the same findings at the same places.
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlc.compiler.frontend import Analysis, analyze
+from rlc.compiler.memory import MemoryEstimate, check_memory
 from rlc.compiler.plan import plan as make_plan
 from rlc.core.diagnostics import Diagnostic, has_errors
 from rlc.core.overrides import Override
@@ -22,7 +24,8 @@ class CompileResult:
     source: str
     analysis: Analysis
     plan: Plan | None  # None when the spec has errors before planning
-    diagnostics: list[Diagnostic]  # the front end's and the planner's, in that order
+    diagnostics: list[Diagnostic]  # the front end's, the planner's and the memory check's, in that order
+    memory: MemoryEstimate | None = None  # None when there is no plan that fits the cluster
 
     @property
     def ok(self) -> bool:
@@ -37,9 +40,13 @@ def compile_job(source: str | Path, overrides: Sequence[Override] = (), env: dic
     """Everything the compiler can say about a spec plus overrides, and its plan when it has no errors."""
     analysis = analyze(source, list(overrides), env=env)
     diags = list(analysis.diagnostics)
-    the_plan = None
+    the_plan, memory = None, None
     if analysis.ok and analysis.doc is not None:
         doc = analysis.doc
-        the_plan, found = make_plan(analysis.spec, lambda key: doc.locate(tuple(key.split("."))))
+        locate = lambda key: doc.locate(tuple(key.split(".")))  # noqa: E731
+        the_plan, found = make_plan(analysis.spec, locate)
         diags += found
-    return CompileResult(str(source), analysis, the_plan, diags)
+        if not has_errors(found):
+            memory, found = check_memory(analysis.spec, the_plan, locate)
+            diags += found
+    return CompileResult(str(source), analysis, the_plan, diags, memory)

@@ -118,9 +118,13 @@ def render_table(plan: Plan, color: bool = False) -> str:
 CELL_W, LINE_H, PAD, LEFT, TOP = 96, 16, 4, 72, 84
 
 
-def render_svg(plan: Plan) -> str:
-    """The table as a picture: a box per GPU holding a coloured chip per role; same plan -> same bytes."""
+def render_svg(plan: Plan, memory=None) -> str:
+    """The table as a picture: a box per GPU holding a coloured chip per role, the box coloured by its estimated
+    memory fill when `memory` (a MemoryEstimate) has one; same plan -> same bytes."""
+    from rlc.compiler.memory import fill_colour
+
     cells = plan.cells()
+    fills = {(m.node, m.gpu): m for m in (memory.gpus if memory is not None else [])}
     rows = shown_nodes(plan)
     depth = max([len(cells.get((n, g), ())) for n in rows if n is not None for g in range(plan.gpus_per_node)] + [1])
     cell_h = depth * LINE_H + 2 * PAD
@@ -155,8 +159,12 @@ def render_svg(plan: Plan) -> str:
         out.append(f'<text x="{LEFT - 8}" y="{y + PAD + 12}" text-anchor="end" font-weight="bold">node {n}</text>')
         for g in range(plan.gpus_per_node):
             cx = LEFT + g * CELL_W
+            m = fills.get((n, g))
+            box = fill_colour(m.fill) if m is not None else "#f7f7f7"
+            tip = f"<title>{m.peak / 2**30:.1f} of {m.capacity / 2**30:.1f} GiB ({m.fill:.0%})</title>" if m else ""
             out.append(
-                f'<rect x="{cx + 1}" y="{y + 1}" width="{CELL_W - 2}" height="{h - 2}" fill="#f7f7f7" stroke="#999999"/>'
+                f'<rect x="{cx + 1}" y="{y + 1}" width="{CELL_W - 2}" height="{h - 2}" fill="{box}" stroke="#999999">'
+                f"{tip}</rect>"
             )
             for k, label in enumerate(cells.get((n, g), ())):
                 out.append(_chip(cx + PAD, y + PAD + k * LINE_H, CELL_W - 2 * PAD, label, _fill(label)))
@@ -176,3 +184,34 @@ def _chip(x: int, y: int, w: int, text: str, fill: str) -> str:
         f'<rect x="{x}" y="{y}" width="{w}" height="{LINE_H - 2}" rx="3" fill={quoteattr(fill)}/>'
         f'<text x="{x + 4}" y="{y + LINE_H - 5}">{escape(text)}</text>'
     )
+
+
+def render_memory(memory) -> str:
+    """The memory estimate under the plan table: the models' sizes, then each GPU's peak / capacity and its
+    biggest parts (GPUs with the same figures share a line)."""
+    from rlc.compiler.memory import GiB
+    from rlc.compiler.plan import node_ranges
+
+    lines = ["", "memory (estimated peak per GPU; `rlc explain memory` says how):"]
+    for role, m in memory.models.items():
+        size = f"{m.shape.params / 1e9:.3f}B parameters" if m.shape else "size unknown, left out"
+        lines.append(f"  {role}: {m.path} ({size}, from {m.source})")
+    if not memory.gpus:
+        lines.append("  no GPU check: " + ("CPU-only cluster" if memory.capacity is None else "nothing placed"))
+        return "\n".join(lines)
+    groups: dict[tuple, list] = {}
+    for g in memory.gpus:
+        groups.setdefault((g.peak, g.phase, tuple(g.parts.items())), []).append(g)
+    for (peak, phase, parts), gpus in groups.items():
+        by_node: dict[int, list[int]] = {}
+        for g in gpus:
+            by_node.setdefault(g.node, []).append(g.gpu)
+        where = "; ".join(f"node {n} gpu {node_ranges(sorted(v))}" for n, v in by_node.items())
+        first = gpus[0]
+        verdict = "fits" if first.fits else "DOES NOT FIT"
+        top = ", ".join(f"{k} {v / GiB:.1f}" for k, v in parts[:4])
+        lines.append(
+            f"  {where}: {peak / GiB:.1f} / {first.capacity / GiB:.1f} GiB ({first.fill:.0%}, {verdict}) "
+            f"at {phase}: {top}"
+        )
+    return "\n".join(lines)

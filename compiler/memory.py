@@ -1,0 +1,605 @@
+"""Memory fit: the estimated peak of every GPU of the plan, phase by phase, against the accelerator's capacity.
+
+What each role holds is counted the way rlc's runtime builds it (this text is `rlc explain memory`):
+- fsdp2: fp32 parameters, gradients and AdamW's two moments, sharded over the role's shard group (fsdp_size, or
+  the world); the working copies FSDP gathers in the compute dtype (the root's embeddings and head, two layers);
+  cpu_offload keeps the sharded state on the CPU. LoRA trains (and keeps gradients and moments of) the adapters.
+- megatron: compute-dtype weights split over tp x pp (experts over ep x etp), fp32 main gradients, and the
+  distributed optimizer's fp32 master copy and moments split over the data-parallel ranks.
+- activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
+  input plus one layer recomputed; logits of the response tokens over the vocabulary in the compute dtype, their
+  float32 copy, log-softmax and its gradient.
+- a vLLM engine takes gpu_memory_utilization of each of its GPUs: its share of the weights, the rest KV cache.
+- every trainer process on a GPU adds 1 GiB for its CUDA context, NCCL buffers and allocator slack.
+With colocate_all, each phase has only what SkyRL keeps on the GPU then (generate: the engines; a forward or
+training pass: that role's model, optimizer when training; weight sync: engine and policy weights), so the peak
+is the worst phase. Without it everything placed on a GPU stays there, and the phases only add their transients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
+from rlc.compiler.resolve import critic_on, ref_on
+from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
+from rlc.core.plan import Plan
+
+MiB, GiB = 1 << 20, 1 << 30
+CUDA_CONTEXT = GiB  # per trainer process on a GPU: CUDA context, NCCL communicators, allocator slack
+WARN_FILL = 0.9
+
+# Usable memory of one device as the driver reports it (nvidia-smi / rocm-smi totals), by SkyPilot's names.
+ACCELERATORS: dict[str, int] = {
+    "H100": 81559 * MiB,
+    "H100-80GB": 81559 * MiB,
+    "H100-MEGA": 81559 * MiB,
+    "H100-NVL": 95830 * MiB,
+    "H200": 143771 * MiB,
+    "GH200": 97871 * MiB,
+    "B200": 183359 * MiB,
+    "B100": 183359 * MiB,
+    "A100": 40960 * MiB,
+    "A100-40GB": 40960 * MiB,
+    "A100-80GB": 81920 * MiB,
+    "L40S": 46068 * MiB,
+    "L40": 46068 * MiB,
+    "L4": 23034 * MiB,
+    "A10G": 23028 * MiB,
+    "A10": 23028 * MiB,
+    "A6000": 49140 * MiB,
+    "RTX6000-ADA": 49140 * MiB,
+    "RTX4090": 24564 * MiB,
+    "V100": 16384 * MiB,
+    "V100-32GB": 32768 * MiB,
+    "T4": 15360 * MiB,
+    "MI300X": 196592 * MiB,
+    "MI325X": 262144 * MiB,
+    "MI250X": 65536 * MiB,
+    "TPU": 0,  # not a CUDA device: never checked
+}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
+
+CODES = {
+    "RLC-E701": "a training role's model state (weights, gradients, optimizer) does not fit its GPUs",
+    "RLC-E702": "training activations and logits of a micro-batch do not fit",
+    "RLC-E703": "forward-pass activations and logits of a micro-batch do not fit",
+    "RLC-E704": "the inference engines' gpu_memory_utilization leaves too little for what shares their GPUs",
+    "RLC-E705": "an engine's share of the weights does not fit in its gpu_memory_utilization",
+    "RLC-E706": "weight sync (engine weights and policy weights on the same GPU) does not fit",
+    "RLC-W701": "a GPU is estimated above 90% full at its peak",
+    "RLC-W702": "a model's size is unknown: its memory is left out of the estimate",
+    "RLC-W703": "the accelerator's memory is unknown: the GPU check is skipped",
+}
+MEMORY_KEYS = {
+    "RLC-E701": ("trainer.policy.model.path", "trainer.placement.policy_num_gpus_per_node",
+                 "trainer.policy.fsdp_config.cpu_offload", "trainer.policy.fsdp_config.fsdp_size",
+                 "trainer.policy.model.lora.rank", "trainer.strategy"),
+    "RLC-E702": ("trainer.micro_train_batch_size_per_gpu", "trainer.gradient_checkpointing",
+                 "generator.sampling_params.max_generate_length", "trainer.max_prompt_length"),
+    "RLC-E703": ("trainer.micro_forward_batch_size_per_gpu",),
+    "RLC-E704": ("generator.inference_engine.gpu_memory_utilization", "trainer.placement.colocate_all"),
+    "RLC-E705": ("generator.inference_engine.tensor_parallel_size",
+                 "generator.inference_engine.gpu_memory_utilization"),
+    "RLC-E706": ("trainer.placement.colocate_all",),
+    "RLC-W701": ("cluster.accelerator",),
+    "RLC-W702": ("trainer.policy.model.path", "trainer.policy.model_config_kwargs"),
+    "RLC-W703": ("cluster.accelerator",),
+}  # fmt: skip
+
+
+def capacity(accelerator: str) -> int | None:
+    """Bytes of one device of this SkyPilot accelerator name (case and an `NVIDIA-` prefix ignored)."""
+    name = accelerator.strip().upper().replace("_", "-").replace(" ", "-")
+    name = name.removeprefix("NVIDIA-").split(":")[0]
+    found = ACCELERATORS.get(name)
+    return found or None
+
+
+@dataclass
+class RoleCost:
+    """Bytes one rank of a role holds: `state` while its model is on the GPU, `optimizer` with it when training,
+    and the transients of a training and of a forward pass."""
+
+    state: dict[str, int]
+    optimizer: dict[str, int]
+    train: dict[str, int]
+    forward: dict[str, int]
+
+
+@dataclass
+class GpuMemory:
+    node: int
+    gpu: int
+    capacity: int
+    peak: int
+    phase: str
+    parts: dict[str, int]
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    @property
+    def fill(self) -> float:
+        return self.peak / self.capacity if self.capacity else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "node": self.node,
+            "gpu": self.gpu,
+            "capacity_bytes": self.capacity,
+            "peak_bytes": self.peak,
+            "fits": self.fits,
+            "parts": dict(self.parts),
+        }
+
+
+@dataclass
+class MemoryEstimate:
+    models: dict[str, ModelInfo]
+    accelerator: str
+    capacity: int | None
+    gpus: list[GpuMemory] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return all(g.fits for g in self.gpus)
+
+    def to_json(self) -> dict:
+        return {
+            "fits": self.fits,
+            "models": {role: m.to_json() for role, m in self.models.items()},
+            "gpus": [g.to_json() for g in self.gpus],
+        }
+
+
+# -- per-role costs --------------------------------------------------------------------------------------------
+
+
+def _lengths(spec) -> tuple[int, int]:
+    """Tokens of the longest trajectory and of its response (what logits are computed for)."""
+    g = spec.generator
+    response = int(g.sampling_params.max_generate_length)
+    prompt = int(g.max_input_length or spec.trainer.max_prompt_length)
+    if int(g.max_turns) > 1:  # max_input_length bounds the whole conversation; all but the first prompt is scored
+        return prompt + response, prompt + response - int(spec.trainer.max_prompt_length)
+    return prompt + response, response
+
+
+def layer_activation_bytes(shape: ModelShape, b: int) -> int:
+    """Bytes one decoder layer saves for backward, per token: norms (fp32 inputs), q/k/v before and after rotary,
+    the attention output, the MLP's gate, up, activation and product (the routed experts of a token for MoE)."""
+    h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    inter = shape.intermediate
+    if shape.moe_layers:
+        inter = shape.moe_intermediate * max(shape.experts_per_token, 1) + shape.shared_intermediate
+    return b * (2 * h + 2 * (q + 2 * kv) + 2 * q + 4 * inter) + 8 * h + 4 * shape.experts
+
+
+def activation_bytes(shape: ModelShape, tokens: int, b: int, checkpointing: bool, layers: int | None = None) -> int:
+    layers = shape.layers if layers is None else layers
+    per_layer = layer_activation_bytes(shape, b)
+    saved = layers * b * shape.hidden + per_layer if checkpointing else layers * per_layer
+    return tokens * (saved + 2 * b * shape.hidden + 4 * shape.hidden)
+
+
+def logits_bytes(vocab: int, tokens: int, b: int, train: bool, entropy: bool, temperature: float) -> int:
+    """Logits in the compute dtype, a scaled copy when temperature != 1, their float32 copy and log-softmax;
+    training adds log-softmax's gradient (and the entropy's softmax)."""
+    per = b + 4 + 4 + (b if temperature != 1.0 else 0)
+    if train:
+        per += 4 + (8 if entropy else 0)
+    return tokens * vocab * per
+
+
+def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> RoleCost:
+    t = spec.trainer
+    cfg = getattr(t, role)
+    fsdp = cfg.fsdp_config
+    mp = fsdp.mixed_precision
+    b = DTYPE_BYTES[mp.param_dtype] if (t.bf16 and mp) else (2 if t.bf16 else 4)
+    shard = fsdp.fsdp_size if 0 < fsdp.fsdp_size < world else world
+    params = shape.critic_params if role == "critic" else shape.params
+    lora = cfg.model.lora.rank if role != "ref" and hasattr(cfg.model, "lora") else 0
+    trainable = shape.lora_params(lora) + (shape.hidden + 1 if role == "critic" and lora else 0) if lora else params
+    total = params + (shape.lora_params(lora) if lora else 0)
+    offload = fsdp.cpu_offload and gpu
+    state = {"weights": 0 if offload else -(-4 * total // shard)}
+    optimizer = {} if role == "ref" else {"optimizer": 0 if offload else -(-8 * trainable // shard)}
+    plain = world == 1 and not gpu and not t.bf16  # one CPU rank without a dtype policy trains the plain module
+    root = shape.embedding * (1 if shape.tied or role == "critic" else 2) + shape.hidden
+    if plain:
+        gathered = 0
+    elif not fsdp.reshard_after_forward:
+        gathered = b * total
+    else:
+        gathered = b * (root + 2 * shape.layer)
+    full, response = _lengths(spec)
+    sp = max(int(cfg.sequence_parallel_size), 1)
+    alg = t.algorithm
+    temperature = float(alg.temperature) if getattr(alg, "temperature", None) is not None else 1.0
+
+    def transient(micro: int, train: bool) -> dict[str, int]:
+        tokens = -(-micro * full // sp)
+        ckpt = bool(t.gradient_checkpointing) and train and role != "ref"
+        out = {"gathered": gathered}
+        if train:
+            out["grads"] = -(-4 * trainable // shard)
+            out["gathered"] = gathered + (0 if plain else 2 * (b + 4) * shape.layer)
+        out["activations"] = (
+            activation_bytes(shape, tokens, b, ckpt)
+            if train
+            else tokens * (layer_activation_bytes(shape, b) + 4 * b * shape.hidden)
+        )
+        if role == "critic":
+            out["values"] = tokens * 4 * 3
+        else:
+            scored = -(-micro * response // sp)
+            packed = gpu and t.use_sample_packing and t.flash_attn and b == 2
+            out["logits"] = logits_bytes(
+                shape.vocab, scored, b, train, train and bool(alg.use_entropy_loss), temperature
+            ) + (tokens * shape.vocab * b if packed else 0)
+        return out
+
+    return RoleCost(
+        state,
+        optimizer,
+        transient(int(t.micro_train_batch_size_per_gpu), True) if role != "ref" else {},
+        transient(int(t.micro_forward_batch_size_per_gpu), False),
+    )
+
+
+def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
+    t = spec.trainer
+    mc = getattr(t, role).megatron_config
+    tp, pp, cp = int(mc.tensor_model_parallel_size), int(mc.pipeline_model_parallel_size), int(mc.context_parallel_size)
+    ep, etp = int(mc.expert_model_parallel_size), int(mc.expert_tensor_parallel_size or tp)
+    b = 2 if t.bf16 else 4
+    stage_layers = -(-shape.layers // pp)
+    expert_layer = shape.expert_params // shape.moe_layers if shape.moe_layers else 0
+    body = stage_layers * (shape.layer - expert_layer) + (
+        shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding
+    )
+    experts = stage_layers * expert_layer * shape.moe_layers // max(shape.layers, 1)
+    local = -(-body // tp) + -(-experts // (ep * etp))
+    dp = max(world // (tp * pp * cp), 1)
+    edp = max(world // (pp * ep * etp), 1)
+    opt = mc.optimizer_config_kwargs or {}
+    distributed = bool(opt.get("use_distributed_optimizer", True))
+    offload = float(opt.get("optimizer_offload_fraction", 0.0)) if opt.get("optimizer_cpu_offload") else 0.0
+    dense_state = -(-body // tp) * 12 // (dp if distributed else 1)
+    expert_state = -(-experts // (ep * etp)) * 12 // (edp if distributed else 1)
+    state = {"weights": b * local}
+    optimizer = {} if role == "ref" else {"optimizer": int((dense_state + expert_state) * (1 - offload))}
+    full, response = _lengths(spec)
+    tc = mc.transformer_config_kwargs or {}
+    recompute = tc.get("recompute_granularity") == "full" and t.gradient_checkpointing
+    alg = t.algorithm
+    temperature = float(alg.temperature) if getattr(alg, "temperature", None) is not None else 1.0
+
+    def transient(micro: int, train: bool) -> dict[str, int]:
+        tokens = -(-micro * full // cp)
+        per_layer = layer_activation_bytes(shape, b) // tp
+        if train:
+            inflight = pp  # 1F1B: the first stage holds a micro-batch per stage before its first backward
+            saved = stage_layers * b * shape.hidden // tp + per_layer if recompute else stage_layers * per_layer
+            act = tokens * (saved * inflight)
+        else:
+            act = tokens * per_layer
+        grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local
+        logits = logits_bytes(
+            -(-shape.vocab // tp),
+            -(-micro * response // cp),
+            b,
+            train,
+            train and bool(alg.use_entropy_loss),
+            temperature,
+        )
+        return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
+
+    return RoleCost(
+        state,
+        optimizer,
+        transient(int(t.micro_train_batch_size_per_gpu), True) if role != "ref" else {},
+        transient(int(t.micro_forward_batch_size_per_gpu), False),
+    )
+
+
+def engine_weights(spec, shape: ModelShape) -> int:
+    ie = spec.generator.inference_engine
+    return DTYPE_BYTES.get(ie.model_dtype, 2) * -(
+        -shape.params // (int(ie.tensor_parallel_size) * int(ie.pipeline_parallel_size))
+    )
+
+
+# -- the estimate ---------------------------------------------------------------------------------------------
+
+
+def models_of(spec) -> dict[str, ModelInfo]:
+    t = spec.trainer
+    roles = ["policy"] + (["ref"] if ref_on(spec) else []) + (["critic"] if critic_on(spec) else [])
+    out = {}
+    for role in roles:
+        cfg = getattr(t, role)
+        path = cfg.model.path or (t.policy.model.path if role == "ref" else None)
+        out[role] = model_info(path, cfg.model_config_kwargs if isinstance(cfg.model_config_kwargs, dict) else None)
+    return out
+
+
+def estimate(spec, plan: Plan) -> MemoryEstimate:
+    """The per-GPU peak of every GPU of the plan (none on a CPU-only cluster or an unknown accelerator)."""
+    models = models_of(spec)
+    accel = str(spec.cluster.accelerator)
+    cap = None if plan.device == "CPU" else capacity(accel)
+    out = MemoryEstimate(models, accel, cap)
+    if cap is None:
+        return out
+    t = spec.trainer
+    costs: dict[str, RoleCost] = {}
+    for role in plan.roles:
+        info = models.get(role.name)
+        if info is None or info.shape is None:
+            continue
+        if t.strategy == "megatron" and role.name != "critic":
+            costs[role.name] = megatron_cost(spec, role.name, info.shape, role.world_size)
+        else:
+            costs[role.name] = fsdp_cost(spec, role.name, info.shape, role.world_size, True)
+    ie = spec.generator.inference_engine
+    policy = models["policy"].shape
+    engine: dict[str, int] = {}
+    if policy is not None and ie.backend == "vllm":
+        weights = engine_weights(spec, policy)
+        engine = {"engine/weights": weights, "engine/kv_cache": max(int(ie.gpu_memory_utilization * cap) - weights, 0)}
+    elif policy is not None:
+        engine = {"engine/weights": engine_weights(spec, policy)}
+    on_gpu: dict[tuple[int, int], list[str]] = {}
+    for role in plan.roles:
+        for n, g, _ in role.ranks:
+            on_gpu.setdefault((n, g), []).append(role.name)
+    engine_gpus = {ng for e in plan.engines for ng in e.gpus}
+    colocated = bool(t.placement.colocate_all)
+    for n, g in sorted(set(on_gpu) | engine_gpus):
+        roles = [r for r in on_gpu.get((n, g), []) if r in costs]
+        phases = _phases(spec, roles, costs, engine if (n, g) in engine_gpus else {}, colocated)
+        contexts = {f"{r}/cuda_context": CUDA_CONTEXT for r in on_gpu.get((n, g), [])}
+        name, parts = max(phases.items(), key=lambda kv: sum(kv[1].values()))
+        parts = {k: v for k, v in {**parts, **contexts}.items() if v}
+        ordered = dict(sorted(parts.items(), key=lambda kv: (-kv[1], kv[0])))
+        out.gpus.append(GpuMemory(n, g, cap, sum(ordered.values()), name, ordered))
+    return out
+
+
+def _phases(spec, roles: list[str], costs: dict[str, RoleCost], engine: dict, colocated: bool) -> dict:
+    """Bytes on one GPU in each phase of a step, by part."""
+
+    def tag(role: str, parts: dict[str, int]) -> dict[str, int]:
+        return {f"{role}/{k}": v for k, v in parts.items()}
+
+    t = spec.trainer
+    kept = {}  # optimizer state a role keeps on the GPU between steps (offload_after_step false)
+    if colocated:
+        for r in roles:
+            opt = getattr(getattr(t, r), "optimizer_config", None)
+            if opt is not None and not opt.offload_after_step:
+                kept.update(tag(r, costs[r].optimizer))
+        phases = {"generate": {**engine, **kept}} if engine else {"idle": dict(kept)}
+        for r in roles:
+            c = costs[r]
+            phases[f"forward {r}"] = {**kept, **tag(r, c.state), **tag(r, c.forward)}
+            if c.train:
+                phases[f"train {r}"] = {**kept, **tag(r, c.state), **tag(r, c.optimizer), **tag(r, c.train)}
+        if engine and "policy" in roles:
+            phases["weight sync"] = {
+                **kept,
+                **tag("policy", costs["policy"].state),
+                "engine/weights": engine["engine/weights"],
+            }
+        return phases
+    resident = dict(engine)
+    for r in roles:
+        resident.update(tag(r, costs[r].state))
+        resident.update(tag(r, costs[r].optimizer))
+    phases = {"steady": dict(resident)}
+    for r in roles:
+        phases[f"forward {r}"] = {**resident, **tag(r, costs[r].forward)}
+        if costs[r].train:
+            phases[f"train {r}"] = {**resident, **tag(r, costs[r].train)}
+    return phases
+
+
+# -- diagnostics ----------------------------------------------------------------------------------------------
+
+
+def gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def _gpu_list(gpus: list[GpuMemory]) -> str:
+    by_node: dict[int, list[int]] = {}
+    for g in gpus:
+        by_node.setdefault(g.node, []).append(g.gpu)
+    from rlc.compiler.plan import node_ranges
+
+    return "; ".join(f"node {n} GPU {node_ranges(sorted(gs))}" for n, gs in by_node.items())
+
+
+def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
+    """(code, key, fix) of what tips a GPU over: the largest group of parts in its peak phase."""
+    t, ie = spec.trainer, spec.generator.inference_engine
+    groups: dict[tuple[str, str], int] = {}
+    for name, v in g.parts.items():
+        owner, what = name.split("/", 1)
+        if what == "cuda_context":
+            continue
+        if owner == "engine":
+            kind = "sync" if g.phase == "weight sync" else "engine"
+        elif g.phase == "weight sync":
+            kind = "sync"
+        elif what in ("activations", "logits", "values"):
+            kind = "train" if g.phase.startswith("train") else "forward"
+        else:
+            kind = "state"
+        key = (kind, owner if kind == "state" else "")
+        groups[key] = groups.get(key, 0) + v
+    (kind, owner), biggest = max(groups.items(), key=lambda kv: kv[1])
+    over = g.peak - g.capacity
+    if kind == "state":
+        role = owner
+        if t.strategy == "megatron" and role != "critic":
+            fix = (
+                f"split trainer.{role} over more GPUs (raise megatron_config.tensor_model_parallel_size or "
+                "pipeline_model_parallel_size, or the placement's GPUs), or offload the optimizer "
+                "(megatron_config.optimizer_config_kwargs.optimizer_cpu_offload: true)"
+            )
+        else:
+            fix = (
+                f"shard the {role} over more GPUs (trainer.placement.{role}_num_gpus_per_node / {role}_num_nodes"
+                f"{', fsdp_size -1' if getattr(t, role).fsdp_config.fsdp_size > 0 else ''}), set "
+                f"trainer.{role}.fsdp_config.cpu_offload: true, or train LoRA adapters (model.lora.rank > 0)"
+            )
+        return "RLC-E701", f"trainer.{role}.model.path", fix
+    if kind in ("train", "forward"):
+        name = "micro_train_batch_size_per_gpu" if kind == "train" else "micro_forward_batch_size_per_gpu"
+        micro = int(getattr(t, name))
+        # Activations and logits grow with the micro-batch: the largest one that fits, kept under 90%.
+        room = WARN_FILL * g.capacity - (g.peak - biggest)
+        fits = int(micro * room // biggest) if biggest and room > 0 else 0
+        fix = f"lower trainer.{name} to {fits}" if fits >= 1 else f"lower trainer.{name}, and shorten the sequences"
+        if kind == "train" and not t.gradient_checkpointing:
+            fix = "turn on trainer.gradient_checkpointing, or " + fix
+        fix += " (or shorten generator.sampling_params.max_generate_length)"
+        return ("RLC-E702" if kind == "train" else "RLC-E703"), f"trainer.{name}", fix
+    if kind == "engine":
+        gmu = float(ie.gpu_memory_utilization)
+        lower = round(max(gmu - over / g.capacity - 0.02, 0.05), 2)
+        return (
+            "RLC-E704",
+            "generator.inference_engine.gpu_memory_utilization",
+            f"lower generator.inference_engine.gpu_memory_utilization to {lower}",
+        )
+    return (
+        "RLC-E706",
+        "trainer.placement.colocate_all",
+        "give the engines GPUs of their own (colocate_all: false) or raise tensor_parallel_size",
+    )
+
+
+def check_memory(
+    spec, plan: Plan, locate: Callable[[str], Location | None] = lambda key: None
+) -> tuple[MemoryEstimate, list[Diagnostic]]:
+    """The estimate and its findings: an error per cause of a GPU that does not fit, a warning above 90%."""
+    est = estimate(spec, plan)
+    diags: list[Diagnostic] = []
+    for role, info in est.models.items():
+        if info.shape is None:
+            key = f"trainer.{role}.model.path"
+            diags.append(
+                Diagnostic(
+                    "RLC-W702",
+                    WARNING,
+                    f"the size of {info.path} is unknown ({info.note}): the {role}'s memory is left out of the estimate",
+                    key=key,
+                    location=locate(key),
+                    hint=(
+                        f"point trainer.{role}.model.path at a local directory with its config.json, or give its "
+                        f"shape in trainer.{role}.model_config_kwargs (hidden_size, num_hidden_layers, "
+                        "num_attention_heads, num_key_value_heads, intermediate_size, vocab_size, tie_word_embeddings)"
+                    ),
+                    values={"path": info.path},
+                )
+            )
+    if plan.device == "GPU" and est.capacity is None:
+        known = ", ".join(k for k, v in ACCELERATORS.items() if v)
+        diags.append(
+            Diagnostic(
+                "RLC-W703",
+                WARNING,
+                f"rlc does not know how much memory a {est.accelerator} has: the GPU memory check is skipped",
+                key="cluster.accelerator",
+                location=locate("cluster.accelerator"),
+                hint=f"accelerators rlc knows: {known}",
+            )
+        )
+    ie = spec.generator.inference_engine
+    policy = est.models["policy"].shape
+    if est.capacity and policy is not None and ie.backend == "vllm" and plan.engines:
+        weights = engine_weights(spec, policy)
+        budget = int(ie.gpu_memory_utilization * est.capacity)
+        if weights >= budget:
+            key = "generator.inference_engine.tensor_parallel_size"
+            diags.append(
+                Diagnostic(
+                    "RLC-E705",
+                    ERROR,
+                    f"each vLLM engine GPU holds {gib(weights)} of {policy.params / 1e9:.2f}B weights, more than "
+                    f"gpu_memory_utilization {ie.gpu_memory_utilization} of a {est.accelerator} ({gib(budget)}): "
+                    "no room is left for the KV cache",
+                    key=key,
+                    location=locate(key),
+                    hint="raise generator.inference_engine.tensor_parallel_size (or pipeline_parallel_size), or "
+                    "gpu_memory_utilization",
+                    related=["generator.inference_engine.gpu_memory_utilization"],
+                    values={"weights_bytes": weights, "budget_bytes": budget},
+                )
+            )
+    groups: dict[tuple[str, str, str], list[GpuMemory]] = {}
+    near: list[GpuMemory] = []
+    for g in est.gpus:
+        if not g.fits:
+            groups.setdefault(_cause(spec, g), []).append(g)
+        elif g.fill > WARN_FILL:
+            near.append(g)
+    for (code, key, fix), gpus in groups.items():
+        worst = max(gpus, key=lambda g: g.peak)
+        diags.append(
+            Diagnostic(
+                code,
+                ERROR,
+                f"out of GPU memory: {_gpu_list(gpus)} need an estimated {gib(worst.peak)} in the {worst.phase} "
+                f"phase, more than a {est.accelerator}'s {gib(worst.capacity)} ({_top(worst)})",
+                key=key,
+                location=locate(key),
+                hint=fix + "; `rlc plan` shows every GPU's parts",
+                related=list(MEMORY_KEYS[code][1:]),
+                values={"peak_bytes": worst.peak, "capacity_bytes": worst.capacity, "phase": worst.phase},
+            )
+        )
+    if near:
+        worst = max(near, key=lambda g: g.peak)
+        code, key, fix = _cause(spec, worst)
+        diags.append(
+            Diagnostic(
+                "RLC-W701",
+                WARNING,
+                f"{_gpu_list(near)} are estimated at {worst.fill:.0%} of a {est.accelerator}'s memory at their peak "
+                f"({gib(worst.peak)} of {gib(worst.capacity)} in the {worst.phase} phase; {_top(worst)}): "
+                "allocator fragmentation can take the rest",
+                key=key,
+                location=locate(key),
+                hint=f"for headroom: {fix}",
+                values={"peak_bytes": worst.peak, "capacity_bytes": worst.capacity, "phase": worst.phase},
+            )
+        )
+    return est, diags
+
+
+def _top(g: GpuMemory, count: int = 3) -> str:
+    return ", ".join(f"{k} {gib(v)}" for k, v in list(g.parts.items())[:count])
+
+
+def fill_colour(fill: float) -> str:
+    """Green below 70%, amber to 90%, orange to 100%, red above: the plan picture's GPU colours."""
+    if fill > 1:
+        return "#e06666"
+    if fill > WARN_FILL:
+        return "#f6b26b"
+    if fill > 0.7:
+        return "#ffe599"
+    return "#b6d7a8"
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n / GiB:.1f}" if n < 100 * GiB else f"{math.floor(n / GiB)}"

@@ -1,0 +1,105 @@
+"""The memory-fit check as a user meets it: `rlc plan` JSON and text, and the errors of validate and compile."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import EXAMPLES, run_rlc
+from rlc.compiler.memory import capacity
+from rlc.compiler.model_size import model_info
+
+SPEC = """
+version: 1
+cluster: {{accelerator: {accel}, gpus_per_node: 8, num_nodes: 1}}
+trainer:
+  logger: console
+  policy:
+    model: {{path: {model}}}
+  micro_train_batch_size_per_gpu: {micro}
+  micro_forward_batch_size_per_gpu: {micro}
+  algorithm: {{use_kl_loss: true}}
+generator:
+  inference_engine: {{gpu_memory_utilization: {gmu}, tensor_parallel_size: {tp}}}
+"""
+
+
+def _write(spec_file, accel="H100", model="Qwen/Qwen2.5-1.5B-Instruct", micro=4, gmu=0.5, tp=1):
+    return spec_file(SPEC.format(accel=accel, model=model, micro=micro, gmu=gmu, tp=tp))
+
+
+def test_plan_json_carries_the_memory_in_the_documented_shape(spec_file, tmp_path):
+    result = run_rlc("plan", str(_write(spec_file)), "--format", "json", "--svg", str(tmp_path / "p.svg"))
+    assert result.returncode == 0, result.stderr
+    memory = json.loads(result.stdout)["memory"]
+    assert set(memory) == {"fits", "models", "gpus"} and memory["fits"] is True
+    assert memory["models"]["policy"] == {
+        "path": "Qwen/Qwen2.5-1.5B-Instruct",
+        "params": 1_543_714_304,
+        "source": "table",
+    }
+    assert len(memory["gpus"]) == 8
+    for gpu in memory["gpus"]:
+        assert set(gpu) == {"node", "gpu", "capacity_bytes", "peak_bytes", "fits", "parts"}
+        assert gpu["capacity_bytes"] == capacity("H100") and gpu["peak_bytes"] == sum(gpu["parts"].values())
+        assert all("/" in k and isinstance(v, int) for k, v in gpu["parts"].items())
+    assert "#b6d7a8" in (tmp_path / "p.svg").read_text()  # GPUs coloured by fill (green: under 70%)
+
+
+def test_plan_text_shows_peak_and_capacity(spec_file, tmp_path):
+    result = run_rlc("plan", str(_write(spec_file)), "--svg", str(tmp_path / "p.svg"))
+    assert result.returncode == 0, result.stderr
+    assert "node 0 gpu 0-7:" in result.stdout and "/ 79.6 GiB" in result.stdout and "engine/kv_cache" in result.stdout
+
+
+def test_a_micro_batch_that_does_not_fit_is_an_error_at_its_key(spec_file, tmp_path):
+    path = _write(spec_file, micro=80)
+    for command in (["validate", str(path)], ["compile", str(path), "-o", str(tmp_path / "out")]):
+        result = run_rlc(*command, "--format", "json")
+        assert result.returncode == 1, result.stdout
+        (found,) = [d for d in json.loads(result.stdout)["diagnostics"] if d["code"] == "RLC-E702"]
+        assert found["key"] == "trainer.micro_train_batch_size_per_gpu" and found["line"] == 7
+        assert "lower trainer.micro_train_batch_size_per_gpu to" in found["hint"]
+        assert found["values"]["peak_bytes"] > found["values"]["capacity_bytes"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_too_large_for_its_gpus_names_the_model(spec_file):
+    result = run_rlc("validate", str(_write(spec_file, model="Qwen/Qwen2.5-72B-Instruct", micro=1, tp=8)))
+    assert result.returncode == 1
+    assert "RLC-E701" in result.stderr and "cpu_offload" in result.stderr and "RLC-E705" not in result.stderr
+    result = run_rlc("validate", str(_write(spec_file, accel="L4", model="Qwen/Qwen2.5-72B-Instruct", micro=1)))
+    assert "RLC-E705" in result.stderr  # 72B in bf16 on one L4 leaves no KV cache
+
+
+def test_above_ninety_percent_is_a_warning(spec_file):
+    result = run_rlc("validate", str(_write(spec_file, gmu=0.95)), "--format", "json")
+    assert result.returncode == 0
+    assert [d["code"] for d in json.loads(result.stdout)["diagnostics"]] == ["RLC-W701"]
+
+
+def test_an_unknown_hub_id_is_a_warning_naming_how_to_size_it(spec_file):
+    result = run_rlc("validate", str(_write(spec_file, model="someone/not-a-model")))
+    assert result.returncode == 0, result.stderr
+    assert "RLC-W702" in result.stderr and "model_config_kwargs" in result.stderr
+    assert model_info("someone/not-a-model", {"hidden_size": 64}).shape is None  # not enough to size it
+
+
+def test_unknown_accelerator_and_cpu_only_skip_the_gpu_check(spec_file, tmp_path):
+    result = run_rlc("validate", str(_write(spec_file, accel="TPU-v9")))
+    assert result.returncode == 0 and "RLC-W703" in result.stderr
+    result = run_rlc("plan", str(EXAMPLES / "local-cpu.yaml"), "--format", "json", "--svg", str(tmp_path / "p.svg"))
+    assert json.loads(result.stdout)["memory"]["gpus"] == []
+
+
+def test_explain_memory_documents_the_estimate():
+    result = run_rlc("explain", "memory")
+    assert result.returncode == 0 and "gpu_memory_utilization" in result.stdout and "RLC-E701" in result.stdout
+    result = run_rlc("explain", "trainer.micro_train_batch_size_per_gpu")
+    assert "RLC-E702" in result.stdout
+
+
+def test_every_example_fits():
+    for example in sorted(EXAMPLES.glob("*.yaml")):
+        result = run_rlc("validate", str(example), "--format", "json")
+        codes = [d["code"] for d in json.loads(result.stdout)["diagnostics"]]
+        assert result.returncode == 0 and not [c for c in codes if c.startswith("RLC-E7")], (example, codes)
