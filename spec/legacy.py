@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from rlc.spec import legacy_history
+
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
 ENGINE_KEYS = {
     "model_dtype": "model_dtype",
@@ -76,6 +78,7 @@ MOVES: dict[str, str] = {
         for k in ("rank", "alpha", "dropout")
     },
     **{f"generator.{old}": f"generator.inference_engine.{new}" for old, new in ENGINE_KEYS.items()},
+    **legacy_history.RENAMES,
 }
 
 # One legacy value copied to several new keys.
@@ -145,6 +148,8 @@ HYDRA_GROUPS = {
     "skygym_config": "environment defaults (now the defaults of environment.skyrl_gym)",
 }
 
+SPEC_SECTIONS = {"data", "trainer", "generator", "environment"}
+
 REF = re.compile(r"\$\{([^{}:]+)\}")
 
 
@@ -181,6 +186,7 @@ class Change:
     new_value: Any = None
     reason: str = ""
     severity: str = "info"  # info | warning | error (error: behaviour would change)
+    code: str = ""  # the finding's code when it is not the generic RLC-E020 / RLC-W020
 
     def describe(self) -> str:
         at = f" (line {self.line})" if self.line else ""
@@ -393,6 +399,7 @@ class _Step:
         for old, new in MOVES.items():
             self.move(old, new)
         self.drops()
+        self.retired()
         self.references()
         self.unknown_inert()
         return self.changes
@@ -521,7 +528,8 @@ class _Step:
             return
         line = _line_of(self.data, "defaults")
         entries = self.data.pop("defaults")
-        pulled = []
+        known: list[tuple[str, str, str, str]] = []
+        unknown: list[tuple[str, str, str, str]] = []
         for entry in entries if isinstance(entries, list) else [entries]:
             text = (
                 entry
@@ -532,21 +540,35 @@ class _Step:
             )
             if text == "_self_":
                 continue
-            group = text.split("@")[0].split(":")[0].strip()
-            pulled.append(
-                f"{text} -> {HYDRA_GROUPS.get(group, 'unknown group: its keys must be written out in the spec')}"
-            )
-        unknown = [p for p in pulled if "unknown group" in p]
+            said, severity, code = legacy_history.hydra_group(text, HYDRA_GROUPS, SPEC_SECTIONS)
+            (unknown if code else known).append((said, severity, code, text))
         self.changes.append(
             Change(
                 "defaults",
                 "defaults",
                 None,
                 line,
-                reason="; ".join(pulled) or "only _self_",
-                severity="error" if unknown else "info",
+                reason="; ".join(k[0] for k in known)
+                or ("only _self_" if not unknown else "groups rlc does not know:"),
             )
         )
+        for said, severity, code, text in unknown:
+            self.changes.append(Change("defaults", "defaults", None, line, reason=said, severity=severity, code=code))
+            top = text.split(":")[0].split("@")[-1].strip()
+            if code == legacy_history.HYDRA_OUTSIDE and top in self.data:
+                value, top_line, _ = _pop(self.data, top)
+                self.changes.append(
+                    Change(
+                        "dropped",
+                        top,
+                        None,
+                        top_line,
+                        value,
+                        reason=f"filled by the Hydra group {text}; no stage of the base trainer reads it",
+                        severity="warning",
+                        code=code,
+                    )
+                )
 
     def strategy(self) -> None:
         value = _get(self.data, "trainer.strategy")
@@ -755,6 +777,30 @@ class _Step:
                     value,
                     reason=reason if harmless else f"{reason}; its value changes what runs",
                     severity="info" if harmless else "error",
+                )
+            )
+
+    def retired(self) -> None:
+        """Keys from SkyRL's branches and releases with no spec v1 equivalent (legacy_history.RETIRED)."""
+
+        def get(path: str) -> Any:
+            value = _get(self.data, path)
+            return None if value is _MISSING else value
+
+        present = [(r, _get(self.data, r.path)) for r in legacy_history.RETIRED]
+        judged = [(r, value, r.harmless(value, get)) for r, value in present if value is not _MISSING]
+        for r, value, harmless in judged:
+            _, line, _ = _pop(self.data, r.path)
+            self.changes.append(
+                Change(
+                    "dropped",
+                    r.path,
+                    None,
+                    line,
+                    value,
+                    reason=r.reason if harmless else f"{r.reason}; its value changes what runs",
+                    severity="info" if harmless else r.severity,
+                    code="" if harmless else r.code,
                 )
             )
 

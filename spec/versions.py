@@ -70,7 +70,8 @@ class MigrationReport:
         return [c for c in self.changes if c.severity == "error"]
 
     def lines(self) -> list[str]:
-        return [c.describe() for c in self.changes]
+        """One line a change; a change that alters what runs says so at the start of its own line."""
+        return [f"{'ALTERS WHAT RUNS: ' if c.severity == 'error' else ''}{c.describe()}" for c in self.changes]
 
     def diagnostics(self, doc) -> list:
         """What commands that read specs print: one warning pointing to `rlc migrate`, plus behaviour changes."""
@@ -90,7 +91,7 @@ class MigrationReport:
                 where = Location(doc.name, c.line, 1 if c.line else 0, doc.line_text(c.line))
                 out.append(
                     Diagnostic(
-                        "RLC-E020" if error else "RLC-W020",
+                        c.code or ("RLC-E020" if error else "RLC-W020"),
                         ERROR if error else WARNING,
                         f"migration: {c.describe()}",
                         key=c.old,

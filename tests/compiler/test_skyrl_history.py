@@ -1,0 +1,176 @@
+"""SkyRL's history beyond the corpus: stored base-config versions from branches and forks, and every key
+in legacy_history with a harmless and a behaviour-changing value."""
+
+from __future__ import annotations
+
+import pytest
+import yaml_helpers
+from conftest import ROOT
+from rlc.compiler.frontend import analyze
+from rlc.compiler.load import document_from_text
+from rlc.compiler.migration import migrated_text
+from rlc.core.plain import plain_yaml as to_plain
+from rlc.spec import legacy_history
+from rlc.spec.model import SpecModel
+from rlc.spec.versions import migrate_data
+
+HISTORY = sorted((ROOT / "tests" / "fixtures" / "skyrl-history").glob("*.yaml"))
+MODEL = SpecModel()
+
+
+def _migrate(text: str, name: str = "legacy.yaml"):
+    doc = document_from_text(text, name)
+    report = migrate_data(doc.data)
+    return doc, report, migrated_text(doc)
+
+
+def _analyze(tmp_path, text: str):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return analyze(path, env={"WANDB_API_KEY": "x"})
+
+
+def _nest(path: str, value):
+    out: dict = {}
+    node = out
+    *head, last = path.split(".")
+    for part in head:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return out
+
+
+def test_history_fixture_is_not_empty():
+    assert len(HISTORY) >= 2
+
+
+@pytest.mark.parametrize("path", HISTORY, ids=lambda p: p.name)
+def test_historical_version_migrates_validates_and_round_trips(tmp_path, path):
+    text = path.read_text()
+    legacy = to_plain(document_from_text(text, path.name).data)
+    doc, report, new = _migrate(text, path.name)
+    assert report is not None and not report.errors, [c.describe() for c in report.errors]
+    analysis = _analyze(tmp_path, new)
+    assert analysis.ok, [(d.code, d.key, d.message) for d in analysis.diagnostics]
+    # Every top-level key either survives or has a report line; a second migration changes nothing.
+    accounted = {c.old.split(".")[0] for c in report.changes if c.old}
+    assert set(legacy) - {"defaults"} <= set(to_plain(doc.data)) | accounted
+    assert migrate_data(document_from_text(new, "again.yaml").data) is None
+
+
+# -- each history key: harmless value drops quietly, a value that turns the feature on is a finding --------
+
+ACTIVE = {
+    "trainer.min_samples_per_env": ({"trainer": {"use_hybrid_env_sampling": True}}, 4),
+    "generator.context_warning_threshold": ({"generator": {"inject_context_status": True}}, 0.9),
+    "trainer.policy.optimizer_config.muon_lr": (
+        {"trainer": {"policy": {"optimizer_config": {"optimizer_type": "muon"}}}},
+        0.02,
+    ),
+    "trainer.critic.optimizer_config.muon_lr": (
+        {"trainer": {"critic": {"optimizer_config": {"optimizer": "Muon"}}}},
+        0.02,
+    ),
+}
+HARMLESS = {
+    "trainer.min_samples_per_env": 1,
+    "generator.context_warning_threshold": 0.9,
+    "trainer.policy.optimizer_config.muon_lr": 0.02,
+    "trainer.critic.optimizer_config.muon_lr": 0.02,
+}
+
+
+def _merge(into: dict, extra: dict) -> dict:
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
+    return into
+
+
+def _active_value(entry: legacy_history.Retired):
+    if entry.path in ACTIVE:
+        return ACTIVE[entry.path]
+    leaf = entry.path.rsplit(".", 1)[-1]
+    if leaf.startswith(("optimizer",)):
+        return {}, "SGD"
+    if leaf in ("use_hybrid_env_sampling", "inject_context_status", "deterministic", "retokenize") or leaf.startswith(
+        ("dump_", "enable_")
+    ):
+        return {}, True
+    if entry.harmless({"enabled": False}, lambda p: None) and not entry.harmless(True, lambda p: None):
+        return {}, {"enabled": True, "coef": 0.5}
+    return {}, 4096
+
+
+@pytest.mark.parametrize("entry", legacy_history.RETIRED, ids=lambda e: e.path)
+def test_retired_key_with_harmless_value_is_dropped_quietly(tmp_path, entry):
+    value = HARMLESS.get(entry.path, None)
+    doc, report, new = _migrate(yaml_helpers.dump(_nest(entry.path, value)))
+    change = next(c for c in report.changes if c.old == entry.path)
+    assert change.kind == "dropped" and change.severity == "info" and change.reason
+    assert _analyze(tmp_path, new).ok
+
+
+@pytest.mark.parametrize("entry", legacy_history.RETIRED, ids=lambda e: e.path)
+def test_retired_key_that_turns_a_feature_on_is_a_finding(tmp_path, entry):
+    context, value = _active_value(entry)
+    data = _merge(_nest(entry.path, value), context)
+    text = yaml_helpers.dump(data)
+    doc, report, _ = _migrate(text)
+    change = next(c for c in report.changes if c.old == entry.path)
+    assert change.severity == entry.severity and change.code == entry.code, change.describe()
+    assert "changes what runs" in change.reason
+    line = next(ln for ln in report.lines() if entry.path in ln and "dropped" in ln)
+    assert line.startswith("ALTERS WHAT RUNS") == (entry.severity == "error")
+    # `rlc validate` on the legacy file reports the same code.
+    codes = {d.code for d in _analyze(tmp_path, text).diagnostics}
+    assert entry.code in codes
+
+
+def test_old_http_endpoint_names_move_to_the_engine_section(tmp_path):
+    text = yaml_helpers.dump(
+        {
+            "generator": {
+                "use_http_server_inference_engine_client": True,
+                "http_server_inference_engine_client_host": "0.0.0.0",
+                "http_server_inference_engine_client_port": 8011,
+            }
+        }
+    )
+    doc, report, new = _migrate(text)
+    engine = to_plain(doc.data)["generator"]["inference_engine"]
+    assert engine == {"enable_http_endpoint": True, "http_endpoint_host": "0.0.0.0", "http_endpoint_port": 8011}
+    assert not report.errors
+
+
+def test_rollout_correction_is_the_early_name_of_off_policy_correction(tmp_path):
+    text = yaml_helpers.dump({"trainer": {"algorithm": {"rollout_correction": {"tis_ratio_type": "sequence"}}}})
+    doc, report, new = _migrate(text)
+    assert to_plain(doc.data)["trainer"]["algorithm"]["off_policy_correction"] == {"tis_ratio_type": "sequence"}
+    assert _analyze(tmp_path, new).ok
+
+
+def test_unknown_hydra_group_says_whether_it_alters_what_runs(tmp_path):
+    outside = (
+        "defaults:\n  - _self_\n  - tbench_config: default\ntbench_config:\n  trials_dir: /tmp/t\ntrainer:\n  seed: 3\n"
+    )
+    doc, report, new = _migrate(outside)
+    assert not report.errors
+    said = [c for c in report.changes if c.code == legacy_history.HYDRA_OUTSIDE]
+    assert said and "does not alter what runs" in said[0].reason
+    assert "tbench_config" not in to_plain(doc.data)
+    assert _analyze(tmp_path, new).ok
+    inside = "defaults:\n  - _self_\n  - my_algo@trainer.algorithm: custom\ntrainer:\n  seed: 3\n"
+    doc, report, _ = _migrate(inside)
+    assert [c.code for c in report.errors] == [legacy_history.HYDRA_IN_SPEC]
+    assert any(ln.startswith("ALTERS WHAT RUNS") and "my_algo" in ln for ln in report.lines())
+    codes = {d.code for d in _analyze(tmp_path, inside).diagnostics}
+    assert legacy_history.HYDRA_IN_SPEC in codes
+
+
+def test_history_keys_are_not_spec_v1_keys():
+    """A retired key that spec v1 gains (e.g. from SkyRL 0.4.0) must become a move instead."""
+    assert [r.path for r in legacy_history.RETIRED if MODEL.lookup(r.path) is not None] == []
+    assert all(MODEL.lookup(new) is not None for new in legacy_history.RENAMES.values())
