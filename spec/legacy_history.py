@@ -120,7 +120,6 @@ RETIRED: list[Retired] = [
     Retired("trainer.max_token_len_per_gpu", _TOKEN_BUDGET, _unset, TOKEN_BUDGET),
     Retired("trainer.max_token_len_per_gpu_forward", _TOKEN_BUDGET, _unset, TOKEN_BUDGET),
     Retired("trainer.max_token_len_per_gpu_train", _TOKEN_BUDGET, _unset, TOKEN_BUDGET),
-    Retired("trainer.max_tokens_per_microbatch", _TOKEN_BUDGET, _unset, TOKEN_BUDGET),
     Retired("trainer.algorithm.dro", "the DRO policy loss; not one of rlc's policy losses", _block_off),
     Retired(
         "trainer.loss_chunk_size",
@@ -146,11 +145,6 @@ RETIRED: list[Retired] = [
         "writes each training batch's trajectories to disk (debug output only)",
         _off,
         MEMORY_ONLY,
-    ),
-    Retired(
-        "generator.inference_engine.enable_return_routed_experts",
-        "returns MoE routing decisions for router replay; rlc does not replay routes",
-        _off,
     ),
     *(
         Retired(
