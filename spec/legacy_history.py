@@ -80,6 +80,22 @@ _TOKEN_BUDGET = (
     "trainer.micro_train_batch_size_per_gpu / micro_forward_batch_size_per_gpu samples"
 )
 
+_PROFILER_SCHEDULE = (
+    "skip_first",
+    "wait",
+    "warmup",
+    "active",
+    "repeat",
+    "activities",
+    "record_shapes",
+    "profile_memory",
+    "with_stack",
+    "with_flops",
+    "with_modules",
+    "export_type",
+    "use_gzip",
+)
+
 RETIRED: list[Retired] = [
     Retired(
         "trainer.min_samples_per_env",
@@ -154,6 +170,17 @@ RETIRED: list[Retired] = [
         )
         for role in ("policy", "critic")
         for key in ("optimizer_type", "optimizer")
+    ),
+    # SkyRL 0.3.0 moved the profiler to trainer.policy.torch_profiler_config (all strategies) and gave it a
+    # schedule; `legacy.MOVES` brings the block to the megatron one, whose enable/ranks/save_path spec v1 has.
+    *(
+        Retired(
+            f"trainer.policy.megatron_config.torch_profiler_config.{key}",
+            f"torch.profiler's {key} (which steps are traced and what a trace records; debug output only)",
+            _only_with("trainer.policy.megatron_config.torch_profiler_config.enable"),
+            MEMORY_ONLY,
+        )
+        for key in _PROFILER_SCHEDULE
     ),
     *(
         Retired(

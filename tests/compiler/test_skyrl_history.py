@@ -71,6 +71,13 @@ ACTIVE = {
         {"trainer": {"critic": {"optimizer_config": {"optimizer": "Muon"}}}},
         0.02,
     ),
+    **{
+        f"trainer.policy.megatron_config.torch_profiler_config.{key}": (
+            {"trainer": {"policy": {"megatron_config": {"torch_profiler_config": {"enable": True}}}}},
+            3,
+        )
+        for key in legacy_history._PROFILER_SCHEDULE
+    },
 }
 HARMLESS = {
     "trainer.min_samples_per_env": 1,
