@@ -19,6 +19,7 @@ TOKEN_BUDGET = "RLC-E032"  # micro-batches cut by a token budget instead of a sa
 MEMORY_ONLY = "RLC-W030"  # changes memory use or debug output, not the training
 HYDRA_OUTSIDE = "RLC-W031"  # an unknown Hydra default group rlc's stages never read
 SAFETY_LIMIT = "RLC-W032"  # a wall-clock limit rlc does not enforce (changes only runs that hit it)
+OPERATIONS = "RLC-W033"  # logging, uploads, retries or process layout: how a run is operated, not what it trains
 
 # Old names of keys spec v1 has (SkyRL renamed them before the generator.inference_engine move).
 RENAMES: dict[str, str] = {
@@ -61,6 +62,43 @@ def _unset(value: Any, get: Callable[[str], Any]) -> bool:
 def _only_with(flag: str) -> Callable[[Any, Callable[[str], Any]], bool]:
     """Harmless unless `flag` (read before anything is dropped) is true."""
     return lambda value, get: get(flag) is not True
+
+
+def _at(*defaults: Any) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless when unset or at one of the values the branch shipped as its (inert) default."""
+
+    def harmless(value: Any, get: Callable[[str], Any]) -> bool:
+        if value is None:
+            return True
+        if isinstance(value, str):
+            return value.lower() in {str(d).lower() for d in defaults if isinstance(d, str)}
+        for d in defaults:
+            if isinstance(d, bool) or isinstance(value, bool):
+                if value is d:
+                    return True
+            elif not isinstance(d, str) and value == d:
+                return True
+        return False
+
+    return harmless
+
+
+def _only_when(key: str, *chosen: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless unless `key` (read before anything is dropped) names one of `chosen` (a prefix match)."""
+
+    def harmless(value: Any, get: Callable[[str], Any]) -> bool:
+        picked = get(key)
+        return not (isinstance(picked, str) and picked.lower().startswith(chosen))
+
+    return harmless
+
+
+def _above(limit: int) -> Callable[[Any, Callable[[str], Any]], bool]:
+    return lambda value, get: value is None or (isinstance(value, int) and value <= limit)
+
+
+def _no_teacher(value: Any, get: Callable[[str], Any]) -> bool:
+    return value is None or (isinstance(value, dict) and value.get("model_path") in (None, ""))
 
 
 def _adamw(value: Any, get: Callable[[str], Any]) -> bool:
@@ -189,6 +227,226 @@ RETIRED: list[Retired] = [
             _optimizer_of(role),
         )
         for role in ("policy", "critic")
+    ),
+    # -- keys of SkyRL's forks (tests/fixtures/skyrl-history/README.md lists where each was seen) -------------
+    Retired("trainer.log_level", "SkyRL's console log level (rlc logs at its own level)", _at("INFO"), MEMORY_ONLY),
+    Retired(
+        "trainer.tracker_commit_each_step",
+        "commits each step to the experiment tracker at once (when metrics show up, not what they are)",
+        _off,
+        OPERATIONS,
+    ),
+    Retired(
+        "trainer.policy.track_extra_gradient_metrics",
+        "logs extra gradient metrics (debug output only)",
+        _off,
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "trainer.s3_export", "uploads checkpoints to S3 (rlc writes them to trainer.ckpt_path)", _block_off, OPERATIONS
+    ),
+    Retired("trainer.hf_upload_mode", "the layout of uploads to the Hugging Face Hub", _at("latest"), OPERATIONS),
+    Retired("trainer.run_group", "groups runs in the experiment tracker", _unset, OPERATIONS),
+    Retired("trainer.eval_retries", "retries a failed evaluation", _above(1), OPERATIONS),
+    Retired(
+        "trainer.placement.policy_strict_spread_pg",
+        "reserves the policy's placement group before the engines' (the order Ray places bundles in)",
+        _off,
+        OPERATIONS,
+    ),
+    Retired(
+        "trainer.save_optimizer_state_in_ckpt",
+        "leaves optimizer state out of checkpoints (only a resumed run differs)",
+        _at(True),
+        OPERATIONS,
+    ),
+    Retired(
+        "trainer.save_dataloader_state_in_ckpt",
+        "leaves the dataloader position out of checkpoints (only a resumed run differs)",
+        _at(True),
+        OPERATIONS,
+    ),
+    Retired(
+        "trainer.dump_every_batch", "writes evaluation results after each batch (debug output only)", _off, MEMORY_ONLY
+    ),
+    Retired(
+        "trainer.rollout_visualization", "logs token-level rollout plots (debug output only)", _block_off, MEMORY_ONLY
+    ),
+    Retired(
+        "trainer.micro_critic_train_batch_size_per_gpu",
+        "a separate micro-batch size for the critic; rlc uses trainer.micro_train_batch_size_per_gpu for both "
+        "(gradient accumulation gives the same update, memory use differs)",
+        _unset,
+        MEMORY_ONLY,
+    ),
+    Retired("trainer.eval_only", "evaluates once and exits without training", _off),
+    Retired("trainer.max_steps", "stops training after this many steps (rlc runs trainer.epochs)", _unset),
+    Retired("trainer.algorithm.policy_loss_coef", "scales the policy-gradient loss", _at(1, 1.0)),
+    Retired("trainer.algorithm.obs_prediction_coef", "weight of an auxiliary observation-prediction loss", _off),
+    Retired("trainer.algorithm.task_advantage_normalize", "normalizes advantages per task", _off),
+    Retired("trainer.algorithm.z_clip", "adaptive (z-score) gradient-norm clipping", _block_off),
+    Retired("trainer.algorithm.stale_clip", "damps the learning rate for stale batches", _block_off),
+    *(
+        Retired(
+            f"trainer.algorithm.{key}",
+            "the RLOO-N estimator's group settings (only read when advantage_estimator is rloo_n*)",
+            _only_when("trainer.algorithm.advantage_estimator", "rloo_n"),
+        )
+        for key in ("rloo_n_min_group_size", "rloo_n_filter_zero_reward_groups")
+    ),
+    Retired(
+        "trainer.algorithm.icvl",
+        "the in-context value estimator's settings (only read when advantage_estimator is icvl)",
+        _only_when("trainer.algorithm.advantage_estimator", "icvl"),
+    ),
+    Retired(
+        "trainer.algorithm.state_action",
+        "the state-action TD estimator's Q/V heads (only read when advantage_estimator is state_action_td)",
+        _only_when("trainer.algorithm.advantage_estimator", "state_action"),
+    ),
+    Retired(
+        "trainer.algorithm.value_head_type",
+        "the critic's value head (rlc's critic regresses the value with MSE)",
+        _at("regression"),
+    ),
+    *(
+        Retired(
+            f"trainer.algorithm.{key}",
+            "the value range and bins of a cross-entropy or sigmoid value head",
+            _only_when("trainer.algorithm.value_head_type", "cross_entropy", "sigmoid"),
+        )
+        for key in ("value_min", "value_max", "value_num_bins")
+    ),
+    *(
+        Retired(
+            f"trainer.algorithm.{key}",
+            "the settings of a joint-distribution (zip) value head",
+            _only_when("trainer.algorithm.value_head_type", "zip"),
+        )
+        for key in (
+            "zip_distribution_token_id",
+            "zip_reward_values",
+            "zip_num_length_bins",
+            "zip_scale_zero_one_rewards",
+        )
+    ),
+    *(
+        Retired(f"trainer.{role}.model.lora.lora_type", "the LoRA variant (rlc trains plain LoRA)", _at("lora"))
+        for role in ("policy", "critic")
+    ),
+    *(
+        Retired(
+            f"trainer.{role}.model.lora.pissa_niter",
+            "SVD iterations of a PiSSA adapter initialisation (only read when lora.init_method is pissa*)",
+            _only_when(f"trainer.{role}.model.lora.init_method", "pissa"),
+        )
+        for role in ("policy", "critic")
+    ),
+    *(
+        Retired(f"trainer.{role}.model.load_in_4bit", "loads the model quantised to 4 bits", _off)
+        for role in ("policy", "ref", "critic")
+    ),
+    Retired("trainer.policy.model.freeze_base_model", "trains only the adapters and projections", _off),
+    *(
+        Retired(
+            f"trainer.{role}.optimizer_config.{key}",
+            "extra arguments for the optimizer or scheduler class",
+            _block_off,
+        )
+        for role in ("policy", "critic")
+        for key in ("optimizer_kwargs", "scheduler_specific_kwargs")
+    ),
+    # An expert-parallel FSDP mesh (a fork's MoE work); with one expert group none of it is read.
+    *(
+        Retired(f"trainer.{role}.fsdp_config.{key}", "expert parallelism inside FSDP", _at(1))
+        for role in ("policy", "ref", "critic")
+        for key in ("expert_model_parallel_size", "expert_tensor_parallel_size")
+    ),
+    *(
+        Retired(
+            f"trainer.{role}.fsdp_config.moe_router_replay",
+            "replays the experts the rollout chose when training a MoE model",
+            _off,
+        )
+        for role in ("policy", "ref", "critic")
+    ),
+    *(
+        Retired(
+            f"trainer.{role}.fsdp_config.moe_grouped_gemm",
+            "grouped-GEMM MoE kernels (the same result, faster)",
+            _off,
+            MEMORY_ONLY,
+        )
+        for role in ("policy", "ref", "critic")
+    ),
+    *(
+        Retired(
+            f"trainer.{role}.fsdp_config.{key}",
+            "how experts exchange tokens (only read with fsdp_config.expert_model_parallel_size > 1)",
+            lambda value, get, role=role: get(f"trainer.{role}.fsdp_config.expert_model_parallel_size") in (None, 1),
+            MEMORY_ONLY,
+        )
+        for role in ("policy", "ref", "critic")
+        for key in ("moe_token_dispatcher_type", "ep_comm_backend", "deepep_num_sms", "deepep_token_chunk_size")
+    ),
+    Retired("data.noise_level", "injects label noise into the training data", _off),
+    Retired("data.keep_in_memory", "loads datasets fully into RAM (memory use only)", _unset, MEMORY_ONLY),
+    *(
+        Retired(f"data.{key}", "worker processes that prepare the data (speed only)", _unset, OPERATIONS)
+        for key in ("dataset_num_workers", "dataloader_num_workers")
+    ),
+    Retired("generator.inference_model_path", "serves a different model (e.g. quantised) on the engines", _unset),
+    Retired("generator.reset_prompt_each_step", "rebuilds the prompt from the latest observation at each turn", _off),
+    Retired(
+        "generator.reset_prompt_include_initial_prompt",
+        "keeps the first prompt when prompts are rebuilt (with reset_prompt_each_step)",
+        _only_with("generator.reset_prompt_each_step"),
+    ),
+    Retired("generator.branching", "branches new trajectories from finished ones", _block_off),
+    Retired("generator.user_simulator", "rewrites prompts with a simulated user model", _block_off),
+    Retired("generator.rollout_log_path", "writes rollouts to a log file (debug output only)", _unset, MEMORY_ONLY),
+    Retired(
+        "generator.trajectory_logging", "logs trajectories to the tracker (debug output only)", _block_off, MEMORY_ONLY
+    ),
+    Retired(
+        "generator.debug_log_rendered_prompt",
+        "logs prompts after the chat template (debug output only)",
+        _off,
+        MEMORY_ONLY,
+    ),
+    *(
+        Retired(
+            f"generator.debug_log_rendered_prompt_{key}",
+            "how many rendered prompts are logged (debug output only)",
+            _only_with("generator.debug_log_rendered_prompt"),
+            MEMORY_ONLY,
+        )
+        for key in ("every_n_steps", "max_per_step", "max_chars")
+    ),
+    Retired(
+        "generator.timeout_multiplier",
+        "scales the timeouts of a generator's API requests",
+        _at(1, 1.0),
+        SAFETY_LIMIT,
+    ),
+    Retired(
+        "generator.fuse_weights",
+        "fuses projection weights before the weight sync (the same weights arrive)",
+        _off,
+        OPERATIONS,
+    ),
+    Retired("generator.vllm_stats_interval", "how often engine statistics are logged", _above(1), OPERATIONS),
+    Retired("generator.refresh_modalities_each_step", "rebuilds multimodal encoders at each step", _off),
+    *(
+        Retired(path, "multimodal encoders and projections (rlc trains text models)", _block_off)
+        for path in ("modalities", "trainer.modalities", "generator.modalities")
+    ),
+    Retired("teacher", "a teacher model for distillation (set by teacher.model_path)", _no_teacher),
+    Retired(
+        "rollout",
+        "spreads rollout orchestration over several coordinator processes (the same trajectories)",
+        _block_off,
+        OPERATIONS,
     ),
 ]
 

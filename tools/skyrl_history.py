@@ -40,7 +40,9 @@ code-search index (a stored copy of public repositories, every crawled branch):
 `add` and `pypi` strip comments (the 13 files in ../shared/corpus keep theirs and test comment round-trips;
 these test keys and values) and skip a version whose keys and values are already stored. `check` migrates,
 validates and round-trips (a second migration changes nothing) every stored version and the corpus, and
-prints the counts.
+prints the counts. A version whose shipped defaults turn on a branch's feature rlc does not run (e.g. hybrid
+environment sampling on) migrates with RLC-E030..E032 findings only, each on its own ALTERS WHAT RUNS line:
+`check` counts it as refused by design, not as a failure.
 """
 
 from __future__ import annotations
@@ -236,13 +238,19 @@ def check(paths: list[Path]) -> int:
     from rlc.core.plain import plain_yaml
     from rlc.spec.versions import migrate_data
 
-    migrating = validating = round_trip = 0
+    migrating = refused = validating = round_trip = 0
     for p in paths:
         doc = document_from_text(p.read_text(), p.name)
         legacy = plain_yaml(doc.data)
         report = migrate_data(doc.data)
         ok = report is not None and not report.errors
         migrating += ok
+        # A version whose shipped defaults turn on a branch feature rlc does not run is refused by design: only
+        # history findings (RLC-E030..E032), each on its own ALTERS WHAT RUNS line.
+        by_design = (
+            report is not None and bool(report.errors) and all(c.code.startswith("RLC-E03") for c in report.errors)
+        )
+        refused += by_design
         new = migrated_text(doc)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "migrated.yaml"
@@ -255,8 +263,9 @@ def check(paths: list[Path]) -> int:
         again = migrate_data(document_from_text(new, "again.yaml").data) is None
         round_trip += kept and again
         if not (ok and analysis.ok and kept and again):
+            said = "ok" if ok else "refused (alters what runs)" if by_design else "ERRORS"
             print(
-                f"{p.name}: migrate {'ok' if ok else 'ERRORS'}, validate {'ok' if analysis.ok else 'ERRORS'}, "
+                f"{p.name}: migrate {said}, validate {'ok' if analysis.ok else 'ERRORS'}, "
                 f"round-trip {'ok' if kept and again else 'FAILS'}"
             )
             for line in report.lines() if report else []:
@@ -266,9 +275,10 @@ def check(paths: list[Path]) -> int:
                 if d.severity == "error":
                     print(f"  {d.code} {d.key}: {d.message}")
     print(
-        f"{len(paths)} version(s): {migrating} migrate without errors, {validating} validate, {round_trip} round-trip"
+        f"{len(paths)} version(s): {migrating} migrate without errors, {refused} refused with findings that alter "
+        f"what runs, {validating} validate, {round_trip} round-trip"
     )
-    return 0 if migrating == validating == round_trip == len(paths) else 1
+    return 0 if migrating + refused == validating == round_trip == len(paths) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
