@@ -395,7 +395,10 @@ RETIRED: list[Retired] = [
         Retired(f"data.{key}", "worker processes that prepare the data (speed only)", _unset, OPERATIONS)
         for key in ("dataset_num_workers", "dataloader_num_workers")
     ),
-    Retired("generator.inference_model_path", "serves a different model (e.g. quantised) on the engines", _unset),
+    *(
+        Retired(f"generator.{key}", "serves a different model (e.g. quantised) on the engines", _unset)
+        for key in ("inference_model_path", "vllm_model_path")
+    ),
     Retired("generator.reset_prompt_each_step", "rebuilds the prompt from the latest observation at each turn", _off),
     Retired(
         "generator.reset_prompt_include_initial_prompt",
@@ -403,6 +406,13 @@ RETIRED: list[Retired] = [
         _only_with("generator.reset_prompt_each_step"),
     ),
     Retired("generator.branching", "branches new trajectories from finished ones", _block_off),
+    Retired("generator.train_child_trajectories", "also trains on trajectories of spawned child agents", _off),
+    Retired("generator.child_openrouter_model", "the model child agents call through OpenRouter", _unset),
+    Retired(
+        "generator.child_openrouter_base_url",
+        "where child agents reach OpenRouter (only read with generator.child_openrouter_model)",
+        lambda value, get: get("generator.child_openrouter_model") in (None, ""),
+    ),
     Retired("generator.user_simulator", "rewrites prompts with a simulated user model", _block_off),
     Retired("generator.rollout_log_path", "writes rollouts to a log file (debug output only)", _unset, MEMORY_ONLY),
     Retired(

@@ -45,6 +45,7 @@ def _nest(path: str, value):
 REFUSED = {
     "kanishkg-SkyRL_b4306980f55e.yaml": ["trainer.algorithm.obs_prediction_coef"],
     "klmckee-fleet-SkyRL_3f8c6093fffc.yaml": ["trainer.min_samples_per_env", "trainer.use_hybrid_env_sampling"],
+    "klmckee-fleet-SkyRL_c14d627df2b2.yaml": ["trainer.min_samples_per_env", "trainer.use_hybrid_env_sampling"],
 }
 
 
@@ -134,6 +135,10 @@ ACTIVE = {
         for key in ("every_n_steps", "max_per_step", "max_chars")
     },
     "teacher": ({}, {"model_path": "Qwen/Qwen3-8B", "top_k_logprobs": 256}),
+    "generator.child_openrouter_base_url": (
+        {"generator": {"child_openrouter_model": "openai/gpt-4o-mini"}},
+        "https://openrouter.ai/api/v1",
+    ),
     "trainer.save_optimizer_state_in_ckpt": ({}, False),
     "trainer.save_dataloader_state_in_ckpt": ({}, False),
 }
