@@ -97,6 +97,11 @@ def _above(limit: int) -> Callable[[Any, Callable[[str], Any]], bool]:
     return lambda value, get: value is None or (isinstance(value, int) and value <= limit)
 
 
+def _single_expert_group(role: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless while the role's FSDP mesh has one expert group (no expert parallelism)."""
+    return lambda value, get: get(f"trainer.{role}.fsdp_config.expert_model_parallel_size") in (None, 1)
+
+
 def _no_teacher(value: Any, get: Callable[[str], Any]) -> bool:
     return value is None or (isinstance(value, dict) and value.get("model_path") in (None, ""))
 
@@ -383,7 +388,7 @@ RETIRED: list[Retired] = [
         Retired(
             f"trainer.{role}.fsdp_config.{key}",
             "how experts exchange tokens (only read with fsdp_config.expert_model_parallel_size > 1)",
-            lambda value, get, role=role: get(f"trainer.{role}.fsdp_config.expert_model_parallel_size") in (None, 1),
+            _single_expert_group(role),
             MEMORY_ONLY,
         )
         for role in ("policy", "ref", "critic")

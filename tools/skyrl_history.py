@@ -34,7 +34,8 @@ code-search index (a stored copy of public repositories, every crawled branch):
 1. list the repositories that hold the file at either of its homes over time,
    `skyrl-train/skyrl_train/config/ppo_base_config.yaml` (2025-06 .. 2026-02) and
    `skyrl/train/config/ppo_base_config.yaml` (2026-02 ..);
-2. read the stored version of each (repository, path), which names its commit;
+2. read the stored version of each (repository, path), which names its commit, and read it again at the commit
+   the listing names where that differs (the index holds up to two versions of a path per repository);
 3. save its text and run `python tools/skyrl_history.py add FILE --repo OWNER/NAME --commit SHA`.
 
 `add` and `pypi` strip comments (the 13 files in ../shared/corpus keep theirs and test comment round-trips;
