@@ -274,6 +274,8 @@ RETIRED: list[Retired] = [
     Retired(
         "trainer.dump_every_batch", "writes evaluation results after each batch (debug output only)", _off, MEMORY_ONLY
     ),
+    Retired("trainer.dump_eval_per_turn", "writes evaluation results per turn (debug output only)", _off, MEMORY_ONLY),
+    Retired("trainer.dump_rollout_logs", "writes rollout logs to disk (debug output only)", _off, MEMORY_ONLY),
     Retired(
         "trainer.rollout_visualization", "logs token-level rollout plots (debug output only)", _block_off, MEMORY_ONLY
     ),
