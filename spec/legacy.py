@@ -94,6 +94,7 @@ SPLITS: dict[str, tuple[str, ...]] = {
     ),
 }
 
+_ALTERS = "its value changes what runs"
 _REWARD_MODEL = "a reward model (removed upstream 2025-10; rlc scores rollouts with environments)"
 
 
@@ -798,7 +799,7 @@ class _Step:
                     None,
                     line,
                     value,
-                    reason=r.reason if harmless else f"{r.reason}; its value changes what runs",
+                    reason=r.reason if harmless else f"{r.reason}; {legacy_history.WARNING_SAYS.get(r.code, _ALTERS)}",
                     severity="info" if harmless else r.severity,
                     code="" if harmless else r.code,
                 )

@@ -21,6 +21,14 @@ HYDRA_OUTSIDE = "RLC-W031"  # an unknown Hydra default group rlc's stages never 
 SAFETY_LIMIT = "RLC-W032"  # a wall-clock limit rlc does not enforce (changes only runs that hit it)
 OPERATIONS = "RLC-W033"  # logging, uploads, retries or process layout: how a run is operated, not what it trains
 
+# What a warning-level drop says about the value it dropped (an error-level one says it changes what runs).
+WARNING_SAYS = {
+    MEMORY_ONLY: "its value changes memory use or debug output, not what is trained",
+    HYDRA_OUTSIDE: "no stage of the base trainer reads it",
+    SAFETY_LIMIT: "rlc does not enforce this limit; only runs that reach it differ",
+    OPERATIONS: "its value changes how the run is operated, not what is trained",
+}
+
 # Old names of keys spec v1 has (SkyRL renamed them before the generator.inference_engine move).
 RENAMES: dict[str, str] = {
     "generator.use_http_server_inference_engine_client": "generator.inference_engine.enable_http_endpoint",
@@ -100,6 +108,45 @@ def _above(limit: int) -> Callable[[Any, Callable[[str], Any]], bool]:
 def _single_expert_group(role: str) -> Callable[[Any, Callable[[str], Any]], bool]:
     """Harmless while the role's FSDP mesh has one expert group (no expert parallelism)."""
     return lambda value, get: get(f"trainer.{role}.fsdp_config.expert_model_parallel_size") in (None, 1)
+
+
+def _block_at(**defaults: Any) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless when unset, or a block whose every key holds the value the branch shipped."""
+
+    def harmless(value: Any, get: Callable[[str], Any]) -> bool:
+        if value is None:
+            return True
+        return isinstance(value, dict) and all(k in defaults and v == defaults[k] for k, v in value.items())
+
+    return harmless
+
+
+def _field_at(field: str, *values: Any) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless when unset, or a block whose `field` is missing or one of `values`."""
+    return lambda value, get: value is None or (isinstance(value, dict) and value.get(field) in (None, *values))
+
+
+def _tis_off(value: Any, get: Callable[[str], Any]) -> bool:
+    """Harmless unless truncated importance sampling is on (legacy use_tis, or its off_policy_correction form)."""
+    return (
+        get("trainer.algorithm.use_tis") is not True
+        and get("trainer.algorithm.off_policy_correction.tis_ratio_type") is None
+    )
+
+
+def _fields_unset(*fields: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless when unset, or a block in which none of `fields` is set."""
+    return lambda value, get: value is None or (isinstance(value, dict) and all(value.get(f) is None for f in fields))
+
+
+def _is_one(key: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless unless `key` (read before anything is dropped) is set to something other than 1."""
+    return lambda value, get: get(key) in (None, 1)
+
+
+def _is_zero(key: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless unless `key` (read before anything is dropped) is set to something other than 0."""
+    return lambda value, get: get(key) in (None, 0, 0.0)
 
 
 def _no_teacher(value: Any, get: Callable[[str], Any]) -> bool:
@@ -459,6 +506,193 @@ RETIRED: list[Retired] = [
         for path in ("modalities", "trainer.modalities", "generator.modalities")
     ),
     Retired("teacher", "a teacher model for distillation (set by teacher.model_path)", _no_teacher),
+    # -- the MarinSkyRL fork (ekellbuch/MarinSkyRL) ------------------------------------------------------------
+    Retired(
+        "checkpoint_export",
+        "exports a stored checkpoint (and uploads it to the Hugging Face Hub) instead of training",
+        _fields_unset("step", "checkpoint_path", "export_root", "hf_hub_repo_id"),
+        OPERATIONS,
+    ),
+    Retired(
+        "trainer.debug_mode",
+        "stack dumps and collective flight recording (debug output only)",
+        _at("off", "light"),
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "trainer.collective_phase_diagnostics", "per-rank collective phase logs (debug output only)", _off, MEMORY_ONLY
+    ),
+    Retired(
+        "trainer.distributed",
+        "placement-group and collective timeouts (rlc applies its own)",
+        _block_at(placement_group_timeout_seconds=180, worker_collective_timeout_seconds=1800),
+        SAFETY_LIMIT,
+    ),
+    Retired(
+        "trainer.model_load_retry",
+        "retries a failed model load",
+        _block_at(max_retries=5, backoff_base_seconds=2.0, backoff_cap_seconds=32.0),
+        OPERATIONS,
+    ),
+    Retired(
+        "trainer.progress", "console progress reporting (output only)", _field_at("mode", "auto", "off"), MEMORY_ONLY
+    ),
+    Retired(
+        "trainer.sampler_ledger",
+        "records which prompts were sampled to a ledger file",
+        _field_at("path", None),
+        OPERATIONS,
+    ),
+    Retired(
+        "trainer.preflight_gate",
+        "a reward check before training that can stop the run (only runs that fail it differ)",
+        _block_off,
+        SAFETY_LIMIT,
+    ),
+    Retired("trainer.attn_backend", "the trainer's attention kernel (the same result)", _at("auto"), MEMORY_ONLY),
+    *(
+        Retired(f"trainer.placement.{key}", "how Ray bundles and pins the policy's GPUs", _off, OPERATIONS)
+        for key in ("policy_per_gpu_bundles", "policy_force_cvd_mask", "enable_numa_affinity")
+    ),
+    Retired("trainer.policy.host_memory_monitor", "logs host memory use (debug output only)", _block_off, MEMORY_ONLY),
+    Retired(
+        "trainer.policy.grug_query_bias_update_mode",
+        "how a Grug MoE router's query bias is updated during training",
+        _at("frozen"),
+    ),
+    *(
+        Retired(f"trainer.policy.{key}", "a Grug MoE router's query-bias update", _unset)
+        for key in ("grug_query_bias_interpolation_weight", "grug_query_bias_update_rate")
+    ),
+    *(
+        Retired(f"trainer.{role}.model.source_uri", "loads the weights from this URI instead of model.path", _unset)
+        for role in ("policy", "ref")
+    ),
+    *(
+        Retired(f"trainer.{role}.model.source_identity", "a provenance label of the weights", _unset, OPERATIONS)
+        for role in ("policy", "ref")
+    ),
+    Retired("trainer.policy.model.lm_head_compute_dtype", "the dtype the LM head is computed in", _unset),
+    *(
+        Retired(
+            f"trainer.{role}.optimizer_config.fsdp_parameter_storage_dtype",
+            "the dtype FSDP stores parameters in",
+            _unset,
+        )
+        for role in ("policy", "critic")
+    ),
+    *(
+        Retired(f"trainer.{role}.fsdp_config.context_parallel_size", "context parallelism inside FSDP", _at(1))
+        for role in ("policy", "ref", "critic")
+    ),
+    *(
+        Retired(
+            f"trainer.{role}.fsdp_config.{key}",
+            "how context parallelism splits attention (only read with fsdp_config.context_parallel_size > 1)",
+            _is_one(f"trainer.{role}.fsdp_config.context_parallel_size"),
+            MEMORY_ONLY,
+        )
+        for role in ("policy", "ref", "critic")
+        for key in ("cp_style", "cp_rotate_method")
+    ),
+    *(
+        Retired(
+            f"trainer.{role}.fsdp_config.expert_loader_chunk_rows",
+            "rows per chunk when expert weights are loaded (memory use only)",
+            _single_expert_group(role),
+            MEMORY_ONLY,
+        )
+        for role in ("policy", "ref", "critic")
+    ),
+    *(
+        Retired(
+            f"trainer.{role}.fsdp_config.use_grouped_mm",
+            "grouped matmul MoE kernels (the same result)",
+            _off,
+            MEMORY_ONLY,
+        )
+        for role in ("policy", "ref", "critic")
+    ),
+    Retired("trainer.algorithm.batch_invariant", "batch-invariant (deterministic) kernels", _off),
+    Retired("trainer.algorithm.group_advantage_min_size", "a minimum group size for group advantages", _unset),
+    Retired(
+        "trainer.algorithm.resolved_group_advantage",
+        "how groups are formed for the advantage (rlc groups the n_samples_per_prompt samples of a prompt)",
+        _field_at("kind", "exact_physical"),
+    ),
+    *(
+        Retired(
+            f"trainer.algorithm.{key}",
+            "token splicing for truncated importance sampling (only read with TIS on)",
+            _tis_off,
+        )
+        for key in ("tis_splice", "tis_lcs_alert_threshold")
+    ),
+    Retired("trainer.algorithm.tito_full", "token-in/token-out handling of full conversations", _unset),
+    Retired("trainer.algorithm.enable_token_reward_channel", "per-token rewards from the environment", _off),
+    Retired("trainer.algorithm.think_token_weight", "weights the loss on thinking tokens", _at(1, 1.0)),
+    Retired("trainer.algorithm.think_token_cost", "a reward cost per thinking token", _off),
+    Retired(
+        "trainer.algorithm.think_max_cost_per_turn",
+        "caps the thinking-token cost per turn (only read with think_token_cost)",
+        _is_zero("trainer.algorithm.think_token_cost"),
+    ),
+    *(
+        Retired(
+            f"trainer.algorithm.{key}",
+            "the DPPO loss's divergence (only read when policy_loss_type is dppo)",
+            _only_when("trainer.algorithm.policy_loss_type", "dppo"),
+        )
+        for key in ("dppo_divergence_type", "dppo_divergence_threshold")
+    ),
+    Retired("trainer.algorithm.dynamic_sampling.min_reward_std", "a reward-spread floor for dynamic sampling", _off),
+    Retired(
+        "trainer.algorithm.dynamic_sampling.informative_on",
+        "which reward decides that a group is informative (only read with dynamic_sampling.type)",
+        lambda value, get: get("trainer.algorithm.dynamic_sampling.type") is None,
+    ),
+    Retired(
+        "trainer.fully_async.admission_stall_timeout",
+        "how long fully-async admission may stall before the run stops",
+        _unset,
+        SAFETY_LIMIT,
+    ),
+    Retired(
+        "generator.engine_init_timeout_seconds",
+        "how long an inference engine may take to start",
+        _at(1800),
+        SAFETY_LIMIT,
+    ),
+    Retired("generator.vllm_attention_backend", "vLLM's attention kernel (the same result)", _unset, MEMORY_ONLY),
+    Retired(
+        "generator.gdn_backend", "the Gated DeltaNet kernel of the engines (the same result)", _at("torch"), MEMORY_ONLY
+    ),
+    Retired("generator.inference_engine_mp_backend", "runs each engine's workers as processes", _off, OPERATIONS),
+    Retired(
+        "generator.inference_engine_decode_context_parallel_size",
+        "decode context parallelism in the engines",
+        _at(1),
+    ),
+    Retired(
+        "generator.max_logprobs", "the most log-probs an engine may return (memory use only)", _above(1), MEMORY_ONLY
+    ),
+    Retired("generator.coordinator_executor_workers", "threads of the rollout coordinator", _at(256), OPERATIONS),
+    *(
+        Retired(
+            f"generator.{key}",
+            "how router-replay data reaches the trainer (only read with fsdp_config.moe_router_replay)",
+            _only_with("trainer.policy.fsdp_config.moe_router_replay"),
+            OPERATIONS,
+        )
+        for key in ("r3_transport", "r3_dispatch_put_timeout_seconds")
+    ),
+    Retired("generator.trajectory_reward_shaping", "shapes rewards by loops, length and stop reasons", _block_off),
+    Retired(
+        "generator.trajectory_retention",
+        "keeps sampled trajectories on disk (debug output only)",
+        _block_off,
+        MEMORY_ONLY,
+    ),
     Retired(
         "rollout",
         "spreads rollout orchestration over several coordinator processes (the same trajectories)",
