@@ -565,11 +565,11 @@ RETIRED: list[Retired] = [
         for key in ("grug_query_bias_interpolation_weight", "grug_query_bias_update_rate")
     ),
     *(
-        Retired(f"trainer.{role}.model.source_uri", "loads the weights from this URI instead of model.path", _unset)
+        Retired(f"trainer.{role}.model.source_uri", "loads the weights from this URI instead of model.path", _block_off)
         for role in ("policy", "ref")
     ),
     *(
-        Retired(f"trainer.{role}.model.source_identity", "a provenance label of the weights", _unset, OPERATIONS)
+        Retired(f"trainer.{role}.model.source_identity", "a provenance label of the weights", _block_off, OPERATIONS)
         for role in ("policy", "ref")
     ),
     Retired("trainer.policy.model.lm_head_compute_dtype", "the dtype the LM head is computed in", _unset),
@@ -687,6 +687,120 @@ RETIRED: list[Retired] = [
         for key in ("r3_transport", "r3_dispatch_put_timeout_seconds")
     ),
     Retired("generator.trajectory_reward_shaping", "shapes rewards by loops, length and stop reasons", _block_off),
+    Retired("data.shuffle", "shuffles the training data (rlc always shuffles, seeded by trainer.seed)", _at(True)),
+    Retired("data.sampling", "weighted or adaptive sampling of prompts by domain or grade", _field_at("kind", None)),
+    *(
+        Retired(f"trainer.{key}", "a family of telemetry records (output only)", _at(True), MEMORY_ONLY)
+        for key in ("training_metrics", "policy_train_spans", "generate_spans", "async_spans")
+    ),
+    Retired(
+        "trainer.algorithm.ratio_diagnostics",
+        "log-ratio diagnostics (metrics only)",
+        _field_at("pooled", False),
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "trainer.restore_dataloader_state",
+        "restores the dataloader position on resume (only a resumed run differs)",
+        _at(True),
+        OPERATIONS,
+    ),
+    Retired(
+        "trainer.fully_async.pause_mode",
+        "what the engines do with requests in flight at a weight sync",
+        _at("abort"),
+    ),
+    Retired(
+        "trainer.fully_async.teacher_scoring",
+        "queues of a teacher model's scoring (only read with teacher.model_path)",
+        lambda value, get: get("teacher.model_path") in (None, ""),
+        OPERATIONS,
+    ),
+    Retired(
+        "generator.weight_sync_transport",
+        "how weights reach the engines (the same weights arrive)",
+        _at("auto", "broadcast"),
+        OPERATIONS,
+    ),
+    Retired(
+        "generator.expert_block_sync",
+        "timeouts and checks of the expert-block weight sync",
+        _block_at(timeout_seconds=600, verify=False),
+        OPERATIONS,
+    ),
+    Retired("generator.inference_stats_interval", "how often engine statistics are logged", _above(1), OPERATIONS),
+    Retired(
+        "generator.weight_sync_pause_timeout_seconds",
+        "how long engines may take to pause for a weight sync",
+        _at(30, 30.0),
+        SAFETY_LIMIT,
+    ),
+    Retired("data.terminal_bench_data", "task directories of an extra terminal-bench dataset", _block_off),
+    Retired(
+        "trainer.trajectory_selector",
+        "keeps a selection (e.g. best of n) of each group's trajectories",
+        _field_at("type", None),
+    ),
+    *(
+        Retired(f"trainer.{role}.model.{key}", "loads another revision or tokenizer than model.path's", _block_off)
+        for role in ("policy", "ref")
+        for key in ("revision", "tokenizer_path", "tokenizer_revision")
+    ),
+    *(
+        Retired(f"trainer.policy.model.lora.{key}", "starts from an existing LoRA adapter", _unset)
+        for key in ("adapter_path", "adapter_revision")
+    ),
+    Retired(
+        "trainer.algorithm.group_admission",
+        "how long group admission may stall before the run stops",
+        _field_at("stall_timeout", None),
+        SAFETY_LIMIT,
+    ),
+    Retired(
+        "trainer.fully_async.max_buffered_groups",
+        "bounds the finished groups waiting for the trainer (memory use only)",
+        _unset,
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "trainer.fully_async.first_token_admission",
+        "counts staleness from the policy version that sampled the first token",
+        _off,
+    ),
+    Retired("trainer.distillation_token_budget", "stops after this many teacher-scored tokens", _unset),
+    *(
+        Retired(f"trainer.{key}", "resets a counter when a run resumes (only a resumed run differs)", _off, OPERATIONS)
+        for key in ("reset_distillation_token_count_on_resume", "reset_global_step_on_resume")
+    ),
+    Retired("trainer.export_hf_artifact", "also exports a Hugging Face artifact", _off, OPERATIONS),
+    Retired(
+        "trainer.offload_optimizer_during_rollouts",
+        "keeps optimizer state on the CPU during rollouts (memory use only)",
+        _off,
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "trainer.eval_num_prompts",
+        "evaluates a fixed sample of the validation prompts (evaluation output only)",
+        _unset,
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "generator.require_exact_chat_transport",
+        "requires every environment to use the structured-chat transport",
+        _off,
+    ),
+    Retired(
+        "generator.speculative_decoding",
+        "speculative decoding with a draft model (and its online training)",
+        _block_off,
+    ),
+    Retired(
+        "trajectory_runner",
+        "a process pool that runs trajectories (the same trajectories)",
+        _block_off,
+        OPERATIONS,
+    ),
     Retired(
         "generator.trajectory_retention",
         "keeps sampled trajectories on disk (debug output only)",

@@ -49,9 +49,14 @@ REFUSED = {
 }
 
 
+# Versions whose defaults set a spec v1 (SkyRL 0.4) field this runtime does not run yet: validation refuses them
+# with these "not supported yet" rules and nothing else.
+NOT_SUPPORTED_YET = {"marin-community-MarinSkyRL_008da07227c4.yaml": ["RLC-E816"]}
+
+
 def test_history_fixture_is_not_empty():
     assert len(HISTORY) >= 2
-    assert set(REFUSED) <= {p.name for p in HISTORY}
+    assert set(REFUSED) | set(NOT_SUPPORTED_YET) <= {p.name for p in HISTORY}
 
 
 @pytest.mark.parametrize("path", HISTORY, ids=lambda p: p.name)
@@ -65,7 +70,8 @@ def test_historical_version_migrates_validates_and_round_trips(tmp_path, path):
     alters = [ln for ln in report.lines() if ln.startswith("ALTERS WHAT RUNS")]
     assert len(alters) == len(report.errors)
     analysis = _analyze(tmp_path, new)
-    assert analysis.ok, [(d.code, d.key, d.message) for d in analysis.diagnostics]
+    errors = sorted(d.code for d in analysis.diagnostics if d.severity == "error")
+    assert errors == NOT_SUPPORTED_YET.get(path.name, []), [(d.code, d.key, d.message) for d in analysis.diagnostics]
     # Every top-level key either survives or has a report line; a second migration changes nothing.
     accounted = {c.old.split(".")[0] for c in report.changes if c.old}
     assert set(legacy) - {"defaults"} <= set(to_plain(doc.data)) | accounted
@@ -141,6 +147,18 @@ ACTIVE = {
     ),
     "trainer.save_optimizer_state_in_ckpt": ({}, False),
     "checkpoint_export": ({}, {"step": 10, "checkpoint_path": "/ckpts/global_step_10"}),
+    "data.shuffle": ({}, False),
+    "data.sampling": ({}, {"kind": "thompson"}),
+    "trainer.trajectory_selector": ({}, {"type": "best_of_n"}),
+    "trainer.algorithm.group_admission": ({}, {"stall_timeout": 600}),
+    "trainer.algorithm.ratio_diagnostics": ({}, {"pooled": True}),
+    "trainer.restore_dataloader_state": ({}, False),
+    "trainer.fully_async.teacher_scoring": ({"teacher": {"model_path": "Qwen/Qwen3-8B"}}, {"workers_per_teacher": 2}),
+    "generator.expert_block_sync": ({}, {"verify": True}),
+    **{
+        f"trainer.{key}": ({}, False)
+        for key in ("training_metrics", "policy_train_spans", "generate_spans", "async_spans")
+    },
     "trainer.distributed": ({}, {"placement_group_timeout_seconds": 60}),
     "trainer.model_load_retry": ({}, {"max_retries": 1}),
     "trainer.progress": ({}, {"mode": "bar"}),
