@@ -773,6 +773,29 @@ RETIRED: list[Retired] = [
         for key in ("reset_distillation_token_count_on_resume", "reset_global_step_on_resume")
     ),
     Retired("trainer.export_hf_artifact", "also exports a Hugging Face artifact", _off, OPERATIONS),
+    *(
+        Retired(
+            f"trainer.{key}",
+            "leaves optimizer or scheduler state out of checkpoints or resumes (only a resumed run differs)",
+            _at(True),
+            OPERATIONS,
+        )
+        for key in (
+            "save_optimizer_states",
+            "load_optimizer_states",
+            "save_lr_scheduler_states",
+            "load_lr_scheduler_states",
+        )
+    ),
+    Retired("trainer.diag_group_metrics", "logs per-group rollout diagnostics (metrics only)", _off, MEMORY_ONLY),
+    Retired(
+        "trainer.dump_train_rollouts", "writes decoded training rollouts to disk (debug output only)", _off, MEMORY_ONLY
+    ),
+    Retired(
+        "trainer.algorithm.global_loss_denom",
+        "a global loss denominator (set at run time for the seq_mean_token_sum_norm_global reduction)",
+        _unset,
+    ),
     Retired(
         "trainer.offload_optimizer_during_rollouts",
         "keeps optimizer state on the CPU during rollouts (memory use only)",

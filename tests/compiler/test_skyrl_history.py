@@ -148,6 +148,15 @@ ACTIVE = {
     "trainer.save_optimizer_state_in_ckpt": ({}, False),
     "checkpoint_export": ({}, {"step": 10, "checkpoint_path": "/ckpts/global_step_10"}),
     "data.shuffle": ({}, False),
+    **{
+        f"trainer.{key}": ({}, False)
+        for key in (
+            "save_optimizer_states",
+            "load_optimizer_states",
+            "save_lr_scheduler_states",
+            "load_lr_scheduler_states",
+        )
+    },
     "data.sampling": ({}, {"kind": "thompson"}),
     "trainer.trajectory_selector": ({}, {"type": "best_of_n"}),
     "trainer.algorithm.group_admission": ({}, {"stall_timeout": 600}),
