@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from rlc.core.job import CompiledJob, Sampling
+from rlc.core.job import CompiledJob, Sampling, seed_for
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
@@ -27,7 +27,7 @@ from rlc.runtime.batch import Rollout, mini_batches, to_batch, totals
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.data import DataError, expand, read_rows, synthetic
 from rlc.runtime.envs import make as make_env
-from rlc.runtime.placement import Cluster, local_model_path, seed_for, start_ray
+from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.run_error import RunError
 from rlc.runtime.weight_updates import WeightUpdates
 

@@ -28,11 +28,6 @@ QUIET_ENV = {
 }
 
 
-def seed_for(seed: int, step: int, engine: int) -> int:
-    """A sampling seed of its own for every engine at every step (and for every engine's construction, step 0)."""
-    return (seed * 1_000_003 + step * 7919 + engine) % (2**63)
-
-
 def local_model_path(path: str) -> str:
     """The local directory of a model id or path, on this node."""
     from rlc.runtime.models import ModelPathError, local_path
@@ -211,22 +206,13 @@ class Cluster:
 
     def _vllm_engine(self, e: Engine, group, env: dict):
         """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
-        from rlc.runtime.inference.vllm import VLLMEngine, engine_env, engine_kwargs
+        from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
 
-        t, g, ie = self.spec.trainer, self.spec.generator, self.spec.generator.inference_engine
         es = self.decisions.engines
-        args = engine_kwargs(
-            ie,
-            model=self.policy_path,
-            seed=seed_for(t.seed, 0, e.index),
-            max_model_len=es.max_model_len,
-            colocated=t.placement.colocate_all,
-            rope_scaling=g.rope_scaling,
-            rope_theta=g.rope_theta,
-            lora_rank=es.lora_rank,
-        )
+        assert es.vllm is not None, "the compiler decides vLLM's arguments for every vllm backend"
+        args = engine_kwargs(es.vllm, model=self.policy_path, engine=self.plan.engines.index(e))
         self.engine_workers.append(e.workers)
-        env = {**env, **engine_env(ie)}
+        env = {**env, **es.vllm.env}
         if e.workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
             env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e.bundles)
             res = self.plan.engine_server
@@ -245,7 +231,7 @@ class Cluster:
                 dtype=es.dtype,
                 eos_token_id=self.tokenizer.eos_token_id,
                 engine_args=args,
-                env=engine_env(ie),
+                env=es.vllm.env,
             )
         )
 

@@ -341,3 +341,14 @@ def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
     want = token_log_probs(logits[:, batch["prompt_len"] - 1 : -1], batch["response_ids"], 1.0)
     real = batch["loss_mask"].bool()
     torch.testing.assert_close(torch.from_numpy(got["logp"])[real], want[real], rtol=1e-4, atol=1e-4)
+
+
+def test_the_compilers_megatron_lora_names_are_the_runtimes():
+    """RLC-E510 refuses target_modules by the names rlc's Megatron LoRA maps onto its layers: the same table."""
+    from rlc.compiler.rules_parallel import MEGATRON_LORA_LAYERS, MEGATRON_LORA_NAMES
+    from rlc.runtime.workers.megatron_lora import LAYERS, target_layers
+
+    assert MEGATRON_LORA_LAYERS == {layer: projections for layer, (projections, _style) in LAYERS.items()}
+    for name in MEGATRON_LORA_NAMES:
+        assert target_layers(name), name  # every name the rule accepts puts adapters somewhere
+    assert target_layers("qkv_proj,c_attn") == []  # names the rule refuses: the worker would find no layer
