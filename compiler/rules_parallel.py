@@ -31,6 +31,7 @@ def megatron_has_no_critic(c: Context):
     "Megatron uses no Ulysses sequence parallelism",
     "trainer.policy.sequence_parallel_size",
     "trainer.strategy",
+    "trainer.ref.sequence_parallel_size",
 )
 def megatron_has_no_ulysses(c: Context):
     if not c.megatron:
@@ -51,6 +52,12 @@ def megatron_has_no_ulysses(c: Context):
     "RLC-W501",
     "Megatron: world divisible by pp * ep * etp",
     "trainer.policy.megatron_config.expert_model_parallel_size",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.policy.megatron_config.expert_tensor_parallel_size",
+    "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.strategy",
 )
 def megatron_expert_layout_divides_world(c: Context):
     if not c.megatron:
@@ -76,7 +83,14 @@ def megatron_expert_layout_divides_world(c: Context):
 # -- LoRA -------------------------------------------------------------------------------------
 
 
-@rule("RLC-E602", "LoRA alpha is positive when LoRA is on", "trainer.policy.model.lora.alpha")
+@rule(
+    "RLC-E602",
+    "LoRA alpha is positive when LoRA is on",
+    "trainer.policy.model.lora.alpha",
+    "trainer.critic.model.lora.alpha",
+    "trainer.critic.model.lora.rank",
+    "trainer.policy.model.lora.rank",
+)
 def lora_alpha_positive(c: Context):
     for role in ("policy", "critic"):
         lora = getattr(c.t, role).model.lora
@@ -101,6 +115,11 @@ def lora_alpha_positive(c: Context):
     "trainer.strategy",
     "trainer.placement.policy_num_nodes",
     "trainer.placement.policy_num_gpus_per_node",
+    "trainer.critic.model.path",
+    "trainer.placement.critic_num_gpus_per_node",
+    "trainer.placement.critic_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
 )
 def fsdp_size_divides_world(c: Context):
     # The fsdp2 worker builds a (world / fsdp_size, fsdp_size) mesh and refuses a size that does not divide the world.
@@ -197,6 +216,8 @@ def num_hidden_layers(path: object) -> int | None:
     "trainer.policy.model.path",
     "trainer.ref.model.path",
     "trainer.strategy",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
 )
 def megatron_pipeline_divides_layers(c: Context):
     # The megatron worker gives every pipeline stage the same number of decoder layers and refuses an uneven split.
@@ -229,6 +250,7 @@ def megatron_pipeline_divides_layers(c: Context):
     f"{IE}.pipeline_parallel_size",
     f"{IE}.backend",
     "trainer.policy.model.path",
+    "generator.inference_engine.run_engines_locally",
 )
 def vllm_pipeline_fits_layers(c: Context):
     # vLLM splits the decoder layers over its pipeline stages, unevenly where they do not divide (the last stages
@@ -262,6 +284,7 @@ VLLM_MAX_LORA_RANK = 512
     "trainer.policy.model.lora.rank",
     f"{IE}.backend",
     "trainer.strategy",
+    "generator.inference_engine.run_engines_locally",
 )
 def vllm_lora_rank_supported(c: Context):
     # Under fsdp2 the vLLM engines load the policy's adapters themselves (enable_lora); under megatron they run the

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlc.core.job import CompiledJob
 from rlc.core.plan import Engine, Role
-from rlc.runtime.batch import shards
+from rlc.runtime.batch import TrainBatch, shards
 from rlc.runtime.data import expand
 from rlc.runtime.run_error import RunError
 
@@ -237,7 +237,7 @@ class Cluster:
 
     # -- rows and results --------------------------------------------------------------------------------
 
-    def shards(self, role: str, batch: dict) -> list[dict]:
+    def shards(self, role: str, batch: TrainBatch) -> list[TrainBatch]:
         """Each worker's rows: the block of its data-parallel rank (ranks of one model-parallel group share it)."""
         layouts = self.layouts[role]
         blocks = shards(batch, layouts[0]["dp_size"])

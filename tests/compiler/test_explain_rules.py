@@ -16,7 +16,7 @@ from rlc.compiler.cli import cli
         ("trainer.policy.megatron_config.tensor_model_parallel_size", {"RLC-E104"}),
         ("trainer.policy.megatron_config.pipeline_model_parallel_size", {"RLC-E507"}),
         ("generator.inference_engine.pipeline_parallel_size", {"RLC-E508"}),
-        ("trainer.policy.model.lora.rank", {"RLC-E509", "RLC-E510"}),
+        ("trainer.policy.model.lora.rank", {"RLC-E509", "RLC-E510", "RLC-E602"}),
         ("trainer.policy.model.lora.target_modules", {"RLC-E510"}),
         ("trainer.policy.model.path", {"RLC-E506", "RLC-E507", "RLC-E508"}),
         ("generator.inference_engine.backend", {"RLC-E508", "RLC-E509"}),
