@@ -125,11 +125,10 @@ def max_model_len(spec: Any) -> int:
     return int(spec.trainer.max_prompt_length) + int(spec.generator.sampling_params.max_generate_length)
 
 
-def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan | None = None) -> EngineSettings:
+def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan) -> EngineSettings:
     t, ie = spec.trainer, spec.generator.inference_engine
     backend = ie.backend if ie.run_engines_locally else "remote"
     sync_adapters = adapter_sync(spec)
-    engine_indices = [e.index for e in plan.engines] if plan is not None else [0]
     return EngineSettings(
         backend=backend,
         dtype=engine_dtype(spec, device),
@@ -142,7 +141,7 @@ def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan | 
         lora_rank=int(t.policy.model.lora.rank) if sync_adapters else 0,
         served_model_name=ie.served_model_name,
         cpu_slots_per_node=cpu_slots,
-        vllm=vllm_args(spec, device, engine_indices) if backend == "vllm" else None,
+        vllm=vllm_args(spec, device, [e.index for e in plan.engines]) if backend == "vllm" else None,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 
@@ -77,6 +78,82 @@ def megatron_expert_layout_divides_world(c: Context):
             "trainer.policy.megatron_config.expert_model_parallel_size",
             f"policy GPUs ({w}) are not divisible by pp*ep*etp = {size}; Megatron-Core will refuse this expert layout",
             f"make {w} a multiple of {size}",
+        )
+
+
+def _closest(names: list[str], fields: frozenset[str], config: str) -> str:
+    """A fix for unknown keyword names: the field each most likely means, else their removal."""
+    guesses = [f"{n} -> {m[0]}" for n in names if (m := difflib.get_close_matches(n, fields, n=1, cutoff=0.75))]
+    if guesses:
+        return f"did you mean {', '.join(guesses)}? ({config}'s field names)"
+    return f"remove {'it' if len(names) == 1 else 'them'}: {config} has no such field"
+
+
+# OptimizerConfig arguments the megatron worker sets from the spec itself: a second value in optimizer_config_kwargs
+# is a TypeError there. (use_distributed_optimizer is read from the kwargs, not set beside them.)
+MEGATRON_OPTIMIZER_SET_BY_RLC = {
+    "optimizer": "rlc (always adam)",
+    "lr": "trainer.policy.optimizer_config.lr",
+    "min_lr": "rlc (0: the learning-rate schedule is rlc's own)",
+    "weight_decay": "trainer.policy.optimizer_config.weight_decay",
+    "adam_beta1": "trainer.policy.optimizer_config.adam_betas",
+    "adam_beta2": "trainer.policy.optimizer_config.adam_betas",
+    "clip_grad": "trainer.policy.optimizer_config.max_grad_norm",
+    "bf16": "trainer.bf16",
+    "params_dtype": "trainer.bf16",
+}
+
+
+@rule(
+    "RLC-E511",
+    "Megatron: transformer_config_kwargs and optimizer_config_kwargs are arguments Megatron-Core's configs take",
+    "trainer.policy.megatron_config.transformer_config_kwargs",
+    "trainer.ref.megatron_config.transformer_config_kwargs",
+    "trainer.policy.megatron_config.optimizer_config_kwargs",
+    "trainer.strategy",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
+)
+def megatron_config_kwargs_known(c: Context):
+    # The megatron worker builds TransformerConfig(**...) and OptimizerConfig(**...) with these; a name the dataclass
+    # lacks, or one the worker already sets from the spec, is a TypeError at start-up.
+    from rlc.compiler.megatron_fields import MEGATRON_CORE, OPTIMIZER_CONFIG_FIELDS, TRANSFORMER_CONFIG_FIELDS
+
+    if not c.megatron:
+        return
+    for role in ("policy", "ref") if ref_on(c.s) else ("policy",):
+        key = f"trainer.{role}.megatron_config.transformer_config_kwargs"
+        given = getattr(c.t, role).megatron_config.transformer_config_kwargs or {}
+        unknown = sorted(k for k in given if k not in TRANSFORMER_CONFIG_FIELDS)
+        if unknown:
+            yield c.error(
+                "RLC-E511",
+                f"{key}.{unknown[0]}",
+                f"{', '.join(unknown)}: not an argument of Megatron-Core {MEGATRON_CORE}'s TransformerConfig",
+                _closest(unknown, TRANSFORMER_CONFIG_FIELDS, "TransformerConfig"),
+                unknown=unknown,
+            )
+    key = "trainer.policy.megatron_config.optimizer_config_kwargs"
+    given = c.t.policy.megatron_config.optimizer_config_kwargs or {}
+    unknown = sorted(k for k in given if k not in OPTIMIZER_CONFIG_FIELDS)
+    if unknown:
+        yield c.error(
+            "RLC-E511",
+            f"{key}.{unknown[0]}",
+            f"{', '.join(unknown)}: not an argument of Megatron-Core {MEGATRON_CORE}'s OptimizerConfig",
+            _closest(unknown, OPTIMIZER_CONFIG_FIELDS, "OptimizerConfig"),
+            unknown=unknown,
+        )
+    twice = sorted(k for k in given if k in MEGATRON_OPTIMIZER_SET_BY_RLC)
+    if twice:
+        yield c.error(
+            "RLC-E511",
+            f"{key}.{twice[0]}",
+            f"{', '.join(twice)}: the megatron worker sets {'it' if len(twice) == 1 else 'them'} from the spec "
+            "(OptimizerConfig would get two values)",
+            "remove them from optimizer_config_kwargs; they come from "
+            + ", ".join(f"{k}: {MEGATRON_OPTIMIZER_SET_BY_RLC[k]}" for k in twice),
+            twice=twice,
         )
 
 

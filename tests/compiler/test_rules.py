@@ -461,6 +461,17 @@ CASES = {
                 target_modules: q_proj,qkv_proj  # <-
         """,
     ),
+    "RLC-E511": (
+        "trainer.policy.megatron_config.transformer_config_kwargs.hidden_dropoutt",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            megatron_config:
+              transformer_config_kwargs:
+                hidden_dropoutt: 0.0  # <-
+        """,
+    ),
     "RLC-W501": (
         "trainer.policy.megatron_config.expert_model_parallel_size",
         """

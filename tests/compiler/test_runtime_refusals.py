@@ -94,6 +94,31 @@ REFUSALS_MANY = [
         "RLC-E510",
         "trainer.policy.model.lora.target_modules",
     ),
+    # workers/megatron.py: TransformerConfig(**...) / OptimizerConfig(**...) refuse these at start-up (TypeError).
+    (
+        MEGATRON,
+        ("trainer.policy.megatron_config.transformer_config_kwargs.hidden_dropoutt=0.0",),
+        "RLC-E511",
+        "trainer.policy.megatron_config.transformer_config_kwargs.hidden_dropoutt",
+    ),
+    (
+        MEGATRON,
+        ("trainer.ref.megatron_config.transformer_config_kwargs.turbo=true",),
+        "RLC-E511",
+        "trainer.ref.megatron_config.transformer_config_kwargs.turbo",
+    ),
+    (
+        MEGATRON,
+        ("trainer.policy.megatron_config.optimizer_config_kwargs.adam_epsilon=1.0e-6",),
+        "RLC-E511",
+        "trainer.policy.megatron_config.optimizer_config_kwargs.adam_epsilon",
+    ),
+    (
+        MEGATRON,
+        ("trainer.policy.megatron_config.optimizer_config_kwargs.lr=0.1",),
+        "RLC-E511",
+        "trainer.policy.megatron_config.optimizer_config_kwargs.lr",
+    ),
 ]
 
 
@@ -133,6 +158,13 @@ def test_validate_refuses_what_the_runtime_refuses_with_several_overrides(
         (VLLM_GPU, ("trainer.policy.model.lora.rank=512", "trainer.policy.model.lora.alpha=1024"), "RLC-E509"),
         (MEGATRON, (*LORA, "trainer.policy.model.lora.target_modules=linear_qkv,o_proj"), "RLC-E510"),
         (MEGATRON, (*LORA, "trainer.policy.model.lora.target_modules=all-linear"), "RLC-E510"),
+        (MEGATRON, ("trainer.policy.megatron_config.transformer_config_kwargs.hidden_dropout=0.0",), "RLC-E511"),
+        (MEGATRON, ("trainer.policy.megatron_config.optimizer_config_kwargs.adam_eps=1.0e-6",), "RLC-E511"),
+        (
+            MEGATRON,
+            ("trainer.policy.megatron_config.optimizer_config_kwargs.use_distributed_optimizer=false",),
+            "RLC-E511",
+        ),
         # fsdp2 hands target_modules to PEFT, which knows the model's own module names.
         (VLLM_GPU, (*LORA, "trainer.policy.model.lora.target_modules=qkv_proj"), "RLC-E510"),
     ],

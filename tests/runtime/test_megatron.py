@@ -355,3 +355,17 @@ def test_the_compilers_megatron_lora_names_are_the_runtimes():
     for name in MEGATRON_LORA_NAMES:
         assert target_layers(name), name  # every name the rule accepts puts adapters somewhere
     assert target_layers("qkv_proj,c_attn") == []  # names the rule refuses: the worker would find no layer
+
+
+def test_the_compilers_megatron_config_fields_are_the_installed_megatron_cores():
+    """RLC-E511 refuses transformer/optimizer kwargs by the field names of the Megatron-Core the runtime installs."""
+    import dataclasses
+
+    import megatron.core
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from rlc.compiler.megatron_fields import MEGATRON_CORE, OPTIMIZER_CONFIG_FIELDS, TRANSFORMER_CONFIG_FIELDS
+
+    assert megatron.core.__version__.startswith(MEGATRON_CORE + ".")
+    assert TRANSFORMER_CONFIG_FIELDS == {f.name for f in dataclasses.fields(TransformerConfig) if f.init}
+    assert OPTIMIZER_CONFIG_FIELDS == {f.name for f in dataclasses.fields(OptimizerConfig) if f.init}
