@@ -123,8 +123,10 @@ def megatron_config_kwargs_known(c: Context):
         return
     for role in ("policy", "ref") if ref_on(c.s) else ("policy",):
         key = f"trainer.{role}.megatron_config.transformer_config_kwargs"
-        given = getattr(c.t, role).megatron_config.transformer_config_kwargs or {}
-        unknown = sorted(k for k in given if k not in TRANSFORMER_CONFIG_FIELDS)
+        given = getattr(c.t, role).megatron_config.transformer_config_kwargs
+        unknown = sorted(
+            str(k) for k in (given if isinstance(given, dict) else {}) if k not in TRANSFORMER_CONFIG_FIELDS
+        )
         if unknown:
             yield c.error(
                 "RLC-E511",
@@ -134,8 +136,9 @@ def megatron_config_kwargs_known(c: Context):
                 unknown=unknown,
             )
     key = "trainer.policy.megatron_config.optimizer_config_kwargs"
-    given = c.t.policy.megatron_config.optimizer_config_kwargs or {}
-    unknown = sorted(k for k in given if k not in OPTIMIZER_CONFIG_FIELDS)
+    given = c.t.policy.megatron_config.optimizer_config_kwargs
+    given = given if isinstance(given, dict) else {}
+    unknown = sorted(str(k) for k in given if k not in OPTIMIZER_CONFIG_FIELDS)
     if unknown:
         yield c.error(
             "RLC-E511",
@@ -144,7 +147,7 @@ def megatron_config_kwargs_known(c: Context):
             _closest(unknown, OPTIMIZER_CONFIG_FIELDS, "OptimizerConfig"),
             unknown=unknown,
         )
-    twice = sorted(k for k in given if k in MEGATRON_OPTIMIZER_SET_BY_RLC)
+    twice = sorted(str(k) for k in given if k in MEGATRON_OPTIMIZER_SET_BY_RLC)
     if twice:
         yield c.error(
             "RLC-E511",
