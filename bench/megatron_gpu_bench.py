@@ -41,7 +41,7 @@ def _model(directory: str) -> tuple[str, float]:
     return directory, sum(p.numel() for p in model.parameters()) / 1e6
 
 
-def _batch(rows: int, prompt: int, response: int) -> dict:
+def _batch(rows: int, prompt: int, response: int):
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -49,14 +49,19 @@ def _batch(rows: int, prompt: int, response: int) -> dict:
     attention = torch.ones(rows, prompt + response, dtype=torch.long)
     for r in range(rows):
         attention[r, : (r * 7) % (prompt // 2)] = 0
-    return {
-        "input_ids": ids,
-        "attention_mask": attention,
-        "response_ids": ids[:, prompt:],
-        "loss_mask": torch.ones(rows, response),
-        "advantages": torch.randn(rows, response, generator=g),
-        "prompt_len": prompt,
-    }
+    from rlc.runtime.batch import TrainBatch
+
+    return TrainBatch(
+        input_ids=ids,
+        attention_mask=attention,
+        response_ids=ids[:, prompt:],
+        loss_mask=torch.ones(rows, response),
+        rollout_logprobs=torch.zeros(rows, response),
+        token_rewards=torch.zeros(rows, response),
+        group=torch.arange(rows),
+        prompt_len=prompt,
+        advantages=torch.randn(rows, response, generator=g),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         workers[strategy] = w
         resident[strategy] = torch.cuda.memory_allocated() - before  # weights, grads (and, after a step, Adam)
     old = workers["fsdp2"].forward(batch)
-    batch["old_logprobs"] = old
+    batch.old_logprobs = old
     times: dict[str, list[float]] = {s: [] for s in workers}
     peaks: dict[str, int] = {}
     losses: dict[str, list[float]] = {s: [] for s in workers}

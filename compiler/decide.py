@@ -8,9 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlc.core.job import Decisions, EngineSettings, KLControl, Sampling, WeightSync, WorkerSettings
+from rlc.core.job import (
+    Decisions,
+    EngineSettings,
+    KLControl,
+    Sampling,
+    VLLMArgs,
+    WeightSync,
+    WorkerSettings,
+    seed_for,
+)
 from rlc.core.plan import Plan
 
+# vLLM's accepted `max_lora_rank` values (a Literal of EngineArgs in vLLM 0.30; a vllm_api test compares).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 STRATEGY_NAMES = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
 
 
@@ -22,7 +33,7 @@ def decide(spec: Any, plan: Plan) -> Decisions:
     return Decisions(
         device=device,
         workers=workers,
-        engines=engine_settings(spec, device, cpu_slots),
+        engines=engine_settings(spec, device, cpu_slots, plan),
         weight_sync=weight_sync(spec, device),
         train_sampling=sampling(g.sampling_params),
         eval_sampling=sampling(g.eval_sampling_params or g.sampling_params),
@@ -109,8 +120,13 @@ def engine_dtype(spec: Any, device: str) -> str:
     return "float32" if device == "cpu" else "bfloat16"
 
 
-def engine_settings(spec: Any, device: str, cpu_slots: int | None) -> EngineSettings:
-    t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
+def max_model_len(spec: Any) -> int:
+    """An engine's context: the longest prompt plus the longest generation."""
+    return int(spec.trainer.max_prompt_length) + int(spec.generator.sampling_params.max_generate_length)
+
+
+def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan) -> EngineSettings:
+    t, ie = spec.trainer, spec.generator.inference_engine
     backend = ie.backend if ie.run_engines_locally else "remote"
     sync_adapters = adapter_sync(spec)
     return EngineSettings(
@@ -118,13 +134,59 @@ def engine_settings(spec: Any, device: str, cpu_slots: int | None) -> EngineSett
         dtype=engine_dtype(spec, device),
         device=device,
         model_path=t.policy.model.path,
-        max_model_len=int(t.max_prompt_length) + int(g.sampling_params.max_generate_length),
+        max_model_len=max_model_len(spec),
         # The hf engine keeps no prefix cache: nothing to reset after a weight update.
         prefix_cache=backend != "hf",
         adapter_sync=sync_adapters,
         lora_rank=int(t.policy.model.lora.rank) if sync_adapters else 0,
         served_model_name=ie.served_model_name,
         cpu_slots_per_node=cpu_slots,
+        vllm=vllm_args(spec, device, [e.index for e in plan.engines]) if backend == "vllm" else None,
+    )
+
+
+def lora_max_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds adapters of `rank` (RLC-E509 refuses a larger rank)."""
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), VLLM_LORA_RANKS[-1])
+
+
+def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
+    """vLLM's engine arguments, from generator.inference_engine and what the job around the engines needs."""
+    t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
+    lora_rank = int(t.policy.model.lora.rank) if adapter_sync(spec) else 0
+    one_gpu = ie.tensor_parallel_size * ie.pipeline_parallel_size == 1
+    return VLLMArgs(
+        seeds=tuple(seed_for(int(t.seed), 0, i) for i in engine_indices),
+        dtype=engine_dtype(spec, device),
+        tensor_parallel_size=int(ie.tensor_parallel_size),
+        pipeline_parallel_size=int(ie.pipeline_parallel_size),
+        # vLLM 0.30's LLM refuses more than 1 (it is one process): then run an engine per data-parallel rank.
+        data_parallel_size=int(ie.data_parallel_size),
+        enable_expert_parallel=ie.expert_parallel_size > 1,
+        gpu_memory_utilization=float(ie.gpu_memory_utilization),
+        enforce_eager=bool(ie.enforce_eager),
+        enable_prefix_caching=bool(ie.enable_prefix_caching),
+        enable_chunked_prefill=bool(ie.enable_chunked_prefill),
+        max_num_seqs=int(ie.max_num_seqs),
+        max_num_batched_tokens=int(ie.max_num_batched_tokens),
+        max_model_len=max_model_len(spec),
+        # A one-GPU engine runs its worker in the actor itself ("uni"), on the GPU Ray gave the actor.
+        distributed_executor_backend="uni" if one_gpu else str(ie.distributed_executor_backend),
+        # Log-probs after penalties, temperature and top-k/top-p/min-p: with those filters off (the default),
+        # log_softmax(logits / T), what the trainer computes; vLLM's default (raw) ignores the temperature.
+        logprobs_mode="processed_logprobs",
+        # The CuMem allocator that lets sleep() hand the GPU to the trainer when both share it.
+        enable_sleep_mode=bool(t.placement.colocate_all),
+        enable_lora=lora_rank > 0,
+        max_lora_rank=lora_max_rank(lora_rank) if lora_rank > 0 else 0,
+        max_loras=1 if lora_rank > 0 else 0,  # one adapter per engine in spec v1
+        fully_sharded_loras=bool(ie.fully_sharded_loras) if lora_rank > 0 else False,
+        rope_scaling=dict(g.rope_scaling) if g.rope_scaling else None,
+        rope_theta=float(g.rope_theta) if g.rope_theta is not None else None,
+        init_kwargs=dict(ie.engine_init_kwargs or {}),
+        # The engine core runs in the actor's process: scheduling is deterministic and no serialization stands
+        # between the actor and its workers.
+        env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if ie.vllm_v1_disable_multiproc else {},
     )
 
 

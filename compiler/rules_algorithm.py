@@ -59,6 +59,7 @@ def token_sum_norm_needs_max_seq_len(c: Context):
     "off-policy correction does not combine with clip_cov or kl_cov",
     f"{ALG}.off_policy_correction.tis_ratio_type",
     f"{ALG}.policy_loss_type",
+    "trainer.algorithm.off_policy_correction.sequence_mask_metric",
 )
 def off_policy_correction_excludes_cov_losses(c: Context):
     opc = c.alg.off_policy_correction
@@ -219,6 +220,7 @@ def fully_async_needs_separate_engines(c: Context):
     f"{FA}.enabled",
     "trainer.policy_mini_batch_size",
     f"{ALG}.dynamic_sampling.type",
+    "trainer.train_batch_size",
 )
 def fully_async_one_step_per_batch(c: Context):
     if not c.t.fully_async.enabled:
@@ -246,6 +248,9 @@ def fully_async_one_step_per_batch(c: Context):
     "RLC-E313",
     "fully async generation workers are between policy_mini_batch_size and that times (max_staleness_steps + 1)",
     f"{FA}.num_parallel_generation_workers",
+    "trainer.fully_async.enabled",
+    "trainer.fully_async.max_staleness_steps",
+    "trainer.policy_mini_batch_size",
 )
 def fully_async_generation_workers_in_range(c: Context):
     fa, mp = c.t.fully_async, c.t.policy_mini_batch_size
@@ -296,7 +301,7 @@ def input_length_matches_prompt_length(c: Context):
         )
 
 
-@rule("RLC-E402", "logprobs is 0 or 1", "generator.sampling_params.logprobs")
+@rule("RLC-E402", "logprobs is 0 or 1", "generator.sampling_params.logprobs", "generator.eval_sampling_params.logprobs")
 def logprobs_zero_or_one(c: Context):
     for key, sp in (
         ("generator.sampling_params", c.s.generator.sampling_params),
@@ -326,7 +331,14 @@ def wandb_needs_api_key(c: Context):
         )
 
 
-@rule("RLC-W402", "stop strings in multi-turn conversations without an appended EOS", "generator.sampling_params.stop")
+@rule(
+    "RLC-W402",
+    "stop strings in multi-turn conversations without an appended EOS",
+    "generator.sampling_params.stop",
+    "generator.append_eos_token_after_stop_str_in_multi_turn",
+    "generator.eval_sampling_params.stop",
+    "generator.use_conversation_multi_turn",
+)
 def multi_turn_stop_strings_need_eos(c: Context):
     g = c.s.generator
     stops = g.sampling_params.stop or (g.eval_sampling_params.stop if g.eval_sampling_params else None)
@@ -340,7 +352,13 @@ def multi_turn_stop_strings_need_eos(c: Context):
         )
 
 
-@rule("RLC-E403", "expert parallelism spans dp * tp", f"{IE}.expert_parallel_size")
+@rule(
+    "RLC-E403",
+    "expert parallelism spans dp * tp",
+    f"{IE}.expert_parallel_size",
+    "generator.inference_engine.data_parallel_size",
+    "generator.inference_engine.tensor_parallel_size",
+)
 def expert_parallel_spans_dp_tp(c: Context):
     ie = c.ie
     if ie.expert_parallel_size > 1 and ie.data_parallel_size * ie.tensor_parallel_size != ie.expert_parallel_size:
@@ -358,6 +376,7 @@ def expert_parallel_spans_dp_tp(c: Context):
     "colocate_all needs engines this job starts (no external URLs)",
     f"{IE}.external_proxy_url",
     f"{IE}.external_server_urls",
+    "trainer.placement.colocate_all",
 )
 def colocate_all_needs_local_engines(c: Context):
     if c.p.colocate_all and (c.ie.external_proxy_url or c.ie.external_server_urls):
@@ -371,7 +390,15 @@ def colocate_all_needs_local_engines(c: Context):
         )
 
 
-@rule("RLC-E405", "remote engines need their addresses", f"{IE}.run_engines_locally", f"{IE}.remote_urls")
+@rule(
+    "RLC-E405",
+    "remote engines need their addresses",
+    f"{IE}.run_engines_locally",
+    f"{IE}.remote_urls",
+    "generator.inference_engine.external_proxy_url",
+    "generator.inference_engine.external_server_urls",
+    "trainer.placement.colocate_all",
+)
 def remote_engines_need_urls(c: Context):
     ie = c.ie
     if not ie.run_engines_locally and not (ie.remote_urls or ie.external_proxy_url or ie.external_server_urls):
@@ -409,7 +436,13 @@ def chat_template_file_needs_path(c: Context):
         )
 
 
-@rule("RLC-E407", "batched generation is single-turn only", "generator.batched", "generator.max_turns")
+@rule(
+    "RLC-E407",
+    "batched generation is single-turn only",
+    "generator.batched",
+    "generator.max_turns",
+    "generator.chat_template_kwargs",
+)
 def batched_generation_single_turn(c: Context):
     g = c.s.generator
     if g.batched and g.max_turns > 1:

@@ -68,6 +68,13 @@ def micro_batches_positive(c: Context):
     "trainer.policy.megatron_config.context_parallel_size",
     "trainer.placement.policy_num_gpus_per_node",
     "trainer.placement.policy_num_nodes",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
+    "trainer.ref.megatron_config.context_parallel_size",
+    "trainer.ref.megatron_config.pipeline_model_parallel_size",
+    "trainer.ref.megatron_config.tensor_model_parallel_size",
+    "trainer.strategy",
 )
 def megatron_world_divisible_by_model_parallel(c: Context):
     if not c.megatron:
@@ -169,12 +176,32 @@ def _train_per_gpu(c: Context, role: str, mini_key: str, code: str):
     NS,
     U,
     "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.policy.megatron_config.context_parallel_size",
+    "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.strategy",
+    "trainer.train_batch_size",
 )
 def policy_mini_batch_per_gpu_fits_micro(c: Context):
     yield from _mini_per_gpu(c, "policy", MP, "RLC-E106")
 
 
-@rule("RLC-E107", "policy train batch per GPU is a multiple of the mini batch per GPU", B, MP, NS)
+@rule(
+    "RLC-E107",
+    "policy train batch per GPU is a multiple of the mini batch per GPU",
+    B,
+    MP,
+    NS,
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.policy.megatron_config.context_parallel_size",
+    "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.strategy",
+)
 def policy_train_batch_per_gpu_fits_mini(c: Context):
     yield from _train_per_gpu(c, "policy", MP, "RLC-E107")
 
@@ -187,6 +214,10 @@ def policy_train_batch_per_gpu_fits_mini(c: Context):
     NS,
     U,
     "trainer.placement.critic_num_gpus_per_node",
+    "trainer.critic.model.path",
+    "trainer.critic.sequence_parallel_size",
+    "trainer.placement.critic_num_nodes",
+    "trainer.strategy",
 )
 def critic_batch_arithmetic(c: Context):
     if not critic_on(c.s):
@@ -205,7 +236,27 @@ def critic_batch_arithmetic(c: Context):
     yield from _train_per_gpu(c, "critic", MC, "RLC-E108")
 
 
-@rule("RLC-E109", "train_batch_size * n_samples_per_prompt >= lcm of policy and ref data-parallel sizes", B, NS)
+@rule(
+    "RLC-E109",
+    "train_batch_size * n_samples_per_prompt >= lcm of policy and ref data-parallel sizes",
+    B,
+    NS,
+    "trainer.algorithm.use_kl_in_reward",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
+    "trainer.policy.megatron_config.context_parallel_size",
+    "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.ref.megatron_config.context_parallel_size",
+    "trainer.ref.megatron_config.pipeline_model_parallel_size",
+    "trainer.ref.megatron_config.tensor_model_parallel_size",
+    "trainer.ref.sequence_parallel_size",
+    "trainer.strategy",
+)
 def train_batch_covers_data_parallel_ranks(c: Context):
     b, n = num(c.t.train_batch_size), num(c.s.generator.n_samples_per_prompt)
     found = [c.dp("policy")] + ([c.dp("ref")] if ref_on(c.s) else [])
@@ -225,7 +276,19 @@ def train_batch_covers_data_parallel_ranks(c: Context):
         )
 
 
-@rule("RLC-W101", "mini batch * n_samples divides evenly over the policy data-parallel ranks", MP, NS)
+@rule(
+    "RLC-W101",
+    "mini batch * n_samples divides evenly over the policy data-parallel ranks",
+    MP,
+    NS,
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.policy.megatron_config.context_parallel_size",
+    "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.strategy",
+)
 def mini_batch_spreads_evenly(c: Context):
     m, n, dp = num(c.t.policy_mini_batch_size), num(c.s.generator.n_samples_per_prompt), c.dp("policy")
     if m is not None and n is not None and dp is not None and m > 0 and dp > 0 and (m * n) // dp > 0 and (m * n) % dp:
@@ -242,6 +305,18 @@ def mini_batch_spreads_evenly(c: Context):
     "RLC-W102",
     "FSDP: the role's GPU count is divisible by its sequence_parallel_size",
     "trainer.policy.sequence_parallel_size",
+    "trainer.algorithm.use_kl_in_reward",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.critic.model.path",
+    "trainer.critic.sequence_parallel_size",
+    "trainer.placement.critic_num_gpus_per_node",
+    "trainer.placement.critic_num_nodes",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
+    "trainer.ref.sequence_parallel_size",
+    "trainer.strategy",
 )
 def fsdp_world_divisible_by_sequence_parallel(c: Context):
     if c.megatron:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 
 from rlc.compiler.check import Context, num, rule
-from rlc.compiler.resolve import critic_on
+from rlc.compiler.resolve import critic_on, ref_on
 
 IE = "generator.inference_engine"
 
@@ -31,6 +32,7 @@ def megatron_has_no_critic(c: Context):
     "Megatron uses no Ulysses sequence parallelism",
     "trainer.policy.sequence_parallel_size",
     "trainer.strategy",
+    "trainer.ref.sequence_parallel_size",
 )
 def megatron_has_no_ulysses(c: Context):
     if not c.megatron:
@@ -51,6 +53,12 @@ def megatron_has_no_ulysses(c: Context):
     "RLC-W501",
     "Megatron: world divisible by pp * ep * etp",
     "trainer.policy.megatron_config.expert_model_parallel_size",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.policy.megatron_config.expert_tensor_parallel_size",
+    "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.strategy",
 )
 def megatron_expert_layout_divides_world(c: Context):
     if not c.megatron:
@@ -73,10 +81,96 @@ def megatron_expert_layout_divides_world(c: Context):
         )
 
 
+def _closest(names: list[str], fields: frozenset[str], config: str) -> str:
+    """A fix for unknown keyword names: the field each most likely means, else their removal."""
+    guesses = [f"{n} -> {m[0]}" for n in names if (m := difflib.get_close_matches(n, fields, n=1, cutoff=0.75))]
+    if guesses:
+        return f"did you mean {', '.join(guesses)}? ({config}'s field names)"
+    return f"remove {'it' if len(names) == 1 else 'them'}: {config} has no such field"
+
+
+# OptimizerConfig arguments the megatron worker sets from the spec itself: a second value in optimizer_config_kwargs
+# is a TypeError there. (use_distributed_optimizer is read from the kwargs, not set beside them.)
+MEGATRON_OPTIMIZER_SET_BY_RLC = {
+    "optimizer": "rlc (always adam)",
+    "lr": "trainer.policy.optimizer_config.lr",
+    "min_lr": "rlc (0: the learning-rate schedule is rlc's own)",
+    "weight_decay": "trainer.policy.optimizer_config.weight_decay",
+    "adam_beta1": "trainer.policy.optimizer_config.adam_betas",
+    "adam_beta2": "trainer.policy.optimizer_config.adam_betas",
+    "clip_grad": "trainer.policy.optimizer_config.max_grad_norm",
+    "bf16": "trainer.bf16",
+    "params_dtype": "trainer.bf16",
+}
+
+
+@rule(
+    "RLC-E511",
+    "Megatron: transformer_config_kwargs and optimizer_config_kwargs are arguments Megatron-Core's configs take",
+    "trainer.policy.megatron_config.transformer_config_kwargs",
+    "trainer.ref.megatron_config.transformer_config_kwargs",
+    "trainer.policy.megatron_config.optimizer_config_kwargs",
+    "trainer.strategy",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
+)
+def megatron_config_kwargs_known(c: Context):
+    # The megatron worker builds TransformerConfig(**...) and OptimizerConfig(**...) with these; a name the dataclass
+    # lacks, or one the worker already sets from the spec, is a TypeError at start-up.
+    from rlc.compiler.megatron_fields import MEGATRON_CORE, OPTIMIZER_CONFIG_FIELDS, TRANSFORMER_CONFIG_FIELDS
+
+    if not c.megatron:
+        return
+    for role in ("policy", "ref") if ref_on(c.s) else ("policy",):
+        key = f"trainer.{role}.megatron_config.transformer_config_kwargs"
+        given = getattr(c.t, role).megatron_config.transformer_config_kwargs
+        unknown = sorted(
+            str(k) for k in (given if isinstance(given, dict) else {}) if k not in TRANSFORMER_CONFIG_FIELDS
+        )
+        if unknown:
+            yield c.error(
+                "RLC-E511",
+                f"{key}.{unknown[0]}",
+                f"{', '.join(unknown)}: not an argument of Megatron-Core {MEGATRON_CORE}'s TransformerConfig",
+                _closest(unknown, TRANSFORMER_CONFIG_FIELDS, "TransformerConfig"),
+                unknown=unknown,
+            )
+    key = "trainer.policy.megatron_config.optimizer_config_kwargs"
+    given = c.t.policy.megatron_config.optimizer_config_kwargs
+    given = given if isinstance(given, dict) else {}
+    unknown = sorted(str(k) for k in given if k not in OPTIMIZER_CONFIG_FIELDS)
+    if unknown:
+        yield c.error(
+            "RLC-E511",
+            f"{key}.{unknown[0]}",
+            f"{', '.join(unknown)}: not an argument of Megatron-Core {MEGATRON_CORE}'s OptimizerConfig",
+            _closest(unknown, OPTIMIZER_CONFIG_FIELDS, "OptimizerConfig"),
+            unknown=unknown,
+        )
+    twice = sorted(str(k) for k in given if k in MEGATRON_OPTIMIZER_SET_BY_RLC)
+    if twice:
+        yield c.error(
+            "RLC-E511",
+            f"{key}.{twice[0]}",
+            f"{', '.join(twice)}: the megatron worker sets {'it' if len(twice) == 1 else 'them'} from the spec "
+            "(OptimizerConfig would get two values)",
+            "remove them from optimizer_config_kwargs; they come from "
+            + ", ".join(f"{k}: {MEGATRON_OPTIMIZER_SET_BY_RLC[k]}" for k in twice),
+            twice=twice,
+        )
+
+
 # -- LoRA -------------------------------------------------------------------------------------
 
 
-@rule("RLC-E602", "LoRA alpha is positive when LoRA is on", "trainer.policy.model.lora.alpha")
+@rule(
+    "RLC-E602",
+    "LoRA alpha is positive when LoRA is on",
+    "trainer.policy.model.lora.alpha",
+    "trainer.critic.model.lora.alpha",
+    "trainer.critic.model.lora.rank",
+    "trainer.policy.model.lora.rank",
+)
 def lora_alpha_positive(c: Context):
     for role in ("policy", "critic"):
         lora = getattr(c.t, role).model.lora
@@ -101,6 +195,11 @@ def lora_alpha_positive(c: Context):
     "trainer.strategy",
     "trainer.placement.policy_num_nodes",
     "trainer.placement.policy_num_gpus_per_node",
+    "trainer.critic.model.path",
+    "trainer.placement.critic_num_gpus_per_node",
+    "trainer.placement.critic_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
 )
 def fsdp_size_divides_world(c: Context):
     # The fsdp2 worker builds a (world / fsdp_size, fsdp_size) mesh and refuses a size that does not divide the world.
@@ -172,3 +271,178 @@ def megatron_heads_divide_by_tensor_parallel(c: Context):
                 tp=tp,
                 **bad,
             )
+
+
+# -- pipeline stages and layers (model configs rlc can read) --------------------------------------------------
+
+
+def num_hidden_layers(path: object) -> int | None:
+    """The model's decoder layer count when rlc can read its config (a local directory, the Hugging Face cache, an
+    embedded `rlc:` model or rlc's table of common hub ids); None otherwise."""
+    from rlc.compiler.model_size import find_config
+
+    if not isinstance(path, str) or not path:
+        return None
+    config, _source, _note = find_config(path)
+    layers = (config or {}).get("num_hidden_layers")
+    return layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None
+
+
+@rule(
+    "RLC-E507",
+    "Megatron: pipeline_model_parallel_size divides the model's num_hidden_layers (readable model configs)",
+    "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    "trainer.ref.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.model.path",
+    "trainer.ref.model.path",
+    "trainer.strategy",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
+)
+def megatron_pipeline_divides_layers(c: Context):
+    # The megatron worker gives every pipeline stage the same number of decoder layers and refuses an uneven split.
+    if not c.megatron:
+        return
+    for role in ("policy", "ref"):
+        cfg = getattr(c.t, role)
+        if role == "ref" and not ref_on(c.s):
+            continue
+        pp, path = cfg.megatron_config.pipeline_model_parallel_size, cfg.model.path or c.t.policy.model.path
+        layers = num_hidden_layers(path)
+        if layers is None or not isinstance(pp, int) or isinstance(pp, bool) or pp <= 1 or layers % pp == 0:
+            continue
+        fits = [d for d in range(1, layers + 1) if layers % d == 0 and d <= 16]
+        yield c.error(
+            "RLC-E507",
+            f"trainer.{role}.megatron_config.pipeline_model_parallel_size",
+            f"{path} has num_hidden_layers={layers}, not divisible by pipeline_model_parallel_size {pp}; "
+            "the megatron worker splits the layers evenly over the pipeline stages",
+            f"use a pipeline_model_parallel_size that divides {layers} ({', '.join(map(str, fits))})",
+            [f"trainer.{role}.model.path"],
+            pp=pp,
+            num_hidden_layers=layers,
+        )
+
+
+@rule(
+    "RLC-E508",
+    "vLLM: every pipeline stage of an engine gets a layer (pipeline_parallel_size <= num_hidden_layers)",
+    f"{IE}.pipeline_parallel_size",
+    f"{IE}.backend",
+    "trainer.policy.model.path",
+    "generator.inference_engine.run_engines_locally",
+)
+def vllm_pipeline_fits_layers(c: Context):
+    # vLLM splits the decoder layers over its pipeline stages, unevenly where they do not divide (the last stages
+    # take one more); with fewer layers than stages a stage holds none and vLLM's model cannot be built.
+    ie = c.ie
+    if ie.backend != "vllm" or not ie.run_engines_locally:
+        return
+    pp, layers = ie.pipeline_parallel_size, num_hidden_layers(c.t.policy.model.path)
+    if layers is None or not isinstance(pp, int) or isinstance(pp, bool) or pp <= layers:
+        return
+    yield c.error(
+        "RLC-E508",
+        f"{IE}.pipeline_parallel_size",
+        f"{c.t.policy.model.path} has {layers} decoder layers, fewer than the engine's {pp} pipeline stages",
+        f"use a pipeline_parallel_size of at most {layers} (more tensor_parallel_size instead)",
+        ["trainer.policy.model.path"],
+        pp=pp,
+        num_hidden_layers=layers,
+    )
+
+
+# -- LoRA on the engines and under Megatron ----------------------------------------------------------------------
+
+# vLLM 0.30's accepted max_lora_rank values (rlc.compiler.decide rounds a rank up to the next one).
+VLLM_MAX_LORA_RANK = 512
+
+
+@rule(
+    "RLC-E509",
+    "vLLM engines hold LoRA adapters up to rank 512 (vLLM's largest max_lora_rank)",
+    "trainer.policy.model.lora.rank",
+    f"{IE}.backend",
+    "trainer.strategy",
+    "generator.inference_engine.run_engines_locally",
+)
+def vllm_lora_rank_supported(c: Context):
+    # Under fsdp2 the vLLM engines load the policy's adapters themselves (enable_lora); under megatron they run the
+    # merged model and the rank does not reach them.
+    from rlc.compiler.decide import VLLM_LORA_RANKS
+
+    rank = c.t.policy.model.lora.rank
+    if c.ie.backend != "vllm" or not c.ie.run_engines_locally or c.megatron:
+        return
+    if isinstance(rank, int) and rank > VLLM_LORA_RANKS[-1]:
+        yield c.error(
+            "RLC-E509",
+            "trainer.policy.model.lora.rank",
+            f"lora.rank {rank} is above {VLLM_LORA_RANKS[-1]}, the largest max_lora_rank vLLM accepts; "
+            "the vLLM engines could not load the policy's adapters",
+            f"use a rank of at most {VLLM_LORA_RANKS[-1]} (vLLM's ranks: "
+            f"{', '.join(map(str, VLLM_LORA_RANKS))}; others round up to the next)",
+            [f"{IE}.backend"],
+            rank=rank,
+        )
+
+
+# What rlc's Megatron LoRA (rlc.runtime.workers.megatron_lora.LAYERS) puts adapters on: Megatron's four linear
+# layers per decoder layer, by their own names or the Hugging Face projections they fuse, or "all-linear".
+MEGATRON_LORA_LAYERS = {
+    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
+    "linear_proj": ("o_proj",),
+    "linear_fc1": ("gate_proj", "up_proj"),
+    "linear_fc2": ("down_proj",),
+}
+MEGATRON_LORA_NAMES = ("all-linear", *MEGATRON_LORA_LAYERS, *(p for ps in MEGATRON_LORA_LAYERS.values() for p in ps))
+
+
+def module_names(value: object) -> list[str]:
+    """PEFT-style module names of a target/exclude setting (comma or space separated)."""
+    return [n.strip() for n in str(value or "").replace(",", " ").split() if n.strip()]
+
+
+@rule(
+    "RLC-E510",
+    "Megatron LoRA: target_modules name layers rlc's Megatron LoRA has",
+    "trainer.policy.model.lora.target_modules",
+    "trainer.policy.model.lora.exclude_modules",
+    "trainer.policy.model.lora.rank",
+    "trainer.strategy",
+)
+def megatron_lora_targets_known(c: Context):
+    # The megatron worker maps target_modules onto Megatron's fused layers: a name it does not know would be skipped
+    # without a word, and a list naming no layer (after exclude_modules) is refused at start-up.
+    lora = c.t.policy.model.lora
+    if not c.megatron or not isinstance(lora.rank, int) or lora.rank <= 0:
+        return
+    key = "trainer.policy.model.lora.target_modules"
+    wanted, excluded = module_names(lora.target_modules), set(module_names(lora.exclude_modules))
+    unknown = [n for n in wanted if n not in MEGATRON_LORA_NAMES]
+    known = ", ".join(MEGATRON_LORA_NAMES)
+    if unknown:
+        yield c.error(
+            "RLC-E510",
+            key,
+            f"target_modules names {', '.join(map(repr, unknown))}, not a layer the megatron strategy's LoRA has",
+            f"name Megatron layers or the projections they fuse: {known}",
+            ["trainer.strategy"],
+            unknown=unknown,
+        )
+        return
+    chosen = [
+        layer
+        for layer, projections in MEGATRON_LORA_LAYERS.items()
+        if layer not in excluded
+        and {p for p in projections if "all-linear" in wanted or p in wanted or layer in wanted} - excluded
+    ]
+    if not chosen:
+        yield c.error(
+            "RLC-E510",
+            key,
+            f"target_modules {lora.target_modules!r} (less exclude_modules {lora.exclude_modules!r}) leaves no layer "
+            "for the megatron strategy's LoRA to put adapters on",
+            f"target at least one of {known}",
+            ["trainer.policy.model.lora.exclude_modules", "trainer.strategy"],
+        )

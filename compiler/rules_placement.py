@@ -42,6 +42,10 @@ def _overridden(c: Context, key: str) -> str:
     f"{IE}.num_engines",
     f"{IE}.tensor_parallel_size",
     "trainer.placement.policy_num_gpus_per_node",
+    "generator.inference_engine.data_parallel_size",
+    "generator.inference_engine.pipeline_parallel_size",
+    "generator.inference_engine.run_engines_locally",
+    "trainer.placement.policy_num_nodes",
 )
 def colocate_all_engines_match_policy(c: Context):
     if not c.p.colocate_all or not c.ie.run_engines_locally:
@@ -79,6 +83,10 @@ def colocate_all_engines_match_policy(c: Context):
     "trainer.placement.colocate_policy_ref",
     "trainer.placement.ref_num_nodes",
     "trainer.placement.ref_num_gpus_per_node",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.placement.colocate_all",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
 )
 def colocated_ref_matches_policy(c: Context):
     if c.p.colocate_all or not c.p.colocate_policy_ref or not ref_on(c.s):
@@ -108,6 +116,14 @@ def colocated_ref_matches_policy(c: Context):
     "colocate_all: ref and critic GPUs equal policy GPUs",
     "trainer.placement.ref_num_gpus_per_node",
     "trainer.placement.critic_num_gpus_per_node",
+    "trainer.algorithm.use_kl_in_reward",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.critic.model.path",
+    "trainer.placement.colocate_all",
+    "trainer.placement.critic_num_nodes",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.placement.ref_num_nodes",
 )
 def colocate_all_roles_match_policy(c: Context):
     if not c.p.colocate_all:
@@ -133,7 +149,29 @@ def colocate_all_roles_match_policy(c: Context):
             )
 
 
-@rule("RLC-E204", "the placement fits the cluster (GPUs in total)", "cluster.gpus_per_node", "cluster.num_nodes")
+@rule(
+    "RLC-E204",
+    "the placement fits the cluster (GPUs in total)",
+    "cluster.gpus_per_node",
+    "cluster.num_nodes",
+    "cluster.accelerator",
+    "generator.inference_engine.data_parallel_size",
+    "generator.inference_engine.num_engines",
+    "generator.inference_engine.pipeline_parallel_size",
+    "generator.inference_engine.run_engines_locally",
+    "generator.inference_engine.tensor_parallel_size",
+    "trainer.algorithm.use_kl_in_reward",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.critic.model.path",
+    "trainer.placement.colocate_all",
+    "trainer.placement.colocate_policy_ref",
+    "trainer.placement.critic_num_gpus_per_node",
+    "trainer.placement.critic_num_nodes",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
+)
 def placement_fits_cluster(c: Context):
     g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)
     if g is None or n is None:
@@ -164,6 +202,11 @@ def placement_fits_cluster(c: Context):
     "every per-node bundle fits one node",
     "cluster.gpus_per_node",
     "trainer.placement.policy_num_gpus_per_node",
+    "trainer.algorithm.use_kl_in_reward",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.critic.model.path",
+    "trainer.placement.critic_num_gpus_per_node",
+    "trainer.placement.ref_num_gpus_per_node",
 )
 def bundle_fits_node(c: Context):
     g = num(c.s.cluster.gpus_per_node)
@@ -186,6 +229,8 @@ def bundle_fits_node(c: Context):
     "an engine larger than one node needs distributed_executor_backend: ray",
     f"{IE}.distributed_executor_backend",
     f"{IE}.tensor_parallel_size",
+    "cluster.gpus_per_node",
+    "generator.inference_engine.pipeline_parallel_size",
 )
 def multi_node_engine_needs_ray_backend(c: Context):
     g = num(c.s.cluster.gpus_per_node)
@@ -201,7 +246,11 @@ def multi_node_engine_needs_ray_backend(c: Context):
 
 
 @rule(
-    "RLC-W201", "an engine's tensor-parallel group spans nodes", f"{IE}.tensor_parallel_size", "cluster.gpus_per_node"
+    "RLC-W201",
+    "an engine's tensor-parallel group spans nodes",
+    f"{IE}.tensor_parallel_size",
+    "cluster.gpus_per_node",
+    "generator.inference_engine.distributed_executor_backend",
 )
 def engine_tensor_parallel_spans_nodes(c: Context):
     g = num(c.s.cluster.gpus_per_node)
@@ -216,7 +265,28 @@ def engine_tensor_parallel_spans_nodes(c: Context):
         )
 
 
-@rule("RLC-W202", "the placement leaves GPUs of the cluster unused", "cluster.num_nodes")
+@rule(
+    "RLC-W202",
+    "the placement leaves GPUs of the cluster unused",
+    "cluster.num_nodes",
+    "cluster.gpus_per_node",
+    "generator.inference_engine.data_parallel_size",
+    "generator.inference_engine.num_engines",
+    "generator.inference_engine.pipeline_parallel_size",
+    "generator.inference_engine.run_engines_locally",
+    "generator.inference_engine.tensor_parallel_size",
+    "trainer.algorithm.use_kl_in_reward",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.critic.model.path",
+    "trainer.placement.colocate_all",
+    "trainer.placement.colocate_policy_ref",
+    "trainer.placement.critic_num_gpus_per_node",
+    "trainer.placement.critic_num_nodes",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
+)
 def placement_leaves_gpus_idle(c: Context):
     g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)
     if g is None or n is None:
@@ -239,6 +309,22 @@ MAX_DEVICES = 1_000_000
     "the job asks for at most a million devices (the planner lays out each one)",
     "cluster.num_nodes",
     "generator.inference_engine.num_engines",
+    "cluster.gpus_per_node",
+    "generator.inference_engine.data_parallel_size",
+    "generator.inference_engine.pipeline_parallel_size",
+    "generator.inference_engine.run_engines_locally",
+    "generator.inference_engine.tensor_parallel_size",
+    "trainer.algorithm.use_kl_in_reward",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.critic.model.path",
+    "trainer.placement.colocate_all",
+    "trainer.placement.colocate_policy_ref",
+    "trainer.placement.critic_num_gpus_per_node",
+    "trainer.placement.critic_num_nodes",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.policy_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
 )
 def job_size_bounded(c: Context):
     g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)

@@ -18,7 +18,12 @@ from typing import Any
 
 from rlc.core.plan import Plan
 
-DECISIONS_VERSION = 1
+DECISIONS_VERSION = 2
+
+
+def seed_for(seed: int, step: int, engine: int) -> int:
+    """A sampling seed of its own for every engine at every step (and for every engine's construction, step 0)."""
+    return (seed * 1_000_003 + step * 7919 + engine) % (2**63)
 
 
 class JobFormatError(ValueError):
@@ -64,6 +69,40 @@ class WorkerSettings:
 
 
 @dataclass(frozen=True)
+class VLLMArgs:
+    """vLLM's engine arguments for every engine of a `vllm` backend, as the compiler decided them.
+
+    The runtime turns them into `vllm.LLM(**...)` keywords one to one (`rlc.runtime.inference.vllm.engine_kwargs`),
+    adding only what exists on the node alone: the model's local directory and rlc's worker extension class.
+    """
+
+    seeds: tuple[int, ...]  # one per engine, in the plan's engine order (each engine samples differently)
+    dtype: str  # bfloat16 | float16 | float32 (`auto` is resolved)
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    enable_expert_parallel: bool  # vLLM's expert-parallel size is dp x tp: the flag is all it takes
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    enable_prefix_caching: bool
+    enable_chunked_prefill: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    distributed_executor_backend: str  # uni (one GPU, in the engine's own process) | ray | mp
+    logprobs_mode: str  # processed_logprobs: the log-probs the trainer computes (after temperature)
+    enable_sleep_mode: bool  # colocated with training: the engine hands its GPU memory over between phases
+    enable_lora: bool  # the engines take the policy's LoRA adapters (fsdp2 with lora.rank > 0)
+    max_lora_rank: int = 0  # the smallest value vLLM accepts that holds the adapters' rank (0 without LoRA)
+    max_loras: int = 0
+    fully_sharded_loras: bool = False
+    rope_scaling: dict | None = None  # merged into the model config's rope_parameters (hf_overrides)
+    rope_theta: float | None = None
+    init_kwargs: dict = field(default_factory=dict)  # generator.inference_engine.engine_init_kwargs: applied last
+    env: dict[str, str] = field(default_factory=dict)  # environment variables set before vLLM is imported
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """How the inference engines are built."""
 
@@ -77,7 +116,7 @@ class EngineSettings:
     lora_rank: int = 0
     served_model_name: str | None = None
     cpu_slots_per_node: int | None = None
-    vllm_args: tuple[dict, ...] = ()  # vLLM engine keywords, one dict per engine (JSON values only)
+    vllm: VLLMArgs | None = None  # the vllm backend's engine arguments; None for hf and remote engines
 
 
 @dataclass(frozen=True)

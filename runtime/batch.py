@@ -6,6 +6,8 @@ tensor is (rows, response_len) and aligned with `response_ids`.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +24,61 @@ class Rollout:
     zeroed: bool = False  # a reward set to 0 because the completion did not stop (zero_reward_on_non_stop)
 
 
-def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = False) -> dict:
+@dataclass
+class TrainBatch:
+    """A step's rows as padded tensors, and what the driver adds to them phase by phase.
+
+    The first fields come from the rollouts (`to_batch`). The optional ones are None until a phase computes
+    them, and what is None changes what runs: without `old_logprobs` the policy's only update takes its own
+    log-probs as the old ones (ratio 1); without `ref_logprobs` there is no KL term; `is_weight` is set only
+    under an off-policy correction; `old_values` only with a critic.
+    """
+
+    input_ids: torch.Tensor  # (rows, prompt_len + response_len): [left-padded prompt | right-padded response]
+    attention_mask: torch.Tensor  # like input_ids: 1 on real tokens
+    response_ids: torch.Tensor  # (rows, response_len)
+    loss_mask: torch.Tensor  # (rows, response_len) float: the tokens the losses count
+    rollout_logprobs: torch.Tensor  # (rows, response_len): the engine's log-probs of its samples (0 where none)
+    token_rewards: torch.Tensor  # (rows, response_len): the outcome reward on each row's last response token
+    group: torch.Tensor  # (rows,) long: the prompt's index in the step's batch (the GRPO group)
+    prompt_len: int  # the prompts' padded length: response token j sits at input position prompt_len + j
+    old_logprobs: torch.Tensor | None = None  # the policy's log-probs before this step's updates
+    ref_logprobs: torch.Tensor | None = None  # the reference model's (KL loss or KL in the reward)
+    old_values: torch.Tensor | None = None  # the critic's values before this step's updates
+    is_weight: torch.Tensor | None = None  # off-policy correction: truncated importance weights per token
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None  # the critic's regression targets
+    padding_rows: int = 0  # rows at the end that only fill a fixed shape (Megatron pipeline stages); no loss
+
+    @property
+    def rows(self) -> int:
+        return self.response_ids.shape[0]
+
+    @property
+    def real_rows(self) -> int:
+        """Rows that are not padding."""
+        return self.rows - self.padding_rows
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> TrainBatch:
+        """`fn` applied to every tensor present; `prompt_len` and absent fields stay."""
+        return dataclasses.replace(
+            self,
+            **{
+                f.name: fn(getattr(self, f.name))
+                for f in dataclasses.fields(self)
+                if torch.is_tensor(getattr(self, f.name))
+            },
+        )
+
+    def select(self, rows) -> TrainBatch:
+        """The given rows (a slice or index tensor) of every tensor."""
+        return self.map(lambda v: v[rows])
+
+    def to(self, device) -> TrainBatch:
+        return self.map(lambda v: v.to(device))
+
+
+def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = False) -> TrainBatch:
     """Padded tensors of a list of rollouts; `loss_mask` drops truncated ones when `mask_truncated`."""
     plen = max(len(r.prompt_ids) for r in rollouts)
     rlen = max(1, max(len(r.response_ids) for r in rollouts))
@@ -44,37 +100,36 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
     input_ids, attention = torch.tensor(ids, dtype=torch.long), torch.tensor(attention, dtype=torch.long)
     response = torch.tensor(response, dtype=torch.long)
     mask, logprobs, rewards = (torch.tensor(x, dtype=torch.float32) for x in (mask, logprobs, rewards))
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention,
-        "response_ids": response,
-        "loss_mask": mask,
-        "rollout_logprobs": logprobs,
-        "token_rewards": rewards,
-        "group": torch.tensor([r.group for r in rollouts], dtype=torch.long),
-        "prompt_len": plen,
-    }
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        response_ids=response,
+        loss_mask=mask,
+        rollout_logprobs=logprobs,
+        token_rewards=rewards,
+        group=torch.tensor([r.group for r in rollouts], dtype=torch.long),
+        prompt_len=plen,
+    )
 
 
-def select(batch: dict, rows) -> dict:
-    """The given rows (a slice or index tensor) of every tensor; scalars are shared."""
-    return {k: (v[rows] if torch.is_tensor(v) else v) for k, v in batch.items()}
+def select(batch: TrainBatch, rows) -> TrainBatch:
+    """The given rows (a slice or index tensor) of every tensor."""
+    return batch.select(rows)
 
 
-def shards(batch: dict, world_size: int) -> list[dict]:
+def shards(batch: TrainBatch, world_size: int) -> list[TrainBatch]:
     """Contiguous, equal row blocks, one per rank (the compiler checks divisibility)."""
-    rows = batch["response_ids"].shape[0]
+    rows = batch.rows
     if rows % world_size:
         raise ValueError(f"{rows} rows do not split over {world_size} ranks")
     size = rows // world_size
-    return [select(batch, slice(r * size, (r + 1) * size)) for r in range(world_size)]
+    return [batch.select(slice(r * size, (r + 1) * size)) for r in range(world_size)]
 
 
-def mini_batches(batch: dict, rows_per_mini_batch: int) -> list[dict]:
-    rows = batch["response_ids"].shape[0]
-    return [select(batch, slice(i, i + rows_per_mini_batch)) for i in range(0, rows, rows_per_mini_batch)]
+def mini_batches(batch: TrainBatch, rows_per_mini_batch: int) -> list[TrainBatch]:
+    return [batch.select(slice(i, i + rows_per_mini_batch)) for i in range(0, batch.rows, rows_per_mini_batch)]
 
 
-def totals(batch: dict) -> dict:
-    mask = batch["loss_mask"]
+def totals(batch: TrainBatch) -> dict:
+    mask = batch.loss_mask
     return {"tokens": float(mask.sum()), "sequences": float(mask.shape[0])}

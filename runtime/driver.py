@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from rlc.core.job import CompiledJob, Sampling
+from rlc.core.job import CompiledJob, Sampling, seed_for
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
 from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
 from rlc.runtime.algorithms.registry import get_advantage_estimator
-from rlc.runtime.batch import Rollout, mini_batches, to_batch, totals
+from rlc.runtime.batch import Rollout, TrainBatch, mini_batches, to_batch, totals
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.data import DataError, expand, read_rows, synthetic
 from rlc.runtime.envs import make as make_env
-from rlc.runtime.placement import Cluster, local_model_path, seed_for, start_ray
+from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.run_error import RunError
 from rlc.runtime.weight_updates import WeightUpdates
 
@@ -347,7 +347,7 @@ class Driver:
             r.group = renumber.setdefault(r.group, len(renumber))
         return picked, {k: float(v) for k, v in sampler.metrics().items()}
 
-    def _forward(self, ray, role: str, batch: dict) -> torch.Tensor:
+    def _forward(self, ray, role: str, batch: TrainBatch) -> torch.Tensor:
         self._apply(ray, self.colocation.before_forward(role))
         workers = self.workers[role]
         outs = ray.get([w.forward.remote(s) for w, s in zip(workers, self.cluster.shards(role, batch))])
@@ -390,7 +390,7 @@ class Driver:
         self._apply(ray, self.colocation.after_generate())
         return rollouts
 
-    def _scored_batch(self, ray, rollouts: list[Rollout], metrics: dict) -> dict:
+    def _scored_batch(self, ray, rollouts: list[Rollout], metrics: dict) -> TrainBatch:
         """The batch with what the updates need: masks, values, reference and old log-probs, off-policy weights,
         rewards (KL-penalized when asked) and advantages."""
         t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
@@ -402,45 +402,46 @@ class Driver:
         if a.zero_variance_filter:
             flat = zero_variance_groups(
                 torch.tensor([r.reward for r in rollouts]),
-                batch["group"],
-                mask=batch["loss_mask"],
+                batch.group,
+                mask=batch.loss_mask,
                 tol=a.zero_variance_filter_tol,
             )
-            batch["loss_mask"] = batch["loss_mask"] * (~flat).float()[:, None]
+            batch.loss_mask = batch.loss_mask * (~flat).float()[:, None]
             metrics["zero_variance_fraction"] = float(flat.float().mean())
-        mask = batch["loss_mask"]
+        mask = batch.loss_mask
         if "critic" in self.workers:
-            batch["old_values"] = self._forward(ray, "critic", batch)
+            batch.old_values = self._forward(ray, "critic", batch)
         if "ref" in self.workers:
-            batch["ref_logprobs"] = self._forward(ray, "ref", batch)
+            batch.ref_logprobs = self._forward(ray, "ref", batch)
         opc = a.off_policy_correction
         if t.fully_async.enabled:
             # Generated ahead with older weights: the behaviour policy is the engine's, so its log-probs anchor
             # the importance ratio.
-            batch["old_logprobs"] = batch["rollout_logprobs"].clone()
+            batch.old_logprobs = batch.rollout_logprobs.clone()
         else:
             # With one optimizer step per batch the policy being updated is the one that scored the batch, so the
             # old log-probs are the current ones (ratio 1) and their separate forward pass is skipped.
             single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
             if not single_update or a.use_kl_in_reward or off_policy_active(opc):
-                batch["old_logprobs"] = self._forward(ray, "policy", batch)
+                batch.old_logprobs = self._forward(ray, "policy", batch)
         if off_policy_active(opc):
+            assert batch.old_logprobs is not None  # an active correction always recomputes them, above
             weight, mask, corrected = off_policy_correction(
-                batch["old_logprobs"], batch["rollout_logprobs"], mask, **options_from_config(opc)
+                batch.old_logprobs, batch.rollout_logprobs, mask, **options_from_config(opc)
             )
-            batch["is_weight"], batch["loss_mask"] = weight, mask
+            batch.is_weight, batch.loss_mask = weight, mask
             metrics.update({f"off_policy/{k}": float(v) for k, v in corrected.items()})
-        rewards = batch["token_rewards"]
-        if a.use_kl_in_reward and "ref_logprobs" in batch:
-            kl = token_kl(batch["old_logprobs"], batch["ref_logprobs"], mask, a.kl_estimator_type)
+        rewards = batch.token_rewards
+        if a.use_kl_in_reward and batch.ref_logprobs is not None and batch.old_logprobs is not None:
+            kl = token_kl(batch.old_logprobs, batch.ref_logprobs, mask, a.kl_estimator_type)
             rewards = kl_penalized_rewards(rewards, kl, self.kl.value)
             mean_kl = float((kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean())
             metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl.value
             self.kl.update(mean_kl, len(rollouts))
-        batch["advantages"], batch["returns"] = self._advantages(rewards, mask, batch)
+        batch.advantages, batch.returns = self._advantages(rewards, mask, batch)
         return batch
 
-    def _update(self, ray, batch: dict, metrics: dict) -> None:
+    def _update(self, ray, batch: TrainBatch, metrics: dict) -> None:
         """Training: the critic, then the policy, over mini-batches x update_epochs_per_batch."""
         t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
         sums: dict[str, float] = {}
@@ -455,7 +456,7 @@ class Driver:
                 for mb in mini_batches(batch, mini * g.n_samples_per_prompt):
                     tot = totals(mb)
                     if role == "policy":  # rows whose loss and gradient are exactly 0 are not run
-                        policy_rows += mb["response_ids"].shape[0]
+                        policy_rows += mb.rows
                         mb, tot, left_out = rows_that_train(mb, tot, a, self.layouts[role][0]["dp_size"])
                         inert_rows += left_out
                     results = self.cluster.collected(
@@ -476,11 +477,11 @@ class Driver:
         if policy_rows:  # the share of the policy's rows left out of its updates (their loss and gradient are 0)
             metrics["inert_row_fraction"] = inert_rows / policy_rows
 
-    def _rollout_metrics(self, rollouts: list[Rollout], batch: dict) -> dict:
+    def _rollout_metrics(self, rollouts: list[Rollout], batch: TrainBatch) -> dict:
         tokens = sum(len(r.response_ids) for r in rollouts)
-        real = batch["attention_mask"][:, batch["prompt_len"] :].bool()
-        recomputed = "old_logprobs" in batch and not self.spec.trainer.fully_async.enabled  # async: the rollout's own
-        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real] if recomputed else torch.empty(0)
+        real = batch.attention_mask[:, batch.prompt_len :].bool()
+        old = batch.old_logprobs if not self.spec.trainer.fully_async.enabled else None  # async: the rollout's own
+        diff = (old - batch.rollout_logprobs).abs()[real] if old is not None else torch.empty(0)
         return dict(
             reward=sum(r.reward for r in rollouts) / len(rollouts),
             response_length=tokens / len(rollouts),
@@ -488,15 +489,13 @@ class Driver:
             **({"logprob_diff_max": float(diff.max())} if diff.numel() else {}),
         )
 
-    def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: dict):
+    def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: TrainBatch):
         a = self.spec.trainer.algorithm
         try:
             estimator = get_advantage_estimator(a.advantage_estimator)
         except (KeyError, ValueError) as exc:
             raise RunError(str(exc)) from None
-        advantages, returns = estimator(
-            rewards, mask, index=batch["group"], values=batch.get("old_values"), algorithm=a
-        )
+        advantages, returns = estimator(rewards, mask, index=batch.group, values=batch.old_values, algorithm=a)
         if a.advantage_batch_normalize:
             m = mask.bool()
             values = advantages[m]

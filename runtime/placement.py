@@ -15,7 +15,7 @@ from typing import Any
 
 from rlc.core.job import CompiledJob
 from rlc.core.plan import Engine, Role
-from rlc.runtime.batch import shards
+from rlc.runtime.batch import TrainBatch, shards
 from rlc.runtime.data import expand
 from rlc.runtime.run_error import RunError
 
@@ -26,11 +26,6 @@ QUIET_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
 }
-
-
-def seed_for(seed: int, step: int, engine: int) -> int:
-    """A sampling seed of its own for every engine at every step (and for every engine's construction, step 0)."""
-    return (seed * 1_000_003 + step * 7919 + engine) % (2**63)
 
 
 def local_model_path(path: str) -> str:
@@ -211,22 +206,13 @@ class Cluster:
 
     def _vllm_engine(self, e: Engine, group, env: dict):
         """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
-        from rlc.runtime.inference.vllm import VLLMEngine, engine_env, engine_kwargs
+        from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
 
-        t, g, ie = self.spec.trainer, self.spec.generator, self.spec.generator.inference_engine
         es = self.decisions.engines
-        args = engine_kwargs(
-            ie,
-            model=self.policy_path,
-            seed=seed_for(t.seed, 0, e.index),
-            max_model_len=es.max_model_len,
-            colocated=t.placement.colocate_all,
-            rope_scaling=g.rope_scaling,
-            rope_theta=g.rope_theta,
-            lora_rank=es.lora_rank,
-        )
+        assert es.vllm is not None, "the compiler decides vLLM's arguments for every vllm backend"
+        args = engine_kwargs(es.vllm, model=self.policy_path, engine=self.plan.engines.index(e))
         self.engine_workers.append(e.workers)
-        env = {**env, **engine_env(ie)}
+        env = {**env, **es.vllm.env}
         if e.workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
             env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e.bundles)
             res = self.plan.engine_server
@@ -245,13 +231,13 @@ class Cluster:
                 dtype=es.dtype,
                 eos_token_id=self.tokenizer.eos_token_id,
                 engine_args=args,
-                env=engine_env(ie),
+                env=es.vllm.env,
             )
         )
 
     # -- rows and results --------------------------------------------------------------------------------
 
-    def shards(self, role: str, batch: dict) -> list[dict]:
+    def shards(self, role: str, batch: TrainBatch) -> list[TrainBatch]:
         """Each worker's rows: the block of its data-parallel rank (ranks of one model-parallel group share it)."""
         layouts = self.layouts[role]
         blocks = shards(batch, layouts[0]["dp_size"])

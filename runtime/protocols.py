@@ -8,7 +8,10 @@ class against them. An engine runs either in the job (hf, vLLM: `LocalEngineProt
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from rlc.runtime.batch import TrainBatch
 
 
 @runtime_checkable
@@ -68,11 +71,11 @@ class WorkerProtocol(Protocol):
 
     def layout(self) -> dict: ...
 
-    def forward(self, batch: dict) -> Any:
+    def forward(self, batch: TrainBatch) -> Any:
         """Log-probs (or values) of this rank's shard."""
         ...
 
-    def train_mini_batch(self, batch: dict, totals: dict) -> dict: ...
+    def train_mini_batch(self, batch: TrainBatch, totals: dict) -> dict: ...
 
     def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None: ...
 

@@ -8,7 +8,7 @@ are all equal has zero GRPO advantage, so it carries no learning signal.
 from __future__ import annotations
 
 import torch
-from rlc.runtime.batch import select
+from rlc.runtime.batch import TrainBatch
 
 DYNAMIC_SAMPLING_TYPES = ("filter", "replace")
 
@@ -49,7 +49,7 @@ def zero_variance_groups(
 ADVANTAGE_WEIGHTED_LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo")
 
 
-def inert_rows(batch: dict, algorithm) -> torch.Tensor | None:
+def inert_rows(batch: TrainBatch, algorithm) -> torch.Tensor | None:
     """(rows,) bool: rows whose policy loss and gradient are exactly zero, or None where the objective has a
     term that every row feeds (a KL or entropy loss, or a loss not in ADVANTAGE_WEIGHTED_LOSSES).
 
@@ -59,12 +59,13 @@ def inert_rows(batch: dict, algorithm) -> torch.Tensor | None:
     a = algorithm
     if a.policy_loss_type not in ADVANTAGE_WEIGHTED_LOSSES:
         return None
-    if (a.use_kl_loss and "ref_logprobs" in batch) or (a.use_entropy_loss and a.entropy_loss_coef != 0):
+    if (a.use_kl_loss and batch.ref_logprobs is not None) or (a.use_entropy_loss and a.entropy_loss_coef != 0):
         return None
-    return ~((batch["advantages"] != 0) & batch["loss_mask"].bool()).any(dim=-1)
+    assert batch.advantages is not None, "advantages are computed before the updates"
+    return ~((batch.advantages != 0) & batch.loss_mask.bool()).any(dim=-1)
 
 
-def rows_that_train(batch: dict, totals: dict, algorithm, ranks: int) -> tuple[dict, dict, int]:
+def rows_that_train(batch: TrainBatch, totals: dict, algorithm, ranks: int) -> tuple[TrainBatch, dict, int]:
     """The mini-batch without its inert rows (`inert_rows`), the totals to train it with, and how many rows
     were left out.
 
@@ -74,7 +75,7 @@ def rows_that_train(batch: dict, totals: dict, algorithm, ranks: int) -> tuple[d
     one of `ranks` data-parallel ranks to get the same number, at least one (they add nothing).
     """
     inert = inert_rows(batch, algorithm)
-    rows = batch["response_ids"].shape[0]
+    rows = batch.rows
     if inert is None or not bool(inert.any()):
         return batch, totals, 0
     keep = torch.nonzero(~inert).flatten()
@@ -83,8 +84,8 @@ def rows_that_train(batch: dict, totals: dict, algorithm, ranks: int) -> tuple[d
         keep = torch.cat([keep, torch.nonzero(inert).flatten()[:short]]).sort().values
     if keep.numel() >= rows:
         return batch, totals, 0
-    trained = select(batch, keep)
-    return trained, {**totals, "trained_tokens": float(trained["loss_mask"].sum())}, rows - keep.numel()
+    trained = batch.select(keep)
+    return trained, {**totals, "trained_tokens": float(trained.loss_mask.sum())}, rows - keep.numel()
 
 
 def _sample_rewards(rewards: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,14 @@
 """The `vllm` inference engine: the `hf` engine's interface over a vLLM `LLM` (GPU only).
 
-`engine_kwargs` and `sampling_kwargs` turn rlc's settings into vLLM 0.30's `EngineArgs` and
-`SamplingParams` keywords; they are plain functions, testable without vLLM. `VLLMEngine` is what the
+`engine_kwargs` and `sampling_kwargs` turn the compiled job's settings (`VLLMArgs`, decided by
+`rlc.compiler.decide.vllm_args`, and `Sampling`) into vLLM 0.30's `EngineArgs` and `SamplingParams`
+keywords one to one; they are plain functions, testable without vLLM. `VLLMEngine` is what the
 driver starts as a Ray actor; it imports vLLM when built. Weights reach the model through
 `vllm_worker.WeightSyncExtension`, which vLLM mixes into its workers.
 
 `generator.inference_engine` fields that are not vLLM engine arguments: `async_engine` (see
 `VLLMEngine`), `enable_ray_prometheus_stats`, the weight-sync and HTTP / remote-server settings (the
-driver's), `vllm_v1_disable_multiproc` (an environment variable, `engine_env`).
+driver's), `vllm_v1_disable_multiproc` (an environment variable, `VLLMArgs.env`).
 """
 
 from __future__ import annotations
@@ -16,90 +17,53 @@ import functools
 import os
 import pickle
 
+from rlc.core.job import VLLMArgs
 from rlc.runtime.inference.hf import Completion, Sampling
 from rlc.runtime.inference.vllm_worker import WEIGHT_GROUP, WeightSyncExtension
-
-# EngineArgs.max_lora_rank is one of these (a Literal in vLLM 0.30; the vllm_api tests compare).
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 _WORKER_EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
 
 
-def engine_kwargs(
-    ie,
-    *,
-    model: str,
-    seed: int,
-    max_model_len: int | None = None,
-    colocated: bool = False,
-    rope_scaling: dict | None = None,
-    rope_theta: float | None = None,
-    lora_rank: int = 0,
-    max_loras: int = 1,
-) -> dict:
-    """`vllm.LLM(**...)` keywords for one engine from `generator.inference_engine` (`ie`).
-
-    `seed` should differ between engines; `colocated` (trainer.placement.colocate_all) turns on sleep
-    mode. `ie.engine_init_kwargs` are applied last and override everything.
-    """
+def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0) -> dict:
+    """`vllm.LLM(**...)` keywords for engine number `engine` (its place in the plan's engine order), from the
+    compiled job's vLLM arguments: each decided value as it is, plus the model's local directory and rlc's worker
+    extension. `init_kwargs` (the spec's engine_init_kwargs) are applied last and override everything."""
     kwargs = {
         "model": model,
-        "seed": seed,
-        "dtype": ie.model_dtype,  # vLLM's names include rlc's four
-        "tensor_parallel_size": ie.tensor_parallel_size,
-        "pipeline_parallel_size": ie.pipeline_parallel_size,
-        # vLLM 0.30's LLM refuses more than 1 (it is one process): then run an engine per data-parallel rank.
-        "data_parallel_size": ie.data_parallel_size,
-        "gpu_memory_utilization": ie.gpu_memory_utilization,
-        "enforce_eager": ie.enforce_eager,
-        "enable_prefix_caching": ie.enable_prefix_caching,
-        "enable_chunked_prefill": ie.enable_chunked_prefill,
-        "max_num_seqs": ie.max_num_seqs,
-        "max_num_batched_tokens": ie.max_num_batched_tokens,
-        # A one-GPU engine runs its worker in the actor itself ("uni"), on the GPU Ray gave the actor.
-        "distributed_executor_backend": (
-            "uni" if ie.tensor_parallel_size * ie.pipeline_parallel_size == 1 else ie.distributed_executor_backend
-        ),
-        # Log-probs after penalties, temperature and top-k/top-p/min-p: with those filters off (the default),
-        # log_softmax(logits / T), what the trainer computes; vLLM's default (raw) ignores the temperature.
-        "logprobs_mode": "processed_logprobs",
+        "seed": args.seeds[engine],
+        "dtype": args.dtype,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "pipeline_parallel_size": args.pipeline_parallel_size,
+        "data_parallel_size": args.data_parallel_size,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "enforce_eager": args.enforce_eager,
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "enable_chunked_prefill": args.enable_chunked_prefill,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "distributed_executor_backend": args.distributed_executor_backend,
+        "logprobs_mode": args.logprobs_mode,
+        "max_model_len": args.max_model_len,
         "worker_extension_cls": _WORKER_EXTENSION,
     }
-    if ie.expert_parallel_size > 1:
-        kwargs["enable_expert_parallel"] = True  # vLLM's expert-parallel size is dp x tp: the flag is all it takes
-    if colocated:
-        kwargs["enable_sleep_mode"] = True  # the CuMem allocator that lets sleep() hand the GPU to the trainer
-    if max_model_len is not None:
-        kwargs["max_model_len"] = max_model_len
-    if rope_scaling or rope_theta is not None:
+    if args.enable_expert_parallel:
+        kwargs["enable_expert_parallel"] = True
+    if args.enable_sleep_mode:
+        kwargs["enable_sleep_mode"] = True
+    if args.rope_scaling or args.rope_theta is not None:
         # vLLM 0.30 has no rope arguments; a callable override edits the config before vLLM checks its RoPE.
-        kwargs["hf_overrides"] = functools.partial(rope_override, rope_scaling=rope_scaling, rope_theta=rope_theta)
-    if lora_rank > 0:
+        kwargs["hf_overrides"] = functools.partial(
+            rope_override, rope_scaling=args.rope_scaling, rope_theta=args.rope_theta
+        )
+    if args.enable_lora:
         kwargs.update(
             enable_lora=True,
-            max_lora_rank=lora_max_rank(lora_rank),
-            max_loras=max_loras,
-            fully_sharded_loras=ie.fully_sharded_loras,
+            max_lora_rank=args.max_lora_rank,
+            max_loras=args.max_loras,
+            fully_sharded_loras=args.fully_sharded_loras,
         )
-    kwargs.update(ie.engine_init_kwargs or {})
+    kwargs.update(args.init_kwargs)
     return kwargs
-
-
-def engine_env(ie) -> dict[str, str]:
-    """Environment variables an engine process needs before vLLM is imported."""
-    if ie.vllm_v1_disable_multiproc:
-        # The engine core runs in the actor's process: scheduling is deterministic and no serialization
-        # stands between the actor and its workers.
-        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    return {}
-
-
-def lora_max_rank(rank: int) -> int:
-    """The smallest `max_lora_rank` vLLM accepts that holds adapters of `rank`."""
-    for allowed in LORA_RANKS:
-        if allowed >= rank:
-            return allowed
-    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank, {LORA_RANKS[-1]}")
 
 
 def rope_override(config, *, rope_scaling: dict | None, rope_theta: float | None):
@@ -175,8 +139,8 @@ class VLLMEngine:
         engine_args: dict | None = None,
         env: dict | None = None,
     ):
-        """`engine_args` come from `engine_kwargs` (`dtype` applies only when they name none), `env` from
-        `engine_env`. vLLM places the model itself (`device` is unused) and reads the tokenizer from the
+        """`engine_args` come from `engine_kwargs` (`dtype` applies only when they name none), `env` is
+        `VLLMArgs.env`. vLLM places the model itself (`device` is unused) and reads the tokenizer from the
         model path (`tokenizer` is unused)."""
         os.environ.update(env or {})
         args = {"model": model_path, **(engine_args or {})}

@@ -17,6 +17,7 @@ from rlc.core.job import WorkerSettings  # noqa: F401  (re-exported for the work
 from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import token_weights
 from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_options
+from rlc.runtime.batch import TrainBatch
 
 ROLES = ("policy", "ref", "critic")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -132,20 +133,20 @@ class TrainWorker:
 
 
 def policy_objective(
-    algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: dict, totals: dict, max_seq_len: int | None
+    algorithm, logp: torch.Tensor, entropy: torch.Tensor, mb: TrainBatch, totals: dict, max_seq_len: int | None
 ) -> tuple[torch.Tensor, dict]:
     """The policy's loss on one micro-batch (its share of the mini-batch's) and its metrics, from the
     response tokens' log-probs and entropies."""
     a = algorithm
-    mask = mb["loss_mask"]
+    mask = mb.loss_mask
     # No old log-probs: this is the only update on the batch, so the old policy is the current one.
-    old = mb["old_logprobs"] if "old_logprobs" in mb else logp.detach()
+    old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
     token_loss, parts = get_policy_loss(a.policy_loss_type)(
-        logp, old, mb["advantages"], mask, **get_policy_loss_options(a.policy_loss_type, a)
+        logp, old, mb.advantages, mask, **get_policy_loss_options(a.policy_loss_type, a)
     )
     token_loss = torch.where(mask.bool(), token_loss, 0.0)  # NaN * 0 would still be NaN
-    if "is_weight" in mb:  # off-policy correction: truncated importance weights, decided by the driver
-        token_loss = token_loss * mb["is_weight"]
+    if mb.is_weight is not None:  # off-policy correction: truncated importance weights, decided by the driver
+        token_loss = token_loss * mb.is_weight
     w = token_weights(
         mask,
         a.loss_reduction,
@@ -161,8 +162,8 @@ def policy_objective(
     share = mask.sum().item() / metric_tokens
     seq_w = mask.float() / mask.float().sum(-1, keepdim=True).clamp(min=1) / max(totals["sequences"], 1.0)
     metrics = {"policy_loss": policy.item(), **{k: float(v) * share for k, v in parts.items()}}
-    if a.use_kl_loss and "ref_logprobs" in mb:
-        kl = (token_kl(logp, mb["ref_logprobs"], mask, a.kl_estimator_type) * seq_w).sum()
+    if a.use_kl_loss and mb.ref_logprobs is not None:
+        kl = (token_kl(logp, mb.ref_logprobs, mask, a.kl_estimator_type) * seq_w).sum()
         loss = loss + a.kl_loss_coef * kl
         metrics["kl"] = kl.item()
     ent = (entropy * mask / max(totals["tokens"], 1.0)).sum()
@@ -172,9 +173,10 @@ def policy_objective(
     return loss, metrics
 
 
-def critic_objective(algorithm, values: torch.Tensor, mb: dict, totals: dict) -> tuple[torch.Tensor, dict]:
+def critic_objective(algorithm, values: torch.Tensor, mb: TrainBatch, totals: dict) -> tuple[torch.Tensor, dict]:
     """The clipped value loss on one micro-batch (its share of the mini-batch's)."""
-    mask, returns, old = mb["loss_mask"], mb["returns"], mb["old_values"]
+    mask, returns, old = mb.loss_mask, mb.returns, mb.old_values
+    assert returns is not None and old is not None, "a critic trains on the driver's returns and its old values"
     clip = algorithm.value_clip
     clipped = old + (values - old).clamp(-clip, clip)
     token_loss = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)

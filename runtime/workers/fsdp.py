@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlc.runtime.algorithms.losses import entropy_from_logits, token_log_probs
+from rlc.runtime.batch import TrainBatch
 from rlc.runtime.inference.decode import cache_keyword
 from rlc.runtime.lora import with_lora
 from rlc.runtime.workers.common import (
@@ -192,13 +193,13 @@ class FSDPWorker(TrainWorker):
 
     # -- forward passes -------------------------------------------------------------------------------
 
-    def _device_batch(self, batch: dict, rows: slice) -> dict:
-        return {k: (v[rows].to(self.s.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+    def _device_batch(self, batch: TrainBatch, rows: slice) -> TrainBatch:
+        return batch.map(lambda v: v[rows].to(self.s.device))
 
-    def _outputs(self, mb: dict, want_entropy: bool = False):
+    def _outputs(self, mb: TrainBatch, want_entropy: bool = False):
         """Per response token: log-probs (policy/ref) or values (critic), and entropy when asked."""
-        ids, attn = mb["input_ids"], mb["attention_mask"]
-        plen, length = mb["prompt_len"], mb["response_ids"].shape[1]
+        ids, attn = mb.input_ids, mb.attention_mask
+        plen, length = mb.prompt_len, mb.response_ids.shape[1]
         if self.packing:  # one row of the real tokens, each sequence attending to itself only
             from rlc.runtime.packing import pack, packed_kwargs, unpack
 
@@ -223,7 +224,7 @@ class FSDPWorker(TrainWorker):
                 logits = self.model(
                     input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep(length)
                 ).logits[:, -length:]
-        logp = token_log_probs(logits, mb["response_ids"], self.s.temperature)
+        logp = token_log_probs(logits, mb.response_ids, self.s.temperature)
         entropy = entropy_from_logits(logits, self.s.temperature) if want_entropy else None
         return logp, entropy
 
@@ -281,20 +282,20 @@ class FSDPWorker(TrainWorker):
         return torch.cat([first.logits[:, -1:][inverse], rest.logits], 1)
 
     @torch.no_grad()
-    def forward(self, batch: dict) -> torch.Tensor:
+    def forward(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs (policy, ref) or values (critic) of this rank's rows, on the CPU."""
         self.model.eval()
-        rows = batch["response_ids"].shape[0]
+        rows = batch.rows
         size = self.s.micro_forward_batch_size
         outs = [self._outputs(self._device_batch(batch, slice(i, i + size)))[0].cpu() for i in range(0, rows, size)]
         return torch.cat(outs) if outs else torch.empty(0)
 
     # -- training -------------------------------------------------------------------------------------
 
-    def train_mini_batch(self, batch: dict, totals: dict) -> dict:
+    def train_mini_batch(self, batch: TrainBatch, totals: dict) -> dict:
         """One optimizer step on this rank's share of a mini-batch; `totals` are the whole mini-batch's counts."""
         self.model.train()
-        rows = batch["response_ids"].shape[0]
+        rows = batch.rows
         size = self.s.micro_train_batch_size
         sums: dict[str, float] = {}
         # On gloo every reduce-scatter is a round trip through the host's network stack: sum the micro-batches'
@@ -322,11 +323,11 @@ class FSDPWorker(TrainWorker):
         )
         return sums
 
-    def _policy_loss(self, mb: dict, totals: dict) -> tuple[torch.Tensor, dict]:
+    def _policy_loss(self, mb: TrainBatch, totals: dict) -> tuple[torch.Tensor, dict]:
         logp, entropy = self._outputs(mb, want_entropy=True)
         return policy_objective(self.algorithm, logp, entropy, mb, totals, self.s.max_seq_len)
 
-    def _critic_loss(self, mb: dict, totals: dict) -> tuple[torch.Tensor, dict]:
+    def _critic_loss(self, mb: TrainBatch, totals: dict) -> tuple[torch.Tensor, dict]:
         values, _ = self._outputs(mb)
         return critic_objective(self.algorithm, values, mb, totals)
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlc.runtime import megatron_weights as mw
+from rlc.runtime.batch import TrainBatch
 from rlc.runtime.workers import megatron_cp as cp_utils
 from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective
 
@@ -407,33 +408,29 @@ class MegatronWorker(TrainWorker):
 
     # -- forward-backward -------------------------------------------------------------------------------
 
-    def _micro_batches(self, batch: dict, size: int) -> list[dict]:
+    def _micro_batches(self, batch: TrainBatch, size: int) -> list[TrainBatch]:
         """Row blocks of `size`; with pipeline stages every block has the same shape (the last one padded
         with rows that carry no loss), since stages exchange fixed-size activations."""
-        rows = batch["response_ids"].shape[0]
         out = []
-        for i in range(0, rows, size):
-            mb = {k: (v[i : i + size] if torch.is_tensor(v) else v) for k, v in batch.items()}
-            short = size - mb["response_ids"].shape[0]
+        for i in range(0, batch.rows, size):
+            mb = batch.select(slice(i, i + size))
+            short = size - mb.rows
             if short and self.pp > 1:
-                mb = {
-                    k: (torch.cat([v, torch.zeros((short, *v.shape[1:]), dtype=v.dtype)]) if torch.is_tensor(v) else v)
-                    for k, v in mb.items()
-                }
-            mb["rows"] = min(size, rows - i)
+                mb = mb.map(partial(_pad_rows, rows=short))
+                mb.padding_rows = short
             out.append(mb)
         return out
 
-    def _seq_len(self, mb: dict) -> int:
+    def _seq_len(self, mb: TrainBatch) -> int:
         """The row length the model sees: with context parallelism, padded to split into 2·cp chunks."""
-        seq = mb["input_ids"].shape[1]
+        seq = mb.input_ids.shape[1]
         return cp_utils.padded_length(seq, self.cp) if self.cp > 1 else seq
 
-    def _inputs(self, mb: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _inputs(self, mb: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Token ids, positions and Megatron's attention mask (True = masked: causal and padding); with context
         parallelism, this rank's two chunks of every row and their mask against the whole row's keys."""
         dev = "cuda" if self.s.device == "cuda" else "cpu"
-        ids, attn = mb["input_ids"].to(dev), mb["attention_mask"].to(dev)
+        ids, attn = mb.input_ids.to(dev), mb.attention_mask.to(dev)
         pad = self._seq_len(mb) - ids.shape[1]
         if pad:
             ids, attn = (torch.nn.functional.pad(t, (0, pad)) for t in (ids, attn))
@@ -441,11 +438,11 @@ class MegatronWorker(TrainWorker):
         mine = cp_utils.local_positions(ids.shape[1], self.cp, self.cp_rank).to(dev)
         return ids[:, mine], positions[:, mine], cp_utils.attention_mask(attn, self.cp, self.cp_rank)
 
-    def _response_logprobs(self, logits: torch.Tensor, mb: dict, want_entropy: bool):
+    def _response_logprobs(self, logits: torch.Tensor, mb: TrainBatch, want_entropy: bool):
         """Log-probs (and entropies) of the response tokens, [rows, response length]; with context parallelism
         each rank scores the positions it holds and the group sums them, so every rank has the whole rows."""
-        start, length = mb["prompt_len"] - 1, mb["response_ids"].shape[1]
-        response = mb["response_ids"].to(logits.device)
+        start, length = mb.prompt_len - 1, mb.response_ids.shape[1]
+        response = mb.response_ids.to(logits.device)
         if self.cp == 1:
             return vocab_parallel_logprobs(
                 logits[:, start : start + length], response, self.s.temperature, self.arch.vocab_size, want_entropy
@@ -464,7 +461,7 @@ class MegatronWorker(TrainWorker):
             entropy = cp_utils.response_values(entropy, positions, start, length, group)
         return logp, entropy
 
-    def _schedule_run(self, micro: list[dict], loss_fn, forward_only: bool) -> list:
+    def _schedule_run(self, micro: list[TrainBatch], loss_fn, forward_only: bool) -> list:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         def step(data_iterator, model):
@@ -478,12 +475,12 @@ class MegatronWorker(TrainWorker):
             model=[self.model],
             num_microbatches=len(micro),
             seq_length=self._seq_len(micro[0]),
-            micro_batch_size=micro[0]["input_ids"].shape[0],
+            micro_batch_size=micro[0].rows,
             forward_only=forward_only,
         )
 
     @torch.no_grad()
-    def forward(self, batch: dict) -> torch.Tensor:
+    def forward(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs of this data-parallel rank's rows on the collecting ranks; an empty tensor elsewhere."""
         with self._device():
             self.model.eval()
@@ -491,7 +488,7 @@ class MegatronWorker(TrainWorker):
 
             def scored(mb, logits):
                 logp, _ = self._response_logprobs(logits, mb, False)
-                return logp.sum() * 0.0, {"logp": logp[: mb["rows"]].float().cpu()}
+                return logp.sum() * 0.0, {"logp": logp[: mb.real_rows].float().cpu()}
 
             outs = self._schedule_run(micro, scored, forward_only=True)
             self._maybe_empty_cache()
@@ -499,7 +496,7 @@ class MegatronWorker(TrainWorker):
             return torch.empty(0)
         return torch.cat([o["logp"] for o in outs])
 
-    def train_mini_batch(self, batch: dict, totals: dict) -> dict:
+    def train_mini_batch(self, batch: TrainBatch, totals: dict) -> dict:
         """One optimizer step on this data-parallel rank's share of a mini-batch."""
         with self._device(), self._profiled():
             self.model.train()
@@ -515,8 +512,9 @@ class MegatronWorker(TrainWorker):
 
             def objective(mb, logits):
                 logp, entropy = self._response_logprobs(logits, mb, True)
-                device_mb = {k: (v.to(logp.device) if torch.is_tensor(v) else v) for k, v in mb.items()}
-                loss, metrics = policy_objective(self.algorithm, logp, entropy, device_mb, totals, self.s.max_seq_len)
+                loss, metrics = policy_objective(
+                    self.algorithm, logp, entropy, mb.to(logp.device), totals, self.s.max_seq_len
+                )
                 return loss * scale, metrics
 
             outs = self._schedule_run(micro, objective, forward_only=False)
@@ -878,3 +876,8 @@ def _set_held_states(opt, original, model_param, tensors: dict) -> None:
 
 def _local_name(global_name: str, offset: int) -> str:
     return mw.global_name(global_name, -offset)
+
+
+def _pad_rows(v: torch.Tensor, rows: int) -> torch.Tensor:
+    """`v` with `rows` rows of zeros after its own (no tokens, no loss)."""
+    return torch.cat([v, torch.zeros((rows, *v.shape[1:]), dtype=v.dtype)])

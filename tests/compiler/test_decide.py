@@ -200,3 +200,72 @@ def test_the_runtime_loads_the_decisions_and_refuses_a_hand_edited_section(tmp_p
         (out / "plan.json").write_text(json.dumps(broken))
         with pytest.raises(CompiledJobError, match=message):
             load(out / "resolved.yaml")
+
+
+@pytest.mark.parametrize(
+    ("example", "expected"),
+    [
+        # (engines, dtype, tp, distributed_executor_backend, sleep mode, max_model_len)
+        ("gsm8k-grpo-8xh100.yaml", (8, "bfloat16", 1, "uni", True, 1536)),  # one GPU each: its worker in-process
+        ("gsm8k-grpo-megatron-8xh100.yaml", (4, "bfloat16", 2, "ray", True, 1536)),
+        ("local-cpu.yaml", None),  # the hf engine takes no vLLM arguments
+    ],
+)
+def test_the_vllm_engine_arguments_of_the_examples(example, expected, tmp_path):
+    out = tmp_path / "out"
+    path = next(p for p in EXAMPLES if p.name == example)
+    subprocess.run(
+        [sys.executable, "-m", "rlc.compiler.cli", "compile", str(path), "-o", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    raw = json.loads((out / "plan.json").read_text())
+    args = Decisions.from_json(raw["runtime"]).engines.vllm
+    if expected is None:
+        assert args is None and raw["runtime"]["engines"]["vllm"] is None
+        return
+    assert args is not None
+    got = (
+        len(args.seeds),
+        args.dtype,
+        args.tensor_parallel_size,
+        args.distributed_executor_backend,
+        args.enable_sleep_mode,
+        args.max_model_len,
+    )
+    assert got == expected
+    assert len(args.seeds) == len(raw["inference"]["engines"]) and len(set(args.seeds)) == len(args.seeds)
+    assert args.logprobs_mode == "processed_logprobs" and not args.enable_lora
+    assert args.env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+@pytest.mark.parametrize(
+    ("rank", "strategy", "max_lora_rank"),
+    [(0, "fsdp2", 0), (8, "fsdp2", 8), (20, "fsdp2", 32), (300, "fsdp2", 320), (512, "fsdp2", 512), (8, "megatron", 0)],
+)
+def test_vllm_lora_arguments(rank, strategy, max_lora_rank):
+    args = _decisions(strategy=strategy, lora=rank, extra={"generator.inference_engine.backend": "vllm"}).engines.vllm
+    assert args is not None
+    assert (args.enable_lora, args.max_lora_rank, args.max_loras) == (
+        max_lora_rank > 0,
+        max_lora_rank,
+        int(rank > 0 and strategy != "megatron"),
+    )
+
+
+def test_vllm_arguments_round_trip_through_json():
+    d = _decisions(
+        lora=16,
+        extra={
+            "trainer.policy.model.path": "org/model",
+            "generator.inference_engine.backend": "vllm",
+            "generator.inference_engine.engine_init_kwargs": {"max_logprobs": 5, "kv_cache_dtype": "fp8"},
+            "generator.rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+            "generator.rope_theta": 500000.0,
+        },
+    )
+    again = Decisions.from_json(json.loads(json.dumps(d.to_json())))
+    assert again == d and again.engines.vllm is not None
+    assert again.engines.vllm.init_kwargs == {"max_logprobs": 5, "kv_cache_dtype": "fp8"}
+    assert again.engines.vllm.rope_scaling == {"rope_type": "yarn", "factor": 4.0}
+    assert isinstance(again.engines.vllm.seeds, tuple)

@@ -14,6 +14,12 @@ from rlc.compiler.cli import cli
         ("trainer.algorithm.advantage_estimator", {"RLC-E301", "RLC-E307"}),
         ("trainer.placement.colocate_all", {"RLC-E201", "RLC-E311"}),
         ("trainer.policy.megatron_config.tensor_model_parallel_size", {"RLC-E104"}),
+        ("trainer.policy.megatron_config.pipeline_model_parallel_size", {"RLC-E507"}),
+        ("generator.inference_engine.pipeline_parallel_size", {"RLC-E508"}),
+        ("trainer.policy.model.lora.rank", {"RLC-E509", "RLC-E510", "RLC-E602"}),
+        ("trainer.policy.model.lora.target_modules", {"RLC-E510"}),
+        ("trainer.policy.model.path", {"RLC-E506", "RLC-E507", "RLC-E508"}),
+        ("generator.inference_engine.backend", {"RLC-E508", "RLC-E509"}),
     ],
 )
 def test_explain_lists_the_rules_of_a_key(key: str, expected: set[str]) -> None:
@@ -23,3 +29,22 @@ def test_explain_lists_the_rules_of_a_key(key: str, expected: set[str]) -> None:
     codes = {word for word in listed.split() if word.startswith("RLC-")}
     assert expected <= codes, result.output
     assert "fsdp_size divides the role's world size" in result.output or "RLC-E505" not in expected
+
+
+def test_every_rule_declares_the_keys_it_reads_and_explain_lists_it_under_each() -> None:
+    """Each rule names its keys; `rlc explain` of any of them lists the rule's code and what it checks."""
+    from rlc.compiler.check import RULES, _load_rules
+    from rlc.compiler.explain import explain_key
+
+    _load_rules()
+    by_key: dict[str, set[str]] = {}
+    for r in RULES:
+        assert r.keys, f"{r.code} declares no spec keys"
+        for key in r.keys:
+            by_key.setdefault(key, set()).add(r.code)
+    for key in ["trainer.policy.model.lora.target_modules", "generator.inference_engine.pipeline_parallel_size"]:
+        text, ok = explain_key(key)
+        assert ok, text
+        for code in by_key[key]:
+            title = next(r.title for r in RULES if r.code == code)
+            assert code in text and title in text, (code, text)

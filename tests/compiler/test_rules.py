@@ -411,6 +411,67 @@ CASES = {
               tensor_model_parallel_size: 4  # <-
         """,
     ),
+    "RLC-E507": (
+        "trainer.policy.megatron_config.pipeline_model_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen2.5-1.5B-Instruct}
+            megatron_config:
+              pipeline_model_parallel_size: 8  # <-
+        """,
+    ),
+    "RLC-E508": (
+        "generator.inference_engine.pipeline_parallel_size",
+        """
+        trainer:
+          policy:
+            model: {path: "rlc:tiny"}
+        generator:
+          inference_engine:
+            backend: vllm
+            pipeline_parallel_size: 4  # <-
+        """,
+    ),
+    "RLC-E509": (
+        "trainer.policy.model.lora.rank",
+        """
+        trainer:
+          policy:
+            model:
+              lora:
+                rank: 1024  # <-
+                alpha: 2048
+        generator:
+          inference_engine:
+            backend: vllm
+        """,
+    ),
+    "RLC-E510": (
+        "trainer.policy.model.lora.target_modules",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model:
+              lora:
+                rank: 8
+                alpha: 16
+                target_modules: q_proj,qkv_proj  # <-
+        """,
+    ),
+    "RLC-E511": (
+        "trainer.policy.megatron_config.transformer_config_kwargs.hidden_dropoutt",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            megatron_config:
+              transformer_config_kwargs:
+                hidden_dropoutt: 0.0  # <-
+        """,
+    ),
     "RLC-W501": (
         "trainer.policy.megatron_config.expert_model_parallel_size",
         """

@@ -47,12 +47,131 @@ REFUSALS = [
 ]
 
 
+# Refusals that take more than one override: (spec, overrides, code, key)
+MEGATRON, VLLM_GPU = "gsm8k-grpo-megatron-8xh100.yaml", "gsm8k-grpo-8xh100.yaml"
+LORA = ("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.alpha=16")
+REFUSALS_MANY = [
+    # Qwen2.5-7B has 28 layers: 8 pipeline stages cannot take the same number each (megatron_weights.stage_layers).
+    (
+        MEGATRON,
+        (
+            "trainer.policy.megatron_config.tensor_model_parallel_size=1",
+            "trainer.policy.megatron_config.pipeline_model_parallel_size=8",
+        ),
+        "RLC-E507",
+        "trainer.policy.megatron_config.pipeline_model_parallel_size",
+    ),
+    # rlc:tiny has 2 layers: a vLLM engine of 4 pipeline stages would hold stages without one.
+    (
+        VLLM_GPU,
+        ("trainer.policy.model.path=rlc:tiny", "generator.inference_engine.pipeline_parallel_size=4"),
+        "RLC-E508",
+        "generator.inference_engine.pipeline_parallel_size",
+    ),
+    # vLLM's EngineArgs has no max_lora_rank above 512.
+    (
+        VLLM_GPU,
+        ("trainer.policy.model.lora.rank=1024", "trainer.policy.model.lora.alpha=2048"),
+        "RLC-E509",
+        "trainer.policy.model.lora.rank",
+    ),
+    # megatron_lora.add_adapters finds no layer for these names; an unknown name beside known ones would be ignored.
+    (
+        MEGATRON,
+        (*LORA, "trainer.policy.model.lora.target_modules=qkv_proj"),
+        "RLC-E510",
+        "trainer.policy.model.lora.target_modules",
+    ),
+    (
+        MEGATRON,
+        (*LORA, "trainer.policy.model.lora.target_modules=q_proj,attn.c_attn"),
+        "RLC-E510",
+        "trainer.policy.model.lora.target_modules",
+    ),
+    (
+        MEGATRON,
+        (*LORA, "trainer.policy.model.lora.target_modules=q_proj", "trainer.policy.model.lora.exclude_modules=q_proj"),
+        "RLC-E510",
+        "trainer.policy.model.lora.target_modules",
+    ),
+    # workers/megatron.py: TransformerConfig(**...) / OptimizerConfig(**...) refuse these at start-up (TypeError).
+    (
+        MEGATRON,
+        ("trainer.policy.megatron_config.transformer_config_kwargs.hidden_dropoutt=0.0",),
+        "RLC-E511",
+        "trainer.policy.megatron_config.transformer_config_kwargs.hidden_dropoutt",
+    ),
+    (
+        MEGATRON,
+        ("trainer.ref.megatron_config.transformer_config_kwargs.turbo=true",),
+        "RLC-E511",
+        "trainer.ref.megatron_config.transformer_config_kwargs.turbo",
+    ),
+    (
+        MEGATRON,
+        ("trainer.policy.megatron_config.optimizer_config_kwargs.adam_epsilon=1.0e-6",),
+        "RLC-E511",
+        "trainer.policy.megatron_config.optimizer_config_kwargs.adam_epsilon",
+    ),
+    (
+        MEGATRON,
+        ("trainer.policy.megatron_config.optimizer_config_kwargs.lr=0.1",),
+        "RLC-E511",
+        "trainer.policy.megatron_config.optimizer_config_kwargs.lr",
+    ),
+]
+
+
 @pytest.mark.parametrize(("example", "override", "code", "key"), REFUSALS)
 def test_validate_refuses_what_the_runtime_refuses(example: str, override: str, code: str, key: str) -> None:
     rc, diags = _validate(EXAMPLES / example, override)
     hits = _errors(diags, code)
     assert rc == 1 and hits, diags
     assert hits[0]["key"] == key and hits[0]["file"], hits[0]
+
+
+@pytest.mark.parametrize(("example", "overrides", "code", "key"), REFUSALS_MANY)
+def test_validate_refuses_what_the_runtime_refuses_with_several_overrides(
+    example: str, overrides: tuple[str, ...], code: str, key: str
+) -> None:
+    rc, diags = _validate(EXAMPLES / example, *overrides)
+    hits = _errors(diags, code)
+    assert rc == 1 and hits, diags
+    assert hits[0]["key"] == key and hits[0]["file"] == "<command line>", hits[0]
+    assert hits[0]["hint"], hits[0]
+
+
+@pytest.mark.parametrize(
+    ("example", "overrides", "code"),
+    [
+        # 28 layers over 4 stages, 7 each.
+        (
+            MEGATRON,
+            (
+                "trainer.policy.megatron_config.tensor_model_parallel_size=2",
+                "trainer.policy.megatron_config.pipeline_model_parallel_size=4",
+            ),
+            "RLC-E507",
+        ),
+        (VLLM_GPU, ("generator.inference_engine.pipeline_parallel_size=2",), "RLC-E508"),
+        (VLLM_GPU, ("trainer.policy.model.lora.rank=20", "trainer.policy.model.lora.alpha=40"), "RLC-E509"),
+        (VLLM_GPU, ("trainer.policy.model.lora.rank=512", "trainer.policy.model.lora.alpha=1024"), "RLC-E509"),
+        (MEGATRON, (*LORA, "trainer.policy.model.lora.target_modules=linear_qkv,o_proj"), "RLC-E510"),
+        (MEGATRON, (*LORA, "trainer.policy.model.lora.target_modules=all-linear"), "RLC-E510"),
+        (MEGATRON, ("trainer.policy.megatron_config.transformer_config_kwargs.hidden_dropout=0.0",), "RLC-E511"),
+        (MEGATRON, ("trainer.policy.megatron_config.optimizer_config_kwargs.adam_eps=1.0e-6",), "RLC-E511"),
+        (
+            MEGATRON,
+            ("trainer.policy.megatron_config.optimizer_config_kwargs.use_distributed_optimizer=false",),
+            "RLC-E511",
+        ),
+        # fsdp2 hands target_modules to PEFT, which knows the model's own module names.
+        (VLLM_GPU, (*LORA, "trainer.policy.model.lora.target_modules=qkv_proj"), "RLC-E510"),
+    ],
+)
+def test_what_the_runtime_runs_passes_those_rules(example: str, overrides: tuple[str, ...], code: str) -> None:
+    _rc, diags = _validate(EXAMPLES / example, *overrides)
+    assert not _errors(diags, code), diags
 
 
 def test_fsdp_size_that_divides_the_world_is_valid() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -188,13 +190,25 @@ def _policy_batch(rows=8, length=5, seed=0):
     advantages[5, :2] = 0  # a row whose only non-zero advantages lie outside its mask
     mask[5, 2:] = 0
     advantages[5, 2:] = 1.5
-    return {
-        "response_ids": torch.zeros(rows, length, dtype=torch.long),
-        "loss_mask": mask,
-        "advantages": advantages,
-        "old_logprobs": -torch.rand(rows, length, generator=gen) * 3,
-        "group": torch.arange(rows) // 2,
-    }
+    from rlc.runtime.batch import TrainBatch
+
+    return TrainBatch(
+        input_ids=torch.arange(rows)[:, None],  # each row's own index, to follow rows through selections
+        attention_mask=torch.ones(rows, 1, dtype=torch.long),
+        response_ids=torch.zeros(rows, length, dtype=torch.long),
+        loss_mask=mask,
+        rollout_logprobs=torch.zeros(rows, length),
+        token_rewards=torch.zeros(rows, length),
+        group=torch.arange(rows) // 2,
+        prompt_len=1,
+        advantages=advantages,
+        old_logprobs=-torch.rand(rows, length, generator=gen) * 3,
+    )
+
+
+def _rows(batch) -> torch.Tensor:
+    """The original indices of a batch's rows (`_policy_batch` numbers them in input_ids)."""
+    return batch.input_ids[:, 0]
 
 
 def test_inert_rows_have_no_advantage_inside_their_mask():
@@ -203,7 +217,8 @@ def test_inert_rows_have_no_advantage_inside_their_mask():
     batch = _policy_batch()
     assert inert_rows(batch, _algorithm()).tolist() == [False, False, True, True, False, True, False, False]
     # Terms every row feeds: nothing is inert.
-    assert inert_rows({**batch, "ref_logprobs": batch["old_logprobs"]}, _algorithm(use_kl_loss=True)) is None
+    with_ref = dataclasses.replace(batch, ref_logprobs=batch.old_logprobs)
+    assert inert_rows(with_ref, _algorithm(use_kl_loss=True)) is None
     assert inert_rows(batch, _algorithm(use_entropy_loss=True)) is None
     assert inert_rows(batch, _algorithm(policy_loss_type="clip_cov")) is None  # batch-wide covariances
     # A KL loss with no reference log-probs in the batch adds nothing; a zero entropy coefficient neither.
@@ -220,23 +235,19 @@ def test_leaving_inert_rows_out_gives_the_same_loss_and_gradient(loss, reduction
 
     a = _algorithm(policy_loss_type=loss, loss_reduction=reduction)
     batch = _policy_batch()
-    logp = (
-        batch["old_logprobs"]
-        + torch.randn(batch["old_logprobs"].shape, generator=torch.Generator().manual_seed(1)) * 0.3
-    )
+    logp = batch.old_logprobs + torch.randn(batch.old_logprobs.shape, generator=torch.Generator().manual_seed(1)) * 0.3
 
     def run(mb, tot):
-        leaf = logp[mb["rows"]].clone().requires_grad_(True)
+        leaf = logp[_rows(mb)].clone().requires_grad_(True)
         value, metrics = policy_objective(a, leaf, torch.ones_like(leaf), mb, tot, max_seq_len=5)
         value.backward()
         grad = torch.zeros_like(logp)
-        grad[mb["rows"]] = leaf.grad
+        grad[_rows(mb)] = leaf.grad
         return value.item(), grad, metrics
 
-    batch["rows"] = torch.arange(8)
     trained, tot, left_out = rows_that_train(batch, totals(batch), a, ranks=1)
-    assert left_out == 3 and trained["rows"].tolist() == [0, 1, 4, 6, 7]
-    assert tot["tokens"] == totals(batch)["tokens"] and tot["trained_tokens"] == float(trained["loss_mask"].sum())
+    assert left_out == 3 and _rows(trained).tolist() == [0, 1, 4, 6, 7]
+    assert tot["tokens"] == totals(batch)["tokens"] and tot["trained_tokens"] == float(trained.loss_mask.sum())
     whole_loss, whole_grad, _ = run(batch, totals(batch))
     part_loss, part_grad, metrics = run(trained, tot)
     assert part_loss == pytest.approx(whole_loss, rel=1e-6, abs=1e-7)
@@ -250,13 +261,12 @@ def test_every_rank_keeps_an_equal_share_of_rows():
     from rlc.runtime.batch import totals
 
     batch = _policy_batch()
-    batch["rows"] = torch.arange(8)
     a = _algorithm()
     # 5 rows train; 4 ranks need 8 rows in all: nothing is left out.
     assert rows_that_train(batch, totals(batch), a, ranks=4)[2] == 0
     trained, _, left_out = rows_that_train(batch, totals(batch), a, ranks=2)  # 6 rows: one inert row stays
-    assert left_out == 2 and trained["rows"].tolist() == [0, 1, 2, 4, 6, 7]
-    batch["advantages"].zero_()  # no row trains: each rank still runs one (zero-gradient) row
+    assert left_out == 2 and _rows(trained).tolist() == [0, 1, 2, 4, 6, 7]
+    batch.advantages.zero_()  # no row trains: each rank still runs one (zero-gradient) row
     trained, _, left_out = rows_that_train(batch, totals(batch), a, ranks=2)
-    assert left_out == 6 and trained["rows"].tolist() == [0, 1]
+    assert left_out == 6 and _rows(trained).tolist() == [0, 1]
     assert rows_that_train(_policy_batch(), totals(batch), _algorithm(use_entropy_loss=True), ranks=1)[2] == 0

@@ -14,7 +14,14 @@ from conftest import run_ranks  # noqa: E402
 ROWS, PROMPT, RESPONSE = 8, 5, 3
 
 
-def _batch(vocab: int) -> dict:
+def _batch(vocab: int):
+    return _batch_and_noise(vocab)[0]
+
+
+def _batch_and_noise(vocab: int):
+    """A policy batch, and noise for old log-probs that differ from the current ones."""
+    from rlc.runtime.batch import TrainBatch
+
     g = torch.Generator().manual_seed(0)
     # Pairs of rows share a prompt, as a GRPO group does (micro-batches of two run each prompt once).
     prompt = torch.randint(4, vocab, (ROWS // 2, PROMPT), generator=g).repeat_interleave(2, dim=0)
@@ -25,16 +32,19 @@ def _batch(vocab: int) -> dict:
     attention = torch.cat([torch.ones(ROWS, PROMPT, dtype=torch.long), mask.long()], dim=1)
     attention[2:4, :2] = 0  # left-padded prompts, as the driver makes them
     attention[6:8, :1] = 0
-    return {
-        "input_ids": torch.cat([prompt, response], dim=1),
-        "attention_mask": attention,
-        "response_ids": response,
-        "loss_mask": mask,
-        "advantages": torch.randn(ROWS, RESPONSE, generator=g) * mask,
-        "ref_logprobs": -torch.rand(ROWS, RESPONSE, generator=g) * 5,
-        "noise": torch.randn(ROWS, RESPONSE, generator=g) * 0.05,
-        "prompt_len": PROMPT,
-    }
+    batch = TrainBatch(
+        input_ids=torch.cat([prompt, response], dim=1),
+        attention_mask=attention,
+        response_ids=response,
+        loss_mask=mask,
+        rollout_logprobs=torch.zeros(ROWS, RESPONSE),
+        token_rewards=torch.zeros(ROWS, RESPONSE),
+        group=torch.arange(ROWS) // 2,
+        prompt_len=PROMPT,
+        advantages=torch.randn(ROWS, RESPONSE, generator=g) * mask,
+        ref_logprobs=-torch.rand(ROWS, RESPONSE, generator=g) * 5,
+    )
+    return batch, torch.randn(ROWS, RESPONSE, generator=g) * 0.05
 
 
 def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, fsdp_size: int = -1) -> None:
@@ -62,10 +72,10 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, fsdp_s
     )
     worker = FSDPWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
     worker.setup("127.0.0.1", port)
-    batch = _batch(worker.model.config.vocab_size)
+    batch, noise = _batch_and_noise(worker.model.config.vocab_size)
     mine = shards(batch, world)[rank]
     old = worker.forward(mine)
-    mine["old_logprobs"] = old + mine["noise"]  # ratios != 1, so the clipping is exercised
+    mine.old_logprobs = old + noise.chunk(world)[rank]  # ratios != 1, so the clipping is exercised
     metrics = worker.train_mini_batch(mine, totals(batch))
     full = worker.full_state_dict()
     if rank == 0:
@@ -141,7 +151,7 @@ def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
 def test_packed_micro_batches_give_the_padded_log_probs(tiny_model):
     chosen, padded, packed = run_ranks(_packed_rank, 1, tiny_model)[0]
     assert not chosen
-    mask = _batch(64)["loss_mask"].bool()
+    mask = _batch(64).loss_mask.bool()
     torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
 
 
@@ -178,17 +188,17 @@ def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
         reference = torch.zeros_like(logp)
         with torch.no_grad():  # each row alone, its padding cut off
             for i in range(ROWS):
-                real = batch["attention_mask"][i].bool()
+                real = batch.attention_mask[i].bool()
                 start = int(real[:PROMPT].sum()) - 1
                 count = int(real[PROMPT:].sum())
-                logits = worker.model(input_ids=batch["input_ids"][i][real][None]).logits[0, start : start + count]
+                logits = worker.model(input_ids=batch.input_ids[i][real][None]).logits[0, start : start + count]
                 reference[i, :count] = (
-                    torch.log_softmax(logits, -1).gather(-1, batch["response_ids"][i, :count, None]).squeeze(-1)
+                    torch.log_softmax(logits, -1).gather(-1, batch.response_ids[i, :count, None]).squeeze(-1)
                 )
         calls.clear()
         logp = worker.forward(batch)
         metrics = worker.train_mini_batch(batch, totals(batch))
-        results.append((logp * batch["loss_mask"], metrics, worker.full_state_dict(), calls, reference))
+        results.append((logp * batch.loss_mask, metrics, worker.full_state_dict(), calls, reference))
     q.put((rank, results))
     worker.shutdown()
 

@@ -105,16 +105,16 @@ def test_grpo_steps_on_gsm8k_with_the_hf_engine(worker, tiny_model):
             for c in cs
         ]
         batch = to_batch(rollouts, tok.pad_token_id)
-        batch["old_logprobs"] = worker.forward(batch)
-        batch["advantages"], _ = grpo_advantages(batch["token_rewards"], batch["loss_mask"], batch["group"])
+        batch.old_logprobs = worker.forward(batch)
+        batch.advantages, _ = grpo_advantages(batch.token_rewards, batch.loss_mask, batch.group)
         metrics = worker.train_mini_batch(batch, totals(batch))
         assert metrics["grad_norm"] == metrics["grad_norm"]  # not NaN
         version = engine.update_weights(worker.full_state_dict("bfloat16"), step + 1)
         assert version == step + 1
         torch.cuda.synchronize()
         timings.append(time.perf_counter() - t0)
-        real = batch["loss_mask"].bool()
-        diffs.append(float((batch["old_logprobs"] - batch["rollout_logprobs"]).abs()[real].mean()))
+        real = batch.loss_mask.bool()
+        diffs.append(float((batch.old_logprobs - batch.rollout_logprobs).abs()[real].mean()))
     # bf16 engine vs bf16-compute trainer: the same tokens score alike.
     assert max(diffs) < 0.1, diffs
     _report(
@@ -133,8 +133,8 @@ def test_colocated_offload_and_backload(worker):
 
     ro = [Rollout([5, 6, 7, 8], [9, 10, 11], [-1.0] * 3, "length", float(i % 2), i // 2) for i in range(8)]
     batch = to_batch(ro, 0)
-    batch["old_logprobs"] = worker.forward(batch)
-    batch["advantages"] = torch.ones_like(batch["loss_mask"]) * torch.tensor([1.0, -1.0] * 4)[:, None]
+    batch.old_logprobs = worker.forward(batch)
+    batch.advantages = torch.ones_like(batch.loss_mask) * torch.tensor([1.0, -1.0] * 4)[:, None]
     worker.train_mini_batch(batch, totals(batch))  # optimizer state exists now
     torch.cuda.synchronize()
     on_gpu = torch.cuda.memory_allocated()
@@ -186,7 +186,7 @@ def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
     pytest.importorskip("megatron.core")
     from rlc.runtime.batch import totals
     from rlc.runtime.workers.fsdp import FSDPWorker
-    from test_fsdp import _batch
+    from test_fsdp import _batch_and_noise
 
     kl = {"use_kl_loss": True, "kl_loss_coef": 0.1}
     fsdp = _policy_worker(
@@ -198,12 +198,12 @@ def test_megatron_loss_matches_fsdp2_on_a_fixed_batch(tiny_model):
         algorithm=kl,
     )
     meg = _megatron(tiny_model, {}, bf16=False, algorithm=kl)
-    batch = _batch(64)
+    batch, noise = _batch_and_noise(64)
     old = fsdp.forward(batch)
     torch.testing.assert_close(
-        meg.forward(batch)[batch["loss_mask"].bool()], old[batch["loss_mask"].bool()], rtol=1e-3, atol=1e-3
+        meg.forward(batch)[batch.loss_mask.bool()], old[batch.loss_mask.bool()], rtol=1e-3, atol=1e-3
     )
-    batch["old_logprobs"] = old + batch["noise"]
+    batch.old_logprobs = old + noise
     a, b = fsdp.train_mini_batch(batch, totals(batch)), meg.train_mini_batch(batch, totals(batch))
     for key in ("policy_loss", "kl", "entropy"):
         assert b[key] == pytest.approx(a[key], rel=1e-3, abs=1e-5), key
@@ -275,12 +275,12 @@ def _hf_logprobs(tiny_model, state: dict, batch: dict) -> torch.Tensor:
     lm = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     lm.load_state_dict(state, strict=False)  # a tied model's state has no lm_head
     lm.to("cuda").eval()
-    attn = batch["attention_mask"].cuda()
+    attn = batch.attention_mask.cuda()
     with torch.no_grad():
         logits = lm(
-            input_ids=batch["input_ids"].cuda(), attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)
+            input_ids=batch.input_ids.cuda(), attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)
         ).logits
-    return token_log_probs(logits[:, batch["prompt_len"] - 1 : -1].float(), batch["response_ids"].cuda(), 1.0).cpu()
+    return token_log_probs(logits[:, batch.prompt_len - 1 : -1].float(), batch.response_ids.cuda(), 1.0).cpu()
 
 
 def _initial_state(tiny_model) -> dict:
@@ -289,20 +289,25 @@ def _initial_state(tiny_model) -> dict:
     return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).state_dict()
 
 
-def _long_batch(rows: int = 8, prompt: int = 40, response: int = 24) -> dict:
+def _long_batch(rows: int = 8, prompt: int = 40, response: int = 24):
     """Rows of 64 tokens whose prompts are left-padded by different amounts (as the driver pads them)."""
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(4, 64, (rows, prompt + response), generator=g)
     attention = torch.ones(rows, prompt + response, dtype=torch.long)
     for r in range(rows):
         attention[r, : 3 * r] = 0
-    return {
-        "input_ids": ids,
-        "attention_mask": attention,
-        "response_ids": ids[:, prompt:],
-        "loss_mask": torch.ones(rows, response),
-        "prompt_len": prompt,
-    }
+    from rlc.runtime.batch import TrainBatch
+
+    return TrainBatch(
+        input_ids=ids,
+        attention_mask=attention,
+        response_ids=ids[:, prompt:],
+        loss_mask=torch.ones(rows, response),
+        rollout_logprobs=torch.zeros(rows, response),
+        token_rewards=torch.zeros(rows, response),
+        group=torch.arange(rows),
+        prompt_len=prompt,
+    )
 
 
 def test_megatron_bf16_checkpoint_offload_export_and_profiler_on_the_gpu(tiny_model, tmp_path):
@@ -311,7 +316,7 @@ def test_megatron_bf16_checkpoint_offload_export_and_profiler_on_the_gpu(tiny_mo
     the exported Hugging Face weights score tokens as the Megatron model does, the profiler traces CUDA kernels."""
     pytest.importorskip("megatron.core")
     from rlc.runtime.batch import totals
-    from test_fsdp import _batch
+    from test_fsdp import _batch_and_noise
 
     prof = tmp_path / "prof"
     meg = _megatron(
@@ -323,12 +328,12 @@ def test_megatron_bf16_checkpoint_offload_export_and_profiler_on_the_gpu(tiny_mo
     # padding mask must be applied in bf16 on the GPU.
     long = _long_batch()
     long_diff = (meg.forward(long) - _hf_logprobs(tiny_model, _initial_state(tiny_model), long)).abs()[
-        long["loss_mask"].bool()
+        long.loss_mask.bool()
     ]
     assert long_diff.mean() < 0.02, long_diff.mean()
-    batch = _batch(64)
-    real = batch["loss_mask"].bool()
-    batch["old_logprobs"] = meg.forward(batch) + batch["noise"]
+    batch, noise = _batch_and_noise(64)
+    real = batch.loss_mask.bool()
+    batch.old_logprobs = meg.forward(batch) + noise
     timings, metrics = [], []
     for _ in range(2):
         t0 = time.perf_counter()
@@ -379,14 +384,14 @@ def test_megatron_lora_on_the_gpu(tiny_model):
     score tokens as the adapted model does."""
     pytest.importorskip("megatron.core")
     from rlc.runtime.batch import totals
-    from test_fsdp import _batch
+    from test_fsdp import _batch_and_noise
 
     meg = _megatron(
         tiny_model, {"lora_config": {"lora_type": "lora"}}, bf16=False, lora={"rank": 4, "alpha": 8}, lr=5e-2
     )
-    batch = _batch(64)
-    real = batch["loss_mask"].bool()
-    batch["old_logprobs"] = meg.forward(batch) + batch["noise"]
+    batch, noise = _batch_and_noise(64)
+    real = batch.loss_mask.bool()
+    batch.old_logprobs = meg.forward(batch) + noise
     metrics = [meg.train_mini_batch(batch, totals(batch)) for _ in range(3)]
     assert all(".lora_" in n for n, p in meg.gpt.named_parameters() if p.requires_grad)
     logp = meg.forward(batch)

@@ -7,6 +7,7 @@ the step exactly; the weights streamed to engines are named and shaped as the Hu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -16,7 +17,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("megatron.core")
 
 from conftest import run_ranks  # noqa: E402
-from test_fsdp import _batch  # noqa: E402
+from test_fsdp import _batch, _batch_and_noise  # noqa: E402
 
 ALGORITHM = {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True, "policy_loss_type": "dual_clip"}
 # Megatron's optimizer does not decay norms and biases, fsdp2's AdamW decays everything: compare without decay.
@@ -41,7 +42,7 @@ def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None, c
     )
 
 
-def _old_logprobs(worker, mine: dict, world: int, rank: int) -> torch.Tensor:
+def _old_logprobs(worker, mine, world: int, rank: int) -> torch.Tensor:
     """The rows' log-probs on every rank: a model-parallel group's collecting rank sends them, as the driver does."""
     import torch.distributed as dist
 
@@ -50,7 +51,7 @@ def _old_logprobs(worker, mine: dict, world: int, rank: int) -> torch.Tensor:
     dist.all_gather_object(flags, worker.layout()["collect"])
     if not all(flags):  # one data-parallel group here
         src = flags.index(True)
-        old = old if rank == src else torch.empty(mine["response_ids"].shape)
+        old = old if rank == src else torch.empty(mine.response_ids.shape)
         dist.broadcast(old, src=src)
     return old
 
@@ -88,14 +89,16 @@ def _rank(
     layout = worker.layout()
     from transformers import AutoConfig
 
-    batch = _batch(AutoConfig.from_pretrained(model_path).vocab_size)
+    batch, noise = _batch_and_noise(AutoConfig.from_pretrained(model_path).vocab_size)
     mine = shards(batch, layout["dp_size"])[layout["dp_rank"]]
+    mine_noise = noise.chunk(layout["dp_size"])[layout["dp_rank"]]
     result: dict = {"layout": layout}
 
     def step() -> dict:
         old = _old_logprobs(worker, mine, world, rank)
         result.setdefault("old", old)
-        return worker.train_mini_batch({**mine, "old_logprobs": old + mine["noise"]}, totals(batch))  # ratios != 1
+        # ratios != 1
+        return worker.train_mini_batch(dataclasses.replace(mine, old_logprobs=old + mine_noise), totals(batch))
 
     if mode == "resume":
         worker.load_checkpoint(ckpt)
@@ -164,7 +167,7 @@ def test_megatron_step_matches_fsdp2(runs, layout, tiny_model):
         assert sum(r["metrics"][key] for r in got) == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
     assert got[0]["metrics"]["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4)
     old = torch.cat([r["old"] for r in sorted(got, key=lambda r: r["layout"]["dp_rank"])])
-    real = _batch(64)["loss_mask"].bool()  # padding positions score tokens no row has
+    real = _batch(64).loss_mask.bool()  # padding positions score tokens no row has
     torch.testing.assert_close(old[real], by_name["fsdp"][0]["old"][real], rtol=1e-4, atol=1e-5)
     w_ref, w = torch.load(d / "fsdp.pt")["weights"], torch.load(d / f"{layout}.pt")["weights"]
     assert w.keys() == w_ref.keys()
@@ -288,7 +291,7 @@ def _lora_rank(rank: int, world: int, port: int, q, model_path: str, out: str) -
         batch = _batch(64)
         trainable = {n for n, p in worker.gpt.named_parameters() if p.requires_grad}
         metrics = worker.train_mini_batch(
-            {**batch, "old_logprobs": _old_logprobs(worker, batch, world, rank)}, totals(batch)
+            dataclasses.replace(batch, old_logprobs=_old_logprobs(worker, batch, world, rank)), totals(batch)
         )
         logp = worker.forward(batch)
         full = worker.full_state_dict()
@@ -333,11 +336,36 @@ def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
     )  # only the adapted layers moved
     start.load_state_dict(merged)
     batch = _batch(64)
-    attn = batch["attention_mask"]
+    attn = batch.attention_mask
     with torch.no_grad():
         logits = start(
-            input_ids=batch["input_ids"], attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)
+            input_ids=batch.input_ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)
         ).logits
-    want = token_log_probs(logits[:, batch["prompt_len"] - 1 : -1], batch["response_ids"], 1.0)
-    real = batch["loss_mask"].bool()
+    want = token_log_probs(logits[:, batch.prompt_len - 1 : -1], batch.response_ids, 1.0)
+    real = batch.loss_mask.bool()
     torch.testing.assert_close(torch.from_numpy(got["logp"])[real], want[real], rtol=1e-4, atol=1e-4)
+
+
+def test_the_compilers_megatron_lora_names_are_the_runtimes():
+    """RLC-E510 refuses target_modules by the names rlc's Megatron LoRA maps onto its layers: the same table."""
+    from rlc.compiler.rules_parallel import MEGATRON_LORA_LAYERS, MEGATRON_LORA_NAMES
+    from rlc.runtime.workers.megatron_lora import LAYERS, target_layers
+
+    assert MEGATRON_LORA_LAYERS == {layer: projections for layer, (projections, _style) in LAYERS.items()}
+    for name in MEGATRON_LORA_NAMES:
+        assert target_layers(name), name  # every name the rule accepts puts adapters somewhere
+    assert target_layers("qkv_proj,c_attn") == []  # names the rule refuses: the worker would find no layer
+
+
+def test_the_compilers_megatron_config_fields_are_the_installed_megatron_cores():
+    """RLC-E511 refuses transformer/optimizer kwargs by the field names of the Megatron-Core the runtime installs."""
+    import dataclasses
+
+    import megatron.core
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from rlc.compiler.megatron_fields import MEGATRON_CORE, OPTIMIZER_CONFIG_FIELDS, TRANSFORMER_CONFIG_FIELDS
+
+    assert megatron.core.__version__.startswith(MEGATRON_CORE + ".")
+    assert TRANSFORMER_CONFIG_FIELDS == {f.name for f in dataclasses.fields(TransformerConfig) if f.init}
+    assert OPTIMIZER_CONFIG_FIELDS == {f.name for f in dataclasses.fields(OptimizerConfig) if f.init}

@@ -168,7 +168,7 @@ def _status(field: str) -> int:
 
 def _measure_rank(rank: int, world: int, port: int, q, model_path: str, device: str, checkpointing: bool) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from rlc.runtime.batch import shards, totals
+    from rlc.runtime.batch import TrainBatch, shards, totals
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
 
     spec = _spec(
@@ -191,15 +191,18 @@ def _measure_rank(rank: int, world: int, port: int, q, model_path: str, device: 
     )
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, CPU_CONFIG["vocab_size"], (ROWS, PROMPT + RESPONSE), generator=g)
-    batch = {
-        "input_ids": ids,
-        "attention_mask": torch.ones(ROWS, PROMPT + RESPONSE, dtype=torch.long),
-        "response_ids": ids[:, PROMPT:],
-        "loss_mask": torch.ones(ROWS, RESPONSE),
-        "advantages": torch.randn(ROWS, RESPONSE, generator=g),
-        "old_logprobs": -torch.rand(ROWS, RESPONSE, generator=g),
-        "prompt_len": PROMPT,
-    }
+    batch = TrainBatch(
+        input_ids=ids,
+        attention_mask=torch.ones(ROWS, PROMPT + RESPONSE, dtype=torch.long),
+        response_ids=ids[:, PROMPT:],
+        loss_mask=torch.ones(ROWS, RESPONSE),
+        rollout_logprobs=torch.zeros(ROWS, RESPONSE),
+        token_rewards=torch.zeros(ROWS, RESPONSE),
+        group=torch.arange(ROWS),
+        prompt_len=PROMPT,
+        advantages=torch.randn(ROWS, RESPONSE, generator=g),
+        old_logprobs=-torch.rand(ROWS, RESPONSE, generator=g),
+    )
     if device == "cuda":
         torch.cuda.set_device(rank)
     before = _status("VmRSS")

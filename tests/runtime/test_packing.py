@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from rlc.runtime.algorithms.losses import token_log_probs
-from rlc.runtime.batch import Rollout, to_batch
+from rlc.runtime.batch import Rollout, TrainBatch, to_batch
 from rlc.runtime.packing import pack, packed_forward, packed_kwargs, packing_unsupported, unpack
 from rlc.runtime.workers.fsdp import ValueModel
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
@@ -32,7 +32,7 @@ def _model(family: str, attn: str) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32).eval()
 
 
-def _batch(shape: list[tuple[int, int]], seed: int = 1) -> dict:
+def _batch(shape: list[tuple[int, int]], seed: int = 1) -> TrainBatch:
     """A padded batch of rows with (prompt length, response length) each, random tokens in 1..63."""
     g = torch.Generator().manual_seed(seed)
     rows = [
@@ -49,19 +49,19 @@ def _batch(shape: list[tuple[int, int]], seed: int = 1) -> dict:
     return to_batch(rows, PAD)
 
 
-def _padded_logp(model, b: dict) -> torch.Tensor:
+def _padded_logp(model, b: TrainBatch) -> torch.Tensor:
     """The FSDP worker's padded forward (`_outputs`)."""
-    ids, attn = b["input_ids"], b["attention_mask"]
+    ids, attn = b.input_ids, b.attention_mask
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    start, length = b["prompt_len"] - 1, b["response_ids"].shape[1]
+    start, length = b.prompt_len - 1, b.response_ids.shape[1]
     logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, start : start + length]
-    return token_log_probs(logits, b["response_ids"])
+    return token_log_probs(logits, b.response_ids)
 
 
-def _packed_logp(model, b: dict, **kwargs) -> torch.Tensor:
-    packed = pack(b["input_ids"], b["attention_mask"], b["prompt_len"])
-    logits = unpack(packed_forward(model, packed, **kwargs).logits, packed, b["response_ids"].shape[1])
-    return token_log_probs(logits, b["response_ids"])
+def _packed_logp(model, b: TrainBatch, **kwargs) -> torch.Tensor:
+    packed = pack(b.input_ids, b.attention_mask, b.prompt_len)
+    logits = unpack(packed_forward(model, packed, **kwargs).logits, packed, b.response_ids.shape[1])
+    return token_log_probs(logits, b.response_ids)
 
 
 MIXED = [(3, 4), (6, 1), (1, 6), (5, 2)]  # left padding of 3, 0, 5, 1 and right padding of 2, 5, 0, 4
@@ -70,8 +70,8 @@ MODELS = [(f, a) for f in ("llama", "qwen2", "qwen2-sliding") for a in ("sdpa", 
 
 def test_pack_unpack_bookkeeping():
     b = _batch([(2, 3), (4, 0), (1, 2)])  # P = 4, R = 3; the middle response is empty
-    ids = b["input_ids"]
-    packed = pack(ids, b["attention_mask"], b["prompt_len"])
+    ids = b.input_ids
+    packed = pack(ids, b.attention_mask, b.prompt_len)
     assert packed.input_ids.tolist() == [ids[0, 2:7].tolist() + ids[1, 0:4].tolist() + ids[2, 3:6].tolist()]
     assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 1, 2]]
     assert packed.starts.tolist() == [0, 5, 9]
@@ -90,16 +90,16 @@ def test_pack_unpack_bookkeeping():
     for i in range(3):
         for j in range(3):
             if out[i, j, 0] >= 0:
-                assert flat[int(out[i, j, 0]) + 1] == b["response_ids"][i, j]
+                assert flat[int(out[i, j, 0]) + 1] == b.response_ids[i, j]
     # (1, T) in -> (rows, R) out, and the padded worker's positions are the packed ones at real tokens.
     assert unpack(torch.arange(12.0).view(1, 12), packed, 3).shape == (3, 3)
-    positions = (b["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-    assert torch.equal(positions[b["attention_mask"].bool()], packed.position_ids[0])
+    positions = (b.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    assert torch.equal(positions[b.attention_mask.bool()], packed.position_ids[0])
 
 
 def test_unpack_is_differentiable_and_fills_with_zero_gradient():
     b = _batch([(2, 3), (4, 0), (1, 2)])
-    packed = pack(b["input_ids"], b["attention_mask"], b["prompt_len"])
+    packed = pack(b.input_ids, b.attention_mask, b.prompt_len)
     per_token = torch.randn(1, 12, 5, requires_grad=True)
     unpack(per_token, packed, 3, fill=7.0).sum().backward()
     used = torch.zeros(12)
@@ -114,7 +114,7 @@ def test_packed_log_probs_match_padded(family, attn):
     with torch.no_grad():
         padded, packed = _padded_logp(model, b), _packed_logp(model, b)
         varlen = _packed_logp(model, b, varlen=True)  # flash kwargs are ignored by sdpa/eager
-    mask = torch.arange(b["response_ids"].shape[1]) < torch.tensor([n for _, n in MIXED])[:, None]
+    mask = torch.arange(b.response_ids.shape[1]) < torch.tensor([n for _, n in MIXED])[:, None]
     assert torch.allclose(packed[mask], padded[mask], atol=1e-5, rtol=0)
     assert torch.equal(varlen, packed)
     assert packing_unsupported(model.config) is None
@@ -126,7 +126,7 @@ def test_packed_critic_path_matches_padded(attn):
     lm = _model("qwen2", attn)
     decoder = lm.get_decoder()
     b = _batch(MIXED)
-    ids, attn_mask, P, R = b["input_ids"], b["attention_mask"], b["prompt_len"], b["response_ids"].shape[1]
+    ids, attn_mask, P, R = b.input_ids, b.attention_mask, b.prompt_len, b.response_ids.shape[1]
     positions = (attn_mask.cumsum(-1) - 1).clamp(min=0)
     mask = torch.arange(R) < torch.tensor([n for _, n in MIXED])[:, None]
     packed = pack(ids, attn_mask, P)
@@ -148,7 +148,7 @@ def test_packed_critic_path_matches_padded(attn):
 def test_packed_gradients_match_padded(family, attn):
     model = _model(family, attn)
     b = _batch(MIXED)
-    weights = torch.rand(b["response_ids"].shape, generator=torch.Generator().manual_seed(2))
+    weights = torch.rand(b.response_ids.shape, generator=torch.Generator().manual_seed(2))
     weights = weights * (torch.arange(weights.shape[1]) < torch.tensor([n for _, n in MIXED])[:, None])
 
     def grads(logp_fn) -> dict[str, torch.Tensor]:
@@ -168,15 +168,15 @@ def test_without_packing_kwargs_sequences_attend_to_each_other(attn):
     """The test above can fail: dropping the restarting positions or the None mask lets rows see each other."""
     model = _model("llama", attn)
     b = _batch(MIXED)
-    packed = pack(b["input_ids"], b["attention_mask"], b["prompt_len"])
-    R = b["response_ids"].shape[1]
+    packed = pack(b.input_ids, b.attention_mask, b.prompt_len)
+    R = b.response_ids.shape[1]
     mask = torch.arange(R) < torch.tensor([n for _, n in MIXED])[:, None]
     with torch.no_grad():
         reference = _padded_logp(model, b)
 
         def logp(**kwargs) -> torch.Tensor:
             logits = unpack(model(input_ids=packed.input_ids, **kwargs).logits, packed, R)
-            return token_log_probs(logits, b["response_ids"])
+            return token_log_probs(logits, b.response_ids)
 
         right = logp(attention_mask=None, position_ids=packed.position_ids, use_cache=False)
         one_sequence = logp(

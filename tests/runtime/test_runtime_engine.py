@@ -426,22 +426,22 @@ ROLLOUTS = [
 @pytest.mark.parametrize("mask_truncated", [False, True])
 def test_batch_layout(mask_truncated):
     b = to_batch(ROLLOUTS, PAD, mask_truncated=mask_truncated)
-    assert b["prompt_len"] == 4
-    assert b["input_ids"].tolist() == [
+    assert b.prompt_len == 4
+    assert b.input_ids.tolist() == [
         [PAD, PAD, 5, 6, 7, 8, 9],
         [5, 6, 7, 8, 9, PAD, PAD],
         [PAD, PAD, PAD, 4, PAD, PAD, PAD],
     ]
-    assert b["attention_mask"].tolist() == [[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0], [0, 0, 0, 1, 0, 0, 0]]
-    assert b["response_ids"].tolist() == [[7, 8, 9], [9, PAD, PAD], [PAD, PAD, PAD]]
+    assert b.attention_mask.tolist() == [[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0], [0, 0, 0, 1, 0, 0, 0]]
+    assert b.response_ids.tolist() == [[7, 8, 9], [9, PAD, PAD], [PAD, PAD, PAD]]
     truncated_row = [0, 0, 0] if mask_truncated else [1, 0, 0]
-    assert b["loss_mask"].tolist() == [[1, 1, 1], truncated_row, [0, 0, 0]]
-    assert b["token_rewards"].tolist() == [[0, 0, 1.0], [0.5, 0, 0], [0, 0, 0]]
-    torch.testing.assert_close(b["rollout_logprobs"], torch.tensor([[-0.1, -0.2, -0.3], [0, 0, 0], [0, 0, 0]]))
-    assert b["group"].tolist() == [0, 0, 1]
+    assert b.loss_mask.tolist() == [[1, 1, 1], truncated_row, [0, 0, 0]]
+    assert b.token_rewards.tolist() == [[0, 0, 1.0], [0.5, 0, 0], [0, 0, 0]]
+    torch.testing.assert_close(b.rollout_logprobs, torch.tensor([[-0.1, -0.2, -0.3], [0, 0, 0], [0, 0, 0]]))
+    assert b.group.tolist() == [0, 0, 1]
 
 
-def _rows(count: int) -> dict:
+def _rows(count: int):
     rollouts = [
         Rollout([1] * (1 + i % 3), [2] * (1 + i % 4), None, "stop", float(i), group=i // 2) for i in range(count)
     ]
@@ -451,9 +451,9 @@ def _rows(count: int) -> dict:
 def test_shards_are_equal_contiguous_blocks():
     b = _rows(6)
     parts = shards(b, 3)
-    assert [p["group"].tolist() for p in parts] == [[0, 0], [1, 1], [2, 2]]
-    assert all(p["prompt_len"] == b["prompt_len"] for p in parts)
-    assert torch.equal(torch.cat([p["input_ids"] for p in parts]), b["input_ids"])
+    assert [p.group.tolist() for p in parts] == [[0, 0], [1, 1], [2, 2]]
+    assert all(p.prompt_len == b.prompt_len for p in parts)
+    assert torch.equal(torch.cat([p.input_ids for p in parts]), b.input_ids)
     with pytest.raises(ValueError, match="6 rows do not split over 4"):
         shards(b, 4)
 
@@ -461,7 +461,7 @@ def test_shards_are_equal_contiguous_blocks():
 def test_mini_batches_and_totals():
     b = _rows(5)
     minis = mini_batches(b, 2)
-    assert [m["token_rewards"].sum(-1).tolist() for m in minis] == [[0.0, 1.0], [2.0, 3.0], [4.0]]
+    assert [m.token_rewards.sum(-1).tolist() for m in minis] == [[0.0, 1.0], [2.0, 3.0], [4.0]]
     assert totals(b) == {"tokens": float(1 + 2 + 3 + 4 + 1), "sequences": 5.0}
 
 
@@ -476,7 +476,7 @@ def test_token_weights_add_up_to_the_whole_batch_loss(reduction):
     mask = (torch.rand(rows, length, generator=g) < 0.6).float()
     mask[3] = 0  # a row without loss tokens still counts as a sequence
     whole = {"loss_mask": mask, "response_ids": torch.zeros(rows, length, dtype=torch.long), "loss": token_loss}
-    t = totals(whole)
+    t = {"tokens": float(mask.sum()), "sequences": float(rows)}  # what `totals` counts of a whole mini-batch
     expected = reduce_loss(token_loss, mask, reduction, max_seq_len=max_len)
     for split in SPLITS:
         total, start = torch.tensor(0.0), 0

@@ -24,13 +24,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.multiprocessing as mp  # noqa: E402
+from rlc.compiler.decide import VLLM_LORA_RANKS, vllm_args  # noqa: E402
 from rlc.compiler.decide import sampling as sampling_from_spec  # noqa: E402
+from rlc.core.job import VLLMArgs  # noqa: E402
 from rlc.runtime.inference.hf import Sampling  # noqa: E402
 from rlc.runtime.inference.vllm import (  # noqa: E402
-    LORA_RANKS,
     VLLMEngine,
     completions,
-    engine_env,
     engine_kwargs,
     sampling_kwargs,
 )
@@ -43,12 +43,14 @@ from rlc.spec.model import default_model  # noqa: E402
 TIMEOUT = 120  # seconds; bounds the weight-sync group and its collectives
 
 
-def _spec(generator: dict | None = None):
-    return default_model().to_typed({"version": 1, "generator": generator or {}})
+def _spec(generator: dict | None = None, trainer: dict | None = None):
+    return default_model().to_typed({"version": 1, "generator": generator or {}, "trainer": trainer or {}})
 
 
-def _engine(**fields):
-    return _spec({"inference_engine": fields}).generator.inference_engine
+def _args(engines: int = 1, trainer: dict | None = None, generator: dict | None = None, **fields) -> VLLMArgs:
+    """The compiler's vLLM arguments (for a GPU job) of a spec whose inference_engine sets `fields`."""
+    spec = _spec({"inference_engine": {"backend": "vllm", **fields}, **(generator or {})}, trainer)
+    return vllm_args(spec, "cuda", list(range(engines)))
 
 
 def _sampling(**fields) -> Sampling:
@@ -80,7 +82,7 @@ def vllm_api(test):
 
 
 def test_every_engine_setting_reaches_its_vllm_argument():
-    ie = _engine(
+    args = _args(
         model_dtype="float16",
         tensor_parallel_size=2,
         pipeline_parallel_size=2,
@@ -92,11 +94,13 @@ def test_every_engine_setting_reaches_its_vllm_argument():
         max_num_seqs=64,
         max_num_batched_tokens=4096,
         distributed_executor_backend="mp",
+        trainer={"seed": 7, "max_prompt_length": 1024, "placement": {"colocate_all": False}},
+        generator={"sampling_params": {"max_generate_length": 2048}},
     )
-    kw = engine_kwargs(ie, model="/models/qwen", seed=7, max_model_len=3072)
+    kw = engine_kwargs(args, model="/models/qwen")
     assert kw == {
         "model": "/models/qwen",
-        "seed": 7,
+        "seed": 7 * 1_000_003,  # seed_for(seed, step 0, engine 0)
         "dtype": "float16",
         "tensor_parallel_size": 2,
         "pipeline_parallel_size": 2,
@@ -114,13 +118,19 @@ def test_every_engine_setting_reaches_its_vllm_argument():
     }
 
 
+def test_each_engine_gets_a_seed_of_its_own():
+    args = _args(engines=3, trainer={"seed": 5})
+    seeds = [engine_kwargs(args, model="m", engine=i)["seed"] for i in range(3)]
+    assert len(set(seeds)) == 3 and seeds == list(args.seeds)
+
+
 def test_a_one_gpu_engine_runs_its_worker_in_process():
-    assert engine_kwargs(_engine(), model="m", seed=0)["distributed_executor_backend"] == "uni"
-    assert engine_kwargs(_engine(tensor_parallel_size=2), model="m", seed=0)["distributed_executor_backend"] == "ray"
+    assert engine_kwargs(_args(), model="m")["distributed_executor_backend"] == "uni"
+    assert engine_kwargs(_args(tensor_parallel_size=2), model="m")["distributed_executor_backend"] == "ray"
 
 
 def test_spec_defaults_map_to_skyrls_engine_defaults():
-    kw = engine_kwargs(_engine(), model="m", seed=42)
+    kw = engine_kwargs(_args(trainer={"placement": {"colocate_all": False}}), model="m")
     assert (kw["dtype"], kw["gpu_memory_utilization"], kw["max_num_seqs"], kw["max_num_batched_tokens"]) == (
         "bfloat16",
         0.8,
@@ -128,30 +138,41 @@ def test_spec_defaults_map_to_skyrls_engine_defaults():
         8192,
     )
     assert kw["enable_prefix_caching"] and kw["enable_chunked_prefill"] and kw["enforce_eager"]
-    for absent in ("enable_expert_parallel", "enable_sleep_mode", "enable_lora", "max_model_len", "hf_overrides"):
+    for absent in ("enable_expert_parallel", "enable_sleep_mode", "enable_lora", "hf_overrides"):
         assert absent not in kw
 
 
+def test_the_engine_dtype_is_the_compilers_never_auto():
+    assert engine_kwargs(_args(model_dtype="auto"), model="m")["dtype"] == "bfloat16"
+
+
 def test_expert_parallel_and_sleep_mode_are_switched_on_when_needed():
-    kw = engine_kwargs(_engine(expert_parallel_size=2, tensor_parallel_size=2), model="m", seed=0, colocated=True)
+    args = _args(expert_parallel_size=2, tensor_parallel_size=2, trainer={"placement": {"colocate_all": True}})
+    kw = engine_kwargs(args, model="m")
     assert kw["enable_expert_parallel"] is True
     assert kw["enable_sleep_mode"] is True
 
 
+def _lora(rank: int, strategy: str = "fsdp2") -> dict:
+    return {"strategy": strategy, "policy": {"model": {"lora": {"rank": rank, "alpha": 16}}}}
+
+
 def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
-    kw = engine_kwargs(_engine(fully_sharded_loras=True), model="m", seed=0, lora_rank=20, max_loras=2)
-    assert (kw["enable_lora"], kw["max_lora_rank"], kw["max_loras"], kw["fully_sharded_loras"]) == (True, 32, 2, True)
-    assert engine_kwargs(_engine(), model="m", seed=0, lora_rank=8)["max_lora_rank"] == 8
-    with pytest.raises(ValueError, match="512"):
-        engine_kwargs(_engine(), model="m", seed=0, lora_rank=1024)
+    kw = engine_kwargs(_args(fully_sharded_loras=True, trainer=_lora(20)), model="m")
+    assert (kw["enable_lora"], kw["max_lora_rank"], kw["max_loras"], kw["fully_sharded_loras"]) == (True, 32, 1, True)
+    assert engine_kwargs(_args(trainer=_lora(8)), model="m")["max_lora_rank"] == 8
+
+
+def test_megatron_lora_engines_run_the_merged_model():
+    assert "enable_lora" not in engine_kwargs(_args(trainer=_lora(8, "megatron")), model="m")
 
 
 def test_engine_init_kwargs_pass_through_and_override():
-    ie = _engine(
+    args = _args(
         enforce_eager=True,
         engine_init_kwargs={"enforce_eager": False, "max_logprobs": 5, "logprobs_mode": "raw_logprobs"},
     )
-    kw = engine_kwargs(ie, model="m", seed=0)
+    kw = engine_kwargs(args, model="m")
     assert (kw["enforce_eager"], kw["max_logprobs"], kw["logprobs_mode"]) == (False, 5, "raw_logprobs")
 
 
@@ -160,16 +181,16 @@ def test_rope_settings_merge_into_the_models_rope_parameters():
     config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2)
     theta = config.rope_parameters["rope_theta"]
     yarn = {"rope_type": "yarn", "factor": 4.0}
-    override = engine_kwargs(_engine(), model="m", seed=0, rope_scaling=yarn)["hf_overrides"]
+    override = engine_kwargs(_args(generator={"rope_scaling": yarn}), model="m")["hf_overrides"]
     params = override(config).rope_parameters
     assert (params["rope_type"], params["factor"], params["rope_theta"]) == ("yarn", 4.0, theta)
-    override = engine_kwargs(_engine(), model="m", seed=0, rope_theta=5e5)["hf_overrides"]
+    override = engine_kwargs(_args(generator={"rope_theta": 5e5}), model="m")["hf_overrides"]
     assert override(config).rope_parameters["rope_theta"] == 5e5
 
 
 def test_multiprocessing_is_turned_off_through_the_environment():
-    assert engine_env(_engine()) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    assert engine_env(_engine(vllm_v1_disable_multiproc=False)) == {}
+    assert _args().env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert _args(vllm_v1_disable_multiproc=False).env == {}
 
 
 # -- sampling arguments ------------------------------------------------------------------------------------
@@ -364,10 +385,8 @@ def fake_vllm(monkeypatch):
 def test_engine_generates_n_per_prompt_in_order_with_distinct_seeds(fake_vllm, monkeypatch):
     fake_vllm(multiproc=False)
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # restored after the test
-    ie = _engine()
-    engine = VLLMEngine(
-        "/models/m", eos_token_id=2, engine_args=engine_kwargs(ie, model="/models/m", seed=3), env=engine_env(ie)
-    )
+    args = _args()
+    engine = VLLMEngine("/models/m", eos_token_id=2, engine_args=engine_kwargs(args, model="/models/m"), env=args.env)
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert engine.llm.kwargs["worker_extension_cls"].endswith("WeightSyncExtension")
     out = engine.generate([[10, 1], [20, 1], [30, 1]], _sampling(), n=2, seed=100)
@@ -474,17 +493,18 @@ def test_engines_receive_what_trainer_rank_0_broadcasts(fake_vllm):
 
 
 def _all_options_kwargs(model: str) -> dict:
-    ie = _engine(expert_parallel_size=2, tensor_parallel_size=2, fully_sharded_loras=True)
-    return engine_kwargs(
-        ie,
-        model=model,
-        seed=5,
-        max_model_len=96,
-        colocated=True,
-        rope_scaling={"rope_type": "yarn", "factor": 2.0},
-        rope_theta=5e5,
-        lora_rank=16,
+    args = _args(
+        expert_parallel_size=2,
+        tensor_parallel_size=2,
+        fully_sharded_loras=True,
+        trainer={**_lora(16), "max_prompt_length": 32, "seed": 5, "placement": {"colocate_all": True}},
+        generator={
+            "sampling_params": {"max_generate_length": 64},
+            "rope_scaling": {"rope_type": "yarn", "factor": 2.0},
+            "rope_theta": 5e5,
+        },
     )
+    return engine_kwargs(args, model=model)
 
 
 @vllm_api
@@ -505,7 +525,7 @@ def test_named_values_are_ones_vllm_accepts():
     from vllm.utils.import_utils import resolve_obj_by_qualname
 
     hints = {f.name: f.type for f in dataclasses.fields(EngineArgs)}
-    assert LORA_RANKS == typing.get_args(hints["max_lora_rank"])
+    assert VLLM_LORA_RANKS == typing.get_args(hints["max_lora_rank"])
     assert "processed_logprobs" in typing.get_args(LogprobsMode)
     dtypes = typing.get_args(hints["dtype"])
     assert {"bfloat16", "float16", "float32", "auto"} <= set(dtypes)
