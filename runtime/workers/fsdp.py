@@ -225,11 +225,12 @@ class FSDPWorker(TrainWorker):
         logits = self._shared_prompt_logits(ids, mask, positions, plen)
         if logits is None:
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep(length)).logits
-        # The last `length` positions of each row, scored in place (a model without logits_to_keep returns all).
         width = logits.shape[1]
-        rows = (torch.arange(logits.shape[0], device=logits.device)[:, None] * width + width - length) + torch.arange(
-            length, device=logits.device
-        )
+        if width == length:
+            return score_tokens(logits, response, self.s.temperature, entropy=want_entropy)
+        # The last `length` positions of each row, scored in place (a model without logits_to_keep returns all).
+        rows = torch.arange(logits.shape[0], device=logits.device)[:, None] * width + width - length
+        rows = rows + torch.arange(length, device=logits.device)
         return score_tokens(logits, response, self.s.temperature, entropy=want_entropy, rows=rows)
 
     def _keep(self, count: int) -> dict:
