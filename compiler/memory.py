@@ -7,8 +7,9 @@ What each role holds is counted the way rlc's runtime builds it (this text is `r
 - megatron: compute-dtype weights split over tp x pp (experts over ep x etp), fp32 main gradients, and the
   distributed optimizer's fp32 master copy and moments split over the data-parallel ranks.
 - activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
-  input plus one layer recomputed; logits of the response tokens over the vocabulary in the compute dtype, their
-  float32 copy, log-softmax and its gradient.
+  input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the response tokens, or of every token
+  when packed; megatron: of every token, upcast to float32) and in training their gradient, plus the log-prob
+  scorer's float32 work space for 512 tokens at a time (it never holds a whole micro-batch's log-softmax).
 - a vLLM engine takes gpu_memory_utilization of each of its GPUs: its share of the weights, the rest KV cache.
 - every trainer process on a GPU adds 1 GiB for its CUDA context, NCCL buffers and allocator slack.
 With colocate_all, each phase has only what SkyRL keeps on the GPU then (generate: the engines; a forward or
@@ -30,6 +31,8 @@ from rlc.core.plan import Plan
 MiB, GiB = 1 << 20, 1 << 30
 CUDA_CONTEXT = GiB  # per trainer process on a GPU: CUDA context, NCCL communicators, allocator slack
 WARN_FILL = 0.9
+# Tokens the runtime scores at a time (rlc.runtime.algorithms.losses.LOGPROB_CHUNK_TOKENS; a test keeps them equal).
+LOGPROB_CHUNK_TOKENS = 512
 
 # Usable memory of one device as the driver reports it (nvidia-smi / rocm-smi totals), by SkyPilot's names.
 ACCELERATORS: dict[str, int] = {
@@ -186,13 +189,21 @@ def activation_bytes(shape: ModelShape, tokens: int, b: int, checkpointing: bool
     return tokens * (saved + 2 * b * shape.hidden + 4 * shape.hidden)
 
 
-def logits_bytes(vocab: int, tokens: int, b: int, train: bool, entropy: bool, temperature: float) -> int:
-    """Logits in the compute dtype, a scaled copy when temperature != 1, their float32 copy and log-softmax;
-    training adds log-softmax's gradient (and the entropy's softmax)."""
-    per = b + 4 + 4 + (b if temperature != 1.0 else 0)
+def logits_bytes(vocab: int, tokens: int, scored: int, b: int, train: bool, fp32_output: bool = False) -> int:
+    """The vocabulary head's logits and scoring them (the runtime's chunked `score_tokens`).
+
+    The head's logits for `tokens` positions in the compute dtype (Megatron's Float16Module hands them on in
+    float32, `fp32_output`, after a moment with both copies), in training also their gradient of the same size;
+    plus the scorer's work space, LOGPROB_CHUNK_TOKENS of the `scored` positions at a time: a block of the logits,
+    its float32 copy, their exp and one product (backward: the block, float32 log-probs, softmax and the gradient
+    block). Temperature and entropy are computed in that work space: they add nothing.
+    """
+    out = 4 if fp32_output else b
+    block = min(LOGPROB_CHUNK_TOKENS, scored) * vocab * max(out + 12, 2 * out + 8)
     if train:
-        per += 4 + (8 if entropy else 0)
-    return tokens * vocab * per
+        return tokens * vocab * 2 * out + block
+    cast = tokens * vocab * b if fp32_output and b != 4 else 0  # the head's own output, until it is upcast
+    return tokens * vocab * out + max(block, cast)
 
 
 def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> RoleCost:
@@ -219,8 +230,6 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> Role
         gathered = b * (root + 2 * shape.layer)
     full, response = _lengths(spec)
     sp = max(int(cfg.sequence_parallel_size), 1)
-    alg = t.algorithm
-    temperature = float(alg.temperature) if getattr(alg, "temperature", None) is not None else 1.0
 
     def transient(micro: int, train: bool) -> dict[str, int]:
         tokens = -(-micro * full // sp)
@@ -239,9 +248,9 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> Role
         else:
             scored = -(-micro * response // sp)
             packed = gpu and t.use_sample_packing and t.flash_attn and b == 2
-            out["logits"] = logits_bytes(
-                shape.vocab, scored, b, train, train and bool(alg.use_entropy_loss), temperature
-            ) + (tokens * shape.vocab * b if packed else 0)
+            # Packed, the head runs on every real token of the row (its response positions are scored in place);
+            # padded, only on the response positions (logits_to_keep).
+            out["logits"] = logits_bytes(shape.vocab, tokens if packed else scored, scored, b, train)
         return out
 
     return RoleCost(
@@ -277,8 +286,6 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
     full, response = _lengths(spec)
     tc = mc.transformer_config_kwargs or {}
     recompute = tc.get("recompute_granularity") == "full" and t.gradient_checkpointing
-    alg = t.algorithm
-    temperature = float(alg.temperature) if getattr(alg, "temperature", None) is not None else 1.0
 
     def transient(micro: int, train: bool) -> dict[str, int]:
         tokens = -(-micro * full // cp)
@@ -290,14 +297,8 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
         else:
             act = tokens * per_layer
         grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local
-        logits = logits_bytes(
-            -(-shape.vocab // tp),
-            -(-micro * response // cp),
-            b,
-            train,
-            train and bool(alg.use_entropy_loss),
-            temperature,
-        )
+        # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
+        logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, train, fp32_output=b != 4)
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
 
     return RoleCost(

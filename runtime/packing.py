@@ -1,8 +1,9 @@
 """Sample packing: a padded micro-batch as one padding-free row of its real tokens.
 
 `pack` concatenates the real tokens (attention_mask == 1) of every row into a (1, T) row with positions that
-restart at 0 for each sequence; `unpack` scatters per-position outputs (logits, values) back into the
-(rows, response_len) layout of `runtime/batch.py`, so the loss code is unchanged.
+restart at 0 for each sequence; `unpack` scatters per-position outputs (values) back into the
+(rows, response_len) layout of `runtime/batch.py`, so the loss code is unchanged; logits are scored where they
+are, at `response_rows` (`score_tokens(..., rows=...)`), without a copy of them in that layout.
 
 How the model keeps the sequences apart (transformers 5.23; verified in the installed source):
 
@@ -70,16 +71,24 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int)
     )
 
 
+def response_rows(packed: Packed, response_len: int, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each response token is predicted in the packed row: (rows, response_len) positions (the token before
+    it; clamped into the row where there is none) and whether there is one (False past a row's response)."""
+    j = torch.arange(response_len, device=device)
+    prompt = packed.prompt_lens.to(device)[:, None]
+    response = packed.lengths.to(device)[:, None] - prompt
+    index = packed.starts.to(device)[:, None] + prompt - 1 + j
+    valid = (j < response) & (prompt + j >= 1)
+    return index.clamp(min=0, max=max(int(packed.input_ids.shape[1]) - 1, 0)), valid
+
+
 def unpack(per_token: torch.Tensor, packed: Packed, response_len: int, fill: float = 0.0) -> torch.Tensor:
     """(1, T, ...) outputs by packed position -> (rows, response_len, ...), entry [i, j] taken at the position that
     predicts response token j of row i (the token before it); entries past a row's response (or with no
-    preceding token) get `fill`. Differentiable with respect to `per_token`."""
-    j = torch.arange(response_len, device=per_token.device)
-    prompt = packed.prompt_lens.to(per_token.device)[:, None]
-    response = packed.lengths.to(per_token.device)[:, None] - prompt
-    index = packed.starts.to(per_token.device)[:, None] + prompt - 1 + j
-    valid = (j < response) & (prompt + j >= 1)
-    out = per_token[0][index.clamp(min=0, max=max(per_token.shape[1] - 1, 0))]
+    preceding token) get `fill`. Differentiable with respect to `per_token`. (Logits are better scored in place
+    at `response_rows` with `score_tokens`: this copies them.)"""
+    index, valid = response_rows(packed, response_len, per_token.device)
+    out = per_token[0][index.clamp(max=max(per_token.shape[1] - 1, 0))]
     return out.masked_fill(~valid.view(*valid.shape, *[1] * (out.dim() - 2)), fill)
 
 

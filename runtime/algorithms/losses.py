@@ -22,29 +22,183 @@ _MAX_LOG_RATIO = 20.0
 _GSPO_MAX_LOG_RATIO = 10.0
 
 
-def scale_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Logits divided by the sampling temperature, so log-probs match what the sampler drew from."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
-    return logits if temperature == 1.0 else logits / temperature
-
-
 def token_log_probs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probability of each given token id under softmax(logits / temperature), in float32 or wider."""
-    logits = scale_logits(logits, temperature)
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
+    """Log-probability of each given token id under softmax(logits / temperature), in float32 (`score_tokens`)."""
+    return score_tokens(logits, token_ids, temperature)[0]
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Per-position entropy of softmax(logits / temperature); -inf logits (banned tokens) add nothing."""
-    logits = scale_logits(logits, temperature)
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    log_p = torch.log_softmax(logits, dim=-1)
-    # p * log p is 0 where p is 0; clamping keeps 0 * -inf from turning into NaN.
-    return -(log_p.exp() * log_p.clamp(min=torch.finfo(log_p.dtype).min)).sum(dim=-1)
+    ids = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
+    ent = score_tokens(logits, ids, temperature, entropy=True)[1]
+    assert ent is not None
+    return ent
+
+
+# Tokens scored at a time by `score_tokens`: its float32 work space is a few [LOGPROB_CHUNK_TOKENS, vocab] blocks
+# (about 0.3 GB each at Qwen's 152k vocabulary) whatever the micro-batch. compiler/memory.py counts the same value.
+LOGPROB_CHUNK_TOKENS = 512
+
+
+def score_tokens(
+    logits: torch.Tensor,
+    token_ids: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    entropy: bool = False,
+    rows: torch.Tensor | None = None,
+    chunk: int = LOGPROB_CHUNK_TOKENS,
+    vocab_start: int = 0,
+    vocab_size: int | None = None,
+    group: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probability of each token id under softmax(logits / temperature), and the entropy when asked, in float32
+    (float64 for float64 logits).
+
+    The same values and gradients as `log_softmax(logits.float() / temperature)` gathered at the ids (and its
+    entropy), without its [tokens, vocab] float32 tensors: `chunk` tokens at a time are upcast, reduced to a
+    log-sum-exp, the chosen logit and the entropy, and dropped; backward recomputes each chunk's softmax from the
+    saved logits (in their own dtype) and writes (onehot - softmax) * grad (and the entropy's term) into the
+    logits' gradient. Float32 work space is O(chunk * vocab) instead of O(tokens * vocab).
+
+    `logits` is [..., vocab]; without `rows`, `token_ids` has its leading shape. With `rows`, the logits are taken
+    as [N, vocab] rows (a view of contiguous logits) and only those rows are scored, `token_ids` matching `rows`: a
+    model's output is scored at some positions without copying them out first. -inf logits (banned tokens) get
+    no probability; a banned id scores -inf, as log_softmax gives.
+
+    Vocabulary parallel (Megatron's tensor parallelism): `logits` is this rank's columns, starting at global id
+    `vocab_start`; columns at or past `vocab_size` (padding) get no probability; the normaliser and the chosen
+    logit are summed over `group`. Each rank's backward is its own columns' gradient (every rank holds the loss).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    width = logits.shape[-1]
+    if rows is None:
+        if token_ids.shape != logits.shape[:-1]:
+            raise ValueError(f"token ids {tuple(token_ids.shape)} do not match logits {tuple(logits.shape)}")
+        shape = token_ids.shape
+        flat = logits.reshape(-1, width)  # a view for contiguous logits (a copy only for a strided slice)
+    else:
+        if token_ids.shape != rows.shape:
+            raise ValueError(f"token ids {tuple(token_ids.shape)} do not match rows {tuple(rows.shape)}")
+        shape = rows.shape
+        flat = logits.reshape(-1, width)
+        rows = rows.reshape(-1).to(device=logits.device, dtype=torch.long)
+    valid = width if vocab_size is None else max(min(width, vocab_size - vocab_start), 0)
+    logp, ent = _ChunkedScores.apply(
+        flat,
+        rows,
+        token_ids.reshape(-1).to(device=logits.device, dtype=torch.long),
+        float(temperature),
+        bool(entropy),
+        int(chunk),
+        int(vocab_start),
+        valid,
+        group,
+    )
+    return logp.view(shape), (ent.view(shape) if entropy else None)
+
+
+# Below this a log-probability's exp is 0 in every float format: clamping there keeps 0 * -inf (a banned token's
+# p log p) at 0 instead of NaN, and unlike the lowest float it cannot overflow once multiplied by a gradient.
+_LOG_FLOOR = -1e4
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _block(flat: torch.Tensor, rows: torch.Tensor | None, lo: int, hi: int) -> torch.Tensor:
+    """Tokens lo:hi of the scored ones, in float32 or wider, [hi - lo, vocab] (a new tensor: safe to change in place)."""
+    part = flat[lo:hi] if rows is None else flat.index_select(0, rows[lo:hi])
+    return part.to(_wide(flat.dtype), copy=True)
+
+
+def _scaled(x: torch.Tensor, temperature: float, valid: int) -> torch.Tensor:
+    if valid < x.shape[-1]:
+        x[:, valid:] = float("-inf")
+    return x.div_(temperature) if temperature != 1.0 else x
+
+
+class _ChunkedScores(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, flat, rows, targets, temperature, want_entropy, chunk, vocab_start, valid, group):
+        count = targets.numel()
+        dev, wide = flat.device, _wide(flat.dtype)
+        width = flat.shape[-1]
+        local = targets - vocab_start
+        mine = (local >= 0) & (local < valid)
+        if group is not None:  # ids in other ranks' columns: any in-range index (their value is not used)
+            local = local.clamp(0, max(width - 1, 0))
+        parallel = group is not None and torch.distributed.get_world_size(group) > 1
+        peak = torch.empty(count, dtype=wide, device=dev)
+        if parallel:  # one normaliser over every rank's columns: shift by the global maximum first
+            for lo in range(0, count, chunk):
+                hi = min(lo + chunk, count)
+                part = flat[lo:hi] if rows is None else flat.index_select(0, rows[lo:hi])
+                top = part[:, :valid].amax(-1) if valid > 0 else torch.full((hi - lo,), float("-inf"), device=dev)
+                peak[lo:hi] = top.to(wide) / temperature if temperature != 1.0 else top.to(wide)
+            torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX, group=group)
+        # sum of exp(x - peak), the chosen token's x - peak, and sum of exp(x - peak) * (x - peak) (entropy)
+        sums = torch.zeros((3 if want_entropy else 2, count), dtype=wide, device=dev)
+        for lo in range(0, count, chunk):
+            hi = min(lo + chunk, count)
+            x = _scaled(_block(flat, rows, lo, hi), temperature, valid)
+            if not parallel:
+                peak[lo:hi] = x.amax(-1)
+            x.sub_(peak[lo:hi, None])
+            picked = x.gather(1, local[lo:hi, None]).squeeze(1)
+            sums[1, lo:hi] = torch.where(mine[lo:hi], picked, 0.0)
+            e = x.exp()
+            sums[0, lo:hi] = e.sum(-1)
+            if want_entropy:
+                # exp(-inf) * -inf would be NaN: a banned token's term is 0 * _LOG_FLOOR, i.e. 0.
+                sums[2, lo:hi] = torch.linalg.vecdot(e, x.clamp_(min=_LOG_FLOOR))
+            del x, e
+        if parallel:
+            torch.distributed.all_reduce(sums, group=group)
+        log_total = sums[0].log()
+        logp = sums[1] - log_total
+        lse = peak + log_total
+        ent = log_total - sums[2] / sums[0] if want_entropy else logp.new_empty(0)
+        ctx.save_for_backward(flat, rows, local, mine, lse, ent if want_entropy else None)
+        ctx.opts = (temperature, want_entropy, chunk, valid)
+        ctx.set_materialize_grads(False)
+        return logp, ent
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_logp, grad_ent):
+        flat, rows, local, mine, lse, ent = ctx.saved_tensors
+        temperature, want_entropy, chunk, valid = ctx.opts
+        if grad_logp is None and (grad_ent is None or not want_entropy):
+            return (None,) * 9
+        count = local.numel()
+        grad = torch.zeros_like(flat) if rows is not None else torch.empty_like(flat)
+        with_ent = want_entropy and grad_ent is not None
+        g_logp = grad_logp.to(lse.dtype) if grad_logp is not None else torch.zeros_like(lse)
+        for lo in range(0, count, chunk):
+            hi = min(lo + chunk, count)
+            g = g_logp[lo:hi, None]
+            x = _scaled(_block(flat, rows, lo, hi), temperature, valid).sub_(lse[lo:hi, None])  # log p
+            p = x.exp()
+            if with_ent:  # d(-sum p log p)/dx = -p (log p + H)
+                coef = x.clamp_(min=_LOG_FLOOR).add_(ent[lo:hi, None]).mul_(grad_ent[lo:hi, None].to(lse.dtype)).add_(g)
+                p.mul_(coef)
+            else:
+                p.mul_(g)
+            p.neg_()
+            p.scatter_add_(1, local[lo:hi, None], torch.where(mine[lo:hi, None], g, 0.0))
+            if temperature != 1.0:
+                p.div_(temperature)
+            if rows is None:
+                grad[lo:hi].copy_(p)
+            else:
+                grad.index_add_(0, rows[lo:hi], p.to(grad.dtype))
+            del x, p
+        return grad, None, None, None, None, None, None, None, None
 
 
 def reduce_loss(

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rlc.runtime.algorithms.losses import entropy_from_logits, token_log_probs
+from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.inference.decode import cache_keyword
 from rlc.runtime.lora import with_lora
@@ -200,33 +200,39 @@ class FSDPWorker(TrainWorker):
         """Per response token: log-probs (policy/ref) or values (critic), and entropy when asked."""
         ids, attn = mb.input_ids, mb.attention_mask
         plen, length = mb.prompt_len, mb.response_ids.shape[1]
+        response = mb.response_ids
         if self.packing:  # one row of the real tokens, each sequence attending to itself only
-            from rlc.runtime.packing import pack, packed_kwargs, unpack
+            from rlc.runtime.packing import pack, packed_kwargs, response_rows, unpack
 
             packed = pack(ids, attn, plen)
             varlen = getattr(_base(self.model).config, "_attn_implementation", "").startswith("flash")
             out = self.model(**packed_kwargs(packed, varlen=varlen))
             if self.s.role == "critic":
                 return unpack(out, packed, length).float(), None
-            logits = unpack(out.logits, packed, length)
-        else:
-            # Response token j is scored at the position before it, so a row's last token is never fed.
-            ids, attn = ids[:, :-1], attn[:, :-1]
-            positions = (attn.cumsum(-1) - 1).clamp(min=0)
-            # Without left padding the only padding follows a row's last token, which causal attention already
-            # hides from every scored position: the model then needs no mask (and builds none).
-            mask = None if bool(attn[:, :plen].all()) else attn
-            if self.s.role == "critic":
-                values = self.model(input_ids=ids, attention_mask=mask, position_ids=positions)
-                return values[:, plen - 1 :].float(), None
-            logits = self._shared_prompt_logits(ids, mask, positions, plen)
-            if logits is None:
-                logits = self.model(
-                    input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep(length)
-                ).logits[:, -length:]
-        logp = token_log_probs(logits, mb.response_ids, self.s.temperature)
-        entropy = entropy_from_logits(logits, self.s.temperature) if want_entropy else None
-        return logp, entropy
+            # Scored where they are in the packed row: no (rows, length, vocab) copy of the logits.
+            rows, valid = response_rows(packed, length, out.logits.device)
+            logp, entropy = score_tokens(out.logits, response, self.s.temperature, entropy=want_entropy, rows=rows)
+            fill = ~valid
+            return logp.masked_fill(fill, 0.0), (entropy.masked_fill(fill, 0.0) if entropy is not None else None)
+        # Response token j is scored at the position before it, so a row's last token is never fed.
+        ids, attn = ids[:, :-1], attn[:, :-1]
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        # Without left padding the only padding follows a row's last token, which causal attention already
+        # hides from every scored position: the model then needs no mask (and builds none).
+        mask = None if bool(attn[:, :plen].all()) else attn
+        if self.s.role == "critic":
+            values = self.model(input_ids=ids, attention_mask=mask, position_ids=positions)
+            return values[:, plen - 1 :].float(), None
+        logits = self._shared_prompt_logits(ids, mask, positions, plen)
+        if logits is None:
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep(length)).logits
+        width = logits.shape[1]
+        if width == length:
+            return score_tokens(logits, response, self.s.temperature, entropy=want_entropy)
+        # The last `length` positions of each row, scored in place (a model without logits_to_keep returns all).
+        rows = torch.arange(logits.shape[0], device=logits.device)[:, None] * width + width - length
+        rows = rows + torch.arange(length, device=logits.device)
+        return score_tokens(logits, response, self.s.temperature, entropy=want_entropy, rows=rows)
 
     def _keep(self, count: int) -> dict:
         """`logits_to_keep=count` where the model takes it: the vocabulary head then runs on the response

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlc.runtime import megatron_weights as mw
+from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.workers import megatron_cp as cp_utils
 from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective
@@ -89,38 +90,37 @@ def _have_te() -> bool:
 
 
 def vocab_parallel_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, vocab_size: int, want_entropy: bool = False
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    vocab_size: int,
+    want_entropy: bool = False,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `targets` (and the entropy) from this tensor rank's slice of the vocabulary's logits.
 
-    The softmax normaliser and the target's logit are summed over the tensor-parallel group (forward:
-    all-reduce; backward: each rank's own slice, since every rank holds the same loss). Columns past
-    `vocab_size` (padding that makes the vocabulary divide by tp) get no probability.
+    `logits` is [rows, seq, vocab / tp]; `positions` (default: every one) are the sequence positions scored, in
+    place, `targets` [rows, len(positions)]. The softmax normaliser and the target's logit are summed over the
+    tensor-parallel group (forward: all-reduce; backward: each rank's own slice, since every rank holds the same
+    loss), `chunk` tokens at a time in float32 (`score_tokens`). Columns past `vocab_size` (padding that makes the
+    vocabulary divide by tp) get no probability.
     """
     from megatron.core import parallel_state as ps
-    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce_sum
 
-    logits = logits.float() / temperature
-    local = logits.shape[-1]
-    start = ps.get_tensor_model_parallel_rank() * local
-    if start + local > vocab_size:
-        cols = torch.arange(start, start + local, device=logits.device)
-        logits = logits.masked_fill(cols >= vocab_size, float("-inf"))
-    peak = logits.detach().max(-1, keepdim=True).values
-    if ps.get_tensor_model_parallel_world_size() > 1:
-        dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=ps.get_tensor_model_parallel_group())
-    shifted = logits - peak
-    exp = shifted.exp()
-    total = reduce_sum(exp.sum(-1))
-    mine = (targets >= start) & (targets < start + local)
-    picked = shifted.gather(-1, (targets - start).clamp(0, local - 1).unsqueeze(-1)).squeeze(-1)
-    picked = reduce_sum(torch.where(mine, picked, 0.0))
-    logp = picked - total.log()
-    if not want_entropy:
-        return logp, None
-    probs = exp / total.unsqueeze(-1)
-    weighted = reduce_sum(torch.where(probs > 0, probs * shifted, 0.0).sum(-1))
-    return logp, total.log() - weighted
+    rows, seq, local = logits.shape
+    if positions is None:
+        positions = torch.arange(seq, device=logits.device)
+    index = torch.arange(rows, device=logits.device)[:, None] * seq + positions.to(logits.device)[None, :]
+    return score_tokens(
+        logits,
+        targets,
+        temperature,
+        entropy=want_entropy,
+        rows=index,
+        vocab_start=ps.get_tensor_model_parallel_rank() * local,
+        vocab_size=vocab_size,
+        group=ps.get_tensor_model_parallel_group(),
+    )
 
 
 class MegatronWorker(TrainWorker):
@@ -445,7 +445,12 @@ class MegatronWorker(TrainWorker):
         response = mb.response_ids.to(logits.device)
         if self.cp == 1:
             return vocab_parallel_logprobs(
-                logits[:, start : start + length], response, self.s.temperature, self.arch.vocab_size, want_entropy
+                logits,
+                response,
+                self.s.temperature,
+                self.arch.vocab_size,
+                want_entropy,
+                positions=torch.arange(start, start + length, device=logits.device),
             )
         from megatron.core import parallel_state as ps
 
@@ -453,7 +458,12 @@ class MegatronWorker(TrainWorker):
         scoring = (held >= start) & (held < start + length)
         positions = held[scoring]
         logp, entropy = vocab_parallel_logprobs(
-            logits[:, scoring], response[:, positions - start], self.s.temperature, self.arch.vocab_size, want_entropy
+            logits,
+            response[:, positions - start],
+            self.s.temperature,
+            self.arch.vocab_size,
+            want_entropy,
+            positions=torch.nonzero(scoring).flatten(),
         )
         group = ps.get_context_parallel_group()
         logp = cp_utils.response_values(logp, positions, start, length, group)

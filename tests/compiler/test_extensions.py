@@ -73,8 +73,8 @@ trainer:
   epochs: 20
   train_batch_size: 1024
   policy_mini_batch_size: 256
-  micro_train_batch_size_per_gpu: 16
-  micro_forward_batch_size_per_gpu: 16
+  micro_train_batch_size_per_gpu: 40
+  micro_forward_batch_size_per_gpu: 40
   max_prompt_length: 512
   eval_interval: 5
   ckpt_interval: 10

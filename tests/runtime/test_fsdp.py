@@ -112,8 +112,11 @@ def test_two_ranks_match_one_rank(steps, layout):
     w1 = torch.load(tmp_path / "one.pt")["weights"]
     w2 = torch.load(tmp_path / f"{layout}.pt")["weights"]
     assert w1.keys() == w2.keys()
+    # AdamW's first step moves a weight by lr * g / (|g| + eps): where a gradient is float32 cancellation noise
+    # (rlc:tiny has one of -1.8e-9 in layer 1's q_proj, under eps = 1e-8), the layouts' different summation orders
+    # (~3e-11 apart there) move it lr * 3e-11 / eps ~ 2e-5 apart. The step's scale is checked by grad_norm above.
     for name in w1:
-        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=5e-5, msg=name)
 
 
 def test_the_step_changes_the_weights(steps, tiny_model):
