@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv lint test run bench bench-grpo test-vllm-api sim-multinode schema clean
+.PHONY: venv lint test run bench bench-grpo bench-generate test-vllm-api sim-multinode schema clean
 
 $(BIN)/rlc: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,15 @@ bench-grpo:
 	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
 	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime]'
 	$(GRPO_BENCH_VENV)/bin/python bench/grpo_bench.py
+
+# Generation speed on CPU: rlc's hf engine against plain Hugging Face generate on a random model of SmolLM2-135M's
+# shape (built once into ~/.cache/rlc/bench/, about 540 MB), both in one process, alternating. Same plain install
+# of rlc[runtime] as bench-grpo.
+bench-generate:
+	$(PY) -m venv $(GRPO_BENCH_VENV)
+	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime]'
+	$(GRPO_BENCH_VENV)/bin/python bench/generate_bench.py
 
 # rlc's vLLM mapping checked against vLLM 0.30's own EngineArgs / SamplingParams / output classes (tests marked
 # vllm_api). CPU only, but a ~5.5 GB venv and a few minutes to build: not part of `make test`. vLLM's CUDA builds

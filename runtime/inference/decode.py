@@ -160,9 +160,14 @@ class LeanDecoder:
 def cache_keyword(model) -> str:
     """The forward keyword of the key/value cache: transformers 5.2x renamed `past_key_values` to `cache` (and warns
     on the old name); earlier releases know only `past_key_values`. A PEFT wrapper forwards to the model inside."""
+    return "cache" if accepts(model, "cache") else "past_key_values"
+
+
+def accepts(model, keyword: str) -> bool:
+    """Whether the model's forward (the model inside a PEFT wrapper) takes `keyword`."""
     get = getattr(model, "get_base_model", None)
     inner = get() if callable(get) else model
-    return "cache" if "cache" in inspect.signature(type(inner).forward).parameters else "past_key_values"
+    return keyword in inspect.signature(type(inner).forward).parameters
 
 
 def returned_cache(out):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from rlc.core.job import Sampling  # noqa: F401  (the engines' sampling type, re-exported)
-from rlc.runtime.inference.decode import LeanDecoder, cache_keyword, returned_cache, unsupported
+from rlc.runtime.inference.decode import LeanDecoder, accepts, cache_keyword, returned_cache, unsupported
 
 
 @dataclass
@@ -41,6 +41,19 @@ def _filter_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
         floor = probs.max(dim=-1, keepdim=True).values * s.min_p
         logits = logits.masked_fill(probs < floor, neg_inf)
     return logits
+
+
+def _draw(weights: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One index per row, drawn with probability proportional to the row's non-negative `weights`.
+
+    The running sum (in float64) is inverted at one uniform draw per row; torch.multinomial draws a random number for
+    every entry instead, which at a vocabulary of 50k costs more than the rest of a small model's sampling step.
+    `right=True` lands on the first entry whose running sum exceeds the draw, so an entry of weight 0 is never drawn.
+    """
+    cumulative = weights.cumsum(-1, dtype=torch.float64)
+    draw = torch.rand((weights.shape[0], 1), dtype=torch.float64, generator=gen, device=weights.device)
+    picked = torch.searchsorted(cumulative, draw * cumulative[:, -1:], right=True)
+    return picked.clamp_(max=weights.shape[-1] - 1).squeeze(-1)
 
 
 def _penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -302,7 +315,10 @@ class HFEngine:
         # no mask (building one per decode step is a good part of a small model's decode time).
         if bool(mask.all()):
             mask = None
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        # Only the last position's logits are used: the output projection of the other prompt positions (a vocabulary
+        # of 50k makes it a good part of the prompt pass) is left out where the model can.
+        last = {"logits_to_keep": 1} if accepts(self.model, "logits_to_keep") else {}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **last)
         cache, logits = returned_cache(out), out.logits[:, -1, :].float()
         if shared:
             cache.batch_repeat_interleave(n)
@@ -348,7 +364,7 @@ class HFEngine:
                     probs = torch.softmax(_filter_logits(scaled, s), dim=-1)
                 else:
                     probs = logprob_all.exp()
-                picked = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+                picked = _draw(probs, gen)
             else:
                 logprob_all = torch.log_softmax(logits, dim=-1)
                 picked = (_penalize_repeats(logits, seen, s.repetition_penalty) if seen is not None else logits).argmax(

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 from rlc.runtime.algorithms.losses import LOSS_REDUCTIONS, reduce_loss, token_weights  # noqa: E402
 from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals  # noqa: E402
-from rlc.runtime.inference.hf import HFEngine, Sampling, _filter_logits  # noqa: E402
+from rlc.runtime.inference.hf import HFEngine, Sampling, _draw, _filter_logits  # noqa: E402
 from rlc.runtime.models import ModelPathError, local_path  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
@@ -198,8 +198,9 @@ def test_prompts_of_one_length_decode_without_a_mask(own_engine, reference, prom
 
 
 def _random_model(tmp_path_factory, kind: str) -> str:
-    """A random model of another shape than rlc:tiny, saved: grouped-query attention (Llama), or projections with
-    biases (Qwen2)."""
+    """A random model of another shape than rlc:tiny, saved: grouped-query attention (Llama), projections with
+    biases (Qwen2), or SmolLM2-135M's layout at a tiny width (30 layers, 9 query heads sharing 3 key-value heads,
+    output projection tied to the embedding, rope theta 100000)."""
     from transformers import LlamaConfig, Qwen2Config
 
     common = dict(
@@ -214,13 +215,19 @@ def _random_model(tmp_path_factory, kind: str) -> str:
         eos_token_id=2,
         pad_token_id=0,
     )
-    config = (
-        LlamaConfig(**common, rope_theta=500.0)
-        if kind == "llama-gqa"
-        else Qwen2Config(**common, use_sliding_window=False)
-    )
+    if kind == "smollm2-shape":
+        common.update(
+            hidden_size=72, intermediate_size=192, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3
+        )
+        config = LlamaConfig(**common, head_dim=8, rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
+    elif kind == "llama-gqa":
+        config = LlamaConfig(**common, rope_theta=500.0)
+    else:
+        config = Qwen2Config(**common, use_sliding_window=False)
     torch.manual_seed(3)
     model = AutoModelForCausalLM.from_config(config)
+    if kind == "smollm2-shape":
+        assert model.lm_head.weight is model.model.embed_tokens.weight
     if kind == "qwen2-bias":
         with torch.no_grad():
             for layer in model.model.layers:
@@ -231,7 +238,7 @@ def _random_model(tmp_path_factory, kind: str) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module", params=["rlc-tiny", "llama-gqa", "qwen2-bias"])
+@pytest.fixture(scope="module", params=["rlc-tiny", "llama-gqa", "qwen2-bias", "smollm2-shape"])
 def decode_model(request, tiny_model, tmp_path_factory):
     return tiny_model if request.param == "rlc-tiny" else _random_model(tmp_path_factory, request.param)
 
@@ -271,6 +278,40 @@ def test_lean_decode_steps_are_the_models_forward(decode_model, prompts, padded)
             expected = expected.gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
             torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
             assert (c.finish_reason == "stop") == (c.token_ids[-1] == 5) and 5 not in c.token_ids[:-1]
+
+
+def test_a_groups_prompt_runs_once_and_each_sample_keeps_its_own_cache(decode_model, prompts):
+    """The prompt pass sees each prompt once (not once per sample); the n samples then decode from copies of its keys
+    and values, and each one's log-probs are those of an unpadded forward over its own prompt and tokens."""
+    engine = HFEngine(decode_model, dtype="float32", device="cpu", eos_token_id=-1)
+    batches = []
+    hook = engine.model.register_forward_pre_hook(
+        lambda m, args, kwargs: batches.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    out = engine.generate(prompts, Sampling(max_generate_length=6, temperature=1.5), n=5, seed=4)
+    hook.remove()
+    assert batches[0][0] == len(prompts) and batches[0][1] == max(len(p) for p in prompts)
+    if engine.lean_decode:
+        assert len(batches) == 1  # every decode step on LeanDecoder
+    for p, group in zip(prompts, out):
+        assert len({tuple(c.token_ids) for c in group}) > 1  # the samples went their own ways
+        for c in group:
+            expected = torch.log_softmax(plain_logits(engine.model, p, c.token_ids) / 1.5, -1)
+            expected = expected.gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+            torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_draw_follows_the_weights_and_never_picks_a_zero():
+    weights = torch.tensor([[0.0, 0.1, 0.0, 0.2, 0.7, 0.0]]).expand(40000, 6) * 3.0  # unnormalized
+    picked = _draw(weights, torch.Generator().manual_seed(0))
+    freq = torch.bincount(picked, minlength=6).double() / len(picked)
+    assert freq[[0, 2, 5]].sum() == 0
+    torch.testing.assert_close(
+        freq, torch.tensor([0.0, 0.1, 0.0, 0.2, 0.7, 0.0], dtype=torch.float64), atol=0.01, rtol=0
+    )
+    one_hot = torch.zeros(3, 50)
+    one_hot[0, 0], one_hot[1, 49], one_hot[2, 17] = 1.0, 1.0, 1.0  # the first and last entries can be drawn
+    assert _draw(one_hot, torch.Generator().manual_seed(1)).tolist() == [0, 49, 17]
 
 
 def test_lean_decode_follows_weight_updates(own_engine, reference, prompts):
