@@ -7,9 +7,12 @@ placement when it is unset. Each derived value records the keys it came from.
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import dataclasses
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,8 +85,20 @@ class _Resolver:
         for path, value in list(_walk(self.spec, "")):
             if isinstance(value, str) and "${" in value:
                 resolved = self._expand(path, value, [path])
-                if resolved is not _FAILED:
-                    put(self.spec, path, resolved)
+                if resolved is _FAILED:
+                    continue
+                wanted = _field_type(self.spec, path)
+                if wanted is not None and not _fits(resolved, wanted):
+                    what = (
+                        "a section" if dataclasses.is_dataclass(resolved) else f"{type(resolved).__name__} {resolved!r}"
+                    )
+                    self._bad(
+                        path,
+                        f"{path} is {value!r}, which resolves to {what}; {path} takes {_type_name(wanted)}",
+                        "point the reference at a key holding a value of that type, or write the value itself",
+                    )
+                    continue
+                put(self.spec, path, resolved)
 
     def _expand(self, path: str, value: str, chain: list[str]) -> Any:
         whole = REF.fullmatch(value)
@@ -447,6 +462,49 @@ def gpu_demand(spec) -> int:
     terms, shared = demand_terms(spec)
     gpus = [t.gpus for t in terms]
     return max(gpus) if shared else sum(gpus)
+
+
+def _field_type(spec: Any, path: str) -> Any:
+    """The annotation of the spec field at `path`, or None where it cannot be read."""
+    *head, last = path.split(".")
+    try:
+        parent = get(spec, ".".join(head)) if head else spec
+        return typing.get_type_hints(type(parent)).get(last)
+    except Exception:  # an extension's field annotated with a name the hints cannot resolve: no check
+        return None
+
+
+def _fits(value: Any, wanted: Any) -> bool:
+    """Whether an interpolated value has the field's type (scalars and containers by kind; sections never)."""
+    if dataclasses.is_dataclass(value):
+        return False
+    if wanted is Any:
+        return True
+    origin = typing.get_origin(wanted)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in typing.get_args(wanted))
+    if origin is typing.Literal:
+        return value in typing.get_args(wanted)
+    if wanted is type(None):
+        return value is None
+    if wanted is bool:
+        return isinstance(value, bool)
+    if wanted is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if wanted is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if wanted is str:  # a whole reference to a number in a text field keeps the number, as before
+        return isinstance(value, (str, int, float))
+    kind = origin or wanted
+    if kind in (list, tuple, collections.abc.Sequence):
+        return isinstance(value, (list, tuple))
+    if kind in (dict, collections.abc.Mapping):
+        return isinstance(value, dict)
+    return True  # anything else (a section type, a custom class) is checked by the rules
+
+
+def _type_name(wanted: Any) -> str:
+    return getattr(wanted, "__name__", None) or str(wanted).replace("typing.", "")
 
 
 def _walk(obj: Any, path: str):

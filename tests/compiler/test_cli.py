@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import EXAMPLES, run_rlc
 from rlc.spec.model import SpecModel
 from rlc.spec.schema import build_schema, committed_schema
@@ -102,6 +103,22 @@ def test_bad_reference_is_reported(spec_file):
     result = run_rlc("validate", str(path), "--format", "json")
     d = json.loads(result.stdout)["diagnostics"]
     assert result.returncode == 1 and d[0]["code"] == "RLC-E016" and d[0]["line"] == 3
+
+
+@pytest.mark.parametrize("target", ["${trainer.placement}", "${trainer.algorithm.eps_clip_low}"])
+def test_reference_of_the_wrong_type_is_reported(spec_file, target):
+    # A section, or a float where an int goes: a located error, not an internal error in the planner.
+    path = spec_file(f"""
+        version: 1
+        trainer:
+          placement:
+            critic_num_gpus_per_node: "{target}"
+        """)
+    result = run_rlc("validate", str(path), "--format", "json")
+    d = json.loads(result.stdout)["diagnostics"]
+    assert result.returncode == 1, result.stderr
+    assert [(x["code"], x["line"]) for x in d if x["severity"] == "error"] == [("RLC-E016", 4)]
+    assert "takes int" in d[0]["message"]
 
 
 def test_schema_command_prints_the_committed_schema():
