@@ -19,10 +19,21 @@ class Environment(Protocol):
         """Score of one completion; `finished` is False when it ran out of tokens before EOS."""
 
 
-BUILTIN = ("gsm8k", "synthetic")
+def correct(env: Environment, row: dict, response: str, reward: float) -> bool:
+    """Whether a completion is right, for the eval accuracy: the environment's own `correct` when it has one, else a
+    reward of at least 1."""
+    judge = getattr(env, "correct", None)
+    return bool(judge(row, response)) if judge is not None else reward >= 1.0
+
+
+BUILTIN = ("arithmetic", "gsm8k", "synthetic")
 
 
 def make(name: str) -> Environment:
+    if name == "arithmetic":
+        from rlc.runtime.envs.arithmetic import Arithmetic
+
+        return Arithmetic()
     if name == "gsm8k":
         from rlc.runtime.envs.gsm8k import GSM8K
 
