@@ -12,8 +12,8 @@ from typing import Protocol
 class Environment(Protocol):
     name: str
 
-    def prompt(self, row: dict) -> str:
-        """The text the model continues."""
+    def prompt(self, row: dict) -> str | list[dict]:
+        """The text the model continues, or chat messages (they go through the tokenizer's chat template)."""
 
     def reward(self, row: dict, response: str, finished: bool) -> float:
         """Score of one completion; `finished` is False when it ran out of tokens before EOS."""

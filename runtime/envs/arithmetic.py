@@ -57,7 +57,8 @@ def problem(rng: random.Random, low: int = 2, high: int = 99) -> tuple[str, int]
 def rows(count: int, seed: int, exclude: set[str] | None = None) -> list[dict]:
     """`count` chat-prompt rows; `exclude` holds questions that must not appear (another split's)."""
     rng = random.Random(seed)
-    out, seen = [], set(exclude or ())
+    out: list[dict] = []
+    seen = set(exclude or ())
     while len(out) < count:
         question, answer = problem(rng)
         if question in seen:
