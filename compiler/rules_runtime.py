@@ -10,7 +10,11 @@ from __future__ import annotations
 from rlc.compiler.check import Context, num, rule
 
 ALG = "trainer.algorithm"
-BUILTIN_ENVS = ("gsm8k", "synthetic")  # rlc.runtime.envs.BUILTIN (kept here so the compiler imports no runtime code)
+BUILTIN_ENVS = (
+    "arithmetic",
+    "gsm8k",
+    "synthetic",
+)  # rlc.runtime.envs.BUILTIN (kept here so the compiler imports no runtime code)
 
 
 def _extension_envs() -> set[str]:

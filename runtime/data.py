@@ -2,7 +2,8 @@
 
 `prompt` is a string or a list of chat messages (`{"role", "content"}`); chat prompts go through the
 tokenizer's chat template. `rlc data gsm8k FILE` converts GSM8K's JSON lines / JSON / CSV (`question`,
-`answer` with the `#### N` tail) and `rlc data synthetic` generates the copy-the-digit task.
+`answer` with the `#### N` tail), `rlc data synthetic` generates the copy-the-digit task and `rlc data arithmetic`
+addition / subtraction word problems.
 """
 
 from __future__ import annotations
@@ -68,6 +69,20 @@ def synthetic(out_dir: Path, train: int = 3200, validation: int = 64, seed: int 
     for name, count, s in (("train", train, seed), ("validation", validation, seed + 1)):
         path = out_dir / f"{name}.parquet"
         write_rows(rows(count, s), path)
+        written.append(path)
+    return written
+
+
+def arithmetic(out_dir: Path, train: int = 2000, validation: int = 64, seed: int = 0) -> list[Path]:
+    """Word problems of `env_class: arithmetic`; no validation question appears in the training split."""
+    from rlc.runtime.envs.arithmetic import rows
+
+    held_out = rows(validation, seed + 1)
+    train_rows = rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out})
+    written = []
+    for name, split in (("train", train_rows), ("validation", held_out)):
+        path = out_dir / f"{name}.parquet"
+        write_rows(split, path)
         written.append(path)
     return written
 

@@ -25,11 +25,13 @@ from rlc.runtime.algorithms.off_policy import off_policy_correction, options_fro
 from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, TrainBatch, mini_batches, to_batch, totals
 from rlc.runtime.colocation import Colocation
-from rlc.runtime.data import DataError, expand, read_rows, synthetic
+from rlc.runtime.data import DataError, arithmetic, expand, read_rows, synthetic
 from rlc.runtime.envs import make as make_env
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.run_error import RunError
 from rlc.runtime.weight_updates import WeightUpdates
+
+EVAL_SAMPLES_SHOWN = 3  # decoded completions printed per evaluation
 
 
 @dataclass
@@ -97,10 +99,13 @@ class Driver:
     # -- data ---------------------------------------------------------------------------------------------
 
     def _rows(self, paths: list[str]) -> list[tuple[dict, list[int]]]:
-        if self.env.name == "synthetic" and paths and not all(expand(p).exists() for p in paths):
+        generated = {"synthetic": (synthetic, "synthetic copy-the-digit"), "arithmetic": (arithmetic, "arithmetic")}
+        if self.env.name in generated and paths and not all(expand(p).exists() for p in paths):
             directory = expand(paths[0]).parent
-            synthetic(directory, seed=self.spec.trainer.seed)
-            print(f"rlc: wrote the synthetic copy-the-digit dataset to {directory}", flush=True)
+            write, what = generated[self.env.name]
+            # The arithmetic split does not depend on the run's seed: every seed is evaluated on the same problems.
+            write(directory, seed=self.spec.trainer.seed if self.env.name == "synthetic" else 0)
+            print(f"rlc: wrote the {what} dataset to {directory}", flush=True)
         try:
             rows = read_rows(paths)
         except DataError as exc:
@@ -204,8 +209,8 @@ class Driver:
         t = self.spec.trainer
         result = RunResult(self.run_dir, start_step)
         if t.eval_before_train and val and start_step == 0:
-            tracker.log(0, self._evaluate(ray, val, 0))
-        last_saved = start_step
+            tracker.log(0, self._evaluate(ray, val, 0, tracker))
+        last_saved = last_exported = start_step
         ahead = _Ahead(self, ray, total_steps) if t.fully_async.enabled else None
         for step in range(start_step + 1, total_steps + 1):
             epoch = (step - 1) // steps_per_epoch
@@ -215,8 +220,9 @@ class Driver:
                 metrics["async/staleness"] = staleness
             else:
                 metrics = self._step(ray, step, self._rows_for(step))
-            if t.eval_interval > 0 and val and step % t.eval_interval == 0:
-                metrics.update(self._evaluate(ray, val, step))
+            # Every eval_interval steps and after the last one (SkyRL's order), so a run ends with its final accuracy.
+            if t.eval_interval > 0 and val and (step % t.eval_interval == 0 or step == total_steps):
+                metrics.update(self._evaluate(ray, val, step, tracker))
             tracker.log(step, metrics)
             result.steps = step
             result.first_reward = metrics["reward"] if result.first_reward is None else result.first_reward
@@ -226,8 +232,11 @@ class Driver:
                 last_saved = step
             if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
                 self._export(ray, step)
+                last_exported = step
         if t.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
             result.checkpoints.append(str(self._save(ray, total_steps, (total_steps - 1) // steps_per_epoch)))
+        if t.hf_save_interval > 0 and last_exported != total_steps and total_steps > start_step:
+            self._export(ray, total_steps)  # the final weights, as the final checkpoint
         if start_step >= total_steps:
             tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
         return result
@@ -532,15 +541,38 @@ class Driver:
 
     # -- eval, checkpoints, export ---------------------------------------------------------------------
 
-    def _evaluate(self, ray, val, step: int) -> dict:
+    def _evaluate(self, ray, val, step: int, tracker=None) -> dict:
+        """Mean reward and accuracy (the environment's `correct`, else reward >= 1) over the validation rows; the
+        first few decoded completions go to the log."""
+        from rlc.runtime.envs import correct
+
         g = self.spec.generator
         sampling = self.decisions.eval_sampling
         size = self.spec.trainer.eval_batch_size
+        n = g.eval_n_samples_per_prompt
         rewards: list[float] = []
+        right = 0
+        samples: list[str] = []
         for i in range(0, len(val), size):
-            rollouts = self._generate(ray, val[i : i + size], sampling, g.eval_n_samples_per_prompt, -step - 1)
-            rewards.extend(r.reward for r in rollouts)
-        return {"eval/reward": sum(rewards) / max(1, len(rewards))}
+            chunk = val[i : i + size]
+            rollouts = self._generate(ray, chunk, sampling, n, -step - 1)
+            for k, r in enumerate(rollouts):
+                row = chunk[k // n][0]
+                text = self.tokenizer.decode(r.response_ids, skip_special_tokens=True)
+                right += correct(self.env, row, text, r.reward)
+                rewards.append(r.reward)
+                if len(samples) < EVAL_SAMPLES_SHOWN:
+                    samples.append(
+                        f"  [{len(samples) + 1}] answer {row.get('answer')!s:>6}  reward {r.reward:.2f}  "
+                        f"{r.finish_reason:<6} | {text.strip()!r}"
+                    )
+        out = {"eval/reward": sum(rewards) / max(1, len(rewards)), "eval/accuracy": right / max(1, len(rewards))}
+        if tracker is not None:
+            tracker.message(
+                f"eval at step {step}: reward {out['eval/reward']:.3f}  accuracy {out['eval/accuracy']:.3f} "
+                f"({len(rewards)} completions)\n" + "\n".join(samples)
+            )
+        return out
 
     def _save(self, ray, step: int, epoch: int) -> Path:
         t = self.spec.trainer

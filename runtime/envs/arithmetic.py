@@ -1,0 +1,93 @@
+"""`arithmetic`: one-step addition and subtraction word problems, scored by the final number of the response.
+
+The rows are generated (`rlc data arithmetic`), so a run needs no download. A problem reads like "Mia has 23
+shells. She finds 15 more. How many shells does Mia have now?"; the prompt is a chat message that asks for the
+answer as the last number. The reward is 1 when the response's final number (the one after the last `####` when
+there is one, else the last number in the text) equals the answer, else 0: a small instruct model gets some of
+these right from the start, so groups of samples disagree and GRPO has a signal from the first step.
+"""
+
+from __future__ import annotations
+
+import random
+
+from rlc.runtime.envs.gsm8k import extract_answer
+
+INSTRUCTION = "Give the final answer as a number at the end."
+NAMES = ("Mia", "Tom", "Ana", "Ben", "Lily", "Sam", "Nora", "Omar", "Zoe", "Leo", "Ivy", "Max", "Eva", "Raj", "Kai")
+ITEMS = (
+    "apples",
+    "books",
+    "marbles",
+    "stickers",
+    "shells",
+    "coins",
+    "cookies",
+    "pencils",
+    "stamps",
+    "cards",
+    "balloons",
+    "flowers",
+)
+_ADD = (
+    "{n} has {a} {item}. {p} finds {b} more. How many {item} does {n} have now?",
+    "{n} had {a} {item} and bought {b} more. How many {item} does {n} have in total?",
+    "There are {a} {item} in a box. {n} puts in {b} more. How many {item} are in the box now?",
+    "{n} collected {a} {item} on Monday and {b} {item} on Tuesday. How many {item} did {n} collect?",
+)
+_SUB = (
+    "{n} has {a} {item}. {p} gives {b} of them away. How many {item} does {n} have left?",
+    "{n} had {a} {item} and lost {b}. How many {item} does {n} have now?",
+    "There are {a} {item} in a box. {n} takes out {b}. How many {item} are left in the box?",
+    "{n} baked {a} {item} and ate {b} of them. How many {item} are left?",
+)
+
+
+def problem(rng: random.Random, low: int = 2, high: int = 99) -> tuple[str, int]:
+    """One word problem and its answer; subtraction never goes below zero."""
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    pronoun = "She" if name in ("Mia", "Ana", "Lily", "Nora", "Zoe", "Ivy", "Eva") else "He"
+    a, b = rng.randint(low, high), rng.randint(low, high)
+    if rng.random() < 0.5:
+        return rng.choice(_ADD).format(n=name, p=pronoun, a=a, b=b, item=item), a + b
+    a, b = max(a, b), min(a, b)
+    return rng.choice(_SUB).format(n=name, p=pronoun, a=a, b=b, item=item), a - b
+
+
+def rows(count: int, seed: int, exclude: set[str] | None = None) -> list[dict]:
+    """`count` chat-prompt rows; `exclude` holds questions that must not appear (another split's)."""
+    rng = random.Random(seed)
+    out: list[dict] = []
+    seen = set(exclude or ())
+    while len(out) < count:
+        question, answer = problem(rng)
+        if question in seen:
+            continue
+        seen.add(question)
+        out.append(
+            {
+                "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+                "answer": str(answer),
+                "env_class": "arithmetic",
+            }
+        )
+    return out
+
+
+def final_number(text: str) -> str | None:
+    """The number after the last `####`, else the last number in the text."""
+    return extract_answer(text)
+
+
+class Arithmetic:
+    name = "arithmetic"
+
+    def prompt(self, row: dict) -> list[dict] | str:
+        return row["prompt"]
+
+    def correct(self, row: dict, response: str) -> bool:
+        return final_number(response) == str(row["answer"]).strip()
+
+    def reward(self, row: dict, response: str, finished: bool) -> float:
+        """1 when the final number equals the answer, else 0."""
+        return 1.0 if self.correct(row, response) else 0.0

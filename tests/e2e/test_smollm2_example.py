@@ -1,0 +1,61 @@
+"""examples/local-cpu-smollm2.yaml runs end to end for a few steps: evaluation before and after training with the
+accuracy in the metrics and decoded answers in the log, the final weights exported as a Hugging Face model, the plot.
+
+The real SmolLM2 weights are not needed: the model is a tiny GGUF this test writes and converts as rlc:smollm2-135m
+is converted. (The full learning run is a benchmark: bench/RESULTS.md.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import EXAMPLES, run_rlc
+
+pytest.importorskip("ray")
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+
+@pytest.mark.slow
+def test_smollm2_example_runs_with_evals_and_export(tmp_path, run_env):
+    from rlc.runtime.models import convert_gguf
+    from tiny_gguf import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    convert_gguf(tmp_path / "tiny.gguf", tmp_path / "model")
+    data = tmp_path / "data"
+    made = run_rlc("data", "arithmetic", "--out", str(data), "--train", "16", "--val", "4")
+    assert made.returncode == 0, made.stderr
+    result = run_rlc(
+        "run",
+        str(EXAMPLES / "local-cpu-smollm2.yaml"),
+        "-o",
+        str(tmp_path / "build"),
+        "--no-progress",
+        f"trainer.policy.model.path={tmp_path / 'model'}",
+        f"data.train_data=['{data / 'train.parquet'}']",
+        f"data.val_data=['{data / 'validation.parquet'}']",
+        f"trainer.log_path={tmp_path / 'runs'}",
+        f"trainer.export_path={tmp_path / 'exports'}",
+        "trainer.max_training_steps=2",
+        "trainer.max_prompt_length=512",  # the tiny tokenizer spells every byte
+        "generator.sampling_params.max_generate_length=4",
+        "generator.eval_sampling_params.max_generate_length=4",
+        env=run_env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "local-cpu-smollm2"
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    for m in (metrics[0], metrics[-1]):  # before training and after the last step
+        assert 0.0 <= m["eval/accuracy"] <= 1.0 and "eval/reward" in m
+    assert "eval/accuracy" not in metrics[1] and "reward" in metrics[1]
+    for step in (0, 2):
+        assert f"eval at step {step}: reward" in result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.startswith("  [")]) == 6  # 3 answers per eval
+    exported = tmp_path / "exports" / "global_step_2" / "policy"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in exported.iterdir()}
+    plotted = run_rlc("plot", str(run_dir))
+    assert plotted.returncode == 0, plotted.stderr
+    assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
