@@ -416,15 +416,18 @@ def data_synthetic(out_dir: str, train_rows: int, val_rows: int, seed: int) -> N
     help="Directory for train.parquet and validation.parquet.",
 )
 @click.option("--train", "train_rows", type=click.IntRange(1, 200_000), default=2000, show_default=True)
-@click.option("--validation", "--val", "val_rows", type=click.IntRange(1, 100_000), default=64, show_default=True)
+@click.option("--validation", "--val", "val_rows", type=click.IntRange(1, 100_000), default=128, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int) -> None:
+@click.option(
+    "--max-number", "high", type=click.IntRange(3, 10_000), default=20, show_default=True, help="Largest operand."
+)
+def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, high: int) -> None:
     """Addition / subtraction word problems of `env_class: arithmetic` (held-out validation questions)."""
     from pathlib import Path
 
     from rlc.runtime.data import arithmetic
 
-    for path in arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed):
+    for path in arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed, high):
         click.echo(f"wrote {path}")
 
 

@@ -73,12 +73,16 @@ def synthetic(out_dir: Path, train: int = 3200, validation: int = 64, seed: int 
     return written
 
 
-def arithmetic(out_dir: Path, train: int = 2000, validation: int = 64, seed: int = 0) -> list[Path]:
-    """Word problems of `env_class: arithmetic`; no validation question appears in the training split."""
-    from rlc.runtime.envs.arithmetic import rows
+def arithmetic(
+    out_dir: Path, train: int = 2000, validation: int = 128, seed: int = 0, high: int | None = None
+) -> list[Path]:
+    """Word problems of `env_class: arithmetic` with numbers up to `high`; no validation question appears in the
+    training split."""
+    from rlc.runtime.envs.arithmetic import MAX_NUMBER, rows
 
-    held_out = rows(validation, seed + 1)
-    train_rows = rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out})
+    high = MAX_NUMBER if high is None else high
+    held_out = rows(validation, seed + 1, high=high)
+    train_rows = rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high)
     written = []
     for name, split in (("train", train_rows), ("validation", held_out)):
         path = out_dir / f"{name}.parquet"

@@ -2,9 +2,12 @@
 
 The rows are generated (`rlc data arithmetic`), so a run needs no download. A problem reads like "Mia has 23
 shells. She finds 15 more. How many shells does Mia have now?"; the prompt is a chat message that asks for the
-answer as the last number. The reward is 1 when the response's final number (the one after the last `####` when
-there is one, else the last number in the text) equals the answer, else 0: a small instruct model gets some of
-these right from the start, so groups of samples disagree and GRPO has a signal from the first step.
+answer as the last number. The operands run from 2 to `MAX_NUMBER` (20 unless `rlc data arithmetic --max-number`
+says otherwise): SmolLM2-135M-Instruct writes the right equation for some of these and gets the sum right once it
+has, so groups of samples disagree from the first step and what GRPO teaches (say the equation, then stop) shows
+in the accuracy; with operands up to 99 its own arithmetic is wrong too often for a 20-minute run to move it.
+The reward is 1 when the response ends and its final number (the one after the last `####` when there is one,
+else the last number in the text) equals the answer, else 0.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import random
 from rlc.runtime.envs.gsm8k import extract_answer
 
 INSTRUCTION = "Give the final answer as a number at the end."
+MAX_NUMBER = 20
 NAMES = ("Mia", "Tom", "Ana", "Ben", "Lily", "Sam", "Nora", "Omar", "Zoe", "Leo", "Ivy", "Max", "Eva", "Raj", "Kai")
 ITEMS = (
     "apples",
@@ -43,7 +47,7 @@ _SUB = (
 )
 
 
-def problem(rng: random.Random, low: int = 2, high: int = 99) -> tuple[str, int]:
+def problem(rng: random.Random, low: int = 2, high: int = MAX_NUMBER) -> tuple[str, int]:
     """One word problem and its answer; subtraction never goes below zero."""
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     pronoun = "She" if name in ("Mia", "Ana", "Lily", "Nora", "Zoe", "Ivy", "Eva") else "He"
@@ -54,13 +58,14 @@ def problem(rng: random.Random, low: int = 2, high: int = 99) -> tuple[str, int]
     return rng.choice(_SUB).format(n=name, p=pronoun, a=a, b=b, item=item), a - b
 
 
-def rows(count: int, seed: int, exclude: set[str] | None = None) -> list[dict]:
-    """`count` chat-prompt rows; `exclude` holds questions that must not appear (another split's)."""
+def rows(count: int, seed: int, exclude: set[str] | None = None, high: int = MAX_NUMBER) -> list[dict]:
+    """`count` chat-prompt rows with numbers from 2 to `high`; `exclude` holds questions that must not appear
+    (another split's)."""
     rng = random.Random(seed)
     out: list[dict] = []
     seen = set(exclude or ())
     while len(out) < count:
-        question, answer = problem(rng)
+        question, answer = problem(rng, high=high)
         if question in seen:
             continue
         seen.add(question)
@@ -89,5 +94,9 @@ class Arithmetic:
         return final_number(response) == str(row["answer"]).strip()
 
     def reward(self, row: dict, response: str, finished: bool) -> float:
-        """1 when the final number equals the answer, else 0."""
-        return 1.0 if self.correct(row, response) else 0.0
+        """1 when the response ends (EOS) and its final number equals the answer, else 0.
+
+        A response cut off by the length limit scores 0 even when its last number happens to be right: otherwise
+        stopping is what the wrong answers do (a short restatement of the question), GRPO pushes EOS down, and the
+        responses grow to the limit until nothing scores."""
+        return 1.0 if finished and self.correct(row, response) else 0.0

@@ -133,6 +133,13 @@ def test_arithmetic_reward(response, reward):
     assert correct(env, row, response, reward) is (reward == 1.0)
 
 
+def test_a_cut_off_response_scores_nothing_but_is_still_judged():
+    env = make("arithmetic")
+    row = {"answer": "147"}
+    assert env.reward(row, "62 + 85 = 147", finished=False) == 0.0  # ran into the length limit
+    assert env.correct(row, "62 + 85 = 147")  # eval accuracy judges the text
+
+
 def test_arithmetic_rows_are_right_and_seeded():
     first = rows(200, seed=3)
     assert first == rows(200, seed=3) and first != rows(200, seed=4)
@@ -154,5 +161,13 @@ def test_data_command_writes_disjoint_splits(tmp_path):
     assert len(train) == 300 and len(val) == 40
     questions = {r["prompt"][0]["content"] for r in train}
     assert len(questions) == 300 and not questions & {r["prompt"][0]["content"] for r in val}
+    small = run_rlc("data", "arithmetic", "--out", str(tmp_path / "s"), "--train", "200", "--max-number", "12")
+    assert small.returncode == 0, small.stderr
+    operands = [
+        int(n)
+        for r in read_rows([str(tmp_path / "s" / "train.parquet")])
+        for n in re.findall(r"\d+", r["prompt"][0]["content"])
+    ]
+    assert min(operands) >= 2 and max(operands) == 12
     bad = run_rlc("data", "arithmetic", "--out", str(tmp_path), "--train", "0")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
