@@ -64,7 +64,7 @@ bench-generate:
 	$(GRPO_BENCH_VENV)/bin/python bench/generate_bench.py
 
 # Whole runs of the SmolLM2 example (GRPO on arithmetic word problems, a real 135 M model) for seeds 1-3: greedy
-# accuracy before and after, wall time (about 35 minutes on 2 idle cores). Same plain install of rlc[runtime] as
+# accuracy before and after, wall time (about 50 minutes on 2 idle cores). Same plain install of rlc[runtime] as
 # bench-grpo, with the model package.
 bench-smollm2:
 	$(PY) -m venv $(GRPO_BENCH_VENV)
