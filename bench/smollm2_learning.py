@@ -20,6 +20,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
+    ap.add_argument("--keep", type=Path, help="copy each seed's run directory (metrics, logs) here")
     args = ap.parse_args(argv)
     rlc = find_rlc()
     if rlc is None:
@@ -137,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             results.append(r)
+            if args.keep is not None:
+                shutil.copytree(
+                    Path(tmp) / "runs" / f"smollm2-bench-s{seed}", args.keep / f"s{seed}", dirs_exist_ok=True
+                )
+                shutil.copy(Path(tmp) / f"smollm2-bench-s{seed}.log", args.keep / f"s{seed}" / "run.log")
     text = report(results, load_before, loadavg())
     print(text)
     if not args.no_write:
