@@ -399,6 +399,7 @@ class _Step:
         self.model_name()
         for old, new in MOVES.items():
             self.move(old, new)
+        self.engine_sampling()
         self.drops()
         self.retired()
         self.references()
@@ -761,6 +762,30 @@ class _Step:
             self.changes.append(
                 Change("dropped", "generator.model_name", None, line, value, reason="served_model_name is set and wins")
             )
+
+    def engine_sampling(self) -> None:
+        """Sampling arguments vLLM also takes (legacy_history.ENGINE_SAMPLING): a value other than vLLM's default
+        moves to the section's additional_kwargs, which reach vLLM as they are; the default has nothing to pass."""
+        for section in ("generator.sampling_params", "generator.eval_sampling_params"):
+            for key, (name, default) in legacy_history.ENGINE_SAMPLING.items():
+                old = f"{section}.{key}"
+                value, line, _ = _pop(self.data, old)
+                if value is _MISSING:
+                    continue
+                new = f"{section}.additional_kwargs.{name}"
+                if legacy_history.at_engine_default(value, default):
+                    reason = f"vLLM's default for {name}; nothing to pass"
+                    self.changes.append(Change("dropped", old, None, line, value, reason=reason))
+                    continue
+                extra = _ensure_map(self.data, f"{section}.additional_kwargs")
+                if name in extra:
+                    reason = f"{new} is also set and wins"
+                    self.changes.append(Change("dropped", old, new, line, value, reason=reason, severity="warning"))
+                    continue
+                extra[name] = value
+                self.changes.append(
+                    Change("transformed", old, new, line, value, value, reason="passed to vLLM under its own name")
+                )
 
     def drops(self) -> None:
         for path, reason, inert in DROPS:

@@ -38,6 +38,28 @@ RENAMES: dict[str, str] = {
     "trainer.algorithm.rollout_correction": "trainer.algorithm.off_policy_correction",
 }
 
+# Sampling arguments an SGLang fork (ai-blaise/SkyRL) added to generator.sampling_params that vLLM also takes,
+# as {fork's name: (vLLM's name, vLLM's default)}. A value other than the default moves to
+# generator.sampling_params.additional_kwargs, which rlc hands to vLLM as is; the default drops (nothing to pass).
+ENGINE_SAMPLING: dict[str, tuple[str, Any]] = {
+    "frequency_penalty": ("frequency_penalty", 0.0),
+    "presence_penalty": ("presence_penalty", 0.0),
+    "min_new_tokens": ("min_tokens", 0),
+    "skip_special_tokens": ("skip_special_tokens", True),
+    "spaces_between_special_tokens": ("spaces_between_special_tokens", True),
+    "ignore_eos": ("ignore_eos", False),
+    "logit_bias": ("logit_bias", None),
+    "stop_token_ids": ("stop_token_ids", None),
+    "no_stop_trim": ("include_stop_str_in_output", False),
+}
+
+
+def at_engine_default(value: Any, default: Any) -> bool:
+    """True when `value` asks vLLM for nothing: unset, empty, or vLLM's own default (a flag only as a flag)."""
+    if value is None or value == [] or value == {}:
+        return True
+    return bool(value == default) and isinstance(value, bool) == isinstance(default, bool)
+
 
 @dataclass(frozen=True)
 class Retired:
@@ -163,6 +185,34 @@ def _optimizer_of(role: str) -> Callable[[Any, Callable[[str], Any]], bool]:
         return not any(isinstance(c, str) and c.lower() == "muon" for c in chosen)
 
     return harmless
+
+
+def _as_shipped(shipped: dict[str, Any]) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Harmless when unset, or a block whose every key is off (null, false, empty) or holds the value shipped."""
+
+    def matches(value: Any, default: Any) -> bool:
+        if isinstance(value, dict) and isinstance(default, dict):
+            return all(inert_value(v) or (k in default and matches(v, default[k])) for k, v in value.items())
+        same = value == default and isinstance(value, bool) == isinstance(default, bool)
+        return same or inert_value(value)
+
+    def inert_value(value: Any) -> bool:
+        return value is None or value is False or value == "" or value == [] or value == {}
+
+    return lambda value, get: value is None or (isinstance(value, dict) and matches(value, shipped))
+
+
+def _block_off_but(key: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    """Like _block_off, leaving out `key` (a retired entry of its own judges it)."""
+    return lambda value, get: _block_off(
+        {k: v for k, v in value.items() if k != key} if isinstance(value, dict) else value, get
+    )
+
+
+def _sglang_off(value: Any, get: Callable[[str], Any]) -> bool:
+    """Harmless when off, or when the engines are not SGLang (the only engine that reads it)."""
+    backend = get("generator.inference_engine.backend") or get("generator.backend")
+    return _off(value, get) or not (isinstance(backend, str) and backend.lower() == "sglang")
 
 
 _TOKEN_BUDGET = (
@@ -835,6 +885,160 @@ RETIRED: list[Retired] = [
         "spreads rollout orchestration over several coordinator processes (the same trajectories)",
         _block_off,
         OPERATIONS,
+    ),
+    # -- the SGLang fork (ai-blaise/SkyRL, and divijdawar/SkyRL built on it) -------------------------------------
+    # Its engine blocks are SGLang server arguments; SkyRL's vLLM engines never read them. Each is quiet at the
+    # values the fork shipped and says what it would change otherwise.
+    Retired(
+        "curriculum",
+        "picks prompts near a target difficulty that follows the reward (curriculum learning); rlc samples "
+        "batches uniformly",
+        _block_off,
+    ),
+    Retired(
+        "generator.use_overlapped_weight_sync",
+        "keeps SGLang engines generating with the old weights while new ones arrive (more tokens sampled by an "
+        "older policy); rlc has no overlapped weight sync",
+        _sglang_off,
+    ),
+    Retired(
+        "generator.batched_multi_turn",
+        "batches each turn's requests across samples (the same trajectories, sooner)",
+        _off,
+        OPERATIONS,
+    ),
+    Retired(
+        "generator.kv_cache",
+        "the SGLang engines' KV-cache dtype (e.g. FP8) and FP8 GEMM kernels; rlc's engines keep the model dtype",
+        _as_shipped({"dtype": "auto", "quantization_param_path": None, "fp8_gemm_backend": "auto"}),
+    ),
+    Retired(
+        "generator.quantization",
+        "serves a quantised copy of the policy on the SGLang engines; rlc's engines serve the trained weights",
+        _as_shipped({"load_format": "auto", "modelopt": {}}),
+    ),
+    Retired(
+        "generator.deterministic_inference",
+        "batch-invariant SGLang kernels, or kernels that match FSDP's numerics (rl_on_policy_target)",
+        _as_shipped({}),
+    ),
+    Retired(
+        "generator.sessions",
+        "keeps each conversation's KV cache on the SGLang engines between turns (speed and memory only)",
+        _as_shipped({"enabled": True, "default_capacity": 8192, "pool_sessions": True, "max_pool_size": 64}),
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "generator.lora",
+        "LoRA adapters the SGLang engines load beside the model (a request uses one only when "
+        "sampling_params.lora_name names it)",
+        _as_shipped({"max_loras_per_batch": 8, "eviction_policy": "lru", "backend": "csgmv", "max_chunk_size": 16}),
+        OPERATIONS,
+    ),
+    Retired(
+        "generator.custom_logit_processor",
+        "lets requests carry their own logit processor (sampling_params.custom_logit_processor decides)",
+        _block_off,
+        OPERATIONS,
+    ),
+    Retired(
+        "generator.structured_output",
+        "the grammar engine for constrained requests (sampling_params.json_schema, regex and ebnf decide)",
+        _block_off,
+        OPERATIONS,
+    ),
+    *(
+        Retired(f"generator.{key}", f"SGLang's {what} (speed and memory only)", _block_off, MEMORY_ONLY)
+        for key, what in (
+            ("piecewise_cuda_graph", "CUDA graphs for prefill"),
+            ("torch_compile", "torch.compile of the served model"),
+            ("cpu_offload", "offload of weights to host memory"),
+        )
+    ),
+    Retired(
+        "generator.cuda_graph",
+        "which decode batch sizes SGLang captures as CUDA graphs (speed and memory only)",
+        _block_off,
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "generator.attention.enable_double_sparsity",
+        "approximate attention over the heaviest tokens (double sparsity); rlc's engines attend to every token",
+        _off,
+    ),
+    Retired(
+        "generator.hierarchical_cache.kv_cache_dtype",
+        "the dtype of the host-memory KV cache (e.g. FP8); rlc's engines keep the model dtype",
+        _at("auto"),
+    ),
+    Retired(
+        "generator.attention",
+        "SGLang's attention kernels for prefill, decode and images (the same result)",
+        _block_off_but("enable_double_sparsity"),
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "generator.hierarchical_cache",
+        "spills the SGLang engines' KV cache to host memory or disk (memory use only)",
+        _block_off_but("kv_cache_dtype"),
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "generator.metrics",
+        "Prometheus metrics, traces and request logs of the SGLang engines (output only)",
+        _block_off,
+        MEMORY_ONLY,
+    ),
+    Retired(
+        "generator.scheduling",
+        "the order, priority, preemption and chunking of SGLang's requests (the same samples)",
+        _as_shipped(
+            {
+                "policy": "fcfs",
+                "enable_priority": True,
+                "preemption_threshold": 10,
+                "conservativeness": 1.0,
+            }
+        ),
+        OPERATIONS,
+    ),
+    Retired(
+        "generator.disaggregation",
+        "splits prefill and decode over separate SGLang workers (the same samples)",
+        _field_at("mode", "null"),
+        OPERATIONS,
+    ),
+    *(
+        Retired(f"generator.{key}", f"SGLang's {what} (the same samples)", _block_off, OPERATIONS)
+        for key, what in (
+            ("multi_node", "multi-node engine layout and NCCL settings"),
+            ("load_balancing", "request routing, expert placement and batching limits"),
+        )
+    ),
+    Retired(
+        "generator.health_checks",
+        "watchdog, health-check and start-up timeouts of the SGLang engines",
+        _block_off,
+        SAFETY_LIMIT,
+    ),
+    Retired(
+        "generator.sampling_params.seed",
+        "one sampling seed for every request; rlc seeds each request from trainer.seed",
+        _unset,
+    ),
+    *(
+        Retired(f"generator.sampling_params.{key}", what, _unset)
+        for key, what in (
+            ("n", "samples per request; rlc asks for generator.n_samples_per_prompt"),
+            ("best_of", "keeps the best of several samples per request"),
+            ("lora_name", "the SGLang LoRA adapter that samples a request"),
+            ("stop_regex", "a regular expression that ends generation"),
+            ("json_schema", "constrains samples to a JSON schema"),
+            ("regex", "constrains samples to a regular expression"),
+            ("ebnf", "constrains samples to an EBNF grammar"),
+            ("custom_logit_processor", "a serialised logit processor applied to each request"),
+            ("custom_params", "arguments of the request's custom logit processor"),
+        )
     ),
 ]
 

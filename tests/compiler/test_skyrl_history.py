@@ -206,6 +206,8 @@ ACTIVE = {
         for key in ("r3_transport", "r3_dispatch_put_timeout_seconds")
     },
     "trainer.save_dataloader_state_in_ckpt": ({}, False),
+    "generator.use_overlapped_weight_sync": ({"generator": {"backend": "sglang"}}, True),
+    "generator.disaggregation": ({}, {"mode": "prefill"}),
 }
 HARMLESS = {
     "trainer.min_samples_per_env": 1,
@@ -286,6 +288,28 @@ def test_rollout_correction_is_the_early_name_of_off_policy_correction(tmp_path)
     doc, report, new = _migrate(text)
     assert to_plain(doc.data)["trainer"]["algorithm"]["off_policy_correction"] == {"tis_ratio_type": "sequence"}
     assert _analyze(tmp_path, new).ok
+
+
+def test_sampling_arguments_vllm_also_takes_move_to_additional_kwargs(tmp_path):
+    sampling = {"max_generate_length": 64, "frequency_penalty": 0.5, "min_new_tokens": 4, "presence_penalty": 0.0}
+    sampling |= {"skip_special_tokens": True, "no_stop_trim": True, "stop_token_ids": None}
+    doc, report, new = _migrate(yaml_helpers.dump({"generator": {"sampling_params": sampling}}))
+    params = to_plain(doc.data)["generator"]["sampling_params"]
+    # Values other than vLLM's default reach vLLM under its names; the defaults have nothing to pass.
+    assert params == {
+        "max_generate_length": 64,
+        "additional_kwargs": {"frequency_penalty": 0.5, "min_tokens": 4, "include_stop_str_in_output": True},
+    }
+    assert not report.errors
+    assert _analyze(tmp_path, new).ok
+
+
+def test_overlapped_weight_sync_only_matters_on_sglang_engines():
+    on = {"generator": {"use_overlapped_weight_sync": True}}
+    _, report, _ = _migrate(yaml_helpers.dump(on))
+    assert not report.errors
+    _, report, _ = _migrate(yaml_helpers.dump(_merge(on, {"generator": {"backend": "sglang"}})))
+    assert [c.old for c in report.errors] == ["generator.use_overlapped_weight_sync"]
 
 
 def test_unknown_hydra_group_says_whether_it_alters_what_runs(tmp_path):
