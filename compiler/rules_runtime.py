@@ -53,6 +53,16 @@ def _unsupported(c: Context):
         ("trainer.rope_theta", t.rope_theta is not None, "RoPE base overrides"),
         ("trainer.policy.use_torch_compile", t.policy.use_torch_compile, "torch.compile"),
     ]
+    # rlc's hf engine (local, or served over HTTP by rlc.runtime.inference.http) samples with its own
+    # parameters only: extra vLLM sampling arguments would be ignored, so the run would differ from the spec.
+    for params in ("sampling_params", "eval_sampling_params"):
+        checks.append(
+            (
+                f"generator.{params}.additional_kwargs",
+                g.inference_engine.backend == "hf" and bool(getattr(g, params).additional_kwargs),
+                "extra sampling arguments on the hf engine",
+            )
+        )
     for role in ("policy", "ref", "critic"):
         checks.append(
             (
@@ -75,6 +85,9 @@ FEATURE_KEYS = (
     "trainer.rope_scaling",
     "trainer.rope_theta",
     "trainer.policy.use_torch_compile",
+    "generator.sampling_params.additional_kwargs",
+    "generator.eval_sampling_params.additional_kwargs",
+    "generator.inference_engine.backend",
     "trainer.policy.sequence_parallel_size",
     "trainer.ref.sequence_parallel_size",
     "trainer.critic.sequence_parallel_size",
@@ -88,5 +101,9 @@ def runtime_executes_features(c: Context):
             "RLC-E903",
             key,
             f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",
-            f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)",
+            (
+                "remove additional_kwargs, or use the vllm engine (generator.inference_engine.backend: vllm)"
+                if key.endswith(".additional_kwargs")
+                else f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)"
+            ),
         )

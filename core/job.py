@@ -42,7 +42,7 @@ class Sampling:
     repetition_penalty: float = 1.0
     stop: tuple[str, ...] = ()
     logprobs: bool = True
-    additional_kwargs: dict = field(default_factory=dict)  # passed to the vllm engine's SamplingParams as is
+    additional_kwargs: dict = field(default_factory=dict)  # passed to vLLM as is (SamplingParams, or a server's body)
 
 
 @dataclass(frozen=True)

@@ -277,6 +277,8 @@ class RemoteEngine:
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
         }
+        # vLLM's server takes its extra sampling arguments (min_tokens, stop_token_ids, ...) in the request body.
+        body.update(sampling.additional_kwargs)
         if sampling.stop:
             body["stop"] = sampling.stop
         choices = self._call("POST", "/v1/completions", body)["choices"]

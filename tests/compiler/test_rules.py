@@ -616,3 +616,20 @@ def test_megatron_context_parallelism_compiles(tmp_path):
     assert analysis.ok and not [d for d in analysis.diagnostics if d.severity == "error"], [
         (d.code, d.message) for d in analysis.diagnostics
     ]
+
+
+@pytest.mark.parametrize("params", ["sampling_params", "eval_sampling_params"])
+def test_extra_sampling_arguments_are_refused_on_the_hf_engine(tmp_path, params):
+    """The hf engine samples with its own parameters only; vLLM gets additional_kwargs as they are."""
+    body = f"""
+        generator:
+          inference_engine: {{backend: hf}}
+          {params}:
+            additional_kwargs: {{min_tokens: 4}}  # <-
+        """
+    path, line = _write(tmp_path, body)
+    found = [d for d in analyze(path, env={"WANDB_API_KEY": "set"}).diagnostics if d.code == "RLC-E903"]
+    assert [(d.key, d.location.line) for d in found] == [(f"generator.{params}.additional_kwargs", line)]
+    assert "backend: vllm" in found[0].hint
+    path.write_text(path.read_text().replace("backend: hf", "backend: vllm"))
+    assert not [d for d in analyze(path, env={"WANDB_API_KEY": "set"}).diagnostics if d.code == "RLC-E903"]
