@@ -59,19 +59,20 @@ def problem(rng: random.Random, low: int = 2, high: int = MAX_NUMBER) -> tuple[s
 
 
 def rows(count: int, seed: int, exclude: set[str] | None = None, high: int = MAX_NUMBER) -> list[dict]:
-    """`count` chat-prompt rows with numbers from 2 to `high`; `exclude` holds questions that must not appear
-    (another split's)."""
+    """`count` chat-prompt rows with numbers from 2 to `high`, no prompt twice; `exclude` holds prompt texts (the
+    user message, instruction included) that must not appear: another split's."""
     rng = random.Random(seed)
     out: list[dict] = []
     seen = set(exclude or ())
     while len(out) < count:
         question, answer = problem(rng, high=high)
-        if question in seen:
+        content = f"{question} {INSTRUCTION}"
+        if content in seen:
             continue
-        seen.add(question)
+        seen.add(content)
         out.append(
             {
-                "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+                "prompt": [{"role": "user", "content": content}],
                 "answer": str(answer),
                 "env_class": "arithmetic",
             }
