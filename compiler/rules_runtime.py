@@ -35,7 +35,7 @@ def environment_exists(c: Context):
 
 
 def _unsupported(c: Context):
-    """(key, what is set) for every feature the runtime does not execute yet."""
+    """(key, what is set, fix) for every feature the runtime does not execute yet."""
     t, g = c.t, c.s.generator
     checks = [
         ("generator.max_turns", (num(g.max_turns) or 0) > 1, "multi-turn rollouts"),
@@ -53,16 +53,6 @@ def _unsupported(c: Context):
         ("trainer.rope_theta", t.rope_theta is not None, "RoPE base overrides"),
         ("trainer.policy.use_torch_compile", t.policy.use_torch_compile, "torch.compile"),
     ]
-    # rlc's hf engine (local, or served over HTTP by rlc.runtime.inference.http) samples with its own
-    # parameters only: extra vLLM sampling arguments would be ignored, so the run would differ from the spec.
-    for params in ("sampling_params", "eval_sampling_params"):
-        checks.append(
-            (
-                f"generator.{params}.additional_kwargs",
-                g.inference_engine.backend == "hf" and bool(getattr(g, params).additional_kwargs),
-                "extra sampling arguments on the hf engine",
-            )
-        )
     for role in ("policy", "ref", "critic"):
         checks.append(
             (
@@ -71,7 +61,21 @@ def _unsupported(c: Context):
                 "Ulysses sequence parallelism",
             )
         )
-    return [(key, what) for key, on, what in checks if on]
+    found = [
+        (key, what, f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)") for key, on, what in checks if on
+    ]
+    # rlc's hf engine (local, or served over HTTP by rlc.runtime.inference.http) samples with its own
+    # parameters only: extra vLLM sampling arguments would be ignored, so the run would differ from the spec.
+    for params in ("sampling_params", "eval_sampling_params"):
+        if g.inference_engine.backend == "hf" and getattr(g, params).additional_kwargs:
+            found.append(
+                (
+                    f"generator.{params}.additional_kwargs",
+                    "extra sampling arguments on the hf engine",
+                    "remove additional_kwargs, or use the vllm engine (generator.inference_engine.backend: vllm)",
+                )
+            )
+    return found
 
 
 FEATURE_KEYS = (
@@ -96,14 +100,5 @@ FEATURE_KEYS = (
 
 @rule("RLC-E903", "the runtime executes every feature the spec turns on", *FEATURE_KEYS)
 def runtime_executes_features(c: Context):
-    for key, what in _unsupported(c):
-        yield c.error(
-            "RLC-E903",
-            key,
-            f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet",
-            (
-                "remove additional_kwargs, or use the vllm engine (generator.inference_engine.backend: vllm)"
-                if key.endswith(".additional_kwargs")
-                else f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)"
-            ),
-        )
+    for key, what, fix in _unsupported(c):
+        yield c.error("RLC-E903", key, f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet", fix)

@@ -54,11 +54,14 @@ ENGINE_SAMPLING: dict[str, tuple[str, Any]] = {
 }
 
 
+def _same(value: Any, default: Any) -> bool:
+    """Equal, and a flag only to a flag (0 is not False)."""
+    return bool(value == default) and isinstance(value, bool) == isinstance(default, bool)
+
+
 def at_engine_default(value: Any, default: Any) -> bool:
     """True when `value` asks vLLM for nothing: unset, empty, or vLLM's own default (a flag only as a flag)."""
-    if value is None or value == [] or value == {}:
-        return True
-    return bool(value == default) and isinstance(value, bool) == isinstance(default, bool)
+    return value is None or value == [] or value == {} or _same(value, default)
 
 
 @dataclass(frozen=True)
@@ -191,13 +194,11 @@ def _as_shipped(shipped: dict[str, Any]) -> Callable[[Any, Callable[[str], Any]]
     """Harmless when unset, or a block whose every key is off (null, false, empty) or holds the value shipped."""
 
     def matches(value: Any, default: Any) -> bool:
-        if isinstance(value, dict) and isinstance(default, dict):
-            return all(inert_value(v) or (k in default and matches(v, default[k])) for k, v in value.items())
-        same = value == default and isinstance(value, bool) == isinstance(default, bool)
-        return same or inert_value(value)
+        from rlc.spec.legacy import inert  # legacy imports this module
 
-    def inert_value(value: Any) -> bool:
-        return value is None or value is False or value == "" or value == [] or value == {}
+        if isinstance(value, dict) and isinstance(default, dict):
+            return all(inert(v) or (k in default and matches(v, default[k])) for k, v in value.items())
+        return _same(value, default) or inert(value)
 
     return lambda value, get: value is None or (isinstance(value, dict) and matches(value, shipped))
 
