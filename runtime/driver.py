@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from rlc.core.job import CompiledJob, Sampling, seed_for
 from rlc.runtime import checkpoint as ckpt
+from rlc.runtime.algorithms.advantages import broadcast_to_steps
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
 from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
@@ -560,8 +561,8 @@ class Driver:
             per_trajectory, trajectory_returns = estimator(
                 rewards[last_step], ones, index=batch.group[last_step], values=values, algorithm=a
             )
-            trajectory = torch.cat([torch.zeros(1, dtype=torch.long), last_step[:-1].long()]).cumsum(0)
-            advantages, returns = per_trajectory[trajectory] * mask, trajectory_returns[trajectory] * mask
+            advantages = broadcast_to_steps(per_trajectory, last_step, mask)
+            returns = broadcast_to_steps(trajectory_returns, last_step, mask)
         else:
             advantages, returns = estimator(rewards, mask, index=batch.group, values=batch.old_values, algorithm=a)
         if a.advantage_batch_normalize:

@@ -66,6 +66,29 @@ def tiny_model(rlc_cache) -> str:
     return local_path("rlc:tiny")
 
 
+# A chat template for the tiny model's tokenizer (its vocabulary has <bos> and <eos>): each message is a turn of its
+# own, the assistant's inside `{% generation %}` so the same template serves as a custom one.
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<bos>' + m['role'] + ': ' }}"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] + '<eos>' }}{% endgeneration %}"
+    "{% else %}{{ m['content'] + '<eos>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<bos>assistant: ' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model(tiny_model, tmp_path_factory) -> str:
+    """`rlc:tiny` with a chat template: what multi-turn conversations are templated with."""
+    import json
+
+    target = tmp_path_factory.mktemp("tiny-chat") / "model"
+    shutil.copytree(tiny_model, target)
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    config["chat_template"] = TINY_CHAT_TEMPLATE
+    (target / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(target)
+
+
 def kill_ray_processes_under(temp: str) -> None:
     """Kill the processes of the Ray instance whose temp dir is `temp`: those naming it on their command line or
     holding a file under it open (Ray's agents retitle themselves, and their logs are under its session dir).
