@@ -153,3 +153,17 @@ def test_searchcodes_python_tool_runs_in_the_sandbox(monkeypatch):
     assert out["observations"][0]["content"] == "4 None"
     bad = env.step("<tool><python>1/0</python></tool>")
     assert "ZeroDivisionError" in bad["observations"][0]["content"]
+
+
+def test_an_extensions_environment_is_built_with_its_spec_section():
+    from importlib.metadata import entry_points
+
+    if not any(ep.name == "countdown" for ep in entry_points(group=gym.ENV_GROUP)):
+        pytest.skip("the demo extension is not installed here (make venv installs it)")
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"environment": {"skyrl_gym": {"countdown": {"allow_negative": True}}}})
+    row = {"prompt": [], "numbers": [3, 4, 5], "target": 2}
+    env = gym.make("countdown", spec.environment.skyrl_gym, gym_extras(row, 1))
+    assert env.step("<answer>3 - 4 + 3</answer>")["reward"] == 0.0  # 3 is given once
+    assert env.step("<answer>3 - 5 + 4</answer>")["reward"] == 1.0  # negative on the way: allowed by the section
