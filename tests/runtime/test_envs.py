@@ -23,7 +23,7 @@ def make(env_class: str, row: dict, config: SkyRLGymConfig | None = None, max_tu
 
 
 def test_every_skyrl_gym_environment_and_rlcs_own_are_registered():
-    assert SKYRL_GYM_IDS | {"arithmetic", "synthetic"} <= set(gym.registered())
+    assert SKYRL_GYM_IDS | {"arithmetic", "synthetic", "llm_as_a_judge"} <= set(gym.registered())
 
 
 def test_an_unknown_environment_names_the_ones_there_are():
@@ -167,3 +167,52 @@ def test_an_extensions_environment_is_built_with_its_spec_section():
     env = gym.make("countdown", spec.environment.skyrl_gym, gym_extras(row, 1))
     assert env.step("<answer>3 - 4 + 3</answer>")["reward"] == 0.0  # 3 is given once
     assert env.step("<answer>3 - 5 + 4</answer>")["reward"] == 1.0  # negative on the way: allowed by the section
+
+
+# -- an LLM judge behind an OpenAI-compatible API on 127.0.0.1 ------------------------------------------------
+
+
+@pytest.fixture
+def judge_url():
+    """A judge server: grades 1 when the student's `#### N` matches the reference's, after checking the key."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Judge(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path != "/v1/chat/completions" or self.headers.get("Authorization") != "Bearer test-key":
+                self.send_error(401)
+                return
+            text = body["messages"][0]["content"]
+            reference, student = text.split("Reference solution:\n")[1].split("\n\nStudent's solution:\n")
+            same = reference.split("####")[-1].strip() == student.split("####")[-1].strip() and "####" in student
+            reply = json.dumps({"choices": [{"message": {"content": f"Checked.\nScore: {int(same)}"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_llm_as_a_judge_asks_the_judge_with_the_key(judge_url, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    config = SkyRLGymConfig()
+    config.llm_as_a_judge.base_url = judge_url
+    row = {"prompt": [], "reward_spec": {"ground_truth": "24 + 48 = 72\n#### 72"}}
+    assert make("llm_as_a_judge", row, config).step("so 72 in all\n#### 72")["reward"] == 1.0
+    assert make("llm_as_a_judge", row, config).step("#### 71")["reward"] == 0.0
+    monkeypatch.setenv("OPENAI_API_KEY", "wrong-key")
+    refused = make("llm_as_a_judge", row, config).step("#### 72")
+    assert refused["reward"] == 0.0 and "401" in refused["metadata"]["judge_error"]
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        make("llm_as_a_judge", row, config)
