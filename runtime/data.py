@@ -53,7 +53,10 @@ def write_rows(rows: list[dict], path: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        # Every row gets every column (null where it has none): pyarrow would take the first row's keys alone, and
+        # rows of different environments carry different fields.
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        pq.write_table(pa.Table.from_pylist([{k: row.get(k) for k in columns} for row in rows]), tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

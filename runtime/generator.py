@@ -393,7 +393,7 @@ def gym_extras(row: dict, max_turns: int) -> dict:
     """What SkyRL hands an environment besides its config: every column of the row but the prompt and env_class,
     and `max_turns`. A row in rlc's short form ({prompt, answer}) gets its answer as `reward_spec.ground_truth`."""
     extras = {k: _copy(v) for k, v in row.items() if k not in ("prompt", "env_class")}
-    if "reward_spec" not in extras and "answer" in extras:
+    if extras.get("reward_spec") is None and extras.get("answer") is not None:
         extras["reward_spec"] = {"method": "rule", "ground_truth": str(extras["answer"])}
     extras["max_turns"] = max_turns
     return extras

@@ -287,3 +287,14 @@ def test_rlc_data_gsm8k_reports_a_malformed_file(tmp_path):
     assert result.stderr.startswith("rlc data:") and f"{source}:2" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "g").exists() or not any((tmp_path / "g").iterdir())
+
+
+def test_rows_of_different_environments_keep_each_ones_fields(tmp_path):
+    rows = [
+        {"prompt": "a", "env_class": "gsm8k", "reward_spec": {"ground_truth": "1"}},
+        {"prompt": "b", "env_class": "text2sql", "db_id": "shop", "data": "spider"},
+    ]
+    write_rows(rows, tmp_path / "mixed.parquet")
+    back = read_rows([str(tmp_path / "mixed.parquet")])
+    assert back[1]["db_id"] == "shop" and back[1]["data"] == "spider" and back[1]["reward_spec"] is None
+    assert back[0]["reward_spec"] == {"ground_truth": "1"} and back[0]["db_id"] is None
