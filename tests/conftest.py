@@ -171,6 +171,8 @@ LONGEST_FIRST = (
     "test_multinode.py",  # ~250 s: the SkyPilot task on two simulated hosts
     "test_run_options.py",  # ~175 s: a short run per algorithm option
     "test_megatron.py",  # ~140 s
+    "test_multiturn.py",  # ~60 s: two multi-turn runs
+    "test_generator.py",
     "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv
     "test_fsdp.py",
     "test_ray_job.py",
