@@ -176,11 +176,11 @@ def rules_for(key: str) -> list[Rule]:
 
 def _load_rules() -> None:
     """The rule modules register themselves with @rule when imported."""
-    from rlc.compiler import (  # noqa: F401
-        rules_algorithm,
-        rules_batch,
-        rules_parallel,
-        rules_placement,
-        rules_runtime,
-        rules_upstream,
+    from rlc.compiler.rules import (  # noqa: F401
+        algorithm,
+        batch,
+        parallel,
+        placement,
+        runtime,
+        upstream,
     )

@@ -40,7 +40,7 @@ def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Com
 
     plan_json = {**plan.to_json(), "content_hash": digest, "runtime": decide(spec, plan).to_json()}
     files = {RESOLVED: resolved, PLAN: json.dumps(plan_json, indent=2, sort_keys=False) + "\n"}
-    from rlc.compiler import targets
+    from rlc.compiler.targets import base as targets
 
     if "skypilot" in wanted:
         files["sky.yaml"] = targets.skypilot(spec, plan_json, dict(files), label, digest, f"build/{spec.name}/sky.yaml")

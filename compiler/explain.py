@@ -21,7 +21,7 @@ GRAMMARS = {allocation.KEY: _Grammar(allocation.GRAMMAR, allocation.CODES)}
 
 def explain_key(key: str) -> tuple[str, bool]:
     from rlc.compiler.check import rules_for
-    from rlc.spec.legacy import legacy_target
+    from rlc.compiler.importers.skyrl import legacy_target
 
     if key == "memory":
         return memory_text(), True

@@ -88,7 +88,7 @@ def analyze(
 def analyze_document(
     doc: Document, overrides: Sequence[Override] = (), model: SpecModel | None = None, env: dict | None = None
 ) -> Analysis:
-    from rlc.spec.versions import upgrade
+    from rlc.compiler.importers.versions import upgrade
 
     model = model or default_model()
     analysis = Analysis(doc)

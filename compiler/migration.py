@@ -61,7 +61,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run_migrate(old: str, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool) -> int:
-    from rlc.spec.versions import VersionError, migrate_data
+    from rlc.compiler.importers.versions import VersionError, migrate_data
 
     try:
         doc = load_document(old)
@@ -165,7 +165,7 @@ def _comment_column(depth: int, key: str, value) -> int:
 
 
 def run_areal_import(old: str, output: str | None, force: bool) -> int:
-    from rlc.compiler.areal import ImportRefused, import_areal
+    from rlc.compiler.importers.areal import ImportRefused, import_areal
     from rlc.core.plain import plain_yaml
 
     try:

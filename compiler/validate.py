@@ -296,7 +296,7 @@ class _Walker:
 
 
 def _legacy_hint(path: str) -> str | None:
-    from rlc.spec.legacy import legacy_target
+    from rlc.compiler.importers.skyrl import legacy_target
 
     target = legacy_target(path)
     return (

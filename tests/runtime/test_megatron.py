@@ -348,7 +348,7 @@ def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
 
 def test_the_compilers_megatron_lora_names_are_the_runtimes():
     """RLC-E510 refuses target_modules by the names rlc's Megatron LoRA maps onto its layers: the same table."""
-    from rlc.compiler.rules_parallel import MEGATRON_LORA_LAYERS, MEGATRON_LORA_NAMES
+    from rlc.compiler.rules.parallel import MEGATRON_LORA_LAYERS, MEGATRON_LORA_NAMES
     from rlc.runtime.workers.megatron_lora import LAYERS, target_layers
 
     assert MEGATRON_LORA_LAYERS == {layer: projections for layer, (projections, _style) in LAYERS.items()}

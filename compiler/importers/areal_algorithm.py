@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rlc.compiler import allocation
 
 if TYPE_CHECKING:
-    from rlc.compiler.areal import _Importer
+    from rlc.compiler.importers.areal import _Importer
 
 
 def algorithm(imp: _Importer) -> None:

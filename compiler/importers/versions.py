@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlc.compiler.importers import skyrl as legacy
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.overrides import Override, apply_overrides
-from rlc.spec import legacy
 from rlc.spec.root import CURRENT_VERSION
 from ruamel.yaml.comments import CommentedMap
 

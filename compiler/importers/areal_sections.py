@@ -1,4 +1,4 @@
-"""The section-by-section mapping of an AReaL experiment config to spec v1 (see rlc.compiler.areal)."""
+"""The section-by-section mapping of an AReaL experiment config to spec v1 (see rlc.compiler.importers.areal)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import re
 from typing import TYPE_CHECKING
 
 from rlc.compiler import allocation
-from rlc.compiler.areal_algorithm import algorithm, critic_and_ref
+from rlc.compiler.importers.areal_algorithm import algorithm, critic_and_ref
 
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 if TYPE_CHECKING:
-    from rlc.compiler.areal import _Importer
+    from rlc.compiler.importers.areal import _Importer
 
 
 def map_sections(imp: _Importer) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from rlc.spec import legacy_history
+from rlc.compiler.importers import skyrl_history as legacy_history
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
 ENGINE_KEYS = {

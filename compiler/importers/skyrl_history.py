@@ -83,7 +83,7 @@ def _off(value: Any, get: Callable[[str], Any]) -> bool:
 
 
 def _block_off(value: Any, get: Callable[[str], Any]) -> bool:
-    from rlc.spec.legacy import inert
+    from rlc.compiler.importers.skyrl import inert
 
     return inert(value)
 
@@ -194,7 +194,7 @@ def _as_shipped(shipped: dict[str, Any]) -> Callable[[Any, Callable[[str], Any]]
     """Harmless when unset, or a block whose every key is off (null, false, empty) or holds the value shipped."""
 
     def matches(value: Any, default: Any) -> bool:
-        from rlc.spec.legacy import inert  # legacy imports this module
+        from rlc.compiler.importers.skyrl import inert  # legacy imports this module
 
         if isinstance(value, dict) and isinstance(default, dict):
             return all(inert(v) or (k in default and matches(v, default[k])) for k, v in value.items())

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlc.spec.legacy import Change
+from rlc.compiler.importers.skyrl import Change
 
 REF = re.compile(r"\$\{([^{}]+)\}")
 _MISSING = object()
@@ -227,7 +227,7 @@ def import_areal(data: dict, line_of=lambda path: 0) -> ImportResult:
     if why:
         raise ImportRefused(why)
     imp = _Importer(data, line_of)
-    from rlc.compiler.areal_sections import map_sections
+    from rlc.compiler.importers.areal_sections import map_sections
 
     map_sections(imp)
     imp.leftovers()
