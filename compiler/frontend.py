@@ -144,7 +144,7 @@ def _is_default(model: SpecModel, key: str, resolution: Resolution) -> bool:
     spec = model.lookup(key)
     if spec is None or key in resolution.derived:
         return False
-    from rlc.compiler.resolve import get
+    from rlc.compiler.roles import get
 
     try:
         return get(resolution.spec, key) == spec.default()

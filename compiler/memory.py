@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
-from rlc.compiler.resolve import critic_on, ref_on
+from rlc.compiler.roles import critic_on, ref_on
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.plan import Plan
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlc.compiler.check import Context, num, rule
-from rlc.compiler.resolve import critic_on
+from rlc.compiler.roles import critic_on
 
 IE = "generator.inference_engine"
 NS = "generator.n_samples_per_prompt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from rlc.compiler.check import Context, num, rule
-from rlc.compiler.resolve import critic_on, ref_on
+from rlc.compiler.roles import critic_on, ref_on
 
 B, MP, MC = "trainer.train_batch_size", "trainer.policy_mini_batch_size", "trainer.critic_mini_batch_size"
 U, F, NS = (

@@ -7,7 +7,7 @@ import json
 import os
 
 from rlc.compiler.check import Context, num, rule
-from rlc.compiler.resolve import critic_on, ref_on
+from rlc.compiler.roles import critic_on, ref_on
 
 IE = "generator.inference_engine"
 

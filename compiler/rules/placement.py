@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from rlc.compiler.check import OVERRIDE, Context, num, rule
-from rlc.compiler.resolve import critic_on, demand_terms, engine_gpus, gpu_demand, ref_on
+from rlc.compiler.roles import critic_on, demand_terms, engine_gpus, gpu_demand, ref_on
 
 # -- placement ------------------------------------------------------
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlc.compiler.check import Context, rule
-from rlc.compiler.resolve import get
+from rlc.compiler.roles import get
 from rlc.spec.model import default_model, to_plain
 
 ROLES = ("policy", "ref", "critic")
