@@ -123,7 +123,7 @@ def analyze_document(
         return locate(key)
 
     def origin(key: str) -> str | None:
-        from rlc.compiler.check import CHANGED, OVERRIDE, WRITTEN
+        from rlc.compiler.rules.base import CHANGED, OVERRIDE, WRITTEN
 
         if tuple(key.split(".")) in doc.overrides:
             return OVERRIDE

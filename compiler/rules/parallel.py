@@ -6,8 +6,8 @@ import difflib
 import json
 import os
 
-from rlc.compiler.check import Context, num, rule
 from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.rules.base import Context, num, rule
 
 IE = "generator.inference_engine"
 
@@ -446,3 +446,18 @@ def megatron_lora_targets_known(c: Context):
             f"target at least one of {known}",
             ["trainer.policy.model.lora.exclude_modules", "trainer.strategy"],
         )
+
+
+RULES = (
+    megatron_has_no_critic,
+    megatron_has_no_ulysses,
+    megatron_expert_layout_divides_world,
+    megatron_config_kwargs_known,
+    lora_alpha_positive,
+    fsdp_size_divides_world,
+    megatron_heads_divide_by_tensor_parallel,
+    megatron_pipeline_divides_layers,
+    vllm_pipeline_fits_layers,
+    vllm_lora_rank_supported,
+    megatron_lora_targets_known,
+)
