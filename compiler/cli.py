@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -67,6 +68,25 @@ FORMAT = click.option(
 )
 
 
+class RegistryChoice(click.Choice):
+    """One of a registry's names, read only when a command line that uses it is parsed (importing a registry costs
+    start-up time every other command would pay)."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]):
+        self._names = names
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self._names()
+
+
+def _importer_names() -> tuple[str, ...]:
+    from rlc.compiler.importers import IMPORTERS
+
+    return tuple(i.name for i in IMPORTERS)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rlc")
 def cli() -> None:
@@ -117,7 +137,7 @@ def explain(key: str) -> None:
 @click.option(
     "--from",
     "source",
-    type=click.Choice(["skyrl", "areal"]),
+    type=RegistryChoice(_importer_names),
     default="skyrl",
     show_default=True,
     help="What OLD is: a legacy SkyRL config, or an AReaL experiment config (RL only) to import.",
@@ -131,17 +151,26 @@ def migrate(
     not carried, and SFT, DPO and reward-model configs are refused. Without -o/--in-place the result goes to
     stdout and no file is touched.
     """
-    from rlc.compiler.migration import run_areal_import, run_migrate
+    from rlc.compiler.importers import importer
+    from rlc.compiler.migration import OUT, MigrateUsageError, migrate_file
+    from rlc.core.diagnostics import render_text
 
     if output and in_place:
         raise click.UsageError("use either -o/--output or --in-place, not both")
-    if source == "areal":
-        if in_place or check or show_diff:
-            raise click.UsageError(
-                "--from areal writes a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
-            )
-        sys.exit(run_areal_import(old, output, force))
-    sys.exit(run_migrate(old, output, in_place, check, show_diff, force))
+    chosen = importer(source)
+    if not chosen.rewrites and (in_place or check or show_diff):
+        raise click.UsageError(
+            f"--from {source} writes a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
+        )
+    try:
+        outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force)
+    except MigrateUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    if outcome.diagnostics:
+        click.echo(render_text(outcome.diagnostics, sys.stderr.isatty()), err=True)
+    for stream, text in outcome.shown:
+        click.echo(text, nl=False, err=stream != OUT)
+    sys.exit(outcome.code)
 
 
 @cli.command()

@@ -8,9 +8,8 @@ import yaml_helpers
 from conftest import ROOT
 from rlc.compiler.frontend import analyze
 from rlc.compiler.importers import skyrl_history as legacy_history
-from rlc.compiler.importers.versions import migrate_data
+from rlc.compiler.importers.versions import migrate_data, migrated_text
 from rlc.compiler.load import document_from_text
-from rlc.compiler.migration import migrated_text
 from rlc.core.plain import plain_yaml as to_plain
 from rlc.spec.model import SpecModel
 
