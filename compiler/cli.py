@@ -262,7 +262,7 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: 
     diags = result.diagnostics
     if not result.ok or result.plan is None:
         sys.exit(_emit(diags, fmt, ""))
-    compiled = build(result.analysis, result.plan, spec, TARGETS if target == "all" else (target,))
+    compiled = build(result, TARGETS if target == "all" else (target,))
     out = Path(out_dir) if out_dir else Path("build") / compiled.name
     paths = write(compiled, out)
     listing = ", ".join(str(p.relative_to(out)) for p in paths)
@@ -337,7 +337,7 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
             err=True,
         )
         sys.exit(EXIT_USAGE)
-    compiled = build(result.analysis, result.plan, spec, ("skypilot",))
+    compiled = build(result, ("skypilot",))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     write(compiled, target)
     command = [sky, "launch", str(target / "sky.yaml"), "--cluster", compiled.name, *sky_args]
@@ -366,7 +366,7 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
     if not result.ok or result.plan is None:
         sys.exit(_emit(result.diagnostics, "text", ""))
     _warn(result.diagnostics)
-    compiled = build(result.analysis, result.plan, spec, ("ray",))
+    compiled = build(result, ("ray",))
     target = Path(out_dir) if out_dir else Path("build") / compiled.name
     write(compiled, target)
     try:

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlc.compiler.emit_resolved import render
+from rlc.compiler.pipeline import CompileResult
 from rlc.compiler.provenance import trace
+from rlc.compiler.targets import base as targets
 from rlc.core.digest import content_hash
 
 RESOLVED, PLAN = "resolved.yaml", "plan.json"
@@ -31,17 +33,16 @@ class Compiled:
 TARGETS = ("skypilot", "ray", "kuberay")
 
 
-def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Compiled:
-    spec = analysis.spec
+def build(result: CompileResult, wanted: tuple[str, ...] = TARGETS) -> Compiled:
+    """The compiled job as text: resolved.yaml, plan.json (with the runtime decisions) and the wanted targets' files."""
+    analysis, plan, decisions = result.analysis, result.plan, result.decisions
+    spec, resolution = analysis.spec, analysis.resolution
+    assert spec is not None and resolution is not None and plan is not None and decisions is not None, "not compiled"
     digest = content_hash(spec)
-    label = Path(source).name  # not the compiling machine's path: the bytes must not depend on it
-    resolved = render(spec, trace(analysis.resolution, analysis.doc, analysis.migration, label), label)
-    from rlc.compiler.decide import decide
-
-    plan_json = {**plan.to_json(), "content_hash": digest, "runtime": decide(spec, plan).to_json()}
+    label = Path(result.source).name  # not the compiling machine's path: the bytes must not depend on it
+    resolved = render(spec, trace(resolution, analysis.doc, analysis.migration, label), label)
+    plan_json = {**plan.to_json(), "content_hash": digest, "runtime": decisions.to_json()}
     files = {RESOLVED: resolved, PLAN: json.dumps(plan_json, indent=2, sort_keys=False) + "\n"}
-    from rlc.compiler.targets import base as targets
-
     if "skypilot" in wanted:
         files["sky.yaml"] = targets.skypilot(spec, plan_json, dict(files), label, digest, f"build/{spec.name}/sky.yaml")
     if "ray" in wanted:

@@ -234,9 +234,9 @@ def pypi(packages: list[str], dl: Path) -> list[tuple[str, str, str]]:
 
 
 def check(paths: list[Path]) -> int:
-    from rlc.compiler.frontend import analyze
     from rlc.compiler.importers.versions import migrate_data, migrated_text
     from rlc.compiler.load import document_from_text
+    from rlc.compiler.pipeline import analyze
     from rlc.core.plain import plain_yaml
 
     migrating = refused = validating = unsupported = round_trip = 0

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from rlc.compiler.check import RULES
-from rlc.compiler.frontend import analyze
+from rlc.compiler.pipeline import analyze
 from rlc.compiler.rules.base import Context
 from test_rules import CASES, _write
 

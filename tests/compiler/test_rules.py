@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from rlc.compiler.check import RULES
-from rlc.compiler.frontend import analyze
+from rlc.compiler.pipeline import analyze
 from upstream_cases import UPSTREAM_CASES
 
 BASE_CLUSTER = "cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"

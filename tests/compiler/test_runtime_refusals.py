@@ -209,7 +209,7 @@ def test_a_crashing_rule_is_an_internal_error_not_silence(monkeypatch: pytest.Mo
 
     monkeypatch.setattr("rlc.compiler.check.RULES", (*RULES, crashes))
 
-    from rlc.compiler.frontend import analyze
+    from rlc.compiler.pipeline import analyze
 
     spec = analyze(EXAMPLES / "local-cpu.yaml").spec
     out = check(spec, lambda key, related=(): None, env={})
