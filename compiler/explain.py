@@ -6,6 +6,7 @@ import difflib
 import json
 
 from rlc.compiler import allocation
+from rlc.compiler.targets import TARGETS
 from rlc.spec.model import default_model, to_plain, type_label
 from rlc.spec.skyrl_release import default_change
 
@@ -62,6 +63,9 @@ def explain_key(key: str) -> tuple[str, bool]:
             lines.append(f"  {upstream}")
     if spec.meta.get("rlc_only"):
         lines.append("  rlc addition: SkyRL's config has no such key")
+    if key == "launch.target":
+        lines.append("  targets:")
+        lines.extend(f"    {t.name:<9} {t.summary}" for t in TARGETS)
     grammar = GRAMMARS.get(key)
     if grammar:
         lines.append("  grammar:")
