@@ -8,13 +8,9 @@ their launch files are still worth checking, and the runtime stops at start-up, 
 from __future__ import annotations
 
 from rlc.compiler.rules.base import Context, num, rule
+from rlc.core.runtime_facts import BUILTIN_ENVS
 
 ALG = "trainer.algorithm"
-BUILTIN_ENVS = (
-    "arithmetic",
-    "gsm8k",
-    "synthetic",
-)  # rlc.runtime.envs.BUILTIN (kept here so the compiler imports no runtime code)
 
 
 def _extension_envs() -> set[str]:
