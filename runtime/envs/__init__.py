@@ -26,7 +26,7 @@ def correct(env: Environment, row: dict, response: str, reward: float) -> bool:
     return bool(judge(row, response)) if judge is not None else reward >= 1.0
 
 
-BUILTIN = ("arithmetic", "synthetic")
+BUILTIN = ("arithmetic", "synthetic")  # the scorers; the environment ids are core.runtime_facts.BUILTIN_ENVS
 
 
 def make(name: str) -> Environment:

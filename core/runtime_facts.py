@@ -1,0 +1,25 @@
+"""What the runtime has and how it works that the compiler must know too, written once for both sides: the
+compiler's rules and memory model read these, the runtime runs by them."""
+
+from __future__ import annotations
+
+# The environment ids (environment.env_class, a row's env_class) the runtime registers with skyrl-gym
+# (rlc.runtime.envs.gym): skyrl-gym's own, then rlc's; extensions add theirs (ext.add_environment). A test holds this
+# equal to what the runtime registers, so the compiler can check the id without importing skyrl-gym (or pandas).
+SKYRL_GYM_ENVS = ("aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchcode", "text2sql")
+RLC_ENVS = ("arithmetic", "llm_as_a_judge", "synthetic")
+BUILTIN_ENVS = SKYRL_GYM_ENVS + RLC_ENVS
+
+# Tokens the trainer scores at a time (rlc.runtime.algorithms.losses.score_tokens): its float32 work space is a few
+# [LOGPROB_CHUNK_TOKENS, vocab] blocks (about 0.3 GB each at Qwen's 152k vocabulary) whatever the micro-batch, and the
+# memory model counts the same blocks.
+LOGPROB_CHUNK_TOKENS = 512
+
+# What rlc's Megatron LoRA puts adapters on: each Megatron linear layer of a decoder layer -> the Hugging Face
+# projections it fuses (in its output order) and its parallel style. RLC-E510 accepts these names in target_modules.
+MEGATRON_LORA_LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "linear_qkv": (("q_proj", "k_proj", "v_proj"), "column"),
+    "linear_proj": (("o_proj",), "row"),
+    "linear_fc1": (("gate_proj", "up_proj"), "column"),
+    "linear_fc2": (("down_proj",), "row"),
+}
