@@ -10,6 +10,9 @@ SKYRL_GYM_ENVS = ("aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchc
 RLC_ENVS = ("arithmetic", "llm_as_a_judge", "synthetic")
 BUILTIN_ENVS = SKYRL_GYM_ENVS + RLC_ENVS
 
+# The chat templates generator.chat_template names with source: name (rlc.runtime.chat.NAMED_TEMPLATES).
+CHAT_TEMPLATE_NAMES = ("qwen3_with_thinking", "qwen3_without_thinking")
+
 # Tokens the trainer scores at a time (rlc.runtime.algorithms.losses.score_tokens): its float32 work space is a few
 # [LOGPROB_CHUNK_TOKENS, vocab] blocks (about 0.3 GB each at Qwen's 152k vocabulary) whatever the micro-batch, and the
 # memory model counts the same blocks.

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# Templates by name (`chat_template.source: name`): ChatML as Qwen3 writes it, with the assistant's part inside
+# Templates by name (`chat_template.source: name`; core.runtime_facts.CHAT_TEMPLATE_NAMES lists them for the
+# compiler): ChatML as Qwen3 writes it, with the assistant's part inside
 # `{% generation %}` so the loss mask can be read back. `qwen3_without_thinking` drops the reasoning (up to
 # `</think>`) of every assistant message but the last, as Qwen3's own template does.
 _CHATML_TURN = "{{ '<|im_start|>' + m['role'] + '\\n' }}"

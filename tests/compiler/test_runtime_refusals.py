@@ -45,6 +45,17 @@ REFUSALS = [
         "RLC-E504",
         "trainer.policy.sequence_parallel_size",
     ),
+    # envs/gym.py:make, driver.py:Driver._rows: an environment no package registers
+    ("gsm8k-grpo-8xh100.yaml", "environment.env_class=gsm8k_multiturn", "RLC-E902", "environment.env_class"),
+    # envs/judge.py:LLMJudgeEnv: the judge's key is not on the node
+    ("gsm8k-grpo-8xh100.yaml", "environment.env_class=llm_as_a_judge", "RLC-E904", "environment.env_class"),
+    # chat.py:custom_template: a template name rlc does not have
+    (
+        "gsm8k-grpo-8xh100.yaml",
+        "generator.chat_template.name_or_path=qwen3",
+        "RLC-E410",
+        "generator.chat_template.name_or_path",
+    ),
 ]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -24,6 +26,25 @@ def make(env_class: str, row: dict, config: SkyRLGymConfig | None = None, max_tu
 
 def test_every_skyrl_gym_environment_and_rlcs_own_are_registered():
     assert SKYRL_GYM_IDS | {"arithmetic", "synthetic", "llm_as_a_judge"} <= set(gym.registered())
+
+
+def test_the_compilers_list_of_environments_is_what_the_runtime_registers():
+    from importlib.metadata import entry_points
+
+    from rlc.core.runtime_facts import BUILTIN_ENVS, CHAT_TEMPLATE_NAMES, SKYRL_GYM_ENVS
+    from rlc.runtime.chat import NAMED_TEMPLATES
+
+    extensions = {ep.name for ep in entry_points(group=gym.ENV_GROUP)}
+    assert set(BUILTIN_ENVS) == set(gym.registered()) - extensions
+    # skyrl-gym's own registry, in a process where rlc has registered nothing over it
+    own = subprocess.run(
+        [sys.executable, "-c", "import skyrl_gym; print(' '.join(sorted(skyrl_gym.registry)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert set(SKYRL_GYM_ENVS) == set(own.stdout.split())
+    assert CHAT_TEMPLATE_NAMES == tuple(sorted(NAMED_TEMPLATES))
 
 
 def test_an_unknown_environment_names_the_ones_there_are():
