@@ -306,18 +306,23 @@ class FSDPWorker(TrainWorker):
         step = split.length // split.size
         start = split.rank * step
         mine = valid & (where >= start) & (where < start + step)
-        logits = self.model(**kwargs).logits  # (split rows, step, vocab)
-        flat = (row * step + where - start)[mine]
+        # Padded, the vocabulary head runs on this rank's positions from the first that predicts a response token
+        # (`_keep`); at least one, so that it takes part in backward on every rank.
+        keep = step if self.packing else min(step, max(start + step - (plen - 1), 1))
+        logits = self.model(**kwargs, **(self._keep(keep) if keep < step else {})).logits
+        keep = logits.shape[1]  # a model without logits_to_keep returns every position
+        flat = (row * keep + where - (start + step - keep))[mine]
         scored = score_tokens(logits, mb.response_ids[mine], self.s.temperature, entropy=want_entropy, rows=flat)
         outs: list[torch.Tensor | None] = []
         for part in scored:
             if part is None:
                 outs.append(None)
                 continue
-            here = part.new_zeros(logits.shape[0] * step).index_put((flat,), part)
+            here = part.new_zeros(logits.shape[0] * keep).index_put((flat,), part).view(-1, keep)
+            here = torch.nn.functional.pad(here, (step - keep, 0))  # this rank's positions, the unscored ones 0
             if not flat.numel():  # no response token here: the vocabulary head still takes part in backward
                 here = here + 0.0 * logits.sum()
-            whole = split.gather(here.view(logits.shape[0], step))
+            whole = split.gather(here)
             outs.append(whole[row, where].masked_fill(~valid, 0.0))
         return outs[0], outs[1]
 
