@@ -722,7 +722,7 @@ class _Step:
                 reason = "the training micro-batches' token budget (use_dynamic_batching: true)"
                 self.changes.append(Change("transformed", budget_key, target, line, budget, budget, reason=reason))
             else:
-                reason = f"{target} is also set ({_show(existing)}) and wins"
+                reason = f"{target} is also set ({show_value(existing)}) and wins"
                 self.changes.append(
                     Change("dropped", budget_key, target, line, budget, reason=reason, severity="warning")
                 )

@@ -231,7 +231,7 @@ def _sglang_off(value: Any, get: Callable[[str], Any]) -> bool:
 
 # A SkyRL branch's dynamic batching: the flag, then its training budgets (newest spelling first) and the forward
 # passes' own budget (which fell back to max_token_len_per_gpu). SkyRL 0.4 spells the training budget
-# trainer.max_tokens_per_microbatch (`legacy._Step.token_budget`).
+# trainer.max_tokens_per_microbatch (`skyrl._Step.token_budget`).
 DYNAMIC_BATCHING = "trainer.use_dynamic_batching"
 TOKEN_BUDGETS = ("trainer.max_token_len_per_gpu_train", "trainer.max_token_len_per_gpu")
 FORWARD_BUDGET = "trainer.max_token_len_per_gpu_forward"
