@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.roles import critic_on, fsdp_roles, ref_on
 from rlc.compiler.rules.base import Context, num, rule
 
 B, MP, MC = "trainer.train_batch_size", "trainer.policy_mini_batch_size", "trainer.critic_mini_batch_size"
@@ -321,11 +321,7 @@ def mini_batch_spreads_evenly(c: Context):
 def fsdp_world_divisible_by_sequence_parallel(c: Context):
     # The fsdp2 worker splits each row over groups of sp consecutive ranks: a world sp does not divide has no such
     # groups, and the worker refuses it at start-up.
-    for role in ("policy", "critic", "ref"):
-        if (role == "critic" and not critic_on(c.s)) or (role == "ref" and not ref_on(c.s)):
-            continue
-        if c.megatron and role != "critic":
-            continue  # Megatron has no Ulysses (RLC-E504)
+    for role in fsdp_roles(c.s):  # Megatron has no Ulysses (RLC-E504)
         w, sp = c.world(role), getattr(c.t, role).sequence_parallel_size
         if w and isinstance(sp, int) and sp > 0 and w % sp:
             yield c.error(

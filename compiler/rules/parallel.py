@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 
-from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.roles import critic_on, fsdp_roles, ref_on
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
 
@@ -237,6 +237,8 @@ def fsdp_size_divides_world(c: Context):
     "trainer.policy.model_config_kwargs",
     "trainer.ref.model_config_kwargs",
     "trainer.critic.model_config_kwargs",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
     "trainer.strategy",
 )
 def sequence_parallel_divides_heads(c: Context):
@@ -244,12 +246,10 @@ def sequence_parallel_divides_heads(c: Context):
     # the fsdp2 worker repeats them up to lcm(kv heads, sp).
     from rlc.compiler.model_size import find_config
 
-    for role in ("policy", "ref", "critic"):
+    for role in fsdp_roles(c.s):
         cfg = getattr(c.t, role)
         sp = cfg.sequence_parallel_size
-        if not isinstance(sp, int) or sp <= 1 or (role == "critic" and not critic_on(c.s)):
-            continue
-        if (role == "ref" and not ref_on(c.s)) or (c.megatron and role != "critic"):
+        if not isinstance(sp, int) or sp <= 1:
             continue
         path = cfg.model.path or (c.t.policy.model.path if role == "ref" else None)
         if not isinstance(path, str) or not path:
