@@ -213,7 +213,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
 @click.option(
     "--target",
     "target",
-    type=click.Choice(["skypilot", "ray", "kuberay", "all"]),
+    type=click.Choice(["skypilot", "ray", "kuberay", "slurm", "all"]),
     default="all",
     show_default=True,
     help="Which launch files to write besides resolved.yaml and plan.json.",
@@ -300,6 +300,18 @@ def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args:
     if not result.ok or result.plan is None:
         sys.exit(_emit(result.diagnostics, "text", ""))
     _warn(result.diagnostics)
+    if result.analysis.spec.launch.target == "slurm":  # interim hook until the target registry lands
+        from rlc.compiler.targets.slurm import Slurm
+
+        compiled = build(result.analysis, result.plan, spec, ("slurm",))
+        target = Path(out_dir) if out_dir else Path("build") / compiled.name
+        write(compiled, target)
+        how = Slurm().launch(target, None)  # type: ignore[arg-type]
+        if shutil.which(how.argv[0]) is None:
+            click.echo(f"rlc launch: Slurm's `sbatch` command is not on PATH; {how.install_hint}", err=True)
+            sys.exit(EXIT_USAGE)
+        click.echo("$ " + " ".join(how.argv), err=True)
+        sys.exit(subprocess.call(how.argv))
     sky = shutil.which("sky")
     if sky is None:
         click.echo(

@@ -28,7 +28,7 @@ class Compiled:
     digest: str
 
 
-TARGETS = ("skypilot", "ray", "kuberay")
+TARGETS = ("skypilot", "ray", "kuberay", "slurm")
 
 
 def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Compiled:
@@ -48,6 +48,12 @@ def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Com
         files.update(targets.ray_job(spec, digest, label))
     if "kuberay" in wanted:
         files["kuberay/rayjob.yaml"] = targets.kuberay(spec, plan_json, dict(files), label, digest)
+    if "slurm" in wanted:  # interim hook until the target registry lands
+        from rlc.compiler.targets.base import TargetInput
+        from rlc.compiler.targets.slurm import Slurm
+
+        job = TargetInput(spec, plan_json, dict(files), label, digest, f"build/{spec.name}")
+        files.update(Slurm().files(job))
     return Compiled(spec.name, files, digest)
 
 
