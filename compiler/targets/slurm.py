@@ -6,6 +6,7 @@ newlines out of names, and free text (an option's value, the working directory) 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -16,36 +17,54 @@ SCRIPT = "slurm/job.sbatch"
 _PLAIN = re.compile(r"[A-Za-z0-9_.,:+=@%/&|*()\[\]^~-]+")
 
 
-def sbatch_word(value: object) -> str:
-    """`value` as one argument on an `#SBATCH` line: sbatch groups quoted text and takes a backslash as an escape."""
+def sbatch_word(value: object) -> str | None:
+    """`value` as one argument on an `#SBATCH` line (sbatch groups quoted text and takes a backslash as an escape);
+    None for text no such line can carry (a newline or another control character)."""
     text = str(value)
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
-        raise ValueError(f"{text!r} has a control character, which no #SBATCH line can carry")
+        return None
     if _PLAIN.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _amount(value: int | str) -> float:
-    """A cluster size field (N or N+, 'at least N') as a number."""
-    return float(str(value).strip().rstrip("+"))
+def amount(value: int | str) -> float | None:
+    """A cluster size (N, or N+ for 'at least N') as a positive number; None when it is not one."""
+    try:
+        number = float(str(value).strip().removesuffix("+"))
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
 
 
-def sbatch_options(spec, plan: dict) -> list[str]:
-    """The `#SBATCH` options after --job-name, --nodes and --ntasks-per-node, in a fixed order."""
+def sbatch_lines(spec, plan: dict) -> list[str]:
+    """The `#SBATCH` lines after --job-name, --nodes and --ntasks-per-node, in a fixed order. A value Slurm cannot
+    take (the compiler refuses it for launch.target slurm) is left out with a comment saying so."""
     cluster, slurm = spec.cluster, spec.launch.slurm
     per_node, device = plan["cluster"]["gpus_per_node"], plan["cluster"]["device"]
-    options = []
+    lines: list[str] = []
+
+    def add(option: str, key: str | None = None, value: object = None, text: str | None = "") -> None:
+        if text is None:
+            lines.append(
+                f"# rlc: {key} = {json.dumps(str(value))} cannot be written here; {option.rstrip('=')} left out"
+            )
+        else:
+            lines.append(f"#SBATCH {option}{text}")
+
     if cluster.cpus_per_node is not None:  # Slurm allocates whole CPUs: "at least 2.5" is 3
-        options.append(f"--cpus-per-task={math.ceil(_amount(cluster.cpus_per_node))}")
+        cpus = amount(cluster.cpus_per_node)
+        count = None if cpus is None else str(math.ceil(cpus))
+        add("--cpus-per-task=", "cluster.cpus_per_node", cluster.cpus_per_node, count)
     elif device == "CPU":  # a CPU-only run's slots are CPUs
-        options.append(f"--cpus-per-task={per_node}")
+        add(f"--cpus-per-task={per_node}")
     if device == "GPU":
         gpus = f"{slurm.gpu_type}:{per_node}" if slurm.gpu_type else str(per_node)
-        options.append(f"--gres=gpu:{gpus}" if slurm.gpu_request == "gres" else f"--gpus-per-node={gpus}")
+        add(f"--gres=gpu:{gpus}" if slurm.gpu_request == "gres" else f"--gpus-per-node={gpus}")
     if cluster.memory_per_node is not None:
-        gb = _amount(cluster.memory_per_node)
-        options.append(f"--mem={int(gb)}G" if gb == int(gb) else f"--mem={math.ceil(gb * 1024)}M")
+        gb = amount(cluster.memory_per_node)
+        mem = None if gb is None else f"{int(gb)}G" if gb == int(gb) else f"{math.ceil(gb * 1024)}M"
+        add("--mem=", "cluster.memory_per_node", cluster.memory_per_node, mem)
     for flag, value in (
         ("time", slurm.time_limit),
         ("partition", slurm.partition),
@@ -54,13 +73,13 @@ def sbatch_options(spec, plan: dict) -> list[str]:
         ("constraint", slurm.constraint),
     ):
         if value is not None:
-            options.append(f"--{flag}={sbatch_word(value)}")
+            add(f"--{flag}=", f"launch.slurm.{flag}", value, sbatch_word(value))
     if spec.launch.workdir not in (None, "."):
-        options.append(f"--chdir={sbatch_word(spec.launch.workdir)}")
-    for option in slurm.sbatch_args:
+        add("--chdir=", "launch.workdir", spec.launch.workdir, sbatch_word(spec.launch.workdir))
+    for i, option in enumerate(slurm.sbatch_args):
         name, eq, value = option.partition("=")
-        options.append(f"{name}={sbatch_word(value)}" if eq else name)
-    return options
+        add(f"{name}=" if eq else name, f"launch.slurm.sbatch_args[{i}]", option, sbatch_word(value) if eq else "")
+    return lines
 
 
 class Slurm:
@@ -81,7 +100,7 @@ class Slurm:
             "digest": job.digest,
             "script_path": f"{job.out_dir}/{SCRIPT}",
             "name": spec.name,
-            "options": sbatch_options(spec, job.plan),
+            "sbatch_lines": sbatch_lines(spec, job.plan),
             "job_dir": job_dir(spec),
             "envs": sorted((k, str(v)) for k, v in envs.items()),
             "secrets": sorted(spec.launch.secrets),
