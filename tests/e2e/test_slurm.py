@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, run_rlc
+from conftest import EXAMPLES, multinode_overrides, run_rlc
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -53,25 +53,11 @@ def job_env(tmp_path, rlc_cache):
 
 
 def _overrides(tmp_path: Path, name: str, steps: int, *extra: str) -> list[str]:
-    """The local example on every node x 1 CPU slot, its data and outputs in the test directory."""
-    data = tmp_path / "data"
-    if not (data / "train.parquet").exists():
-        made = run_rlc("data", "synthetic", "-o", str(data), "--train", str(steps * 16), "--validation", "16")
-        assert made.returncode == 0, made.stderr
+    """The local example on every node x 1 CPU slot, as a Slurm job."""
     return [
+        *multinode_overrides(tmp_path, name, steps, HOSTS),
         "launch.target=slurm",
-        f"cluster.num_nodes={HOSTS}",
-        "cluster.gpus_per_node=1",
-        "trainer.micro_train_batch_size_per_gpu=64",
-        "trainer.micro_forward_batch_size_per_gpu=64",
-        f"data.train_data=['{data / 'train.parquet'}']",
-        "data.val_data=[]",
-        f"trainer.log_path={tmp_path / 'runs'}",
-        f"trainer.run_name={name}",
-        f"trainer.ckpt_path={tmp_path / 'ckpts' / name}",
-        f"trainer.export_path={tmp_path / 'exports'}",
         f"launch.ray_port={slurmsim._free_port()}",  # one host: the machine's network, where other tests run Ray
-        "launch.envs={RLC_DIST_TIMEOUT_S: '20'}",
         *extra,
     ]
 
