@@ -144,6 +144,7 @@ def test_launch_trains_on_every_node_a_cancel_leaves_nothing_and_a_rerun_resumes
     _gone(rerun)
     assert f"resumed from {tmp_path / 'ckpts' / name / f'global_step_{saved}'} at step {saved}" in log, log[-3000:]
     assert f"{HOSTS} node(s) with {HOSTS} CPU joined the Ray cluster" in log
+    assert "srun: error" not in log and "CANCELLED" not in log, log[-3000:]  # Ray stopped cleanly on every node
     assert [m["step"] for m in _metrics(tmp_path, name)][-1] == steps
     placed = json.loads((tmp_path / "runs" / name / "placement.json").read_text())
     ips = {n.addr for n in slurm.nodes}
