@@ -11,7 +11,16 @@ import math
 import re
 from pathlib import Path
 
-from rlc.compiler.targets.base import Launch, TargetInput, heredoc_end, job_dir, node_context, render, setup_line
+from rlc.compiler.targets.base import (
+    Launch,
+    TargetInput,
+    heredoc_end,
+    job_dir,
+    job_envs,
+    node_context,
+    render,
+    setup_line,
+)
 
 SCRIPT = "slurm/job.sbatch"
 _PLAIN = re.compile(r"[A-Za-z0-9_.,:+=@%/&|*()\[\]^~-]+")
@@ -91,18 +100,17 @@ class Slurm:
     def files(self, job: TargetInput) -> dict[str, str]:
         spec = job.spec
         node = node_context(spec, job.plan)
-        envs = {**spec.launch.envs, **spec.launch.trainer_envs, **spec.launch.inference_envs}
         setup = [setup_line(line) for line in spec.launch.setup]
         resolved, plan = job.files["resolved.yaml"].rstrip("\n"), job.files["plan.json"].rstrip("\n")
         ctx = {
             **node,
             "source": job.source,
             "digest": job.digest,
-            "script_path": f"{job.out_dir}/{SCRIPT}",
+            "script_path": f"build/{spec.name}/{SCRIPT}",  # as sky.yaml names itself: the bytes stay the same
             "name": spec.name,
             "sbatch_lines": sbatch_lines(spec, job.plan),
             "job_dir": job_dir(spec),
-            "envs": sorted((k, str(v)) for k, v in envs.items()),
+            "envs": sorted((k, str(v)) for k, v in job_envs(spec).items()),
             "secrets": sorted(spec.launch.secrets),
             "setup": setup,
             "resolved": resolved,

@@ -123,7 +123,7 @@ def test_launch_trains_on_every_node_a_cancel_leaves_nothing_and_a_rerun_resumes
     assert launched.returncode == 0, launched.stderr
     job = re.search(r"Submitted batch job (\d+)", launched.stdout).group(1)
     script = out / "slurm" / "job.sbatch"
-    assert f"$ sbatch {script}" in launched.stderr
+    assert f"sbatch {script}\n" in launched.stderr  # what rlc launch ran
 
     marker = tmp_path / "ckpts" / name / "latest_ckpt_global_step.txt"
     deadline = time.monotonic() + 300
