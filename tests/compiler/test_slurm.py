@@ -144,3 +144,25 @@ def test_launch_without_sbatch_is_a_usage_error(tmp_path):
     )
     assert result.returncode == 2, result.stderr
     assert "`sbatch` command is not on PATH" in result.stderr and "login node" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "extra, refused",
+    [
+        (["launch.slurm.partition=gpu", "launch.slurm.sbatch_args=[--part=debug]"], "--partition"),
+        (["launch.slurm.sbatch_args=[--gpus=4]"], "--gpus"),
+        (["launch.slurm.sbatch_args=['--node=3']"], "--nodes"),
+        (
+            ["launch.slurm.sbatch_args=[--mem=0, --nodelist=n1]"],
+            None,
+        ),  # rlc writes no --mem here; --nodelist is no --nodes
+        (["launch.target=skypilot", "launch.slurm.sbatch_args=[--nodes=3]"], None),  # only the slurm target checks
+    ],
+)
+def test_sbatch_args_that_set_what_rlc_writes_are_refused(tmp_path, extra, refused):
+    args = ["compile", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "-o", str(tmp_path / "out"), "launch.target=slurm"]
+    result = run_rlc(*args, *extra)
+    if refused is None:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode == 1 and "RLC-E911" in result.stderr and f"writes as {refused} " in result.stderr
