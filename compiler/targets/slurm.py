@@ -15,12 +15,12 @@ from rlc.compiler.targets.base import (
     Launch,
     TargetInput,
     heredoc_end,
-    job_dir,
     job_envs,
     node_context,
     render,
     setup_line,
 )
+from rlc.spec.root import RlcSpec
 
 SCRIPT = "slurm/job.sbatch"
 _PLAIN = re.compile(r"[A-Za-z0-9_.,:+=@%/&|*()\[\]^~-]+")
@@ -46,7 +46,7 @@ def amount(value: int | str) -> float | None:
     return number if math.isfinite(number) and number > 0 else None
 
 
-def sbatch_lines(spec, plan: dict) -> list[str]:
+def sbatch_lines(spec: RlcSpec, plan: dict) -> list[str]:
     """The `#SBATCH` lines after --job-name, --nodes and --ntasks-per-node, in a fixed order. A value Slurm cannot
     take (the compiler refuses it for launch.target slurm) is left out with a comment saying so."""
     cluster, slurm = spec.cluster, spec.launch.slurm
@@ -74,15 +74,10 @@ def sbatch_lines(spec, plan: dict) -> list[str]:
         gb = amount(cluster.memory_per_node)
         mem = None if gb is None else f"{int(gb)}G" if gb == int(gb) else f"{math.ceil(gb * 1024)}M"
         add("--mem=", "cluster.memory_per_node", cluster.memory_per_node, mem)
-    for flag, value in (
-        ("time", slurm.time_limit),
-        ("partition", slurm.partition),
-        ("account", slurm.account),
-        ("qos", slurm.qos),
-        ("constraint", slurm.constraint),
-    ):
+    for flag, key in (("time", "time_limit"), *((k, k) for k in ("partition", "account", "qos", "constraint"))):
+        value = getattr(slurm, key)
         if value is not None:
-            add(f"--{flag}=", f"launch.slurm.{flag}", value, sbatch_word(value))
+            add(f"--{flag}=", f"launch.slurm.{key}", value, sbatch_word(value))
     if spec.launch.workdir not in (None, "."):
         add("--chdir=", "launch.workdir", spec.launch.workdir, sbatch_word(spec.launch.workdir))
     for i, option in enumerate(slurm.sbatch_args):
@@ -94,7 +89,7 @@ def sbatch_lines(spec, plan: dict) -> list[str]:
 class Slurm:
     name = "slurm"
     summary = (
-        "slurm/job.sbatch: a Slurm batch script that starts Ray on its nodes with srun and trains; sbatch submits it"
+        "slurm/job.sbatch: a batch script that starts Ray on its nodes with srun; `rlc launch` runs `sbatch` on it"
     )
 
     def files(self, job: TargetInput) -> dict[str, str]:
@@ -109,7 +104,6 @@ class Slurm:
             "script_path": f"build/{spec.name}/{SCRIPT}",  # as sky.yaml names itself: the bytes stay the same
             "name": spec.name,
             "sbatch_lines": sbatch_lines(spec, job.plan),
-            "job_dir": job_dir(spec),
             "envs": sorted((k, str(v)) for k, v in job_envs(spec).items()),
             "secrets": sorted(spec.launch.secrets),
             "setup": setup,
