@@ -169,7 +169,7 @@ LONGEST_FIRST = (
     "test_run.py",  # ~330 s: end-to-end runs
     "test_multinode.py",  # ~250 s: the SkyPilot task on two simulated hosts
     "test_run_options.py",  # ~175 s: a short run per algorithm option
-    "test_slurm.py",  # ~150 s: the Slurm batch job on a real Slurm of two simulated hosts
+    "test_slurm.py",  # ~250 s: batch jobs on a real Slurm of two simulated hosts
     "test_megatron.py",  # ~140 s
     "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv
     "test_fsdp.py",

@@ -209,3 +209,14 @@ def test_a_missing_secret_fails_the_job_before_anything_starts(slurm, tmp_path, 
     assert state["JobState"] == "FAILED", log
     assert "the secret RLC_SLURM_TEST_SECRET is not set" in log and "Ray runtime started" not in log, log
     _gone(job)
+
+
+def test_an_environment_without_rlc_fails_the_job_saying_so(slurm, tmp_path, job_env):
+    """The job runs in the environment sbatch was called from: one whose python3 lacks rlc's runtime is named."""
+    script = _compile(tmp_path, "slurm-no-rlc", 1)
+    job = _submit(slurm, script, {**job_env, "PATH": "/usr/bin:/bin"})
+    state = slurm.wait(job, 120)
+    log = _output(script.parent, job)
+    assert state["JobState"] == "FAILED", log
+    assert "cannot import rlc's runtime and Ray" in log and "Ray runtime started" not in log, log
+    _gone(job)
