@@ -267,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     except SlurmSimError as exc:
         print(f"slurmsim: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
