@@ -147,8 +147,8 @@ def test_launch_trains_on_every_node_a_cancel_leaves_nothing_and_a_rerun_resumes
     assert "srun: error" not in log and "CANCELLED" not in log, log[-3000:]  # Ray stopped cleanly on every node
     assert [m["step"] for m in _metrics(tmp_path, name)][-1] == steps
     placed = json.loads((tmp_path / "runs" / name / "placement.json").read_text())
-    ips = {n.addr for n in slurm.nodes}
-    assert {r["ip"] for r in placed["roles"]["policy"]} == ips  # one rank on each Slurm node
+    ips = {r["ip"] for r in placed["roles"]["policy"]}  # one rank on each Slurm node (one host: its own address)
+    assert len(ips) == HOSTS and (HOSTS == 1 or ips == {n.addr for n in slurm.nodes})
 
 
 @pytest.mark.skipif(HOSTS < 2, reason=f"one Slurm node only: {TWO_HOSTS_REASON}")
