@@ -173,6 +173,7 @@ LONGEST_FIRST = (
     "test_megatron.py",  # ~140 s
     "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv
     "test_fsdp.py",
+    "test_ulysses.py",  # ~65 s: ranks of 1, 2 and 4 processes
     "test_ray_job.py",
     "test_properties.py",
 )

@@ -108,12 +108,22 @@ CASES = {
           n_samples_per_prompt: 3
         """,
     ),
-    "RLC-W102": (
+    "RLC-E110": (
         "trainer.policy.sequence_parallel_size",
         """
         trainer:
           policy:
             sequence_parallel_size: 3  # <-
+        """,
+    ),
+    "RLC-W103": (
+        "trainer.max_tokens_per_microbatch",
+        """
+        trainer:
+          max_prompt_length: 512
+          max_tokens_per_microbatch: 1024  # <-
+        generator:
+          sampling_params: {max_generate_length: 1024}
         """,
     ),
     "RLC-E201": (
@@ -435,6 +445,15 @@ CASES = {
             model: {path: FIXTURES/model-14-heads}
             megatron_config:
               tensor_model_parallel_size: 4  # <-
+        """,
+    ),
+    "RLC-E512": (
+        "trainer.policy.sequence_parallel_size",
+        """
+        trainer:
+          policy:
+            model: {path: FIXTURES/model-14-heads}
+            sequence_parallel_size: 4  # <-
         """,
     ),
     "RLC-E507": (
