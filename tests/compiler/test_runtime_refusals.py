@@ -80,6 +80,11 @@ REFUSALS_MANY = [
         "RLC-E508",
         "generator.inference_engine.pipeline_parallel_size",
     ),
+    # workers/ulysses.py: groups of sp ranks split each row, each rank taking whole heads (Qwen2.5-1.5B has 12).
+    (VLLM_GPU, ("trainer.policy.sequence_parallel_size=3",), "RLC-E110", "trainer.policy.sequence_parallel_size"),
+    (VLLM_GPU, ("trainer.policy.sequence_parallel_size=8",), "RLC-E512", "trainer.policy.sequence_parallel_size"),
+    # The megatron worker cuts micro-batches by rows only.
+    (MEGATRON, ("trainer.max_tokens_per_microbatch=8192",), "RLC-E903", "trainer.max_tokens_per_microbatch"),
     # vLLM's EngineArgs has no max_lora_rank above 512.
     (
         VLLM_GPU,
@@ -177,6 +182,9 @@ def test_validate_refuses_what_the_runtime_refuses_with_several_overrides(
             ("trainer.policy.megatron_config.optimizer_config_kwargs.use_distributed_optimizer=false",),
             "RLC-E511",
         ),
+        (VLLM_GPU, ("trainer.policy.sequence_parallel_size=4", "trainer.ref.sequence_parallel_size=2"), "RLC-E110"),
+        (VLLM_GPU, ("trainer.policy.sequence_parallel_size=4", "trainer.ref.sequence_parallel_size=2"), "RLC-E512"),
+        (VLLM_GPU, ("trainer.max_tokens_per_microbatch=8192",), "RLC-E903"),
         # fsdp2 hands target_modules to PEFT, which knows the model's own module names.
         (VLLM_GPU, (*LORA, "trainer.policy.model.lora.target_modules=qkv_proj"), "RLC-E510"),
     ],
