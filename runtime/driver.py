@@ -58,30 +58,45 @@ def encode_prompt(tokenizer, prompt) -> list[int]:
 
 
 class RayEngines:
-    """The generator's engines: the job's engine actors, each given an even share of a turn's prompts.
+    """The generator's engines: the job's engine actors, each given the prompts of its share of the groups.
 
-    Every engine call gets its own seed from (step, draw, turn); the first turn's is what single-turn rollouts
-    have always used, so their samples are unchanged."""
+    Group g of `count` goes to engine g // ceil(count / engines), so a trajectory's turns all reach the engine
+    that holds its cached prefix, and the first turn's split (and every engine call's seed, from step, draw and
+    turn) is what single-turn rollouts have always used."""
 
     def __init__(self, ray, engines: list, seed: int):
         self.ray, self.engines, self.seed = ray, engines, seed
 
-    def submit(self, prompts: list[list[int]], sampling: Sampling, n: int, key: tuple[int, int, int]) -> list:
+    def submit(
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        n: int,
+        key: tuple[int, int, int],
+        groups: list[int],
+        count: int,
+    ) -> tuple[list, list[list[int]]]:
         step, draw, turn = key
-        per = -(-len(prompts) // len(self.engines))
-        return [
+        per = -(-count // len(self.engines))
+        shares: list[list[int]] = [[] for _ in self.engines]
+        for i, g in enumerate(groups):
+            shares[min(g // per, len(self.engines) - 1)].append(i)
+        refs = [
             e.generate.remote(
-                prompts[i * per : (i + 1) * per],
-                sampling,
-                n,
-                seed_for(self.seed, step, i + 1000 * draw + 100_000 * turn),
+                [prompts[i] for i in share], sampling, n, seed_for(self.seed, step, k + 1000 * draw + 100_000 * turn)
             )
-            for i, e in enumerate(self.engines)
-            if prompts[i * per : (i + 1) * per]
+            for k, (e, share) in enumerate(zip(self.engines, shares))
+            if share
         ]
+        return refs, [share for share in shares if share]
 
-    def result(self, refs: list) -> list[list]:
-        return [c for ref in refs for c in self.ray.get(ref)]
+    def result(self, handle: tuple[list, list[list[int]]]) -> list[list]:
+        refs, shares = handle
+        out: list = [None] * sum(len(s) for s in shares)
+        for ref, share in zip(refs, shares):
+            for i, completions in zip(share, self.ray.get(ref)):
+                out[i] = completions
+        return out
 
 
 class Driver:

@@ -36,8 +36,12 @@ ERROR_CHARS = 300
 class Engines(Protocol):
     """Where the generator's turns are sampled: the job's engines, behind one call."""
 
-    def submit(self, prompts: list[list[int]], sampling: Any, n: int, key: tuple[int, int, int]) -> Any:
-        """Start sampling `n` completions of each prompt; `key` (step, draw, turn) seeds it. Returns a handle."""
+    def submit(
+        self, prompts: list[list[int]], sampling: Any, n: int, key: tuple[int, int, int], groups: list[int], count: int
+    ) -> Any:
+        """Start sampling `n` completions of each prompt; `key` (step, draw, turn) seeds it, and `groups` (each
+        prompt's group among `count`) keeps a trajectory's turns on one engine (its cached prefix). Returns a
+        handle."""
         ...
 
     def result(self, handle: Any) -> list[list[Any]]:
@@ -159,11 +163,14 @@ class Generator:
                     self._first_context(t)
         first = [trajs[i * n].ids if not trajs[i * n].error else rows[i][1] for i in range(len(rows))]
         shared = all(t.error or t.ids == first[t.group] for t in trajs)
+        count = len(rows)
         if shared:  # the usual case: init left the prompt as it was, or changed it alike for every sample
-            handle = self.engines.submit([list(p) for p in first], sampling, n, (*key, 0))
+            handle = self.engines.submit([list(p) for p in first], sampling, n, (*key, 0), list(range(count)), count)
         else:
-            handle = self.engines.submit([t.ids for t in trajs], sampling, 1, (*key, 0))
-        return _Pending(trajs, handle, shared, n, sampling, key)
+            handle = self.engines.submit(
+                [t.ids for t in trajs], sampling, 1, (*key, 0), [t.group for t in trajs], count
+            )
+        return _Pending(trajs, handle, shared, n, sampling, key, count)
 
     def finish(self, pending: _Pending) -> list[Rollout]:
         trajs, sampling = pending.trajectories, pending.sampling
@@ -195,7 +202,10 @@ class Generator:
             live = [t for t in live if not t.done]
             if not live:
                 break
-            handle = self.engines.submit([t.ids for t in live], sampling, 1, (*pending.key, number))
+            groups = [t.group for t in live]
+            handle = self.engines.submit(
+                [t.ids for t in live], sampling, 1, (*pending.key, number), groups, pending.count
+            )
             completions = [g[0] for g in self.engines.result(handle)]
         for t in trajs:
             t.metrics = self._env_metrics(t)
@@ -387,6 +397,7 @@ class _Pending:
     n: int
     sampling: Any
     key: tuple[int, int]
+    count: int  # groups (rows) in the batch
 
 
 def gym_extras(row: dict, max_turns: int) -> dict:

@@ -72,7 +72,7 @@ class RecordingEngines:
     def __init__(self, engine):
         self.engine, self.calls = engine, []
 
-    def submit(self, prompts, sampling, n, key):
+    def submit(self, prompts, sampling, n, key, groups, count):
         step, draw, turn = key
         out = self.engine.generate(prompts, sampling, n, seed_for(7, step, draw * 1000 + turn * 100_000))
         self.calls.append((prompts, n, out))
@@ -267,3 +267,26 @@ def test_zero_reward_on_non_stop_zeroes_every_turns_reward(model):
     rollouts = gen.run(rows(tok, {"turns": 2}), Sampling(max_generate_length=2, temperature=1.0), 4, (1, 0))
     cut = [r for r in rollouts if r.finish_reason == "length"]
     assert cut and all(r.zeroed and not any(r.token_rewards) for r in cut)
+
+
+def test_the_engines_prompt_cache_changes_no_trajectory(model, tiny_chat_model):
+    from rlc.runtime.inference.hf import HFEngine
+
+    tok, plain = model
+    cached = HFEngine(
+        tiny_chat_model,
+        tokenizer=tok,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        prompt_cache_bytes=1 << 26,
+    )
+    batch = rows(tok, {"turns": 3}, {"turns": 2}, {"turns": 4})
+    want = generator((tok, plain))[0].run(batch, SAMPLING, 2, (3, 0))
+    continued, whole = [], cached._prefill_continuing
+    cached._prefill_continuing = lambda prompts, found: continued.append(len(prompts)) or whole(prompts, found)
+    gen, engines = generator((tok, cached))
+    got = gen.run(batch, SAMPLING, 2, (3, 0))
+    assert continued == [len(call[0]) for call in engines.calls[1:]]  # every later turn ran only its new tokens
+    for g, w in zip(got, want, strict=True):
+        assert (g.response_ids, g.loss_mask, g.turns) == (w.response_ids, w.loss_mask, w.turns)
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
