@@ -36,17 +36,20 @@ def free_address() -> tuple[str, int]:
 
 
 def lr_lambda(scheduler: str, warmup: int, total: int):
-    """The learning-rate factor of an optimizer step (constant / constant_with_warmup / linear / cosine)."""
+    """The learning-rate factor of optimizer step `step` (0-based), as Hugging Face's `get_scheduler` (SkyRL's)
+    gives it for constant / constant_with_warmup / linear / cosine: warm-up from 0 at the first step."""
 
     def factor(step: int) -> float:
-        if scheduler != "constant" and warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if scheduler in ("constant", "constant_with_warmup"):
+        if scheduler == "constant":
             return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if step < warmup:
+            return step / max(1, warmup)
+        if scheduler == "constant_with_warmup":
+            return 1.0
         if scheduler == "linear":
-            return max(0.0, 1.0 - progress)
-        return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
+            return max(0.0, (total - step) / max(1, total - warmup))
+        progress = (step - warmup) / max(1, total - warmup)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))  # cosine, half a cycle
 
     return factor
 

@@ -315,18 +315,20 @@ class FSDPWorker(TrainWorker):
             (loss * self.world_size).backward()
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optimizer_config.max_grad_norm)
+        # max_grad_norm 0 turns clipping off, as in SkyRL (the norm is still measured: an infinite bound scales by 1).
+        bound = self.config.optimizer_config.max_grad_norm or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), bound)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         grad_norm = float(grad_norm)
-        if math.isfinite(grad_norm):
+        lr = self.scheduler.get_last_lr()[0]  # this step's, before the scheduler moves on
+        finite = math.isfinite(grad_norm)
+        if finite:  # a non-finite gradient skips the step, and the schedule waits for the next real one (SkyRL)
             self.optimizer.step()
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
         self.optimizer_steps += 1
-        sums.update(
-            grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0], skipped=float(not math.isfinite(grad_norm))
-        )
+        sums.update(grad_norm=grad_norm, lr=lr, skipped=float(not finite))
         return sums
 
     def _policy_loss(self, mb: TrainBatch, totals: dict) -> tuple[torch.Tensor, dict]:

@@ -222,3 +222,46 @@ def test_shared_prompts_give_the_whole_rows_loss_and_gradient(tiny_model):
     # level (near eps) moves by a rounding-dependent fraction of lr, so the bound is lr / 100, not 1e-5.
     for name, value in whole[2].items():
         torch.testing.assert_close(shared[2][name], value, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def _schedule_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    optimizer = {"lr": 1e-2, "num_warmup_steps": 3, "scheduler": "linear"}
+    spec = default_model().to_typed({"version": 1, "trainer": {"policy": {"optimizer_config": optimizer}}})
+    worker = FSDPWorker(
+        WorkerSettings("policy", model_path, micro_train_batch_size=4, total_optimizer_steps=6),
+        spec.trainer.policy,
+        spec.trainer.algorithm,
+        rank,
+        world,
+    )
+    worker.setup("127.0.0.1", port)
+    batch = _batch(worker.model.config.vocab_size)
+    poisoned = batch.select(slice(None))
+    poisoned.advantages = batch.advantages.clone()
+    poisoned.advantages[0, 0] = float("nan")  # a token in the loss: the gradient is NaN
+    steps = []
+    for b in (batch, poisoned, batch, batch):
+        metrics = worker.train_mini_batch(b, totals(b))
+        steps.append((metrics["lr"], metrics["skipped"], worker.full_state_dict()))
+    q.put((rank, steps))
+    worker.shutdown()
+
+
+def test_warmup_starts_at_zero_and_a_skipped_step_does_not_advance_the_schedule(tiny_model):
+    """As SkyRL (Hugging Face's linear schedule): the first step's lr is 0, so it moves nothing; a step whose
+    gradient is not finite changes nothing and leaves the schedule where it was."""
+    from transformers import AutoModelForCausalLM
+
+    steps = run_ranks(_schedule_rank, 1, tiny_model)[0]
+    assert [lr for lr, _, _ in steps] == pytest.approx([0.0, 1e-2 / 3, 1e-2 / 3, 2e-2 / 3])
+    assert [skipped for _, skipped, _ in steps] == [0.0, 1.0, 0.0, 0.0]
+    before = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    first, second, third = (s[2] for s in steps[:3])
+    assert all(torch.equal(first[n], before[n]) for n in first)  # lr 0
+    assert all(torch.equal(second[n], first[n]) for n in first)  # skipped
+    assert any(not torch.equal(third[n], second[n]) for n in first)
