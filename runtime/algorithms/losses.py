@@ -459,6 +459,62 @@ def sapo_token_loss(
     return torch.where(keep, token_loss, 0.0), metrics
 
 
+def rollout_is_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    rollout_log_probs: torch.Tensor,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token rollout-IS loss (GLM-5's agentic loss, SkyRL's `rollout_is`): -sg(w) * A * log p, where
+    w = r = p / p_rollout inside (1 - low, 1 + high) and 0 outside.
+
+    The ratio is against the engine's log-probs, not the old policy's: the loss needs no old log-probs. A token
+    whose ratio left the band gets no gradient at all (PPO would still let it move towards the band).
+    """
+    keep, (log_probs, rollout, advantages) = _present(mask, log_probs, rollout_log_probs, advantages)
+    ratio = _safe_exp((log_probs - rollout).detach())
+    inside = (ratio > 1.0 - eps_clip_low) & (ratio < 1.0 + eps_clip_high)
+    token_loss = -torch.where(inside, ratio, 0.0) * advantages * log_probs
+    metrics = {
+        "clip_fraction": _token_mean((~inside).float(), keep),
+        "ratio_mean": _token_mean(ratio, keep),
+    }
+    return torch.where(keep, token_loss, 0.0), metrics
+
+
+def importance_sampling_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token importance-sampled policy gradient (Tinker's and SkyRL's `importance_sampling`): -r * A with
+    r = p / p_old, neither clipped nor clamped."""
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    wide = torch.promote_types(log_probs.dtype, torch.float32)
+    ratio = (log_probs.to(wide) - old_log_probs.to(wide)).exp()
+    metrics = {"ratio_mean": _token_mean(ratio, keep), "approx_kl": _token_mean(old_log_probs - log_probs, keep)}
+    return torch.where(keep, -ratio * advantages, 0.0), metrics
+
+
+def cross_entropy_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token negative log-likelihood of the sampled tokens (SkyRL's `cross_entropy`, its SFT loss): -log p.
+
+    Advantages and old log-probs are not read: every response token in the loss mask is imitated.
+    """
+    keep, (log_probs,) = _present(mask, log_probs)
+    return torch.where(keep, -log_probs, 0.0), {}
+
+
 def _pick_at_random(candidates: torch.Tensor, count: int, generator: torch.Generator | None) -> torch.Tensor:
     """A bool tensor like `candidates` marking `count` of its True entries chosen uniformly (all if fewer)."""
     index = candidates.flatten().nonzero().squeeze(-1)
@@ -549,6 +605,9 @@ POLICY_TOKEN_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch
     "kl_cov": kl_cov_token_loss,
     "cispo": cispo_token_loss,
     "sapo": sapo_token_loss,
+    "rollout_is": rollout_is_token_loss,
+    "importance_sampling": importance_sampling_token_loss,
+    "cross_entropy": cross_entropy_token_loss,
 }
 # Scalar-loss forms of regular and dual_clip, which share one signature with the reduction options.
 POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
@@ -566,6 +625,9 @@ _LOSS_OPTIONS: dict[str, tuple[str, ...]] = {
     "kl_cov": ("kl_cov.kl_cov_frac", "kl_cov.ppo_kl_coef"),
     "cispo": ("cispo.cispo_eps_clip_low", "cispo.cispo_eps_clip_high"),
     "sapo": ("sapo.tau_pos", "sapo.tau_neg"),
+    "rollout_is": _PPO_CLIP,
+    "importance_sampling": (),
+    "cross_entropy": (),
 }
 
 

@@ -44,6 +44,20 @@ def test_skyrl_derivations(spec_file):
     assert s.trainer.policy.megatron_config.transformer_config_kwargs["recompute_granularity"] == "full"
 
 
+def test_rollout_is_asks_the_engines_for_their_log_probs(spec_file):
+    """rollout_is weighs each token by its ratio to the engine's log-probs (SkyRL asserts they are there)."""
+    text = """
+        version: 1
+        cluster: {gpus_per_node: 8, num_nodes: 1}
+        trainer: {logger: console, algorithm: {policy_loss_type: %s}}
+        generator: {sampling_params: {logprobs: null}}
+        """
+    a = _resolve(spec_file, text % "rollout_is")
+    assert a.spec.generator.sampling_params.logprobs == 1
+    assert a.resolution.derived["generator.sampling_params.logprobs"] == ["trainer.algorithm.policy_loss_type"]
+    assert _resolve(spec_file, text % "importance_sampling").spec.generator.sampling_params.logprobs is None
+
+
 def test_user_megatron_kwargs_are_back_filled(spec_file):
     a = _resolve(
         spec_file,

@@ -77,8 +77,11 @@ def test_options_read_from_the_algorithm_config():
 def test_worker_call_shape_for_every_loss(name):
     # As the worker calls it: the loss from the table, options from the config.
     logp = t([[-1.0, -2.0], [-0.5, -0.1]], grad=True)
+    options = defaults(name)
+    if name in spec.ROLLOUT_ANCHORED_LOSSES:  # the worker adds the engine's log-probs
+        options["rollout_log_probs"] = logp.detach() - 0.05
     token_loss, metrics = POLICY_TOKEN_LOSSES[name](
-        logp, logp.detach() + 0.05, t([[1.0, 1.0], [-1.0, -1.0]]), t([[1, 1], [1, 0]]), **defaults(name)
+        logp, logp.detach() + 0.05, t([[1.0, 1.0], [-1.0, -1.0]]), t([[1, 1], [1, 0]]), **options
     )
     assert token_loss.shape == (2, 2) and torch.isfinite(token_loss).all()
     assert all(v.dim() == 0 and not v.requires_grad and torch.isfinite(v) for v in metrics.values())
