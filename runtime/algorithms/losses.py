@@ -51,6 +51,7 @@ def score_tokens(
     vocab_start: int = 0,
     vocab_size: int | None = None,
     group: Any = None,
+    inplace_backward: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of each token id under softmax(logits / temperature), and the entropy when asked, in float32
     (float64 for float64 logits).
@@ -69,6 +70,11 @@ def score_tokens(
     Vocabulary parallel (Megatron's tensor parallelism): `logits` is this rank's columns, starting at global id
     `vocab_start`; columns at or past `vocab_size` (padding) get no probability; the normaliser and the chosen
     logit are summed over `group`. Each rank's backward is its own columns' gradient (every rank holds the loss).
+
+    `inplace_backward`: backward writes the logits' gradient over the logits themselves (as flash-attention's
+    cross-entropy does), so training holds one [tokens, vocab] tensor instead of two. Only for logits nothing else
+    reads in backward (a model head's output); another autograd node that saved them then fails loudly (the
+    version check) rather than read the gradient. With `rows`, each row may be scored once only.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
@@ -97,6 +103,7 @@ def score_tokens(
         int(vocab_start),
         valid,
         group,
+        bool(inplace_backward),
     )
     return logp.view(shape), (ent.view(shape) if entropy else None)
 
@@ -124,7 +131,7 @@ def _scaled(x: torch.Tensor, temperature: float, valid: int) -> torch.Tensor:
 
 class _ChunkedScores(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, flat, rows, targets, temperature, want_entropy, chunk, vocab_start, valid, group):
+    def forward(ctx, flat, rows, targets, temperature, want_entropy, chunk, vocab_start, valid, group, inplace):
         count = targets.numel()
         dev, wide = flat.device, _wide(flat.dtype)
         width = flat.shape[-1]
@@ -164,7 +171,7 @@ class _ChunkedScores(torch.autograd.Function):
         lse = peak + log_total
         ent = log_total - sums[2] / sums[0] if want_entropy else logp.new_empty(0)
         ctx.save_for_backward(flat, rows, local, mine, lse, ent if want_entropy else None)
-        ctx.opts = (temperature, want_entropy, chunk, valid)
+        ctx.opts = (temperature, want_entropy, chunk, valid, inplace)
         ctx.set_materialize_grads(False)
         return logp, ent
 
@@ -172,11 +179,14 @@ class _ChunkedScores(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_logp, grad_ent):
         flat, rows, local, mine, lse, ent = ctx.saved_tensors
-        temperature, want_entropy, chunk, valid = ctx.opts
+        temperature, want_entropy, chunk, valid, inplace = ctx.opts
         if grad_logp is None and (grad_ent is None or not want_entropy):
-            return (None,) * 9
+            return (None,) * 10
         count = local.numel()
-        grad = torch.zeros_like(flat) if rows is not None else torch.empty_like(flat)
+        if inplace:  # each block is copied out (`_block`) before its gradient overwrites it
+            grad = flat
+        else:
+            grad = torch.zeros_like(flat) if rows is not None else torch.empty_like(flat)
         with_ent = want_entropy and grad_ent is not None
         g_logp = grad_logp.to(lse.dtype) if grad_logp is not None else torch.zeros_like(lse)
         for lo in range(0, count, chunk):
@@ -195,10 +205,16 @@ class _ChunkedScores(torch.autograd.Function):
                 p.div_(temperature)
             if rows is None:
                 grad[lo:hi].copy_(p)
+            elif inplace:
+                grad.index_copy_(0, rows[lo:hi], p.to(grad.dtype))
             else:
                 grad.index_add_(0, rows[lo:hi], p.to(grad.dtype))
             del x, p
-        return grad, None, None, None, None, None, None, None, None
+        if inplace and rows is not None:  # rows that were not scored get no gradient
+            unscored = torch.ones(grad.shape[0], dtype=torch.bool, device=grad.device)
+            unscored[rows] = False
+            grad[unscored] = 0
+        return grad, None, None, None, None, None, None, None, None, None
 
 
 def reduce_loss(

@@ -131,6 +131,7 @@ def test_the_step_changes_the_weights(steps, tiny_model):
 
 def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import totals
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
     from rlc.spec.model import default_model
 
@@ -143,19 +144,29 @@ def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
         world,
     )
     worker.setup("127.0.0.1", port)
-    batch = _batch(worker.model.config.vocab_size)
+    batch, noise = _batch_and_noise(worker.model.config.vocab_size)
     padded = worker.forward(batch)
     chosen = worker.packing  # sdpa on a CPU: packing is not chosen (it would cost more than it saves)
     worker.packing = True  # the packed path, as flash attention takes it
-    q.put((rank, (chosen, padded, worker.forward(batch))))
+    packed = worker.forward(batch)
+    batch.old_logprobs = padded + noise
+    steps = []
+    for packing in (False, True):  # a training step each way, from the same weights
+        worker.packing = packing
+        before = {k: v.clone() for k, v in worker.model.state_dict().items()}
+        steps.append(worker.train_mini_batch(batch, totals(batch)))
+        worker.model.load_state_dict(before)
+    q.put((rank, (chosen, padded, packed, steps)))
     worker.shutdown()
 
 
-def test_packed_micro_batches_give_the_padded_log_probs(tiny_model):
-    chosen, padded, packed = run_ranks(_packed_rank, 1, tiny_model)[0]
+def test_packed_micro_batches_give_the_padded_log_probs_and_step(tiny_model):
+    chosen, padded, packed, (padded_step, packed_step) = run_ranks(_packed_rank, 1, tiny_model)[0]
     assert not chosen
     mask = _batch(64).loss_mask.bool()
     torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
+    for key in ("policy_loss", "entropy", "grad_norm"):
+        assert packed_step[key] == pytest.approx(padded_step[key], rel=1e-4, abs=1e-6), key
 
 
 def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
