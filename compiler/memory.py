@@ -39,6 +39,7 @@ WARN_FILL = 0.9
 # Rows this short, relative to the longest a spec allows, are the least a job is taken to see: a GPU that
 # overflows even then is an error; one that overflows only with longer rows is a warning naming the length.
 SHORT_ROWS = 1 / 8
+MAX_ROW_TOKENS = 2**31
 # Tokens the runtime scores at a time (rlc.runtime.algorithms.losses.LOGPROB_CHUNK_TOKENS; a test keeps them equal).
 LOGPROB_CHUNK_TOKENS = 512
 
@@ -176,10 +177,11 @@ class MemoryEstimate:
 def longest_row(spec) -> tuple[int, int]:
     """Tokens of the longest trajectory and of its response (what logits are computed for)."""
     g = spec.generator
-    response = int(g.sampling_params.max_generate_length)
-    prompt = int(g.max_input_length or spec.trainer.max_prompt_length)
+    # No model reads 2^31 tokens: longer limits are counted as that (their estimate stays a finite float).
+    response = min(int(g.sampling_params.max_generate_length), MAX_ROW_TOKENS)
+    prompt = min(int(g.max_input_length or spec.trainer.max_prompt_length), MAX_ROW_TOKENS)
     if int(g.max_turns) > 1:  # max_input_length bounds the whole conversation; all but the first prompt is scored
-        return prompt + response, prompt + response - int(spec.trainer.max_prompt_length)
+        return prompt + response, max(prompt + response - int(spec.trainer.max_prompt_length), 1)
     return prompt + response, response
 
 
@@ -526,7 +528,7 @@ def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
         name = "micro_train_batch_size_per_gpu" if kind == "train" else "micro_forward_batch_size_per_gpu"
         micro = int(getattr(t, name))
         # Activations and logits grow with the micro-batch: the largest one that fits, kept under 90%.
-        room = WARN_FILL * g.capacity - (g.peak - biggest)
+        room = int(WARN_FILL * g.capacity) - (g.peak - biggest)
         fits = int(micro * room // biggest) if biggest and room > 0 else 0
         if kind == "train" and fits >= 1:  # a micro-batch that divides the role's mini-batch per GPU (RLC-E106)
             fits = _divisor_at_most(_mini_per_gpu(spec, g.phase.split()[-1]), fits)
