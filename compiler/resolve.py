@@ -99,6 +99,8 @@ class _Resolver:
                         "point the reference at a key holding a value of that type, or write the value itself",
                     )
                     continue
+                if _text_only(wanted) and isinstance(resolved, (int, float)) and not isinstance(resolved, bool):
+                    resolved = str(resolved)  # as OmegaConf gives a text field: `name: ${trainer.epochs}` is "20"
                 put(self.spec, path, resolved)
 
     def _expand(self, path: str, value: str, chain: list[str]) -> Any:
@@ -496,7 +498,7 @@ def _fits(value: Any, wanted: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if wanted is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if wanted is str:  # a whole reference to a number in a text field keeps the number, as before
+    if wanted is str:  # a whole reference to a number in a text field: the number as text (`_text_only`)
         return isinstance(value, (str, int, float))
     kind = origin or wanted
     if kind in (list, tuple, collections.abc.Sequence):
@@ -504,6 +506,14 @@ def _fits(value: Any, wanted: Any) -> bool:
     if kind in (dict, collections.abc.Mapping):
         return isinstance(value, dict)
     return True  # anything else (a section type, a custom class) is checked by the rules
+
+
+def _text_only(wanted: Any) -> bool:
+    """Whether a field takes text and no number (str, or str | None)."""
+    if typing.get_origin(wanted) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(wanted) if a is not type(None)]
+        return args == [str]
+    return wanted is str
 
 
 def _type_name(wanted: Any) -> str:

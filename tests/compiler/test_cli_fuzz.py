@@ -52,6 +52,8 @@ NUMBERS: list[float] = [math.nan, math.inf, -math.inf, 1e308, -1e308, 1e-320, -0
 INTEGERS: list[int] = [0, -1, -7, 3, 7, 1000, 10**9, 2**40, 2**63, -(2**63), 10**30]
 
 ODD_OVERRIDES = [".nan", ".inf", "-1", "1e400", "[1, x]", "{}", "null", "x", "1e308", "0", "'3'"]
+# References: to a number (in any field), to a section, to nothing, two in one value.
+ODD_OVERRIDES += ["${trainer.train_batch_size}", "${trainer}", "${nope.key}", "${trainer.epochs}-${name}"]
 
 
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
@@ -154,6 +156,9 @@ class Fuzzer:
                 parent = _parent(doc, path)
                 parent[self.rng.choice(KEY_RENAMES) or str(path[-1])[:-1]] = parent.pop(path[-1])
         keys = [".".join(p) for p in _paths(doc) if all(isinstance(k, str) for k in p)]
+        if keys and self.rng.random() < 0.15:  # a value that refers to another key (of any type)
+            path = tuple(self.rng.choice(keys).split("."))
+            _parent(doc, path)[path[-1]] = "${" + self.rng.choice([*keys, "nope"]) + "}"
         return self._write(name, doc), keys
 
     def _overrides(self, keys: list[str]) -> list[str]:

@@ -58,6 +58,21 @@ def test_rollout_is_asks_the_engines_for_their_log_probs(spec_file):
     assert _resolve(spec_file, text % "importance_sampling").spec.generator.sampling_params.logprobs is None
 
 
+def test_a_reference_to_a_number_in_a_text_field_is_its_text(spec_file, tmp_path):
+    """As OmegaConf types it: `name: ${trainer.epochs}` is the name "20", which every target can quote."""
+    from rlc.compiler.pipeline import compile_job
+
+    text = """
+        version: 1
+        name: ${trainer.epochs}
+        cluster: {gpus_per_node: 8, num_nodes: 1}
+        trainer: {logger: console, epochs: 20, policy: {model: {path: "${trainer.train_batch_size}"}}}
+        """
+    s = _resolve(spec_file, text).spec
+    assert s.name == "20" and s.trainer.policy.model.path == "1024" and s.trainer.epochs == 20
+    assert compile_job(spec_file(text)).plan is not None
+
+
 def test_user_megatron_kwargs_are_back_filled(spec_file):
     a = _resolve(
         spec_file,
