@@ -147,6 +147,7 @@ class GpuMemory:
             "capacity_bytes": self.capacity,
             "peak_bytes": self.peak,
             "fits": self.fits,
+            "phase": self.phase,
             "parts": dict(self.parts),
         }
 

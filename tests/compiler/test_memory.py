@@ -42,10 +42,25 @@ def test_plan_json_carries_the_memory_in_the_documented_shape(spec_file, tmp_pat
     }
     assert len(memory["gpus"]) == 8
     for gpu in memory["gpus"]:
-        assert set(gpu) == {"node", "gpu", "capacity_bytes", "peak_bytes", "fits", "parts"}
+        assert set(gpu) == {"node", "gpu", "capacity_bytes", "peak_bytes", "fits", "phase", "parts"}
         assert gpu["capacity_bytes"] == capacity("H100") and gpu["peak_bytes"] == sum(gpu["parts"].values())
         assert all("/" in k and isinstance(v, int) for k, v in gpu["parts"].items())
     assert "#b6d7a8" in (tmp_path / "p.svg").read_text()  # GPUs coloured by fill (green: under 70%)
+
+
+def test_plan_shows_every_gpus_memory_when_it_does_not_fit(spec_file, tmp_path):
+    path = str(_write(spec_file, micro=160, gen=8192))
+    result = run_rlc("plan", path, "--format", "json", "--svg", str(tmp_path / "p.svg"))
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["memory"]["fits"] is False and data["ok"] is False and len(data["memory"]["gpus"]) == 8
+    for gpu in data["memory"]["gpus"]:
+        assert gpu["fits"] is False and gpu["peak_bytes"] > gpu["capacity_bytes"] and gpu["phase"] == "train policy"
+        assert gpu["peak_bytes"] == sum(gpu["parts"].values()) and "policy/logits" in gpu["parts"]
+    assert [d["code"] for d in data["diagnostics"]] == ["RLC-E702"]
+    assert "#e06666" in (tmp_path / "p.svg").read_text()  # red: over capacity
+    text = run_rlc("plan", path, "--svg", str(tmp_path / "p.svg"))
+    assert text.returncode == 1 and "DOES NOT FIT" in text.stdout and "RLC-E702" in text.stderr
 
 
 def test_plan_text_shows_peak_and_capacity(spec_file, tmp_path):
