@@ -16,6 +16,7 @@ POLICY_LOSSES = (
     "rollout_is",
     "importance_sampling",
     "cross_entropy",
+    "dppo",  # a known value the compiler refuses as not supported yet (RLC-E815)
 )
 # Losses that do not apply trainer.algorithm.off_policy_correction (as in SkyRL, which ignores it for them).
 LOSSES_WITHOUT_OFF_POLICY_CORRECTION = ("clip_cov", "kl_cov", "importance_sampling", "cross_entropy")
