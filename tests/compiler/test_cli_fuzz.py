@@ -1,5 +1,6 @@
-"""A seeded fuzzer of every command, in process: mutated specs, legacy files, overrides, keys, datasets and run
-directories through validate, plan, compile, diff, migrate, explain, schema, data gsm8k and plot.
+"""A seeded fuzzer of every command, in process: mutated specs, legacy files, AReaL configs, overrides, keys,
+datasets and run directories through validate, plan, compile, diff, migrate (both sources), explain, schema,
+data gsm8k and plot.
 
 Any exit code other than 0 (ok), 1 (spec errors or a difference) or 2 (usage) -- or an exception escaping the
 command -- is a bug in rlc: bad input must become a diagnostic. Each CI run fuzzes a few hundred inputs from a
@@ -103,6 +104,7 @@ def mutate(doc: Any, rng: random.Random, times: int) -> Any:
 
 
 KEY_RENAMES = ["", "1024", "x", "trainer", "policy_mini_batch", "version", "0"]
+AREAL_SOURCES = sorted((ROOT / "tests" / "fixtures" / "areal").glob("*.yaml"))
 BAD_OVERRIDES = ["a.b", "=1", "+trainer.epochs=1", "trainer.epochs", "trainer..epochs=1", "trainer.epochs=[", "ß.x=1"]
 
 
@@ -114,7 +116,7 @@ class Fuzzer:
         self.runner = CliRunner()
         self.yaml = YAML(typ="safe")
         self.yaml.allow_duplicate_keys = True
-        self.texts = {p: p.read_text(encoding="utf-8") for p in SOURCES}
+        self.texts = {p: p.read_text(encoding="utf-8") for p in [*SOURCES, *AREAL_SOURCES]}
         self.count = 0
 
     def invoke(self, *args: str) -> None:
@@ -185,6 +187,10 @@ class Fuzzer:
         key = self.rng.choice([*keys, "memory", "trainer", "nope.key", "RLC-E702", ""] if keys else ["x.y"])
         self.invoke("explain", key)
 
+    def areal_round(self, i: int) -> None:
+        spec, _ = self._mutated(self.rng.choice(AREAL_SOURCES), f"areal{i}.yaml")
+        self.invoke("migrate", "--from", "areal", str(spec), *self.rng.choice([[], ["-o", f"{self.tmp}/imp{i}.yaml"]]))
+
     def data_round(self, i: int) -> None:
         records = [{"question": "2 + 3?", "answer": "5 #### 5"}, {"question": "x", "answer": "#### 7"}]
         for _ in range(self.rng.choice([1, 2])):
@@ -214,7 +220,7 @@ class Fuzzer:
     def run(self, rounds: int) -> int:
         """`rounds` rounds, most of them specs; returns the number of commands run."""
         self.invoke("schema")
-        kinds = [self.spec_round] * 14 + [self.data_round] * 2 + [self.plot_round]
+        kinds = [self.spec_round] * 14 + [self.areal_round] * 4 + [self.data_round] * 2 + [self.plot_round]
         for i in range(rounds):
             self.rng.choice(kinds)(i)
         return self.count
