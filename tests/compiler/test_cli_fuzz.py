@@ -25,6 +25,7 @@ from ruamel.yaml import YAML
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "corpus" / "skyrl-legacy"  # beside the checkout, as CI has it
 SOURCES = sorted(ROOT.glob("examples/*.yaml")) + (sorted(CORPUS.glob("*.yaml")) if CORPUS.is_dir() else [])
+SOURCES += sorted((ROOT / "tests" / "fixtures" / "skyrl-history").glob("*.yaml"))  # every historical SkyRL shape
 ODD_VALUES: list[Any] = [
     math.nan,
     math.inf,
