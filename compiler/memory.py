@@ -631,7 +631,7 @@ def check_memory(
                 key=key,
                 location=locate(key),
                 hint=f"for headroom: {fix}",
-                values={"peak_bytes": worst.peak, "capacity_bytes": worst.capacity, "phase": worst.phase},
+                values=_numbers(worst),
             )
         )
     return est, diags
@@ -662,12 +662,7 @@ def _cannot_fit(spec, est: MemoryEstimate, gpus: list[tuple[GpuMemory, GpuMemory
                 location=locate(key),
                 hint=fix + "; `rlc plan` shows every GPU's parts",
                 related=list(MEMORY_KEYS[code][1:]),
-                values={
-                    "peak_bytes": worst.peak,
-                    "capacity_bytes": worst.capacity,
-                    "phase": worst.phase,
-                    "row_tokens": short_tokens,
-                },
+                values=_numbers(worst, row_tokens=short_tokens),
             )
         )
     return out
@@ -709,16 +704,15 @@ def _fits_shorter_rows(spec, plan: Plan, est: MemoryEstimate, gpus: list[GpuMemo
                 location=locate(key),
                 hint=f"if rows can get that long: {fix}; `rlc plan` shows every GPU's parts",
                 related=list(MEMORY_KEYS[code][1:]),
-                values={
-                    "peak_bytes": worst.peak,
-                    "capacity_bytes": worst.capacity,
-                    "phase": worst.phase,
-                    "fits_up_to_tokens": lo,
-                    "longest_tokens": full,
-                },
+                values=_numbers(worst, fits_up_to_tokens=lo, longest_tokens=full),
             )
         )
     return out
+
+
+def _numbers(g: GpuMemory, **more: int) -> dict:
+    """A diagnostic's values: the GPU's peak, capacity and phase, and `more`."""
+    return {"peak_bytes": g.peak, "capacity_bytes": g.capacity, "phase": g.phase, **more}
 
 
 def _top(g: GpuMemory, count: int = 3) -> str:

@@ -235,22 +235,25 @@ def test_shared_prompts_give_the_whole_rows_loss_and_gradient(tiny_model):
         torch.testing.assert_close(shared[2][name], value, rtol=1e-4, atol=1e-4, msg=name)
 
 
+def _policy_worker(trainer: dict, settings, rank: int, world: int, port: int):
+    """A set-up policy worker of a spec with these trainer settings."""
+    from rlc.runtime.workers.fsdp import FSDPWorker
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": trainer})
+    worker = FSDPWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    return worker
+
+
 def _schedule_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from rlc.runtime.batch import totals
-    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
-    from rlc.spec.model import default_model
+    from rlc.runtime.workers.fsdp import WorkerSettings
 
     optimizer = {"lr": 1e-2, "num_warmup_steps": 3, "scheduler": "linear"}
-    spec = default_model().to_typed({"version": 1, "trainer": {"policy": {"optimizer_config": optimizer}}})
-    worker = FSDPWorker(
-        WorkerSettings("policy", model_path, micro_train_batch_size=4, total_optimizer_steps=6),
-        spec.trainer.policy,
-        spec.trainer.algorithm,
-        rank,
-        world,
-    )
-    worker.setup("127.0.0.1", port)
+    settings = WorkerSettings("policy", model_path, micro_train_batch_size=4, total_optimizer_steps=6)
+    worker = _policy_worker({"policy": {"optimizer_config": optimizer}}, settings, rank, world, port)
     batch = _batch(worker.model.config.vocab_size)
     poisoned = batch.select(slice(None))
     poisoned.advantages = batch.advantages.clone()
