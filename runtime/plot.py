@@ -66,5 +66,6 @@ def _number(value) -> bool:
 
 
 def _numbers(record: dict) -> dict:
-    """The record's numeric values only: a value of another type (a hand-edited or torn line) is not plotted."""
-    return {k: v for k, v in record.items() if _number(v)}
+    """The record's plottable values: numbers, not infinite (NaN is a gap). A value of another type (a hand-edited
+    or torn line) or an infinity (no axis holds it) is not plotted."""
+    return {k: v for k, v in record.items() if _number(v) and abs(v) != float("inf")}
