@@ -313,6 +313,32 @@ CASES = {
             logprobs: 2  # <-
         """,
     ),
+    "RLC-E910": (
+        "cluster.cpus_per_node",
+        """
+        cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1, cpus_per_node: lots}  # <-
+        launch: {target: slurm}
+        """,
+    ),
+    "RLC-E911": (
+        "launch.slurm.sbatch_args[1]",
+        """
+        launch:
+          target: slurm
+          slurm:
+            sbatch_args:
+              - --mail-type=END
+              - --nodes=4  # <-
+        """,
+    ),
+    "RLC-W910": (
+        "launch.install",
+        """
+        launch:
+          target: slurm
+          install: rlc[runtime]  # <-
+        """,
+    ),
     "RLC-W401": (
         "trainer.logger",
         """
