@@ -71,6 +71,14 @@ class _Resolver:
                     continue
                 if _text_only(wanted) and isinstance(resolved, (int, float)) and not isinstance(resolved, bool):
                     resolved = str(resolved)  # as OmegaConf gives a text field: `name: ${trainer.epochs}` is "20"
+                outside = _outside(path, resolved)
+                if outside:  # the schema saw the reference, not its value: the field's accepted values apply now
+                    self._bad(
+                        path,
+                        f"{path} is {value!r}, which resolves to {resolved!r}; {outside}",
+                        "point the reference at a key holding an accepted value, or write the value itself",
+                    )
+                    continue
                 put(self.spec, path, resolved)
 
     def _expand(self, path: str, value: str, chain: list[str]) -> Any:
@@ -426,6 +434,30 @@ def _fits(value: Any, wanted: Any) -> bool:
     if kind in (dict, collections.abc.Mapping):
         return isinstance(value, dict)
     return True  # anything else (a section type, a custom class) is checked by the rules
+
+
+def _outside(path: str, value: Any) -> str | None:
+    """What an interpolated value breaks of its field's accepted values and bounds, or None."""
+    from rlc.spec import fields as meta
+    from rlc.spec.model import default_model
+
+    model = default_model()
+    field = model.lookup(path)
+    if field is None or dataclasses.is_dataclass(value):
+        return None
+    allowed = model.allowed_values(field)
+    if allowed and value not in allowed:
+        return f"{path} takes one of {', '.join(str(a) for a in allowed)}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, high, above = (field.meta.get(k) for k in (meta.MINIMUM, meta.MAXIMUM, meta.EXCLUSIVE_MINIMUM))
+        bounds = [
+            (f"at least {low}", low is not None and value < low),
+            (f"above {above}", above is not None and value <= above),
+            (f"at most {high}", high is not None and value > high),
+        ]
+        if any(broken for _, broken in bounds):
+            return f"{path} takes values " + " and ".join(text for text, _ in bounds if not text.endswith("None"))
+    return None
 
 
 def _text_only(wanted: Any) -> bool:

@@ -73,6 +73,23 @@ def test_a_reference_to_a_number_in_a_text_field_is_its_text(spec_file, tmp_path
     assert compile_job(spec_file(text)).plan is not None
 
 
+def test_a_reference_resolving_outside_the_fields_values_is_an_error(spec_file):
+    """The schema checks what is written (`${...}`); the resolved value must be one the field accepts as well."""
+    from rlc.compiler.pipeline import analyze
+
+    path = spec_file(
+        """
+        version: 1
+        cluster: {gpus_per_node: 8, num_nodes: 1}
+        trainer: {logger: "${trainer.seed}", epochs: 20}
+        generator: {inference_engine: {gpu_memory_utilization: "${trainer.epochs}"}}
+        """
+    )
+    found = {d.key: d.message for d in analyze(path, env={}).diagnostics if d.code == "RLC-E016"}
+    assert "takes one of wandb, tensorboard, mlflow, console" in found["trainer.logger"]
+    assert "resolves to 20" in found["generator.inference_engine.gpu_memory_utilization"]
+
+
 def test_user_megatron_kwargs_are_back_filled(spec_file):
     a = _resolve(
         spec_file,
