@@ -19,10 +19,10 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
 
     try:
         # Training steps, and evaluations (the one before training is logged at step 0 without a reward).
-        records = [_numbers(r) for r in read_metrics(run_dir) if isinstance(r, dict) and _number(r.get("step"))]
+        records = [_numbers(r) for r in read_metrics(run_dir) if isinstance(r, dict)]
     except OSError:
         raise PlotError(f"{run_dir} has no metrics.jsonl (is it a run directory?)") from None
-    records = [r for r in records if "reward" in r or any(k.startswith("eval/") for k in r)]
+    records = [r for r in records if "step" in r and ("reward" in r or any(k.startswith("eval/") for k in r))]
     if not any("reward" in r for r in records):
         raise PlotError(f"{run_dir}/metrics.jsonl has no training steps yet")
     steps = [r["step"] for r in records]
@@ -65,7 +65,11 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# Beyond this no metric is a measurement (and matplotlib cannot lay out ticks for a range near the float limit).
+_PLOTTABLE = 1e100
+
+
 def _numbers(record: dict) -> dict:
-    """The record's plottable values: numbers, not infinite (NaN is a gap). A value of another type (a hand-edited
-    or torn line) or an infinity (no axis holds it) is not plotted."""
-    return {k: v for k, v in record.items() if _number(v) and abs(v) != float("inf")}
+    """The record's plottable values: numbers within +-1e100 (NaN is a gap). A value of another type (a hand-edited
+    or torn line), an infinity or an absurd magnitude is not plotted."""
+    return {k: v for k, v in record.items() if _number(v) and (v != v or abs(v) <= _PLOTTABLE)}
