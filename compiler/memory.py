@@ -540,7 +540,7 @@ def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
         if kind == "train" and fits >= 1:  # a micro-batch that divides the role's mini-batch per GPU (RLC-E106)
             fits = _divisor_at_most(_mini_per_gpu(spec, g.phase.split()[-1]), fits)
         fix = f"lower trainer.{name} to {fits}" if fits >= 1 else f"lower trainer.{name}, and shorten the sequences"
-        if name == "max_tokens_per_microbatch" and fits < _lengths(spec)[0]:  # a longer row runs whole anyway
+        if name == "max_tokens_per_microbatch" and fits < longest_row(spec)[0]:  # a longer row runs whole anyway
             fix = "one row at its longest does not fit: shorten the sequences"
         if kind == "train" and not t.gradient_checkpointing:
             fix = "turn on trainer.gradient_checkpointing, or " + fix
