@@ -537,7 +537,8 @@ def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
         # Activations and logits grow with the micro-batch: the largest one that fits, kept under 90%.
         room = int(WARN_FILL * g.capacity) - (g.peak - biggest)
         fits = int(micro * room // biggest) if biggest and room > 0 else 0
-        if kind == "train" and fits >= 1:  # a micro-batch that divides the role's mini-batch per GPU (RLC-E106)
+        if kind == "train" and fits >= 1 and name != "max_tokens_per_microbatch":
+            # a micro-batch of rows that divides the role's mini-batch per GPU (RLC-E106); a token budget need not
             fits = _divisor_at_most(_mini_per_gpu(spec, g.phase.split()[-1]), fits)
         fix = f"lower trainer.{name} to {fits}" if fits >= 1 else f"lower trainer.{name}, and shorten the sequences"
         if name == "max_tokens_per_microbatch" and fits < longest_row(spec)[0]:  # a longer row runs whole anyway
