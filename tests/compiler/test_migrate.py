@@ -361,6 +361,14 @@ def test_migrate_output_file_and_no_overwrite(tmp_path):
     assert run_rlc("validate", str(dst)).returncode == 0
 
 
+@pytest.mark.parametrize("source", ["skyrl", "areal"])
+def test_migrate_into_a_missing_directory_is_a_usage_error(tmp_path, source):
+    src = LEGACY if source == "skyrl" else sorted((ROOT / "tests" / "fixtures" / "areal").glob("*.yaml"))[0]
+    result = run_rlc("migrate", "--from", source, str(src), "-o", str(tmp_path / "nowhere" / "new.yaml"))
+    assert result.returncode == 2 and "cannot write" in result.stderr and "internal error" not in result.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
 def test_migrate_in_place_is_idempotent(tmp_path):
     src = tmp_path / "old.yaml"
     src.write_text(LEGACY.read_text())
