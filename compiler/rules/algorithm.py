@@ -5,6 +5,7 @@ from __future__ import annotations
 from rlc.compiler.roles import critic_on
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core.runtime_facts import CHAT_TEMPLATE_NAMES
+from rlc.spec.algorithm import LOSSES_WITHOUT_OFF_POLICY_CORRECTION
 
 IE = "generator.inference_engine"
 NS = "generator.n_samples_per_prompt"
@@ -57,14 +58,16 @@ def token_sum_norm_needs_max_seq_len(c: Context):
 
 @rule(
     "RLC-E304",
-    "off-policy correction does not combine with clip_cov or kl_cov",
+    "off-policy correction does not combine with clip_cov, kl_cov, importance_sampling or cross_entropy",
     f"{ALG}.off_policy_correction.tis_ratio_type",
     f"{ALG}.policy_loss_type",
     "trainer.algorithm.off_policy_correction.sequence_mask_metric",
 )
 def off_policy_correction_excludes_cov_losses(c: Context):
     opc = c.alg.off_policy_correction
-    if (opc.tis_ratio_type or opc.sequence_mask_metric) and c.alg.policy_loss_type in ("clip_cov", "kl_cov"):
+    if (
+        opc.tis_ratio_type or opc.sequence_mask_metric
+    ) and c.alg.policy_loss_type in LOSSES_WITHOUT_OFF_POLICY_CORRECTION:
         key = (
             f"{ALG}.off_policy_correction.tis_ratio_type"
             if opc.tis_ratio_type
@@ -486,7 +489,7 @@ def step_wise_needs_conversations(c: Context):
         ("generator.batched", g.batched, "batched generation has no turns", "set batched: false"),
         (
             "generator.chat_template.name_or_path",
-            g.chat_template.name_or_path is not None,
+            bool(g.chat_template.name_or_path),
             "a custom template re-tokenizes the whole conversation, so turns have no rows of their own",
             "remove chat_template.name_or_path",
         ),
@@ -513,7 +516,7 @@ def step_wise_needs_conversations(c: Context):
 )
 def custom_template_keeps_no_logprobs(c: Context):
     g, opc = c.s.generator, c.alg.off_policy_correction
-    if g.chat_template.name_or_path is None or not g.use_conversation_multi_turn:
+    if not g.chat_template.name_or_path or not g.use_conversation_multi_turn:
         return
     needs = [
         key
@@ -543,7 +546,8 @@ def custom_template_keeps_no_logprobs(c: Context):
 )
 def chat_template_name_known(c: Context):
     ct = c.s.generator.chat_template
-    if ct.source == "name" and ct.name_or_path is not None and ct.name_or_path not in CHAT_TEMPLATE_NAMES:
+    # An empty name is no template, as the runtime (and SkyRL) read it.
+    if ct.source == "name" and ct.name_or_path and ct.name_or_path not in CHAT_TEMPLATE_NAMES:
         yield c.error(
             "RLC-E410",
             "generator.chat_template.name_or_path",

@@ -103,8 +103,7 @@ def _unsupported(c: Context):
         ),
         ("trainer.logger", t.logger == "mlflow", "mlflow logging"),
         ("trainer.update_ref_every_epoch", t.update_ref_every_epoch, "refreshing the reference model"),
-        ("trainer.dump_data_batch", t.dump_data_batch, "dumping training batches"),
-        ("trainer.rope_scaling", t.rope_scaling is not None, "RoPE scaling overrides"),
+        ("trainer.rope_scaling", bool(t.rope_scaling), "RoPE scaling overrides"),
         ("trainer.rope_theta", t.rope_theta is not None, "RoPE base overrides"),
         ("trainer.policy.use_torch_compile", t.policy.use_torch_compile, "torch.compile"),
         (
@@ -136,7 +135,6 @@ FEATURE_KEYS = (
     "generator.step_wise_trajectories",
     "trainer.logger",
     "trainer.update_ref_every_epoch",
-    "trainer.dump_data_batch",
     "trainer.rope_scaling",
     "trainer.rope_theta",
     "trainer.policy.use_torch_compile",
