@@ -95,6 +95,21 @@ def arithmetic(
     return written
 
 
+def calculator(out_dir: Path, train: int = 2000, validation: int = 128, seed: int = 0) -> list[Path]:
+    """Multiplication problems of `env_class: calculator` (multi-turn, a calculator tool); no validation question
+    appears in the training split."""
+    from rlc.runtime.envs.calculator import rows
+
+    held_out = rows(validation, seed + 1)
+    train_rows = rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out})
+    written = []
+    for name, split in (("train", train_rows), ("validation", held_out)):
+        path = out_dir / f"{name}.parquet"
+        write_rows(split, path)
+        written.append(path)
+    return written
+
+
 def _load_records(source: Path) -> list[dict]:
     text = source.read_text(encoding="utf-8")
     if source.suffix.lower() == ".csv":
