@@ -36,12 +36,13 @@ GOAL_POINTS = 0.15
 GOAL_SECONDS = 20 * 60
 
 
-def run_seed(rlc: str, seed: int, work: Path) -> dict:
-    name = f"smollm2-bench-s{seed}"
+def launch(rlc: str, example: Path, name: str, seed: int, work: Path) -> tuple[list[dict], list[str], float]:
+    """One whole `rlc run` of `example` with `seed`, its run named `name` under `work`: its metrics.jsonl records,
+    its log lines and its wall time."""
     cmd = [
         rlc,
         "run",
-        str(EXAMPLE),
+        str(example),
         "-o",
         str(work / "build" / name),
         "--no-progress",
@@ -61,9 +62,14 @@ def run_seed(rlc: str, seed: int, work: Path) -> dict:
     if code != 0:
         raise SystemExit(f"seed {seed}: rlc run exited {code}; its log: {log}\n{log.read_text()[-3000:]}")
     metrics = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+    return metrics, log.read_text().splitlines(), wall
+
+
+def run_seed(rlc: str, seed: int, work: Path) -> dict:
+    metrics, lines, wall = launch(rlc, EXAMPLE, f"smollm2-bench-s{seed}", seed, work)
     evals = [m for m in metrics if "eval/accuracy" in m]
     steps = [m for m in metrics if "step_time" in m]
-    samples = [line for line in log.read_text().splitlines() if line.startswith("  [")]
+    samples = [line for line in lines if line.startswith("  [")]
     return {
         "seed": seed,
         "wall_s": wall,
@@ -119,8 +125,19 @@ def report(results: list[dict], load_before: str, load_after: str) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(
+    argv: list[str] | None = None,
+    *,
+    doc: str | None = __doc__,
+    prefix: str = "smollm2-bench",
+    section: str = "smollm2-learning",
+    runner=None,
+    reporter=None,
+) -> int:
+    """Run the seeds (`runner(rlc, seed, work)` each), print `reporter(results, load before, load after)` and
+    write it into bench/RESULTS.md's `section`; the run directories are named `<prefix>-s<seed>`."""
+    runner, reporter = runner or run_seed, reporter or report
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     ap.add_argument("--keep", type=Path, help="copy each seed's run directory (metrics, logs) here")
@@ -129,25 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     if rlc is None:
         raise SystemExit("no rlc next to this Python or on PATH: run it with the Python of rlc's venv")
     load_before = loadavg()
-    with tempfile.TemporaryDirectory(prefix="rlc-smollm2-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"rlc-{prefix}-") as tmp:
         results = []
         for seed in args.seeds:
-            print(f"seed {seed}: running {EXAMPLE.name} ...", flush=True)
-            r = run_seed(rlc, seed, Path(tmp))
+            print(f"seed {seed}: running ...", flush=True)
+            r = runner(rlc, seed, Path(tmp))
             print(
-                f"seed {seed}: greedy accuracy {r['before']:.1%} -> {r['after']:.1%} in {r['wall_s'] / 60:.1f} min",
+                f"seed {seed}: held-out accuracy {r['before']:.1%} -> {r['after']:.1%} in {r['wall_s'] / 60:.1f} min",
                 flush=True,
             )
             results.append(r)
             if args.keep is not None:
-                shutil.copytree(
-                    Path(tmp) / "runs" / f"smollm2-bench-s{seed}", args.keep / f"s{seed}", dirs_exist_ok=True
-                )
-                shutil.copy(Path(tmp) / f"smollm2-bench-s{seed}.log", args.keep / f"s{seed}" / "run.log")
-    text = report(results, load_before, loadavg())
+                name = f"{prefix}-s{seed}"
+                shutil.copytree(Path(tmp) / "runs" / name, args.keep / f"s{seed}", dirs_exist_ok=True)
+                shutil.copy(Path(tmp) / f"{name}.log", args.keep / f"s{seed}" / "run.log")
+    text = reporter(results, load_before, loadavg())
     print(text)
     if not args.no_write:
-        write_section("smollm2-learning", text)
+        write_section(section, text)
     return 0
 
 
