@@ -27,7 +27,7 @@ LOW, HIGH = 12, 99
 CALL = re.compile(r"<calc>(.*?)</calc>", re.S)
 MAX_EXPRESSION = 64  # characters the calculator reads
 INSTRUCTION = "Use the calculator, then give the final answer as a number."
-# The prompt shows one solved problem first, as a conversation: the call, the tool's answer, the final answer.
+# The prompt shows two solved problems first, as a conversation: the call, the tool's answer, the final answer.
 EXAMPLE = (
     {
         "role": "system",
@@ -37,6 +37,13 @@ EXAMPLE = (
     {"role": "assistant", "content": "<calc>23 * 41</calc>"},
     {"role": "user", "content": "<result>943</result>"},
     {"role": "assistant", "content": "There are 943 eggs in 41 boxes. The answer is 943."},
+    {
+        "role": "user",
+        "content": f"Ana has 12 bags of 31 beads and 7 more beads. How many beads does Ana have? {INSTRUCTION}",
+    },
+    {"role": "assistant", "content": "<calc>12 * 31 + 7</calc>"},
+    {"role": "user", "content": "<result>379</result>"},
+    {"role": "assistant", "content": "Ana has 379 beads. The answer is 379."},
 )
 ITEMS = ("pencils", "apples", "books", "marbles", "stickers", "cookies", "cards", "stamps", "coins", "shells")
 _TEMPLATES = (
