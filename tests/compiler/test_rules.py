@@ -268,6 +268,15 @@ CASES = {
           resume_mode: from_path  # <-
         """,
     ),
+    "RLC-E314": (
+        "trainer.policy.model.path",
+        """
+        trainer:
+          policy:
+            model:
+              path: null  # <-
+        """,
+    ),
     "RLC-E307": (
         "trainer.algorithm.advantage_estimator",
         """
