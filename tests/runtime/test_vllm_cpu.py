@@ -345,6 +345,52 @@ def test_a_second_weight_group_is_refused_without_override_and_replaces_the_firs
         close_group(group)
 
 
+@pytest.fixture(scope="module")
+def multiproc_engine(ray_session, model):
+    """vllm_v1_disable_multiproc: false: the engine core and its worker run in processes of their own (vLLM spawns
+    them from the actor), and rlc's calls reach the worker pickled (`rlc_call`)."""
+    path, tok = model
+    args = vllm_args(_spec_multiproc(), "cpu", [0])
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in args.env
+    engine = (
+        ray.remote(VLLMEngine)
+        .options(num_cpus=1)
+        .remote(path, device="cpu", eos_token_id=tok.eos_token_id, engine_args=engine_kwargs(args, model=path))
+    )
+    ray.get(engine.node_ip.remote(), timeout=600)
+    return engine
+
+
+def _spec_multiproc():
+    spec = _spec()
+    return dataclasses.replace(
+        spec,
+        generator=dataclasses.replace(
+            spec.generator,
+            inference_engine=dataclasses.replace(spec.generator.inference_engine, vllm_v1_disable_multiproc=False),
+        ),
+    )
+
+
+def test_an_engine_core_in_its_own_process_takes_weights_both_ways(multiproc_engine, trainer, model, prompts):
+    from rlc.runtime.workers.common import free_address
+
+    engine, pad = multiproc_engine, model[1].pad_token_id
+    host, port = free_address()
+    joined = [
+        trainer.init_weight_group.remote(host, port, 2, "gloo"),
+        engine.init_weight_group.remote(host, port, 1, 2, "gloo"),
+    ]
+    assert ray.get(joined, timeout=120)[1] == [1]
+    metas = ray.get(trainer.weight_metas.remote("float32"))
+    ray.get([trainer.broadcast_weights.remote("float32"), engine.receive_weights.remote(metas, 1)], timeout=120)
+    assert largest_logprob_gap(trainer, prompts, generate(engine, prompts, sampling(), 4, 12), pad) < LOGPROB_TOLERANCE
+    ray.get(engine.close_weight_group.remote())
+    _train_one_step(trainer, engine, prompts, pad, seed=6)
+    assert ray.get(engine.update_weights.remote(trainer.packed_state_dict.remote("float32"), 2)) == 2
+    assert largest_logprob_gap(trainer, prompts, generate(engine, prompts, sampling(), 4, 13), pad) < LOGPROB_TOLERANCE
+
+
 # -- LoRA -------------------------------------------------------------------------------------------------------
 
 
