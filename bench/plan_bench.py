@@ -85,7 +85,7 @@ def _times(fn, runs: int) -> list[float]:
 
 
 def measure(layout: str, nodes: int, runs: int, workdir: Path) -> dict:
-    from rlc.compiler.frontend import analyze
+    from rlc.compiler.pipeline import analyze
     from rlc.compiler.plan import plan
 
     path = workdir / f"{layout}-{nodes}.yaml"

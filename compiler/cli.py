@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -67,6 +68,31 @@ FORMAT = click.option(
 )
 
 
+class RegistryChoice(click.Choice):
+    """One of a registry's names, read only when a command line that uses it is parsed (importing a registry costs
+    start-up time every other command would pay)."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]):
+        self._names = names
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self._names()
+
+
+def _target_names() -> tuple[str, ...]:
+    from rlc.compiler.targets import TARGETS
+
+    return tuple(t.name for t in TARGETS)
+
+
+def _importer_names() -> tuple[str, ...]:
+    from rlc.compiler.importers import IMPORTERS
+
+    return tuple(i.name for i in IMPORTERS)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rlc")
 def cli() -> None:
@@ -117,7 +143,7 @@ def explain(key: str) -> None:
 @click.option(
     "--from",
     "source",
-    type=click.Choice(["skyrl", "areal"]),
+    type=RegistryChoice(_importer_names),
     default="skyrl",
     show_default=True,
     help="What OLD is: a legacy SkyRL config, or an AReaL experiment config (RL only) to import.",
@@ -131,17 +157,26 @@ def migrate(
     not carried, and SFT, DPO and reward-model configs are refused. Without -o/--in-place the result goes to
     stdout and no file is touched.
     """
-    from rlc.compiler.migration import run_areal_import, run_migrate
+    from rlc.compiler.importers import importer
+    from rlc.compiler.migration import OUT, MigrateUsageError, migrate_file
+    from rlc.core.diagnostics import render_text
 
     if output and in_place:
         raise click.UsageError("use either -o/--output or --in-place, not both")
-    if source == "areal":
-        if in_place or check or show_diff:
-            raise click.UsageError(
-                "--from areal writes a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
-            )
-        sys.exit(run_areal_import(old, output, force))
-    sys.exit(run_migrate(old, output, in_place, check, show_diff, force))
+    chosen = importer(source)
+    if not chosen.rewrites and (in_place or check or show_diff):
+        raise click.UsageError(
+            f"--from {source} writes a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
+        )
+    try:
+        outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force)
+    except MigrateUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    if outcome.diagnostics:
+        click.echo(render_text(outcome.diagnostics, sys.stderr.isatty()), err=True)
+    for stream, text in outcome.shown:
+        click.echo(text, nl=False, err=stream != OUT)
+    sys.exit(outcome.code)
 
 
 @cli.command()
@@ -213,7 +248,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
 @click.option(
     "--target",
     "target",
-    type=click.Choice(["skypilot", "ray", "kuberay", "all"]),
+    type=RegistryChoice(lambda: (*_target_names(), "all")),
     default="all",
     show_default=True,
     help="Which launch files to write besides resolved.yaml and plan.json.",
@@ -227,14 +262,16 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: 
     """
     from pathlib import Path
 
-    from rlc.compiler.emit import TARGETS, build, write
+    from rlc.compiler.emit import build, write
+    from rlc.compiler.targets import TARGETS
+    from rlc.compiler.targets import target as named
 
     result = _compile(spec, _parse_overrides(overrides))
     diags = result.diagnostics
-    if not result.ok or result.plan is None:
+    if not result.ok or result.spec is None:
         sys.exit(_emit(diags, fmt, ""))
-    compiled = build(result.analysis, result.plan, spec, TARGETS if target == "all" else (target,))
-    out = Path(out_dir) if out_dir else Path("build") / compiled.name
+    out = Path(out_dir) if out_dir else Path("build") / result.spec.name
+    compiled = build(result, TARGETS if target == "all" else (named(target),), str(out))
     paths = write(compiled, out)
     listing = ", ".join(str(p.relative_to(out)) for p in paths)
     sys.exit(_emit(diags, fmt, f"{spec}: compiled to {out}/ ({listing})", out=str(out), content_hash=compiled.digest))
@@ -283,37 +320,61 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
     "-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default build/<name>)."
 )
 @click.option(
+    "--target",
+    "target_name",
+    type=RegistryChoice(_target_names),
+    help="Where to start the job [default: the spec's launch.target].",
+)
+@click.option(
     "--sky-arg", "sky_args", multiple=True, help="Extra argument for `sky launch` (repeatable), e.g. --sky-arg=--yes."
 )
-def launch(spec: str, overrides: tuple[str, ...], out_dir: str | None, sky_args: tuple[str, ...]) -> None:
-    """Compile SPEC, then `sky launch` the SkyPilot task on a cluster named after the job.
+def launch(
+    spec: str, overrides: tuple[str, ...], out_dir: str | None, target_name: str | None, sky_args: tuple[str, ...]
+) -> None:
+    """Compile SPEC, then start it on its launch target (--target, else the spec's launch.target).
 
-    Needs SkyPilot's `sky` command (`pip install 'rlc[launch]'`, best in its own environment).
+    skypilot: `sky launch` of the SkyPilot task on a cluster named after the job (needs SkyPilot's `sky`:
+    `pip install 'rlc[launch]'`, best in its own environment); ray: ray/submit.sh to RAY_ADDRESS (needs `ray`);
+    kuberay: `kubectl apply` of the RayJob; local: trains here, as `rlc run` does.
     """
     import shutil
     import subprocess
     from pathlib import Path
 
     from rlc.compiler.emit import build, write
+    from rlc.compiler.targets import target as named
 
     result = _compile(spec, _parse_overrides(overrides))
-    if not result.ok or result.plan is None:
+    if not result.ok or result.spec is None:
         sys.exit(_emit(result.diagnostics, "text", ""))
     _warn(result.diagnostics)
-    sky = shutil.which("sky")
-    if sky is None:
-        click.echo(
-            "rlc launch: SkyPilot's `sky` command is not on PATH; install it with `pip install 'rlc[launch]'` "
-            "(in its own environment: SkyPilot pins click < 8.2) or run `sky launch` on the compiled sky.yaml",
-            err=True,
-        )
+    chosen = named(target_name or result.spec.launch.target)
+    if sky_args and chosen.name != "skypilot":
+        raise click.UsageError(f"--sky-arg is for the skypilot target, not {chosen.name}")
+    out = Path(out_dir) if out_dir else Path("build") / result.spec.name
+    compiled = build(result, (chosen,), str(out))
+    how = chosen.launch(out, compiled.job)
+    command = [*how.argv, *sky_args]
+    if how.needs is None:
+        _need_runtime("launch")  # the job runs here, on this Python's rlc runtime
+    elif (found := shutil.which(how.needs)) is None:
+        click.echo(f"rlc launch: the `{how.needs}` command is not on PATH; {how.install_hint}", err=True)
         sys.exit(EXIT_USAGE)
-    compiled = build(result.analysis, result.plan, spec, ("skypilot",))
-    target = Path(out_dir) if out_dir else Path("build") / compiled.name
-    write(compiled, target)
-    command = [sky, "launch", str(target / "sky.yaml"), "--cluster", compiled.name, *sky_args]
+    elif command[0] == how.needs:
+        command[0] = found
+    write(compiled, out)
     click.echo("$ " + " ".join(command), err=True)
     sys.exit(subprocess.call(command))
+
+
+def _need_runtime(command: str) -> None:
+    """A usage error unless this Python has rlc's runtime and what it imports."""
+    import importlib.util
+
+    for name in ("ray", "torch", "transformers"):
+        if importlib.util.find_spec(name) is None:
+            click.echo(f"rlc {command}: the runtime needs {name}; pip install 'rlc[runtime]'", err=True)
+            sys.exit(EXIT_USAGE)
 
 
 @cli.command()
@@ -332,29 +393,20 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
     from pathlib import Path
 
     from rlc.compiler.emit import build, write
+    from rlc.compiler.targets import target as named
 
     result = _compile(spec, _parse_overrides(overrides))
-    if not result.ok or result.plan is None:
+    if not result.ok or result.spec is None:
         sys.exit(_emit(result.diagnostics, "text", ""))
     _warn(result.diagnostics)
-    compiled = build(result.analysis, result.plan, spec, ("ray",))
-    target = Path(out_dir) if out_dir else Path("build") / compiled.name
-    write(compiled, target)
-    try:
-        from rlc.runtime.__main__ import run_job
-        from rlc.runtime.config import load
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        click.echo(f"rlc run: the runtime is not installed ({exc}); pip install 'rlc[runtime]'", err=True)
-        sys.exit(EXIT_USAGE)
-    try:
-        import ray  # noqa: F401
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        click.echo(f"rlc run: the runtime needs {exc.name}; pip install 'rlc[runtime]'", err=True)
-        sys.exit(EXIT_USAGE)
-    click.echo(f"{spec}: compiled to {target}/; training", err=True)
-    sys.exit(run_job(load(target / "resolved.yaml"), address, progress=not no_progress))
+    out = Path(out_dir) if out_dir else Path("build") / result.spec.name
+    write(build(result, (named("ray"),), str(out)), out)
+    _need_runtime("run")
+    from rlc.runtime.__main__ import run_job
+    from rlc.runtime.config import load
+
+    click.echo(f"{spec}: compiled to {out}/; training", err=True)
+    sys.exit(run_job(load(out / "resolved.yaml"), address, progress=not no_progress))
 
 
 @cli.command()

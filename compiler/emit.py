@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlc.compiler.emit_resolved import render
+from rlc.compiler.pipeline import CompileResult
 from rlc.compiler.provenance import trace
+from rlc.compiler.targets.base import Target, TargetInput
 from rlc.core.digest import content_hash
 
 RESOLVED, PLAN = "resolved.yaml", "plan.json"
@@ -21,34 +24,28 @@ RESOLVED, PLAN = "resolved.yaml", "plan.json"
 
 @dataclass
 class Compiled:
-    """The "what" of a job: every artifact as text, by relative path."""
+    """The "what" of a job: every artifact as text, by relative path, and what the targets rendered from."""
 
     name: str
     files: dict[str, str]
     digest: str
+    job: TargetInput
 
 
-TARGETS = ("skypilot", "ray", "kuberay")
-
-
-def build(analysis, plan, source: str, wanted: tuple[str, ...] = TARGETS) -> Compiled:
-    spec = analysis.spec
+def build(result: CompileResult, targets: Sequence[Target], out_dir: str) -> Compiled:
+    """The compiled job as text: resolved.yaml, plan.json (with the runtime decisions) and the `targets`' files."""
+    analysis, plan, decisions = result.analysis, result.plan, result.decisions
+    spec, resolution = analysis.spec, analysis.resolution
+    assert spec is not None and resolution is not None and plan is not None and decisions is not None, "not compiled"
     digest = content_hash(spec)
-    label = Path(source).name  # not the compiling machine's path: the bytes must not depend on it
-    resolved = render(spec, trace(analysis.resolution, analysis.doc, analysis.migration, label), label)
-    from rlc.compiler.decide import decide
-
-    plan_json = {**plan.to_json(), "content_hash": digest, "runtime": decide(spec, plan).to_json()}
+    label = Path(result.source).name  # not the compiling machine's path: the bytes must not depend on it
+    resolved = render(spec, trace(resolution, analysis.doc, analysis.migration, label), label)
+    plan_json = {**plan.to_json(), "content_hash": digest, "runtime": decisions.to_json()}
     files = {RESOLVED: resolved, PLAN: json.dumps(plan_json, indent=2, sort_keys=False) + "\n"}
-    from rlc.compiler import targets
-
-    if "skypilot" in wanted:
-        files["sky.yaml"] = targets.skypilot(spec, plan_json, dict(files), label, digest, f"build/{spec.name}/sky.yaml")
-    if "ray" in wanted:
-        files.update(targets.ray_job(spec, digest, label))
-    if "kuberay" in wanted:
-        files["kuberay/rayjob.yaml"] = targets.kuberay(spec, plan_json, dict(files), label, digest)
-    return Compiled(spec.name, files, digest)
+    job = TargetInput(spec, plan_json, dict(files), label, digest, out_dir)
+    for target in targets:
+        files.update(target.files(job))
+    return Compiled(spec.name, files, digest, job)
 
 
 def write(compiled: Compiled, out_dir: Path) -> list[Path]:

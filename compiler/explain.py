@@ -5,7 +5,10 @@ from __future__ import annotations
 import difflib
 import json
 
-from rlc.compiler import allocation
+from rlc.compiler import allocation, memory
+from rlc.compiler.check import rules_for
+from rlc.compiler.importers.skyrl import legacy_target
+from rlc.compiler.targets import TARGETS
 from rlc.spec.model import default_model, to_plain, type_label
 from rlc.spec.skyrl_release import default_change
 
@@ -20,9 +23,6 @@ GRAMMARS = {allocation.KEY: _Grammar(allocation.GRAMMAR, allocation.CODES)}
 
 
 def explain_key(key: str) -> tuple[str, bool]:
-    from rlc.compiler.check import rules_for
-    from rlc.spec.legacy import legacy_target
-
     if key == "memory":
         return memory_text(), True
     model = default_model()
@@ -62,6 +62,9 @@ def explain_key(key: str) -> tuple[str, bool]:
             lines.append(f"  {upstream}")
     if spec.meta.get("rlc_only"):
         lines.append("  rlc addition: SkyRL's config has no such key")
+    if key == "launch.target":
+        lines.append("  targets:")
+        lines.extend(f"    {t.name:<9} {t.summary}" for t in TARGETS)
     grammar = GRAMMARS.get(key)
     if grammar:
         lines.append("  grammar:")
@@ -84,8 +87,6 @@ def explain_key(key: str) -> tuple[str, bool]:
 
 def memory_codes_for(key: str) -> list[tuple[str, str]]:
     """The memory-fit findings a key takes part in (policy keys stand for every role's)."""
-    from rlc.compiler.memory import CODES, MEMORY_KEYS
-
     generic = key.replace("trainer.ref.", "trainer.policy.").replace("trainer.critic.", "trainer.policy.")
     generic = (
         generic.replace("_ref_", "_policy_")
@@ -94,16 +95,14 @@ def memory_codes_for(key: str) -> list[tuple[str, str]]:
     )
     generic = generic.replace("placement.critic", "placement.policy")
     return [
-        (code, CODES[code] + " (`rlc explain memory`)")
-        for code, keys in MEMORY_KEYS.items()
+        (code, memory.CODES[code] + " (`rlc explain memory`)")
+        for code, keys in memory.MEMORY_KEYS.items()
         if any(generic == k or k.startswith(generic + ".") for k in keys)
     ]
 
 
 def memory_text() -> str:
     """How rlc estimates each GPU's peak memory: the memory module's own account, then its findings."""
-    from rlc.compiler import memory
-
     lines = ["memory", "  How `rlc plan`, `validate` and `compile` estimate each GPU's peak memory:", ""]
     lines += ["  " + line for line in (memory.__doc__ or "").strip().splitlines()]
     lines += [

@@ -24,15 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
-from rlc.compiler.resolve import critic_on, ref_on
+from rlc.compiler.roles import critic_on, ref_on
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.plan import Plan
+from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS
 
 MiB, GiB = 1 << 20, 1 << 30
 CUDA_CONTEXT = GiB  # per trainer process on a GPU: CUDA context, NCCL communicators, allocator slack
 WARN_FILL = 0.9
-# Tokens the runtime scores at a time (rlc.runtime.algorithms.losses.LOGPROB_CHUNK_TOKENS; a test keeps them equal).
-LOGPROB_CHUNK_TOKENS = 512
 
 # Usable memory of one device as the driver reports it (nvidia-smi / rocm-smi totals), by SkyPilot's names.
 ACCELERATORS: dict[str, int] = {

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlc.compiler.resolve import critic_on, engine_gpus, ref_on
+from rlc.compiler.roles import critic_on, engine_gpus, ref_on
 from rlc.core.diagnostics import ERROR, Diagnostic, Location
 from rlc.core.plan import (
     COLOCATED_SHARE,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
+from rlc.compiler.memory import GiB, fill_colour
 from rlc.compiler.plan import node_ranges
 from rlc.core.plan import ROLE_LETTERS, Plan
 
@@ -121,8 +122,6 @@ CELL_W, LINE_H, PAD, LEFT, TOP = 96, 16, 4, 72, 84
 def render_svg(plan: Plan, memory=None) -> str:
     """The table as a picture: a box per GPU holding a coloured chip per role, the box coloured by its estimated
     memory fill when `memory` (a MemoryEstimate) has one; same plan -> same bytes."""
-    from rlc.compiler.memory import fill_colour
-
     cells = plan.cells()
     fills = {(m.node, m.gpu): m for m in (memory.gpus if memory is not None else [])}
     rows = shown_nodes(plan)
@@ -189,9 +188,6 @@ def _chip(x: int, y: int, w: int, text: str, fill: str) -> str:
 def render_memory(memory) -> str:
     """The memory estimate under the plan table: the models' sizes, then each GPU's peak / capacity and its
     biggest parts (GPUs with the same figures share a line)."""
-    from rlc.compiler.memory import GiB
-    from rlc.compiler.plan import node_ranges
-
     lines = ["", "memory (estimated peak per GPU; `rlc explain memory` says how):"]
     for role, m in memory.models.items():
         size = f"{m.shape.params / 1e9:.3f}B parameters" if m.shape else "size unknown, left out"

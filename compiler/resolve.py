@@ -18,6 +18,7 @@ from typing import Any
 
 from rlc.compiler import allocation
 from rlc.compiler.allocation import Allocation
+from rlc.compiler.roles import count, critic_on, engine_gpus, get, gpu_demand, put, ref_on
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.spec.generation import SamplingParams
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
@@ -31,37 +32,6 @@ class Resolution:
     explicit: set[str]  # field paths written in the spec or overrides
     derived: dict[str, list[str]] = field(default_factory=dict)  # path -> the keys it was derived from
     diagnostics: list[Diagnostic] = field(default_factory=list)
-
-
-def get(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def put(obj: Any, path: str, value: Any) -> None:
-    *head, last = path.split(".")
-    for part in head:
-        obj = getattr(obj, part)
-    setattr(obj, last, value)
-
-
-def ref_on(spec) -> bool:
-    alg = spec.trainer.algorithm
-    return bool(alg.use_kl_loss or alg.use_kl_in_reward)
-
-
-def critic_on(spec) -> bool:
-    return spec.trainer.critic.model.path is not None
-
-
-def engine_gpus(ie) -> int:
-    """GPUs one inference engine takes (expert parallelism reuses them)."""
-    return _int(ie.tensor_parallel_size) * _int(ie.pipeline_parallel_size) * _int(ie.data_parallel_size)
-
-
-def _int(v: Any, default: int = 1) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
 
 
 class _Resolver:
@@ -327,8 +297,8 @@ class _Resolver:
             separate.append("ref")
         fixed = [r for r in separate if not self._role_unset(r)]
         free = [r for r in separate if self._role_unset(r)]
-        used = sum(_int(getattr(p, f"{r}_num_nodes")) * _int(getattr(p, f"{r}_num_gpus_per_node")) for r in fixed)
-        inference = _int(ie.num_engines) * per_engine if ie.run_engines_locally else 0
+        used = sum(count(getattr(p, f"{r}_num_nodes")) * count(getattr(p, f"{r}_num_gpus_per_node")) for r in fixed)
+        inference = count(ie.num_engines) * per_engine if ie.run_engines_locally else 0
         if free:
             share = (total - used - inference) // len(free)
             for role in free:
@@ -373,7 +343,7 @@ class _Resolver:
                         getattr(p, f"policy_{dim}"),
                         [f"trainer.placement.policy_{dim}"],
                     )
-        per_node = max(_int(getattr(p, f"{r}_num_gpus_per_node")) for r in roles)
+        per_node = max(count(getattr(p, f"{r}_num_gpus_per_node")) for r in roles)
         demand = gpu_demand(s)
         src = [f"trainer.placement.{r}_num_gpus_per_node" for r in roles]
         if not isinstance(c.gpus_per_node, int):
@@ -384,7 +354,7 @@ class _Resolver:
         if not isinstance(c.num_nodes, int):
             self.derive(
                 "cluster.num_nodes",
-                nodes_needed(s, _int(c.gpus_per_node)),
+                nodes_needed(s, count(c.gpus_per_node)),
                 src + ["generator.inference_engine.num_engines", "cluster.gpus_per_node"],
             )
 
@@ -397,7 +367,7 @@ def nodes_needed(spec, per_node: int) -> int:
     p, ie = spec.trainer.placement, spec.generator.inference_engine
 
     def nodes(role: str) -> int:
-        n, g = _int(getattr(p, f"{role}_num_nodes")), _int(getattr(p, f"{role}_num_gpus_per_node"))
+        n, g = count(getattr(p, f"{role}_num_nodes")), count(getattr(p, f"{role}_num_gpus_per_node"))
         return n if g > per_node // 2 else -(-n * g // per_node)
 
     if p.colocate_all:
@@ -408,60 +378,10 @@ def nodes_needed(spec, per_node: int) -> int:
     if ie.run_engines_locally:
         size = engine_gpus(ie)
         if size <= per_node:
-            total += -(-_int(ie.num_engines) // (per_node // size))
+            total += -(-count(ie.num_engines) // (per_node // size))
         else:
-            total += _int(ie.num_engines) * -(-size // per_node)
+            total += count(ie.num_engines) * -(-size // per_node)
     return max(1, total)
-
-
-@dataclass(frozen=True)
-class Demand:
-    """One term of the job's GPU demand: a role or the engines, its GPUs, and the keys multiplied to get them."""
-
-    role: str
-    gpus: int
-    factors: tuple[tuple[str, int], ...]  # (dotted key, value)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(k for k, _ in self.factors)
-
-    def formula(self) -> str:
-        """e.g. `trainer.placement.policy_num_nodes 2 x policy_num_gpus_per_node 8` (factors of 1 beyond the first
-        are left out: they change nothing)."""
-        shown = [f for i, f in enumerate(self.factors) if i == 0 or f[1] != 1]
-        section = shown[0][0].rsplit(".", 1)[0]
-        return " x ".join(f"{k if i == 0 else k.removeprefix(section + '.')} {v}" for i, (k, v) in enumerate(shown))
-
-
-def demand_terms(spec) -> tuple[list[Demand], bool]:
-    """The terms of `gpu_demand`, and whether they share GPUs (colocate_all: the demand is their largest, not
-    their sum). A ref that shares the policy's bundles is no term outside colocate_all."""
-    p, ie = spec.trainer.placement, spec.generator.inference_engine
-    pl, eng = "trainer.placement", "generator.inference_engine"
-
-    def role(name: str) -> Demand:
-        n, g = _int(getattr(p, f"{name}_num_nodes")), _int(getattr(p, f"{name}_num_gpus_per_node"))
-        return Demand(name, n * g, ((f"{pl}.{name}_num_nodes", n), (f"{pl}.{name}_num_gpus_per_node", g)))
-
-    terms = [role("policy")]
-    if ie.run_engines_locally:
-        names = ("num_engines", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-        factors = tuple((f"{eng}.{k}", _int(getattr(ie, k))) for k in names)
-        terms.append(Demand("inference engines", _int(ie.num_engines) * engine_gpus(ie), factors))
-    if critic_on(spec):
-        terms.append(role("critic"))
-    if ref_on(spec) and (p.colocate_all or not p.colocate_policy_ref):
-        terms.append(role("ref"))
-    return terms, bool(p.colocate_all)
-
-
-def gpu_demand(spec) -> int:
-    """GPUs the job asks of the cluster: under colocate_all the largest of the roles and the engines (they share GPUs),
-    otherwise their sum (a ref that shares the policy's bundles adds none)."""
-    terms, shared = demand_terms(spec)
-    gpus = [t.gpus for t in terms]
-    return max(gpus) if shared else sum(gpus)
 
 
 def _field_type(spec: Any, path: str) -> Any:

@@ -14,6 +14,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
+from rlc.compiler.importers.skyrl import legacy_target
 from rlc.compiler.load import Document
 from rlc.core.diagnostics import ERROR, Diagnostic
 from rlc.spec import fields as meta
@@ -21,6 +22,8 @@ from rlc.spec import schema
 from rlc.spec.model import _NONE, FieldSpec, SpecModel, _union_args, type_label
 
 INTERPOLATION = re.compile(schema.INTERPOLATION)  # the same strings the JSON Schema lets through
+
+UNREADABLE_VERSION = "RLC-E014"  # nothing past the schema can read a spec of an unknown version
 
 
 def dotted(path: Iterable[Any]) -> str:
@@ -114,7 +117,7 @@ class _Walker:
         if path == ["version"] and value != spec.default():
             self.report(
                 Diagnostic(
-                    "RLC-E014",
+                    UNREADABLE_VERSION,
                     ERROR,
                     f"version {describe(value)} is not a spec version this rlc reads",
                     key="version",
@@ -296,8 +299,6 @@ class _Walker:
 
 
 def _legacy_hint(path: str) -> str | None:
-    from rlc.spec.legacy import legacy_target
-
     target = legacy_target(path)
     return (
         f"{path} is a legacy SkyRL key: spec v1 calls it {target} (`rlc migrate` rewrites the file)" if target else None
@@ -309,3 +310,49 @@ def validate(doc: Document, data: dict, model: SpecModel) -> tuple[list[Diagnost
     walker = _Walker(doc, model)
     walker.section(model.root, "", data, [])
     return walker.diags, walker.invalid
+
+
+def typed_spec(data: dict, model: SpecModel, invalid: set[str]) -> tuple[Any, set[str]]:
+    """The typed spec of a validated document (its invalid keys left at their defaults), and the field paths the
+    document writes: resolve derives none of those."""
+    explicit = written_paths(data, model) - invalid
+    integral_floats_to_int(data, model)
+    return model.to_typed(data, frozenset(invalid)), explicit
+
+
+def written_paths(data: Any, model: SpecModel, prefix: str = "") -> set[str]:
+    """Field paths a document writes (sections and leaves)."""
+    out: set[str] = set()
+    if not isinstance(data, dict):
+        return out
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        spec = model.lookup(path)
+        if spec is None:
+            continue
+        out.add(path)
+        if spec.section is not None and isinstance(value, dict):
+            out |= written_paths(value, model, path)
+    return out
+
+
+def integral_floats_to_int(data: Any, model: SpecModel, prefix: str = "") -> None:
+    """An integer field written as 1e3 (which the schema accepts) becomes the int 1000, so rules compute exactly.
+
+    Left a float, 1e308 turns products into inf and floor divisions into NaN, which no integer conversion takes.
+    """
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        spec = model.lookup(path)
+        if spec is None:
+            continue
+        if isinstance(value, dict):
+            integral_floats_to_int(value, model, path)
+        elif isinstance(value, float) and value.is_integer() and _takes_int(spec.tp):
+            data[key] = int(value)
+
+
+def _takes_int(tp: Any) -> bool:
+    return tp is int or (int in getattr(tp, "__args__", ()) and float not in getattr(tp, "__args__", ()))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlc.core.plan import Plan
+from rlc.spec.root import RlcSpec
 
 DECISIONS_VERSION = 2
 
@@ -171,7 +172,7 @@ class Decisions:
 
 @dataclass(frozen=True)
 class CompiledJob:
-    spec: Any  # rlc.spec.root.RlcSpec, resolved
+    spec: RlcSpec  # resolved: every derived value explicit
     plan: Plan
     decisions: Decisions
     content_hash: str

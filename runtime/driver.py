@@ -134,7 +134,7 @@ class Driver:
         from transformers import AutoTokenizer
 
         t = self.spec.trainer
-        self.policy_path = local_model_path(t.policy.model.path)
+        self.policy_path = local_model_path(self.decisions.workers["policy"].model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -261,6 +261,7 @@ class Driver:
         if t.resume_mode in (None, "none"):
             return 0, {}, None
         if t.resume_mode == "from_path":
+            assert t.resume_path is not None  # RLC-E306: the compiler refuses from_path without a resume_path
             directory = expand(t.resume_path)
             try:
                 state = ckpt.read_state(directory)

@@ -234,11 +234,10 @@ def pypi(packages: list[str], dl: Path) -> list[tuple[str, str, str]]:
 
 
 def check(paths: list[Path]) -> int:
-    from rlc.compiler.frontend import analyze
+    from rlc.compiler.importers.versions import migrate_data, migrated_text
     from rlc.compiler.load import document_from_text
-    from rlc.compiler.migration import migrated_text
+    from rlc.compiler.pipeline import analyze
     from rlc.core.plain import plain_yaml
-    from rlc.spec.versions import migrate_data
 
     migrating = refused = validating = unsupported = round_trip = 0
     for p in paths:

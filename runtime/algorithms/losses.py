@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS
 
 LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
 
@@ -33,11 +34,6 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
     ent = score_tokens(logits, ids, temperature, entropy=True)[1]
     assert ent is not None
     return ent
-
-
-# Tokens scored at a time by `score_tokens`: its float32 work space is a few [LOGPROB_CHUNK_TOKENS, vocab] blocks
-# (about 0.3 GB each at Qwen's 152k vocabulary) whatever the micro-batch. compiler/memory.py counts the same value.
-LOGPROB_CHUNK_TOKENS = 512
 
 
 def score_tokens(

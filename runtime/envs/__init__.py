@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from rlc.core.runtime_facts import BUILTIN_ENVS
+
 
 class Environment(Protocol):
     name: str
@@ -26,7 +28,7 @@ def correct(env: Environment, row: dict, response: str, reward: float) -> bool:
     return bool(judge(row, response)) if judge is not None else reward >= 1.0
 
 
-BUILTIN = ("arithmetic", "gsm8k", "synthetic")
+BUILTIN = BUILTIN_ENVS
 
 
 def make(name: str) -> Environment:

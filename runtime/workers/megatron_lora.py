@@ -18,14 +18,9 @@ from __future__ import annotations
 import math
 
 import torch
+from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
 
-# Megatron layer -> the Hugging Face projections it fuses (in its output order), and its parallel style.
-LAYERS = {
-    "linear_qkv": (("q_proj", "k_proj", "v_proj"), "column"),
-    "linear_proj": (("o_proj",), "row"),
-    "linear_fc1": (("gate_proj", "up_proj"), "column"),
-    "linear_fc2": (("down_proj",), "row"),
-}
+LAYERS = MEGATRON_LORA_LAYERS  # Megatron layer -> the projections it fuses and its parallel style
 LORA_TYPES = ("lora", "canonical_lora", "dora")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import EXAMPLES
-from rlc.compiler.frontend import analyze
+from rlc.compiler.pipeline import analyze
 from rlc.core.overrides import parse_override
 
 BASE = "version: 1\ncluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 4}\n"

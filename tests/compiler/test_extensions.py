@@ -360,7 +360,7 @@ def test_schema_of_extended_model(model):
 
 
 def test_validation_in_process(model, spec_file):
-    from rlc.compiler.frontend import analyze
+    from rlc.compiler.pipeline import analyze
 
     good = spec_file(
         """

@@ -8,12 +8,11 @@ import textwrap
 
 import pytest
 from conftest import CORPUS, EXAMPLES, ROOT, run_rlc
-from rlc.compiler.frontend import analyze
+from rlc.compiler.importers.versions import migrate_data, migrated_text
 from rlc.compiler.load import document_from_text
-from rlc.compiler.migration import migrated_text
+from rlc.compiler.pipeline import analyze
 from rlc.core.plain import plain_yaml as to_plain
 from rlc.spec.model import SpecModel
-from rlc.spec.versions import migrate_data
 
 LEGACY_KEYS = ROOT.parent / "shared" / "reference" / "legacy-keys.json"
 CORPUS_FILES = sorted(CORPUS.glob("*.yaml"))

@@ -11,7 +11,7 @@ costs a process start):
   (c) random `key=value` overrides (model keys, legacy keys, random dotted keys, junk; YAML-ish values;
       '+'/'~' prefixes, missing '=') on the example and on the legacy example.
 
-The same inputs then go through `rlc.compiler.frontend.analyze` in-process, with many more examples.
+The same inputs then go through `rlc.compiler.pipeline.analyze` in-process, with many more examples.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import pytest
 from conftest import EXAMPLES, run_rlc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlc.compiler.frontend import analyze
+from rlc.compiler.importers import skyrl as legacy
+from rlc.compiler.pipeline import analyze
 from rlc.core.diagnostics import render_json, render_text
 from rlc.core.overrides import OverrideError, parse_override
-from rlc.spec import legacy
 from rlc.spec.model import SpecModel, type_label
 
 EXAMPLE = EXAMPLES / "gsm8k-grpo-8xh100.yaml"
@@ -439,8 +439,8 @@ def expected_exit(texts: list[str], base: Path) -> tuple[int, ...]:
     Usage errors: what parse_override refuses ('+'/'~' prefixes, no '=', keys that are not dotted names,
     values that are not YAML), and overrides that cannot apply to the spec, e.g. a key below a scalar
     (found here by applying them to a scratch copy of the document, as the CLI does)."""
+    from rlc.compiler.importers.versions import upgrade
     from rlc.compiler.load import load_document
-    from rlc.spec.versions import upgrade
 
     kind, parsed = classify(texts)
     if kind == "usage":

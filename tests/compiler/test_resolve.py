@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlc.compiler.frontend import analyze
+from rlc.compiler.pipeline import analyze
 
 
 def _resolve(spec_file, text):

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rlc.compiler.check import RULES, Context, _load_rules
-from rlc.compiler.frontend import analyze
+from rlc.compiler.check import RULES
+from rlc.compiler.pipeline import analyze
+from rlc.compiler.rules.base import Context
 from test_rules import CASES, _write
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
@@ -51,7 +52,6 @@ def _declares(rule, key: str) -> bool:
 
 
 def test_every_rule_declares_the_keys_it_reads(specs) -> None:
-    _load_rules()
     undeclared: dict[str, set[str]] = {}
     for _name, spec in specs:
         for r in RULES:
@@ -65,7 +65,6 @@ def test_every_rule_declares_the_keys_it_reads(specs) -> None:
 
 def test_the_recording_sees_what_a_rule_reads(specs) -> None:
     """The check above can fail: a rule that reads a key it does not declare is caught."""
-    _load_rules()
     lora_alpha = next(r for r in RULES if r.code == "RLC-E602")
     narrowed = dataclasses.replace(lora_alpha, keys=("trainer.policy.model.lora.alpha",))
     reads: set[str] = set()

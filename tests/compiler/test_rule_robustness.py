@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rlc.compiler.check import INTERNAL_ERROR
-from rlc.compiler.frontend import analyze
 from rlc.compiler.load import load_document
+from rlc.compiler.pipeline import analyze
 from rlc.core.overrides import OverrideError, parse_override
 from rlc.core.plain import plain_yaml as to_plain
 from rlc.spec.model import SpecModel

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from rlc.compiler.check import RULES
-from rlc.compiler.frontend import analyze
+from rlc.compiler.pipeline import analyze
 from upstream_cases import UPSTREAM_CASES
 
 BASE_CLUSTER = "cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
@@ -569,6 +569,25 @@ def test_rule_fires_with_key_and_line(tmp_path, code):
 
 def test_every_rule_has_a_failing_spec():
     assert {r.code for r in RULES} <= set(CASES)
+
+
+def test_every_rule_written_is_one_check_runs():
+    """A rule is listed by hand (its module's RULES, check's RULES): one written but left out of a list would never
+    run, so every Rule of every module of rlc.compiler.rules must be in check's RULES."""
+    import importlib
+    import pkgutil
+
+    import rlc.compiler.rules
+    from rlc.compiler.rules.base import Rule
+
+    written = set()
+    for info in pkgutil.iter_modules(rlc.compiler.rules.__path__):
+        module = importlib.import_module(f"rlc.compiler.rules.{info.name}")
+        written |= {v for v in vars(module).values() if isinstance(v, Rule)}
+        written |= set(getattr(module, "RULES", ()))
+    assert len(written) > 70
+    assert not written - set(RULES), sorted(r.code for r in written - set(RULES))
+    assert len(RULES) == len(set(RULES))
 
 
 def test_base_spec_is_valid(tmp_path):

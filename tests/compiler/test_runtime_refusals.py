@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from rlc.compiler.check import INTERNAL_ERROR, RULES, Context, check, rule
+from rlc.compiler.check import INTERNAL_ERROR, RULES, check
 from rlc.compiler.cli import cli
+from rlc.compiler.rules.base import Context, rule
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -201,14 +202,14 @@ def test_non_finite_value_in_a_file_is_refused_at_its_line(tmp_path: Path, text:
 
 
 def test_a_crashing_rule_is_an_internal_error_not_silence(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A real rule registered the way every rule is; it fails the way a rule with a bug would.
-    monkeypatch.setattr("rlc.compiler.check.RULES", list(RULES))
-
+    # A real rule made the way every rule is; it fails the way a rule with a bug would.
     @rule("RLC-E998", "divides by the train batch size", "trainer.train_batch_size")
     def crashes(c: Context):
         yield c.error("RLC-E998", "trainer.train_batch_size", str(1 // 0), "none")
 
-    from rlc.compiler.frontend import analyze
+    monkeypatch.setattr("rlc.compiler.check.RULES", (*RULES, crashes))
+
+    from rlc.compiler.pipeline import analyze
 
     spec = analyze(EXAMPLES / "local-cpu.yaml").spec
     out = check(spec, lambda key, related=(): None, env={})

@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 import yaml_helpers
 from conftest import ROOT
-from rlc.compiler.frontend import analyze
+from rlc.compiler.importers import skyrl_history as legacy_history
+from rlc.compiler.importers.versions import migrate_data, migrated_text
 from rlc.compiler.load import document_from_text
-from rlc.compiler.migration import migrated_text
+from rlc.compiler.pipeline import analyze
 from rlc.core.plain import plain_yaml as to_plain
-from rlc.spec import legacy_history
 from rlc.spec.model import SpecModel
-from rlc.spec.versions import migrate_data
 
 HISTORY = sorted((ROOT / "tests" / "fixtures" / "skyrl-history").glob("*.yaml"))
 MODEL = SpecModel()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 from rlc.compiler.explain import explain_key
-from rlc.compiler.frontend import analyze
-from rlc.compiler.rules_upstream import UNSUPPORTED
+from rlc.compiler.pipeline import analyze
+from rlc.compiler.rules.upstream import UNSUPPORTED
 from rlc.spec.model import SpecModel, to_plain
 from rlc.spec.schema import committed_schema
 from rlc.spec.skyrl_release import DEFAULT_CHANGES, SKYRL_RELEASE

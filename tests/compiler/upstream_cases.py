@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlc.compiler.rules_upstream import UNSUPPORTED
+from rlc.compiler.rules.upstream import UNSUPPORTED
 from rlc.spec.model import default_model, to_plain
 
 

@@ -27,7 +27,7 @@ def test_editable_install_maps_folders_to_rlc_namespace():
 
 def test_compiler_imports_no_heavy_runtime_dependencies():
     code = (
-        "import sys, rlc.compiler.frontend, rlc.compiler.check, rlc.compiler.cli, rlc.spec.versions;"
+        "import sys, rlc.compiler.pipeline, rlc.compiler.check, rlc.compiler.cli, rlc.compiler.importers.versions;"
         "heavy = [m for m in ('torch', 'ray', 'vllm', 'transformers') if m in sys.modules];"
         "print(heavy); sys.exit(1 if heavy else 0)"
     )

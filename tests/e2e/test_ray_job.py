@@ -118,6 +118,26 @@ def test_submit_script_runs_the_runtime_check_on_ray(tmp_path, ray_cluster):
 
 
 @pytest.mark.slow
+def test_rlc_launch_submits_the_ray_target(tmp_path, ray_cluster):
+    env, address = ray_cluster
+    out = tmp_path / "job"
+    result = run_rlc(
+        "launch",
+        str(EXAMPLES / "local-cpu.yaml"),
+        "trainer.seed=11",  # another content hash than the test above: Ray refuses a submission id twice
+        "--target",
+        "ray",
+        "-o",
+        str(out),
+        env={**env, "RAY_ADDRESS": address, "RLC_RUNTIME_COMMAND": "check"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"$ {out / 'ray' / 'submit.sh'}" in result.stderr
+    assert "local-cpu-grpo: config and plan load" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
 def test_submit_script_trains_two_steps_on_ray(tmp_path, ray_cluster):
     pytest.importorskip("transformers")
     env, address = ray_cluster

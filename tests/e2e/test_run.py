@@ -180,17 +180,24 @@ def test_megatron_tensor_parallel_run_checkpoints_and_exports(tmp_path, run_env,
 
 
 @pytest.mark.slow
-def test_a_tracker_that_cannot_start_stops_the_run_before_ray(tmp_path, run_env):
+@pytest.mark.parametrize("command", ["run", "launch"])
+def test_a_tracker_that_cannot_start_stops_the_run_before_ray(tmp_path, run_env, command):
+    """Also through `rlc launch`: local-cpu.yaml says launch.target: local, so the runtime runs here."""
     try:
         import tensorboard  # noqa: F401
 
         pytest.skip("tensorboard is installed here")
     except ImportError:
         pass
-    result = run_rlc("run", *_args(tmp_path, 32, "trainer.logger=tensorboard"), env=run_env, timeout=300)
+    args = _args(tmp_path, 32, "trainer.logger=tensorboard")
+    if command == "launch":
+        args = [a for a in args if a != "--no-progress"]
+    result = run_rlc(command, *args, env=run_env, timeout=300)
     assert result.returncode == 1
     assert "trainer.logger is tensorboard" in result.stderr and "Traceback" not in result.stderr
     assert "Started a local Ray instance" not in result.stderr
+    if command == "launch":
+        assert f"-m rlc.runtime run {tmp_path / 'build' / 'resolved.yaml'}" in result.stderr
 
 
 @pytest.mark.slow

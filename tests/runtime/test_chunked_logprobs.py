@@ -12,7 +12,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlc.runtime.algorithms.losses import (  # noqa: E402
-    LOGPROB_CHUNK_TOKENS,
     entropy_from_logits,
     score_tokens,
     token_log_probs,
@@ -220,12 +219,6 @@ def test_float32_work_space_is_a_chunk_not_the_whole_micro_batch(entropy):
     # The full log-softmax this replaces makes and saves [tokens, vocab] float32 tensors: the check can fail.
     full_largest, full_saved = measure(lambda x: full_scores(x, ids, 0.8))
     assert full_largest >= tokens * vocab and full_saved >= tokens * vocab
-
-
-def test_default_chunk_is_the_compilers():
-    from rlc.compiler.memory import LOGPROB_CHUNK_TOKENS as compiler_chunk
-
-    assert compiler_chunk == LOGPROB_CHUNK_TOKENS
 
 
 def _vocab_parallel_rank(rank, world, port, q):

@@ -347,11 +347,10 @@ def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
 
 
 def test_the_compilers_megatron_lora_names_are_the_runtimes():
-    """RLC-E510 refuses target_modules by the names rlc's Megatron LoRA maps onto its layers: the same table."""
-    from rlc.compiler.rules_parallel import MEGATRON_LORA_LAYERS, MEGATRON_LORA_NAMES
-    from rlc.runtime.workers.megatron_lora import LAYERS, target_layers
+    """RLC-E510 refuses target_modules by the names rlc's Megatron LoRA maps onto its layers (one table, in core)."""
+    from rlc.compiler.rules.parallel import MEGATRON_LORA_NAMES
+    from rlc.runtime.workers.megatron_lora import target_layers
 
-    assert MEGATRON_LORA_LAYERS == {layer: projections for layer, (projections, _style) in LAYERS.items()}
     for name in MEGATRON_LORA_NAMES:
         assert target_layers(name), name  # every name the rule accepts puts adapters somewhere
     assert target_layers("qkv_proj,c_attn") == []  # names the rule refuses: the worker would find no layer

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from rlc.compiler.check import Context, num, rule
-from rlc.compiler.resolve import critic_on, ref_on
+from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.rules.base import Context, num, rule
 
 B, MP, MC = "trainer.train_batch_size", "trainer.policy_mini_batch_size", "trainer.critic_mini_batch_size"
 U, F, NS = (
@@ -344,3 +344,18 @@ def _divisor_near(n: int, target: int) -> int:
         return math.gcd(n, max(target, 1)) or 1
     divisors = [d for i in range(1, root + 1) if n % i == 0 for d in (i, n // i)]
     return min(divisors, key=lambda d: (abs(d - target), -d))
+
+
+RULES = (
+    policy_mini_batch_within_train_batch,
+    critic_mini_batch_within_train_batch,
+    micro_batches_positive,
+    megatron_world_divisible_by_model_parallel,
+    policy_mini_batch_divides_train_batch,
+    policy_mini_batch_per_gpu_fits_micro,
+    policy_train_batch_per_gpu_fits_mini,
+    critic_batch_arithmetic,
+    train_batch_covers_data_parallel_ranks,
+    mini_batch_spreads_evenly,
+    fsdp_world_divisible_by_sequence_parallel,
+)

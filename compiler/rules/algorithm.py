@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rlc.compiler.check import Context, num, rule
-from rlc.compiler.resolve import critic_on
+from rlc.compiler.roles import critic_on
+from rlc.compiler.rules.base import Context, num, rule
 
 IE = "generator.inference_engine"
 NS = "generator.n_samples_per_prompt"
@@ -461,3 +461,29 @@ def batched_generation_single_turn(c: Context):
             "set generator.batched: false",
             ["generator.batched"],
         )
+
+
+RULES = (
+    gae_needs_critic,
+    kl_in_reward_excludes_kl_loss,
+    token_sum_norm_needs_max_seq_len,
+    off_policy_correction_excludes_cov_losses,
+    max_ckpts_to_keep_valid,
+    resume_from_path_needs_path,
+    step_wise_needs_per_trajectory_advantage,
+    off_policy_correction_in_range,
+    loss_temperature_positive,
+    dynamic_sampling_replace_needs_group,
+    fully_async_needs_separate_engines,
+    fully_async_one_step_per_batch,
+    fully_async_generation_workers_in_range,
+    input_length_matches_prompt_length,
+    logprobs_zero_or_one,
+    wandb_needs_api_key,
+    multi_turn_stop_strings_need_eos,
+    expert_parallel_spans_dp_tp,
+    colocate_all_needs_local_engines,
+    remote_engines_need_urls,
+    chat_template_file_needs_path,
+    batched_generation_single_turn,
+)

@@ -1,21 +1,18 @@
-"""The section-by-section mapping of an AReaL experiment config to spec v1 (see rlc.compiler.areal)."""
+"""The section-by-section mapping of an AReaL experiment config to spec v1 (see rlc.compiler.importers.areal)."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
 
 from rlc.compiler import allocation
-from rlc.compiler.areal_algorithm import algorithm, critic_and_ref
+from rlc.compiler.importers.areal_algorithm import algorithm, critic_and_ref
+from rlc.compiler.importers.areal_import import ArealImport
 
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
-if TYPE_CHECKING:
-    from rlc.compiler.areal import _Importer
 
-
-def map_sections(imp: _Importer) -> None:
+def map_sections(imp: ArealImport) -> None:
     """Every section in the order later ones read earlier results (batch sizes, the strategy, the allocation)."""
     _top(imp)
     strategy = _placement(imp)
@@ -31,7 +28,7 @@ def map_sections(imp: _Importer) -> None:
     _async(imp)
 
 
-def _top(imp: _Importer) -> None:
+def _top(imp: ArealImport) -> None:
     exp = str(imp.get("experiment_name", "areal-job"))
     name = NAME_CHARS.sub("-", exp).strip("-._")[:63] or "areal-job"
     imp.put("name", name, "experiment_name", reason="" if name == exp else "only letters, digits, '.', '_', '-'")
@@ -60,7 +57,7 @@ def _top(imp: _Importer) -> None:
         imp.put(f"trainer.{key}", f"{root}/{sub}/{exp}/{trial}", "cluster.fileroot", reason=f"{sub} under fileroot")
 
 
-def _allocation_string(imp: _Importer) -> tuple[str | None, list[str]]:
+def _allocation_string(imp: ArealImport) -> tuple[str | None, list[str]]:
     """The allocation string with rlc's spelling, and the rewrites made."""
     notes: list[str] = []
     text = imp.get("allocation_mode")
@@ -85,7 +82,7 @@ def _allocation_string(imp: _Importer) -> tuple[str | None, list[str]]:
     return "+".join(comps), notes
 
 
-def _placement(imp: _Importer) -> str:
+def _placement(imp: ArealImport) -> str:
     text, notes = _allocation_string(imp)
     strategy = str(imp.get("actor.backend") or "fsdp").split(":")[0]
     if text is None:
@@ -108,7 +105,7 @@ def _placement(imp: _Importer) -> str:
     return trainers[0].backend if trainers and trainers[0].backend else strategy
 
 
-def _sampling(imp: _Importer) -> None:
+def _sampling(imp: ArealImport) -> None:
     sp = "generator.sampling_params"
     if imp.has("gconfig.n_samples"):
         imp.put("generator.n_samples_per_prompt", imp.get("gconfig.n_samples"), "gconfig.n_samples")
@@ -148,7 +145,7 @@ def _sampling(imp: _Importer) -> None:
         imp.drop("actor.max_new_tokens", "the same as gconfig.max_new_tokens")
 
 
-def _batches(imp: _Importer) -> None:
+def _batches(imp: ArealImport) -> None:
     batch = imp.get("train_dataset.batch_size")
     if batch is None:
         return
@@ -173,7 +170,7 @@ def _batches(imp: _Importer) -> None:
             )
 
 
-def _model(imp: _Importer, strategy: str) -> None:
+def _model(imp: ArealImport, strategy: str) -> None:
     source = next((k for k in ("allocation_mode", "actor.backend", "rollout.backend") if imp.has(k)), None)
     chosen = "megatron" if strategy == "megatron" else "fsdp2"
     imp.put("trainer.strategy", chosen, *([source] if source else []), reason=f"AReaL's {strategy} training backend")
@@ -217,7 +214,7 @@ def _model(imp: _Importer, strategy: str) -> None:
             imp.drop(f"actor.{key}", "LoRA is off")
 
 
-def _optimizer(imp: _Importer, src: str, dst: str) -> None:
+def _optimizer(imp: ArealImport, src: str, dst: str) -> None:
     opt = f"{src}.optimizer"
     out = f"{dst}.optimizer_config"
     if not isinstance(imp.get(opt), dict):
@@ -250,7 +247,7 @@ def _optimizer(imp: _Importer, src: str, dst: str) -> None:
         imp.drop(f"{opt}.offload", "false: no offload")
 
 
-def _engines(imp: _Importer) -> None:
+def _engines(imp: ArealImport) -> None:
     ie = "generator.inference_engine"
     alloc = str(imp.get("allocation_mode") or imp.get("rollout.backend") or "")
     used, other = ("sglang", "vllm") if "sglang" in alloc or not alloc else ("vllm", "sglang")
@@ -275,7 +272,7 @@ def _engines(imp: _Importer) -> None:
     imp.drop("vllm", "vLLM server options rlc sets itself (model, seed, lengths)")
 
 
-def _data(imp: _Importer) -> None:
+def _data(imp: ArealImport) -> None:
     for src, dst, split in (
         ("train_dataset", "data.train_data", "train"),
         ("valid_dataset", "data.val_data", "validation"),
@@ -306,7 +303,7 @@ def _data(imp: _Importer) -> None:
         )
 
 
-def _utilities(imp: _Importer) -> None:
+def _utilities(imp: ArealImport) -> None:
     t = "trainer"
     ckpt = imp.get("recover.freq_steps") or imp.get("checkpointer.freq_steps")
     if ckpt:
@@ -356,7 +353,7 @@ def _utilities(imp: _Importer) -> None:
             imp.put(f"launch.{dst}", pairs, src, reason="comma-separated pairs")
 
 
-def _async(imp: _Importer) -> None:
+def _async(imp: ArealImport) -> None:
     stale = imp.get("rollout.max_head_offpolicyness", 0)
     asynchronous = imp.get("async_training", True) is not False
     mini = imp.result.spec.get("trainer.policy_mini_batch_size")

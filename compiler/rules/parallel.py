@@ -6,8 +6,9 @@ import difflib
 import json
 import os
 
-from rlc.compiler.check import Context, num, rule
-from rlc.compiler.resolve import critic_on, ref_on
+from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.rules.base import Context, num, rule
+from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
 
 IE = "generator.inference_engine"
 
@@ -387,15 +388,13 @@ def vllm_lora_rank_supported(c: Context):
         )
 
 
-# What rlc's Megatron LoRA (rlc.runtime.workers.megatron_lora.LAYERS) puts adapters on: Megatron's four linear
-# layers per decoder layer, by their own names or the Hugging Face projections they fuse, or "all-linear".
-MEGATRON_LORA_LAYERS = {
-    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
-    "linear_proj": ("o_proj",),
-    "linear_fc1": ("gate_proj", "up_proj"),
-    "linear_fc2": ("down_proj",),
-}
-MEGATRON_LORA_NAMES = ("all-linear", *MEGATRON_LORA_LAYERS, *(p for ps in MEGATRON_LORA_LAYERS.values() for p in ps))
+# What rlc's Megatron LoRA puts adapters on: Megatron's four linear layers per decoder layer, by their own names or
+# the Hugging Face projections they fuse, or "all-linear".
+MEGATRON_LORA_NAMES = (
+    "all-linear",
+    *MEGATRON_LORA_LAYERS,
+    *(p for ps, _style in MEGATRON_LORA_LAYERS.values() for p in ps),
+)
 
 
 def module_names(value: object) -> list[str]:
@@ -433,7 +432,7 @@ def megatron_lora_targets_known(c: Context):
         return
     chosen = [
         layer
-        for layer, projections in MEGATRON_LORA_LAYERS.items()
+        for layer, (projections, _style) in MEGATRON_LORA_LAYERS.items()
         if layer not in excluded
         and {p for p in projections if "all-linear" in wanted or p in wanted or layer in wanted} - excluded
     ]
@@ -446,3 +445,18 @@ def megatron_lora_targets_known(c: Context):
             f"target at least one of {known}",
             ["trainer.policy.model.lora.exclude_modules", "trainer.strategy"],
         )
+
+
+RULES = (
+    megatron_has_no_critic,
+    megatron_has_no_ulysses,
+    megatron_expert_layout_divides_world,
+    megatron_config_kwargs_known,
+    lora_alpha_positive,
+    fsdp_size_divides_world,
+    megatron_heads_divide_by_tensor_parallel,
+    megatron_pipeline_divides_layers,
+    vllm_pipeline_fits_layers,
+    vllm_lora_rank_supported,
+    megatron_lora_targets_known,
+)

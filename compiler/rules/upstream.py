@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rlc.compiler.check import Context, rule
-from rlc.compiler.resolve import get
+from rlc.compiler.roles import get
+from rlc.compiler.rules.base import Context, Rule
 from rlc.spec.model import default_model, to_plain
 
 ROLES = ("policy", "ref", "critic")
@@ -229,8 +229,7 @@ def refused(spec: Any, group: Unsupported) -> list[tuple[str, Any, Any]]:
     return out
 
 
-def _register(group: Unsupported) -> None:
-    @rule(group.code, f"not supported yet: {group.what}", *group.keys)
+def _rule_for(group: Unsupported) -> Rule:
     def not_supported_yet(c: Context):
         for key, value, default in refused(c.s, group):
             accepted = [default, *(v for k, v in group.also_accepted if k == key)]
@@ -245,6 +244,7 @@ def _register(group: Unsupported) -> None:
             )
 
     not_supported_yet.__name__ = f"not_supported_yet_{group.code[-3:]}"
+    return Rule(group.code, f"not supported yet: {group.what}", group.keys, not_supported_yet)
 
 
 def _show(value: Any) -> str:
@@ -252,5 +252,4 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-for _group in UNSUPPORTED:
-    _register(_group)
+RULES = tuple(_rule_for(group) for group in UNSUPPORTED)

@@ -7,14 +7,10 @@ their launch files are still worth checking, and the runtime stops at start-up, 
 
 from __future__ import annotations
 
-from rlc.compiler.check import Context, num, rule
+from rlc.compiler.rules.base import Context, num, rule
+from rlc.core.runtime_facts import BUILTIN_ENVS
 
 ALG = "trainer.algorithm"
-BUILTIN_ENVS = (
-    "arithmetic",
-    "gsm8k",
-    "synthetic",
-)  # rlc.runtime.envs.BUILTIN (kept here so the compiler imports no runtime code)
 
 
 def _extension_envs() -> set[str]:
@@ -102,3 +98,9 @@ FEATURE_KEYS = (
 def runtime_executes_features(c: Context):
     for key, what, fix in _unsupported(c):
         yield c.error("RLC-E903", key, f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet", fix)
+
+
+RULES = (
+    environment_exists,
+    runtime_executes_features,
+)

@@ -9,14 +9,14 @@ changes what runs are error-level lines of the report. SFT, DPO and reward-model
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+import io
 from typing import Any
 
-from rlc.spec.legacy import Change
-
-REF = re.compile(r"\$\{([^{}]+)\}")
-_MISSING = object()
+from rlc.compiler.importers.areal_import import ArealImport, ImportResult, leaves
+from rlc.compiler.importers.areal_sections import map_sections
+from rlc.compiler.importers.base import Imported, NotImportable
+from rlc.compiler.load import Document
+from rlc.core.plain import plain_yaml
 
 # Keys whose whole subtree has no effect in rlc, with the reason.
 DROPPED_SECTIONS = {
@@ -89,115 +89,8 @@ for _ds in ("train_dataset", "valid_dataset"):
         DROPPED_KEYS[f"{_ds}.{_k}"] = _why
 
 
-class ImportRefused(Exception):
+class ImportRefused(NotImportable):
     """The file is not an RL config rlc can compile; nothing is written."""
-
-
-@dataclass
-class ImportResult:
-    spec: dict[str, Any]  # dotted spec path -> value, in writing order
-    sources: dict[str, list[str]]  # dotted spec path -> the AReaL keys it came from
-    changes: list[Change] = field(default_factory=list)
-
-    @property
-    def errors(self) -> list[Change]:
-        return [c for c in self.changes if c.severity == "error"]
-
-
-def _leaves(node: Any, prefix: str = ""):
-    if isinstance(node, dict) and node:
-        for k, v in node.items():
-            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
-    elif prefix:
-        yield prefix, node
-
-
-class _Importer:
-    def __init__(self, data: dict, line_of):
-        self.raw = data
-        self.line_of = line_of
-        self.used: set[str] = set()
-        self.result = ImportResult({}, {})
-
-    # -- reading the AReaL file, ${...} references resolved ----------------------------------
-
-    def _raw(self, path: str) -> Any:
-        node: Any = self.raw
-        for part in path.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return _MISSING
-            node = node[part]
-        return node
-
-    def get(self, path: str, default: Any = None) -> Any:
-        value = self._resolve(self._raw(path), [path])
-        return default if value is _MISSING or value is None else value
-
-    def has(self, path: str) -> bool:
-        return self._raw(path) not in (_MISSING, None)
-
-    def _resolve(self, value: Any, chain: list[str]) -> Any:
-        if isinstance(value, dict):
-            return {k: self._resolve(v, chain) for k, v in value.items()}
-        if not isinstance(value, str) or "${" not in value:
-            return value
-        whole = REF.fullmatch(value)
-        if whole and ":" not in whole.group(1):
-            ref = whole.group(1)
-            return _MISSING if ref in chain else self._resolve(self._raw(ref), chain + [ref])
-        return REF.sub(lambda m: self._text(m.group(1), chain), value)
-
-    def _text(self, ref: str, chain: list[str]) -> str:
-        if ":" in ref or ref in chain:
-            return "${" + ref + "}"
-        target = self._resolve(self._raw(ref), chain + [ref])
-        return "${" + ref + "}" if target is _MISSING else str(target)
-
-    # -- recording ------------------------------------------------------------------------------
-
-    def put(self, new: str, value: Any, *old: str, reason: str = "", severity: str = "info") -> None:
-        """Write spec key `new` from AReaL keys `old` (the first one is the one reported)."""
-        self.result.spec[new] = value
-        self.result.sources[new] = list(old)
-        self.used.update(old)
-        if not old:
-            self.result.changes.append(Change("added", None, new, new_value=value, reason=reason, severity=severity))
-            return
-        first = old[0]
-        if len(old) > 1:
-            reason = f"{reason}; with {', '.join(old[1:])}" if reason else f"with {', '.join(old[1:])}"
-        if self._raw(first) is _MISSING:
-            why = f"AReaL's default of {first}" + (f"; {reason}" if reason else "")
-            self.result.changes.append(Change("added", None, new, new_value=value, reason=why, severity=severity))
-            return
-        before = self.get(first)
-        kind = "moved" if not reason and before == value else "transformed"
-        self.result.changes.append(Change(kind, first, new, self.line_of(first), before, value, reason, severity))
-
-    def drop(self, old: str, reason: str, severity: str = "info") -> None:
-        if self._raw(old) is _MISSING:
-            return
-        for leaf, _ in _leaves(self._raw(old), old):
-            if leaf in self.used:
-                continue
-            self.used.add(leaf)
-            self.result.changes.append(
-                Change("dropped", leaf, None, self.line_of(leaf), reason=reason, severity=severity)
-            )
-
-    def leftovers(self) -> None:
-        for leaf, value in _leaves(self.raw):
-            if leaf in self.used:
-                continue
-            section = next((s for s in DROPPED_SECTIONS if leaf == s or leaf.startswith(s + ".")), None)
-            if section is not None:
-                self.drop(leaf, DROPPED_SECTIONS[section])
-            elif leaf in DROPPED_KEYS:
-                self.drop(leaf, DROPPED_KEYS[leaf])
-            elif value is None or value == [] or value == {}:
-                self.drop(leaf, "empty")
-            else:
-                self.drop(leaf, "no rlc counterpart; not carried", severity="warning")
 
 
 def refusal(data: dict, line_of) -> str | None:
@@ -226,9 +119,96 @@ def import_areal(data: dict, line_of=lambda path: 0) -> ImportResult:
     why = refusal(data, line_of)
     if why:
         raise ImportRefused(why)
-    imp = _Importer(data, line_of)
-    from rlc.compiler.areal_sections import map_sections
-
+    imp = ArealImport(data, line_of)
     map_sections(imp)
-    imp.leftovers()
+    _leftovers(imp)
     return imp.result
+
+
+def _leftovers(imp: ArealImport) -> None:
+    """Every AReaL key no section mapped: dropped with the reason it has no effect in rlc, or not carried."""
+    for leaf, value in leaves(imp.raw):
+        if leaf in imp.used:
+            continue
+        section = next((s for s in DROPPED_SECTIONS if leaf == s or leaf.startswith(s + ".")), None)
+        if section is not None:
+            imp.drop(leaf, DROPPED_SECTIONS[section])
+        elif leaf in DROPPED_KEYS:
+            imp.drop(leaf, DROPPED_KEYS[leaf])
+        elif value is None or value == [] or value == {}:
+            imp.drop(leaf, "empty")
+        else:
+            imp.drop(leaf, "no rlc counterpart; not carried", severity="warning")
+
+
+def areal_text(source: str, result: ImportResult) -> str:
+    """Spec v1 YAML of an AReaL import, each key commented with the AReaL keys it came from."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    root = CommentedMap()
+    root["version"] = 1
+    for section in ("name", "cluster", "launch", "data", "trainer", "generator", "environment"):
+        if any(p == section or p.startswith(section + ".") for p in result.spec):
+            root[section] = CommentedMap() if section != "name" else None
+    for path, value in result.spec.items():
+        *head, last = path.split(".")
+        node = root
+        for part in head:
+            if not isinstance(node.get(part), CommentedMap):
+                node[part] = CommentedMap()
+            node = node[part]
+        node[last] = value
+        sources = [s for s in result.sources.get(path, []) if s]
+        if sources:
+            node.yaml_add_eol_comment(
+                f"AReaL: {', '.join(sources)}", last, column=_comment_column(len(head), last, value)
+            )
+    root.yaml_set_start_comment(
+        f"Imported from the AReaL config {source} by `rlc migrate --from areal`.\n"
+        "Comments name the AReaL keys each value came from; the report lists what was dropped."
+    )
+    y = YAML(typ="rt")
+    y.width = 4096
+    y.indent(mapping=2, sequence=4, offset=2)
+    buf = io.StringIO()
+    y.dump(root, buf)
+    return buf.getvalue()
+
+
+def _comment_column(depth: int, key: str, value) -> int:
+    """Two spaces after `key: value` (ruamel would otherwise align a comment with the one before it)."""
+    if isinstance(value, bool):
+        shown = "true" if value else "false"
+    elif isinstance(value, (str, int, float)):
+        shown = str(value)
+    else:
+        shown = ""  # a block list or mapping: the comment goes after `key:`
+    return 2 * depth + len(key) + 2 + len(shown) + (2 if shown else 1)
+
+
+class AReaL:
+    """An AReaL experiment config (RL only) written as a new spec v1 file, each key commented with its AReaL keys."""
+
+    name = "areal"
+    what = "AReaL config"
+    rewrites = False  # a new spec is written: no --in-place, --check or --diff
+
+    def convert(self, doc: Document) -> Imported:
+        data = plain_yaml(doc.data)
+        if not isinstance(data, dict):
+            raise NotImportable("not an AReaL experiment config (the top level is not a mapping)")
+        try:
+            result = import_areal(data, lambda path: doc.locate(tuple(path.split("."))).line)
+        except ImportRefused as exc:
+            raise NotImportable(
+                f"{exc}; rlc compiles RL post-training jobs (GRPO, PPO, DAPO, Dr.GRPO, GSPO, REINFORCE, RLOO) only, "
+                "so nothing was written"
+            ) from None
+        return Imported(
+            areal_text(doc.name, result),
+            "AReaL config -> spec v1",
+            result.changes,
+            [f"{'  !! ' if c.severity == 'error' else '  '}{c.describe()}" for c in result.changes],
+            f"{len(result.errors)} change(s) alter what runs (marked !!); review them before launching",
+        )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from rlc.compiler.check import OVERRIDE, Context, num, rule
-from rlc.compiler.resolve import critic_on, demand_terms, engine_gpus, gpu_demand, ref_on
+from rlc.compiler.roles import critic_on, demand_terms, engine_gpus, gpu_demand, ref_on
+from rlc.compiler.rules.base import OVERRIDE, Context, num, rule
 
 # -- placement ------------------------------------------------------
 
@@ -341,3 +341,16 @@ def job_size_bounded(c: Context):
             f"the job spans more than {MAX_DEVICES:,} devices ({max(demand, int((g or 0) * (n or 0))):,})",
             "check the counts for a typo: no cluster this large exists",
         )
+
+
+RULES = (
+    colocate_all_engines_match_policy,
+    colocated_ref_matches_policy,
+    colocate_all_roles_match_policy,
+    placement_fits_cluster,
+    bundle_fits_node,
+    multi_node_engine_needs_ray_backend,
+    engine_tensor_parallel_spans_nodes,
+    placement_leaves_gpus_idle,
+    job_size_bounded,
+)

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from rlc.spec import legacy_history
+from rlc.compiler.importers import skyrl_history as legacy_history
+from rlc.compiler.importers.base import Change, show_value
+from rlc.compiler.importers.skyrl_history import inert
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
 ENGINE_KEYS = {
@@ -154,66 +156,12 @@ SPEC_SECTIONS = {"data", "trainer", "generator", "environment"}
 REF = re.compile(r"\$\{([^{}:]+)\}")
 
 
-def inert(value: Any) -> bool:
-    """True when a value turns nothing on: null, false, empty, a disabled block, or a block of such values."""
-    if value is None or value is False or value == "" or value == [] or value == {}:
-        return True
-    if isinstance(value, str) and REF.fullmatch(value.strip()):
-        return True  # a reference to another key, dropped or migrated on its own
-    if isinstance(value, dict):
-        if value.get("enabled") is False:
-            return True
-        return all(inert(v) for v in value.values())
-    return False
-
-
 class _Missing:
     def __repr__(self) -> str:
         return "<missing>"
 
 
 _MISSING = _Missing()
-
-
-@dataclass
-class Change:
-    """One thing the migration did."""
-
-    kind: str  # moved | transformed | dropped | reference | defaults | added
-    old: str | None
-    new: str | None
-    line: int = 0
-    old_value: Any = None
-    new_value: Any = None
-    reason: str = ""
-    severity: str = "info"  # info | warning | error (error: behaviour would change)
-    code: str = ""  # the finding's code when it is not the generic RLC-E020 / RLC-W020
-
-    def describe(self) -> str:
-        at = f" (line {self.line})" if self.line else ""
-        if self.kind == "moved":
-            return f"moved    {self.old}{at} -> {self.new}"
-        if self.kind == "transformed":
-            return f"changed  {self.old}: {_show(self.old_value)}{at} -> {self.new}: {_show(self.new_value)}" + (
-                f"  [{self.reason}]" if self.reason else ""
-            )
-        if self.kind == "dropped":
-            return f"dropped  {self.old}{at}: {self.reason}"
-        if self.kind == "reference":
-            return f"rewrote  {self.old_value}{at} -> {self.new_value} (in {self.new})"
-        if self.kind == "defaults":
-            return f"removed  defaults{at}: {self.reason}"
-        return f"added    {self.new}: {_show(self.new_value)}" + (f"  [{self.reason}]" if self.reason else "")
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, str):
-        return repr(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    return str(v)
 
 
 # -- tree helpers (round-trip maps) ---------------------------------------------------------------------
@@ -378,7 +326,7 @@ class _Step:
                     severity="info" if same else "warning",
                     reason=f"same value as {new}"
                     if same
-                    else f"{new} is also set ({_show(existing)}); the newer key wins",
+                    else f"{new} is also set ({show_value(existing)}); the newer key wins",
                 )
             )
             return
@@ -642,7 +590,7 @@ class _Step:
                         target,
                         line,
                         value,
-                        reason=f"{_show(value)}; kl_estimator_type ({decided}) decides",
+                        reason=f"{show_value(value)}; kl_estimator_type ({decided}) decides",
                     )
                 )
 
@@ -788,11 +736,11 @@ class _Step:
                 )
 
     def drops(self) -> None:
-        for path, reason, inert in DROPS:
+        for path, reason, is_harmless in DROPS:
             value = _get(self.data, path)
             if value is _MISSING:
                 continue
-            harmless = inert(value, self.data)
+            harmless = is_harmless(value, self.data)
             _, line, _ = _pop(self.data, path)
             self.changes.append(
                 Change(

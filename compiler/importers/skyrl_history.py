@@ -1,4 +1,4 @@
-"""Keys SkyRL's base config carried on branches and releases, beyond the mainline renames in `legacy`.
+"""Keys SkyRL's base config carried on branches and releases, beyond the mainline renames in `skyrl`.
 
 Each entry says what the key did in SkyRL, when dropping it changes nothing, and which finding it gets when
 dropping it would change what runs. Written from the history of SkyRL's `ppo_base_config.yaml` on every
@@ -8,6 +8,7 @@ they were gathered).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,22 @@ ENGINE_SAMPLING: dict[str, tuple[str, Any]] = {
 }
 
 
+_REFERENCE = re.compile(r"\$\{([^{}:]+)\}")
+
+
+def inert(value: Any) -> bool:
+    """True when a value turns nothing on: null, false, empty, a disabled block, or a block of such values."""
+    if value is None or value is False or value == "" or value == [] or value == {}:
+        return True
+    if isinstance(value, str) and _REFERENCE.fullmatch(value.strip()):
+        return True  # a reference to another key, dropped or migrated on its own
+    if isinstance(value, dict):
+        if value.get("enabled") is False:
+            return True
+        return all(inert(v) for v in value.values())
+    return False
+
+
 def _same(value: Any, default: Any) -> bool:
     """Equal, and a flag only to a flag (0 is not False)."""
     return bool(value == default) and isinstance(value, bool) == isinstance(default, bool)
@@ -83,8 +100,6 @@ def _off(value: Any, get: Callable[[str], Any]) -> bool:
 
 
 def _block_off(value: Any, get: Callable[[str], Any]) -> bool:
-    from rlc.spec.legacy import inert
-
     return inert(value)
 
 
@@ -194,8 +209,6 @@ def _as_shipped(shipped: dict[str, Any]) -> Callable[[Any, Callable[[str], Any]]
     """Harmless when unset, or a block whose every key is off (null, false, empty) or holds the value shipped."""
 
     def matches(value: Any, default: Any) -> bool:
-        from rlc.spec.legacy import inert  # legacy imports this module
-
         if isinstance(value, dict) and isinstance(default, dict):
             return all(inert(v) or (k in default and matches(v, default[k])) for k, v in value.items())
         return _same(value, default) or inert(value)

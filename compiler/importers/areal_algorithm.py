@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from rlc.compiler import allocation
-
-if TYPE_CHECKING:
-    from rlc.compiler.areal import _Importer
+from rlc.compiler.importers.areal_import import ArealImport
 
 
-def algorithm(imp: _Importer) -> None:
+def algorithm(imp: ArealImport) -> None:
     """The advantage estimator, loss, KL and off-policy settings from AReaL's actor section."""
     alg = "trainer.algorithm"
     critic = isinstance(imp.get("critic"), dict)
@@ -101,7 +98,7 @@ def algorithm(imp: _Importer) -> None:
         )
 
 
-def critic_and_ref(imp: _Importer, strategy: str, optimizer: Callable[[_Importer, str, str], None]) -> None:
+def critic_and_ref(imp: ArealImport, strategy: str, optimizer: Callable[[ArealImport, str, str], None]) -> None:
     """The critic (PPO) and the reference model; the critic's optimizer is mapped as the actor's is."""
     if isinstance(imp.get("critic"), dict):
         imp.put("trainer.critic.model.path", imp.get("critic.path") or imp.get("actor.path"), "critic.path")
@@ -134,7 +131,7 @@ def critic_and_ref(imp: _Importer, strategy: str, optimizer: Callable[[_Importer
         imp.drop(f"ref.{key}", "the reference model follows the policy's settings and is not trained")
 
 
-def _critic_gpus(imp: _Importer) -> None:
+def _critic_gpus(imp: ArealImport) -> None:
     """AReaL's critic shares the actor's training GPUs; rlc shares them only under colocate_all, so a separate
     training group is split between policy and critic."""
     text = imp.result.spec.get("trainer.placement.allocation")

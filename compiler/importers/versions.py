@@ -6,13 +6,17 @@ round-trip document that returns what it changed; `upgrade` runs the steps a doc
 
 from __future__ import annotations
 
+import io
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlc.compiler.importers import skyrl as legacy
+from rlc.compiler.importers.base import Imported, NotImportable
+from rlc.compiler.load import Document
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.overrides import Override, apply_overrides
-from rlc.spec import legacy
 from rlc.spec.root import CURRENT_VERSION
 from ruamel.yaml.comments import CommentedMap
 
@@ -181,3 +185,57 @@ def _rekey_overrides(doc, report: MigrationReport) -> None:
     for path, text in list(doc.overrides.items()):
         if path in moved:
             doc.overrides[tuple(moved[path].split("."))] = text
+
+
+def _indentation(text: str) -> tuple[int, int]:
+    """(mapping indent, block-sequence dash offset) as the file writes them."""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    keys = [len(ln) - len(ln.lstrip()) for ln in lines if re.match(r"^\s+[^\s-][^:]*:(\s|$)", ln)]
+    indent = min(keys) if keys else 2
+    offset = 0
+    for prev, ln in zip(lines, lines[1:]):
+        if ln.lstrip().startswith("- ") and prev.rstrip().endswith(":"):
+            offset = max(0, (len(ln) - len(ln.lstrip())) - (len(prev) - len(prev.lstrip())))
+            break
+    return indent, offset
+
+
+def _dumper(text: str):
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096  # never re-wrap long lines the user wrote
+    indent, offset = _indentation(text)
+    y.indent(mapping=indent, sequence=offset + 2, offset=offset)
+    y.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+    return y
+
+
+def migrated_text(doc) -> str:
+    buf = io.StringIO()
+    _dumper(doc.text).dump(doc.data, buf)
+    return buf.getvalue()
+
+
+class SkyRL:
+    """SkyRL's legacy YAML (a file without `version`) brought to the current version, comments and layout kept."""
+
+    name = "skyrl"
+    what = "legacy SkyRL config"
+    rewrites = True  # the file is edited as it stands: --in-place, --check and --diff apply
+
+    def convert(self, doc: Document) -> Imported | None:
+        try:
+            report = migrate_data(doc.data)
+        except VersionError as exc:
+            raise NotImportable(str(exc)) from None
+        if report is None:
+            return None
+        return Imported(
+            migrated_text(doc),
+            " then ".join(report.steps),
+            report.changes,
+            [f"  {line}" for line in report.lines()],
+            f"{len(report.errors)} change(s) alter what runs; review them before launching",
+        )

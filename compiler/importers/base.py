@@ -1,0 +1,84 @@
+"""The one shape of an importer of a foreign config format (SkyRL's legacy YAML, AReaL's experiment configs): it
+turns a loaded file into spec v1 text and reports every change it made, flagging those that alter what runs.
+
+`rlc migrate --from NAME` runs the importer of that name (the registry is rlc.compiler.importers.IMPORTERS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rlc.compiler.load import Document
+
+
+@dataclass
+class Change:
+    """One thing an import did to a key: moved, changed, dropped, added (and the reason, when there is one)."""
+
+    kind: str  # moved | transformed | dropped | reference | defaults | added
+    old: str | None
+    new: str | None
+    line: int = 0
+    old_value: Any = None
+    new_value: Any = None
+    reason: str = ""
+    severity: str = "info"  # info | warning | error (error: behaviour would change)
+    code: str = ""  # the finding's code when it is not the generic RLC-E020 / RLC-W020
+
+    def describe(self) -> str:
+        at = f" (line {self.line})" if self.line else ""
+        if self.kind == "moved":
+            return f"moved    {self.old}{at} -> {self.new}"
+        if self.kind == "transformed":
+            return (
+                f"changed  {self.old}: {show_value(self.old_value)}{at} -> {self.new}: {show_value(self.new_value)}"
+                + (f"  [{self.reason}]" if self.reason else "")
+            )
+        if self.kind == "dropped":
+            return f"dropped  {self.old}{at}: {self.reason}"
+        if self.kind == "reference":
+            return f"rewrote  {self.old_value}{at} -> {self.new_value} (in {self.new})"
+        if self.kind == "defaults":
+            return f"removed  defaults{at}: {self.reason}"
+        return f"added    {self.new}: {show_value(self.new_value)}" + (f"  [{self.reason}]" if self.reason else "")
+
+
+def show_value(v: Any) -> str:
+    """A value as a report line shows it: YAML's spelling of booleans and null, strings quoted."""
+    if isinstance(v, str):
+        return repr(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    return str(v)
+
+
+class NotImportable(Exception):
+    """The file is not one this importer turns into spec v1 (the message says why); nothing is written."""
+
+
+@dataclass
+class Imported:
+    """A foreign config as spec v1, and the report of how it got there."""
+
+    text: str  # the spec v1 YAML
+    title: str  # what was done, e.g. "legacy SkyRL YAML -> spec v1"
+    changes: list[Change]
+    lines: list[str]  # the report: a line a change, as printed
+    alters: str  # the closing line of a report in which some change alters what runs
+
+    @property
+    def errors(self) -> list[Change]:
+        return [c for c in self.changes if c.severity == "error"]
+
+
+class Importer(Protocol):
+    name: str  # the value of `rlc migrate --from`
+    what: str  # what it reads, as a message names it ("AReaL config")
+    rewrites: bool  # True: the file is edited as it stands (--in-place, --check, --diff); False: a new spec is written
+
+    def convert(self, doc: Document) -> Imported | None:
+        """The file as spec v1 (None when it already is spec v1); raises NotImportable when it cannot be."""
+        ...

@@ -1,0 +1,93 @@
+"""What the spec asks of each role, read from the typed spec: which models run (ref, critic), the GPUs an inference
+engine takes, and the job's GPU demand; plus the dotted-key access every stage uses.
+
+Resolve, the rules, the planner and the memory model all ask these questions; they live here so that none of those
+stages imports another for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+def get(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def put(obj: Any, path: str, value: Any) -> None:
+    *head, last = path.split(".")
+    for part in head:
+        obj = getattr(obj, part)
+    setattr(obj, last, value)
+
+
+def ref_on(spec) -> bool:
+    alg = spec.trainer.algorithm
+    return bool(alg.use_kl_loss or alg.use_kl_in_reward)
+
+
+def critic_on(spec) -> bool:
+    return spec.trainer.critic.model.path is not None
+
+
+def engine_gpus(ie) -> int:
+    """GPUs one inference engine takes (expert parallelism reuses them)."""
+    return count(ie.tensor_parallel_size) * count(ie.pipeline_parallel_size) * count(ie.data_parallel_size)
+
+
+def count(v: Any, default: int = 1) -> int:
+    """An integer setting, or `default` where it is not an int yet (a reference resolved on the node, a bad value)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+@dataclass(frozen=True)
+class Demand:
+    """One term of the job's GPU demand: a role or the engines, its GPUs, and the keys multiplied to get them."""
+
+    role: str
+    gpus: int
+    factors: tuple[tuple[str, int], ...]  # (dotted key, value)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.factors)
+
+    def formula(self) -> str:
+        """e.g. `trainer.placement.policy_num_nodes 2 x policy_num_gpus_per_node 8` (factors of 1 beyond the first
+        are left out: they change nothing)."""
+        shown = [f for i, f in enumerate(self.factors) if i == 0 or f[1] != 1]
+        section = shown[0][0].rsplit(".", 1)[0]
+        return " x ".join(f"{k if i == 0 else k.removeprefix(section + '.')} {v}" for i, (k, v) in enumerate(shown))
+
+
+def demand_terms(spec) -> tuple[list[Demand], bool]:
+    """The terms of `gpu_demand`, and whether they share GPUs (colocate_all: the demand is their largest, not
+    their sum). A ref that shares the policy's bundles is no term outside colocate_all."""
+    p, ie = spec.trainer.placement, spec.generator.inference_engine
+    pl, eng = "trainer.placement", "generator.inference_engine"
+
+    def role(name: str) -> Demand:
+        n, g = count(getattr(p, f"{name}_num_nodes")), count(getattr(p, f"{name}_num_gpus_per_node"))
+        return Demand(name, n * g, ((f"{pl}.{name}_num_nodes", n), (f"{pl}.{name}_num_gpus_per_node", g)))
+
+    terms = [role("policy")]
+    if ie.run_engines_locally:
+        names = ("num_engines", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+        factors = tuple((f"{eng}.{k}", count(getattr(ie, k))) for k in names)
+        terms.append(Demand("inference engines", count(ie.num_engines) * engine_gpus(ie), factors))
+    if critic_on(spec):
+        terms.append(role("critic"))
+    if ref_on(spec) and (p.colocate_all or not p.colocate_policy_ref):
+        terms.append(role("ref"))
+    return terms, bool(p.colocate_all)
+
+
+def gpu_demand(spec) -> int:
+    """GPUs the job asks of the cluster: under colocate_all the largest of the roles and the engines (they share GPUs),
+    otherwise their sum (a ref that shares the policy's bundles adds none)."""
+    terms, shared = demand_terms(spec)
+    gpus = [t.gpus for t in terms]
+    return max(gpus) if shared else sum(gpus)

@@ -1,0 +1,89 @@
+"""SkyPilot: sky.yaml, a task that provisions the nodes, starts Ray on each and runs the job on the head."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlc.compiler.targets.base import (
+    Launch,
+    TargetInput,
+    heredoc_end,
+    install_requirement,
+    job_dir,
+    job_envs,
+    node_context,
+    render,
+)
+
+
+class SkyPilot:
+    name = "skypilot"
+    summary = "sky.yaml: a SkyPilot task that provisions the nodes and starts the job; `rlc launch` runs `sky launch`"
+
+    def files(self, job: TargetInput) -> dict[str, str]:
+        return {"sky.yaml": task(job)}
+
+    def launch(self, out_dir: Path, job: TargetInput) -> Launch:
+        return Launch(
+            ["sky", "launch", str(out_dir / "sky.yaml"), "--cluster", job.spec.name],
+            needs="sky",
+            install_hint="install it with `pip install 'rlc[launch]'` (in its own environment: SkyPilot pins "
+            "click < 8.2) or run `sky launch` on the compiled sky.yaml",
+        )
+
+
+def task(job: TargetInput) -> str:
+    spec, plan = job.spec, job.plan
+    c = spec.cluster
+    resources: list[tuple[str, Any]] = []
+    if c.infra:
+        resources.append(("infra", c.infra))
+    if c.accelerator != "none":
+        resources.append(("accelerators", f"{c.accelerator}:{plan['cluster']['gpus_per_node']}"))
+    if c.cpus_per_node is not None:
+        resources.append(("cpus", str(c.cpus_per_node)))
+    elif c.accelerator == "none":
+        resources.append(("cpus", f"{plan['cluster']['gpus_per_node']}+"))
+    for key, value in (
+        ("memory", c.memory_per_node),
+        ("instance_type", c.instance_type),
+        ("disk_size", c.disk_size),
+        ("disk_tier", c.disk_tier),
+        ("network_tier", c.network_tier),
+    ):
+        if value is not None:
+            resources.append((key, str(value) if key == "memory" else value))
+    if c.use_spot:
+        resources.append(("use_spot", True))
+    if c.image:
+        resources.append(("image_id", f"docker:{c.image}"))
+    if spec.launch.ports:
+        resources.append(("ports", sorted(spec.launch.ports)))
+    node = render("node_start.sh.j2", **node_context(spec, plan))
+    resolved, plan_text = job.files["resolved.yaml"], job.files["plan.json"]
+    return render(
+        "sky.yaml.j2",
+        source=job.source,
+        digest=job.digest,
+        # The comment's launch command names the default output directory, whatever -o said.
+        task_path=f"build/{spec.name}/sky.yaml",
+        name=spec.name,
+        nodes=plan["cluster"]["nodes"],
+        resources=resources,
+        workdir=spec.launch.workdir,
+        envs=sorted((k, str(v)) for k, v in job_envs(spec).items()),
+        secrets=sorted(spec.launch.secrets),
+        install=install_requirement(spec),
+        job_dir=job_dir(spec),
+        resolved=resolved.rstrip("\n"),
+        plan=plan_text.rstrip("\n"),
+        setup=[_setup_line(line) for line in spec.launch.setup],
+        node_script=node.rstrip("\n"),
+        eof=heredoc_end(job.digest, resolved + plan_text),
+    )
+
+
+def _setup_line(line: str) -> str:
+    # The user's own setup commands run as written (they are shell by intent), one per line.
+    return " ".join(str(line).splitlines())

@@ -1,0 +1,190 @@
+"""The architecture's arrows, read from every module's imports (function-level ones included): the spec knows nothing
+of the compiler or the runtime, core is the bottom layer, the compiler starts the runtime only from the CLI's
+commands that run it, no light part imports a heavy library, and no two modules import each other round a circle."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = {"core": "rlc.core", "spec": "rlc.spec", "compiler": "rlc.compiler", "runtime": "rlc.runtime"}
+HEAVY = ("torch", "ray", "vllm", "transformers", "pandas")
+# The CLI commands that start the runtime (lazily, so that `rlc` starts without it).
+RUNTIME_COMMANDS = {"run", "plot", "data_synthetic", "data_arithmetic", "data_gsm8k"}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the imported module, as named (`from a.b import c` is a.b.c when that is a module, else a.b)
+    function: str | None  # the function it sits in, None at module level
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join([package, *parts])] = path
+    return out
+
+
+def imports_of(name: str, source: str, known: set[str], is_package: bool) -> list[Import]:
+    found: list[Import] = []
+
+    def visit(node: ast.AST, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            if isinstance(child, ast.Import):
+                found.extend(Import(name, alias.name, function) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    package = name if is_package else name.rsplit(".", 1)[0]
+                    for _ in range(child.level - 1):
+                        package = package.rsplit(".", 1)[0]
+                    base = f"{package}.{base}" if base else package
+                for alias in child.names:
+                    full = f"{base}.{alias.name}"
+                    found.append(Import(name, full if full in known else base, function))
+            visit(child, inner)
+
+    visit(ast.parse(source), None)
+    return found
+
+
+def all_imports() -> list[Import]:
+    mods = modules()
+    known = set(mods)
+    out = []
+    for name, path in mods.items():
+        out += imports_of(name, path.read_text(encoding="utf-8"), known, path.name == "__init__.py")
+    return out
+
+
+def within(target: str, package: str) -> bool:
+    return target == package or target.startswith(package + ".")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph.get(step, ())))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def module_graph(imports: list[Import]) -> dict[str, set[str]]:
+    known = set(modules())
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for imp in imports:
+        target = imp.target
+        while target and target not in known:  # `from rlc.spec.model import to_plain` is an arrow to rlc.spec.model
+            target = target.rpartition(".")[0]
+        if target and target != imp.module:
+            graph[imp.module].add(target)
+    return graph
+
+
+@pytest.fixture(scope="module")
+def imports() -> list[Import]:
+    return all_imports()
+
+
+def test_every_package_folder_is_read(imports):
+    names = set(modules())
+    assert {"rlc.spec.model", "rlc.core.job", "rlc.compiler.pipeline", "rlc.runtime.driver"} <= names
+    assert len(imports) > 500
+
+
+def test_the_spec_imports_nothing_of_the_compiler_or_the_runtime(imports):
+    wrong = [i for i in imports if within(i.module, "rlc.spec") and within(i.target, "rlc.compiler")]
+    wrong += [i for i in imports if within(i.module, "rlc.spec") and within(i.target, "rlc.runtime")]
+    assert not wrong
+
+
+def test_core_imports_nothing_of_the_compiler_or_the_runtime(imports):
+    wrong = [
+        i
+        for i in imports
+        if within(i.module, "rlc.core") and (within(i.target, "rlc.compiler") or within(i.target, "rlc.runtime"))
+    ]
+    assert not wrong
+
+
+def test_the_compiler_starts_the_runtime_only_from_the_commands_that_run_it(imports):
+    wrong = [
+        i
+        for i in imports
+        if within(i.module, "rlc.compiler")
+        and within(i.target, "rlc.runtime")
+        and not (i.module == "rlc.compiler.cli" and i.function in RUNTIME_COMMANDS)
+    ]
+    assert not wrong
+    started = {i.function for i in imports if i.module == "rlc.compiler.cli" and within(i.target, "rlc.runtime")}
+    assert started == RUNTIME_COMMANDS  # the exception above is used, and only by these commands
+
+
+def test_compiler_spec_and_core_import_no_heavy_library(imports):
+    light = ("rlc.compiler", "rlc.spec", "rlc.core")
+    wrong = [
+        i
+        for i in imports
+        if any(within(i.module, p) for p in light) and any(within(i.target, heavy) for heavy in HEAVY)
+    ]
+    assert not wrong
+
+
+def test_no_import_cycle_among_rlc_modules(imports):
+    assert cycles(module_graph(imports)) == []
+
+
+def test_the_checks_see_what_they_look_for():
+    """The reading finds function-level and relative imports, and the cycle search finds a circle."""
+    source = "from . import b\n\ndef f():\n    from rlc.compiler import cli\n    import torch\n"
+    found = imports_of("rlc.spec.a", source, {"rlc.spec.b", "rlc.compiler.cli"}, is_package=False)
+    assert Import("rlc.spec.a", "rlc.spec.b", None) in found
+    assert Import("rlc.spec.a", "rlc.compiler.cli", "f") in found
+    assert Import("rlc.spec.a", "torch", "f") in found
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
