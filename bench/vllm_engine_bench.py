@@ -61,6 +61,7 @@ class Engines:
                 "distributed_executor_backend": "uni",
                 "logprobs_mode": "processed_logprobs",
                 "seed": 0,
+                "skip_tokenizer_init": True,  # the random model has no tokenizer; token ids in and out
             },
         )
 
