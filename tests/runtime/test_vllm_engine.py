@@ -419,6 +419,14 @@ def test_vllm_builds_the_model_config_with_rlcs_rope_and_logprobs(tmp_path):
 
 
 @vllm_api
+def test_the_cpu_head_sizes_rlc_allows_are_vllms():
+    from rlc.compiler.rules.vllm_cpu import VLLM_CPU_HEAD_SIZES
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    assert list(VLLM_CPU_HEAD_SIZES) == CPUAttentionBackend.get_supported_head_sizes()
+
+
+@vllm_api
 def test_the_llm_methods_the_engine_calls_take_its_arguments():
     from vllm import LLM
     from vllm.config import ParallelConfig
