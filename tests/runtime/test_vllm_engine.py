@@ -171,6 +171,14 @@ def test_engine_init_kwargs_pass_through_and_override():
     assert (kw["enforce_eager"], kw["max_logprobs"], kw["logprobs_mode"]) == (False, 5, "raw_logprobs")
 
 
+def test_a_cpu_engine_takes_the_compilers_kv_cache_size_unless_engine_init_kwargs_name_one():
+    spec = _spec({"inference_engine": {"backend": "vllm"}}, {"policy": {"model": {"path": "rlc:tiny-vllm"}}})
+    kv = engine_kwargs(vllm_args(spec, "cpu", [0]), model="m")["kv_cache_memory_bytes"]
+    assert kv > 0 and "kv_cache_memory_bytes" not in engine_kwargs(_args(), model="m")  # GPUs: vLLM sizes it
+    mine = _spec({"inference_engine": {"backend": "vllm", "engine_init_kwargs": {"kv_cache_memory_bytes": 1 << 28}}})
+    assert engine_kwargs(vllm_args(mine, "cpu", [0]), model="m")["kv_cache_memory_bytes"] == 1 << 28
+
+
 def test_rope_settings_merge_into_the_models_rope_parameters():
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2)
