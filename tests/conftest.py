@@ -148,6 +148,9 @@ LONGEST_FIRST = (
     "test_multinode.py",  # ~250 s: the SkyPilot task on two simulated hosts
     "test_run_options.py",  # ~175 s: a short run per algorithm option
     "test_megatron.py",  # ~140 s
+    "test_vllm_run.py",  # ~225 s on a busy machine: the local example's 200 steps with the vllm engine
+    "test_vllm_serve.py",  # ~200 s: vLLM's own server started, then a run against it
+    "test_vllm_cpu.py",  # ~170 s: three vLLM engines started
     "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv
     "test_fsdp.py",
     "test_ray_job.py",
