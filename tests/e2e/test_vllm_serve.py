@@ -8,7 +8,6 @@ The server is started as `python -m vllm.entrypoints.openai.api_server`, the mod
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,7 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, run_rlc
+from conftest import run_rlc
+from test_run import _args as local_example_args
+from test_run import _metrics
 
 pytest.importorskip("ray")
 pytest.importorskip("vllm")
@@ -96,18 +97,10 @@ def server(tmp_path_factory, rlc_cache):
 
 
 def _args(tmp_path: Path, port: int, *extra: str) -> list[str]:
-    data = tmp_path / "data"
-    if not (data / "train.parquet").exists():
-        made = run_rlc("data", "synthetic", "-o", str(data), "--train", "64", "--validation", "16")
-        assert made.returncode == 0, made.stderr
-    return [
-        str(EXAMPLES / "local-cpu.yaml"),
-        "-o",
-        str(tmp_path / "build"),
-        "--no-progress",
-        f"data.train_data=['{data / 'train.parquet'}']",
-        f"data.val_data=['{data / 'validation.parquet'}']",
-        f"trainer.log_path={tmp_path / 'runs'}",
+    """The local example on rlc:tiny-vllm, its engine the server at `port`."""
+    return local_example_args(
+        tmp_path,
+        64,
         "trainer.policy.model.path=rlc:tiny-vllm",
         "trainer.ckpt_interval=-1",
         "trainer.max_training_steps=3",
@@ -124,7 +117,7 @@ def _args(tmp_path: Path, port: int, *extra: str) -> list[str]:
         "generator.inference_engine.served_model_name=tiny",
         "trainer.placement.colocate_all=false",
         *extra,
-    ]
+    )
 
 
 def test_the_client_recognises_vllms_server_and_samples_from_it(server):
@@ -162,8 +155,7 @@ def test_vllm_serve_joins_the_weight_update_group_and_generates_for_the_trainer(
 
     result = run_rlc("run", *_args(tmp_path, port), env=run_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = (tmp_path / "runs" / "local-cpu-grpo" / "metrics.jsonl").read_text().splitlines()
-    metrics = [json.loads(line) for line in lines]
+    metrics = _metrics(tmp_path)
     assert [m["step"] for m in metrics] == [1, 2, 3]
     # Steps 2 and 3 sample with the weights synced after the step before: a stale server would be far off.
     assert all(m["logprob_diff_max"] < LOGPROB_TOLERANCE for m in metrics), [m["logprob_diff_max"] for m in metrics]

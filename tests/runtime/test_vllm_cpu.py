@@ -345,10 +345,11 @@ def test_a_second_weight_group_is_refused_without_override_and_replaces_the_firs
         close_group(group)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def multiproc_engine(ray_session, model):
     """vllm_v1_disable_multiproc: false: the engine core and its worker run in processes of their own (vLLM spawns
-    them from the actor), and rlc's calls reach the worker pickled (`rlc_call`)."""
+    them from the actor), and rlc's calls reach the worker pickled (`rlc_call`). Gone after its test (a CPU of the
+    session's two)."""
     path, tok = model
     args = vllm_args(_spec_multiproc(), "cpu", [0])
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in args.env
@@ -358,7 +359,8 @@ def multiproc_engine(ray_session, model):
         .remote(path, device="cpu", eos_token_id=tok.eos_token_id, engine_args=engine_kwargs(args, model=path))
     )
     ray.get(engine.node_ip.remote(), timeout=600)
-    return engine
+    yield engine
+    ray.kill(engine)
 
 
 def _spec_multiproc():
@@ -394,7 +396,7 @@ def test_an_engine_core_in_its_own_process_takes_weights_both_ways(multiproc_eng
 # -- LoRA -------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def lora_pair(ray_session, model, tmp_path_factory):
     """An engine with LoRA on (vLLM's CPU LoRA kernels) and a LoRA policy rank, as a fsdp2 LoRA job has them."""
     from rlc.runtime.workers.common import free_address
@@ -421,7 +423,9 @@ def lora_pair(ray_session, model, tmp_path_factory):
         ray.remote(FSDPWorker).options(num_cpus=0).remote(settings, spec.trainer.policy, spec.trainer.algorithm, 0, 1)
     )
     ray.get([trainer.setup.remote(*free_address()), engine.node_ip.remote()], timeout=600)
-    return engine, trainer, lora["lora_sync_path"]
+    yield engine, trainer, lora["lora_sync_path"]
+    ray.kill(engine)
+    ray.kill(trainer)
 
 
 def test_lora_adapters_reach_the_engine(lora_pair, model, prompts):
