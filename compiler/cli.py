@@ -258,7 +258,7 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: 
     """Check SPEC, resolve every value, plan placement and write the compiled job.
 
     Writes resolved.yaml (every field explicit, provenance as comments, content hash), plan.json, and the
-    launch files: sky.yaml (SkyPilot), ray/runtime_env.yaml + ray/submit.sh, kuberay/rayjob.yaml.
+    launch files: sky.yaml (SkyPilot), ray/runtime_env.yaml + ray/submit.sh, kuberay/rayjob.yaml, slurm/job.sbatch.
     """
     from pathlib import Path
 
@@ -335,7 +335,8 @@ def launch(
 
     skypilot: `sky launch` of the SkyPilot task on a cluster named after the job (needs SkyPilot's `sky`:
     `pip install 'rlc[launch]'`, best in its own environment); ray: ray/submit.sh to RAY_ADDRESS (needs `ray`);
-    kuberay: `kubectl apply` of the RayJob; local: trains here, as `rlc run` does.
+    kuberay: `kubectl apply` of the RayJob; slurm: `sbatch` of the batch script, which prints the job id; local:
+    trains here, as `rlc run` does.
     """
     import shutil
     import subprocess

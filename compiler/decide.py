@@ -106,6 +106,8 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         memory_snapshot_dir=f"{t.ckpt_path.rstrip('/')}/memory_snapshots",
         # SkyRL 0.4 renamed use_sample_packing to remove_microbatch_padding: packing runs when neither is off
         sample_packing=bool(t.use_sample_packing and t.remove_microbatch_padding),
+        sequence_parallel_size=int(getattr(t, role).sequence_parallel_size) if strategy(spec, role) == "fsdp2" else 1,
+        max_tokens_per_microbatch=int(t.max_tokens_per_microbatch),
         colocated=bool(t.placement.colocate_all),
     )
 

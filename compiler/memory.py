@@ -229,9 +229,13 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> Role
         gathered = b * (root + 2 * shape.layer)
     full, response = _lengths(spec)
     sp = max(int(cfg.sequence_parallel_size), 1)
+    budget = int(t.max_tokens_per_microbatch)
 
     def transient(micro: int, train: bool) -> dict[str, int]:
-        tokens = -(-micro * full // sp)
+        # A micro-batch's tokens before the sequence-parallel split: `micro` rows at their longest, or under a token
+        # budget the budget (a longer row runs alone). Each rank of an sp group holds 1/sp of them.
+        group_tokens = max(budget, full) if budget > 0 else micro * full
+        tokens = -(-group_tokens // sp)
         ckpt = bool(t.gradient_checkpointing) and train and role != "ref"
         out = {"gathered": gathered}
         if train:
@@ -245,7 +249,8 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> Role
         if role == "critic":
             out["values"] = tokens * 4 * 3
         else:
-            scored = -(-micro * response // sp)
+            # Response positions, rows at their longest; split, the rank holding the rows' ends holds the most.
+            scored = min(-(-group_tokens * response // full), tokens)
             packed = gpu and t.use_sample_packing and t.flash_attn and b == 2
             # Packed, the head runs on every real token of the row (its response positions are scored in place);
             # padded, only on the response positions (logits_to_keep).
@@ -463,14 +468,18 @@ def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
         return "RLC-E701", f"trainer.{role}.model.path", fix
     if kind in ("train", "forward"):
         name = "micro_train_batch_size_per_gpu" if kind == "train" else "micro_forward_batch_size_per_gpu"
+        if int(t.max_tokens_per_microbatch) > 0:  # a token budget sizes the micro-batches instead
+            name = "max_tokens_per_microbatch"
         micro = int(getattr(t, name))
         # Activations and logits grow with the micro-batch: the largest one that fits, kept under 90%.
         room = WARN_FILL * g.capacity - (g.peak - biggest)
         fits = int(micro * room // biggest) if biggest and room > 0 else 0
         fix = f"lower trainer.{name} to {fits}" if fits >= 1 else f"lower trainer.{name}, and shorten the sequences"
+        if name == "max_tokens_per_microbatch" and fits < _lengths(spec)[0]:  # a longer row runs whole anyway
+            fix = "one row at its longest does not fit: shorten the sequences"
         if kind == "train" and not t.gradient_checkpointing:
             fix = "turn on trainer.gradient_checkpointing, or " + fix
-        fix += " (or shorten generator.sampling_params.max_generate_length)"
+        fix += " (or shorten generator.sampling_params.max_generate_length, or split rows: sequence_parallel_size)"
         return ("RLC-E702" if kind == "train" else "RLC-E703"), f"trainer.{name}", fix
     if kind == "engine":
         gmu = float(ie.gpu_memory_utilization)

@@ -8,6 +8,7 @@ the front half (up to check), for what needs no plan.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,7 +167,7 @@ class _Written:
         keys = [key, *related]
         chosen = next((k for k in keys if tuple(k.split(".")) in self.doc.overrides), None)  # the likeliest culprit
         chosen = chosen or next((k for k in keys if k in self.explicit), key)
-        return self.doc.locate(tuple(chosen.split(".")))
+        return self.doc.locate(key_path(chosen))
 
     def origin(self, key: str) -> str | None:
         if tuple(key.split(".")) in self.doc.overrides:
@@ -183,6 +184,11 @@ class _Written:
             return bool(get(self.resolution.spec, key) == spec.default())
         except AttributeError:
             return False
+
+
+def key_path(key: str) -> tuple[str | int, ...]:
+    """A dotted key as a document path: `a.b[1]` (an item of a list, as diagnostics name it) is ('a', 'b', 1)."""
+    return tuple(int(part[1:-1]) if part.startswith("[") else part for part in re.findall(r"\[\d+\]|[^.\[]+", key))
 
 
 def _touches(d: Diagnostic, invalid: set[str]) -> bool:

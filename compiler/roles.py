@@ -33,6 +33,12 @@ def critic_on(spec) -> bool:
     return spec.trainer.critic.model.path is not None
 
 
+def fsdp_roles(spec) -> list[str]:
+    """The roles the job trains with the fsdp2 worker: every one it runs, or under megatron the critic alone."""
+    on = ["policy", *(["ref"] if ref_on(spec) else []), *(["critic"] if critic_on(spec) else [])]
+    return [r for r in on if spec.trainer.strategy != "megatron" or r == "critic"]
+
+
 def engine_gpus(ie) -> int:
     """GPUs one inference engine takes (expert parallelism reuses them)."""
     return count(ie.tensor_parallel_size) * count(ie.pipeline_parallel_size) * count(ie.data_parallel_size)

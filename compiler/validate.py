@@ -212,11 +212,13 @@ class _Walker:
                 for k, v in value.items()
                 if not isinstance(v, (str, int, float, bool)) and (path + [k], k) not in bad
             ]
-        else:
+        elif isinstance(value, list):
             bad = [(path + [i], v) for i, v in enumerate(value) if not re.search(pattern, str(v))]
+        else:  # a number where a string may also stand: the pattern is the string's
+            return
         for where, what in bad:
             what_key = dotted(where)
-            hint = (
+            hint = m.get(meta.PATTERN_HINT) or (
                 "use letters, digits, '.', '_' and '-' (at most 63, starting with a letter or digit)"
                 if spec.name == "name"
                 else "names are letters, digits and '_', not starting with a digit; values are plain strings or numbers"

@@ -65,6 +65,8 @@ class WorkerSettings:
     cpu_slots_per_node: int | None = None  # CPU runs: the node's cores are shared by this many slots
     memory_snapshot_dir: str | None = None  # record_memory on CUDA: snapshots written at every checkpoint
     sample_packing: bool = False  # micro-batches without padding (trainer.use_sample_packing)
+    sequence_parallel_size: int = 1  # Ulysses (fsdp2): each row split over groups of this many ranks
+    max_tokens_per_microbatch: int = -1  # a token budget per micro-batch; -1 cuts them by micro_*_batch_size
     colocated: bool = False  # training shares its GPUs with the inference engines
     total_optimizer_steps: int = 1  # the LR schedule's length: set by the driver from the dataset's size
 

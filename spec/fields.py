@@ -14,6 +14,7 @@ MAXIMUM = "maximum"
 EXCLUSIVE_MINIMUM = "exclusive_minimum"
 PASSTHROUGH = "passthrough"
 PATTERN = "pattern"
+PATTERN_HINT = "pattern_hint"  # the fix a diagnostic gives for a value the pattern refuses
 RLC_ONLY = "rlc_only"  # an rlc addition with no SkyRL counterpart
 
 
@@ -28,6 +29,7 @@ def setting(
     exclusive_minimum: float | None = None,
     passthrough: bool = False,
     pattern: str | None = None,
+    pattern_hint: str | None = None,
     rlc_only: bool = False,
 ) -> Any:
     """A dataclass field with its documentation and schema constraints attached."""
@@ -46,6 +48,8 @@ def setting(
         meta[PASSTHROUGH] = True
     if pattern is not None:
         meta[PATTERN] = pattern
+    if pattern_hint is not None:
+        meta[PATTERN_HINT] = pattern_hint
     if rlc_only:
         meta[RLC_ONLY] = True
     if factory is not None:

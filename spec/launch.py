@@ -5,7 +5,14 @@ from dataclasses import dataclass
 from rlc.spec.fields import section, setting
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-LAUNCH_TARGETS = ("skypilot", "ray", "kuberay", "local")
+LAUNCH_TARGETS = ("skypilot", "ray", "kuberay", "local", "slurm")
+# A value on a `#SBATCH` line must stay one option there: sbatch splits the line on whitespace and reads quotes, '#'
+# and backslashes as syntax, and a newline would end the line and start a shell command. These patterns admit none.
+SLURM_NAME = r"^[A-Za-z0-9_.+-]+$"
+SLURM_NAMES = r"^[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*$"
+SLURM_CONSTRAINT = r"^[A-Za-z0-9_.:+=&|,*()\[\]-]+$"
+SLURM_TIME = r"^([0-9]+(:[0-9]+){0,2}|[0-9]+-([0-9]+(:[0-9]+){0,2})?|-1|UNLIMITED|unlimited|INFINITE|infinite)$"
+SLURM_OPTION = r"^--[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]*)?$"
 
 
 @dataclass
@@ -41,6 +48,62 @@ class KubeRayConfig:
 
 
 @dataclass
+class SlurmConfig:
+    partition: str | None = setting(
+        None,
+        "Partition(s) to run in (sbatch --partition), comma-separated; null: the cluster's default partition.",
+        pattern=SLURM_NAMES,
+        pattern_hint="write a partition name, or several joined by ',' (letters, digits, '_', '.', '+', '-')",
+    )
+    account: str | None = setting(
+        None,
+        "Account the job is charged to (sbatch --account); null: your default account.",
+        pattern=SLURM_NAME,
+        pattern_hint="write one account name (letters, digits, '_', '.', '+', '-')",
+    )
+    qos: str | None = setting(
+        None,
+        "Quality of service (sbatch --qos); null: the default of the account or partition.",
+        pattern=SLURM_NAME,
+        pattern_hint="write one QOS name (letters, digits, '_', '.', '+', '-')",
+    )
+    time_limit: int | str | None = setting(
+        None,
+        "Wall-clock limit (sbatch --time): minutes, or MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, UNLIMITED; "
+        "null: the partition's default.",
+        minimum=0,
+        pattern=SLURM_TIME,
+        pattern_hint="write a time Slurm accepts: minutes (90), MM:SS, HH:MM:SS (04:00:00), D-HH, D-HH:MM, D-HH:MM:SS "
+        "(1-12:00:00) or UNLIMITED",
+    )
+    constraint: str | None = setting(
+        None,
+        "Node features the nodes must have (sbatch --constraint), e.g. a100|h100 or [rack1|rack2]; null: any node.",
+        pattern=SLURM_CONSTRAINT,
+        pattern_hint="write feature names joined by Slurm's operators & | , * [ ] ( ), without spaces or quotes",
+    )
+    gpu_type: str | None = setting(
+        None,
+        "GPU type as the cluster's gres.conf names it (e.g. a100), asked for as gpu:TYPE:N; null: any GPU type.",
+        pattern=SLURM_NAME,
+        pattern_hint="write the GPU type as gres.conf names it (letters, digits, '_', '.', '+', '-')",
+    )
+    gpu_request: str = setting(
+        "gres",
+        "How GPUs are asked for: gres (--gres=gpu:N, every Slurm) or gpus-per-node (--gpus-per-node=N, "
+        "select/cons_tres).",
+        enum=("gres", "gpus-per-node"),
+    )
+    sbatch_args: list[str] = setting(
+        doc="More #SBATCH options, one --name or --name=value per item (e.g. --mail-type=END); rlc quotes values.",
+        factory=list,
+        pattern=SLURM_OPTION,
+        pattern_hint="write one long option per item, --name or --name=value (e.g. --exclusive, --mail-type=END), on "
+        "one line",
+    )
+
+
+@dataclass
 class LaunchConfig:
     target: str = setting("skypilot", "Launcher the compiled files are meant for.", enum=LAUNCH_TARGETS)
     workdir: str | None = setting(
@@ -70,3 +133,4 @@ class LaunchConfig:
     )
     node_wait_timeout_s: int = setting(600, "Seconds the head waits for all nodes and GPUs before failing.", minimum=1)
     kuberay: KubeRayConfig = section(KubeRayConfig, "KubeRay RayJob settings.")
+    slurm: SlurmConfig = section(SlurmConfig, "Slurm batch job settings (target slurm).")

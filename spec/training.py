@@ -247,7 +247,11 @@ class PolicyConfig:
     model: ModelConfig = section(ModelConfig, "Policy model.", factory=_default_policy_model)
     optimizer_config: OptimizerConfig = section(OptimizerConfig, "Policy optimizer.")
     fsdp_config: FSDPConfig = section(FSDPConfig, "Policy FSDP settings.")
-    sequence_parallel_size: int = setting(1, "Ulysses sequence-parallel size.", minimum=1)
+    sequence_parallel_size: int = setting(
+        1,
+        "Ulysses sequence parallelism (fsdp2): each row split over this many GPUs; data parallel = GPUs / this.",
+        minimum=1,
+    )
     use_torch_compile: bool = setting(False, "Apply torch.compile to the logits computation.")
     record_memory: bool = setting(False, "Save CUDA memory snapshots to {ckpt_path}/memory_snapshots/.")
     megatron_config: MegatronConfig = section(MegatronConfig, "Policy Megatron settings.")
@@ -268,7 +272,11 @@ class CriticConfig:
     model: ModelConfig = section(ModelConfig, "Critic model; a path turns the critic on.")
     optimizer_config: OptimizerConfig = section(OptimizerConfig, "Critic optimizer.", factory=_critic_optimizer)
     fsdp_config: FSDPConfig = section(FSDPConfig, "Critic FSDP settings.")
-    sequence_parallel_size: int = setting(1, "Ulysses sequence-parallel size.", minimum=1)
+    sequence_parallel_size: int = setting(
+        1,
+        "Ulysses sequence parallelism (fsdp2): each row split over this many GPUs; data parallel = GPUs / this.",
+        minimum=1,
+    )
     model_config_kwargs: dict = setting(
         doc="Pass-through kwargs for the Hugging Face model config.", factory=dict, passthrough=True
     )
@@ -277,7 +285,11 @@ class CriticConfig:
 @dataclass
 class RefConfig:
     model: ModelConfig = section(ModelConfig, "Reference model; path defaults to the policy's.")
-    sequence_parallel_size: int = setting(1, "Ulysses sequence-parallel size.", minimum=1)
+    sequence_parallel_size: int = setting(
+        1,
+        "Ulysses sequence parallelism (fsdp2): each row split over this many GPUs; data parallel = GPUs / this.",
+        minimum=1,
+    )
     fsdp_config: FSDPConfig = section(FSDPConfig, "Reference FSDP settings.")
     megatron_config: MegatronConfig = section(MegatronConfig, "Reference Megatron settings.")
     model_config_kwargs: dict = setting(
@@ -349,7 +361,11 @@ class TrainerConfig:
     critic_mini_batch_size: int = setting(256, "Prompts per critic optimizer step.")
     micro_train_batch_size_per_gpu: int = setting(1, "Sequences per GPU per forward/backward in training.")
     micro_forward_batch_size_per_gpu: int = setting(1, "Sequences per GPU per forward-only pass.")
-    max_tokens_per_microbatch: int = setting(-1, "SkyRL 0.4: token budget of a micro batch; -1 counts sequences.")
+    max_tokens_per_microbatch: int = setting(
+        -1,
+        "SkyRL 0.4: tokens per micro batch (padding counted where rows stay padded; a longer row runs alone), for "
+        "training and forward passes alike; -1 counts sequences (micro_*_batch_size_per_gpu).",
+    )
     recompute_old_logprobs_per_minibatch: bool = setting(
         True, "SkyRL 0.4: recompute old log-probs before each mini batch (rlc runs only the default)."
     )

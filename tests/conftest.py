@@ -32,6 +32,28 @@ def run_rlc(
     )
 
 
+def multinode_overrides(tmp_path: Path, name: str, steps: int, nodes: int) -> list[str]:
+    """The local example on `nodes` nodes x 1 CPU slot, its data (`steps` steps' rows, made once) and outputs in the
+    test directory: what the simulated-host tests (SkyPilot, Slurm) compile."""
+    data = tmp_path / "data"
+    if not (data / "train.parquet").exists():
+        made = run_rlc("data", "synthetic", "-o", str(data), "--train", str(steps * 16), "--validation", "16")
+        assert made.returncode == 0, made.stderr
+    return [
+        f"cluster.num_nodes={nodes}",
+        "cluster.gpus_per_node=1",
+        "trainer.micro_train_batch_size_per_gpu=64",
+        "trainer.micro_forward_batch_size_per_gpu=64",
+        f"data.train_data=['{data / 'train.parquet'}']",
+        "data.val_data=[]",
+        f"trainer.log_path={tmp_path / 'runs'}",
+        f"trainer.run_name={name}",
+        f"trainer.ckpt_path={tmp_path / 'ckpts' / name}",
+        f"trainer.export_path={tmp_path / 'exports'}",
+        "launch.envs={RLC_DIST_TIMEOUT_S: '20'}",
+    ]
+
+
 @pytest.fixture
 def spec_file(tmp_path):
     """Write YAML text (dedented) to a file and return its path."""
@@ -147,12 +169,14 @@ LONGEST_FIRST = (
     "test_run.py",  # ~330 s: end-to-end runs
     "test_multinode.py",  # ~250 s: the SkyPilot task on two simulated hosts
     "test_run_options.py",  # ~175 s: a short run per algorithm option
+    "test_slurm.py",  # ~250 s: batch jobs on a real Slurm of two simulated hosts
     "test_megatron.py",  # ~140 s
     "test_vllm_run.py",  # ~225 s on a busy machine: the local example's 200 steps with the vllm engine
     "test_vllm_serve.py",  # ~200 s: vLLM's own server started, then a run against it
     "test_vllm_cpu.py",  # ~170 s: three vLLM engines started
     "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv
     "test_fsdp.py",
+    "test_ulysses.py",  # ~65 s: ranks of 1, 2 and 4 processes
     "test_ray_job.py",
     "test_properties.py",
 )

@@ -17,7 +17,7 @@ def map_sections(imp: ArealImport) -> None:
     _top(imp)
     strategy = _placement(imp)
     _sampling(imp)
-    _batches(imp)
+    _batches(imp, strategy)
     _model(imp, strategy)
     _optimizer(imp, "actor", "trainer.policy")
     algorithm(imp)
@@ -145,7 +145,7 @@ def _sampling(imp: ArealImport) -> None:
         imp.drop("actor.max_new_tokens", "the same as gconfig.max_new_tokens")
 
 
-def _batches(imp: ArealImport) -> None:
+def _batches(imp: ArealImport, strategy: str) -> None:
     batch = imp.get("train_dataset.batch_size")
     if batch is None:
         return
@@ -161,13 +161,24 @@ def _batches(imp: ArealImport) -> None:
         imp.put("trainer.eval_batch_size", imp.get("valid_dataset.batch_size"), "valid_dataset.batch_size")
     if imp.has("train_dataset.max_length"):
         imp.put("trainer.max_prompt_length", imp.get("train_dataset.max_length"), "train_dataset.max_length")
+    # AReaL's token budget per micro-batch is rlc's (fsdp2 runs it): the actor's cuts every role's micro-batches.
+    budget = imp.get("actor.mb_spec.max_tokens_per_mb")
+    by_tokens = isinstance(budget, int) and not isinstance(budget, bool) and budget > 0 and strategy != "megatron"
+    if by_tokens:
+        imp.put(
+            "trainer.max_tokens_per_microbatch",
+            budget,
+            "actor.mb_spec.max_tokens_per_mb",
+            reason="tokens per micro-batch, for every role",
+        )
+    rest = (
+        "rlc cuts every role's micro batches by the actor's token budget (trainer.max_tokens_per_microbatch)"
+        if by_tokens
+        else "rlc packs micro batches by count (trainer.micro_train_batch_size_per_gpu)"
+    )
     for prefix in ("actor", "ref", "critic"):
         for key in ("max_tokens_per_mb", "n_mbs"):
-            imp.drop(
-                f"{prefix}.mb_spec.{key}",
-                "rlc packs micro batches by count (trainer.micro_train_batch_size_per_gpu); memory use may differ",
-                "warning",
-            )
+            imp.drop(f"{prefix}.mb_spec.{key}", f"{rest}; memory use may differ", "warning")
 
 
 def _model(imp: ArealImport, strategy: str) -> None:

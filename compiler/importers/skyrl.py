@@ -344,6 +344,7 @@ class _Step:
         self.kl_estimator()
         self.init_kl_coef()
         self.tis()
+        self.token_budget()
         self.model_name()
         for old, new in MOVES.items():
             self.move(old, new)
@@ -674,6 +675,80 @@ class _Step:
                     cap_line,
                     cap,
                     reason="only used with use_tis",
+                )
+            )
+
+    def token_budget(self) -> None:
+        """A SkyRL branch's dynamic batching is SkyRL 0.4's trainer.max_tokens_per_microbatch: with
+        `use_dynamic_batching: true` the training budget moves there (rlc's forward passes take it too); with the
+        flag off or absent (the branch's default) the budgets turned nothing on."""
+        target = "trainer.max_tokens_per_microbatch"
+        keys = (legacy_history.DYNAMIC_BATCHING, *legacy_history.TOKEN_BUDGETS, legacy_history.FORWARD_BUDGET)
+        found = {k: _pop(self.data, k)[:2] for k in keys}
+        present = {k: found[k] for k in keys if found[k][0] is not _MISSING}
+        if not present:
+            return
+        flag, flag_line = found[legacy_history.DYNAMIC_BATCHING]
+        if flag is not True:
+            for key, (value, line) in present.items():
+                reason = (
+                    "off: micro-batches keep their sample counts"
+                    if key == legacy_history.DYNAMIC_BATCHING
+                    else "a token budget without use_dynamic_batching: true turns nothing on"
+                )
+                self.changes.append(Change("dropped", key, None, line, value, reason=reason))
+            return
+        budget_key = next((k for k in legacy_history.TOKEN_BUDGETS if present.get(k, (None,))[0] is not None), None)
+        if budget_key is None:
+            self.changes.append(
+                Change(
+                    "dropped",
+                    legacy_history.DYNAMIC_BATCHING,
+                    target,
+                    flag_line,
+                    flag,
+                    reason=f"on, but no {' or '.join(legacy_history.TOKEN_BUDGETS)} gives its token budget; "
+                    f"set {target}",
+                    severity="error",
+                    code=legacy_history.TOKEN_BUDGET,
+                )
+            )
+            budget = None
+        else:
+            budget, line = present[budget_key]
+            existing = _get(self.data, target)
+            if existing in (_MISSING, None, -1) or existing == budget:
+                _ensure_map(self.data, "trainer")["max_tokens_per_microbatch"] = budget
+                reason = "the training micro-batches' token budget (use_dynamic_batching: true)"
+                self.changes.append(Change("transformed", budget_key, target, line, budget, budget, reason=reason))
+            else:
+                reason = f"{target} is also set ({show_value(existing)}) and wins"
+                self.changes.append(
+                    Change("dropped", budget_key, target, line, budget, reason=reason, severity="warning")
+                )
+            reason = f"on: its budget is {target}"
+            self.changes.append(
+                Change("dropped", legacy_history.DYNAMIC_BATCHING, target, flag_line, flag, reason=reason)
+            )
+        for key, (value, line) in present.items():
+            if key in (legacy_history.DYNAMIC_BATCHING, budget_key):
+                continue
+            if value is None or value == budget:
+                reason = "the same budget as the training micro-batches'" if value is not None else "null"
+                self.changes.append(Change("dropped", key, target, line, value, reason=reason))
+                continue
+            # The forward passes' own budget (or max_token_len_per_gpu as its fallback beside a _train budget).
+            self.changes.append(
+                Change(
+                    "dropped",
+                    key,
+                    target,
+                    line,
+                    value,
+                    reason=f"the forward passes' own token budget; rlc's take {target} too; "
+                    + legacy_history.WARNING_SAYS[legacy_history.MEMORY_ONLY],
+                    severity="warning",
+                    code=legacy_history.MEMORY_ONLY,
                 )
             )
 

@@ -16,7 +16,7 @@ from typing import Any
 # Finding codes for history keys (docs/rules.md lists them).
 FEATURE = "RLC-E030"  # the value turns on a SkyRL feature rlc does not run
 HYDRA_IN_SPEC = "RLC-E031"  # an unknown Hydra default group writes into a spec section
-TOKEN_BUDGET = "RLC-E032"  # micro-batches cut by a token budget instead of a sample count
+TOKEN_BUDGET = "RLC-E032"  # dynamic batching is on but no budget says how many tokens a micro-batch holds
 MEMORY_ONLY = "RLC-W030"  # changes memory use or debug output, not the training
 HYDRA_OUTSIDE = "RLC-W031"  # an unknown Hydra default group rlc's stages never read
 SAFETY_LIMIT = "RLC-W032"  # a wall-clock limit rlc does not enforce (changes only runs that hit it)
@@ -229,10 +229,12 @@ def _sglang_off(value: Any, get: Callable[[str], Any]) -> bool:
     return _off(value, get) or not (isinstance(backend, str) and backend.lower() == "sglang")
 
 
-_TOKEN_BUDGET = (
-    "cuts micro-batches by a token budget (dynamic batch size); rlc cuts them by "
-    "trainer.micro_train_batch_size_per_gpu / micro_forward_batch_size_per_gpu samples"
-)
+# A SkyRL branch's dynamic batching: the flag, then its training budgets (newest spelling first) and the forward
+# passes' own budget (which fell back to max_token_len_per_gpu). SkyRL 0.4 spells the training budget
+# trainer.max_tokens_per_microbatch (`skyrl._Step.token_budget`).
+DYNAMIC_BATCHING = "trainer.use_dynamic_batching"
+TOKEN_BUDGETS = ("trainer.max_token_len_per_gpu_train", "trainer.max_token_len_per_gpu")
+FORWARD_BUDGET = "trainer.max_token_len_per_gpu_forward"
 
 _PROFILER_SCHEDULE = (
     "skip_first",
@@ -287,9 +289,6 @@ RETIRED: list[Retired] = [
         "injects context-usage messages into multi-turn conversations; rlc's generator does not",
         _off,
     ),
-    Retired("trainer.max_token_len_per_gpu", _TOKEN_BUDGET, _unset, TOKEN_BUDGET),
-    Retired("trainer.max_token_len_per_gpu_forward", _TOKEN_BUDGET, _unset, TOKEN_BUDGET),
-    Retired("trainer.max_token_len_per_gpu_train", _TOKEN_BUDGET, _unset, TOKEN_BUDGET),
     Retired("trainer.algorithm.dro", "the DRO policy loss; not one of rlc's policy losses", _block_off),
     Retired(
         "trainer.loss_chunk_size",

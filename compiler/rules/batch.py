@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.roles import critic_on, fsdp_roles, ref_on
 from rlc.compiler.rules.base import Context, num, rule
 
 B, MP, MC = "trainer.train_batch_size", "trainer.policy_mini_batch_size", "trainer.critic_mini_batch_size"
@@ -302,8 +302,8 @@ def mini_batch_spreads_evenly(c: Context):
 
 
 @rule(
-    "RLC-W102",
-    "FSDP: the role's GPU count is divisible by its sequence_parallel_size",
+    "RLC-E110",
+    "FSDP: sequence_parallel_size divides the role's GPU count",
     "trainer.policy.sequence_parallel_size",
     "trainer.algorithm.use_kl_in_reward",
     "trainer.algorithm.use_kl_loss",
@@ -319,19 +319,50 @@ def mini_batch_spreads_evenly(c: Context):
     "trainer.strategy",
 )
 def fsdp_world_divisible_by_sequence_parallel(c: Context):
-    if c.megatron:
-        return
-    for role in ("policy", "critic", "ref"):
-        if (role == "critic" and not critic_on(c.s)) or (role == "ref" and not ref_on(c.s)):
-            continue
+    # The fsdp2 worker splits each row over groups of sp consecutive ranks: a world sp does not divide has no such
+    # groups, and the worker refuses it at start-up.
+    for role in fsdp_roles(c.s):  # Megatron has no Ulysses (RLC-E504)
         w, sp = c.world(role), getattr(c.t, role).sequence_parallel_size
         if w and isinstance(sp, int) and sp > 0 and w % sp:
-            yield c.warning(
-                "RLC-W102",
+            yield c.error(
+                "RLC-E110",
                 f"trainer.{role}.sequence_parallel_size",
-                f"{role} runs on {w} GPUs, which sequence_parallel_size {sp} does not divide; {w % sp} GPU(s) sit idle",
-                f"use a sequence_parallel_size that divides {w}",
+                f"{role} runs on {w} GPUs, which sequence_parallel_size {sp} does not divide: the fsdp2 worker splits "
+                f"each row over groups of {sp} GPUs",
+                f"use a sequence_parallel_size that divides {w}, e.g. {_divisor_near(w, sp)}",
+                [f"trainer.placement.{role}_num_gpus_per_node"],
+                world=w,
+                sp=sp,
             )
+
+
+@rule(
+    "RLC-W103",
+    "a token budget per micro-batch holds the longest row the spec allows",
+    "trainer.max_tokens_per_microbatch",
+    "trainer.max_prompt_length",
+    "generator.max_input_length",
+    "generator.sampling_params.max_generate_length",
+)
+def token_budget_holds_the_longest_row(c: Context):
+    budget, g = num(c.t.max_tokens_per_microbatch), c.s.generator
+    prompt_key = "generator.max_input_length" if num(g.max_input_length) else "trainer.max_prompt_length"
+    prompt = num(g.max_input_length) or num(c.t.max_prompt_length)
+    response = num(g.sampling_params.max_generate_length)
+    if budget is None or budget <= 0 or prompt is None or response is None or budget >= prompt + response:
+        return
+    longest = int(prompt + response)
+    yield c.warning(
+        "RLC-W103",
+        "trainer.max_tokens_per_microbatch",
+        f"max_tokens_per_microbatch {budget} is below the longest row the spec allows, {longest} tokens "
+        f"({prompt_key.rsplit('.', 1)[1]} {prompt} + max_generate_length {response}): a row longer than the "
+        "budget runs as a micro-batch of its own, over it (as in SkyRL)",
+        f"raise max_tokens_per_microbatch to at least {longest} to bound every micro-batch",
+        [prompt_key, "generator.sampling_params.max_generate_length"],
+        budget=budget,
+        longest=longest,
+    )
 
 
 def _divisor_near(n: int, target: int) -> int:
@@ -358,4 +389,5 @@ RULES = (
     train_batch_covers_data_parallel_ranks,
     mini_batch_spreads_evenly,
     fsdp_world_divisible_by_sequence_parallel,
+    token_budget_holds_the_longest_row,
 )

@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 
-from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.roles import critic_on, fsdp_roles, ref_on
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
 
@@ -222,6 +222,67 @@ def fsdp_size_divides_world(c: Context):
                 fsdp_size=shard,
                 world=world,
             )
+
+
+@rule(
+    "RLC-E512",
+    "FSDP2: sequence_parallel_size divides the model's attention heads, and every layer is attention (readable model "
+    "configs)",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.ref.sequence_parallel_size",
+    "trainer.critic.sequence_parallel_size",
+    "trainer.policy.model.path",
+    "trainer.ref.model.path",
+    "trainer.critic.model.path",
+    "trainer.policy.model_config_kwargs",
+    "trainer.ref.model_config_kwargs",
+    "trainer.critic.model_config_kwargs",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
+    "trainer.strategy",
+)
+def sequence_parallel_divides_heads(c: Context):
+    # Ulysses gives each GPU of a sequence-parallel group whole attention heads. Key/value heads need not divide:
+    # the fsdp2 worker repeats them up to lcm(kv heads, sp).
+    from rlc.compiler.model_size import find_config
+
+    for role in fsdp_roles(c.s):
+        cfg = getattr(c.t, role)
+        sp = cfg.sequence_parallel_size
+        if not isinstance(sp, int) or sp <= 1:
+            continue
+        path = cfg.model.path or (c.t.policy.model.path if role == "ref" else None)
+        if not isinstance(path, str) or not path:
+            continue
+        config = {**(find_config(path)[0] or {}), **(cfg.model_config_kwargs or {})}
+        mixing = sorted(set(config.get("layer_types") or ()) - {"full_attention", "sliding_attention"})
+        if mixing:
+            yield c.error(
+                "RLC-E512",
+                f"trainer.{role}.sequence_parallel_size",
+                f"{path} has {', '.join(mixing)} layers, which mix tokens outside attention: Ulysses splits "
+                "sequences only around attention",
+                "use sequence_parallel_size: 1 with this model",
+                [f"trainer.{role}.model.path"],
+                layer_types=mixing,
+            )
+            continue
+        heads = config.get("num_attention_heads")
+        if not isinstance(heads, int) or isinstance(heads, bool) or heads <= 0 or heads % sp == 0:
+            continue
+        fits = [d for d in range(2, heads + 1) if heads % d == 0]
+        yield c.error(
+            "RLC-E512",
+            f"trainer.{role}.sequence_parallel_size",
+            f"{path} has {heads} attention heads, which sequence_parallel_size {sp} does not divide: Ulysses "
+            "gives each GPU of the group whole heads",
+            f"use a sequence_parallel_size that divides {heads} ({', '.join(map(str, fits[:6]))})"
+            if fits
+            else "use sequence_parallel_size: 1 (the model has one attention head)",
+            [f"trainer.{role}.model.path"],
+            heads=heads,
+            sp=sp,
+        )
 
 
 def local_model_config(path: object) -> dict | None:
@@ -454,6 +515,7 @@ RULES = (
     megatron_config_kwargs_known,
     lora_alpha_positive,
     fsdp_size_divides_world,
+    sequence_parallel_divides_heads,
     megatron_heads_divide_by_tensor_parallel,
     megatron_pipeline_divides_layers,
     vllm_pipeline_fits_layers,

@@ -48,15 +48,12 @@ def _unsupported(c: Context):
         ("trainer.rope_scaling", t.rope_scaling is not None, "RoPE scaling overrides"),
         ("trainer.rope_theta", t.rope_theta is not None, "RoPE base overrides"),
         ("trainer.policy.use_torch_compile", t.policy.use_torch_compile, "torch.compile"),
+        (
+            "trainer.max_tokens_per_microbatch",
+            (num(t.max_tokens_per_microbatch) or 0) > 0 and c.megatron,
+            "token-budget micro-batches under the megatron strategy (fsdp2 runs them)",
+        ),
     ]
-    for role in ("policy", "ref", "critic"):
-        checks.append(
-            (
-                f"trainer.{role}.sequence_parallel_size",
-                (num(getattr(t, role).sequence_parallel_size) or 0) > 1,
-                "Ulysses sequence parallelism",
-            )
-        )
     found = [
         (key, what, f"remove {key.rsplit('.', 1)[1]} (or set it back to its default)") for key, on, what in checks if on
     ]
@@ -88,9 +85,8 @@ FEATURE_KEYS = (
     "generator.sampling_params.additional_kwargs",
     "generator.eval_sampling_params.additional_kwargs",
     "generator.inference_engine.backend",
-    "trainer.policy.sequence_parallel_size",
-    "trainer.ref.sequence_parallel_size",
-    "trainer.critic.sequence_parallel_size",
+    "trainer.max_tokens_per_microbatch",
+    "trainer.strategy",
 )
 
 

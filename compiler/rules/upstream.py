@@ -163,11 +163,10 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E817",
-        "token-budget micro batches and SkyRL's log-prob and entropy chunking",
+        "turning off per-mini-batch old log-probs, and SkyRL's log-prob and entropy chunking",
         tuple(
             f"trainer.{k}"
             for k in (
-                "max_tokens_per_microbatch",
                 "recompute_old_logprobs_per_minibatch",
                 "logprobs_chunk_size",
                 "vocab_entropy_chunk_size",

@@ -20,7 +20,7 @@ def _vllm_on_cpu(c: Context) -> bool:
 
 
 @rule(
-    "RLC-E512",
+    "RLC-E513",
     "vLLM on a CPU: the model's attention head size is one vLLM's CPU attention has",
     "trainer.policy.model.path",
     "trainer.policy.model_config_kwargs",
@@ -39,7 +39,7 @@ def vllm_cpu_head_size(c: Context):
         return
     twin = VLLM_TWINS.get(str(path))
     yield c.error(
-        "RLC-E512",
+        "RLC-E513",
         "trainer.policy.model.path",
         f"{path} has attention heads of size {shape.head_dim}, which vLLM's CPU attention does not take (it takes "
         f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}): the vllm engine cannot start on a CPU with this model",
@@ -55,7 +55,7 @@ def vllm_cpu_head_size(c: Context):
 
 
 @rule(
-    "RLC-E513",
+    "RLC-E514",
     "vLLM on a CPU: an engine is one worker, without sleep mode",
     f"{IE}.tensor_parallel_size",
     f"{IE}.pipeline_parallel_size",
@@ -71,7 +71,7 @@ def vllm_cpu_engine_shape(c: Context):
         size = num(getattr(c.ie, key))
         if size is not None and size > 1:
             yield c.error(
-                "RLC-E513",
+                "RLC-E514",
                 f"{IE}.{key}",
                 f"{key} {size}: rlc does not run vLLM engines of several workers on a CPU yet (vLLM binds each CPU "
                 "worker to a NUMA node of its own; rlc has not run it)",
@@ -82,7 +82,7 @@ def vllm_cpu_engine_shape(c: Context):
     init = c.ie.engine_init_kwargs
     if isinstance(init, dict) and init.get("enable_sleep_mode"):
         yield c.error(
-            "RLC-E513",
+            "RLC-E514",
             f"{IE}.engine_init_kwargs",
             "engine_init_kwargs sets enable_sleep_mode, which vLLM refuses on a CPU (it has no sleep mode there)",
             "remove enable_sleep_mode: on a CPU the engine and the trainer have no device memory to hand over",

@@ -13,9 +13,9 @@ from rlc.compiler.targets.kuberay import KubeRay
 from rlc.compiler.targets.local import Local
 from rlc.compiler.targets.ray import RayJob
 from rlc.compiler.targets.skypilot import SkyPilot
+from rlc.compiler.targets.slurm import Slurm
 
-# Slurm() (compiler/targets/slurm.py, slurm/job.sbatch) comes after Local().
-TARGETS: tuple[Target, ...] = (SkyPilot(), RayJob(), KubeRay(), Local())
+TARGETS: tuple[Target, ...] = (SkyPilot(), RayJob(), KubeRay(), Local(), Slurm())
 
 
 def target(name: str) -> Target:

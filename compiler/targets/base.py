@@ -128,3 +128,8 @@ def heredoc_end(digest: str, body: str) -> str:
     while word in lines:
         word += "_"
     return word
+
+
+def setup_line(line: str) -> str:
+    """One of the user's launch.setup commands, run as written (they are shell by intent), on one line."""
+    return " ".join(str(line).splitlines())

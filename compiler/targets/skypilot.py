@@ -14,6 +14,7 @@ from rlc.compiler.targets.base import (
     job_envs,
     node_context,
     render,
+    setup_line,
 )
 
 
@@ -78,12 +79,7 @@ def task(job: TargetInput) -> str:
         job_dir=job_dir(spec),
         resolved=resolved.rstrip("\n"),
         plan=plan_text.rstrip("\n"),
-        setup=[_setup_line(line) for line in spec.launch.setup],
+        setup=[setup_line(line) for line in spec.launch.setup],
         node_script=node.rstrip("\n"),
         eof=heredoc_end(job.digest, resolved + plan_text),
     )
-
-
-def _setup_line(line: str) -> str:
-    # The user's own setup commands run as written (they are shell by intent), one per line.
-    return " ".join(str(line).splitlines())

@@ -75,6 +75,11 @@ class FSDPWorker(TrainWorker):
         self.scheduler: Any = None
         self.optimizer_steps = 0
         self.share_prompts = True  # run each distinct prompt of a micro-batch once (`_shared_prompt_logits`)
+        # Ulysses: groups of sp consecutive ranks split each row of one data-parallel block (`workers/ulysses.py`).
+        self.sp = max(int(settings.sequence_parallel_size), 1)
+        self.sp_group: Any = None
+        self.attention = ""  # the model's attention kernel (under sp, the one the split attention wraps)
+        self.packing = False
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -95,8 +100,11 @@ class FSDPWorker(TrainWorker):
             )
         else:
             self.mesh = init_device_mesh(self.s.device, (self.world_size,), mesh_dim_names=("fsdp",))
+        if self.sp > 1:
+            from rlc.runtime.workers.ulysses import group_of
+
+            self.sp_group = group_of(self.rank, self.world_size, self.sp)
         self.model = self._build_model()
-        self.packing = self._packing()
         if self.s.role != "ref":
             opt = self.config.optimizer_config
             trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
@@ -111,12 +119,11 @@ class FSDPWorker(TrainWorker):
                 self.optimizer, lr_lambda(opt.scheduler, opt.num_warmup_steps, self.s.total_optimizer_steps)
             )
 
-    def _packing(self) -> bool:
+    def _packing(self, config: Any) -> bool:
         """use_sample_packing where it saves work: with flash attention's variable-length kernels. sdpa and
         eager would apply a block-diagonal mask over all the micro-batch's tokens, quadratic in their sum, which
         costs more than the padding it removes (3x slower measured on the CPU example), so they stay padded."""
-        config = _base(self.model).config
-        if not self.s.sample_packing or not getattr(config, "_attn_implementation", "").startswith("flash"):
+        if not self.s.sample_packing or not self.attention.startswith("flash"):
             return False
         from rlc.runtime.packing import packing_unsupported
 
@@ -129,8 +136,12 @@ class FSDPWorker(TrainWorker):
         return why is None
 
     def layout(self) -> dict:
-        """Every rank takes its own block of rows and returns its results."""
-        return {"dp_rank": self.rank, "dp_size": self.world_size, "collect": True}
+        """Each sequence-parallel group takes its own block of rows; its first rank returns the results."""
+        return {
+            "dp_rank": self.rank // self.sp,
+            "dp_size": self.world_size // self.sp,
+            "collect": self.rank % self.sp == 0,
+        }
 
     def _build_model(self) -> torch.nn.Module:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -148,6 +159,12 @@ class FSDPWorker(TrainWorker):
                 gradient_checkpointing_kwargs={"use_reentrant": self.s.gradient_checkpointing_use_reentrant}
             )
         lm.config.use_cache = False
+        self.attention = getattr(lm.config, "_attn_implementation", None) or "eager"
+        self.packing = self._packing(lm.config)
+        if self.sp > 1:
+            from rlc.runtime.workers.ulysses import enable
+
+            enable(lm, lm.config, self.sp)
         lora = getattr(self.config.model, "lora", None)
         if lora is not None and lora.rank > 0 and self.s.role != "ref":
             lm = with_lora(lm, lora)
@@ -193,11 +210,32 @@ class FSDPWorker(TrainWorker):
 
     # -- forward passes -------------------------------------------------------------------------------
 
-    def _device_batch(self, batch: TrainBatch, rows: slice) -> TrainBatch:
-        return batch.map(lambda v: v[rows].to(self.s.device))
+    def _micro_batches(self, batch: TrainBatch, size: int) -> list:
+        """This rank's micro-batches as row selections: blocks of `size` rows, or under a token budget as many rows
+        as one holds (`runtime/micro_batches.py`), then as many None (a row with no loss) as it takes to run as many
+        micro-batches as the role's busiest rank."""
+        from rlc.runtime import micro_batches as mbs
+
+        budget = self.s.max_tokens_per_microbatch
+        if budget <= 0:
+            return [slice(i, i + size) for i in range(0, batch.rows, size)]
+        prompts, responses = mbs.lengths(batch)
+        parts: list = [torch.tensor(rows) for rows in mbs.by_tokens(prompts, responses, budget, self.packing)]
+        count = torch.tensor(len(parts))
+        if self.world_size > 1:  # every micro-batch's forward gathers the sharded weights: all ranks run as many
+            dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return parts + [None] * (int(count) - len(parts))
+
+    def _device_batch(self, batch: TrainBatch, rows) -> TrainBatch:
+        """The selected rows (None: `micro_batches.inert`) on this rank's device, in their narrowest padded layout."""
+        from rlc.runtime import micro_batches as mbs
+
+        return mbs.trimmed(batch.select(rows) if rows is not None else mbs.inert(batch)).to(self.s.device)
 
     def _outputs(self, mb: TrainBatch, want_entropy: bool = False):
         """Per response token: log-probs (policy/ref) or values (critic), and entropy when asked."""
+        if self.sp > 1:
+            return self._split_outputs(mb, want_entropy)
         ids, attn = mb.input_ids, mb.attention_mask
         plen, length = mb.prompt_len, mb.response_ids.shape[1]
         response = mb.response_ids
@@ -234,6 +272,60 @@ class FSDPWorker(TrainWorker):
         rows = rows + torch.arange(length, device=logits.device)
         return score_tokens(logits, response, self.s.temperature, entropy=want_entropy, rows=rows)
 
+    def _split_outputs(self, mb: TrainBatch, want_entropy: bool):
+        """`_outputs` with each row's positions split over the sequence-parallel group (`workers/ulysses.py`): this
+        rank runs its share of every row and scores the response tokens predicted there; the group sums the
+        scores, so every rank returns the whole rows' outputs."""
+        from rlc.runtime.workers import ulysses
+
+        ids, attn, plen, length = mb.input_ids, mb.attention_mask, mb.prompt_len, mb.response_ids.shape[1]
+        if self.packing:
+            from rlc.runtime.packing import pack, response_rows
+
+            packed = pack(ids, attn, plen)
+            split, local_ids, local_positions = ulysses.packed_split(
+                self.sp_group, self.attention, packed.input_ids, packed.position_ids, packed.cu_seqlens
+            )
+            where, valid = response_rows(packed, length, ids.device)  # (rows, length) positions in the packed row
+            row = torch.zeros_like(where)
+        else:
+            # As `_outputs`: response token j is predicted at position plen - 1 + j; the last token is never fed.
+            ids, attn = ids[:, :-1], attn[:, :-1]
+            positions = (attn.cumsum(-1) - 1).clamp(min=0)
+            masked = not bool(attn[:, :plen].all())
+            split, local_ids, local_positions = ulysses.padded_split(
+                self.sp_group, self.attention, ids, attn, positions, masked
+            )
+            where = (plen - 1 + torch.arange(length, device=ids.device)).expand(ids.shape[0], -1)
+            valid = torch.ones_like(where, dtype=torch.bool)
+            row = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(where)
+        kwargs = {"input_ids": local_ids, "attention_mask": None, "position_ids": local_positions, "rlc_split": split}
+        if self.s.role == "critic":
+            values = split.gather(self.model(**kwargs).float())
+            return values[row, where].masked_fill(~valid, 0.0), None
+        step = split.length // split.size
+        start = split.rank * step
+        mine = valid & (where >= start) & (where < start + step)
+        # Padded, the vocabulary head runs on this rank's positions from the first that predicts a response token
+        # (`_keep`); at least one, so that it takes part in backward on every rank.
+        keep = step if self.packing else min(step, max(start + step - (plen - 1), 1))
+        logits = self.model(**kwargs, **(self._keep(keep) if keep < step else {})).logits
+        keep = logits.shape[1]  # a model without logits_to_keep returns every position
+        flat = (row * keep + where - (start + step - keep))[mine]
+        scored = score_tokens(logits, mb.response_ids[mine], self.s.temperature, entropy=want_entropy, rows=flat)
+        outs: list[torch.Tensor | None] = []
+        for part in scored:
+            if part is None:
+                outs.append(None)
+                continue
+            here = part.new_zeros(logits.shape[0] * keep).index_put((flat,), part).view(-1, keep)
+            here = torch.nn.functional.pad(here, (step - keep, 0))  # this rank's positions, the unscored ones 0
+            if not flat.numel():  # no response token here: the vocabulary head still takes part in backward
+                here = here + 0.0 * logits.sum()
+            whole = split.gather(here)
+            outs.append(whole[row, where].masked_fill(~valid, 0.0))
+        return outs[0], outs[1]
+
     def _keep(self, count: int) -> dict:
         """`logits_to_keep=count` where the model takes it: the vocabulary head then runs on the response
         positions only (with a large vocabulary, a sizeable share of a prompt token's cost)."""
@@ -255,6 +347,7 @@ class FSDPWorker(TrainWorker):
         rows = ids.shape[0]
         if (
             not self.share_prompts
+            or self.sp > 1
             or plen < 1
             or ids.shape[1] <= plen
             or (self.s.gradient_checkpointing and self.model.training)
@@ -290,27 +383,30 @@ class FSDPWorker(TrainWorker):
     @torch.no_grad()
     def forward(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs (policy, ref) or values (critic) of this rank's rows, on the CPU."""
+        from rlc.runtime.micro_batches import widened
+
         self.model.eval()
-        rows = batch.rows
-        size = self.s.micro_forward_batch_size
-        outs = [self._outputs(self._device_batch(batch, slice(i, i + size)))[0].cpu() for i in range(0, rows, size)]
-        return torch.cat(outs) if outs else torch.empty(0)
+        out = torch.zeros(batch.response_ids.shape)
+        for rows in self._micro_batches(batch, self.s.micro_forward_batch_size):
+            values = self._outputs(self._device_batch(batch, rows))[0]
+            if rows is not None:
+                out[rows] = widened(values.float().cpu(), out.shape[1])
+        return out
 
     # -- training -------------------------------------------------------------------------------------
 
     def train_mini_batch(self, batch: TrainBatch, totals: dict) -> dict:
         """One optimizer step on this rank's share of a mini-batch; `totals` are the whole mini-batch's counts."""
         self.model.train()
-        rows = batch.rows
-        size = self.s.micro_train_batch_size
         sums: dict[str, float] = {}
         # On gloo every reduce-scatter is a round trip through the host's network stack: sum the micro-batches'
         # gradients locally and reduce once, at the last one (FSDP keeps them unsharded until then).
         defer = self.world_size > 1 and self.s.device == "cpu" and hasattr(self.model, "set_requires_gradient_sync")
-        for i in range(0, rows, size):
+        parts = self._micro_batches(batch, self.s.micro_train_batch_size)
+        for i, rows in enumerate(parts):
             if defer:
-                self.model.set_requires_gradient_sync(i + size >= rows)
-            mb = self._device_batch(batch, slice(i, i + size))
+                self.model.set_requires_gradient_sync(i == len(parts) - 1)
+            mb = self._device_batch(batch, rows)
             loss, metrics = self._critic_loss(mb, totals) if self.s.role == "critic" else self._policy_loss(mb, totals)
             (loss * self.world_size).backward()
             for k, v in metrics.items():

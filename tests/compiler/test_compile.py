@@ -65,6 +65,7 @@ def test_compile_is_deterministic_across_directories_and_hash_seeds(tmp_path):
         "ray/submit.sh",
         "ray/runtime_env.yaml",
         "kuberay/rayjob.yaml",
+        "slurm/job.sbatch",
     } <= set(names)
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name

@@ -103,3 +103,19 @@ def test_every_example_fits():
         result = run_rlc("validate", str(example), "--format", "json")
         codes = [d["code"] for d in json.loads(result.stdout)["diagnostics"]]
         assert result.returncode == 0 and not [c for c in codes if c.startswith("RLC-E7")], (example, codes)
+
+
+def test_a_token_budget_and_sequence_parallelism_bound_the_activations(spec_file):
+    """80 rows of 1536 tokens per micro-batch do not fit an H100; a budget of 8192 tokens does. The budget of the 80
+    rows does not, until every row is split over 4 GPUs."""
+    path = _write(spec_file, micro=80)
+
+    def errors(*overrides: str) -> list[dict]:
+        result = run_rlc("validate", str(path), *overrides, "--format", "json")
+        return [d for d in json.loads(result.stdout)["diagnostics"] if d["severity"] == "error"]
+
+    assert errors("trainer.max_tokens_per_microbatch=8192") == []
+    (found,) = errors("trainer.max_tokens_per_microbatch=122880")
+    assert found["code"] == "RLC-E702" and found["key"] == "trainer.max_tokens_per_microbatch"
+    assert "lower trainer.max_tokens_per_microbatch to" in found["hint"]
+    assert errors("trainer.max_tokens_per_microbatch=122880", "trainer.policy.sequence_parallel_size=4") == []

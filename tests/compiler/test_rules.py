@@ -108,12 +108,22 @@ CASES = {
           n_samples_per_prompt: 3
         """,
     ),
-    "RLC-W102": (
+    "RLC-E110": (
         "trainer.policy.sequence_parallel_size",
         """
         trainer:
           policy:
             sequence_parallel_size: 3  # <-
+        """,
+    ),
+    "RLC-W103": (
+        "trainer.max_tokens_per_microbatch",
+        """
+        trainer:
+          max_prompt_length: 512
+          max_tokens_per_microbatch: 1024  # <-
+        generator:
+          sampling_params: {max_generate_length: 1024}
         """,
     ),
     "RLC-E201": (
@@ -313,6 +323,32 @@ CASES = {
             logprobs: 2  # <-
         """,
     ),
+    "RLC-E910": (
+        "cluster.cpus_per_node",
+        """
+        cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1, cpus_per_node: lots}  # <-
+        launch: {target: slurm}
+        """,
+    ),
+    "RLC-E911": (
+        "launch.slurm.sbatch_args[1]",
+        """
+        launch:
+          target: slurm
+          slurm:
+            sbatch_args:
+              - --mail-type=END
+              - --nodes=4  # <-
+        """,
+    ),
+    "RLC-W910": (
+        "launch.install",
+        """
+        launch:
+          target: slurm
+          install: rlc[runtime]  # <-
+        """,
+    ),
     "RLC-W401": (
         "trainer.logger",
         """
@@ -409,6 +445,15 @@ CASES = {
             model: {path: FIXTURES/model-14-heads}
             megatron_config:
               tensor_model_parallel_size: 4  # <-
+        """,
+    ),
+    "RLC-E512": (
+        "trainer.policy.sequence_parallel_size",
+        """
+        trainer:
+          policy:
+            model: {path: FIXTURES/model-14-heads}
+            sequence_parallel_size: 4  # <-
         """,
     ),
     "RLC-E507": (
@@ -520,7 +565,7 @@ CASES = {
             num_parallel_generation_workers: 4  # <-
         """,
     ),
-    "RLC-E512": (
+    "RLC-E513": (
         "trainer.policy.model.path",
         """
         cluster: {accelerator: none, gpus_per_node: 1, num_nodes: 1}
@@ -531,7 +576,7 @@ CASES = {
           inference_engine: {backend: vllm}
         """,
     ),
-    "RLC-E513": (
+    "RLC-E514": (
         "generator.inference_engine.engine_init_kwargs",
         """
         cluster: {accelerator: none, gpus_per_node: 1, num_nodes: 1}

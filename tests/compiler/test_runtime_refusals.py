@@ -70,18 +70,23 @@ REFUSALS_MANY = [
         "RLC-E508",
         "generator.inference_engine.pipeline_parallel_size",
     ),
+    # workers/ulysses.py: groups of sp ranks split each row, each rank taking whole heads (Qwen2.5-1.5B has 12).
+    (VLLM_GPU, ("trainer.policy.sequence_parallel_size=3",), "RLC-E110", "trainer.policy.sequence_parallel_size"),
+    (VLLM_GPU, ("trainer.policy.sequence_parallel_size=8",), "RLC-E512", "trainer.policy.sequence_parallel_size"),
+    # The megatron worker cuts micro-batches by rows only.
+    (MEGATRON, ("trainer.max_tokens_per_microbatch=8192",), "RLC-E903", "trainer.max_tokens_per_microbatch"),
     # vLLM's CPU attention has no head size 16 ("Unsupported CPU attention configuration" at start-up).
     (
         CPU,
         ("generator.inference_engine.backend=vllm", "trainer.policy.model.path=rlc:tiny"),
-        "RLC-E512",
+        "RLC-E513",
         "trainer.policy.model.path",
     ),
     # vLLM's ModelConfig: "Sleep mode is not supported on current platform".
     (
         CPU,
         (*VLLM_CPU, "generator.inference_engine.engine_init_kwargs={enable_sleep_mode: true}"),
-        "RLC-E513",
+        "RLC-E514",
         "generator.inference_engine.engine_init_kwargs",
     ),
     # vLLM's EngineArgs has no max_lora_rank above 512.
@@ -170,10 +175,10 @@ def test_validate_refuses_what_the_runtime_refuses_with_several_overrides(
             "RLC-E507",
         ),
         (VLLM_GPU, ("generator.inference_engine.pipeline_parallel_size=2",), "RLC-E508"),
-        (CPU, VLLM_CPU, "RLC-E512"),
         (CPU, VLLM_CPU, "RLC-E513"),
-        (CPU, ("trainer.policy.model.path=rlc:smollm2-135m", "generator.inference_engine.backend=vllm"), "RLC-E512"),
-        (VLLM_GPU, ("trainer.policy.model.path=rlc:tiny",), "RLC-E512"),  # GPU attention takes head size 16
+        (CPU, VLLM_CPU, "RLC-E514"),
+        (CPU, ("trainer.policy.model.path=rlc:smollm2-135m", "generator.inference_engine.backend=vllm"), "RLC-E513"),
+        (VLLM_GPU, ("trainer.policy.model.path=rlc:tiny",), "RLC-E513"),  # GPU attention takes head size 16
         (VLLM_GPU, ("trainer.policy.model.lora.rank=20", "trainer.policy.model.lora.alpha=40"), "RLC-E509"),
         (VLLM_GPU, ("trainer.policy.model.lora.rank=512", "trainer.policy.model.lora.alpha=1024"), "RLC-E509"),
         (MEGATRON, (*LORA, "trainer.policy.model.lora.target_modules=linear_qkv,o_proj"), "RLC-E510"),
@@ -185,6 +190,9 @@ def test_validate_refuses_what_the_runtime_refuses_with_several_overrides(
             ("trainer.policy.megatron_config.optimizer_config_kwargs.use_distributed_optimizer=false",),
             "RLC-E511",
         ),
+        (VLLM_GPU, ("trainer.policy.sequence_parallel_size=4", "trainer.ref.sequence_parallel_size=2"), "RLC-E110"),
+        (VLLM_GPU, ("trainer.policy.sequence_parallel_size=4", "trainer.ref.sequence_parallel_size=2"), "RLC-E512"),
+        (VLLM_GPU, ("trainer.max_tokens_per_microbatch=8192",), "RLC-E903"),
         # fsdp2 hands target_modules to PEFT, which knows the model's own module names.
         (VLLM_GPU, (*LORA, "trainer.policy.model.lora.target_modules=qkv_proj"), "RLC-E510"),
     ],

@@ -333,3 +333,40 @@ def test_history_keys_are_not_spec_v1_keys():
     """A retired key that spec v1 gains (e.g. from SkyRL 0.4.0) must become a move instead."""
     assert [r.path for r in legacy_history.RETIRED if MODEL.lookup(r.path) is not None] == []
     assert all(MODEL.lookup(new) is not None for new in legacy_history.RENAMES.values())
+
+
+@pytest.mark.parametrize(
+    ("trainer", "budget", "codes"),
+    [
+        # The branch's test configs: the training budget and the forward passes' own.
+        (
+            {"use_dynamic_batching": True, "max_token_len_per_gpu_train": 300, "max_token_len_per_gpu_forward": 600},
+            300,
+            {legacy_history.MEMORY_ONLY},
+        ),
+        # Its first spelling: one budget for both.
+        ({"use_dynamic_batching": True, "max_token_len_per_gpu": 4096}, 4096, set()),
+        ({"use_dynamic_batching": True, "max_token_len_per_gpu_train": 512, "max_token_len_per_gpu": 512}, 512, set()),
+        # Off, or the flag absent (the branch's default is off): the budgets turned nothing on.
+        ({"use_dynamic_batching": False, "max_token_len_per_gpu": 4096}, None, set()),
+        ({"max_token_len_per_gpu_train": 4096, "max_token_len_per_gpu_forward": 8192}, None, set()),
+        # On without a budget: what it cut by is unknown here.
+        ({"use_dynamic_batching": True}, None, {legacy_history.TOKEN_BUDGET}),
+    ],
+)
+def test_dynamic_batching_migrates_onto_max_tokens_per_microbatch(tmp_path, trainer, budget, codes):
+    text = yaml_helpers.dump({"trainer": trainer})
+    doc, report, new = _migrate(text)
+    migrated = to_plain(doc.data).get("trainer", {})
+    assert migrated.get("max_tokens_per_microbatch") == budget
+    assert not set(trainer) & set(migrated)
+    assert {c.code for c in report.changes if c.code} == codes
+    assert bool(report.errors) == (legacy_history.TOKEN_BUDGET in codes)
+    if budget is not None:
+        assert any(
+            f"-> trainer.max_tokens_per_microbatch: {budget}" in line and "ALTERS" not in line
+            for line in report.lines()
+        )
+    # `rlc validate` on the legacy file migrates it the same way, and the budget is one the runtime runs.
+    result = _analyze(tmp_path, text)
+    assert {d.code for d in result.diagnostics if d.severity == "error"} == codes & {legacy_history.TOKEN_BUDGET}

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, run_rlc
+from conftest import EXAMPLES, multinode_overrides, run_rlc
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -30,29 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=f"
 
 def _compile(tmp_path: Path, name: str, steps: int, *extra: str) -> Path:
     """The local example on 2 nodes x 1 CPU slot, its data and outputs on the (shared) test directory."""
-    data = tmp_path / "data"
-    if not (data / "train.parquet").exists():
-        made = run_rlc("data", "synthetic", "-o", str(data), "--train", str(steps * 16), "--validation", "16")
-        assert made.returncode == 0, made.stderr
     out = tmp_path / name
-    result = run_rlc(
-        "compile",
-        str(EXAMPLES / "local-cpu.yaml"),
-        "-o",
-        str(out),
-        "cluster.num_nodes=2",
-        "cluster.gpus_per_node=1",
-        "trainer.micro_train_batch_size_per_gpu=64",
-        "trainer.micro_forward_batch_size_per_gpu=64",
-        f"data.train_data=['{data / 'train.parquet'}']",
-        "data.val_data=[]",
-        f"trainer.log_path={tmp_path / 'runs'}",
-        f"trainer.run_name={name}",
-        f"trainer.ckpt_path={tmp_path / 'ckpts' / name}",
-        f"trainer.export_path={tmp_path / 'exports'}",
-        "launch.envs={RLC_DIST_TIMEOUT_S: '20'}",
-        *extra,
-    )
+    overrides = multinode_overrides(tmp_path, name, steps, 2)
+    result = run_rlc("compile", str(EXAMPLES / "local-cpu.yaml"), "-o", str(out), *overrides, *extra)
     assert result.returncode == 0, result.stderr
     return out
 

@@ -134,6 +134,18 @@ OPTION_RUNS = {
         ("demo_ratio_mean",),
         lambda ms: all(m["demo_ratio_mean"] == pytest.approx(1.0) for m in ms),
     ),
+    "Ulysses sequence parallelism for the policy and the ref, micro-batches cut by a token budget": (
+        (
+            "cluster.gpus_per_node=2",
+            "trainer.policy.sequence_parallel_size=2",
+            "trainer.ref.sequence_parallel_size=2",
+            f"{ALG}.use_kl_loss=true",
+            "trainer.max_tokens_per_microbatch=64",
+        ),
+        ("kl", "grad_norm"),
+        # One sequence-parallel group of two ranks per role: its first rank's results are the step's.
+        lambda ms: all(m["grad_norm"] > 0 for m in ms) and any(m["kl"] > 0 for m in ms[1:]),
+    ),
     "fully async: generation runs ahead by at most max_staleness_steps": (
         (
             "cluster.gpus_per_node=2",
