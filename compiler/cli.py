@@ -199,8 +199,9 @@ def migrate(
 def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) -> None:
     """Show which role and engine of SPEC runs on which node and GPU, and the Ray placement groups.
 
-    Also draws the table as an SVG picture. Exit 0 when the job fits, 1 when the spec has errors or the
-    placement does not fit the cluster, 2 on a usage error.
+    Also draws the table as an SVG picture. Each GPU's estimated peak memory, capacity and parts are shown whether
+    or not it fits. Exit 0 when the job fits, 1 when the spec has errors or the placement or memory does not fit,
+    2 on a usage error.
     """
     import json
     from pathlib import Path
@@ -210,7 +211,8 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
 
     result = _compile(spec, _parse_overrides(overrides))
     diags, layout = result.diagnostics, result.plan
-    if not result.ok or layout is None:
+    # A plan whose memory was estimated is shown whether or not every GPU fits: that is when its parts are needed.
+    if layout is None or (result.memory is None and not result.ok):
         if fmt == "json":
             click.echo(render_json(diags, file=spec))
         else:
@@ -228,6 +230,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         data = layout.to_json()
         if result.memory is not None:
             data["memory"] = result.memory.to_json()
+        data.update(json.loads(render_json(diags)))  # ok, errors, warnings and the diagnostics beside the plan
         click.echo(json.dumps(data, indent=2))
     else:
         from rlc.compiler.plan_svg import render_memory
@@ -236,7 +239,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         if result.memory is not None:
             click.echo(render_memory(result.memory))
         click.echo(f"picture: {target}")
-    sys.exit(EXIT_OK)
+    sys.exit(EXIT_OK if result.ok else EXIT_SPEC)
 
 
 @cli.command()

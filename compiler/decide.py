@@ -243,7 +243,8 @@ def weight_sync(spec: Any, device: str) -> WeightSync:
         transport=transport,
         backend=transport if transport in ("gloo", "nccl") else None,
         override_existing_group=override_update_group(spec),
-        ipc_threshold_bytes=int(float(ie.weight_transfer_threshold_cuda_ipc_GB) * (1 << 30)),
+        # A bucket larger than any GPU (1 TiB) buys nothing: larger thresholds are that (and stay a finite int).
+        ipc_threshold_bytes=int(min(float(ie.weight_transfer_threshold_cuda_ipc_GB) * (1 << 30), float(1 << 40))),
     )
 
 

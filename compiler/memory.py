@@ -1,20 +1,25 @@
 """Memory fit: the estimated peak of every GPU of the plan, phase by phase, against the accelerator's capacity.
 
-What each role holds is counted the way rlc's runtime builds it (this text is `rlc explain memory`):
+What each role holds is counted the way rlc's runtime builds it (this text is `rlc explain memory`; docs/memory.md
+has the derivation, the margins and the published jobs it is checked against):
 - fsdp2: fp32 parameters, gradients and AdamW's two moments, sharded over the role's shard group (fsdp_size, or
   the world); the working copies FSDP gathers in the compute dtype (the root's embeddings and head, two layers);
   cpu_offload keeps the sharded state on the CPU. LoRA trains (and keeps gradients and moments of) the adapters.
 - megatron: compute-dtype weights split over tp x pp (experts over ep x etp), fp32 main gradients, and the
   distributed optimizer's fp32 master copy and moments split over the data-parallel ranks.
 - activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
-  input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the response tokens, or of every token
-  when packed; megatron: of every token, upcast to float32) and in training their gradient, plus the log-prob
-  scorer's float32 work space for 512 tokens at a time (it never holds a whole micro-batch's log-softmax).
+  input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the positions that predict a response
+  token; megatron: of every token, upcast to float32), whose gradient is written over them in training, plus the
+  log-prob scorer's float32 work space for 512 tokens at a time (never a whole micro-batch's log-softmax).
 - a vLLM engine takes gpu_memory_utilization of each of its GPUs: its share of the weights, the rest KV cache.
 - every trainer process on a GPU adds 1 GiB for its CUDA context, NCCL buffers and allocator slack.
 With colocate_all, each phase has only what SkyRL keeps on the GPU then (generate: the engines; a forward or
-training pass: that role's model, optimizer when training; weight sync: engine and policy weights), so the peak
-is the worst phase. Without it everything placed on a GPU stays there, and the phases only add their transients.
+training pass: that role's model, optimizer when training, and the sleeping engines' CUDA contexts; weight sync:
+engine and policy weights), so the peak is the worst phase. Without it everything placed on a GPU stays there,
+and the phases only add their transients.
+The estimate takes every row at the longest length the spec allows. A GPU that overflows even with rows 1/8 that
+long, or with none (weights, gradients, optimizer, engines), is an error (RLC-E701..E706); one that overflows only
+with longer rows is RLC-W704, naming the row length up to which it fits.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS
 MiB, GiB = 1 << 20, 1 << 30
 CUDA_CONTEXT = GiB  # per trainer process on a GPU: CUDA context, NCCL communicators, allocator slack
 WARN_FILL = 0.9
+# Rows this short, relative to the longest a spec allows, are the least a job is taken to see: a GPU that
+# overflows even then is an error; one that overflows only with longer rows is a warning naming the length.
+SHORT_ROWS = 1 / 8
+MAX_ROW_TOKENS = 2**31
 
 # Usable memory of one device as the driver reports it (nvidia-smi / rocm-smi totals), by SkyPilot's names.
 ACCELERATORS: dict[str, int] = {
@@ -74,6 +83,7 @@ CODES = {
     "RLC-W701": "a GPU is estimated above 90% full at its peak",
     "RLC-W702": "a model's size is unknown: its memory is left out of the estimate",
     "RLC-W703": "the accelerator's memory is unknown: the GPU check is skipped",
+    "RLC-W704": "a micro-batch fits only while its rows stay shorter than the longest the spec allows",
 }
 MEMORY_KEYS = {
     "RLC-E701": ("trainer.policy.model.path", "trainer.placement.policy_num_gpus_per_node",
@@ -89,6 +99,8 @@ MEMORY_KEYS = {
     "RLC-W701": ("cluster.accelerator",),
     "RLC-W702": ("trainer.policy.model.path", "trainer.policy.model_config_kwargs"),
     "RLC-W703": ("cluster.accelerator",),
+    "RLC-W704": ("trainer.micro_train_batch_size_per_gpu", "generator.sampling_params.max_generate_length",
+                 "trainer.max_prompt_length"),
 }  # fmt: skip
 
 
@@ -135,6 +147,7 @@ class GpuMemory:
             "capacity_bytes": self.capacity,
             "peak_bytes": self.peak,
             "fits": self.fits,
+            "phase": self.phase,
             "parts": dict(self.parts),
         }
 
@@ -161,14 +174,30 @@ class MemoryEstimate:
 # -- per-role costs --------------------------------------------------------------------------------------------
 
 
-def _lengths(spec) -> tuple[int, int]:
+def longest_row(spec) -> tuple[int, int]:
     """Tokens of the longest trajectory and of its response (what logits are computed for)."""
     g = spec.generator
-    response = int(g.sampling_params.max_generate_length)
-    prompt = int(g.max_input_length or spec.trainer.max_prompt_length)
+    # No model reads 2^31 tokens: longer limits are counted as that (their estimate stays a finite float).
+    response = min(int(g.sampling_params.max_generate_length), MAX_ROW_TOKENS)
+    prompt = min(int(g.max_input_length or spec.trainer.max_prompt_length), MAX_ROW_TOKENS)
     if int(g.max_turns) > 1:  # max_input_length bounds the whole conversation; all but the first prompt is scored
-        return prompt + response, prompt + response - int(spec.trainer.max_prompt_length)
+        return prompt + response, max(prompt + response - int(spec.trainer.max_prompt_length), 1)
     return prompt + response, response
+
+
+def _lengths(spec, fraction: float) -> tuple[int, int]:
+    """`longest_row`, with every row `fraction` of that long (the estimate at shorter rows)."""
+    full, response = longest_row(spec)
+    if fraction >= 1:
+        return full, response
+    return max(math.ceil(full * fraction), 1), max(math.ceil(response * fraction), 1)
+
+
+def packed_rows(spec) -> bool:
+    """Whether fsdp2 packs a micro-batch's real tokens into one row (then its size is their sum, not rows x the
+    longest): sample packing on a GPU with flash attention in a 16-bit dtype."""
+    t = spec.trainer
+    return bool(t.use_sample_packing and t.flash_attn and t.bf16) and t.strategy != "megatron"
 
 
 def layer_activation_bytes(shape: ModelShape, b: int) -> int:
@@ -188,24 +217,23 @@ def activation_bytes(shape: ModelShape, tokens: int, b: int, checkpointing: bool
     return tokens * (saved + 2 * b * shape.hidden + 4 * shape.hidden)
 
 
-def logits_bytes(vocab: int, tokens: int, scored: int, b: int, train: bool, fp32_output: bool = False) -> int:
-    """The vocabulary head's logits and scoring them (the runtime's chunked `score_tokens`).
+def logits_bytes(vocab: int, tokens: int, scored: int, b: int, fp32_output: bool = False) -> int:
+    """The vocabulary head's logits and scoring them (the runtime's chunked `score_tokens`), forward or training.
 
     The head's logits for `tokens` positions in the compute dtype (Megatron's Float16Module hands them on in
-    float32, `fp32_output`, after a moment with both copies), in training also their gradient of the same size;
-    plus the scorer's work space, LOGPROB_CHUNK_TOKENS of the `scored` positions at a time: a block of the logits,
-    its float32 copy, their exp and one product (backward: the block, float32 log-probs, softmax and the gradient
-    block). Temperature and entropy are computed in that work space: they add nothing.
+    float32, `fp32_output`, after a moment with both copies, and its backward turns their gradient back into the
+    compute dtype beside them). In training their gradient overwrites them (`inplace_backward`): one copy, not
+    two. Plus the scorer's work space, LOGPROB_CHUNK_TOKENS of the `scored` positions at a time: a block of the
+    logits, its float32 copy, their exp and one product (backward: the block, float32 log-probs, softmax and the
+    gradient block). Temperature and entropy are computed in that work space: they add nothing.
     """
     out = 4 if fp32_output else b
     block = min(LOGPROB_CHUNK_TOKENS, scored) * vocab * max(out + 12, 2 * out + 8)
-    if train:
-        return tokens * vocab * 2 * out + block
     cast = tokens * vocab * b if fp32_output and b != 4 else 0  # the head's own output, until it is upcast
     return tokens * vocab * out + max(block, cast)
 
 
-def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> RoleCost:
+def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool, fraction: float = 1.0) -> RoleCost:
     t = spec.trainer
     cfg = getattr(t, role)
     fsdp = cfg.fsdp_config
@@ -227,7 +255,7 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> Role
         gathered = b * total
     else:
         gathered = b * (root + 2 * shape.layer)
-    full, response = _lengths(spec)
+    full, response = _lengths(spec, fraction)
     sp = max(int(cfg.sequence_parallel_size), 1)
     budget = int(t.max_tokens_per_microbatch)
 
@@ -249,12 +277,10 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> Role
         if role == "critic":
             out["values"] = tokens * 4 * 3
         else:
-            # Response positions, rows at their longest; split, the rank holding the rows' ends holds the most.
+            # The head runs on the positions that predict a response token, packed or padded (logits_to_keep): rows
+            # at their longest; split over an sp group, the rank holding the rows' ends holds the most.
             scored = min(-(-group_tokens * response // full), tokens)
-            packed = gpu and t.use_sample_packing and t.flash_attn and b == 2
-            # Packed, the head runs on every real token of the row (its response positions are scored in place);
-            # padded, only on the response positions (logits_to_keep).
-            out["logits"] = logits_bytes(shape.vocab, tokens if packed else scored, scored, b, train)
+            out["logits"] = logits_bytes(shape.vocab, scored, scored, b)
         return out
 
     return RoleCost(
@@ -265,7 +291,7 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool) -> Role
     )
 
 
-def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
+def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: float = 1.0) -> RoleCost:
     t = spec.trainer
     mc = getattr(t, role).megatron_config
     tp, pp, cp = int(mc.tensor_model_parallel_size), int(mc.pipeline_model_parallel_size), int(mc.context_parallel_size)
@@ -287,7 +313,7 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
     expert_state = -(-experts // (ep * etp)) * 12 // (edp if distributed else 1)
     state = {"weights": b * local}
     optimizer = {} if role == "ref" else {"optimizer": int((dense_state + expert_state) * (1 - offload))}
-    full, response = _lengths(spec)
+    full, response = _lengths(spec, fraction)
     tc = mc.transformer_config_kwargs or {}
     recompute = tc.get("recompute_granularity") == "full" and t.gradient_checkpointing
 
@@ -302,7 +328,7 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int) -> RoleCost:
             act = tokens * per_layer
         grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local
         # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
-        logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, train, fp32_output=b != 4)
+        logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, fp32_output=b != 4)
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
 
     return RoleCost(
@@ -334,8 +360,9 @@ def models_of(spec) -> dict[str, ModelInfo]:
     return out
 
 
-def estimate(spec, plan: Plan) -> MemoryEstimate:
-    """The per-GPU peak of every GPU of the plan (none on a CPU-only cluster or an unknown accelerator)."""
+def estimate(spec, plan: Plan, fraction: float = 1.0) -> MemoryEstimate:
+    """The per-GPU peak of every GPU of the plan (none on a CPU-only cluster or an unknown accelerator), with every
+    row of a micro-batch `fraction` of the longest trajectory."""
     models = models_of(spec)
     accel = str(spec.cluster.accelerator)
     cap = None if plan.device == "CPU" else capacity(accel)
@@ -349,9 +376,9 @@ def estimate(spec, plan: Plan) -> MemoryEstimate:
         if info is None or info.shape is None:
             continue
         if t.strategy == "megatron" and role.name != "critic":
-            costs[role.name] = megatron_cost(spec, role.name, info.shape, role.world_size)
+            costs[role.name] = megatron_cost(spec, role.name, info.shape, role.world_size, fraction)
         else:
-            costs[role.name] = fsdp_cost(spec, role.name, info.shape, role.world_size, True)
+            costs[role.name] = fsdp_cost(spec, role.name, info.shape, role.world_size, True, fraction)
     ie = spec.generator.inference_engine
     policy = models["policy"].shape
     engine: dict[str, int] = {}
@@ -402,6 +429,10 @@ def _phases(spec, roles: list[str], costs: dict[str, RoleCost], engine: dict, co
                 **tag("policy", costs["policy"].state),
                 "engine/weights": engine["engine/weights"],
             }
+        if engine:  # asleep, an engine's process keeps its CUDA context (awake, gpu_memory_utilization counts it)
+            for name, parts in phases.items():
+                if name != "generate":
+                    parts["engine/cuda_context"] = CUDA_CONTEXT
         return phases
     resident = dict(engine)
     for r in roles:
@@ -429,6 +460,38 @@ def _gpu_list(gpus: list[GpuMemory]) -> str:
     from rlc.compiler.plan import node_ranges
 
     return "; ".join(f"node {n} GPU {node_ranges(sorted(gs))}" for n, gs in by_node.items())
+
+
+def _mini_per_gpu(spec, role: str) -> int | None:
+    """Rows of a role's mini-batch on one data-parallel rank (None where a count is not a number)."""
+    t = spec.trainer
+    p, cfg = t.placement, getattr(t, role)
+    mini = t.critic_mini_batch_size if role == "critic" else t.policy_mini_batch_size
+    try:
+        world = int(getattr(p, f"{role}_num_gpus_per_node")) * int(getattr(p, f"{role}_num_nodes"))
+        if t.strategy == "megatron" and role != "critic":
+            mc = cfg.megatron_config
+            split = (
+                int(mc.tensor_model_parallel_size)
+                * int(mc.pipeline_model_parallel_size)
+                * int(mc.context_parallel_size)
+            )
+        else:
+            split = max(int(cfg.sequence_parallel_size), 1)
+        return int(mini) * int(spec.generator.n_samples_per_prompt) // max(world // split, 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def _divisor_at_most(total: int | None, limit: int) -> int:
+    """The largest divisor of `total` not above `limit` (`limit` itself when `total` is unknown)."""
+    if not total or total < 1 or total > 10**12:  # unknown, or too large to factor here
+        return limit
+    best = 1
+    for i in range(1, math.isqrt(total) + 1):
+        if total % i == 0:
+            best = max([best, *(d for d in (i, total // i) if d <= limit)])
+    return best
 
 
 def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
@@ -472,10 +535,13 @@ def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
             name = "max_tokens_per_microbatch"
         micro = int(getattr(t, name))
         # Activations and logits grow with the micro-batch: the largest one that fits, kept under 90%.
-        room = WARN_FILL * g.capacity - (g.peak - biggest)
+        room = int(WARN_FILL * g.capacity) - (g.peak - biggest)
         fits = int(micro * room // biggest) if biggest and room > 0 else 0
+        if kind == "train" and fits >= 1 and name != "max_tokens_per_microbatch":
+            # a micro-batch of rows that divides the role's mini-batch per GPU (RLC-E106); a token budget need not
+            fits = _divisor_at_most(_mini_per_gpu(spec, g.phase.split()[-1]), fits)
         fix = f"lower trainer.{name} to {fits}" if fits >= 1 else f"lower trainer.{name}, and shorten the sequences"
-        if name == "max_tokens_per_microbatch" and fits < _lengths(spec)[0]:  # a longer row runs whole anyway
+        if name == "max_tokens_per_microbatch" and fits < longest_row(spec)[0]:  # a longer row runs whole anyway
             fix = "one row at its longest does not fit: shorten the sequences"
         if kind == "train" and not t.gradient_checkpointing:
             fix = "turn on trainer.gradient_checkpointing, or " + fix
@@ -554,28 +620,14 @@ def check_memory(
                     values={"weights_bytes": weights, "budget_bytes": budget},
                 )
             )
-    groups: dict[tuple[str, str, str], list[GpuMemory]] = {}
-    near: list[GpuMemory] = []
-    for g in est.gpus:
-        if not g.fits:
-            groups.setdefault(_cause(spec, g), []).append(g)
-        elif g.fill > WARN_FILL:
-            near.append(g)
-    for (code, key, fix), gpus in groups.items():
-        worst = max(gpus, key=lambda g: g.peak)
-        diags.append(
-            Diagnostic(
-                code,
-                ERROR,
-                f"out of GPU memory: {_gpu_list(gpus)} need an estimated {gib(worst.peak)} in the {worst.phase} "
-                f"phase, more than a {est.accelerator}'s {gib(worst.capacity)} ({_top(worst)})",
-                key=key,
-                location=locate(key),
-                hint=fix + "; `rlc plan` shows every GPU's parts",
-                related=list(MEMORY_KEYS[code][1:]),
-                values={"peak_bytes": worst.peak, "capacity_bytes": worst.capacity, "phase": worst.phase},
-            )
-        )
+    over = [g for g in est.gpus if not g.fits]
+    near = [g for g in est.gpus if g.fits and g.fill > WARN_FILL]
+    if over:
+        short = {(g.node, g.gpu): g for g in estimate(spec, plan, SHORT_ROWS).gpus}
+        hard = [(g, short[g.node, g.gpu]) for g in over if not short[g.node, g.gpu].fits]
+        diags += _cannot_fit(spec, est, hard, locate)
+        soft = [g for g in over if short[g.node, g.gpu].fits]
+        diags += _fits_shorter_rows(spec, plan, est, soft, locate)
     if near:
         worst = max(near, key=lambda g: g.peak)
         code, key, fix = _cause(spec, worst)
@@ -589,10 +641,88 @@ def check_memory(
                 key=key,
                 location=locate(key),
                 hint=f"for headroom: {fix}",
-                values={"peak_bytes": worst.peak, "capacity_bytes": worst.capacity, "phase": worst.phase},
+                values=_numbers(worst),
             )
         )
     return est, diags
+
+
+def _cannot_fit(spec, est: MemoryEstimate, gpus: list[tuple[GpuMemory, GpuMemory]], locate) -> list[Diagnostic]:
+    """Errors for GPUs that overflow even when every row is SHORT_ROWS of the longest: one per cause, its numbers
+    those short rows' (the fix is sized for the longest rows, where it has to hold)."""
+    full, _ = longest_row(spec)
+    short_tokens = _lengths(spec, SHORT_ROWS)[0]
+    groups: dict[tuple[str, str], list[tuple[GpuMemory, GpuMemory]]] = {}
+    for at_full, at_short in gpus:
+        code, key, _ = _cause(spec, at_short)
+        groups.setdefault((code, key), []).append((at_full, at_short))
+    out = []
+    for (code, key), pairs in groups.items():
+        worst_full, worst = max(pairs, key=lambda p: p[1].peak)
+        cause = _cause(spec, worst_full)
+        fix = cause[2] if cause[0] == code else _cause(spec, worst)[2]
+        out.append(
+            Diagnostic(
+                code,
+                ERROR,
+                f"out of GPU memory: {_gpu_list([p[1] for p in pairs])} need an estimated {gib(worst.peak)} in the "
+                f"{worst.phase} phase even with rows of {short_tokens} tokens (1/{round(1 / SHORT_ROWS)} of the "
+                f"longest, {full}), more than a {est.accelerator}'s {gib(worst.capacity)} ({_top(worst)})",
+                key=key,
+                location=locate(key),
+                hint=fix + "; `rlc plan` shows every GPU's parts",
+                related=list(MEMORY_KEYS[code][1:]),
+                values=_numbers(worst, row_tokens=short_tokens),
+            )
+        )
+    return out
+
+
+def _fits_shorter_rows(spec, plan: Plan, est: MemoryEstimate, gpus: list[GpuMemory], locate) -> list[Diagnostic]:
+    """Warnings for GPUs that fit short rows but not rows of the longest length: the length at which each group
+    (by cause) stops fitting, found by bisection on the estimate, and what to change if rows can get that long."""
+    full, response = longest_row(spec)
+    prompt = full - response
+    groups: dict[tuple[str, str, str], list[GpuMemory]] = {}
+    for g in gpus:
+        groups.setdefault(_cause(spec, g), []).append(g)
+    out = []
+    for (code, key, fix), members in groups.items():
+        where = {(g.node, g.gpu) for g in members}
+
+        def fits(tokens: int, where: set = where) -> bool:
+            return all(g.fits for g in estimate(spec, plan, tokens / full).gpus if (g.node, g.gpu) in where)
+
+        lo, hi = _lengths(spec, SHORT_ROWS)[0], full  # fits at lo, not at hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        worst = max(members, key=lambda g: g.peak)
+        rows = (
+            f"a micro-batch's rows average at most {lo} tokens"
+            if packed_rows(spec)
+            else f"no row of a step is longer than {lo} tokens (every row is padded to the longest)"
+        )
+        out.append(
+            Diagnostic(
+                "RLC-W704",
+                WARNING,
+                f"{_gpu_list(members)} fit only while {rows}; rows of the longest length ({full}: {prompt} prompt + "
+                f"{response} generated) need an estimated {gib(worst.peak)} in the {worst.phase} phase, more than a "
+                f"{est.accelerator}'s {gib(worst.capacity)} ({_top(worst)})",
+                key=key,
+                location=locate(key),
+                hint=f"if rows can get that long: {fix}; `rlc plan` shows every GPU's parts",
+                related=list(MEMORY_KEYS[code][1:]),
+                values=_numbers(worst, fits_up_to_tokens=lo, longest_tokens=full),
+            )
+        )
+    return out
+
+
+def _numbers(g: GpuMemory, **more: int) -> dict:
+    """A diagnostic's values: the GPU's peak, capacity and phase, and `more`."""
+    return {"peak_bytes": g.peak, "capacity_bytes": g.capacity, "phase": g.phase, **more}
 
 
 def _top(g: GpuMemory, count: int = 3) -> str:

@@ -94,7 +94,10 @@ def migrate_file(
     elif target is None:
         out.say(imported.text, OUT)
     if target is not None:
-        _write_atomic(target, imported.text)
+        try:
+            _write_atomic(target, imported.text)
+        except OSError as exc:  # a missing directory, no permission: the user's path, not a bug
+            raise MigrateUsageError(f"cannot write {target}: {exc.strerror or exc}") from None
     out.say(f"{old}: {imported.title}; {len(imported.changes)} change(s)")
     for line in imported.lines:
         out.say(line)

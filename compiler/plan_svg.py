@@ -188,7 +188,7 @@ def _chip(x: int, y: int, w: int, text: str, fill: str) -> str:
 def render_memory(memory) -> str:
     """The memory estimate under the plan table: the models' sizes, then each GPU's peak / capacity and its
     biggest parts (GPUs with the same figures share a line)."""
-    lines = ["", "memory (estimated peak per GPU; `rlc explain memory` says how):"]
+    lines = ["", "memory (estimated peak per GPU, every row at its longest; `rlc explain memory` says how):"]
     for role, m in memory.models.items():
         size = f"{m.shape.params / 1e9:.3f}B parameters" if m.shape else "size unknown, left out"
         lines.append(f"  {role}: {m.path} ({size}, from {m.source})")

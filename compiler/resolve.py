@@ -20,6 +20,7 @@ from rlc.compiler import allocation
 from rlc.compiler.allocation import Allocation
 from rlc.compiler.roles import count, critic_on, engine_gpus, get, gpu_demand, put, ref_on
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
+from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES
 from rlc.spec.generation import SamplingParams
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
 
@@ -66,6 +67,16 @@ class _Resolver:
                         path,
                         f"{path} is {value!r}, which resolves to {what}; {path} takes {_type_name(wanted)}",
                         "point the reference at a key holding a value of that type, or write the value itself",
+                    )
+                    continue
+                if _text_only(wanted) and isinstance(resolved, (int, float)) and not isinstance(resolved, bool):
+                    resolved = str(resolved)  # as OmegaConf gives a text field: `name: ${trainer.epochs}` is "20"
+                outside = _outside(path, resolved)
+                if outside:  # the schema saw the reference, not its value: the field's accepted values apply now
+                    self._bad(
+                        path,
+                        f"{path} is {value!r}, which resolves to {resolved!r}; {outside}",
+                        "point the reference at a key holding an accepted value, or write the value itself",
                     )
                     continue
                 put(self.spec, path, resolved)
@@ -258,6 +269,8 @@ class _Resolver:
             )
         if (opc.tis_ratio_type or opc.sequence_mask_metric) and g.sampling_params.logprobs is None:
             self.derive("generator.sampling_params.logprobs", 1, ["trainer.algorithm.off_policy_correction"])
+        elif alg.policy_loss_type in ROLLOUT_ANCHORED_LOSSES and g.sampling_params.logprobs is None:
+            self.derive("generator.sampling_params.logprobs", 1, ["trainer.algorithm.policy_loss_type"])
 
     # -- placement <-> cluster ------------------------------------------------------------------
 
@@ -413,7 +426,7 @@ def _fits(value: Any, wanted: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if wanted is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if wanted is str:  # a whole reference to a number in a text field keeps the number, as before
+    if wanted is str:  # a whole reference to a number in a text field: the number as text (`_text_only`)
         return isinstance(value, (str, int, float))
     kind = origin or wanted
     if kind in (list, tuple, collections.abc.Sequence):
@@ -421,6 +434,38 @@ def _fits(value: Any, wanted: Any) -> bool:
     if kind in (dict, collections.abc.Mapping):
         return isinstance(value, dict)
     return True  # anything else (a section type, a custom class) is checked by the rules
+
+
+def _outside(path: str, value: Any) -> str | None:
+    """What an interpolated value breaks of its field's accepted values and bounds, or None."""
+    from rlc.spec import fields as meta
+    from rlc.spec.model import default_model
+
+    model = default_model()
+    field = model.lookup(path)
+    if field is None or dataclasses.is_dataclass(value):
+        return None
+    allowed = model.allowed_values(field)
+    if allowed and value not in allowed:
+        return f"{path} takes one of {', '.join(str(a) for a in allowed)}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, high, above = (field.meta.get(k) for k in (meta.MINIMUM, meta.MAXIMUM, meta.EXCLUSIVE_MINIMUM))
+        bounds = [
+            (f"at least {low}", low is not None and value < low),
+            (f"above {above}", above is not None and value <= above),
+            (f"at most {high}", high is not None and value > high),
+        ]
+        if any(broken for _, broken in bounds):
+            return f"{path} takes values " + " and ".join(text for text, _ in bounds if not text.endswith("None"))
+    return None
+
+
+def _text_only(wanted: Any) -> bool:
+    """Whether a field takes text and no number (str, or str | None)."""
+    if typing.get_origin(wanted) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(wanted) if a is not type(None)]
+        return args == [str]
+    return wanted is str
 
 
 def _type_name(wanted: Any) -> str:

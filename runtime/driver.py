@@ -26,6 +26,7 @@ from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, TrainBatch, mini_batches, to_batch, totals
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.data import DataError, arithmetic, expand, read_rows, synthetic
+from rlc.runtime.dumps import dump_eval_results, dump_training_batch
 from rlc.runtime.envs import make as make_env
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.run_error import RunError
@@ -369,6 +370,8 @@ class Driver:
         rollouts = self._rollouts(ray, step, rows, rollouts, metrics)
         generated = time.monotonic()
         batch = self._scored_batch(ray, rollouts, metrics)
+        if self.spec.trainer.dump_data_batch:
+            dump_training_batch(expand(self.spec.trainer.export_path), step, batch)
         train_started = time.monotonic()
         self._update(ray, batch, metrics)
         trained = time.monotonic()
@@ -553,26 +556,43 @@ class Driver:
         rewards: list[float] = []
         right = 0
         samples: list[str] = []
+        dumped: list[dict] | None = [] if self.spec.trainer.dump_eval_results else None
         for i in range(0, len(val), size):
             chunk = val[i : i + size]
             rollouts = self._generate(ray, chunk, sampling, n, -step - 1)
             for k, r in enumerate(rollouts):
-                row = chunk[k // n][0]
+                row, prompt_ids = chunk[k // n]
                 text = self.tokenizer.decode(r.response_ids, skip_special_tokens=True)
                 right += correct(self.env, row, text, r.reward)
                 rewards.append(r.reward)
+                if dumped is not None:
+                    dumped.append(self._eval_record(row, prompt_ids, r))
                 if len(samples) < EVAL_SAMPLES_SHOWN:
                     samples.append(
                         f"  [{len(samples) + 1}] answer {row.get('answer')!s:>6}  reward {r.reward:.2f}  "
                         f"{r.finish_reason:<6} | {text.strip()!r}"
                     )
         out = {"eval/reward": sum(rewards) / max(1, len(rewards)), "eval/accuracy": right / max(1, len(rewards))}
+        if dumped is not None:
+            dump_eval_results(expand(self.spec.trainer.export_path), step, dumped, out)
         if tracker is not None:
             tracker.message(
                 f"eval at step {step}: reward {out['eval/reward']:.3f}  accuracy {out['eval/accuracy']:.3f} "
                 f"({len(rewards)} completions)\n" + "\n".join(samples)
             )
         return out
+
+    def _eval_record(self, row: dict, prompt_ids: list[int], rollout: Rollout) -> dict:
+        """One evaluated completion as SkyRL's dump_eval_results writes it (text decoded as generated)."""
+        return {
+            "input_prompt": self.tokenizer.decode(prompt_ids),
+            "output_response": self.tokenizer.decode(rollout.response_ids),
+            "score": rollout.reward,
+            "stop_reason": rollout.finish_reason,
+            "env_class": row.get("env_class", self.env.name),
+            "env_extras": {k: v for k, v in row.items() if k != "prompt"},
+            "data_source": row.get("data_source"),
+        }
 
     def _save(self, ray, step: int, epoch: int) -> Path:
         t = self.spec.trainer

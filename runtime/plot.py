@@ -19,9 +19,10 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
 
     try:
         # Training steps, and evaluations (the one before training is logged at step 0 without a reward).
-        records = [r for r in read_metrics(run_dir) if "reward" in r or any(k.startswith("eval/") for k in r)]
+        records = [_numbers(r) for r in read_metrics(run_dir) if isinstance(r, dict)]
     except OSError:
         raise PlotError(f"{run_dir} has no metrics.jsonl (is it a run directory?)") from None
+    records = [r for r in records if "step" in r and ("reward" in r or any(k.startswith("eval/") for k in r))]
     if not any("reward" in r for r in records):
         raise PlotError(f"{run_dir}/metrics.jsonl has no training steps yet")
     steps = [r["step"] for r in records]
@@ -51,6 +52,24 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     fig.suptitle(run_dir.name)
     fig.tight_layout()
     target = output or run_dir / "curves.png"
-    fig.savefig(target, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(target, dpi=110)
+    except OSError as exc:
+        raise PlotError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
     return target
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# Beyond this no metric is a measurement (and matplotlib cannot lay out ticks for a range near the float limit).
+_PLOTTABLE = 1e100
+
+
+def _numbers(record: dict) -> dict:
+    """The record's plottable values: numbers within +-1e100 (NaN is a gap). A value of another type (a hand-edited
+    or torn line), an infinity or an absurd magnitude is not plotted."""
+    return {k: v for k, v in record.items() if _number(v) and (v != v or abs(v) <= _PLOTTABLE)}

@@ -132,7 +132,7 @@ def _plain(value):
 def read_metrics(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():  # a torn write skips its line
         try:
             out.append(json.loads(line))
         except ValueError:

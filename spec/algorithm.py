@@ -4,8 +4,24 @@ from dataclasses import dataclass
 
 from rlc.spec.fields import section, setting
 
-ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++")
-POLICY_LOSSES = ("regular", "dual_clip", "gspo", "clip_cov", "kl_cov", "cispo", "sapo")
+ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++", "maxrl")
+POLICY_LOSSES = (
+    "regular",
+    "dual_clip",
+    "gspo",
+    "clip_cov",
+    "kl_cov",
+    "cispo",
+    "sapo",
+    "rollout_is",
+    "importance_sampling",
+    "cross_entropy",
+    "dppo",  # a known value the compiler refuses as not supported yet (RLC-E815)
+)
+# Losses that do not apply trainer.algorithm.off_policy_correction (as in SkyRL, which ignores it for them).
+LOSSES_WITHOUT_OFF_POLICY_CORRECTION = ("clip_cov", "kl_cov", "importance_sampling", "cross_entropy")
+# Losses whose ratio is against the engine's log-probs: the engines must return them.
+ROLLOUT_ANCHORED_LOSSES = ("rollout_is",)
 LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 

@@ -57,7 +57,12 @@ class InferenceEngineConfig:
     backend: str = setting(
         "vllm", "Inference engine (hf is the CPU Hugging Face generate engine).", enum=INFERENCE_BACKENDS
     )
-    weight_sync_backend: str = setting("nccl", "Collective used to send weights to the engines.", enum=("nccl", "gloo"))
+    weight_sync_backend: str = setting(
+        "nccl",
+        "How weights reach the engines: a nccl or gloo broadcast; delta (SkyRL 0.4: checkpoint deltas through "
+        "shared storage) is refused as not supported yet.",
+        enum=("nccl", "gloo", "delta"),
+    )
     fp8_weight_sync_mode: str | None = setting(
         None,
         "SkyRL 0.4: send FP8 weights to the engines (blockwise, mxfp8, auto).",

@@ -15,14 +15,9 @@ _CISPO = (
     "v1 keeps the clip range SkyRL had when v1 was fixed, so a CISPO spec trains as before; "
     "set it explicitly to get 0.4.0's"
 )
-_ROOT = "v1 expands ~ on each node instead of assuming a root container"
 
 # dotted key -> (SkyRL 0.4.0's default, why v1 keeps its own)
 DEFAULT_CHANGES: dict[str, tuple[Any, str]] = {
-    "data.train_data": (["/root/data/gsm8k/train.parquet"], _ROOT),
-    "data.val_data": (["/root/data/gsm8k/validation.parquet"], _ROOT),
-    "trainer.ckpt_path": ("/root/ckpts/", _ROOT),
-    "trainer.export_path": ("/root/exports/", _ROOT),
     "trainer.strategy": ("fsdp", "fsdp is an alias of fsdp2 in rlc; both run FSDP2, v1 names the backend it runs"),
     "trainer.policy.megatron_config.empty_cuda_cache": (
         True,

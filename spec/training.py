@@ -385,7 +385,10 @@ class TrainerConfig:
     logger: str = setting("wandb", "Metrics tracker.", enum=("wandb", "tensorboard", "mlflow", "console"))
     dump_data_batch: bool = setting(False, "Write each training batch to export_path.")
     dump_eval_results: bool = setting(True, "Write evaluation results to export_path.")
-    enable_ray_gpu_monitor: bool = setting(True, "SkyRL 0.4: log GPU use through Ray's monitor.")
+    enable_ray_gpu_monitor: bool = setting(
+        True,
+        "SkyRL 0.4: log GPU use through Ray's monitor (a metrics side channel: rlc has none, either value trains alike).",
+    )
     tags: list[str] | None = setting(None, "SkyRL 0.4: tracker run tags.")
     print_example_interval: int = setting(1, "SkyRL 0.4: print an example trajectory every N steps.")
     num_logger_eval_samples: int = setting(-1, "SkyRL 0.4: evaluation samples sent to the tracker; -1 sends none.")

@@ -44,7 +44,7 @@ validates and round-trips (a second migration changes nothing) every stored vers
 prints the counts. A version whose shipped defaults turn on a branch's feature rlc does not run (e.g. hybrid
 environment sampling on) migrates with RLC-E030..E032 findings only, each on its own ALTERS WHAT RUNS line:
 `check` counts it as refused by design, not as a failure; so is a version whose defaults set a spec v1
-(SkyRL 0.4) field this runtime refuses with a "not supported yet" rule (RLC-E801..E823) and nothing else.
+(SkyRL 0.4) field this runtime refuses with a "not supported yet" rule (RLC-E801..E824) and nothing else.
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def check(paths: list[Path]) -> int:
             analysis = analyze(out, env={"WANDB_API_KEY": "x"})
         validating += analysis.ok
         # Likewise a default that sets a spec v1 (SkyRL 0.4) field this runtime does not run yet: validation refuses
-        # it with one of the "not supported yet" rules (RLC-E801..E823) and nothing else.
+        # it with one of the "not supported yet" rules (RLC-E801..E824) and nothing else.
         errors = [d.code for d in analysis.diagnostics if d.severity == "error"]
         not_yet = bool(errors) and all(re.fullmatch(r"RLC-E8\d\d", c) for c in errors)
         unsupported += not_yet

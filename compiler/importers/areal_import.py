@@ -59,8 +59,8 @@ class ArealImport:
         return self._raw(path) not in (MISSING, None)
 
     def _resolve(self, value: Any, chain: list[str]) -> Any:
-        if isinstance(value, dict):
-            return {k: self._resolve(v, chain) for k, v in value.items()}
+        if isinstance(value, dict):  # a reference in a value that cannot resolve (a cycle) reads as unset
+            return {k: None if (r := self._resolve(v, chain)) is MISSING else r for k, v in value.items()}
         if not isinstance(value, str) or "${" not in value:
             return value
         whole = REF.fullmatch(value)

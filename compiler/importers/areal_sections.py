@@ -4,28 +4,99 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from rlc.compiler import allocation
 from rlc.compiler.importers.areal_algorithm import algorithm, critic_and_ref
 from rlc.compiler.importers.areal_import import ArealImport
+from rlc.compiler.importers.base import Change
 
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+# AReaL's sections (and the sub-sections the importer reads as such): anything else there is not carried.
+SECTIONS = (
+    "cluster",
+    "cluster.name_resolve",
+    "rollout",
+    "gconfig",
+    "actor",
+    "actor.optimizer",
+    "actor.mb_spec",
+    "actor.reward_norm",
+    "actor.adv_norm",
+    "actor.rejection_sampling",
+    "ref",
+    "ref.mb_spec",
+    "critic",
+    "critic.optimizer",
+    "critic.mb_spec",
+    "train_dataset",
+    "valid_dataset",
+    "saver",
+    "recover",
+    "evaluator",
+    "stats_logger",
+    "stats_logger.wandb",
+    "stats_logger.tensorboard",
+    "vllm",
+    "sglang",
+    "launcher",
+    "perf_tracer",
+)
+
+
 def map_sections(imp: ArealImport) -> None:
-    """Every section in the order later ones read earlier results (batch sizes, the strategy, the allocation)."""
-    _top(imp)
-    strategy = _placement(imp)
-    _sampling(imp)
-    _batches(imp, strategy)
-    _model(imp, strategy)
-    _optimizer(imp, "actor", "trainer.policy")
-    algorithm(imp)
-    critic_and_ref(imp, strategy, _optimizer)
-    _engines(imp)
-    _data(imp)
-    _utilities(imp)
-    _async(imp)
+    """Every section in the order later ones read earlier results (batch sizes, the strategy, the allocation).
+
+    A section (or a value in it) of a shape AReaL does not write is not carried: an error finding says which and
+    why, and the rest is imported."""
+    _shapes(imp)
+    strategy: Any = "fsdp"
+    steps = [
+        ("the top-level keys and cluster", lambda: _top(imp)),
+        ("allocation_mode", lambda: _placement(imp)),
+        ("gconfig", lambda: _sampling(imp)),
+        ("the batch sizes", lambda: _batches(imp, strategy)),
+        ("actor", lambda: _model(imp, strategy)),
+        ("actor.optimizer", lambda: _optimizer(imp, "actor", "trainer.policy")),
+        ("the algorithm (actor)", lambda: algorithm(imp)),
+        ("critic and ref", lambda: critic_and_ref(imp, strategy, _optimizer)),
+        ("the engine sections", lambda: _engines(imp)),
+        ("the datasets", lambda: _data(imp)),
+        ("saver, evaluator, recover, stats_logger", lambda: _utilities(imp)),
+        ("rollout", lambda: _async(imp)),
+    ]
+    for what, step in steps:
+        try:
+            found = step()
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            imp.result.changes.append(
+                Change(
+                    "dropped",
+                    what,
+                    None,
+                    reason=f"not carried: a value there is not what AReaL writes ({exc})",
+                    severity="error",
+                )
+            )
+            continue
+        if what == "allocation_mode":
+            strategy = found
+
+
+def _shapes(imp: ArealImport) -> None:
+    """A section that is not a mapping is not carried (error finding): the mapping reads the rest as usual."""
+    for path in SECTIONS:
+        value = imp.get(path)
+        if value is not None and not isinstance(value, dict):
+            imp.drop(path, f"a {type(value).__name__} where AReaL writes a section; not carried", "error")
+            *parent, last = path.split(".")
+            node: Any = imp.raw
+            for part in parent:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(last, None)
 
 
 def _top(imp: ArealImport) -> None:
@@ -49,7 +120,14 @@ def _top(imp: ArealImport) -> None:
         imp.drop("tokenizer_path", "the policy model's tokenizer, as in rlc")
     if imp.has("cluster.n_nodes"):
         imp.put("cluster.num_nodes", imp.get("cluster.n_nodes"), "cluster.n_nodes")
-    if imp.has("cluster.n_gpus_per_node"):
+    if imp.get("cluster.n_gpus_per_node") == 0:  # AReaL's CPU templates
+        imp.put(
+            "cluster.accelerator",
+            "none",
+            "cluster.n_gpus_per_node",
+            reason="no GPU: a CPU-only run, whose workers take CPU slots (counted from the allocation)",
+        )
+    elif imp.has("cluster.n_gpus_per_node"):
         imp.put("cluster.gpus_per_node", imp.get("cluster.n_gpus_per_node"), "cluster.n_gpus_per_node")
     root = str(imp.get("cluster.fileroot", "/tmp/areal/")).rstrip("/")
     trial = str(imp.get("trial_name", "trial0"))
@@ -91,7 +169,7 @@ def _placement(imp: ArealImport) -> str:
     try:
         parsed = allocation.parse(text)
         per_node = imp.get("cluster.n_gpus_per_node")
-        allocation.settings(parsed, "fsdp2", per_node if isinstance(per_node, int) else None)
+        allocation.settings(parsed, "fsdp2", per_node if isinstance(per_node, int) and per_node > 0 else None)
     except allocation.AllocationError as exc:
         source = "allocation_mode" if imp.has("allocation_mode") else "actor.backend"
         imp.drop(source, f"{exc.message} in {text!r}; set the placement by hand", "error")
@@ -99,6 +177,17 @@ def _placement(imp: ArealImport) -> str:
         return strategy
     source = "allocation_mode" if imp.has("allocation_mode") else "rollout.backend"
     imp.put("trainer.placement.allocation", text, source, reason="; ".join(notes))
+    if not imp.has("cluster.n_nodes") and isinstance(per_node, int) and per_node > 0:
+        groups: dict[int, int] = {}
+        for c in parsed.components:  # components of one "+" group share their GPUs
+            groups[c.group] = max(groups.get(c.group, 0), c.gpus)
+        total = sum(groups.values())
+        imp.put(
+            "cluster.num_nodes",
+            max(math.ceil(total / per_node), 1),
+            source,
+            reason=f"no cluster.n_nodes: the allocation's {total} GPUs on nodes of {per_node}",
+        )
     for key in ("actor.backend", "rollout.backend", "ref.backend", "critic.backend"):
         imp.drop(key, "part of the allocation")
     trainers = [c for c in parsed.components if not c.inference and c.backend]

@@ -353,7 +353,37 @@ class _Step:
         self.retired()
         self.references()
         self.unknown_inert()
+        self.wandb_secret()
         return self.changes
+
+    def wandb_secret(self) -> None:
+        """SkyRL logs to wandb unless told otherwise, reading WANDB_API_KEY from the environment: the spec names it in
+        launch.secrets, so the launch files pass it on (by name; the value never reaches a file)."""
+        logger = _get(self.data, "trainer.logger")
+        if not (logger is _MISSING or logger is None or logger == "wandb"):
+            return  # another logger, or a ${...} reference resolved elsewhere
+        secrets = _get(self.data, "launch.secrets")
+        if isinstance(secrets, list) and "WANDB_API_KEY" in secrets:
+            return
+        if secrets is _MISSING or secrets is None:
+            _put(self.data, "launch.secrets", ["WANDB_API_KEY"])
+        elif isinstance(secrets, list):
+            secrets.append("WANDB_API_KEY")
+        else:
+            return  # not a list: validation says so at the key
+        why = "SkyRL's default" if logger is _MISSING or logger is None else "trainer.logger"
+        self.changes.append(
+            Change(
+                "added",
+                None,
+                "launch.secrets",
+                0,
+                None,
+                ["WANDB_API_KEY"],
+                reason=f"the run logs to wandb ({why}), which reads WANDB_API_KEY; named here, its value stays on "
+                "your machine",
+            )
+        )
 
     def hydra_references(self) -> None:
         """Keys that only pointed at a Hydra group (`x: ${megatron_config.policy}`) go: rlc's defaults apply."""

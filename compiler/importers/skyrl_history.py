@@ -65,7 +65,7 @@ def inert(value: Any) -> bool:
     if isinstance(value, str) and _REFERENCE.fullmatch(value.strip()):
         return True  # a reference to another key, dropped or migrated on its own
     if isinstance(value, dict):
-        if value.get("enabled") is False:
+        if value.get("enabled") is False or value.get("enable") is False:  # SkyRL spells its switches both ways
             return True
         return all(inert(v) for v in value.values())
     return False

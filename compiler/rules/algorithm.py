@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlc.compiler.roles import critic_on
 from rlc.compiler.rules.base import Context, num, rule
+from rlc.spec.algorithm import LOSSES_WITHOUT_OFF_POLICY_CORRECTION
 
 IE = "generator.inference_engine"
 NS = "generator.n_samples_per_prompt"
@@ -56,14 +57,16 @@ def token_sum_norm_needs_max_seq_len(c: Context):
 
 @rule(
     "RLC-E304",
-    "off-policy correction does not combine with clip_cov or kl_cov",
+    "off-policy correction does not combine with clip_cov, kl_cov, importance_sampling or cross_entropy",
     f"{ALG}.off_policy_correction.tis_ratio_type",
     f"{ALG}.policy_loss_type",
     "trainer.algorithm.off_policy_correction.sequence_mask_metric",
 )
 def off_policy_correction_excludes_cov_losses(c: Context):
     opc = c.alg.off_policy_correction
-    if (opc.tis_ratio_type or opc.sequence_mask_metric) and c.alg.policy_loss_type in ("clip_cov", "kl_cov"):
+    if (
+        opc.tis_ratio_type or opc.sequence_mask_metric
+    ) and c.alg.policy_loss_type in LOSSES_WITHOUT_OFF_POLICY_CORRECTION:
         key = (
             f"{ALG}.off_policy_correction.tis_ratio_type"
             if opc.tis_ratio_type

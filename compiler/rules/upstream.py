@@ -1,13 +1,16 @@
-"""SkyRL 0.4 settings spec v1 accepts but this runtime does not run yet: refused unless left at their default.
+"""SkyRL 0.4 settings spec v1 accepts but this runtime does not run yet: refused when they would change what runs.
 
 Spec v1 knows every field of SkyRL 0.4.0's `SkyRLTrainConfig`, so a SkyRL user's file and overrides load. A field
 the runtime executes is used; one it cannot execute yet keeps SkyRL's default, and any other value stops the
-compile here (RLC-E801..E849) instead of being silently ignored on the cluster.
+compile here (RLC-E801..E849) instead of being silently ignored on the cluster -- unless the value turns nothing
+on: a setting of a feature that is off (a profiler save_path with `enable: false`, Megatron options under fsdp2,
+LoRA serving options without LoRA) is read by nothing, in SkyRL as in rlc, and is accepted.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +23,73 @@ MEGATRON_ROLES = ("policy", "ref")
 
 
 @dataclass(frozen=True)
+class Condition:
+    """What must hold for a setting to be read at all: `holds(value of key)`; `example` is a value that holds."""
+
+    key: str
+    holds: Callable[[Any], bool]
+    example: Any
+    off: Any  # a value that does not hold: the feature off
+    says: str  # the condition in words, for messages
+
+
+def equals(key: str, value: Any, off: Any = False) -> Condition:
+    return Condition(key, lambda v: v == value, value, off, f"{key} is {json.dumps(value)}")
+
+
+def positive(key: str, example: Any = 8) -> Condition:
+    return Condition(key, lambda v: isinstance(v, (int, float)) and v > 0, example, 0, f"{key} > 0")
+
+
+def given(key: str, example: Any) -> Condition:
+    return Condition(key, lambda v: v not in (None, "", [], {}), example, None, f"{key} is set")
+
+
+def _always(key: str) -> tuple[Condition, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
 class Unsupported:
     code: str
     what: str  # the feature, in words
     keys: tuple[str, ...]
     also_accepted: tuple[tuple[str, Any], ...] = ()  # (key, value) pairs the runtime runs besides the default
+    # key -> the conditions under which its value is read (a value is refused only when all hold)
+    when: Callable[[str], tuple[Condition, ...]] = _always
+    # (key, value) pairs that are refused where the key's other values run (a value rlc does not run yet)
+    refused_values: tuple[tuple[str, Any], ...] = ()
+
+
+def _role(key: str) -> str:
+    return key.split(".")[1]
+
+
+def _megatron(key: str, *more: Condition) -> tuple[Condition, ...]:
+    """Megatron options are read by the megatron strategy only."""
+    return (equals("trainer.strategy", "megatron", off="fsdp2"), *more)
+
+
+def _lora(key: str) -> Condition:
+    return positive(f"trainer.{_role(key)}.model.lora.rank")
+
+
+def _text_model_unknown(key: str) -> tuple[Condition, ...]:
+    """language_model_only loads the language model of a multimodal checkpoint: for a text-only model (all rlc's
+    table and config.json reading know), which is all a text model has, it changes nothing."""
+    role = "policy" if key.startswith("generator.") else _role(key)
+    path = f"trainer.{role}.model.path"
+
+    def multimodal_or_unknown(path_value: Any) -> bool:
+        from rlc.compiler.model_size import KNOWN_TYPES, model_info
+
+        shape = model_info(path_value, None).shape if isinstance(path_value, str) and path_value else None
+        return shape is None or shape.model_type not in KNOWN_TYPES
+
+    text_model = "Qwen/Qwen2.5-1.5B-Instruct"
+    return (
+        Condition(path, multimodal_or_unknown, "my-org/vision-language-model", text_model, f"{path} is multimodal"),
+    )
 
 
 def _per_role(roles: tuple[str, ...], *suffixes: str) -> tuple[str, ...]:
@@ -45,20 +110,29 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "prompt-loader worker processes (rlc loads prompts in the driver process)",
         ("data.dataloader.num_workers", "data.dataloader.persistent_workers"),
         also_accepted=(("data.dataloader.num_workers", 0),),
+        # persistent_workers keeps loader workers alive: without workers there is nothing to keep
+        when=lambda key: (positive("data.dataloader.num_workers", 4),) if key.endswith("persistent_workers") else (),
     ),
     Unsupported(
         "RLC-E802",
         "multi-adapter LoRA serving and in-memory adapter sync",
         _per_role(ROLES, "model.lora.sync_mode", "model.lora.share_expert_adapters", "model.lora.max_loras")
         + _per_role(ROLES, "model.lora.max_cpu_loras"),
+        when=lambda key: (_lora(key),),
     ),
     Unsupported(
         "RLC-E803",
         "fake-INT4 quantization-aware training",
         _per_role(ROLES, *(f"model.fake_int4_qat.{k}" for k in _QAT)),
+        when=lambda key: () if key.endswith(".enabled") else (equals(key.rsplit(".", 1)[0] + ".enabled", True),),
     ),
     Unsupported(
-        "RLC-E804", "the torch profiler", tuple(f"trainer.policy.torch_profiler_config.{k}" for k in _PROFILER)
+        "RLC-E804",
+        "the torch profiler",
+        tuple(f"trainer.policy.torch_profiler_config.{k}" for k in _PROFILER),
+        when=lambda key: (
+            () if key.endswith(".enable") else (equals("trainer.policy.torch_profiler_config.enable", True),)
+        ),
     ),
     Unsupported(
         "RLC-E805",
@@ -77,6 +151,7 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 )
             ),
         ),
+        when=_megatron,
     ),
     Unsupported(
         "RLC-E806",
@@ -86,6 +161,15 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
             *(_MEGATRON + k for k in ("fp8", "fp8_recipe", "fp8_param", "fp8_amax_compute_algo")),
             _MEGATRON + "ddp_config.fp8_param_gather",
         ),
+        # the recipe and the amax algorithm only shape FP8 compute, which fp8 turns on
+        when=lambda key: _megatron(
+            key,
+            *(
+                (given(f"trainer.{_role(key)}.megatron_config.fp8", "e4m3"),)
+                if key.endswith(("fp8_recipe", "fp8_amax_compute_algo"))
+                else ()
+            ),
+        ),
     ),
     Unsupported(
         "RLC-E807",
@@ -94,6 +178,14 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
             MEGATRON_ROLES,
             _MEGATRON + "hf_export_config.distributed_save",
             _MEGATRON + "hf_export_config.save_every_n_ranks",
+        ),
+        when=lambda key: _megatron(
+            key,
+            *(
+                (equals(key.rsplit(".", 1)[0] + ".distributed_save", True),)
+                if key.endswith("save_every_n_ranks")
+                else ()
+            ),
         ),
     ),
     Unsupported(
@@ -106,6 +198,7 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 for k in ("merge_lora", "experts_shared_outer_loras", "normalize_moe_lora")
             ),
         ),
+        when=lambda key: _megatron(key, _lora(key)),
     ),
     Unsupported(
         "RLC-E809",
@@ -115,21 +208,38 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
             MEGATRON_ROLES,
             *(_MEGATRON + k for k in ("mtp_num_layers", "mtp_loss_weight", "mtp_loss_chunk_size", "mtp_loss_topk")),
         ),
+        # the heads' settings are read when the heads are trained
+        when=lambda key: (
+            ()
+            if key == "trainer.mtp.enabled"
+            else (equals("trainer.mtp.enabled", True),)
+            if key.startswith("trainer.mtp.")
+            else _megatron(key)
+            if key.endswith("mtp_num_layers")
+            else _megatron(key, given(f"trainer.{_role(key)}.megatron_config.mtp_num_layers", 1))
+        ),
     ),
     Unsupported(
         "RLC-E810",
         "asynchronous Megatron checkpoint saves",
         _per_role(MEGATRON_ROLES, _MEGATRON + "async_dist_ckpt_save", _MEGATRON + "async_save_prestage_to_cpu"),
+        when=lambda key: _megatron(
+            key,
+            *(
+                (equals(key.rsplit(".", 1)[0] + ".async_dist_ckpt_save", True),)
+                if key.endswith("prestage_to_cpu")
+                else ()
+            ),
+        ),
     ),
     Unsupported(
         "RLC-E811",
-        "vision-language models",
-        (
-            "trainer.policy.language_model_only",
-            "trainer.ref.language_model_only",
-            _IE + "language_model_only",
-            "generator.vision_language_generator",
-        ),
+        "loading only the language model of a multimodal checkpoint (rlc trains and serves text-only models)",
+        ("trainer.policy.language_model_only", "trainer.ref.language_model_only", _IE + "language_model_only"),
+        when=_text_model_unknown,
+    ),
+    Unsupported(
+        "RLC-E824", "vision-language generation (image and text prompts)", ("generator.vision_language_generator",)
     ),
     Unsupported("RLC-E812", "an inference-only policy", ("trainer.policy.inference_only_init",)),
     Unsupported(
@@ -141,11 +251,25 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
             _IE + "enable_return_routed_experts",
         ),
     ),
-    Unsupported("RLC-E814", "CISPO anchored on the rollout log-probs", ("trainer.algorithm.cispo.cispo_anchor",)),
+    Unsupported(
+        "RLC-E814",
+        "CISPO anchored on the rollout log-probs",
+        ("trainer.algorithm.cispo.cispo_anchor",),
+        when=lambda key: (equals("trainer.algorithm.policy_loss_type", "cispo", off="regular"),),
+    ),
     Unsupported(
         "RLC-E815",
         "the DPPO loss",
-        ("trainer.algorithm.dppo.dppo_type", "trainer.algorithm.dppo.delta_low", "trainer.algorithm.dppo.delta_high"),
+        (
+            "trainer.algorithm.policy_loss_type",
+            "trainer.algorithm.dppo.dppo_type",
+            "trainer.algorithm.dppo.delta_low",
+            "trainer.algorithm.dppo.delta_high",
+        ),
+        when=lambda key: (
+            () if key.endswith("policy_loss_type") else (equals("trainer.algorithm.policy_loss_type", "dppo"),)
+        ),
+        refused_values=(("trainer.algorithm.policy_loss_type", "dppo"),),
     ),
     Unsupported(
         "RLC-E816",
@@ -159,6 +283,10 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 "simulate_training_step_seconds",
                 "simulate_weight_sync_seconds",
             )
+        ),
+        when=lambda key: (
+            equals("trainer.fully_async.enabled", True),
+            *((equals("trainer.fully_async.simulate_training", True),) if "seconds" in key else ()),
         ),
     ),
     Unsupported(
@@ -175,14 +303,21 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 "fused_lm_head_logprob_backend",
             )
         ),
+        # the backend of a fused head nobody turned on, and the memory budget of entropy chunks nobody asked for
+        when=lambda key: (
+            (equals("trainer.fused_lm_head_logprob", True),)
+            if key.endswith("fused_lm_head_logprob_backend")
+            else (positive("trainer.vocab_entropy_chunk_size", 1024),)
+            if key.endswith("vocab_entropy_chunk_memory_mb")
+            else ()
+        ),
     ),
     Unsupported(
         "RLC-E818",
-        "SkyRL's GPU monitor, run tags and example logging",
+        "SkyRL's run tags and example logging",
         tuple(
             f"trainer.{k}"
             for k in (
-                "enable_ray_gpu_monitor",
                 "tags",
                 "print_example_interval",
                 "num_logger_eval_samples",
@@ -190,14 +325,37 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 "log_example_interval",
             )
         ),
+        # Off is what rlc does: no example printing or uploads. Tags go to wandb only.
+        also_accepted=(
+            ("trainer.tags", []),
+            *((f"trainer.{k}", v) for k in ("print_example_interval", "log_example_interval") for v in (0, -1)),
+            *((f"trainer.{k}", 0) for k in ("num_logger_eval_samples", "num_logger_train_samples")),
+        ),
+        when=lambda key: (equals("trainer.logger", "wandb", off="console"),) if key.endswith(".tags") else (),
     ),
     Unsupported(
         "RLC-E819",
-        "FP8 and delta weight sync, and KV-cache offload during sync",
-        (_IE + "fp8_weight_sync_mode", _IE + "delta_weight_sync", _IE + "offload_kv_for_weight_sync"),
+        "FP8 and checkpoint-delta weight sync (weights published to shared storage for the engines to load), and "
+        "KV-cache offload during sync",
+        (
+            _IE + "weight_sync_backend",
+            _IE + "fp8_weight_sync_mode",
+            _IE + "delta_weight_sync",
+            _IE + "offload_kv_for_weight_sync",
+        ),
+        # SkyRL reads the delta settings only with weight_sync_backend: delta
+        when=lambda key: (
+            (equals(_IE + "weight_sync_backend", "delta", off="nccl"),) if key.endswith("delta_weight_sync") else ()
+        ),
+        refused_values=((_IE + "weight_sync_backend", "delta"),),
     ),
     Unsupported("RLC-E820", "expandable segments in the inference engines", (_IE + "use_expandable_segments",)),
-    Unsupported("RLC-E821", "speculative decoding", (_IE + "speculative_config",)),
+    Unsupported(
+        "RLC-E821",
+        "speculative decoding",
+        (_IE + "speculative_config",),
+        also_accepted=((_IE + "speculative_config", {}),),
+    ),
     Unsupported(
         "RLC-E822",
         "prefill-decode disaggregation",
@@ -205,17 +363,19 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
             _IE + k
             for k in ("enable_pd", "num_prefill", "prefill_init_kwargs", "decode_init_kwargs", "router_init_kwargs")
         ),
+        when=lambda key: () if key.endswith("enable_pd") else (equals(_IE + "enable_pd", True),),
     ),
     Unsupported(
         "RLC-E823",
         "turning off the prefix-cache salt, and merged step-wise output",
         ("generator.use_cache_salt", "generator.merge_stepwise_output"),
+        when=lambda key: (equals("generator.step_wise_trajectories", True),) if key.endswith("stepwise_output") else (),
     ),
 )
 
 
 def refused(spec: Any, group: Unsupported) -> list[tuple[str, Any, Any]]:
-    """(key, value, default) for every key of `group` set to a value the runtime does not run."""
+    """(key, value, default) for every key of `group` set to a value the runtime does not run, where it is read."""
     model = default_model()
     out = []
     for key in group.keys:
@@ -224,6 +384,10 @@ def refused(spec: Any, group: Unsupported) -> list[tuple[str, Any, Any]]:
         value, default = to_plain(get(spec, key)), to_plain(field.default())
         if value == default or (key, value) in group.also_accepted:
             continue
+        if any(k == key for k, _ in group.refused_values) and (key, value) not in group.refused_values:
+            continue  # one of the key's values rlc runs
+        if not all(c.holds(to_plain(get(spec, c.key))) for c in group.when(key)):
+            continue  # a setting of a feature that is off: nothing reads it
         out.append((key, value, default))
     return out
 
@@ -243,7 +407,9 @@ def _rule_for(group: Unsupported) -> Rule:
             )
 
     not_supported_yet.__name__ = f"not_supported_yet_{group.code[-3:]}"
-    return Rule(group.code, f"not supported yet: {group.what}", group.keys, not_supported_yet)
+    # the keys it refuses, then the ones that decide whether they are read (rlc explain lists the rule under both)
+    keys = tuple(dict.fromkeys([*group.keys, *(c.key for key in group.keys for c in group.when(key))]))
+    return Rule(group.code, f"not supported yet: {group.what}", keys, not_supported_yet)
 
 
 def _show(value: Any) -> str:

@@ -1,4 +1,4 @@
-"""Advantage estimators (`trainer.algorithm.advantage_estimator`): grpo, rloo, reinforce++, gae.
+"""Advantage estimators (`trainer.algorithm.advantage_estimator`): grpo, rloo, maxrl, reinforce++, gae.
 
 Tensors are (batch, response_len) with `mask` marking response tokens; every estimator returns
 `(advantages, returns)` of that shape, zero outside the mask. Positions outside the mask are
@@ -96,6 +96,25 @@ def rloo_advantages(
 
 
 @torch.no_grad()
+def maxrl_advantages(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: GroupIndex,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MaxRL (SkyRL's `maxrl`): each sequence's score minus its group mean, over (group mean + eps).
+
+    Dividing by the mean instead of the std weights a prompt by how rarely it succeeds. As in SkyRL a group of
+    one sample has mean 0 there, so its advantage is its score.
+    """
+    scores = _outcome_scores(rewards)
+    count, mean, _ = _group_stats(scores, index)
+    advantages = torch.where(count > 1, (scores - mean) / (mean + eps), scores)
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
+
+
+@torch.no_grad()
 def reinforce_pp_advantages(
     rewards: torch.Tensor,
     mask: torch.Tensor,
@@ -143,6 +162,7 @@ def gae_advantages(
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
     "grpo": grpo_advantages,
     "rloo": rloo_advantages,
+    "maxrl": maxrl_advantages,
     "reinforce++": reinforce_pp_advantages,
     "gae": gae_advantages,
 }

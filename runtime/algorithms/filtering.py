@@ -45,8 +45,9 @@ def zero_variance_groups(
 
 # Built-in policy losses whose every token's loss is its advantage times a factor computed from its own row:
 # a row whose advantages are all 0 adds exactly nothing to their loss or its gradient. (clip_cov and kl_cov
-# centre their covariances over the whole batch, so every row shapes the others' terms.)
-ADVANTAGE_WEIGHTED_LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo")
+# centre their covariances over the whole batch, so every row shapes the others' terms; cross_entropy reads no
+# advantage.)
+ADVANTAGE_WEIGHTED_LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "importance_sampling")
 
 
 def inert_rows(batch: TrainBatch, algorithm) -> torch.Tensor | None:

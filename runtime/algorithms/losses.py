@@ -47,6 +47,7 @@ def score_tokens(
     vocab_start: int = 0,
     vocab_size: int | None = None,
     group: Any = None,
+    inplace_backward: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of each token id under softmax(logits / temperature), and the entropy when asked, in float32
     (float64 for float64 logits).
@@ -65,6 +66,11 @@ def score_tokens(
     Vocabulary parallel (Megatron's tensor parallelism): `logits` is this rank's columns, starting at global id
     `vocab_start`; columns at or past `vocab_size` (padding) get no probability; the normaliser and the chosen
     logit are summed over `group`. Each rank's backward is its own columns' gradient (every rank holds the loss).
+
+    `inplace_backward`: backward writes the logits' gradient over the logits themselves (as flash-attention's
+    cross-entropy does), so training holds one [tokens, vocab] tensor instead of two. Only for logits nothing else
+    reads in backward (a model head's output); another autograd node that saved them then fails loudly (the
+    version check) rather than read the gradient. With `rows`, each row may be scored once only.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
@@ -93,6 +99,7 @@ def score_tokens(
         int(vocab_start),
         valid,
         group,
+        bool(inplace_backward),
     )
     return logp.view(shape), (ent.view(shape) if entropy else None)
 
@@ -120,7 +127,7 @@ def _scaled(x: torch.Tensor, temperature: float, valid: int) -> torch.Tensor:
 
 class _ChunkedScores(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, flat, rows, targets, temperature, want_entropy, chunk, vocab_start, valid, group):
+    def forward(ctx, flat, rows, targets, temperature, want_entropy, chunk, vocab_start, valid, group, inplace):
         count = targets.numel()
         dev, wide = flat.device, _wide(flat.dtype)
         width = flat.shape[-1]
@@ -160,7 +167,7 @@ class _ChunkedScores(torch.autograd.Function):
         lse = peak + log_total
         ent = log_total - sums[2] / sums[0] if want_entropy else logp.new_empty(0)
         ctx.save_for_backward(flat, rows, local, mine, lse, ent if want_entropy else None)
-        ctx.opts = (temperature, want_entropy, chunk, valid)
+        ctx.opts = (temperature, want_entropy, chunk, valid, inplace)
         ctx.set_materialize_grads(False)
         return logp, ent
 
@@ -168,11 +175,14 @@ class _ChunkedScores(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_logp, grad_ent):
         flat, rows, local, mine, lse, ent = ctx.saved_tensors
-        temperature, want_entropy, chunk, valid = ctx.opts
+        temperature, want_entropy, chunk, valid, inplace = ctx.opts
         if grad_logp is None and (grad_ent is None or not want_entropy):
-            return (None,) * 9
+            return (None,) * 10
         count = local.numel()
-        grad = torch.zeros_like(flat) if rows is not None else torch.empty_like(flat)
+        if inplace:  # each block is copied out (`_block`) before its gradient overwrites it
+            grad = flat
+        else:
+            grad = torch.zeros_like(flat) if rows is not None else torch.empty_like(flat)
         with_ent = want_entropy and grad_ent is not None
         g_logp = grad_logp.to(lse.dtype) if grad_logp is not None else torch.zeros_like(lse)
         for lo in range(0, count, chunk):
@@ -191,10 +201,16 @@ class _ChunkedScores(torch.autograd.Function):
                 p.div_(temperature)
             if rows is None:
                 grad[lo:hi].copy_(p)
+            elif inplace:
+                grad.index_copy_(0, rows[lo:hi], p.to(grad.dtype))
             else:
                 grad.index_add_(0, rows[lo:hi], p.to(grad.dtype))
             del x, p
-        return grad, None, None, None, None, None, None, None, None
+        if inplace and rows is not None:  # rows that were not scored get no gradient
+            unscored = torch.ones(grad.shape[0], dtype=torch.bool, device=grad.device)
+            unscored[rows] = False
+            grad[unscored] = 0
+        return grad, None, None, None, None, None, None, None, None, None
 
 
 def reduce_loss(
@@ -455,6 +471,62 @@ def sapo_token_loss(
     return torch.where(keep, token_loss, 0.0), metrics
 
 
+def rollout_is_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    rollout_log_probs: torch.Tensor,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token rollout-IS loss (GLM-5's agentic loss, SkyRL's `rollout_is`): -sg(w) * A * log p, where
+    w = r = p / p_rollout inside (1 - low, 1 + high) and 0 outside.
+
+    The ratio is against the engine's log-probs, not the old policy's: the loss needs no old log-probs. A token
+    whose ratio left the band gets no gradient at all (PPO would still let it move towards the band).
+    """
+    keep, (log_probs, rollout, advantages) = _present(mask, log_probs, rollout_log_probs, advantages)
+    ratio = _safe_exp((log_probs - rollout).detach())
+    inside = (ratio > 1.0 - eps_clip_low) & (ratio < 1.0 + eps_clip_high)
+    token_loss = -torch.where(inside, ratio, 0.0) * advantages * log_probs
+    metrics = {
+        "clip_fraction": _token_mean((~inside).float(), keep),
+        "ratio_mean": _token_mean(ratio, keep),
+    }
+    return torch.where(keep, token_loss, 0.0), metrics
+
+
+def importance_sampling_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token importance-sampled policy gradient (Tinker's and SkyRL's `importance_sampling`): -r * A with
+    r = p / p_old, neither clipped nor clamped."""
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    wide = torch.promote_types(log_probs.dtype, torch.float32)
+    ratio = (log_probs.to(wide) - old_log_probs.to(wide)).exp()
+    metrics = {"ratio_mean": _token_mean(ratio, keep), "approx_kl": _token_mean(old_log_probs - log_probs, keep)}
+    return torch.where(keep, -ratio * advantages, 0.0), metrics
+
+
+def cross_entropy_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token negative log-likelihood of the sampled tokens (SkyRL's `cross_entropy`, its SFT loss): -log p.
+
+    Advantages and old log-probs are not read: every response token in the loss mask is imitated.
+    """
+    keep, (log_probs,) = _present(mask, log_probs)
+    return torch.where(keep, -log_probs, 0.0), {}
+
+
 def _pick_at_random(candidates: torch.Tensor, count: int, generator: torch.Generator | None) -> torch.Tensor:
     """A bool tensor like `candidates` marking `count` of its True entries chosen uniformly (all if fewer)."""
     index = candidates.flatten().nonzero().squeeze(-1)
@@ -545,6 +617,9 @@ POLICY_TOKEN_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch
     "kl_cov": kl_cov_token_loss,
     "cispo": cispo_token_loss,
     "sapo": sapo_token_loss,
+    "rollout_is": rollout_is_token_loss,
+    "importance_sampling": importance_sampling_token_loss,
+    "cross_entropy": cross_entropy_token_loss,
 }
 # Scalar-loss forms of regular and dual_clip, which share one signature with the reduction options.
 POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
@@ -562,6 +637,9 @@ _LOSS_OPTIONS: dict[str, tuple[str, ...]] = {
     "kl_cov": ("kl_cov.kl_cov_frac", "kl_cov.ppo_kl_coef"),
     "cispo": ("cispo.cispo_eps_clip_low", "cispo.cispo_eps_clip_high"),
     "sapo": ("sapo.tau_pos", "sapo.tau_neg"),
+    "rollout_is": _PPO_CLIP,
+    "importance_sampling": (),
+    "cross_entropy": (),
 }
 
 

@@ -58,6 +58,10 @@ def _rloo(rewards, mask, *, index, values, algorithm):
     return adv.rloo_advantages(rewards, mask, index)
 
 
+def _maxrl(rewards, mask, *, index, values, algorithm):
+    return adv.maxrl_advantages(rewards, mask, index)
+
+
 def _reinforce_pp(rewards, mask, *, index, values, algorithm):
     return adv.reinforce_pp_advantages(rewards, mask, gamma=algorithm.gamma)
 
@@ -72,6 +76,7 @@ def _gae(rewards, mask, *, index, values, algorithm):
 BUILTIN_ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "grpo": _grpo,
     "rloo": _rloo,
+    "maxrl": _maxrl,
     "reinforce++": _reinforce_pp,
     "gae": _gae,
 }

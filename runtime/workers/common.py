@@ -18,6 +18,7 @@ from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import token_weights
 from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_options
 from rlc.runtime.batch import TrainBatch
+from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES  # the engines return their log-probs for these
 
 ROLES = ("policy", "ref", "critic")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -36,17 +37,20 @@ def free_address() -> tuple[str, int]:
 
 
 def lr_lambda(scheduler: str, warmup: int, total: int):
-    """The learning-rate factor of an optimizer step (constant / constant_with_warmup / linear / cosine)."""
+    """The learning-rate factor of optimizer step `step` (0-based), as Hugging Face's `get_scheduler` (SkyRL's)
+    gives it for constant / constant_with_warmup / linear / cosine: warm-up from 0 at the first step."""
 
     def factor(step: int) -> float:
-        if scheduler != "constant" and warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if scheduler in ("constant", "constant_with_warmup"):
+        if scheduler == "constant":
             return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if step < warmup:
+            return step / max(1, warmup)
+        if scheduler == "constant_with_warmup":
+            return 1.0
         if scheduler == "linear":
-            return max(0.0, 1.0 - progress)
-        return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
+            return max(0.0, (total - step) / max(1, total - warmup))
+        progress = (step - warmup) / max(1, total - warmup)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))  # cosine, half a cycle
 
     return factor
 
@@ -141,9 +145,10 @@ def policy_objective(
     mask = mb.loss_mask
     # No old log-probs: this is the only update on the batch, so the old policy is the current one.
     old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
-    token_loss, parts = get_policy_loss(a.policy_loss_type)(
-        logp, old, mb.advantages, mask, **get_policy_loss_options(a.policy_loss_type, a)
-    )
+    options = get_policy_loss_options(a.policy_loss_type, a)
+    if a.policy_loss_type in ROLLOUT_ANCHORED_LOSSES:
+        options["rollout_log_probs"] = mb.rollout_logprobs.to(logp.device)
+    token_loss, parts = get_policy_loss(a.policy_loss_type)(logp, old, mb.advantages, mask, **options)
     token_loss = torch.where(mask.bool(), token_loss, 0.0)  # NaN * 0 would still be NaN
     if mb.is_weight is not None:  # off-policy correction: truncated importance weights, decided by the driver
         token_loss = token_loss * mb.is_weight

@@ -33,6 +33,18 @@ from rlc.runtime.workers.common import (
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
 
 
+# The head's logits feed the scorer only: its backward writes their gradient over them (one [tokens, vocab]
+# tensor in training, not two; compiler/memory.py counts the same).
+_INPLACE = {"inplace_backward": True}
+
+
+def _scatter(valid: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Per-token values of the `valid` entries of a (rows, response_len) layout into it, 0 elsewhere."""
+    out = values.new_zeros(valid.shape)
+    out[valid] = values
+    return out
+
+
 def _base(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model inside a PEFT wrapper (or the model itself)."""
     get = getattr(model, "get_base_model", None)
@@ -243,13 +255,19 @@ class FSDPWorker(TrainWorker):
             from rlc.runtime.packing import pack, packed_kwargs, response_rows, unpack
 
             packed = pack(ids, attn, plen)
-            varlen = getattr(_base(self.model).config, "_attn_implementation", "").startswith("flash")
-            out = self.model(**packed_kwargs(packed, varlen=varlen))
+            kwargs = packed_kwargs(packed, varlen=self._varlen())
             if self.s.role == "critic":
-                return unpack(out, packed, length).float(), None
+                return unpack(self.model(**kwargs), packed, length).float(), None
+            rows, valid = response_rows(packed, length, packed.input_ids.device)
+            if self._keep(1):  # the head runs on the positions that predict a response token only
+                kept = self.model(**kwargs, logits_to_keep=rows[valid]).logits[0]
+                scores = score_tokens(kept, response[valid], self.s.temperature, entropy=want_entropy, **_INPLACE)
+                return tuple(_scatter(valid, x) if x is not None else None for x in scores)  # type: ignore[return-value]
             # Scored where they are in the packed row: no (rows, length, vocab) copy of the logits.
-            rows, valid = response_rows(packed, length, out.logits.device)
-            logp, entropy = score_tokens(out.logits, response, self.s.temperature, entropy=want_entropy, rows=rows)
+            out = self.model(**kwargs)
+            logp, entropy = score_tokens(
+                out.logits, response, self.s.temperature, entropy=want_entropy, rows=rows, **_INPLACE
+            )
             fill = ~valid
             return logp.masked_fill(fill, 0.0), (entropy.masked_fill(fill, 0.0) if entropy is not None else None)
         # Response token j is scored at the position before it, so a row's last token is never fed.
@@ -266,11 +284,15 @@ class FSDPWorker(TrainWorker):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep(length)).logits
         width = logits.shape[1]
         if width == length:
-            return score_tokens(logits, response, self.s.temperature, entropy=want_entropy)
+            return score_tokens(logits, response, self.s.temperature, entropy=want_entropy, **_INPLACE)
         # The last `length` positions of each row, scored in place (a model without logits_to_keep returns all).
         rows = torch.arange(logits.shape[0], device=logits.device)[:, None] * width + width - length
         rows = rows + torch.arange(length, device=logits.device)
-        return score_tokens(logits, response, self.s.temperature, entropy=want_entropy, rows=rows)
+        return score_tokens(logits, response, self.s.temperature, entropy=want_entropy, rows=rows, **_INPLACE)
+
+    def _varlen(self) -> bool:
+        """Whether flash attention runs the packed row (it then takes the sequences' boundaries explicitly)."""
+        return getattr(_base(self.model).config, "_attn_implementation", "").startswith("flash")
 
     def _split_outputs(self, mb: TrainBatch, want_entropy: bool):
         """`_outputs` with each row's positions split over the sequence-parallel group (`workers/ulysses.py`): this
@@ -411,18 +433,20 @@ class FSDPWorker(TrainWorker):
             (loss * self.world_size).backward()
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optimizer_config.max_grad_norm)
+        # max_grad_norm 0 turns clipping off, as in SkyRL (the norm is still measured: an infinite bound scales by 1).
+        bound = self.config.optimizer_config.max_grad_norm or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), bound)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         grad_norm = float(grad_norm)
-        if math.isfinite(grad_norm):
+        lr = self.scheduler.get_last_lr()[0]  # this step's, before the scheduler moves on
+        finite = math.isfinite(grad_norm)
+        if finite:  # a non-finite gradient skips the step, and the schedule waits for the next real one (SkyRL)
             self.optimizer.step()
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
         self.optimizer_steps += 1
-        sums.update(
-            grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0], skipped=float(not math.isfinite(grad_norm))
-        )
+        sums.update(grad_norm=grad_norm, lr=lr, skipped=float(not finite))
         return sums
 
     def _policy_loss(self, mb: TrainBatch, totals: dict) -> tuple[torch.Tensor, dict]:

@@ -120,6 +120,7 @@ def vocab_parallel_logprobs(
         vocab_start=ps.get_tensor_model_parallel_rank() * local,
         vocab_size=vocab_size,
         group=ps.get_tensor_model_parallel_group(),
+        inplace_backward=True,  # the head's logits feed nothing else: their gradient overwrites them
     )
 
 

@@ -2,11 +2,13 @@
 
 Run by tests/compiler/test_skyrl_release.py with the Python of a venv that has `skyrl` installed; it imports
 nothing of rlc. A section typed `Optional[X]` is listed itself (default "<section>" or its default) and then
-its fields; a field without a default has "<required>".
+its fields; a field without a default has "<required>". A default SkyRL builds with `os.path.expanduser` is
+printed as written (`~/ckpts/`), not as the running user's path.
 """
 
 import dataclasses
 import json
+import os
 import sys
 import typing
 
@@ -30,6 +32,20 @@ def _section(tp: object) -> type | None:
     return None
 
 
+HOME = os.path.expanduser("~")
+
+
+def _unexpanded(value: object) -> object:
+    """SkyRL's `os.path.expanduser("~/...")` defaults as written: `~/...`, whoever runs the walk."""
+    if isinstance(value, str) and HOME not in ("", "/", "~") and value.startswith(HOME + os.sep):
+        return "~" + value[len(HOME) :]
+    if isinstance(value, list):
+        return [_unexpanded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _unexpanded(v) for k, v in value.items()}
+    return value
+
+
 def _plain(value: object) -> object:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
@@ -37,7 +53,7 @@ def _plain(value: object) -> object:
         json.dumps(value)
     except TypeError:
         return repr(value)
-    return value
+    return _unexpanded(value)
 
 
 def walk(cls: type, prefix: str, out: list) -> None:

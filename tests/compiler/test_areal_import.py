@@ -30,6 +30,7 @@ RL = {
     "gsm8k_ppo_megatron.yaml": {"advantage_estimator": "gae", "value_clip": 0.5},
 }
 REFUSED = {"gsm8k_sft.yaml": "SFT", "hhrlhf_rw.yaml": "reward-model"}
+CPU = {"gsm8k_grpo_cpu.yaml"}  # AReaL's CPU template: no GPU, per-engine backend fields, no allocation_mode
 
 
 def _import(name: str):
@@ -47,7 +48,7 @@ def _leaves(node, prefix=""):
 
 
 def test_fixtures_are_all_classified():
-    assert {p.name for p in FIXTURES.glob("*.yaml")} == set(RL) | set(REFUSED)
+    assert {p.name for p in FIXTURES.glob("*.yaml")} == set(RL) | set(REFUSED) | CPU
 
 
 @pytest.mark.parametrize("name", sorted(RL))
@@ -147,3 +148,46 @@ def test_an_unsupported_allocation_is_reported_not_fatal(tmp_path):
     result = import_areal(plain_yaml(doc.data), lambda p: doc.locate(tuple(p.split("."))).line)
     assert "trainer.placement.allocation" not in result.spec
     assert [c.old for c in result.errors] == ["allocation_mode"]
+
+
+def test_areals_cpu_example_imports_and_validates(tmp_path):
+    """AReaL's examples/math/gsm8k_grpo_cpu.yaml (n_gpus_per_node: 0) imported a ZeroDivisionError."""
+    out = tmp_path / "cpu.yaml"
+    result = run_rlc("migrate", "--from", "areal", str(FIXTURES / "gsm8k_grpo_cpu.yaml"), "-o", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    checked = run_rlc("validate", str(out), "--format", "json")
+    assert checked.returncode == 0, checked.stdout
+    doc = plain_yaml(load_document(out).data)
+    assert doc["cluster"]["accelerator"] == "none" and "gpus_per_node" not in doc["cluster"]
+    assert doc["trainer"]["placement"]["allocation"] == "vllm:d1p1t1+fsdp:d1p1t1"
+    assert doc["trainer"]["logger"] == "console"  # stats_logger.wandb.mode: disabled
+
+
+def test_a_config_without_a_node_count_takes_it_from_the_allocation(tmp_path):
+    text = (FIXTURES / "gsm8k_grpo.yaml").read_text().replace("  n_nodes: 1\n", "")
+    doc = document_from_text(text, "no-nodes.yaml")
+    result = import_areal(plain_yaml(doc.data), lambda p: 0)
+    assert result.spec["cluster.num_nodes"] == 1 and "8 GPUs on nodes of 8" in next(
+        c.reason for c in result.changes if c.new == "cluster.num_nodes"
+    )
+    analysis = analyze_document(document_from_text(areal_text("x", result), "imported.yaml"), env={})
+    assert analysis.ok and not [d for d in analysis.diagnostics if d.severity != "info"], analysis.diagnostics
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("  adv_norm:\n", "  adv_norm: 0.5\n  old_adv_norm:\n", "actor.adv_norm"),
+        ("gconfig:\n", "gconfig: [1, 2]\nold_gconfig:\n", "gconfig"),
+    ],
+)
+def test_a_section_of_another_shape_is_a_finding_that_names_it(tmp_path, old, new, key):
+    """An import never crashes: what it cannot keep, it names with the reason (an error finding, exit 1)."""
+    text = (FIXTURES / "gsm8k_grpo.yaml").read_text()
+    assert old in text
+    path = tmp_path / "odd.yaml"
+    path.write_text(text.replace(old, new, 1))
+    result = run_rlc("migrate", "--from", "areal", str(path), "-o", str(tmp_path / "out.yaml"))
+    report = result.stdout + result.stderr
+    assert result.returncode == 1, report
+    assert f"!! dropped  {key}" in report and "where AReaL writes a section; not carried" in report

@@ -272,6 +272,25 @@ def test_interpolations_follow_moved_keys_and_env_stays():
     assert any(c.kind == "reference" for c in report.changes)
 
 
+@pytest.mark.parametrize("logger", [None, "wandb"])
+def test_a_wandb_run_names_its_api_key_as_a_launch_secret(tmp_path, logger):
+    """SkyRL logs to wandb by default and reads WANDB_API_KEY from the environment: the migrated spec names it in
+    launch.secrets (a report line says so), so it validates without the key set here."""
+    trainer = {"seed": 3, **({"logger": logger} if logger else {})}
+    doc, report, out = _migrate_text(_dump({"trainer": trainer}))
+    assert to_plain(doc.data)["launch"]["secrets"] == ["WANDB_API_KEY"]
+    (change,) = [c for c in report.changes if c.new == "launch.secrets"]
+    assert change.kind == "added" and "WANDB_API_KEY" in change.describe()
+    path = tmp_path / "new.yaml"
+    path.write_text(out)
+    assert not [d.code for d in analyze(path, env={}).diagnostics], [d.message for d in analyze(path).diagnostics]
+
+
+def test_a_console_run_gets_no_secret():
+    doc, report, _ = _migrate_text(_dump({"trainer": {"logger": "console"}}))
+    assert "launch" not in to_plain(doc.data) and not [c for c in report.changes if c.new == "launch.secrets"]
+
+
 def test_defaults_list_is_removed_with_a_report_line():
     text = "defaults:\n  - _self_\n  - deepspeed_config@deepspeed_config.train: train\n  - skyrl_gym_config: default\ntrainer:\n  seed: 3\n"
     doc, report, out = _migrate_text(text)
@@ -340,6 +359,14 @@ def test_migrate_output_file_and_no_overwrite(tmp_path):
     assert refused.returncode == 2 and dst.read_text() == "mine\n"
     assert run_rlc("migrate", str(src), "-o", str(dst), "--force").returncode == 0
     assert run_rlc("validate", str(dst)).returncode == 0
+
+
+@pytest.mark.parametrize("source", ["skyrl", "areal"])
+def test_migrate_into_a_missing_directory_is_a_usage_error(tmp_path, source):
+    src = LEGACY if source == "skyrl" else sorted((ROOT / "tests" / "fixtures" / "areal").glob("*.yaml"))[0]
+    result = run_rlc("migrate", "--from", source, str(src), "-o", str(tmp_path / "nowhere" / "new.yaml"))
+    assert result.returncode == 2 and "cannot write" in result.stderr and "internal error" not in result.stderr
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_migrate_in_place_is_idempotent(tmp_path):

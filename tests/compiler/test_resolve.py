@@ -44,6 +44,52 @@ def test_skyrl_derivations(spec_file):
     assert s.trainer.policy.megatron_config.transformer_config_kwargs["recompute_granularity"] == "full"
 
 
+def test_rollout_is_asks_the_engines_for_their_log_probs(spec_file):
+    """rollout_is weighs each token by its ratio to the engine's log-probs (SkyRL asserts they are there)."""
+    text = """
+        version: 1
+        cluster: {gpus_per_node: 8, num_nodes: 1}
+        trainer: {logger: console, algorithm: {policy_loss_type: %s}}
+        generator: {sampling_params: {logprobs: null}}
+        """
+    a = _resolve(spec_file, text % "rollout_is")
+    assert a.spec.generator.sampling_params.logprobs == 1
+    assert a.resolution.derived["generator.sampling_params.logprobs"] == ["trainer.algorithm.policy_loss_type"]
+    assert _resolve(spec_file, text % "importance_sampling").spec.generator.sampling_params.logprobs is None
+
+
+def test_a_reference_to_a_number_in_a_text_field_is_its_text(spec_file, tmp_path):
+    """As OmegaConf types it: `name: ${trainer.epochs}` is the name "20", which every target can quote."""
+    from rlc.compiler.pipeline import compile_job
+
+    text = """
+        version: 1
+        name: ${trainer.epochs}
+        cluster: {gpus_per_node: 8, num_nodes: 1}
+        trainer: {logger: console, epochs: 20, policy: {model: {path: "${trainer.train_batch_size}"}}}
+        """
+    s = _resolve(spec_file, text).spec
+    assert s.name == "20" and s.trainer.policy.model.path == "1024" and s.trainer.epochs == 20
+    assert compile_job(spec_file(text)).plan is not None
+
+
+def test_a_reference_resolving_outside_the_fields_values_is_an_error(spec_file):
+    """The schema checks what is written (`${...}`); the resolved value must be one the field accepts as well."""
+    from rlc.compiler.pipeline import analyze
+
+    path = spec_file(
+        """
+        version: 1
+        cluster: {gpus_per_node: 8, num_nodes: 1}
+        trainer: {logger: "${trainer.seed}", epochs: 20}
+        generator: {inference_engine: {gpu_memory_utilization: "${trainer.epochs}"}}
+        """
+    )
+    found = {d.key: d.message for d in analyze(path, env={}).diagnostics if d.code == "RLC-E016"}
+    assert "takes one of wandb, tensorboard, mlflow, console" in found["trainer.logger"]
+    assert "resolves to 20" in found["generator.inference_engine.gpu_memory_utilization"]
+
+
 def test_user_megatron_kwargs_are_back_filled(spec_file):
     a = _resolve(
         spec_file,

@@ -249,7 +249,7 @@ CASES = {
         """
         trainer:
           algorithm:
-            policy_loss_type: clip_cov
+            policy_loss_type: importance_sampling
             off_policy_correction:
               tis_ratio_type: token  # <-
         """,

@@ -279,3 +279,27 @@ def test_megatron_tensor_parallel_must_divide_a_local_models_heads(tmp_path: Pat
 
     with pytest.raises(megatron_weights.UnsupportedModel, match="num_attention_heads=14"):
         megatron_weights.layout_from_hf(SimpleNamespace(**config), tp_size=4)
+
+
+def test_a_feature_value_that_turns_nothing_on_is_not_refused():
+    """RLC-E903 fires on what would run differently, not on a value that turns nothing on (or a debug dump the
+    runtime writes)."""
+    spec = EXAMPLES / "local-cpu.yaml"
+    inert = (
+        "generator.max_turns=1",
+        "generator.chat_template.name_or_path=''",
+        "trainer.rope_scaling={}",
+        "trainer.policy.sequence_parallel_size=1",
+        "generator.sampling_params.additional_kwargs={}",
+        "trainer.dump_data_batch=true",
+        "trainer.dump_eval_results=false",
+    )
+    code, diags = _validate(spec, *inert)
+    assert code == 0 and not _errors(diags, "RLC-E903"), diags
+    on = ("generator.chat_template.name_or_path=my/template.jinja", "trainer.rope_scaling={type: linear, factor: 2}")
+    code, diags = _validate(spec, *on)
+    assert code == 1
+    assert {d["key"] for d in _errors(diags, "RLC-E903")} == {
+        "generator.chat_template.name_or_path",
+        "trainer.rope_scaling",
+    }

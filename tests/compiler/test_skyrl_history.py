@@ -49,8 +49,9 @@ REFUSED = {
 
 
 # Versions whose defaults set a spec v1 (SkyRL 0.4) field this runtime does not run yet: validation refuses them
-# with these "not supported yet" rules and nothing else.
-NOT_SUPPORTED_YET = {"marin-community-MarinSkyRL_008da07227c4.yaml": ["RLC-E816"]}
+# with these "not supported yet" rules and nothing else. (Marin's fork sets fully_async.clear_kv_cache_on_weight_sync
+# with fully async training off, where nothing reads it: it validates.)
+NOT_SUPPORTED_YET: dict[str, list[str]] = {}
 
 
 def test_history_fixture_is_not_empty():
@@ -264,6 +265,20 @@ def test_retired_key_that_turns_a_feature_on_is_a_finding(tmp_path, entry):
     # `rlc validate` on the legacy file reports the same code.
     codes = {d.code for d in _analyze(tmp_path, text).diagnostics}
     assert entry.code in codes
+
+
+@pytest.mark.parametrize("switch", ["enable", "enabled"])
+def test_a_block_switched_off_changes_nothing_whatever_else_it_holds(tmp_path, switch):
+    """An off-policy block with `enable: false` (SkyRL spells its switches both ways) is dropped quietly; turned on,
+    it changes what runs."""
+    block = {switch: False, "max_staleness": 4, "importance_ratio_clip": 2.0}
+    doc, report, new = _migrate(yaml_helpers.dump({"trainer": {"off_policy": block}}))
+    change = next(c for c in report.changes if c.old == "trainer.off_policy")
+    assert change.kind == "dropped" and change.severity == "info", change.describe()
+    assert not [ln for ln in report.lines() if ln.startswith("ALTERS WHAT RUNS")]
+    assert _analyze(tmp_path, new).ok
+    doc, report, _ = _migrate(yaml_helpers.dump({"trainer": {"off_policy": {**block, switch: True}}}))
+    assert next(c for c in report.changes if c.old == "trainer.off_policy").severity == "error"
 
 
 def test_old_http_endpoint_names_move_to_the_engine_section(tmp_path):

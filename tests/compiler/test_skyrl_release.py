@@ -17,7 +17,7 @@ from rlc.compiler.rules.upstream import UNSUPPORTED
 from rlc.spec.model import SpecModel, to_plain
 from rlc.spec.schema import committed_schema
 from rlc.spec.skyrl_release import DEFAULT_CHANGES, SKYRL_RELEASE
-from upstream_cases import ALL_KEYS, nested_yaml, non_default
+from upstream_cases import ALL_KEYS, CONDITIONAL_KEYS, group_of, nested_yaml, non_default, refused_case
 
 MODEL = SpecModel()
 BASE = "version: 1\ncluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
@@ -32,13 +32,34 @@ def _analyze(tmp_path, text: str):
 
 @pytest.mark.parametrize(("code", "key"), ALL_KEYS, ids=[k for _, k in ALL_KEYS])
 def test_a_refused_setting_is_named_with_its_line_and_a_fix(tmp_path, code, key):
-    body = nested_yaml(key, non_default(key))
-    text = BASE + body
+    text = BASE + refused_case(key)
     line = next(i + 1 for i, t in enumerate(text.splitlines()) if "# <-" in t)
-    hits = [d for d in _analyze(tmp_path, text).diagnostics if d.code == code]
+    hits = [d for d in _analyze(tmp_path, text).diagnostics if d.code == code and d.key == key]
     assert [(d.key, d.location.line, d.severity) for d in hits] == [(key, line, "error")]
     assert "not support" in hits[0].message and "SkyRL 0.4" in hits[0].message
     assert f"remove {key.rsplit('.', 1)[1]}" in hits[0].hint
+
+
+@pytest.mark.parametrize(("code", "key"), CONDITIONAL_KEYS, ids=[k for _, k in CONDITIONAL_KEYS])
+def test_a_setting_of_a_feature_that_is_off_is_not_refused(tmp_path, code, key):
+    """The same value, without what turns its feature on (a profiler save_path with enable: false, a Megatron
+    option under fsdp2, a LoRA serving option without LoRA): nothing reads it, so nothing is refused."""
+    off = {c.key: c.off for c in group_of(key).when(key)}
+    hits = [d for d in _analyze(tmp_path, BASE + nested_yaml(key, non_default(key), off)).diagnostics if d.code == code]
+    assert not hits, [(d.key, d.message) for d in hits]
+
+
+def test_skyrls_megatron_example_profiler_block_passes(tmp_path):
+    """SkyRL's Megatron examples set a save_path and leave the profiler off."""
+    body = "trainer:\n  logger: console\n  policy:\n    torch_profiler_config:\n      enable: false\n"
+    body += "      save_path: /tmp/megatron_profiles\n      ranks: [0, 1]\n"
+    assert not [d.code for d in _analyze(tmp_path, BASE + body).diagnostics if d.severity == "error"]
+    on = body.replace("enable: false", "enable: true")
+    assert {d.key for d in _analyze(tmp_path, BASE + on).diagnostics if d.code == "RLC-E804"} == {
+        "trainer.policy.torch_profiler_config.enable",
+        "trainer.policy.torch_profiler_config.save_path",
+        "trainer.policy.torch_profiler_config.ranks",
+    }
 
 
 def test_defaults_and_the_values_the_runtime_runs_pass(tmp_path):
@@ -54,7 +75,8 @@ def test_an_override_is_refused_at_the_command_line(tmp_path):
 
     spec = tmp_path / "spec.yaml"
     spec.write_text((EXAMPLES / "local-cpu.yaml").read_text())
-    result = run_rlc("validate", str(spec), "trainer.policy.megatron_config.moe_router_dtype=fp64")
+    overrides = ("trainer.strategy=megatron", "trainer.policy.megatron_config.moe_router_dtype=fp64")
+    result = run_rlc("validate", str(spec), *overrides)
     assert result.returncode == 1
     out = result.stdout + result.stderr
     assert "RLC-E805" in out and "<command line>" in out, out

@@ -8,8 +8,15 @@ from rlc.compiler.rules.upstream import UNSUPPORTED
 from rlc.spec.model import default_model, to_plain
 
 
+def group_of(key: str):
+    return next(g for g in UNSUPPORTED if key in g.keys)
+
+
 def non_default(key: str) -> Any:
     """A value of `key`'s type that is neither its default nor one the runtime also accepts."""
+    refused = [v for k, v in group_of(key).refused_values if k == key]
+    if refused:
+        return refused[0]
     field = default_model().lookup(key)
     assert field is not None, key
     default = to_plain(field.default())
@@ -40,16 +47,44 @@ def non_default(key: str) -> Any:
     return "custom"
 
 
-def nested_yaml(key: str, value: Any) -> str:
-    """`key: value` as nested YAML, its value line marked `# <-`."""
+def context(key: str) -> dict[str, Any]:
+    """Settings under which `key` is read: each condition of its group met by its example value."""
+    return {c.key: c.example for c in group_of(key).when(key)}
+
+
+def nested_yaml(key: str, value: Any, others: dict[str, Any] | None = None) -> str:
+    """`key: value` and the `others` (dotted key -> value) as nested YAML, the line of `key` marked `# <-`."""
     import json
 
-    parts = key.split(".")
-    lines = [f"{'  ' * i}{p}:" for i, p in enumerate(parts[:-1])]
-    lines.append(f"{'  ' * (len(parts) - 1)}{parts[-1]}: {json.dumps(value)}  # <-")
-    return "\n".join(lines) + "\n"
+    tree: dict = {}
+    for dotted, v in {**(others or {}), key: value}.items():
+        node = tree
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = v
+
+    def lines(node: dict, path: tuple, depth: int) -> list[str]:
+        out = []
+        for name, v in node.items():
+            here = (*path, name)
+            if isinstance(v, dict) and ".".join(here) != key:
+                out += [f"{'  ' * depth}{name}:", *lines(v, here, depth + 1)]
+            else:
+                mark = "  # <-" if ".".join(here) == key else ""
+                out.append(f"{'  ' * depth}{name}: {json.dumps(v)}{mark}")
+        return out
+
+    return "\n".join(lines(tree, (), 0)) + "\n"
+
+
+def refused_case(key: str) -> str:
+    """A spec body that sets `key` to a value the runtime does not run, where it is read."""
+    return nested_yaml(key, non_default(key), context(key))
 
 
 # code -> (key, spec body) for the first key of each group, in the shape tests/compiler/test_rules.py uses
-UPSTREAM_CASES = {g.code: (g.keys[0], nested_yaml(g.keys[0], non_default(g.keys[0]))) for g in UNSUPPORTED}
+UPSTREAM_CASES = {g.code: (g.keys[0], refused_case(g.keys[0])) for g in UNSUPPORTED}
 ALL_KEYS = [(g.code, key) for g in UNSUPPORTED for key in g.keys]
+# keys whose non-default values are read only under conditions: (code, key), for the inert-value test
+CONDITIONAL_KEYS = [(g.code, key) for g in UNSUPPORTED for key in g.keys if g.when(key)]

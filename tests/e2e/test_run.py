@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -125,6 +126,7 @@ def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
         "trainer.hf_save_interval=3",
         "trainer.eval_interval=2",
         "trainer.eval_before_train=true",
+        "trainer.dump_data_batch=true",
     )
     result = run_rlc("run", *_args(tmp_path, 48, *extra), env=run_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -145,6 +147,25 @@ def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
     for name, value in exported.state_dict().items():
         torch.testing.assert_close(value, trained[name], msg=name)
     assert (export / "critic" / "critic.pt").exists()
+    # SkyRL's debug output: each step's training batch, each evaluation's completions and metrics
+    dumped = tmp_path / "exports" / "dumped_data"
+    assert sorted(p.name for p in dumped.iterdir()) == [f"global_step_{s}_training_input.pkl" for s in (1, 2, 3)]
+    with (dumped / "global_step_1_training_input.pkl").open("rb") as f:
+        batch = pickle.load(f)
+    assert batch["advantages"].shape == batch["loss_mask"].shape and "old_values" in batch
+    for step in (0, 2):
+        evals = tmp_path / "exports" / "dumped_evals" / f"global_step_{step}_evals"
+        aggregated = json.loads((evals / "aggregated_results.jsonl").read_text())
+        assert aggregated["eval/reward"] == pytest.approx(metrics[step]["eval/reward"])
+        lines = [
+            json.loads(x)
+            for f in evals.glob("*.jsonl")
+            if f.name != "aggregated_results.jsonl"
+            for x in f.read_text().splitlines()
+        ]
+        assert len(lines) == 16 and all(
+            {"input_prompt", "output_response", "score", "stop_reason"} <= set(x) for x in lines
+        )
 
 
 @pytest.mark.slow

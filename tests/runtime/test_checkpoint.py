@@ -261,6 +261,20 @@ def test_plot_run_without_training_steps_is_a_plot_error(tmp_path):
         plot_run(tmp_path)
 
 
+def test_plot_run_skips_values_that_are_not_numbers_and_torn_lines(tmp_path):
+    pytest.importorskip("matplotlib")
+    from rlc.runtime.plot import PlotError, plot_run
+
+    write_metrics(tmp_path, 5)
+    with (tmp_path / "metrics.jsonl").open("ab") as f:
+        f.write(b'{"step": 4, "reward": [1, 2], "kl": "x"}\n["a"]\n{"reward": 1}\n{"step": 5, "rew\xff\n')
+        f.write(b'{"step": 6, "reward": Infinity, "kl": -Infinity, "entropy": NaN}\n{"step": Infinity, "reward": 1}\n')
+        f.write(b'{"step": 7, "reward": 1e308, "policy_loss": -1e300}\n')
+    assert plot_run(tmp_path).read_bytes().startswith(PNG)
+    with pytest.raises(PlotError, match="cannot write"):
+        plot_run(tmp_path, tmp_path / "missing" / "curves.png")
+
+
 def test_rlc_plot(tmp_path):
     pytest.importorskip("matplotlib")
     write_metrics(tmp_path / "run", 6)

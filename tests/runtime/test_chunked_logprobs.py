@@ -135,6 +135,37 @@ def test_rows_score_a_subset_without_copying_it_out():
     assert x.grad.view(-1, 9)[0].abs().sum() == 0
 
 
+@pytest.mark.parametrize("scored", ["all", "rows"])
+def test_inplace_backward_writes_the_same_gradient_over_the_logits(scored):
+    """The workers' mode: the head's logits become their own gradient, so training holds one [tokens, vocab] tensor."""
+    logits, ids = _inputs((4, 6), 9, torch.bfloat16, seed=9)
+    rows = torch.tensor([[1, 2, 3], [13, 14, 22]]) if scored == "rows" else None
+    targets = ids.view(-1)[rows] if rows is not None else ids
+    grads = []
+    for inplace in (False, True):
+        leaf = logits.clone().requires_grad_()
+        head = leaf * 1  # a non-leaf, as a model head's output is
+        logp, ent = score_tokens(head, targets, 0.7, entropy=True, rows=rows, chunk=4, inplace_backward=inplace)
+        (logp.sum() + 0.1 * ent.sum()).backward()
+        grads.append((leaf.grad, head))
+    (reference, untouched), (grad, overwritten) = grads
+    torch.testing.assert_close(grad, reference, rtol=0, atol=0)
+    torch.testing.assert_close(overwritten.detach(), reference, rtol=0, atol=0)  # the logits' memory holds it
+    assert torch.equal(untouched.detach(), logits)
+    if rows is not None:
+        assert grad.view(-1, 9)[0].abs().sum() == 0  # an unscored row's old logits are not left as its gradient
+
+
+def test_inplace_backward_on_logits_another_node_saved_fails_loudly():
+    logits, ids = _inputs((5,), 7, torch.float32, seed=10)
+    leaf = logits.clone().requires_grad_()
+    head = leaf * 1
+    squared = head.pow(2).sum()  # pow saves the logits; its backward runs after the scorer's (created earlier)
+    logp, _ = score_tokens(head, ids, inplace_backward=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (logp.sum() + squared).backward()
+
+
 def test_strided_slices_and_the_old_entry_points():
     logits, ids = _inputs((2, 8), 12, torch.float32, seed=5)
     part = logits[:, 3:]  # not viewable as [tokens, vocab]

@@ -226,7 +226,7 @@ def test_inert_rows_have_no_advantage_inside_their_mask():
     assert inert_rows(batch, _algorithm(use_entropy_loss=True, entropy_loss_coef=0.0)) is not None
 
 
-@pytest.mark.parametrize("loss", ["regular", "dual_clip", "gspo", "cispo", "sapo"])
+@pytest.mark.parametrize("loss", ["regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "importance_sampling"])
 @pytest.mark.parametrize("reduction", ["token_mean", "sequence_mean", "seq_mean_token_sum_norm"])
 def test_leaving_inert_rows_out_gives_the_same_loss_and_gradient(loss, reduction):
     from rlc.runtime.algorithms.filtering import rows_that_train

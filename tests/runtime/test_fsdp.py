@@ -131,6 +131,7 @@ def test_the_step_changes_the_weights(steps, tiny_model):
 
 def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import totals
     from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
     from rlc.spec.model import default_model
 
@@ -143,19 +144,29 @@ def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
         world,
     )
     worker.setup("127.0.0.1", port)
-    batch = _batch(worker.model.config.vocab_size)
+    batch, noise = _batch_and_noise(worker.model.config.vocab_size)
     padded = worker.forward(batch)
     chosen = worker.packing  # sdpa on a CPU: packing is not chosen (it would cost more than it saves)
     worker.packing = True  # the packed path, as flash attention takes it
-    q.put((rank, (chosen, padded, worker.forward(batch))))
+    packed = worker.forward(batch)
+    batch.old_logprobs = padded + noise
+    steps = []
+    for packing in (False, True):  # a training step each way, from the same weights
+        worker.packing = packing
+        before = {k: v.clone() for k, v in worker.model.state_dict().items()}
+        steps.append(worker.train_mini_batch(batch, totals(batch)))
+        worker.model.load_state_dict(before)
+    q.put((rank, (chosen, padded, packed, steps)))
     worker.shutdown()
 
 
-def test_packed_micro_batches_give_the_padded_log_probs(tiny_model):
-    chosen, padded, packed = run_ranks(_packed_rank, 1, tiny_model)[0]
+def test_packed_micro_batches_give_the_padded_log_probs_and_step(tiny_model):
+    chosen, padded, packed, (padded_step, packed_step) = run_ranks(_packed_rank, 1, tiny_model)[0]
     assert not chosen
     mask = _batch(64).loss_mask.bool()
     torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
+    for key in ("policy_loss", "entropy", "grad_norm"):
+        assert packed_step[key] == pytest.approx(padded_step[key], rel=1e-4, abs=1e-6), key
 
 
 def _shared_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
@@ -222,3 +233,49 @@ def test_shared_prompts_give_the_whole_rows_loss_and_gradient(tiny_model):
     # level (near eps) moves by a rounding-dependent fraction of lr, so the bound is lr / 100, not 1e-5.
     for name, value in whole[2].items():
         torch.testing.assert_close(shared[2][name], value, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def _policy_worker(trainer: dict, settings, rank: int, world: int, port: int):
+    """A set-up policy worker of a spec with these trainer settings."""
+    from rlc.runtime.workers.fsdp import FSDPWorker
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": trainer})
+    worker = FSDPWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    return worker
+
+
+def _schedule_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.fsdp import WorkerSettings
+
+    optimizer = {"lr": 1e-2, "num_warmup_steps": 3, "scheduler": "linear"}
+    settings = WorkerSettings("policy", model_path, micro_train_batch_size=4, total_optimizer_steps=6)
+    worker = _policy_worker({"policy": {"optimizer_config": optimizer}}, settings, rank, world, port)
+    batch = _batch(worker.model.config.vocab_size)
+    poisoned = batch.select(slice(None))
+    poisoned.advantages = batch.advantages.clone()
+    poisoned.advantages[0, 0] = float("nan")  # a token in the loss: the gradient is NaN
+    steps = []
+    for b in (batch, poisoned, batch, batch):
+        metrics = worker.train_mini_batch(b, totals(b))
+        steps.append((metrics["lr"], metrics["skipped"], worker.full_state_dict()))
+    q.put((rank, steps))
+    worker.shutdown()
+
+
+def test_warmup_starts_at_zero_and_a_skipped_step_does_not_advance_the_schedule(tiny_model):
+    """As SkyRL (Hugging Face's linear schedule): the first step's lr is 0, so it moves nothing; a step whose
+    gradient is not finite changes nothing and leaves the schedule where it was."""
+    from transformers import AutoModelForCausalLM
+
+    steps = run_ranks(_schedule_rank, 1, tiny_model)[0]
+    assert [lr for lr, _, _ in steps] == pytest.approx([0.0, 1e-2 / 3, 1e-2 / 3, 2e-2 / 3])
+    assert [skipped for _, skipped, _ in steps] == [0.0, 1.0, 0.0, 0.0]
+    before = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    first, second, third = (s[2] for s in steps[:3])
+    assert all(torch.equal(first[n], before[n]) for n in first)  # lr 0
+    assert all(torch.equal(second[n], first[n]) for n in first)  # skipped
+    assert any(not torch.equal(third[n], second[n]) for n in first)
