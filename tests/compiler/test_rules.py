@@ -574,6 +574,30 @@ CASES = {
             num_parallel_generation_workers: 4  # <-
         """,
     ),
+    "RLC-E513": (
+        "trainer.policy.model.path",
+        """
+        cluster: {accelerator: none, gpus_per_node: 1, num_nodes: 1}
+        trainer:
+          policy:
+            model: {path: "rlc:tiny"}  # <-
+        generator:
+          inference_engine: {backend: vllm}
+        """,
+    ),
+    "RLC-E514": (
+        "generator.inference_engine.engine_init_kwargs",
+        """
+        cluster: {accelerator: none, gpus_per_node: 1, num_nodes: 1}
+        trainer:
+          policy:
+            model: {path: "rlc:tiny-vllm"}
+        generator:
+          inference_engine:
+            backend: vllm
+            engine_init_kwargs: {enable_sleep_mode: true}  # <-
+        """,
+    ),
     "RLC-E902": (
         "environment.env_class",
         """
