@@ -70,7 +70,7 @@ def commands(page: Path) -> list[Shown]:
                     assert current is not None, f"{where}: output shown before any command"
                     current.append(row.rstrip())
         elif lang in ("bash", "sh"):
-            for i, row in enumerate(body.splitlines()):
+            for i, row in enumerate(re.sub(r"\\\n", " ", body).splitlines()):  # continued lines joined
                 words = rlc_words(row) if row.strip() else None
                 if words is not None:
                     found.append(Shown(f"{where}+{i}", words))
