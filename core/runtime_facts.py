@@ -3,8 +3,15 @@ compiler's rules and memory model read these, the runtime runs by them."""
 
 from __future__ import annotations
 
-# The environments rlc.runtime.envs makes by name (environment.env_class); extensions add their own.
-BUILTIN_ENVS = ("arithmetic", "gsm8k", "synthetic")
+# The environment ids (environment.env_class, a row's env_class) the runtime registers with skyrl-gym
+# (rlc.runtime.envs.gym): skyrl-gym's own, then rlc's; extensions add theirs (ext.add_environment). A test holds this
+# equal to what the runtime registers, so the compiler can check the id without importing skyrl-gym (or pandas).
+SKYRL_GYM_ENVS = ("aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchcode", "text2sql")
+RLC_ENVS = ("arithmetic", "llm_as_a_judge", "synthetic")
+BUILTIN_ENVS = SKYRL_GYM_ENVS + RLC_ENVS
+
+# The chat templates generator.chat_template names with source: name (rlc.runtime.chat.NAMED_TEMPLATES).
+CHAT_TEMPLATE_NAMES = ("qwen3_with_thinking", "qwen3_without_thinking")
 
 # Tokens the trainer scores at a time (rlc.runtime.algorithms.losses.score_tokens): its float32 work space is a few
 # [LOGPROB_CHUNK_TOKENS, vocab] blocks (about 0.3 GB each at Qwen's 152k vocabulary) whatever the micro-batch, and the

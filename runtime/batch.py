@@ -22,6 +22,15 @@ class Rollout:
     reward: float
     group: int  # index of the prompt in the step's batch: the GRPO group
     zeroed: bool = False  # a reward set to 0 because the completion did not stop (zero_reward_on_non_stop)
+    # Multi-turn trajectories (rlc.runtime.generator): None keeps the single-turn meaning.
+    loss_mask: list[float] | None = None  # per response token: 1 on the model's tokens, 0 on observations
+    token_rewards: list[float] | None = None  # per response token: each turn's reward on its last token
+    last_step: bool = True  # step_wise_trajectories: the trajectory's last turn (its rows are consecutive)
+    turns: int = 1
+    env_class: str = ""
+    env_error: str | None = None  # why the environment failed this trajectory (it then has no loss)
+    correct: bool | None = None  # the environment's judgement of the final answer, when it has one
+    env_metrics: dict | None = None
 
 
 @dataclass
@@ -91,11 +100,15 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
         attention.append([0] * (plen - p) + [1] * (p + n) + [0] * (rlen - n))
         response.append(list(r.response_ids) + [pad_id] * (rlen - n))
         keep = 1.0 if n and not (mask_truncated and r.finish_reason != "stop") else 0.0
-        mask.append([keep] * n + [0.0] * (rlen - n))
+        row_mask = [keep * m for m in r.loss_mask] if r.loss_mask is not None else [keep] * n
+        mask.append(row_mask + [0.0] * (rlen - n))
         logprobs.append((list(r.logprobs) if r.logprobs is not None else [0.0] * n) + [0.0] * (rlen - n))
-        reward = [0.0] * rlen
-        if n:
-            reward[n - 1] = r.reward  # an outcome reward sits on the last response token
+        if r.token_rewards is not None:
+            reward = list(r.token_rewards) + [0.0] * (rlen - n)
+        else:
+            reward = [0.0] * rlen
+            if n:
+                reward[n - 1] = r.reward  # an outcome reward sits on the last response token
         rewards.append(reward)
     input_ids, attention = torch.tensor(ids, dtype=torch.long), torch.tensor(attention, dtype=torch.long)
     response = torch.tensor(response, dtype=torch.long)
@@ -128,6 +141,33 @@ def shards(batch: TrainBatch, world_size: int) -> list[TrainBatch]:
 
 def mini_batches(batch: TrainBatch, rows_per_mini_batch: int) -> list[TrainBatch]:
     return [batch.select(slice(i, i + rows_per_mini_batch)) for i in range(0, batch.rows, rows_per_mini_batch)]
+
+
+def group_mini_batches(batch: TrainBatch, groups_per_mini_batch: int) -> list[TrainBatch]:
+    """Mini-batches of whole prompt groups (`groups_per_mini_batch` prompts each), for rows that vary in number per
+    prompt (step-wise trajectories: a row per turn). Rows of a group are consecutive, groups in ascending order."""
+    groups = batch.group.tolist()
+    starts = [
+        i
+        for i in range(len(groups))
+        if i == 0 or groups[i] // groups_per_mini_batch != groups[i - 1] // groups_per_mini_batch
+    ]
+    ends = starts[1:] + [len(groups)]
+    return [batch.select(slice(a, b)) for a, b in zip(starts, ends)]
+
+
+def pad_rows(batch: TrainBatch, multiple: int) -> TrainBatch:
+    """The batch with copies of its last row appended, loss-masked, until its rows divide by `multiple` (ranks that
+    must each get the same number of rows); `padding_rows` counts them."""
+    short = -batch.rows % multiple
+    if not short:
+        return batch
+    index = torch.cat([torch.arange(batch.rows), torch.full((short,), batch.rows - 1)])
+    padded = batch.select(index)
+    padded.loss_mask = padded.loss_mask.clone()
+    padded.loss_mask[batch.rows :] = 0.0
+    padded.padding_rows = batch.padding_rows + short
+    return padded
 
 
 def totals(batch: TrainBatch) -> dict:

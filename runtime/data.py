@@ -1,7 +1,9 @@
-"""Datasets: parquet files of rows `{prompt, answer, env_class}`, and the commands that write them.
+"""Datasets: parquet files of rows with a `prompt`, and the commands that write them.
 
 `prompt` is a string or a list of chat messages (`{"role", "content"}`); chat prompts go through the
-tokenizer's chat template. `rlc data gsm8k FILE` converts GSM8K's JSON lines / JSON / CSV (`question`,
+tokenizer's chat template. `env_class` names the row's environment (else `environment.env_class`); every other
+column reaches the environment as SkyRL passes it (`reward_spec`, `extra_info`, ...). rlc's short rows
+`{prompt, answer, env_class}` work too: their `answer` stands in for `reward_spec.ground_truth`. `rlc data gsm8k FILE` converts GSM8K's JSON lines / JSON / CSV (`question`,
 `answer` with the `#### N` tail), `rlc data synthetic` generates the copy-the-digit task and `rlc data arithmetic`
 addition / subtraction word problems.
 """
@@ -36,9 +38,8 @@ def read_rows(paths: list[str]) -> list[dict]:
             raise DataError(f"data file {path} does not exist (write it with `rlc data ...`)") from None
         except Exception as exc:  # pyarrow raises several types for a broken file
             raise DataError(f"cannot read {path} as parquet: {exc}") from None
-        missing = {"prompt", "answer"} - set(table.column_names)
-        if missing:
-            raise DataError(f"{path} lacks the column(s) {', '.join(sorted(missing))}; rows need prompt and answer")
+        if "prompt" not in table.column_names:
+            raise DataError(f"{path} lacks the column prompt; every row needs one (text or chat messages)")
         rows.extend(table.to_pylist())
     return rows
 
@@ -52,7 +53,10 @@ def write_rows(rows: list[dict], path: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        # Every row gets every column (null where it has none): pyarrow would take the first row's keys alone, and
+        # rows of different environments carry different fields.
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        pq.write_table(pa.Table.from_pylist([{k: row.get(k) for k in columns} for row in rows]), tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -133,6 +137,7 @@ def gsm8k(source: Path, out_dir: Path, validation: int = 0, seed: int = 0, name:
                 "prompt": [{"role": "user", "content": f"{rec['question']} {INSTRUCTION}"}],
                 "answer": answer,
                 "env_class": "gsm8k",
+                "reward_spec": {"method": "rule", "ground_truth": answer},  # what skyrl-gym's gsm8k scores against
             }
         )
     if validation >= len(rows) and validation > 0:

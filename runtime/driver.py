@@ -14,20 +14,23 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from rlc.core.job import CompiledJob, Sampling, seed_for
 from rlc.runtime import checkpoint as ckpt
+from rlc.runtime.algorithms.advantages import broadcast_to_steps
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
 from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
 from rlc.runtime.algorithms.registry import get_advantage_estimator
-from rlc.runtime.batch import Rollout, TrainBatch, mini_batches, to_batch, totals
+from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batches, pad_rows, to_batch, totals
+from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.data import DataError, arithmetic, expand, read_rows, synthetic
 from rlc.runtime.dumps import dump_eval_results, dump_training_batch
-from rlc.runtime.envs import make as make_env
+from rlc.runtime.generator import Generator, Settings, rollout_metrics
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.run_error import RunError
 from rlc.runtime.weight_updates import WeightUpdates
@@ -52,13 +55,49 @@ def planned_steps(steps_per_epoch: int, epochs: int, max_training_steps: int | N
 
 def encode_prompt(tokenizer, prompt) -> list[int]:
     """Token ids of a text prompt, or of chat messages through the chat template (plain text without one)."""
-    if isinstance(prompt, list):
-        if getattr(tokenizer, "chat_template", None):
-            return list(
-                tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+    return Templater(tokenizer).prompt_ids(prompt)
+
+
+class RayEngines:
+    """The generator's engines: the job's engine actors, each given the prompts of its share of the groups.
+
+    Group g of `count` goes to engine g // ceil(count / engines), so a trajectory's turns all reach the engine
+    that holds its cached prefix, and the first turn's split (and every engine call's seed, from step, draw and
+    turn) is what single-turn rollouts have always used."""
+
+    def __init__(self, ray, engines: list, seed: int):
+        self.ray, self.engines, self.seed = ray, engines, seed
+
+    def submit(
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        n: int,
+        key: tuple[int, int, int],
+        groups: list[int],
+        count: int,
+    ) -> tuple[list, list[list[int]]]:
+        step, draw, turn = key
+        per = -(-count // len(self.engines))
+        shares: list[list[int]] = [[] for _ in self.engines]
+        for i, g in enumerate(groups):
+            shares[min(g // per, len(self.engines) - 1)].append(i)
+        refs = [
+            e.generate.remote(
+                [prompts[i] for i in share], sampling, n, seed_for(self.seed, step, k + 1000 * draw + 100_000 * turn)
             )
-        prompt = "\n".join(str(m.get("content", "")) for m in prompt)
-    return tokenizer(prompt, add_special_tokens=False).input_ids
+            for k, (e, share) in enumerate(zip(self.engines, shares))
+            if share
+        ]
+        return refs, [share for share in shares if share]
+
+    def result(self, handle: tuple[list, list[list[int]]]) -> list[list]:
+        refs, shares = handle
+        out: list = [None] * sum(len(s) for s in shares)
+        for ref, share in zip(refs, shares):
+            for i, completions in zip(share, self.ray.get(ref)):
+                out[i] = completions
+        return out
 
 
 class Driver:
@@ -71,10 +110,8 @@ class Driver:
         self.run_dir = expand(t.log_path) / t.run_name
         self.ckpt_root = expand(t.ckpt_path)
         self._preflight()
-        try:
-            self.env = make_env(self.spec.environment.env_class)
-        except ValueError as exc:
-            raise RunError(str(exc)) from None
+        self.generator: Generator | None = None
+        self.env_errors: list[str] = []  # this step's environment failures, reported with its metrics
 
     def _preflight(self) -> None:
         """Stop before Ray starts or a model loads when the job needs a path this runtime does not have (RLC-W901)."""
@@ -99,29 +136,36 @@ class Driver:
     # -- data ---------------------------------------------------------------------------------------------
 
     def _rows(self, paths: list[str]) -> list[tuple[dict, list[int]]]:
+        from rlc.runtime.envs.gym import registered
+
+        env_class = self.spec.environment.env_class
         generated = {"synthetic": (synthetic, "synthetic copy-the-digit"), "arithmetic": (arithmetic, "arithmetic")}
-        if self.env.name in generated and paths and not all(expand(p).exists() for p in paths):
+        if env_class in generated and paths and not all(expand(p).exists() for p in paths):
             directory = expand(paths[0]).parent
-            write, what = generated[self.env.name]
+            write, what = generated[env_class]
             # The arithmetic split does not depend on the run's seed: every seed is evaluated on the same problems.
-            write(directory, seed=self.spec.trainer.seed if self.env.name == "synthetic" else 0)
+            write(directory, seed=self.spec.trainer.seed if env_class == "synthetic" else 0)
             print(f"rlc: wrote the {what} dataset to {directory}", flush=True)
         try:
             rows = read_rows(paths)
         except DataError as exc:
             raise RunError(str(exc)) from None
+        known = set(registered())
+        unknown = sorted({r.get("env_class") or env_class for r in rows} - known)
+        if unknown:
+            raise RunError(
+                f"{paths} name the environment(s) {', '.join(unknown)}, which no installed package registers "
+                f"(there are {', '.join(sorted(known))})"
+            )
         limit = self.spec.trainer.max_prompt_length
         kept = []
         for row in rows:
-            ids = self._encode(row)
+            ids = self.templater.prompt_ids(row["prompt"])
             if len(ids) <= limit:
                 kept.append((row, ids))
         if rows and not kept:
             raise RunError(f"every prompt of {paths} is longer than trainer.max_prompt_length={limit} tokens")
         return kept
-
-    def _encode(self, row: dict) -> list[int]:
-        return encode_prompt(self.tokenizer, self.env.prompt(row))
 
     def _epoch_order(self, epoch: int, count: int) -> list[int]:
         order = list(range(count))
@@ -139,6 +183,12 @@ class Driver:
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        g = self.spec.generator
+        try:
+            template = custom_template(g.chat_template.source, g.chat_template.name_or_path)
+        except ChatTemplateError as exc:
+            raise RunError(str(exc)) from None
+        self.templater = Templater(self.tokenizer, template, g.chat_template_kwargs)
         train = self._rows(self.spec.data.train_data)
         val = self._rows(self.spec.data.val_data) if (t.eval_interval > 0 or t.eval_before_train) else []
         steps_per_epoch = len(train) // t.train_batch_size
@@ -166,6 +216,12 @@ class Driver:
             self.cluster = Cluster(self.job, ray, self.tokenizer, self.policy_path)
             self.cluster.start(total_steps * mini_per_step * t.update_epochs_per_batch)
             self.workers, self.engines, self.layouts = self.cluster.workers, self.cluster.engines, self.cluster.layouts
+            self.generator = Generator(
+                Settings.from_spec(self.spec),
+                self.tokenizer,
+                self.templater,
+                RayEngines(ray, self.engines, t.seed),
+            )
             self.weights = WeightUpdates(self.cluster)
             self.kl = KLController.from_decision(self.decisions.kl)
             if resume_dir is not None:
@@ -212,27 +268,37 @@ class Driver:
             tracker.log(0, self._evaluate(ray, val, 0, tracker))
         last_saved = last_exported = start_step
         ahead = _Ahead(self, ray, total_steps) if t.fully_async.enabled else None
-        for step in range(start_step + 1, total_steps + 1):
-            epoch = (step - 1) // steps_per_epoch
+        try:
+            for step in range(start_step + 1, total_steps + 1):
+                epoch = (step - 1) // steps_per_epoch
+                if ahead is not None:
+                    picked, rollouts, staleness = ahead.batch_for(step)
+                    metrics = self._step(ray, step, picked, rollouts)
+                    metrics["async/staleness"] = staleness
+                else:
+                    metrics = self._step(ray, step, self._rows_for(step))
+                # Every eval_interval steps and after the last one (SkyRL's order), so a run ends with its final accuracy.
+                if t.eval_interval > 0 and val and (step % t.eval_interval == 0 or step == total_steps):
+                    metrics.update(self._evaluate(ray, val, step, tracker))
+                if self.env_errors:
+                    tracker.message(
+                        f"rlc: step {step}: the environment failed {len(self.env_errors)} trajectory(ies) (no loss "
+                        f"from them), e.g. {self.env_errors[0]}"
+                    )
+                    self.env_errors = []
+                tracker.log(step, metrics)
+                result.steps = step
+                result.first_reward = metrics["reward"] if result.first_reward is None else result.first_reward
+                result.last_reward = metrics["reward"]
+                if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
+                    result.checkpoints.append(str(self._save(ray, step, epoch)))
+                    last_saved = step
+                if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
+                    self._export(ray, step)
+                    last_exported = step
+        finally:
             if ahead is not None:
-                picked, rollouts, staleness = ahead.batch_for(step)
-                metrics = self._step(ray, step, picked, rollouts)
-                metrics["async/staleness"] = staleness
-            else:
-                metrics = self._step(ray, step, self._rows_for(step))
-            # Every eval_interval steps and after the last one (SkyRL's order), so a run ends with its final accuracy.
-            if t.eval_interval > 0 and val and (step % t.eval_interval == 0 or step == total_steps):
-                metrics.update(self._evaluate(ray, val, step, tracker))
-            tracker.log(step, metrics)
-            result.steps = step
-            result.first_reward = metrics["reward"] if result.first_reward is None else result.first_reward
-            result.last_reward = metrics["reward"]
-            if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
-                result.checkpoints.append(str(self._save(ray, step, epoch)))
-                last_saved = step
-            if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
-                self._export(ray, step)
-                last_exported = step
+                ahead.close()
         if t.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
             result.checkpoints.append(str(self._save(ray, total_steps, (total_steps - 1) // steps_per_epoch)))
         if t.hf_save_interval > 0 and last_exported != total_steps and total_steps > start_step:
@@ -283,47 +349,8 @@ class Driver:
 
     # -- one step -----------------------------------------------------------------------------------------
 
-    def _dispatch(
-        self, ray, rows: list[tuple[dict, list[int]]], sampling: Sampling, n: int, step: int, draw: int = 0
-    ) -> list:
-        """Start generating: the prompts split evenly over the engines; returns the pending Ray refs in order."""
-        prompts = [ids for _, ids in rows]
-        per = -(-len(prompts) // len(self.engines))
-        return [
-            e.generate.remote(
-                prompts[i * per : (i + 1) * per], sampling, n, seed_for(self.spec.trainer.seed, step, i + 1000 * draw)
-            )
-            for i, e in enumerate(self.engines)
-            if prompts[i * per : (i + 1) * per]
-        ]
-
-    def _collect(self, ray, rows: list[tuple[dict, list[int]]], refs: list, group_offset: int = 0) -> list[Rollout]:
-        """The finished completions of `_dispatch`, scored by the environment."""
-        outputs = [c for ref in refs for c in ray.get(ref)]
-        rollouts = []
-        zero_on_non_stop = self.spec.generator.zero_reward_on_non_stop
-        for group, ((row, ids), completions) in enumerate(zip(rows, outputs)):
-            for c in completions:
-                text = self.tokenizer.decode(c.token_ids, skip_special_tokens=True)
-                finished = c.finish_reason == "stop"
-                reward = self.env.reward(row, text, finished)
-                zeroed = zero_on_non_stop and not finished and reward != 0
-                rollouts.append(
-                    Rollout(
-                        ids,
-                        c.token_ids,
-                        c.logprobs,
-                        c.finish_reason,
-                        0.0 if zeroed else float(reward),
-                        group_offset + group,
-                        zeroed,
-                    )
-                )
-        return rollouts
-
     def _generate(
         self,
-        ray,
         rows: list[tuple[dict, list[int]]],
         sampling: Sampling,
         n: int,
@@ -331,7 +358,27 @@ class Driver:
         draw: int = 0,
         group_offset: int = 0,
     ) -> list[Rollout]:
-        return self._collect(ray, rows, self._dispatch(ray, rows, sampling, n, step, draw), group_offset)
+        """Trajectories of `rows` (n each) on their environments, as many turns as they take."""
+        assert self.generator is not None, "the generator starts with the engines"
+        rollouts = self.generator.run(rows, sampling, n, (step, draw))
+        return self._checked(rollouts, step, group_offset)
+
+    def _decode(self, ids: list[int]) -> str:
+        assert self.generator is not None
+        with self.generator.tokenizing:  # fully async: the generator may be tokenizing on its own thread
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _checked(self, rollouts: list[Rollout], step: int, group_offset: int = 0) -> list[Rollout]:
+        """Rollouts numbered into the step's groups; environment failures noted for the step's report. A step
+        whose every trajectory failed stops the run: nothing could learn from it."""
+        failed = [r.env_error for r in rollouts if r.last_step and r.env_error is not None]
+        if failed and len(failed) == sum(r.last_step for r in rollouts):
+            when = f"step {step}" if step > 0 else "evaluation"
+            raise RunError(f"{when}: the environment failed every trajectory, e.g. {failed[0]}")
+        self.env_errors += failed
+        for r in rollouts:
+            r.group += group_offset
+        return rollouts
 
     def _dynamic_sampling(self, ray, step: int, rows, rollouts: list[Rollout], sampling: Sampling, n: int):
         """Generate more batches until dynamic sampling (filter / replace) has a full one; its rollouts and metrics."""
@@ -348,9 +395,7 @@ class Driver:
             except RuntimeError as exc:
                 raise RunError(f"step {step}: {exc}") from None
             draw += 1
-            batch = self._generate(
-                ray, self._extra_rows(step, draw), sampling, n, step, draw, group_offset=draw * len(rows)
-            )
+            batch = self._generate(self._extra_rows(step, draw), sampling, n, step, draw, group_offset=draw * len(rows))
         picked = [pool[i] for i in sampler.indices().tolist()]
         renumber: dict[int, int] = {}
         for r in picked:  # groups 0..G-1 in order, as the advantage estimators expect
@@ -360,8 +405,9 @@ class Driver:
     def _forward(self, ray, role: str, batch: TrainBatch) -> torch.Tensor:
         self._apply(ray, self.colocation.before_forward(role))
         workers = self.workers[role]
-        outs = ray.get([w.forward.remote(s) for w, s in zip(workers, self.cluster.shards(role, batch))])
-        return torch.cat(self.cluster.collected(role, outs))
+        padded = pad_rows(batch, self.layouts[role][0]["dp_size"])  # step-wise rows need not divide over the ranks
+        outs = ray.get([w.forward.remote(s) for w, s in zip(workers, self.cluster.shards(role, padded))])
+        return torch.cat(self.cluster.collected(role, outs))[: batch.rows]
 
     def _step(self, ray, step: int, rows, rollouts: list[Rollout] | None = None) -> dict:
         """One training step on `rows`, phase by phase; `rollouts` are given when they were generated ahead."""
@@ -381,7 +427,7 @@ class Driver:
         # Generated ahead (fully async), the step's own generation time is only the wait for it.
         gen_span = (done if self.spec.trainer.fully_async.enabled else generated) - started
         metrics.update(
-            tokens_per_s=sum(len(r.response_ids) for r in rollouts) / max(gen_span, 1e-9),
+            tokens_per_s=sum(generated_tokens(r) for r in rollouts) / max(gen_span, 1e-9),
             step_time=done - started,
             generate_time=generated - started,
             train_time=trained - train_started,
@@ -395,7 +441,7 @@ class Driver:
         sampling = self.decisions.train_sampling
         self._apply(ray, self.colocation.before_generate())
         if rollouts is None:
-            rollouts = self._generate(ray, rows, sampling, g.n_samples_per_prompt, step)
+            rollouts = self._generate(rows, sampling, g.n_samples_per_prompt, step)
         if a.dynamic_sampling.type:
             rollouts, sampled = self._dynamic_sampling(ray, step, rows, rollouts, sampling, g.n_samples_per_prompt)
             metrics.update(sampled)
@@ -413,7 +459,7 @@ class Driver:
             metrics["overlong_filtered_fraction"] = sum(r.finish_reason != "stop" for r in rollouts) / len(rollouts)
         if a.zero_variance_filter:
             flat = zero_variance_groups(
-                torch.tensor([r.reward for r in rollouts]),
+                torch.tensor(outcomes(rollouts)),
                 batch.group,
                 mask=batch.loss_mask,
                 tol=a.zero_variance_filter_tol,
@@ -450,7 +496,8 @@ class Driver:
             mean_kl = float((kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean())
             metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl.value
             self.kl.update(mean_kl, len(rollouts))
-        batch.advantages, batch.returns = self._advantages(rewards, mask, batch)
+        last_step = torch.tensor([r.last_step for r in rollouts]) if g.step_wise_trajectories else None
+        batch.advantages, batch.returns = self._advantages(rewards, mask, batch, last_step)
         return batch
 
     def _update(self, ray, batch: TrainBatch, metrics: dict) -> None:
@@ -464,13 +511,20 @@ class Driver:
                 continue
             workers = self.workers[role]
             self._apply(ray, self.colocation.before_train(role))
+            dp = self.layouts[role][0]["dp_size"]
             for _ in range(t.update_epochs_per_batch):
-                for mb in mini_batches(batch, mini * g.n_samples_per_prompt):
+                split = (
+                    group_mini_batches(batch, mini)  # a row per turn: mini-batches of whole prompts
+                    if g.step_wise_trajectories
+                    else mini_batches(batch, mini * g.n_samples_per_prompt)
+                )
+                for mb in split:
                     tot = totals(mb)
                     if role == "policy":  # rows whose loss and gradient are exactly 0 are not run
                         policy_rows += mb.rows
-                        mb, tot, left_out = rows_that_train(mb, tot, a, self.layouts[role][0]["dp_size"])
+                        mb, tot, left_out = rows_that_train(mb, tot, a, dp)
                         inert_rows += left_out
+                    mb = pad_rows(mb, dp)
                     results = self.cluster.collected(
                         role,
                         ray.get(
@@ -490,24 +544,45 @@ class Driver:
             metrics["inert_row_fraction"] = inert_rows / policy_rows
 
     def _rollout_metrics(self, rollouts: list[Rollout], batch: TrainBatch) -> dict:
+        """Per-trajectory figures (a step-wise trajectory counts once) and the engine / trainer log-prob gap."""
         tokens = sum(len(r.response_ids) for r in rollouts)
-        real = batch.attention_mask[:, batch.prompt_len :].bool()
+        real = (
+            (batch.loss_mask > 0)
+            if self.spec.generator.max_turns > 1
+            else batch.attention_mask[:, batch.prompt_len :].bool()
+        )
         old = batch.old_logprobs if not self.spec.trainer.fully_async.enabled else None  # async: the rollout's own
         diff = (old - batch.rollout_logprobs).abs()[real] if old is not None else torch.empty(0)
+        last = [r for r in rollouts if r.last_step]
+        env = rollout_metrics(rollouts)
+        if self.spec.generator.max_turns <= 1:
+            env.pop("env/turns", None)
         return dict(
-            reward=sum(r.reward for r in rollouts) / len(rollouts),
+            reward=sum(outcomes(last)) / len(last),
             response_length=tokens / len(rollouts),
-            stop_fraction=sum(r.finish_reason == "stop" for r in rollouts) / len(rollouts),
+            stop_fraction=sum(r.finish_reason == "stop" for r in last) / len(last),
+            **env,
             **({"logprob_diff_max": float(diff.max())} if diff.numel() else {}),
         )
 
-    def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: TrainBatch):
+    def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: TrainBatch, last_step=None):
+        """The estimator's advantages and returns; step-wise rows (`last_step` marks each trajectory's last) share
+        the advantage their trajectory's last turn gets, as SkyRL broadcasts it."""
         a = self.spec.trainer.algorithm
         try:
             estimator = get_advantage_estimator(a.advantage_estimator)
         except (KeyError, ValueError) as exc:
             raise RunError(str(exc)) from None
-        advantages, returns = estimator(rewards, mask, index=batch.group, values=batch.old_values, algorithm=a)
+        if last_step is not None:
+            values = batch.old_values[last_step] if batch.old_values is not None else None
+            ones = torch.ones_like(mask[last_step])
+            per_trajectory, trajectory_returns = estimator(
+                rewards[last_step], ones, index=batch.group[last_step], values=values, algorithm=a
+            )
+            advantages = broadcast_to_steps(per_trajectory, last_step, mask)
+            returns = broadcast_to_steps(trajectory_returns, last_step, mask)
+        else:
+            advantages, returns = estimator(rewards, mask, index=batch.group, values=batch.old_values, algorithm=a)
         if a.advantage_batch_normalize:
             m = mask.bool()
             values = advantages[m]
@@ -547,8 +622,6 @@ class Driver:
     def _evaluate(self, ray, val, step: int, tracker=None) -> dict:
         """Mean reward and accuracy (the environment's `correct`, else reward >= 1) over the validation rows; the
         first few decoded completions go to the log."""
-        from rlc.runtime.envs import correct
-
         g = self.spec.generator
         sampling = self.decisions.eval_sampling
         size = self.spec.trainer.eval_batch_size
@@ -559,11 +632,12 @@ class Driver:
         dumped: list[dict] | None = [] if self.spec.trainer.dump_eval_results else None
         for i in range(0, len(val), size):
             chunk = val[i : i + size]
-            rollouts = self._generate(ray, chunk, sampling, n, -step - 1)
+            # A step-wise trajectory is judged on its last turn.
+            rollouts = [r for r in self._generate(chunk, sampling, n, -step - 1) if r.last_step]
             for k, r in enumerate(rollouts):
                 row, prompt_ids = chunk[k // n]
-                text = self.tokenizer.decode(r.response_ids, skip_special_tokens=True)
-                right += correct(self.env, row, text, r.reward)
+                text = self._decode(r.response_ids)
+                right += r.correct if r.correct is not None else r.reward >= 1.0
                 rewards.append(r.reward)
                 if dumped is not None:
                     dumped.append(self._eval_record(row, prompt_ids, r))
@@ -589,7 +663,7 @@ class Driver:
             "output_response": self.tokenizer.decode(rollout.response_ids),
             "score": rollout.reward,
             "stop_reason": rollout.finish_reason,
-            "env_class": row.get("env_class", self.env.name),
+            "env_class": row.get("env_class") or self.spec.environment.env_class,
             "env_extras": {k: v for k, v in row.items() if k != "prompt"},
             "data_source": row.get("data_source"),
         }
@@ -618,6 +692,24 @@ class Driver:
                 ray.get([w.export_hf.remote(str(target / name), self.policy_path) for w in self.workers[name]])
 
 
+def outcomes(rollouts: list[Rollout]) -> list[float]:
+    """Each row's trajectory outcome: its reward, or for step-wise rows their trajectory's last turn's (what the
+    advantage is computed from)."""
+    out, pending = [0.0] * len(rollouts), []
+    for i, r in enumerate(rollouts):
+        pending.append(i)
+        if r.last_step:
+            for j in pending:
+                out[j] = r.reward
+            pending = []
+    return out
+
+
+def generated_tokens(r: Rollout) -> int:
+    """Tokens the engine sampled for a row (its observation tokens are the environment's)."""
+    return int(sum(r.loss_mask)) if r.loss_mask is not None and r.env_error is None else len(r.response_ids)
+
+
 class _Ahead:
     """Fully async generation: batches for later steps are generated while the trainer trains.
 
@@ -625,10 +717,14 @@ class _Ahead:
     trained at step s, so its staleness is s - 1 - v; batches are dispatched only while that stays at
     most `max_staleness_steps`, and at most `num_parallel_generation_workers // train_batch_size` of
     them (at least one) are in flight. An engine runs its calls in order, so the weight update queued
-    after a training step reaches it after the batches dispatched before.
+    after a training step reaches it after the batches dispatched before. A batch's first turn is
+    dispatched here; its environments and later turns run on a thread of their own meanwhile (a multi-turn
+    trajectory's later turns may then use newer weights than its first).
     """
 
     def __init__(self, driver: Driver, ray, total_steps: int):
+        from concurrent.futures import ThreadPoolExecutor
+
         t, g = driver.spec.trainer, driver.spec.generator
         self.d, self.ray, self.total = driver, ray, total_steps
         self.staleness = t.fully_async.max_staleness_steps
@@ -636,20 +732,27 @@ class _Ahead:
             1, min(self.staleness + 1, t.fully_async.num_parallel_generation_workers // t.train_batch_size)
         )
         self.sampling, self.n = driver.decisions.train_sampling, g.n_samples_per_prompt
-        self.pending: dict[int, tuple[int, list, list]] = {}  # step -> (weights version, rows, refs)
+        self.pending: dict[int, tuple[int, list, Any]] = {}  # step -> (weights version, rows, future rollouts)
         self.next: int | None = None
+        self.threads = ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="rlc-ahead")
 
     def batch_for(self, step: int):
         """Rows, rollouts and staleness of `step`'s batch; tops up the batches in flight first."""
+        generator = self.d.generator
+        assert generator is not None
         version = step - 1  # weights the engines hold once the previous step's sync has run
         n = step if self.next is None else self.next
         while n <= self.total and len(self.pending) < self.in_flight and n - 1 - version <= self.staleness:
             rows = self.d._rows_for(n)
-            self.pending[n] = (version, rows, self.d._dispatch(self.ray, rows, self.sampling, self.n, n))
+            started = generator.start(rows, self.sampling, self.n, (n, 0))
+            self.pending[n] = (version, rows, self.threads.submit(generator.finish, started))
             n += 1
         self.next = n
-        dispatched, rows, refs = self.pending.pop(step)
-        return rows, self.d._collect(self.ray, rows, refs), step - 1 - dispatched
+        dispatched, rows, future = self.pending.pop(step)
+        return rows, self.d._checked(future.result(), step), step - 1 - dispatched
+
+    def close(self) -> None:
+        self.threads.shutdown(wait=False, cancel_futures=True)
 
 
 def run(job: CompiledJob, *, address: str | None = None, progress: bool = True) -> RunResult:

@@ -174,7 +174,7 @@ class Cluster:
                 raise RunError(f"a remote inference engine cannot be used: {cause}") from None
             self.engine_workers = [1 for r in self.plan.remote_engines if r.kind == "server"]
             return engines
-        from rlc.runtime.inference.hf import HFEngine
+        from rlc.runtime.inference.hf import MULTI_TURN_PROMPT_CACHE_BYTES, HFEngine
 
         env = {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
         worker = self.plan.engine_worker
@@ -201,6 +201,8 @@ class Cluster:
                     tokenizer=self.tokenizer,
                     cpu_slots_per_node=es.cpu_slots_per_node,
                     lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None,
+                    # Multi-turn: a trajectory's next turn runs only its new tokens over the last turn's prompt.
+                    prompt_cache_bytes=MULTI_TURN_PROMPT_CACHE_BYTES if self.spec.generator.max_turns > 1 else 0,
                 )
             )
             self.engine_workers.append(1)

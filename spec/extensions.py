@@ -10,6 +10,13 @@ A package declares an entry point in the group ``rlc.extensions`` that names a c
         ext.add_fields("trainer.algorithm", MyAlgorithmKnobs)      # extra fields on a section
         ext.add_section("environment.my_env", MyEnvConfig)        # a new section
         ext.add_values("trainer.algorithm.policy_loss_type", ["my_loss"])
+        ext.add_environment("my_env", MyEnvConfig)                # an env_class, with its section (optional)
+
+An environment the extension declares is also registered for the runtime: an entry point in the group
+``rlc.environments`` names its SkyRL-Gym class (entry-point name = env id)::
+
+    [project.entry-points."rlc.environments"]
+    my_env = "my_pkg.envs:MyEnv"
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ class Extensions:
     fields: dict[str, list[type]] = field(default_factory=dict)
     sections: dict[str, type] = field(default_factory=dict)
     values: dict[str, list[str]] = field(default_factory=dict)
+    environments: list[str] = field(default_factory=list)  # env_class ids the extension's packages register
     origin: dict[str, str] = field(default_factory=dict)  # dotted path -> extension name, for explain
     current: str = "<direct>"
 
@@ -50,8 +58,18 @@ class Extensions:
         self.values.setdefault(field_path, []).extend(values)
         self.origin.setdefault(field_path + "#values", self.current)
 
+    def add_environment(self, env_id: str, config: type | None = None) -> None:
+        """An `environment.env_class` value; `config` (a dataclass) becomes `environment.skyrl_gym.<env_id>`, the
+        settings the environment is built with."""
+        if env_id in self.environments:
+            raise ExtensionError(f"environment {env_id} is declared twice")
+        self.environments.append(env_id)
+        self.origin[f"environment.env_class#{env_id}"] = self.current
+        if config is not None:
+            self.add_section(f"environment.skyrl_gym.{env_id}", config)
+
     def is_empty(self) -> bool:
-        return not (self.fields or self.sections or self.values)
+        return not (self.fields or self.sections or self.values or self.environments)
 
 
 def _join(a: str, b: str) -> str:

@@ -25,8 +25,16 @@ class SamplingParams:
 
 @dataclass
 class ChatTemplateConfig:
-    source: str = setting("name", "Where the chat template comes from.", enum=("name", "file"))
-    name_or_path: str | None = setting(None, "Template name, or a path with source=file; null keeps the tokenizer's.")
+    source: str = setting(
+        "name",
+        "What name_or_path is: name (qwen3_with_thinking, qwen3_without_thinking) or file (a Jinja template).",
+        enum=("name", "file"),
+    )
+    name_or_path: str | None = setting(
+        None,
+        "A custom chat template; null keeps the tokenizer's. In conversation mode the whole conversation is "
+        "templated again every turn and the loss mask is its {% generation %} blocks (no engine log-probs).",
+    )
 
 
 @dataclass
@@ -133,19 +141,41 @@ class InferenceEngineConfig:
 class GeneratorConfig:
     inference_engine: InferenceEngineConfig = section(InferenceEngineConfig, "Inference engines.")
     n_samples_per_prompt: int = setting(5, "Samples per prompt (the GRPO group size).", minimum=1)
-    batched: bool = setting(False, "Generate the whole batch in one call (single-turn only).")
-    max_turns: int = setting(1, "Most turns per trajectory.", minimum=1)
+    batched: bool = setting(
+        False,
+        "Single-turn only: the whole batch in one generate call, each environment stepped once (no turn loop, "
+        "no EOS after stop strings).",
+    )
+    max_turns: int = setting(
+        1,
+        "Most turns per trajectory: sample, step the environment, append its observation, repeat until the "
+        "environment is done, this many turns, or the context passes max_input_length. Environments get it too.",
+        minimum=1,
+    )
     max_input_length: int | None = setting(
-        None, "Most input tokens per turn; derived from trainer.max_prompt_length.", minimum=1
+        None,
+        "Most tokens of a trajectory's context before a turn (prompt, turns, observations); a longer one ends "
+        "the trajectory (stop reason length). Derived from trainer.max_prompt_length.",
+        minimum=1,
     )
     chat_template: ChatTemplateConfig = section(ChatTemplateConfig, "Chat template.")
     chat_template_kwargs: dict[str, Any] = setting(
-        doc="Kwargs for tokenizer.apply_chat_template.", factory=dict, passthrough=True
+        doc="Keyword arguments of every tokenizer.apply_chat_template call (prompts, observations), e.g. "
+        "enable_thinking: false.",
+        factory=dict,
+        passthrough=True,
     )
     sampling_params: SamplingParams = section(SamplingParams, "Sampling during training rollouts.")
-    use_conversation_multi_turn: bool = setting(True, "Store each turn as its own chat message.")
+    use_conversation_multi_turn: bool = setting(
+        True,
+        "true: each response and observation is a chat message of its own (an observation is templated as a "
+        "user turn plus the next assistant prompt); false: observations continue one assistant message as plain "
+        "tokens, a turn's EOS removed.",
+    )
     append_eos_token_after_stop_str_in_multi_turn: bool = setting(
-        True, "Append EOS after a matched stop string in multi-turn conversations."
+        True,
+        "In conversation mode with stop strings: a turn ending in a stop string gets the EOS token appended "
+        "(outside the loss), so the next message starts cleanly.",
     )
     eval_sampling_params: SamplingParams | None = setting(
         None, "Sampling during evaluation; derived as greedy with the training max_generate_length."
@@ -157,7 +187,11 @@ class GeneratorConfig:
         None, "Engine RoPE scaling; derived from trainer.rope_scaling.", passthrough=True
     )
     rope_theta: float | None = setting(None, "Engine RoPE base; derived from trainer.rope_theta.")
-    step_wise_trajectories: bool = setting(False, "Train on each turn as its own trajectory.")
+    step_wise_trajectories: bool = setting(
+        False,
+        "Train on each turn as a row of its own (prompt = the conversation before it, templated again); a "
+        "trajectory's rows share its last turn's advantage. Needs conversation mode and grpo or rloo.",
+    )
     use_cache_salt: bool = setting(True, "SkyRL 0.4: salt the engines' prefix cache per weight version.")
     vision_language_generator: bool = setting(False, "SkyRL 0.4: generate from image and text prompts.")
     merge_stepwise_output: bool = setting(False, "SkyRL 0.4: merge step-wise trajectories into one.")
@@ -165,26 +199,39 @@ class GeneratorConfig:
 
 @dataclass
 class Text2SQLEnvConfig:
-    db_path: str = setting("/home/ray/default/sql_data", "Directory of the SQLite databases.")
+    db_path: str = setting(
+        "/home/ray/default/sql_data",
+        "Directory of the text2sql databases: <db_path>/spider/database/<db_id>/<db_id>.sqlite (bird: "
+        "bird/train/train_databases, synsql: SynSQL-2.5M/databases), by each row's data and db_id.",
+    )
 
 
 @dataclass
 class GSM8kLLMJudgeEnvConfig:
     model: str = setting("gpt-4o-mini", "Judge model name.")
-    base_url: str | None = setting(None, "OpenAI-compatible base URL of the judge.")
+    base_url: str | None = setting(
+        None, "OpenAI-compatible base URL of the judge (null: OpenAI's); the key comes from OPENAI_API_KEY."
+    )
 
 
 @dataclass
 class SearchEnvConfig:
     log_requests: bool = setting(False, "Log each retrieval request.")
-    search_url: str = setting("http://127.0.0.1:8000/retrieve", "Retrieval server endpoint.")
+    search_url: str = setting(
+        "http://127.0.0.1:8000/retrieve",
+        "Retrieval server the search environment POSTs {query, topk, return_scores} to (SkyRL's retriever API).",
+    )
     topk: int = setting(3, "Documents returned per search.", minimum=1)
-    timeout: int = setting(30, "Retrieval timeout in seconds.", minimum=1)
+    timeout: int = setting(
+        30, "Seconds one retrieval request may take (a failed one is retried up to 10 times).", minimum=1
+    )
 
 
 @dataclass
 class SkyRLGymConfig:
-    max_env_workers: int = setting(32, "Parallel environment workers.", minimum=1)
+    max_env_workers: int = setting(
+        32, "Threads stepping environments in parallel (tool calls, queries, code runs).", minimum=1
+    )
     text2sql: Text2SQLEnvConfig = section(Text2SQLEnvConfig, "text2sql environment.")
     llm_as_a_judge: GSM8kLLMJudgeEnvConfig = section(GSM8kLLMJudgeEnvConfig, "LLM-as-a-judge environment.")
     search: SearchEnvConfig = section(SearchEnvConfig, "search environment.")
@@ -192,7 +239,11 @@ class SkyRLGymConfig:
 
 @dataclass
 class EnvironmentConfig:
-    env_class: str = setting("gsm8k", "Environment that scores rollouts.")
+    env_class: str = setting(
+        "gsm8k",
+        "SkyRL-Gym environment of rows without an env_class column: skyrl-gym's (gsm8k, gsm8k_multi_turn, "
+        "text2sql, search, lcb, aime, searchcode), rlc's (synthetic, arithmetic, llm_as_a_judge) or an extension's.",
+    )
     skyrl_gym: SkyRLGymConfig = section(SkyRLGymConfig, "Settings of the built-in environments.")
 
 

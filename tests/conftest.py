@@ -88,6 +88,29 @@ def tiny_model(rlc_cache) -> str:
     return local_path("rlc:tiny")
 
 
+# A chat template for the tiny model's tokenizer (its vocabulary has <bos> and <eos>): each message is a turn of its
+# own, the assistant's inside `{% generation %}` so the same template serves as a custom one.
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<bos>' + m['role'] + ': ' }}"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] + '<eos>' }}{% endgeneration %}"
+    "{% else %}{{ m['content'] + '<eos>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<bos>assistant: ' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model(tiny_model, tmp_path_factory) -> str:
+    """`rlc:tiny` with a chat template: what multi-turn conversations are templated with."""
+    import json
+
+    target = tmp_path_factory.mktemp("tiny-chat") / "model"
+    shutil.copytree(tiny_model, target)
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    config["chat_template"] = TINY_CHAT_TEMPLATE
+    (target / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(target)
+
+
 def kill_ray_processes_under(temp: str) -> None:
     """Kill the processes of the Ray instance whose temp dir is `temp`: those naming it on their command line or
     holding a file under it open (Ray's agents retitle themselves, and their logs are under its session dir).
@@ -174,6 +197,8 @@ LONGEST_FIRST = (
     "test_vllm_run.py",  # ~225 s on a busy machine: the local example's 200 steps with the vllm engine
     "test_vllm_serve.py",  # ~200 s: vLLM's own server started, then a run against it
     "test_vllm_cpu.py",  # ~170 s: three vLLM engines started
+    "test_multiturn.py",  # ~60 s: two multi-turn runs
+    "test_generator.py",
     "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv
     "test_fsdp.py",
     "test_ulysses.py",  # ~65 s: ranks of 1, 2 and 4 processes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlc.compiler.roles import critic_on
 from rlc.compiler.rules.base import Context, num, rule
+from rlc.core.runtime_facts import CHAT_TEMPLATE_NAMES
 from rlc.spec.algorithm import LOSSES_WITHOUT_OFF_POLICY_CORRECTION
 
 IE = "generator.inference_engine"
@@ -477,6 +478,95 @@ def batched_generation_single_turn(c: Context):
         )
 
 
+@rule(
+    "RLC-E408",
+    "step-wise trajectories need conversation mode, unbatched generation and the tokenizer's chat template",
+    "generator.step_wise_trajectories",
+    "generator.use_conversation_multi_turn",
+    "generator.batched",
+    "generator.chat_template.name_or_path",
+)
+def step_wise_needs_conversations(c: Context):
+    g = c.s.generator
+    if not g.step_wise_trajectories:
+        return
+    for key, wrong, why, fix in (
+        (
+            "generator.use_conversation_multi_turn",
+            not g.use_conversation_multi_turn,
+            "each turn's row starts from the conversation so far, templated as chat messages",
+            "set use_conversation_multi_turn: true",
+        ),
+        ("generator.batched", g.batched, "batched generation has no turns", "set batched: false"),
+        (
+            "generator.chat_template.name_or_path",
+            bool(g.chat_template.name_or_path),
+            "a custom template re-tokenizes the whole conversation, so turns have no rows of their own",
+            "remove chat_template.name_or_path",
+        ),
+    ):
+        if wrong:
+            yield c.error(
+                "RLC-E408",
+                key,
+                f"step_wise_trajectories cannot run with this setting: {why} (SkyRL refuses it too)",
+                fix,
+                ["generator.step_wise_trajectories"],
+            )
+
+
+@rule(
+    "RLC-E409",
+    "a custom chat template in conversation mode keeps no engine log-probs, which fully async training and "
+    "off-policy correction need",
+    "generator.chat_template.name_or_path",
+    "generator.use_conversation_multi_turn",
+    "trainer.fully_async.enabled",
+    f"{ALG}.off_policy_correction.tis_ratio_type",
+    f"{ALG}.off_policy_correction.sequence_mask_metric",
+)
+def custom_template_keeps_no_logprobs(c: Context):
+    g, opc = c.s.generator, c.alg.off_policy_correction
+    if not g.chat_template.name_or_path or not g.use_conversation_multi_turn:
+        return
+    needs = [
+        key
+        for key, on in (
+            ("trainer.fully_async.enabled", c.t.fully_async.enabled),
+            (f"{ALG}.off_policy_correction.tis_ratio_type", opc.tis_ratio_type is not None),
+            (f"{ALG}.off_policy_correction.sequence_mask_metric", opc.sequence_mask_metric is not None),
+        )
+        if on
+    ]
+    if needs:
+        yield c.error(
+            "RLC-E409",
+            "generator.chat_template.name_or_path",
+            "a custom chat template re-templates the conversation every turn, so the engine's log-probs of the "
+            f"trained tokens are not kept, but {', '.join(needs)} needs them",
+            f"remove chat_template.name_or_path, or turn off {', '.join(needs)}",
+            needs,
+        )
+
+
+@rule(
+    "RLC-E410",
+    "a chat template named by source: name is one rlc has",
+    "generator.chat_template.source",
+    "generator.chat_template.name_or_path",
+)
+def chat_template_name_known(c: Context):
+    ct = c.s.generator.chat_template
+    # An empty name is no template, as the runtime (and SkyRL) read it.
+    if ct.source == "name" and ct.name_or_path and ct.name_or_path not in CHAT_TEMPLATE_NAMES:
+        yield c.error(
+            "RLC-E410",
+            "generator.chat_template.name_or_path",
+            f"rlc has no chat template named {ct.name_or_path!r} (it has {', '.join(CHAT_TEMPLATE_NAMES)})",
+            "use one of those, or source: file with the path of a Jinja template",
+        )
+
+
 RULES = (
     gae_needs_critic,
     kl_in_reward_excludes_kl_loss,
@@ -501,4 +591,7 @@ RULES = (
     remote_engines_need_urls,
     chat_template_file_needs_path,
     batched_generation_single_turn,
+    step_wise_needs_conversations,
+    custom_template_keeps_no_logprobs,
+    chat_template_name_known,
 )

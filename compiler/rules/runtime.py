@@ -7,41 +7,100 @@ their launch files are still worth checking, and the runtime stops at start-up, 
 
 from __future__ import annotations
 
+import difflib
+
 from rlc.compiler.rules.base import Context, num, rule
-from rlc.core.runtime_facts import BUILTIN_ENVS
+from rlc.core.runtime_facts import BUILTIN_ENVS, RLC_ENVS, SKYRL_GYM_ENVS
 
 ALG = "trainer.algorithm"
 
 
 def _extension_envs() -> set[str]:
+    """Environment ids installed extensions declare (ext.add_environment, or a section under
+    environment.skyrl_gym, as extensions declared them before)."""
     from rlc.spec.model import default_model
 
-    return {p.rsplit(".", 1)[1] for p in default_model().extensions.sections if p.startswith("environment.")}
+    ext = default_model().extensions
+    prefix = "environment.skyrl_gym."
+    return set(ext.environments) | {p[len(prefix) :] for p in ext.sections if p.startswith(prefix)}
 
 
-@rule("RLC-E902", "the runtime has this environment", "environment.env_class")
+@rule(
+    "RLC-E902",
+    "environment.env_class is an environment rlc, skyrl-gym or an extension registers",
+    "environment.env_class",
+)
 def environment_exists(c: Context):
-    if c.s.environment.env_class not in BUILTIN_ENVS and c.s.environment.env_class not in _extension_envs():
-        yield c.error(
-            "RLC-E902",
-            "environment.env_class",
-            f"environment {c.s.environment.env_class!r} is not one this rlc runtime has",
-            f"use one of {', '.join(BUILTIN_ENVS)}",
-        )
+    env_class = c.s.environment.env_class
+    if not isinstance(env_class, str) or env_class in BUILTIN_ENVS or env_class in _extension_envs():
+        return
+    close = difflib.get_close_matches(env_class, [*BUILTIN_ENVS, *_extension_envs()], n=1)
+    yield c.error(
+        "RLC-E902",
+        "environment.env_class",
+        f"no environment {env_class!r} is registered: skyrl-gym has {', '.join(SKYRL_GYM_ENVS)}, rlc adds "
+        f"{', '.join(RLC_ENVS)}"
+        + (f", extensions {', '.join(sorted(_extension_envs()))}" if _extension_envs() else ""),
+        f"did you mean {close[0]!r}?"
+        if close
+        else "use one of those, or install the extension that declares it (ext.add_environment)",
+    )
+
+
+JUDGE_KEY = "OPENAI_API_KEY"
+
+
+@rule(
+    "RLC-E904",
+    "the environment's service is named: search needs its retrieval URL, the LLM judge its API key",
+    "environment.env_class",
+    "environment.skyrl_gym.search.search_url",
+    "launch.secrets",
+    "launch.envs",
+    "launch.target",
+)
+def environment_service_named(c: Context):
+    env_class = c.s.environment.env_class
+    if env_class == "search":
+        url = c.s.environment.skyrl_gym.search.search_url
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            yield c.error(
+                "RLC-E904",
+                "environment.skyrl_gym.search.search_url",
+                f"the search environment POSTs its queries to a retrieval server, but search_url is {url!r}",
+                "set environment.skyrl_gym.search.search_url to the server's http(s) URL (SkyRL's is "
+                "http://127.0.0.1:8000/retrieve on the head node)",
+                ["environment.env_class"],
+            )
+    if env_class == "llm_as_a_judge":
+        secrets = c.s.launch.secrets if isinstance(c.s.launch.secrets, list) else []
+        envs = c.s.launch.envs if isinstance(c.s.launch.envs, dict) else {}
+        here = c.s.launch.target == "local" and c.env.get(JUDGE_KEY)
+        if JUDGE_KEY not in secrets and JUDGE_KEY not in envs and not here:
+            yield c.error(
+                "RLC-E904",
+                "environment.env_class",
+                f"the llm_as_a_judge environment calls its judge with {JUDGE_KEY}, which this job does not pass "
+                "to its nodes (every trajectory would fail)",
+                f"add {JUDGE_KEY} to launch.secrets (the value stays on your machine)",
+                ["launch.secrets"],
+            )
 
 
 def _unsupported(c: Context):
     """(key, what is set, fix) for every feature the runtime does not execute yet."""
     t, g = c.t, c.s.generator
     checks = [
-        ("generator.max_turns", (num(g.max_turns) or 0) > 1, "multi-turn rollouts"),
-        ("generator.step_wise_trajectories", g.step_wise_trajectories, "step-wise trajectories"),
         (
             "generator.inference_engine.enable_http_endpoint",
             g.inference_engine.enable_http_endpoint,
             "the HTTP endpoint",
         ),
-        ("generator.chat_template.name_or_path", bool(g.chat_template.name_or_path), "a custom chat template"),
+        (
+            "trainer.algorithm.dynamic_sampling.type",
+            g.step_wise_trajectories and bool(t.algorithm.dynamic_sampling.type),
+            "dynamic sampling of step-wise trajectories",
+        ),
         ("trainer.logger", t.logger == "mlflow", "mlflow logging"),
         ("trainer.update_ref_every_epoch", t.update_ref_every_epoch, "refreshing the reference model"),
         ("trainer.rope_scaling", bool(t.rope_scaling), "RoPE scaling overrides"),
@@ -71,10 +130,9 @@ def _unsupported(c: Context):
 
 
 FEATURE_KEYS = (
-    "generator.max_turns",
-    "generator.step_wise_trajectories",
     "generator.inference_engine.enable_http_endpoint",
-    "generator.chat_template.name_or_path",
+    "trainer.algorithm.dynamic_sampling.type",
+    "generator.step_wise_trajectories",
     "trainer.logger",
     "trainer.update_ref_every_epoch",
     "trainer.rope_scaling",
@@ -96,5 +154,6 @@ def runtime_executes_features(c: Context):
 
 RULES = (
     environment_exists,
+    environment_service_named,
     runtime_executes_features,
 )

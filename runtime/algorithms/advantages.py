@@ -166,3 +166,11 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]
     "reinforce++": reinforce_pp_advantages,
     "gae": gae_advantages,
 }
+
+
+def broadcast_to_steps(per_trajectory: torch.Tensor, last_step: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Step-wise trajectories (a row per turn, a trajectory's rows consecutive, `last_step` marking each last one):
+    every row gets the row of `per_trajectory` (one per trajectory, as computed on the last steps), under its own
+    mask."""
+    trajectory = torch.cat([torch.zeros(1, dtype=torch.long, device=last_step.device), last_step[:-1].long()]).cumsum(0)
+    return per_trajectory[trajectory] * mask

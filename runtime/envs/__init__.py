@@ -1,14 +1,12 @@
-"""Environments: turn a dataset row into a prompt and score a completion.
+"""rlc's own scorers: turn a dataset row into a prompt and score one completion of it.
 
-Kept free of heavy imports so the compiler can list the built-in names. An environment is chosen by
-`environment.env_class` (or a row's own `env_class` column) and sees only its own row.
+The runtime steps them as SkyRL-Gym environments (`rlc.runtime.envs.gym`, ids `arithmetic` and `synthetic`),
+beside skyrl-gym's own; the benchmark's peer scores with them directly. Kept free of heavy imports.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
-
-from rlc.core.runtime_facts import BUILTIN_ENVS
 
 
 class Environment(Protocol):
@@ -28,7 +26,7 @@ def correct(env: Environment, row: dict, response: str, reward: float) -> bool:
     return bool(judge(row, response)) if judge is not None else reward >= 1.0
 
 
-BUILTIN = BUILTIN_ENVS
+BUILTIN = ("arithmetic", "synthetic")  # the scorers; the environment ids are core.runtime_facts.BUILTIN_ENVS
 
 
 def make(name: str) -> Environment:
@@ -36,10 +34,6 @@ def make(name: str) -> Environment:
         from rlc.runtime.envs.arithmetic import Arithmetic
 
         return Arithmetic()
-    if name == "gsm8k":
-        from rlc.runtime.envs.gsm8k import GSM8K
-
-        return GSM8K()
     if name == "synthetic":
         from rlc.runtime.envs.synthetic import CopyDigit
 

@@ -1,4 +1,7 @@
-"""`gsm8k`: grade-school math word problems scored by exact match of the final number."""
+"""GSM8K's data side: the instruction `rlc data gsm8k` puts after each question, and reading a number answer.
+
+The `gsm8k` environment itself is skyrl-gym's (reward 1 when the first `#### N` of the response equals the
+row's `reward_spec.ground_truth`), so rlc scores GSM8K exactly as SkyRL does."""
 
 from __future__ import annotations
 
@@ -25,18 +28,3 @@ def extract_answer(text: str, strict: bool = False) -> str | None:
     if "." in found:
         found = found.rstrip("0").rstrip(".")
     return found or None
-
-
-class GSM8K:
-    name = "gsm8k"
-
-    def prompt(self, row: dict) -> str:
-        return row["prompt"]
-
-    def reward(self, row: dict, response: str, finished: bool) -> float:
-        """1 when the `####` answer equals the reference answer, else 0."""
-        got = extract_answer(response, strict=True)
-        want = (
-            extract_answer(str(row["answer"])) if not str(row["answer"]).lstrip("-").isdigit() else str(row["answer"])
-        )
-        return 1.0 if got is not None and got == want else 0.0

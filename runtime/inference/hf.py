@@ -15,6 +15,8 @@ import torch
 from rlc.core.job import Sampling  # noqa: F401  (the engines' sampling type, re-exported)
 from rlc.runtime.inference.decode import LeanDecoder, accepts, cache_keyword, returned_cache, unsupported
 
+MULTI_TURN_PROMPT_CACHE_BYTES = 2 << 30  # the keys and values of a turn's prompts kept for the next turn
+
 
 @dataclass
 class Completion:
@@ -76,6 +78,7 @@ class HFEngine:
         tokenizer=None,
         cpu_slots_per_node: int | None = None,
         lora=None,
+        prompt_cache_bytes: int = 0,
     ):
         from transformers import AutoModelForCausalLM
 
@@ -108,6 +111,8 @@ class HFEngine:
         self.weight_group = None
         self.weight_group_info: dict | None = None  # where the group's master is, for whoever asks to replace it
         self._buffers: dict | None = None  # kept across a level-2 sleep (see sleep)
+        # The last call's prompts' keys and values (multi-turn: the next turn's prompts continue them); 0 keeps none.
+        self.prompts = PromptCache(prompt_cache_bytes)
 
     # -- the engine interface ------------------------------------------------------------------------
 
@@ -128,6 +133,7 @@ class HFEngine:
 
         With LoRA a sync brings only the adapters, so the base weights are kept (level 1) whatever the level.
         """
+        self.prompts.clear()
         if level >= 2 and not self.lora:
             # Buffers (rotary frequencies) are not in the trainer's state dict: keep them to restore on wake.
             self._buffers = {n: b.detach().to("cpu", copy=True) for n, b in self.model.named_buffers()}
@@ -287,6 +293,7 @@ class HFEngine:
 
     def finish_weight_update(self, version: int | None = None) -> int:
         """End a sync: the weights are on and their version is `version` (or the next)."""
+        self.prompts.clear()  # computed with the old weights
         self.weights_on = True
         self.weight_version = version if version is not None else self.weight_version + 1
         return self.weight_version
@@ -296,8 +303,15 @@ class HFEngine:
     def _prefill(self, prompts: list[list[int]], n: int):
         """Run the prompts once, then give each of the n samples of a prompt its own copy of the KV cache.
 
-        The samples of a group share their prompt, so the prompt pass costs 1/n of running every row.
+        The samples of a group share their prompt, so the prompt pass costs 1/n of running every row. A prompt that
+        continues one of the last call's prompts (a trajectory's next turn) runs only its new tokens.
         """
+        found = [self.prompts.lookup(p) for p in prompts] if n == 1 and self.prompts.entries else []
+        if any(f is not None for f in found):
+            return self._prefill_continuing(prompts, found)
+        return self._prefill_whole(prompts, n)
+
+    def _prefill_whole(self, prompts: list[list[int]], n: int):
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -320,11 +334,53 @@ class HFEngine:
         last = {"logits_to_keep": 1} if accepts(self.model, "logits_to_keep") else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **last)
         cache, logits = returned_cache(out), out.logits[:, -1, :].float()
+        self.prompts.store(prompts, cache, mask)
         if shared:
             cache.batch_repeat_interleave(n)
             logits, positions = (t.repeat_interleave(n, dim=0) for t in (logits, positions))
             if mask is not None:
                 mask = mask.repeat_interleave(n, dim=0)
+        return cache, logits, mask, positions[:, -1] + 1
+
+    def _prefill_continuing(self, prompts: list[list[int]], found: list):
+        """The prompt pass when some prompts continue cached ones: each row's cached keys and values (left-padded
+        to the longest), then its new tokens (left-padded too) run against them; rows without a cached prefix run
+        whole. Positions follow each row's real tokens, so the result is the whole prompt's pass."""
+        from transformers import DynamicCache
+
+        some = next(f for f in found if f is not None)  # per layer (keys, values), each (kv_heads, length, dim)
+        cached = [f[0][0].shape[1] if f is not None else 0 for f in found]
+        old, new = max(cached), max(len(p) - c for p, c in zip(prompts, cached))
+        heads, _, dim = some[0][0].shape
+        shape, dtype = (len(prompts), heads, old, dim), some[0][0].dtype
+        past = [
+            (torch.zeros(shape, dtype=dtype, device=self.device), torch.zeros(shape, dtype=dtype, device=self.device))
+            for _ in some
+        ]
+        mask = torch.zeros((len(prompts), old + new), dtype=torch.long)
+        ids = torch.full((len(prompts), new), self.pad_token_id, dtype=torch.long)
+        for b, (p, c, f) in enumerate(zip(prompts, cached, found)):
+            if f is not None:
+                for (k, v), (pk, pv) in zip(f, past):
+                    pk[b, :, old - c :] = k
+                    pv[b, :, old - c :] = v
+            mask[b, old - c : old] = 1
+            suffix = p[c:]
+            ids[b, new - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            mask[b, old + new - len(suffix) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = ((mask.cumsum(-1) - 1).clamp(min=0))[:, old:]
+        last = {"logits_to_keep": 1} if accepts(self.model, "logits_to_keep") else {}
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{cache_keyword(self.model): DynamicCache(ddp_cache_data=past, config=self.model.config)},
+            **last,
+        )
+        cache, logits = returned_cache(out), out.logits[:, -1, :].float()
+        self.prompts.store(prompts, cache, mask)
         return cache, logits, mask, positions[:, -1] + 1
 
     def _sample(self, prompts: list[list[int]], n: int, s: Sampling, gen: torch.Generator) -> list[Completion]:
@@ -427,6 +483,52 @@ class HFEngine:
             raise RuntimeError("stop strings need the engine's tokenizer")
         text = self.tokenizer.decode(token_ids[-16:], skip_special_tokens=True)
         return any(s in text for s in stop)
+
+
+class PromptCache:
+    """Keys and values of the last call's prompts, each prompt's own positions (no padding), up to `budget` bytes.
+
+    A multi-turn trajectory's next prompt is its last prompt, the sampled turn and the environment's answer, so
+    the engine runs only the turn and the answer again. Kept for one call (the next one replaces it) and dropped
+    when the weights change or the engine sleeps.
+    """
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.entries: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.lengths: list[int] = []  # of the entries, longest first
+
+    def clear(self) -> None:
+        self.entries, self.lengths = {}, []
+
+    def lookup(self, prompt: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """The longest cached prompt that `prompt` continues (with at least one token more), per layer (keys,
+        values) of shape (kv_heads, length, head_dim)."""
+        for length in self.lengths:
+            if length < len(prompt):
+                hit = self.entries.get(tuple(prompt[:length]))
+                if hit is not None:
+                    return hit
+        return None
+
+    def store(self, prompts: list[list[int]], cache, mask: torch.Tensor | None) -> None:
+        self.clear()
+        if self.budget <= 0:
+            return
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        keys = layers[0][0]
+        per_token = 2 * len(layers) * keys.shape[1] * keys.shape[3] * keys.element_size()
+        if sum(len(p) for p in prompts) * per_token > self.budget:
+            return
+        width = keys.shape[2]
+        for b, p in enumerate(prompts):
+            where = (
+                torch.nonzero(mask[b, -width:]).flatten()
+                if mask is not None
+                else torch.arange(width - len(p), width, device=keys.device)
+            )
+            self.entries[tuple(p)] = [(k[b][:, where].clone(), v[b][:, where].clone()) for k, v in layers]
+        self.lengths = sorted({len(p) for p in prompts}, reverse=True)
 
 
 def _copy_into(params: dict[str, torch.Tensor], named_tensors) -> None:

@@ -48,3 +48,31 @@ def test_every_rule_declares_the_keys_it_reads_and_explain_lists_it_under_each()
         for code in by_key[key]:
             title = next(r.title for r in RULES if r.code == code)
             assert code in text and title in text, (code, text)
+
+
+# What `rlc explain` says of each multi-turn key: a word of its doc, and a rule it takes part in (if any).
+MULTI_TURN_KEYS = {
+    "generator.max_turns": ("observation", "RLC-E407"),
+    "generator.max_input_length": ("length", "RLC-E401"),
+    "generator.use_conversation_multi_turn": ("plain tokens", "RLC-E408"),
+    "generator.append_eos_token_after_stop_str_in_multi_turn": ("stop string", "RLC-W402"),
+    "generator.step_wise_trajectories": ("advantage", "RLC-E408"),
+    "generator.batched": ("Single-turn", "RLC-E407"),
+    "generator.chat_template.name_or_path": ("{% generation %}", "RLC-E410"),
+    "generator.chat_template.source": ("qwen3_with_thinking", "RLC-E410"),
+    "generator.chat_template_kwargs": ("apply_chat_template", "RLC-E407"),
+    "environment.env_class": ("gsm8k_multi_turn", "RLC-E902"),
+    "environment.skyrl_gym.max_env_workers": ("parallel", None),
+    "environment.skyrl_gym.search.search_url": ("retrieval", "RLC-E904"),
+    "environment.skyrl_gym.text2sql.db_path": ("db_id", None),
+}
+
+
+@pytest.mark.parametrize("key", sorted(MULTI_TURN_KEYS))
+def test_explain_documents_each_multi_turn_key(key):
+    from rlc.compiler.explain import explain_key
+
+    word, code = MULTI_TURN_KEYS[key]
+    text, found = explain_key(key)
+    assert found and word in text, text
+    assert code is None or code in text, text

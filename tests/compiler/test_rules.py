@@ -602,15 +602,56 @@ CASES = {
         "environment.env_class",
         """
         environment:
-          env_class: text2sql  # <-
+          env_class: text_to_sql  # <-
         """,
     ),
     "RLC-E903": (
-        "generator.max_turns",
+        "trainer.algorithm.dynamic_sampling.type",
+        """
+        trainer:
+          algorithm:
+            dynamic_sampling: {type: filter}  # <-
+        generator:
+          max_turns: 3
+          max_input_length: 4096
+          step_wise_trajectories: true
+        """,
+    ),
+    "RLC-E904": (
+        "environment.skyrl_gym.search.search_url",
+        """
+        environment:
+          env_class: search
+          skyrl_gym:
+            search: {search_url: ""}  # <-
+        """,
+    ),
+    "RLC-E408": (
+        "generator.use_conversation_multi_turn",
         """
         generator:
-          max_turns: 3  # <-
+          max_turns: 3
           max_input_length: 4096
+          step_wise_trajectories: true
+          use_conversation_multi_turn: false  # <-
+        """,
+    ),
+    "RLC-E409": (
+        "generator.chat_template.name_or_path",
+        """
+        trainer:
+          algorithm: {off_policy_correction: {tis_ratio_type: token}}
+        generator:
+          chat_template:
+            name_or_path: qwen3_with_thinking  # <-
+        """,
+    ),
+    "RLC-E410": (
+        "generator.chat_template.name_or_path",
+        """
+        generator:
+          chat_template:
+            name_or_path: qwen4  # <-
         """,
     ),
 }
@@ -730,3 +771,40 @@ def test_extra_sampling_arguments_are_refused_on_the_hf_engine(tmp_path, params)
     assert "backend: vllm" in found[0].hint
     path.write_text(path.read_text().replace("backend: hf", "backend: vllm"))
     assert not [d for d in analyze(path, env={"WANDB_API_KEY": "set"}).diagnostics if d.code == "RLC-E903"]
+
+
+def test_multi_turn_agent_specs_are_valid(tmp_path):
+    """What SkyRL's agent launch scripts set (text2sql, search, multi-turn GSM8K, step-wise) passes every rule."""
+    for body in (
+        "generator: {max_turns: 6, max_input_length: 6000, use_conversation_multi_turn: false}\n"
+        "environment: {env_class: text2sql, skyrl_gym: {text2sql: {db_path: /data/sql}}}",
+        "generator: {max_turns: 4, max_input_length: 4096, sampling_params: {stop: ['</search>', '</answer>']}}\n"
+        "environment: {env_class: search}",
+        "generator: {max_turns: 5, max_input_length: 2048, step_wise_trajectories: true}\n"
+        "environment: {env_class: gsm8k_multi_turn}",
+        "generator: {chat_template: {source: name, name_or_path: qwen3_without_thinking}}",
+    ):
+        path = tmp_path / "spec.yaml"
+        path.write_text("version: 1\n" + BASE_CLUSTER + "trainer: {logger: console}\n" + body + "\n")
+        analysis = analyze(path, env={})
+        assert analysis.ok and not analysis.diagnostics, (body, [(d.code, d.message) for d in analysis.diagnostics])
+
+
+@pytest.mark.parametrize("launch, env, refused", [
+    ("launch: {target: skypilot}", {}, True),
+    ("launch: {target: skypilot, secrets: [OPENAI_API_KEY]}", {}, False),
+    ("launch: {target: local}", {"OPENAI_API_KEY": "sk-here"}, False),
+    ("launch: {target: skypilot}", {"OPENAI_API_KEY": "sk-here"}, True),  # set here, but not sent to the nodes
+])  # fmt: skip
+def test_an_llm_judge_needs_its_key_on_the_nodes(tmp_path, launch, env, refused):
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "version: 1\n"
+        + BASE_CLUSTER
+        + launch
+        + "\ntrainer: {logger: console}\nenvironment: {env_class: llm_as_a_judge}\n"
+    )
+    found = [d for d in analyze(path, env=env).diagnostics if d.code == "RLC-E904"]
+    assert bool(found) is refused
+    if refused:
+        assert "OPENAI_API_KEY" in found[0].message and "launch.secrets" in found[0].hint

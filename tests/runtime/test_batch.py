@@ -35,3 +35,36 @@ def test_the_fields_are_the_contract():
     # A phase's output has a field of its own: a misspelt one is an error, not a key nobody reads.
     with pytest.raises(TypeError):
         dataclasses.replace(to_batch(ROLLOUTS, PAD), old_log_probs=torch.zeros(4, 3))
+
+
+def test_a_multi_turn_rollout_brings_its_own_loss_mask_and_turn_rewards():
+    turns = Rollout([5], [7, 8, 3, 3, 9], [-0.1, -0.2, 0.0, 0.0, -0.5], "stop", 1.5, group=0,
+                    loss_mask=[1.0, 1.0, 0.0, 0.0, 1.0], token_rewards=[0.0, 0.5, 0.0, 0.0, 1.0])  # fmt: skip
+    b = to_batch([turns, ROLLOUTS[0]], PAD)
+    assert b.loss_mask.tolist() == [[1.0, 1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0, 0.0]]
+    assert b.token_rewards.tolist() == [[0.0, 0.5, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0, 0.0]]
+    truncated = dataclasses.replace(turns, finish_reason="length")
+    assert to_batch([truncated], PAD, mask_truncated=True).loss_mask.sum() == 0  # overlong filtering masks it all
+
+
+def test_step_wise_mini_batches_take_whole_prompts_and_padding_rows_do_not_train():
+    from rlc.runtime.batch import group_mini_batches, pad_rows
+
+    steps = [Rollout([5], [7], None, "stop", 0.0, group=g) for g in (0, 0, 0, 1, 2, 2, 3)]
+    b = to_batch(steps, PAD)
+    assert [m.group.tolist() for m in group_mini_batches(b, 2)] == [[0, 0, 0, 1], [2, 2, 3]]
+    padded = pad_rows(group_mini_batches(b, 2)[1], 2)
+    assert (padded.rows, padded.padding_rows, padded.real_rows) == (4, 1, 3)
+    assert padded.loss_mask[:, 0].tolist() == [1.0, 1.0, 1.0, 0.0]
+    assert pad_rows(b, 7) is b
+
+
+def test_step_wise_rows_share_their_trajectorys_advantage():
+    from rlc.runtime.algorithms.advantages import broadcast_to_steps
+
+    per_trajectory = torch.tensor([[2.0, 2.0, 2.0], [-1.0, -1.0, -1.0]])
+    last_step = torch.tensor([False, False, True, True])  # trajectory 0 took three turns, 1 took one
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    assert broadcast_to_steps(per_trajectory, last_step, mask).tolist() == [
+        [2.0, 0.0, 0.0], [2.0, 2.0, 0.0], [2.0, 2.0, 2.0], [-1.0, 0.0, 0.0]
+    ]  # fmt: skip

@@ -73,19 +73,19 @@ def test_grpo_steps_on_gsm8k_with_the_hf_engine(worker, tiny_model):
     from rlc.runtime.algorithms.advantages import grpo_advantages
     from rlc.runtime.batch import Rollout, to_batch, totals
     from rlc.runtime.driver import encode_prompt
-    from rlc.runtime.envs import make
+    from rlc.runtime.envs import gym
     from rlc.runtime.envs.gsm8k import INSTRUCTION
+    from rlc.runtime.generator import gym_extras
     from rlc.runtime.inference.hf import HFEngine, Sampling
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     engine = HFEngine(tiny_model, dtype="bfloat16", device="cuda", tokenizer=tok)
-    env = make("gsm8k")
     rows = [
         {"prompt": [{"role": "user", "content": f"{r['question']} {INSTRUCTION}"}], "answer": r["answer"]}
         for r in GSM8K_ROWS
     ]
-    prompts = [encode_prompt(tok, env.prompt(r)) for r in rows]
+    prompts = [encode_prompt(tok, r["prompt"]) for r in rows]
     sampling = Sampling(max_generate_length=32, temperature=1.0, top_p=0.95)
     timings, diffs = [], []
     for step in range(4):
@@ -98,7 +98,9 @@ def test_grpo_steps_on_gsm8k_with_the_hf_engine(worker, tiny_model):
                 c.token_ids,
                 c.logprobs,
                 c.finish_reason,
-                env.reward(rows[g], tok.decode(c.token_ids, skip_special_tokens=True), c.finish_reason == "stop"),
+                gym.make("gsm8k", None, gym_extras(rows[g], 1)).step(tok.decode(c.token_ids, skip_special_tokens=True))[
+                    "reward"
+                ],
                 g,
             )
             for g, cs in enumerate(outs)

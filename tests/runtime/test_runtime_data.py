@@ -15,7 +15,8 @@ from conftest import run_rlc  # noqa: E402
 from rlc.runtime import data, envs  # noqa: E402
 from rlc.runtime.data import DataError, read_rows, write_rows  # noqa: E402
 from rlc.runtime.envs import synthetic as synthetic_env  # noqa: E402
-from rlc.runtime.envs.gsm8k import GSM8K, INSTRUCTION, extract_answer  # noqa: E402
+from rlc.runtime.envs.arithmetic import Arithmetic  # noqa: E402
+from rlc.runtime.envs.gsm8k import INSTRUCTION, extract_answer  # noqa: E402
 from rlc.runtime.envs.synthetic import CopyDigit  # noqa: E402
 
 RECORDS = [
@@ -32,11 +33,20 @@ ANSWERS = ["72", "1234", "3.5"]
 # -- environments ------------------------------------------------------------------------------------
 
 
-def test_make_builds_the_builtin_environments():
-    assert isinstance(envs.make("gsm8k"), GSM8K)
+def test_make_builds_rlcs_scorers():
+    assert isinstance(envs.make("arithmetic"), Arithmetic)
     assert isinstance(envs.make("synthetic"), CopyDigit)
-    with pytest.raises(ValueError, match="gsm8k, synthetic"):
-        envs.make("gsm9k")
+    with pytest.raises(ValueError, match="arithmetic, synthetic"):
+        envs.make("gsm8k")  # skyrl-gym's environment, not a scorer of rlc's
+
+
+def gsm8k_reward(row: dict, response: str) -> float:
+    """The reward skyrl-gym's `gsm8k` gives a response to a row, built as the runtime builds it."""
+    pytest.importorskip("skyrl_gym")
+    from rlc.runtime.envs import gym
+    from rlc.runtime.generator import gym_extras
+
+    return gym.make("gsm8k", None, gym_extras(row, 1)).step(response)["reward"]
 
 
 @pytest.mark.parametrize(
@@ -61,21 +71,20 @@ def test_extract_answer(text, strict, expected):
     "response, reward",
     [
         ("48 / 2 = 24, 48 + 24 = 72 #### 72", 1.0),
-        ("#### 72.00", 1.0),
+        ("#### 72 and later #### 71", 1.0),  # SkyRL's gsm8k reads the first marked answer
+        ("#### 72.00", 0.0),  # ... as written: 72.00 is not 72
         ("#### 71", 0.0),
         ("the answer is 72", 0.0),  # the reward wants the marked answer
         ("", 0.0),
     ],
 )
-def test_gsm8k_reward(response, reward):
-    assert GSM8K().reward({"answer": "72"}, response, True) == reward
+def test_gsm8k_reward_is_skyrl_gyms(response, reward):
+    assert gsm8k_reward({"reward_spec": {"ground_truth": "72"}}, response) == reward
 
 
-def test_gsm8k_reward_accepts_a_full_reference_solution():
-    row = {"answer": RECORDS[1]["answer"]}
-    assert GSM8K().reward(row, "#### 1234", True) == 1.0
-    assert GSM8K().reward(row, "#### 1,234", False) == 1.0
-    assert GSM8K().reward(row, "#### 234", True) == 0.0
+def test_a_short_row_answer_is_the_ground_truth():
+    assert gsm8k_reward({"answer": "1234"}, "#### 1,234") == 1.0
+    assert gsm8k_reward({"answer": "1234"}, "#### 234") == 0.0
 
 
 def test_synthetic_rows_are_deterministic_per_seed():
@@ -106,7 +115,6 @@ def test_copy_digit_reward(response, finished, reward):
 def test_environment_prompt_is_the_row_prompt():
     row = synthetic_env.rows(1, seed=0)[0]
     assert CopyDigit().prompt(row) == row["prompt"]
-    assert GSM8K().prompt({"prompt": "q?", "answer": "1"}) == "q?"
 
 
 # -- parquet rows ------------------------------------------------------------------------------------
@@ -131,11 +139,23 @@ def test_a_missing_data_file_names_its_path_and_the_fix(tmp_path):
     assert str(path) in str(err.value) and "rlc data" in str(err.value)
 
 
-def test_a_file_without_the_answer_column_is_refused(tmp_path):
+def test_a_file_without_the_prompt_column_is_refused(tmp_path):
     path = tmp_path / "train.parquet"
-    pq.write_table(pa.Table.from_pylist([{"prompt": "x", "label": "1"}]), path)
-    with pytest.raises(DataError, match="answer"):
+    pq.write_table(pa.Table.from_pylist([{"question": "x", "answer": "1"}]), path)
+    with pytest.raises(DataError, match="prompt"):
         read_rows([str(path)])
+
+
+def test_rows_in_skyrls_shape_are_read_as_they_are(tmp_path):
+    row = {
+        "data_source": "openai/gsm8k",
+        "prompt": [{"role": "user", "content": "2+2?"}],
+        "env_class": "gsm8k",
+        "reward_spec": {"method": "rule", "ground_truth": "4"},
+        "extra_info": {"split": "train", "index": 0},
+    }
+    write_rows([row], tmp_path / "train.parquet")
+    assert read_rows([str(tmp_path / "train.parquet")]) == [row]
 
 
 def test_a_file_that_is_not_parquet_is_refused(tmp_path):
@@ -190,8 +210,9 @@ def test_gsm8k_conversion(tmp_path, kind):
     for rec, row in zip(RECORDS, rows):
         assert row["env_class"] == "gsm8k"
         assert row["prompt"] == [{"role": "user", "content": f"{rec['question']} {INSTRUCTION}"}]
-    # What the converter writes, the environment scores.
-    assert GSM8K().reward(rows[0], "#### 72", True) == 1.0
+    # What the converter writes, skyrl-gym's environment scores.
+    assert [r["reward_spec"]["ground_truth"] for r in rows] == ANSWERS
+    assert gsm8k_reward(rows[0], "#### 72") == 1.0
 
 
 def test_gsm8k_validation_holdout_and_name(tmp_path):
@@ -266,3 +287,14 @@ def test_rlc_data_gsm8k_reports_a_malformed_file(tmp_path):
     assert result.stderr.startswith("rlc data:") and f"{source}:2" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "g").exists() or not any((tmp_path / "g").iterdir())
+
+
+def test_rows_of_different_environments_keep_each_ones_fields(tmp_path):
+    rows = [
+        {"prompt": "a", "env_class": "gsm8k", "reward_spec": {"ground_truth": "1"}},
+        {"prompt": "b", "env_class": "text2sql", "db_id": "shop", "data": "spider"},
+    ]
+    write_rows(rows, tmp_path / "mixed.parquet")
+    back = read_rows([str(tmp_path / "mixed.parquet")])
+    assert back[1]["db_id"] == "shop" and back[1]["data"] == "spider" and back[1]["reward_spec"] is None
+    assert back[0]["reward_spec"] == {"ground_truth": "1"} and back[0]["db_id"] is None

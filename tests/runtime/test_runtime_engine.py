@@ -533,3 +533,23 @@ def test_token_weights_add_up_to_the_whole_batch_loss(reduction):
             total = total + (piece["loss"] * w).sum()
             start += size
         torch.testing.assert_close(total, expected, atol=1e-6, rtol=1e-5, msg=f"{reduction} over {split}")
+
+
+def test_a_prompt_continuing_the_last_calls_prompt_runs_only_its_new_tokens(tiny_model, tokenizer, prompts, engine):
+    cached = HFEngine(tiny_model, dtype="float32", device="cpu", tokenizer=tokenizer, prompt_cache_bytes=1 << 26)
+    greedy = Sampling(max_generate_length=8, temperature=0.0)
+    first = cached.generate(prompts, greedy, 1, 0)
+    observation = tokenizer("so then", add_special_tokens=False).input_ids
+    turns = [p + c[0].token_ids + observation for p, c in zip(prompts, first)]
+    fresh = [tokenizer.pad_token_id, *prompts[0]]  # continues none of them
+    assert [cached.prompts.lookup(p) is not None for p in [*turns, fresh]] == [True] * len(turns) + [False]
+    # The next turn (a trajectory's context) samples what a whole prompt pass samples, with the same log-probs.
+    got, want = (
+        flat(cached.generate([*turns, fresh], greedy, 1, 0)),
+        flat(engine.generate([*turns, fresh], greedy, 1, 0)),
+    )
+    assert [(ids, end) for ids, _, end in got] == [(ids, end) for ids, _, end in want]
+    for (_, logprobs, _), (_, expected, _) in zip(got, want):
+        assert logprobs == pytest.approx(expected, abs=1e-4)
+    cached.finish_weight_update(1)  # keys and values of the old weights are of no use
+    assert cached.prompts.lookup(turns[0]) is None

@@ -1,0 +1,123 @@
+"""SkyRL-Gym as the environment layer: every trajectory steps a `skyrl_gym.Env`, made as SkyRL makes it.
+
+The ids are skyrl-gym's own (gsm8k, gsm8k_multi_turn, text2sql, search, lcb, aime, searchcode), rlc's
+(`synthetic`, `arithmetic`: its scorers as single-turn environments; `llm_as_a_judge`, SkyRL's example) and those installed packages name in the
+entry-point group ``rlc.environments`` (entry-point name = env id, object = the environment class, or any callable
+taking ``env_config`` and ``extras``)::
+
+    [project.entry-points."rlc.environments"]
+    countdown = "my_pkg.envs:CountdownEnv"
+
+An environment is built as SkyRL's generator builds it: ``skyrl_gym.make(env_class, env_config=
+environment.skyrl_gym.<env_class> (an empty dict when there is no such section), extras=<every column of the
+dataset row but prompt and env_class, plus max_turns>)``. The code environments run the model's code through rlc's
+sandbox (`rlc.runtime.envs.code`) instead of in the trainer's process.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, ClassVar
+
+import skyrl_gym
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+ENV_GROUP = "rlc.environments"
+
+# rlc's replacements and additions, registered over skyrl-gym's registry (id -> "module:attribute").
+RLC_ENVS = {
+    "synthetic": "rlc.runtime.envs.gym:SyntheticEnv",
+    "arithmetic": "rlc.runtime.envs.gym:ArithmeticEnv",
+    "lcb": "rlc.runtime.envs.code:SandboxedLCBEnv",
+    "searchcode": "rlc.runtime.envs.code:SandboxedSearchCodeEnv",
+    "llm_as_a_judge": "rlc.runtime.envs.judge:LLMJudgeEnv",  # SkyRL ships it with an example, not in skyrl-gym
+}
+
+_lock = threading.Lock()
+_registered = False
+
+
+class UnknownEnvironmentError(Exception):
+    """An environment id no installed package registers."""
+
+
+def ensure_registered() -> None:
+    """Register rlc's environments and the installed extensions' over skyrl-gym's, once per process."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        for env_id, entry_point in {**RLC_ENVS, **_entry_points()}.items():
+            if env_id in skyrl_gym.registry:
+                skyrl_gym.envs.registration.deregister(env_id)
+            skyrl_gym.register(id=env_id, entry_point=entry_point)
+        _registered = True
+
+
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.value for ep in entry_points(group=ENV_GROUP)}
+
+
+def registered() -> list[str]:
+    """Every environment id this process can make."""
+    ensure_registered()
+    return sorted(skyrl_gym.registry)
+
+
+def env_config(gym_config: Any, env_class: str) -> Any:
+    """The settings SkyRL hands an environment: `environment.skyrl_gym.<env_class>`, or an empty dict."""
+    found = getattr(gym_config, env_class, None)
+    return found if found is not None and not isinstance(found, (int, float, str)) else {}
+
+
+def make(env_class: str, gym_config: Any, extras: dict):
+    """A fresh environment of `env_class` for one trajectory."""
+    ensure_registered()
+    if env_class not in skyrl_gym.registry:
+        raise UnknownEnvironmentError(
+            f"no environment {env_class!r} is registered (rlc and skyrl-gym have {', '.join(registered())}; "
+            f"a package adds one through the entry-point group {ENV_GROUP})"
+        )
+    return skyrl_gym.make(env_class, env_config=env_config(gym_config, env_class), extras=extras)
+
+
+# -- rlc's scorers as SkyRL-Gym environments ---------------------------------------------------------------------
+
+
+class _ScorerEnv(BaseTextEnv):
+    """One of rlc's scorers (the reward of one completion) as a single-turn environment.
+
+    The scorers also judge whether the completion ran into the length limit: rlc's rollouts pass that through
+    `step_finished`; a plain `step` takes the completion as ended."""
+
+    scorer: ClassVar[str]
+
+    def __init__(self, env_config: Any = None, extras: dict | None = None):
+        from rlc.runtime.envs import make as make_scorer
+
+        super().__init__()
+        self.row = dict(extras or {})
+        self.inner = make_scorer(self.scorer)
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        return self.step_finished(action, True)
+
+    def step_finished(self, action: str, finished: bool) -> BaseTextEnvStepOutput:
+        reward = float(self.inner.reward(self.row, action, finished))
+        return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata={})
+
+    def correct(self, action: str) -> bool:
+        """Whether the final answer is right, for the eval accuracy (the scorer's own judgement)."""
+        from rlc.runtime.envs import correct
+
+        return correct(self.inner, self.row, action, float(self.inner.reward(self.row, action, True)))
+
+
+class SyntheticEnv(_ScorerEnv):
+    scorer = "synthetic"
+
+
+class ArithmeticEnv(_ScorerEnv):
+    scorer = "arithmetic"

@@ -1,0 +1,239 @@
+"""SkyRL-Gym environments as the runtime builds them, against real components: SQLite databases, a retrieval
+server on 127.0.0.1, code run against its test cases in the sandbox."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("skyrl_gym")
+
+from retrieval import RetrievalServer  # noqa: E402
+from rlc.runtime.envs import gym  # noqa: E402
+from rlc.runtime.generator import gym_extras  # noqa: E402
+from rlc.spec.generation import SkyRLGymConfig  # noqa: E402
+
+SKYRL_GYM_IDS = {"aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchcode", "text2sql"}
+
+
+def make(env_class: str, row: dict, config: SkyRLGymConfig | None = None, max_turns: int = 5):
+    return gym.make(env_class, config or SkyRLGymConfig(), gym_extras(row, max_turns))
+
+
+def test_every_skyrl_gym_environment_and_rlcs_own_are_registered():
+    assert SKYRL_GYM_IDS | {"arithmetic", "synthetic", "llm_as_a_judge"} <= set(gym.registered())
+
+
+def test_the_compilers_list_of_environments_is_what_the_runtime_registers():
+    from importlib.metadata import entry_points
+
+    from rlc.core.runtime_facts import BUILTIN_ENVS, CHAT_TEMPLATE_NAMES, SKYRL_GYM_ENVS
+    from rlc.runtime.chat import NAMED_TEMPLATES
+
+    extensions = {ep.name for ep in entry_points(group=gym.ENV_GROUP)}
+    assert set(BUILTIN_ENVS) == set(gym.registered()) - extensions
+    # skyrl-gym's own registry, in a process where rlc has registered nothing over it
+    own = subprocess.run(
+        [sys.executable, "-c", "import skyrl_gym; print(' '.join(sorted(skyrl_gym.registry)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert set(SKYRL_GYM_ENVS) == set(own.stdout.split())
+    assert CHAT_TEMPLATE_NAMES == tuple(sorted(NAMED_TEMPLATES))
+
+
+def test_an_unknown_environment_names_the_ones_there_are():
+    with pytest.raises(gym.UnknownEnvironmentError, match="gsm8k, gsm8k_multi_turn"):
+        gym.make("gsm9k", SkyRLGymConfig(), {})
+
+
+def test_an_environment_gets_its_own_settings_section():
+    config = SkyRLGymConfig()
+    assert gym.env_config(config, "search") is config.search
+    assert gym.env_config(config, "gsm8k") == {}  # no section: SkyRL hands an empty dict
+    assert gym.env_config(config, "max_env_workers") == {}  # a plain setting is not a section
+
+
+def test_rlcs_scorers_step_as_single_turn_environments():
+    env = make("arithmetic", {"prompt": [{"role": "user", "content": "2+3?"}], "answer": "5"})
+    assert env.init([{"role": "user", "content": "2+3?"}])[0] == [{"role": "user", "content": "2+3?"}]
+    out = env.step_finished("2 + 3 = 5", True)
+    assert (out["reward"], out["done"], out["observations"]) == (1.0, True, [])
+    cut_off = make("arithmetic", {"answer": "5"}).step_finished("2 + 3 = 5", False)
+    assert cut_off["reward"] == 0.0  # arithmetic scores a completion that ran out of tokens 0
+    assert make("synthetic", {"answer": "7"}).step("7")["reward"] == 1.0
+
+
+# -- text2sql against SQLite databases built here -------------------------------------------------------------
+
+
+@pytest.fixture
+def sql_config(tmp_path):
+    db_dir = tmp_path / "sql" / "spider" / "database" / "shop"
+    db_dir.mkdir(parents=True)
+    with sqlite3.connect(db_dir / "shop.sqlite") as db:
+        db.execute("CREATE TABLE fruit (name TEXT, price INTEGER)")
+        db.executemany("INSERT INTO fruit VALUES (?, ?)", [("apple", 3), ("pear", 5), ("plum", 2)])
+    config = SkyRLGymConfig()
+    config.text2sql.db_path = str(tmp_path / "sql")
+    return config
+
+
+def sql_row(gold: str = "SELECT name FROM fruit WHERE price > 2") -> dict:
+    return {"prompt": [], "db_id": "shop", "data": "spider", "reward_spec": {"ground_truth": gold}}
+
+
+def test_text2sql_runs_the_models_query_and_scores_its_answer(sql_config):
+    env = make("text2sql", sql_row(), sql_config)
+    first = env.step("<think>which fruit costs more than 2?</think><sql>SELECT name, price FROM fruit</sql>")
+    assert not first["done"] and first["reward"] == 0
+    seen = first["observations"][0]["content"]
+    assert "apple" in seen and "pear" in seen and "plum" in seen  # the query really ran on the database
+    last = env.step("<think>apple and pear</think><solution>SELECT name FROM fruit WHERE price >= 3</solution>")
+    assert last["done"] and last["reward"] == 1.0  # same rows as the gold query
+    wrong = make("text2sql", sql_row(), sql_config)
+    assert wrong.step("<think>x</think><solution>SELECT name FROM fruit</solution>")["reward"] == 0.0
+
+
+def test_a_malformed_tool_call_is_answered_not_raised(sql_config):
+    env = make("text2sql", sql_row(), sql_config)
+    out = env.step("I will query the table now")  # no <sql> block
+    assert not out["done"] and "invalid" in out["observations"][0]["content"]
+    broken = env.step("<think>x</think><sql>SELEC name FRM fruit</sql>")
+    assert "Error executing SQL" in broken["observations"][0]["content"]
+
+
+def test_a_query_that_hangs_is_stopped_at_the_tools_timeout(sql_config):
+    env = make("text2sql", sql_row(), sql_config)
+    endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+    out = env.step(f"<think>count</think><sql>{endless}</sql>")  # the tool interrupts it after its 5 s
+    assert "SQL Timeout" in out["observations"][0]["content"] and not out["done"]
+
+
+def test_a_missing_database_fails_the_environment(sql_config):
+    with pytest.raises(FileNotFoundError):
+        make("text2sql", {**sql_row(), "db_id": "nowhere"}, sql_config)
+
+
+# -- search against a retrieval server on 127.0.0.1 -----------------------------------------------------------
+
+
+def test_search_calls_the_retrieval_server_and_scores_the_answer():
+    with RetrievalServer() as server:
+        config = SkyRLGymConfig()
+        config.search.search_url = server.url
+        row = {"prompt": [], "reward_spec": {"ground_truth": {"target": ["Paris"]}}}
+        env = make("search", row, config, max_turns=3)
+        out = env.step("<think>I need the capital of France</think><search>capital of France</search>")
+        assert server.requests == 1 and not out["done"]
+        result = json.loads(out["observations"][0]["content"].split("<information>")[1].split("</information>")[0])
+        assert result["result"].startswith("Doc 1: Paris is the capital")
+        assert env.step("<answer>Paris</answer>")["reward"] == 1.0
+        assert make("search", row, config).step("<answer>Berlin</answer>")["reward"] == 0.0
+
+
+# -- code, run in the sandbox ---------------------------------------------------------------------------------
+
+ADD_TESTS = [
+    {"input": "3 4\n", "output": "7\n", "testtype": "stdin"},
+    {"input": "10 5\n", "output": "15\n", "testtype": "stdin"},
+]
+
+
+def lcb_row(tests=ADD_TESTS) -> dict:
+    return {"prompt": [], "reward_spec": {"ground_truth": json.dumps(tests)}}
+
+
+@pytest.mark.parametrize(
+    "code, reward",
+    [
+        ("a, b = map(int, input().split())\nprint(a + b)", 1.0),
+        ("a, b = map(int, input().split())\nprint(a - b)", 0.0),
+        ("import os\nprint(os.environ['RLC_TEST_API_KEY'])", 0.0),  # no secret to print: a KeyError
+    ],
+)
+def test_lcb_runs_the_code_against_its_test_cases(code, reward, monkeypatch):
+    monkeypatch.setenv("RLC_TEST_API_KEY", "42")
+    out = make("lcb", lcb_row()).step(f"Here it is:\n```python\n{code}\n```")
+    assert (out["reward"], out["done"]) == (reward, True)
+
+
+def test_lcb_without_a_code_block_scores_nothing():
+    assert make("lcb", lcb_row()).step("print(7)")["reward"] == 0.0
+
+
+def test_searchcodes_python_tool_runs_in_the_sandbox(monkeypatch):
+    monkeypatch.setenv("RLC_TEST_API_KEY", "s3cr3t")
+    env = make("searchcode", {"prompt": [], "reward_spec": {"ground_truth": "4"}}, max_turns=3)
+    out = env.step("<tool><python>import os; print(2 + 2, os.environ.get('RLC_TEST_API_KEY'))</python></tool>")
+    assert out["observations"][0]["content"] == "4 None"
+    bad = env.step("<tool><python>1/0</python></tool>")
+    assert "ZeroDivisionError" in bad["observations"][0]["content"]
+
+
+def test_an_extensions_environment_is_built_with_its_spec_section():
+    from importlib.metadata import entry_points
+
+    if not any(ep.name == "countdown" for ep in entry_points(group=gym.ENV_GROUP)):
+        pytest.skip("the demo extension is not installed here (make venv installs it)")
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"environment": {"skyrl_gym": {"countdown": {"allow_negative": True}}}})
+    row = {"prompt": [], "numbers": [3, 4, 5], "target": 2}
+    env = gym.make("countdown", spec.environment.skyrl_gym, gym_extras(row, 1))
+    assert env.step("<answer>3 - 4 + 3</answer>")["reward"] == 0.0  # 3 is given once
+    assert env.step("<answer>3 - 5 + 4</answer>")["reward"] == 1.0  # negative on the way: allowed by the section
+
+
+# -- an LLM judge behind an OpenAI-compatible API on 127.0.0.1 ------------------------------------------------
+
+
+@pytest.fixture
+def judge_url():
+    """A judge server: grades 1 when the student's `#### N` matches the reference's, after checking the key."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Judge(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path != "/v1/chat/completions" or self.headers.get("Authorization") != "Bearer test-key":
+                self.send_error(401)
+                return
+            text = body["messages"][0]["content"]
+            reference, student = text.split("Reference solution:\n")[1].split("\n\nStudent's solution:\n")
+            same = reference.split("####")[-1].strip() == student.split("####")[-1].strip() and "####" in student
+            reply = json.dumps({"choices": [{"message": {"content": f"Checked.\nScore: {int(same)}"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_llm_as_a_judge_asks_the_judge_with_the_key(judge_url, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    config = SkyRLGymConfig()
+    config.llm_as_a_judge.base_url = judge_url
+    row = {"prompt": [], "reward_spec": {"ground_truth": "24 + 48 = 72\n#### 72"}}
+    assert make("llm_as_a_judge", row, config).step("so 72 in all\n#### 72")["reward"] == 1.0
+    assert make("llm_as_a_judge", row, config).step("#### 71")["reward"] == 0.0
+    monkeypatch.setenv("OPENAI_API_KEY", "wrong-key")
+    refused = make("llm_as_a_judge", row, config).step("#### 72")
+    assert refused["reward"] == 0.0 and "401" in refused["metadata"]["judge_error"]
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        make("llm_as_a_judge", row, config)
