@@ -43,6 +43,8 @@ class Shown:
 def rlc_words(command: str) -> list[str] | None:
     """The arguments of an `rlc` (or `.venv/bin/rlc`) command line, comments and a redirection or pipe that follows
     dropped; None for any other command."""
+    if command.split(maxsplit=1)[:1] not in (["rlc"], [".venv/bin/rlc"]):
+        return None
     words = shlex.split(command, comments=True)
     words = words[: next((i for i, w in enumerate(words) if w in (">", ">>", "|", "&&", ";")), len(words))]
     if words and words[0] in ("rlc", ".venv/bin/rlc"):
@@ -70,8 +72,8 @@ def commands(page: Path) -> list[Shown]:
                     assert current is not None, f"{where}: output shown before any command"
                     current.append(row.rstrip())
         elif lang in ("bash", "sh"):
-            for i, row in enumerate(re.sub(r"\\\n", " ", body).splitlines()):  # continued lines joined
-                words = rlc_words(row) if row.strip() else None
+            for i, row in enumerate(body.replace("\\\n", " ").splitlines()):
+                words = rlc_words(row)
                 if words is not None:
                     found.append(Shown(f"{where}+{i}", words))
     return found
