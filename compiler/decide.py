@@ -22,6 +22,11 @@ from rlc.core.plan import Plan
 
 # vLLM's accepted `max_lora_rank` values (a Literal of EngineArgs in vLLM 0.30; a vllm_api test compares).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# vLLM 0.30 on a CPU: the KV cache's block (CpuPlatform sets 128 tokens unless the user chose one), and the KV cache of
+# a model rlc cannot size (a hub id not downloaded yet): 1 GiB, what engine_init_kwargs.kv_cache_memory_bytes overrides.
+CPU_KV_BLOCK_TOKENS = 128
+CPU_KV_UNKNOWN_MODEL_BYTES = 1 << 30
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 STRATEGY_NAMES = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
 
 
@@ -152,6 +157,26 @@ def lora_max_rank(rank: int) -> int:
     return next((r for r in VLLM_LORA_RANKS if r >= rank), VLLM_LORA_RANKS[-1])
 
 
+def cpu_kv_cache_bytes(spec: Any, engines: int) -> int:
+    """A CPU engine's KV cache: room for every sequence of the largest batch an engine gets at once (its share of a
+    step's rollouts, or of an evaluation batch; at most max_num_seqs), each max_model_len tokens in whole blocks.
+    A larger cache would only hold host memory; a smaller one still works, vLLM then runs fewer sequences at once."""
+    from rlc.compiler.model_size import model_info
+
+    t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
+    overrides = t.policy.model_config_kwargs
+    shape = model_info(t.policy.model.path, overrides if isinstance(overrides, dict) else None).shape
+    if shape is None:
+        return CPU_KV_UNKNOWN_MODEL_BYTES
+    rows = int(t.train_batch_size) * int(g.n_samples_per_prompt)
+    if t.eval_interval > 0 or t.eval_before_train:
+        rows = max(rows, int(t.eval_batch_size) * int(g.eval_n_samples_per_prompt))
+    rows = min(-(-rows // max(1, engines)), int(ie.max_num_seqs))
+    blocks = -(-max_model_len(spec) // CPU_KV_BLOCK_TOKENS)
+    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * _DTYPE_BYTES[engine_dtype(spec, "cpu")]
+    return rows * blocks * CPU_KV_BLOCK_TOKENS * per_token
+
+
 def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
     """vLLM's engine arguments, from generator.inference_engine and what the job around the engines needs."""
     t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
@@ -177,14 +202,16 @@ def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
         # Log-probs after penalties, temperature and top-k/top-p/min-p: with those filters off (the default),
         # log_softmax(logits / T), what the trainer computes; vLLM's default (raw) ignores the temperature.
         logprobs_mode="processed_logprobs",
-        # The CuMem allocator that lets sleep() hand the GPU to the trainer when both share it.
-        enable_sleep_mode=bool(t.placement.colocate_all),
+        # The CuMem allocator that lets sleep() hand the GPU to the trainer when both share it (vLLM has no sleep
+        # mode on a CPU, and nothing to hand over there).
+        enable_sleep_mode=bool(t.placement.colocate_all) and device != "cpu",
         enable_lora=lora_rank > 0,
         max_lora_rank=lora_max_rank(lora_rank) if lora_rank > 0 else 0,
         max_loras=1 if lora_rank > 0 else 0,  # one adapter per engine in spec v1
         fully_sharded_loras=bool(ie.fully_sharded_loras) if lora_rank > 0 else False,
         rope_scaling=dict(g.rope_scaling) if g.rope_scaling else None,
         rope_theta=float(g.rope_theta) if g.rope_theta is not None else None,
+        kv_cache_memory_bytes=cpu_kv_cache_bytes(spec, len(engine_indices)) if device == "cpu" else None,
         init_kwargs=dict(ie.engine_init_kwargs or {}),
         # The engine core runs in the actor's process: scheduling is deterministic and no serialization stands
         # between the actor and its workers.

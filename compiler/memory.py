@@ -569,7 +569,7 @@ def check_memory(
     est = estimate(spec, plan)
     diags: list[Diagnostic] = []
     for role, info in est.models.items():
-        if info.shape is None:
+        if info.shape is None and info.path is not None:  # no path at all is RLC-E314
             key = f"trainer.{role}.model.path"
             diags.append(
                 Diagnostic(

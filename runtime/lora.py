@@ -13,26 +13,50 @@ import torch
 ADAPTER_MARK = ".lora_"  # in the name of every adapter tensor PEFT adds
 
 
-def with_lora(lm: torch.nn.Module, lora) -> torch.nn.Module:
-    """`lm` with PEFT LoRA adapters per `model.lora` (rank, alpha, dropout, target/exclude modules, init)."""
-    from peft import LoraConfig, get_peft_model
+def lora_config(lora, target_modules=None):
+    """PEFT's LoraConfig of `model.lora` (rank, alpha, dropout, target/exclude modules, init); `target_modules`
+    replaces the spec's (a saved adapter names the modules it has)."""
+    from peft import LoraConfig
 
     init = (
         True if lora.init_method in ("kaiming", "default") else lora.init_method
     )  # PEFT's default is kaiming-uniform A
-    config = LoraConfig(
+    return LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
-        exclude_modules=lora.exclude_modules,
+        target_modules=target_modules if target_modules is not None else lora.target_modules,
+        exclude_modules=lora.exclude_modules if target_modules is None else None,
         init_lora_weights=init,
         task_type="CAUSAL_LM",
     )
+
+
+def with_lora(lm: torch.nn.Module, lora) -> torch.nn.Module:
+    """`lm` with PEFT LoRA adapters per `model.lora`."""
+    from peft import get_peft_model
+
     with warnings.catch_warnings():  # PEFT asks transformers an is_gradient_checkpointing it deprecated
         warnings.simplefilter("ignore", FutureWarning)
-        return get_peft_model(lm, config)
+        return get_peft_model(lm, lora_config(lora))
 
 
 def adapter_names(names) -> list[str]:
     return [n for n in names if ADAPTER_MARK in n]
+
+
+def save_adapter(adapters: dict[str, torch.Tensor], lora, directory: str, base_model: str) -> None:
+    """The trainer's adapter tensors (PEFT's in-model names, `...q_proj.lora_A.default.weight`) as a PEFT adapter
+    directory, what vLLM loads a LoRA from: adapter_config.json naming the modules that have adapters, and
+    adapter_model.safetensors with PEFT's saved names (the adapter's name left out)."""
+    import os
+
+    from safetensors.torch import save_file
+
+    saved = {name.replace(".default.", "."): t.contiguous() for name, t in adapters.items()}
+    modules = sorted({name.split(ADAPTER_MARK)[0].rsplit(".", 1)[-1] for name in saved})
+    config = lora_config(lora, target_modules=modules)
+    config.base_model_name_or_path = base_model
+    os.makedirs(directory, exist_ok=True)
+    config.save_pretrained(directory)
+    save_file(saved, os.path.join(directory, "adapter_model.safetensors"))

@@ -21,27 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlc.core.embedded_models import EMBEDDED, RECIPE, EmbeddedModel
+
 SCHEME = "rlc:"
-
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int
-    max_position_embeddings: int = 512
-
-
-# Bump the suffix when the recipe changes so caches built by older versions are not reused.
-EMBEDDED: dict[str, EmbeddedModel] = {
-    "tiny": EmbeddedModel(64, 128, 2, 4, 2, vocab_size=64),
-    # Some tens of millions of parameters: big enough that compute, not framework overhead, dominates.
-    "small": EmbeddedModel(512, 1536, 8, 8, 4, vocab_size=4096),
-}
-_RECIPE = "v1"
 
 
 @dataclass(frozen=True)
@@ -82,7 +64,7 @@ def local_path(path: str) -> str:
     if name not in EMBEDDED:
         known = ", ".join(SCHEME + n for n in (*EMBEDDED, *PACKAGED))
         raise ModelPathError(f"unknown embedded model {path!r}; rlc has {known}")
-    target = cache_root() / "models" / f"{name}-{_RECIPE}"
+    target = cache_root() / "models" / f"{name}-{RECIPE}"
     if not (target / "config.json").exists():
         _build(EMBEDDED[name], target)
     return str(target)

@@ -25,6 +25,8 @@ QUIET_ENV = {
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
+    # vLLM logs at INFO a few lines per step (prefix-cache resets after every weight update).
+    "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
 }
 
 
@@ -231,9 +233,12 @@ class Cluster:
             .remote(
                 self.policy_path,
                 dtype=es.dtype,
+                device=es.device,
                 eos_token_id=self.tokenizer.eos_token_id,
                 engine_args=args,
                 env=es.vllm.env,
+                cpu_slots_per_node=es.cpu_slots_per_node,
+                lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None,
             )
         )
 

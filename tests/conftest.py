@@ -194,6 +194,9 @@ LONGEST_FIRST = (
     "test_run_options.py",  # ~175 s: a short run per algorithm option
     "test_slurm.py",  # ~250 s: batch jobs on a real Slurm of two simulated hosts
     "test_megatron.py",  # ~140 s
+    "test_vllm_run.py",  # ~225 s on a busy machine: the local example's 200 steps with the vllm engine
+    "test_vllm_serve.py",  # ~200 s: vLLM's own server started, then a run against it
+    "test_vllm_cpu.py",  # ~170 s: three vLLM engines started
     "test_multiturn.py",  # ~60 s: two multi-turn runs
     "test_generator.py",
     "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv

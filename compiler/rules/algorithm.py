@@ -105,6 +105,17 @@ def resume_from_path_needs_path(c: Context):
         )
 
 
+@rule("RLC-E314", "the policy names a model", "trainer.policy.model.path")
+def policy_needs_model(c: Context):
+    if not c.t.policy.model.path:
+        yield c.error(
+            "RLC-E314",
+            "trainer.policy.model.path",
+            "trainer.policy.model.path is not set: there is no model to train",
+            "set trainer.policy.model.path to a Hugging Face id, a local directory or an embedded model (rlc:tiny)",
+        )
+
+
 @rule(
     "RLC-E307",
     "step-wise trajectories need a per-trajectory advantage (not gae or reinforce++)",
@@ -563,6 +574,7 @@ RULES = (
     off_policy_correction_excludes_cov_losses,
     max_ckpts_to_keep_valid,
     resume_from_path_needs_path,
+    policy_needs_model,
     step_wise_needs_per_trajectory_advantage,
     off_policy_correction_in_range,
     loss_temperature_positive,

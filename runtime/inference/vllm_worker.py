@@ -1,24 +1,40 @@
 """Code that runs inside each vLLM worker process: how new weights get into the engine's model.
 
 `engine_kwargs` names `WeightSyncExtension` as vLLM's `worker_extension_cls`, so vLLM mixes it into its
-GPU worker class and `LLM.collective_rpc("rlc_...")` runs these methods on every worker (all TP x PP
+worker class (GPU or CPU) and `LLM.collective_rpc("rlc_...")` runs these methods on every worker (all TP x PP
 ranks). Inside a worker, `self.model_runner.model.load_weights([(hf_name, tensor), ...])` takes
 checkpoint names and tensors and does the fusing (q/k/v, gate/up) and tensor-parallel slicing itself,
 so every worker receives full tensors: rlc never shards weights for vLLM.
 
-The worker attributes used here (`model_runner`, `device`, `parallel_config`) are vLLM 0.30's
+A model's weights are not kept as loaded: after loading, vLLM turns them into its kernels' layout (on a CPU every
+linear layer's weight is packed into a oneDNN or SGL matmul handle and the parameter emptied; quantized layers are
+quantized). So every update runs inside vLLM's layerwise reload (`initialize_layerwise_reload` ...
+`finalize_layerwise_reload`, what vLLM 0.30's own weight-transfer engines do): the layers get their
+checkpoint-format parameters back, take the new tensors, and are processed again once each has all of its own.
+
+The worker attributes used here (`model_runner`, `device`, `parallel_config`, `vllm_config`) are vLLM 0.30's
 (`vllm/v1/worker/worker_base.py`). Only torch is imported at module level: vLLM imports this module
 by name in each worker, and the tests import it without vLLM.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import pickle
 from typing import Any
 
 import torch
 
 WEIGHT_GROUP = "rlc-weight-sync"  # weight_sync.init_group's default group name: both sides must agree
+# What `rlc_http_call` runs: the methods whose arguments and results are plain JSON.
+HTTP_METHODS = (
+    "rlc_init_weight_update_group",
+    "rlc_receive_weights",
+    "rlc_close_weight_update_group",
+    "rlc_weight_group",
+    "rlc_load_safetensors",
+)
 
 
 def gpu_uuid(device_index: int) -> str:
@@ -35,6 +51,8 @@ class WeightSyncExtension:
     device: Any
     parallel_config: Any
     model_runner: Any
+    vllm_config: Any
+    _rlc_group_info: dict[str, Any] | None = None  # the weight-update group joined, as `rlc_weight_group` tells it
 
     def rlc_call(self, request: bytes):
         """Run `rlc_<method>(*args)` from pickled bytes: what crosses into an engine core running in its
@@ -44,14 +62,53 @@ class WeightSyncExtension:
             raise ValueError(f"{method!r} is not an rlc worker method")
         return getattr(self, method)(*args)
 
+    def rlc_http_call(self, request: str):
+        """Run one of `HTTP_METHODS` from a JSON `{"method": ..., "args": [...]}`: what vLLM's own server passes on
+        from its `POST /collective_rpc` (VLLM_SERVER_DEV_MODE=1), which carries string arguments only."""
+        call = json.loads(request)
+        method, args = call.get("method"), call.get("args", [])
+        if method not in HTTP_METHODS or not isinstance(args, list):
+            raise ValueError(f"{method!r} is not an rlc worker method callable over HTTP")
+        return getattr(self, method)(*args)
+
+    def rlc_load_safetensors(self, data: str) -> int:
+        """Load a full state dict sent as base64 safetensors bytes (weights over vLLM's HTTP server)."""
+        from safetensors.torch import load
+
+        return self.rlc_load_weights(load(base64.b64decode(data)))
+
+    def rlc_weight_group(self) -> dict | None:
+        """The weight-update group this worker is in (its master, rank, size, backend), or None."""
+        return self._rlc_group_info
+
     def rlc_load_weights(self, state_dict: dict) -> int:
         """Load a full state dict (tensors, or `transfer.pack`ed numpy arrays); returns the tensors loaded."""
         from rlc.runtime.transfer import unpack
 
         weights = unpack(state_dict)
+        self.rlc_start_weight_update()
         # One tensor on the device at a time: the generator is consumed by load_weights.
         self._rlc_load((name, t.to(self.device)) for name, t in weights.items())
+        self.rlc_finish_weight_update()
         return len(weights)
+
+    def rlc_start_weight_update(self) -> None:
+        """Begin an update: every layer gets its checkpoint-format parameters back (vLLM's layerwise reload)."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        _quiet_computed_buffers()
+        with set_current_vllm_config(self.vllm_config):
+            initialize_layerwise_reload(self.model_runner.model)
+
+    def rlc_finish_weight_update(self) -> None:
+        """End an update: the layers not processed yet are, and vLLM drops LoRA state built on the old weights."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        with set_current_vllm_config(self.vllm_config):
+            finalize_layerwise_reload(self.model_runner.model, self.model_runner.model_config)
+        self.model_runner.reset_lora_state()
 
     def rlc_init_weight_update_group(
         self,
@@ -75,6 +132,13 @@ class WeightSyncExtension:
         self._rlc_group = init_group(
             master_address, master_port, rank, world_size, backend=backend, group_name=group_name
         )
+        self._rlc_group_info = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank": rank,
+            "world_size": world_size,
+            "backend": backend,
+        }
         return rank
 
     def rlc_receive_weights(self, names: list[str], dtypes: list, shapes: list) -> int:
@@ -87,7 +151,10 @@ class WeightSyncExtension:
         from rlc.runtime.weight_sync import WeightMeta, receive_weights
 
         metas = [WeightMeta(n, str(d).removeprefix("torch."), tuple(s)) for n, d, s in zip(names, dtypes, shapes)]
-        return receive_weights(self._rlc_group, metas, self.device, self._rlc_load)
+        self.rlc_start_weight_update()
+        received = receive_weights(self._rlc_group, metas, self.device, self._rlc_load)
+        self.rlc_finish_weight_update()
+        return received
 
     def rlc_close_weight_update_group(self) -> None:
         from rlc.runtime.weight_sync import close_group
@@ -96,9 +163,11 @@ class WeightSyncExtension:
         if group is not None:
             close_group(group)
             self._rlc_group = None
+        self._rlc_group_info = None
 
     def rlc_update_weights_ipc(self, handles_by_gpu_uuid: dict, entries: list) -> int:
-        """CUDA ONLY (untested without a GPU). Load one bucket that a trainer rank on this same GPU shares.
+        """CUDA ONLY (untested without a GPU). Load one bucket that a trainer rank on this same GPU shares, between
+        `rlc_start_weight_update` and `rlc_finish_weight_update`.
 
         `handles_by_gpu_uuid` maps `gpu_uuid(...)` of each trainer rank's GPU to its `weight_sync.ipc_handle`
         of a `pack_ipc_bucket` buffer; `entries` are that bucket's `BucketEntry`s (or their dicts). The
@@ -121,5 +190,22 @@ class WeightSyncExtension:
         return len(entries)
 
     def _rlc_load(self, named_tensors) -> None:
-        # Unquantized models only: a quantized engine would also need process_weights_after_loading.
         self.model_runner.model.load_weights(weights=named_tensors)
+
+
+def _computed_buffer_warning(record) -> bool:
+    """False for vLLM's reload warning about a rotary embedding: its cos/sin cache is computed, never in a
+    checkpoint, so every update "fails to load" it (and keeps it, which is right)."""
+    return not (
+        record.msg == "%s: Failed to load weights"
+        and isinstance(record.args, tuple)
+        and str(record.args[0]).endswith("RotaryEmbedding")
+    )
+
+
+def _quiet_computed_buffers() -> None:
+    import logging
+
+    logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if _computed_buffer_warning not in logger.filters:
+        logger.addFilter(_computed_buffer_warning)

