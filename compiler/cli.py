@@ -487,6 +487,30 @@ def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, hig
         click.echo(f"wrote {path}")
 
 
+@data.command("calculator")
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="~/.cache/rlc/data/calculator",
+    show_default=True,
+    help="Directory for train.parquet and validation.parquet.",
+)
+@click.option("--train", "train_rows", type=click.IntRange(1, 200_000), default=2000, show_default=True)
+@click.option("--validation", "--val", "val_rows", type=click.IntRange(1, 100_000), default=128, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def data_calculator(out_dir: str, train_rows: int, val_rows: int, seed: int) -> None:
+    """Multiplication word problems of `env_class: calculator`, answered over several turns with a calculator
+    tool (held-out validation questions)."""
+    from pathlib import Path
+
+    from rlc.runtime.data import calculator
+
+    for path in calculator(Path(out_dir).expanduser(), train_rows, val_rows, seed):
+        click.echo(f"wrote {path}")
+
+
 @data.command("gsm8k")
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="~/data/gsm8k", show_default=True)

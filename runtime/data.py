@@ -86,7 +86,21 @@ def arithmetic(
 
     high = MAX_NUMBER if high is None else high
     held_out = rows(validation, seed + 1, high=high)
-    train_rows = rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high)
+    return _write_splits(
+        out_dir, rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high), held_out
+    )
+
+
+def calculator(out_dir: Path, train: int = 2000, validation: int = 128, seed: int = 0) -> list[Path]:
+    """Multiplication problems of `env_class: calculator` (multi-turn, a calculator tool); no validation question
+    appears in the training split."""
+    from rlc.runtime.envs.calculator import rows
+
+    held_out = rows(validation, seed + 1)
+    return _write_splits(out_dir, rows(train, seed, exclude={r["prompt"][-1]["content"] for r in held_out}), held_out)
+
+
+def _write_splits(out_dir: Path, train_rows: list[dict], held_out: list[dict]) -> list[Path]:
     written = []
     for name, split in (("train", train_rows), ("validation", held_out)):
         path = out_dir / f"{name}.parquet"

@@ -28,7 +28,7 @@ from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batches, pad_rows, to_batch, totals
 from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
 from rlc.runtime.colocation import Colocation
-from rlc.runtime.data import DataError, arithmetic, expand, read_rows, synthetic
+from rlc.runtime.data import DataError, arithmetic, calculator, expand, read_rows, synthetic
 from rlc.runtime.dumps import dump_eval_results, dump_training_batch
 from rlc.runtime.generator import Generator, Settings, rollout_metrics
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
@@ -139,11 +139,16 @@ class Driver:
         from rlc.runtime.envs.gym import registered
 
         env_class = self.spec.environment.env_class
-        generated = {"synthetic": (synthetic, "synthetic copy-the-digit"), "arithmetic": (arithmetic, "arithmetic")}
+        generated = {
+            "synthetic": (synthetic, "synthetic copy-the-digit"),
+            "arithmetic": (arithmetic, "arithmetic"),
+            "calculator": (calculator, "calculator"),
+        }
         if env_class in generated and paths and not all(expand(p).exists() for p in paths):
             directory = expand(paths[0]).parent
             write, what = generated[env_class]
-            # The arithmetic split does not depend on the run's seed: every seed is evaluated on the same problems.
+            # The arithmetic and calculator splits do not depend on the run's seed: every seed is evaluated on the
+            # same problems.
             write(directory, seed=self.spec.trainer.seed if env_class == "synthetic" else 0)
             print(f"rlc: wrote the {what} dataset to {directory}", flush=True)
         try:

@@ -37,6 +37,11 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
         for k in ("policy_loss", "kl", "entropy", "response_length")
         if any(k in r for r in records)
     ]
+    # Multi-turn jobs: the turns per trajectory, and a tool environment's call success (the calculator's, say).
+    if any(r.get("env/turns", 1) > 1 for r in records):
+        panels.append(("env/turns", "turns per trajectory"))
+    if any("environment/tool_call_success" in r for r in records):
+        panels.append(("environment/tool_call_success", "tool-call success"))
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
     for ax, (key, title) in zip(axes[:, 0], panels):
         xs = [s for s, r in zip(steps, records) if key in r]

@@ -1,7 +1,8 @@
 """SkyRL-Gym as the environment layer: every trajectory steps a `skyrl_gym.Env`, made as SkyRL makes it.
 
 The ids are skyrl-gym's own (gsm8k, gsm8k_multi_turn, text2sql, search, lcb, aime, searchcode), rlc's
-(`synthetic`, `arithmetic`: its scorers as single-turn environments; `llm_as_a_judge`, SkyRL's example) and those installed packages name in the
+(`synthetic`, `arithmetic`: its scorers as single-turn environments; `calculator`, a multi-turn tool task;
+`llm_as_a_judge`, SkyRL's example) and those installed packages name in the
 entry-point group ``rlc.environments`` (entry-point name = env id, object = the environment class, or any callable
 taking ``env_config`` and ``extras``)::
 
@@ -28,6 +29,7 @@ ENV_GROUP = "rlc.environments"
 RLC_ENVS = {
     "synthetic": "rlc.runtime.envs.gym:SyntheticEnv",
     "arithmetic": "rlc.runtime.envs.gym:ArithmeticEnv",
+    "calculator": "rlc.runtime.envs.calculator:CalculatorEnv",  # multi-turn, a tool
     "lcb": "rlc.runtime.envs.code:SandboxedLCBEnv",
     "searchcode": "rlc.runtime.envs.code:SandboxedSearchCodeEnv",
     "llm_as_a_judge": "rlc.runtime.envs.judge:LLMJudgeEnv",  # SkyRL ships it with an example, not in skyrl-gym

@@ -16,19 +16,20 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 
-@pytest.mark.slow
-def test_smollm2_example_runs_with_evals_and_export(tmp_path, run_env):
+def _run_example(tmp_path, run_env, example: str, task: str, *overrides: str):
+    """`rlc run` of an example for two steps on the tiny stand-in of rlc:smollm2-135m, with a small dataset of
+    `rlc data <task>`."""
     from rlc.runtime.models import convert_gguf
     from tiny_gguf import write_tiny_gguf
 
     write_tiny_gguf(tmp_path / "tiny.gguf")
     convert_gguf(tmp_path / "tiny.gguf", tmp_path / "model")
     data = tmp_path / "data"
-    made = run_rlc("data", "arithmetic", "--out", str(data), "--train", "16", "--val", "4")
+    made = run_rlc("data", task, "--out", str(data), "--train", "16", "--val", "4")
     assert made.returncode == 0, made.stderr
     result = run_rlc(
         "run",
-        str(EXAMPLES / "local-cpu-smollm2.yaml"),
+        str(EXAMPLES / example),
         "-o",
         str(tmp_path / "build"),
         "--no-progress",
@@ -38,13 +39,20 @@ def test_smollm2_example_runs_with_evals_and_export(tmp_path, run_env):
         f"trainer.log_path={tmp_path / 'runs'}",
         f"trainer.export_path={tmp_path / 'exports'}",
         "trainer.max_training_steps=2",
-        "trainer.max_prompt_length=512",  # the tiny tokenizer spells every byte
         "generator.sampling_params.max_generate_length=4",
         "generator.eval_sampling_params.max_generate_length=4",
+        *overrides,
         env=run_env,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_smollm2_example_runs_with_evals_and_export(tmp_path, run_env):
+    # the tiny tokenizer spells every byte
+    result = _run_example(tmp_path, run_env, "local-cpu-smollm2.yaml", "arithmetic", "trainer.max_prompt_length=512")
     run_dir = tmp_path / "runs" / "local-cpu-smollm2"
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1, 2]
@@ -59,3 +67,20 @@ def test_smollm2_example_runs_with_evals_and_export(tmp_path, run_env):
     plotted = run_rlc("plot", str(run_dir))
     assert plotted.returncode == 0, plotted.stderr
     assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_multiturn_example_runs_with_tool_metrics_and_plot(tmp_path, run_env):
+    """examples/local-cpu-multiturn.yaml for two steps on the tiny stand-in: the calculator environment's
+    metrics each step, evaluations before and after, the plot with the multi-turn panels' data."""
+    long_prompts = ("trainer.max_prompt_length=2048", "generator.max_input_length=2200")
+    _run_example(tmp_path, run_env, "local-cpu-multiturn.yaml", "calculator", *long_prompts)
+    run_dir = tmp_path / "runs" / "local-cpu-multiturn"
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert 0.0 <= metrics[0]["eval/accuracy"] <= 1.0 and 0.0 <= metrics[-1]["eval/accuracy"] <= 1.0
+    for m in metrics[1:]:
+        assert m["env/turns"] >= 1.0 and m["env/error_fraction"] == 0.0
+        assert {"environment/tool_calls", "environment/tool_call_success", "environment/tool_used"} <= set(m)
+    plotted = run_rlc("plot", str(run_dir))
+    assert plotted.returncode == 0, plotted.stderr

