@@ -122,7 +122,9 @@ def as_compile(args: list[str], out: Path) -> list[str]:
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "RLC_DEBUG")}
+    # A new user's machine: an empty HOME and no rlc cache (what other tests built there changes `rlc plan`'s
+    # "from table" into "from config.json").
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "RLC_DEBUG", "RLC_CACHE")}
     env.update(NO_COLOR="1", PYTHONUNBUFFERED="1", HOME=str(cwd / "home"))
     return subprocess.run(
         [rlc_executable(), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
