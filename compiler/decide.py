@@ -159,8 +159,10 @@ def lora_max_rank(rank: int) -> int:
 
 def cpu_kv_cache_bytes(spec: Any, engines: int) -> int:
     """A CPU engine's KV cache: room for every sequence of the largest batch an engine gets at once (its share of a
-    step's rollouts, or of an evaluation batch; at most max_num_seqs), each max_model_len tokens in whole blocks.
-    A larger cache would only hold host memory; a smaller one still works, vLLM then runs fewer sequences at once."""
+    step's rollouts, or of an evaluation batch; at most max_num_seqs), each max_model_len tokens in whole blocks,
+    plus the one block vLLM keeps for itself (its null block, block 0): without it the last sequence waits for the
+    others and the batch takes twice the decode steps. A larger cache would only hold host memory; a smaller one
+    still works, vLLM then runs fewer sequences at once."""
     from rlc.compiler.model_size import model_info
 
     t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
@@ -174,7 +176,7 @@ def cpu_kv_cache_bytes(spec: Any, engines: int) -> int:
     rows = min(-(-rows // max(1, engines)), int(ie.max_num_seqs))
     blocks = -(-max_model_len(spec) // CPU_KV_BLOCK_TOKENS)
     per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * _DTYPE_BYTES[engine_dtype(spec, "cpu")]
-    return rows * blocks * CPU_KV_BLOCK_TOKENS * per_token
+    return (rows * blocks + 1) * CPU_KV_BLOCK_TOKENS * per_token
 
 
 def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:

@@ -287,11 +287,12 @@ CPU_VLLM = {
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ({}, 128 * 128 * 512),  # a step's 16 x 8 rollouts at once, a block each
-        ({"generator.inference_engine.model_dtype": "bfloat16"}, 128 * 128 * 256),
-        ({"trainer.max_prompt_length": 200}, 128 * 256 * 512),  # 202 tokens: two blocks
-        ({"trainer.eval_interval": 5, "trainer.eval_batch_size": 512}, 512 * 128 * 512),  # evaluation's larger batch
-        ({"generator.inference_engine.max_num_seqs": 64}, 64 * 128 * 512),  # vLLM runs at most that many at once
+        # a step's 16 x 8 rollouts at once, a block each, and vLLM's null block
+        ({}, (128 + 1) * 128 * 512),
+        ({"generator.inference_engine.model_dtype": "bfloat16"}, (128 + 1) * 128 * 256),
+        ({"trainer.max_prompt_length": 200}, (128 * 2 + 1) * 128 * 512),  # 202 tokens: two blocks
+        ({"trainer.eval_interval": 5, "trainer.eval_batch_size": 512}, (512 + 1) * 128 * 512),  # evaluation's batch
+        ({"generator.inference_engine.max_num_seqs": 64}, (64 + 1) * 128 * 512),  # vLLM runs at most that many
         ({"trainer.policy.model.path": "org/model"}, 1 << 30),  # a model rlc cannot size
     ],
 )

@@ -51,6 +51,9 @@ def _spec(**trainer):
                 "algorithm": {"temperature": TEMPERATURE},
                 "max_prompt_length": 32,
                 "train_batch_size": 4,
+                # No evaluation: the engine's KV cache is sized for a step's 16 rollouts (the KV cache test).
+                "eval_interval": -1,
+                "eval_before_train": False,
                 **trainer,
             },
             "generator": {
@@ -168,6 +171,35 @@ def largest_logprob_gap(trainer, prompts, groups, pad_id: int) -> float:
     _, batch, mine = trainer_logprobs(trainer, prompts, groups, pad_id)
     real = batch.loss_mask.bool()
     return float((mine - batch.rollout_logprobs).abs()[real].max())
+
+
+# -- the KV cache ---------------------------------------------------------------------------------------
+
+
+def test_the_compilers_kv_cache_runs_a_steps_rollouts_at_once(engine, prompts):
+    """The spec's step (4 prompts x 4 samples, 8 new tokens) fits the KV cache the compiler decided: one pass per
+    new token. One block short (vLLM keeps block 0 for itself), a sequence waited for a free block: 10 passes."""
+
+    def count_passes(engine, prompts, sampling, n):  # runs in the actor (a nested function travels by value)
+        executor = engine.llm.llm_engine.engine_core.engine_core.model_executor
+        passes, run = [0], executor.execute_model
+
+        def counted(*args, **kwargs):
+            passes[0] += 1
+            return run(*args, **kwargs)
+
+        executor.execute_model = counted
+        try:
+            engine.generate(prompts, sampling, n)
+        finally:
+            executor.execute_model = run
+        return passes[0]
+
+    s = sampling(additional_kwargs={"ignore_eos": True})
+    spec = _spec()
+    assert len(prompts) == spec.trainer.train_batch_size
+    passes = ray.get(engine.__ray_call__.remote(count_passes, prompts, s, spec.generator.n_samples_per_prompt))
+    assert passes == s.max_generate_length
 
 
 # -- sampling --------------------------------------------------------------------------------------------
