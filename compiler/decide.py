@@ -128,8 +128,13 @@ def engine_dtype(spec: Any, device: str) -> str:
 
 
 def max_model_len(spec: Any) -> int:
-    """An engine's context: the longest prompt plus the longest generation."""
-    return int(spec.trainer.max_prompt_length) + int(spec.generator.sampling_params.max_generate_length)
+    """An engine's context: the longest prompt plus the longest generation. A multi-turn trajectory's later turns
+    send its whole conversation so far, up to generator.max_input_length tokens, as the prompt."""
+    g = spec.generator
+    longest = int(spec.trainer.max_prompt_length)
+    if g.max_turns > 1 and isinstance(g.max_input_length, int):
+        longest = max(longest, g.max_input_length)
+    return longest + int(g.sampling_params.max_generate_length)
 
 
 def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan) -> EngineSettings:

@@ -307,3 +307,33 @@ def test_a_cpu_vllm_engine_gets_a_kv_cache_for_its_batch_and_no_sleep_mode(extra
 def test_a_gpu_vllm_engine_sizes_its_kv_cache_itself():
     args = _decisions(extra={"generator.inference_engine.backend": "vllm"}).engines.vllm
     assert args is not None and args.kv_cache_memory_bytes is None and args.enable_sleep_mode
+
+
+def test_a_multi_turn_engine_holds_the_whole_conversation(spec_file):
+    """Later turns send the conversation so far (up to max_input_length) as the prompt: the engine's context is that
+    plus a generation, not the first prompt's length (vLLM refused the second turn of a multi-turn job)."""
+    from rlc.compiler.decide import max_model_len
+    from rlc.compiler.pipeline import analyze
+
+    path = spec_file(
+        """
+        version: 1
+        cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}
+        trainer: {logger: console, max_prompt_length: 64}
+        generator:
+          max_turns: 3
+          max_input_length: 512
+          sampling_params: {max_generate_length: 8}
+        """
+    )
+    assert max_model_len(analyze(path, env={}).spec) == 520
+    single = spec_file(
+        """
+        version: 1
+        cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}
+        trainer: {logger: console, max_prompt_length: 64}
+        generator: {max_input_length: 512, sampling_params: {max_generate_length: 8}}
+        """,
+        name="single.yaml",
+    )
+    assert max_model_len(analyze(single, env={}).spec) == 72

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import textwrap
 from pathlib import Path
@@ -129,3 +130,36 @@ def test_a_step_wise_job_generated_ahead_trains(tmp_path, run_env, tiny_chat_mod
     assert [m["step"] for m in steps] == [1, 2]
     assert all(m["env/turns"] > 1 and "policy_loss" in m for m in steps)
     assert max(m["async/staleness"] for m in steps) <= 1
+
+
+@pytest.fixture(scope="module")
+def tiny_vllm_chat_model(rlc_cache, tmp_path_factory) -> str:
+    """`rlc:tiny-vllm` (head size 32, which vLLM's CPU attention takes) with the tiny chat template."""
+    from conftest import TINY_CHAT_TEMPLATE
+    from rlc.runtime.models import local_path
+
+    target = tmp_path_factory.mktemp("tiny-vllm-chat") / "model"
+    shutil.copytree(local_path("rlc:tiny-vllm"), target)
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    config["chat_template"] = TINY_CHAT_TEMPLATE
+    (target / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(target)
+
+
+@pytest.mark.slow
+def test_a_multi_turn_job_trains_with_the_vllm_engine(tmp_path, run_env, tiny_vllm_chat_model):
+    """The same two-environment job with vLLM (built for CPUs) generating every turn: its token ids and log-probs
+    in, the environments' observations appended, the trained weights synced back before the second step."""
+    pytest.importorskip("vllm")
+    metrics = run(
+        tmp_path,
+        tiny_vllm_chat_model,
+        run_env,
+        "generator.inference_engine.backend=vllm",
+        "generator.max_input_length=256",  # the engine's context (input + generation) within the model's 512 positions
+    )
+    steps = [m for m in metrics if "reward" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all(m["env/turns"] > 1 for m in steps)
+    assert all(m["env/error_fraction"] == 0 for m in steps)
+    assert "eval/accuracy" in metrics[-1]
