@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from results import cpu_model, find_rlc, loadavg, nproc, write_section  # bench/results.py
+from results import cpu_model, find_rlc, loadavg, nproc, run_example, write_section  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "local-cpu-multiturn.yaml"
@@ -40,32 +36,9 @@ FIRST_LAST = 4  # steps averaged at each end
 
 def run_seed(rlc: str, seed: int, work: Path) -> dict:
     name = f"multiturn-bench-s{seed}"
-    cmd = [
-        rlc,
-        "run",
-        str(EXAMPLE),
-        "-o",
-        str(work / "build" / name),
-        "--no-progress",
-        f"trainer.seed={seed}",
-        f"trainer.run_name={name}",
-        f"trainer.log_path={work / 'runs'}",
-        f"trainer.export_path={work / 'exports' / name}",
-        f"trainer.ckpt_path={work / 'ckpts' / name}",
-    ]
-    env = dict(os.environ)
-    env.setdefault("RAY_AUTH_MODE", "disabled")
-    log = work / f"{name}.log"
-    start = time.monotonic()
-    with log.open("w") as out:
-        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
-    wall = time.monotonic() - start
-    if code != 0:
-        raise SystemExit(f"seed {seed}: rlc run exited {code}; its log: {log}\n{log.read_text()[-3000:]}")
-    metrics = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+    wall, metrics, samples = run_example(rlc, EXAMPLE, name, work, f"trainer.seed={seed}")
     evals = [m for m in metrics if "eval/accuracy" in m]
     steps = [m for m in metrics if "step_time" in m]
-    samples = [line for line in log.read_text().splitlines() if line.startswith("  [")]
     first, last = steps[:FIRST_LAST], steps[-FIRST_LAST:]
 
     def mean(ms: list[dict], key: str) -> float:

@@ -70,3 +70,30 @@ def make_venv(path: Path) -> str | None:
     if p.returncode != 0:
         return f"could not create the peer venv: {(p.stderr or p.stdout).strip()[-500:]}"
     return None
+
+
+def run_example(rlc: str, example: Path, name: str, work: Path, *overrides: str) -> tuple[float, list[dict], list[str]]:
+    """One whole `rlc run` of an example, as a user runs it, with its run, export and checkpoint directories under
+    `work`: (seconds from start to exit, its metrics.jsonl rows, the sample lines of its evaluations)."""
+    import json
+    import time
+
+    cmd = [rlc, "run", str(example), "-o", str(work / "build" / name), "--no-progress", f"trainer.run_name={name}"]
+    cmd += [
+        f"trainer.log_path={work / 'runs'}",
+        f"trainer.export_path={work / 'exports' / name}",
+        f"trainer.ckpt_path={work / 'ckpts' / name}",
+        *overrides,
+    ]
+    env = dict(os.environ)
+    env.setdefault("RAY_AUTH_MODE", "disabled")
+    log = work / f"{name}.log"
+    start = time.monotonic()
+    with log.open("w") as out:
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    wall = time.monotonic() - start
+    if code != 0:
+        raise SystemExit(f"{name}: rlc run exited {code}; its log: {log}\n{log.read_text()[-3000:]}")
+    metrics = [json.loads(line) for line in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+    samples = [line for line in log.read_text().splitlines() if line.startswith("  [")]
+    return wall, metrics, samples
