@@ -461,19 +461,36 @@ def data_synthetic(out_dir: str, train_rows: int, val_rows: int, seed: int) -> N
         click.echo(f"wrote {path}")
 
 
+def _word_problem_options(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """-o/--train/--validation/--seed of a word-problem dataset command, written to ~/.cache/rlc/data/NAME."""
+
+    def apply(command: Callable[..., None]) -> Callable[..., None]:
+        for option in reversed(
+            (
+                click.option(
+                    "-o",
+                    "--out",
+                    "out_dir",
+                    type=click.Path(file_okay=False),
+                    default=f"~/.cache/rlc/data/{name}",
+                    show_default=True,
+                    help="Directory for train.parquet and validation.parquet.",
+                ),
+                click.option("--train", "train_rows", type=click.IntRange(1, 200_000), default=2000, show_default=True),
+                click.option(
+                    "--validation", "--val", "val_rows", type=click.IntRange(1, 100_000), default=128, show_default=True
+                ),
+                click.option("--seed", type=int, default=0, show_default=True),
+            )
+        ):
+            command = option(command)
+        return command
+
+    return apply
+
+
 @data.command("arithmetic")
-@click.option(
-    "-o",
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="~/.cache/rlc/data/arithmetic",
-    show_default=True,
-    help="Directory for train.parquet and validation.parquet.",
-)
-@click.option("--train", "train_rows", type=click.IntRange(1, 200_000), default=2000, show_default=True)
-@click.option("--validation", "--val", "val_rows", type=click.IntRange(1, 100_000), default=128, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@_word_problem_options("arithmetic")
 @click.option(
     "--max-number", "high", type=click.IntRange(3, 10_000), default=20, show_default=True, help="Largest operand."
 )
@@ -488,18 +505,7 @@ def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, hig
 
 
 @data.command("calculator")
-@click.option(
-    "-o",
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="~/.cache/rlc/data/calculator",
-    show_default=True,
-    help="Directory for train.parquet and validation.parquet.",
-)
-@click.option("--train", "train_rows", type=click.IntRange(1, 200_000), default=2000, show_default=True)
-@click.option("--validation", "--val", "val_rows", type=click.IntRange(1, 100_000), default=128, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@_word_problem_options("calculator")
 def data_calculator(out_dir: str, train_rows: int, val_rows: int, seed: int) -> None:
     """Multiplication word problems of `env_class: calculator`, answered over several turns with a calculator
     tool (held-out validation questions)."""
