@@ -11,6 +11,12 @@ compiling the model), float32, a KV cache holding the batch. `--compiled` runs v
     .venv/bin/python bench/vllm_engine_bench.py               # measure, print, update RESULTS.md
     .venv/bin/python bench/vllm_engine_bench.py --compiled    # the same with vLLM's torch.compile (its own section)
     .venv/bin/python bench/vllm_engine_bench.py --rounds 1 --no-write
+    .venv/bin/python bench/vllm_engine_bench.py --breakdown   # where vLLM's time goes on the training batch
+
+`--breakdown` times vLLM alone on the training batch with parts of rlc's request taken away, one at a time: the
+per-sample seeds (rlc seeds sample k of prompt i with seed + i*n + k, so a prompt samples the same wherever it
+sits in a batch; vLLM then draws each seeded row's noise on its own), the sampled tokens' log-probs, and sampling
+itself (greedy), against the hf engine on the same batch.
 """
 
 from __future__ import annotations
@@ -80,6 +86,59 @@ class Engines:
         return sum(len(c.token_ids) for group in out for c in group)
 
 
+BREAKDOWN = (  # label, SamplingParams changes from rlc's training request
+    ("as rlc asks: seeded samples, log-probs", {}),
+    ("no per-sample seeds", {"seed": None}),
+    ("no per-sample seeds, no log-probs", {"seed": None, "logprobs": None}),
+    ("greedy, no seeds, no log-probs", {"seed": None, "logprobs": None, "temperature": 0.0}),
+)
+
+
+def breakdown(
+    engines: Engines, prompts: list[list[int]], n: int, new: int, temperature: float, rounds: int
+) -> list[str]:
+    """vLLM's time on the training batch with parts of rlc's request left out (see the module's text)."""
+    from rlc.runtime.inference.hf import Sampling
+    from rlc.runtime.inference.vllm import sampling_kwargs
+
+    llm, v = engines.vllm.llm, engines.vllm._vllm
+    requests = [v.TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+    base = Sampling(max_generate_length=new, temperature=temperature)
+
+    def timed(change: dict, seed: int) -> float:
+        params = []
+        for i in range(len(prompts)):
+            kw = {**sampling_kwargs(base, n, seed + i * n), "ignore_eos": True, **change}
+            if kw["temperature"] == 0.0:  # vLLM takes greedy n > 1 as n requests of one
+                kw["n"] = 1
+            params.append(v.SamplingParams(**kw))
+        reqs = requests if params[0].n == n else [r for r in requests for _ in range(n)]
+        params = params if params[0].n == n else [p for p in params for _ in range(n)]
+        start = time.perf_counter()
+        llm.generate(reqs, params, use_tqdm=False)
+        return time.perf_counter() - start
+
+    times: dict[str, list[float]] = {label: [] for label, _ in BREAKDOWN}
+    hf: list[float] = []
+    for r in range(rounds):
+        for label, change in BREAKDOWN:
+            times[label].append(timed(change, 100 + r))
+            print(f"breakdown round {r + 1} {label}: {times[label][-1]:.2f} s", flush=True)
+        start = time.perf_counter()
+        engines.run("hf", prompts, n, new, temperature, seed=100 + r)
+        hf.append(time.perf_counter() - start)
+    hf_s = statistics.median(hf)
+    lines = [
+        f"| vLLM's request (training batch: {len(prompts)} x {n}, temperature {temperature}, {new} tokens) | "
+        f"time per call (median of {rounds}) | against the hf engine ({hf_s:.2f} s) |",
+        "| --- | --- | --- |",
+    ]
+    for label, _ in BREAKDOWN:
+        t = statistics.median(times[label])
+        lines.append(f"| {label} | {t:.2f} s | {hf_s / t:.2f}x its speed |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-dir", type=Path, default=Path.home() / ".cache/rlc/bench/smollm2-135m-random")
@@ -93,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="vLLM with enforce_eager false (its torch.compile of the model; a section of its own)",
     )
+    ap.add_argument("--breakdown", action="store_true", help="where vLLM's time goes on the training batch")
     args = ap.parse_args(argv)
     threads = args.threads or nproc()
     load_before = loadavg()
@@ -103,6 +163,33 @@ def main(argv: list[str] | None = None) -> int:
     engines = Engines(model_dir, threads, rows, tokens, args.compiled)
     loaded = time.perf_counter() - started
     sides = ("hf", "vllm")
+    if args.breakdown:
+        count, n, temperature = BATCHES["train"]
+        prompts = make_prompts(count, args.prompt_len, SMOLLM2_135M["vocab_size"], seed=1)
+        for side in sides:
+            engines.run(side, prompts[:1], n, 4, temperature, seed=0)
+        table = breakdown(engines, prompts, n, args.new_tokens, temperature, args.rounds)
+        print("\n".join(table))
+        if not args.no_write:
+            import torch
+            import vllm
+
+            write_section(
+                "vllm-engine-breakdown",
+                "\n".join(
+                    [
+                        "## Where vLLM-CPU's time goes on the training batch (`bench/vllm_engine_bench.py --breakdown`)",
+                        "",
+                        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on nproc {nproc()} "
+                        f"({cpu_model()}); load average {load_before} before and {loadavg()} after. torch "
+                        f"{torch.__version__}, vllm-cpu {vllm.__version__}; eager, fp32, {threads} threads. The "
+                        "same batch as above, vLLM's request with one part of rlc's taken away at a time.",
+                        "",
+                        *table,
+                    ]
+                ),
+            )
+        return 0
     lines = [
         f"Prompts of about {args.prompt_len} token ids, {args.new_tokens} new tokens per sample (no EOS); "
         f"{threads} torch threads, fp32. Both engines loaded in {loaded:.0f} s.",
