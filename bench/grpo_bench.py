@@ -319,22 +319,13 @@ def prepare(size: str, steps: int, gen_len: int | None, work: Path, rlc_exe: str
         "compiled": out,
         "model": model,
         "job": {
+            **peer_settings(spec),
             "model": model,
             "data": str(d / "train.parquet"),
             "env_class": sz.env_class,
             "micro_train": t.micro_train_batch_size_per_gpu,
             "output_dir": str(d / "trl-out"),
-            "prompts_per_step": t.train_batch_size,
-            "group": g.n_samples_per_prompt,
-            "max_generate_length": g.sampling_params.max_generate_length,
-            "temperature": g.sampling_params.temperature,
             "steps": steps,
-            "lr": opt.lr,
-            "adam_betas": list(opt.adam_betas),
-            "weight_decay": opt.weight_decay,
-            "max_grad_norm": opt.max_grad_norm,
-            "eps_clip": a.eps_clip_low,
-            "seed": t.seed,
         },
         "micro_train": t.micro_train_batch_size_per_gpu,
         "micro_forward": t.micro_forward_batch_size_per_gpu,
@@ -390,6 +381,23 @@ def all_equal_share(left_out: float, rows: int, group: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------ peer side
+
+
+def peer_settings(spec) -> dict:
+    """What TRL's job (trl_peer.py) takes from rlc's resolved spec as it is: batch, sampling, optimizer, clip, seed."""
+    t, g, opt = spec.trainer, spec.generator, spec.trainer.policy.optimizer_config
+    return {
+        "prompts_per_step": t.train_batch_size,
+        "group": g.n_samples_per_prompt,
+        "max_generate_length": g.sampling_params.max_generate_length,
+        "temperature": g.sampling_params.temperature,
+        "lr": opt.lr,
+        "adam_betas": list(opt.adam_betas),
+        "weight_decay": opt.weight_decay,
+        "max_grad_norm": opt.max_grad_norm,
+        "eps_clip": t.algorithm.eps_clip_low,
+        "seed": t.seed,
+    }
 
 
 def peer_python() -> Path:

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import cpu_model, find_rlc, loadavg, nproc, run_example, write_section  # bench/results.py
+from results import cpu_model, find_rlc, loadavg, nproc, publish, run_example  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "local-cpu-smollm2.yaml"
@@ -107,6 +107,7 @@ def run_rlc(rlc: str, seed: int, backend: str, work: Path, extra: list[str]) -> 
 
 def trl_job(rlc: str, seed: int, train: Path, val: Path, limit_min: float, work: Path, extra: list[str]) -> dict:
     """TRL's job, every setting read from the example's resolved config (with the run's seed)."""
+    from grpo_bench import peer_settings  # bench/grpo_bench.py
     from rlc.runtime.config import load
     from rlc.runtime.models import resolve_model_path
 
@@ -137,22 +138,13 @@ def trl_job(rlc: str, seed: int, train: Path, val: Path, limit_min: float, work:
     completions = t.train_batch_size * g.n_samples_per_prompt
     steps = t.max_training_steps
     return {
+        **peer_settings(spec),
         "model": str(resolve_model_path(t.policy.model.path)),
         "data": str(train),
         "env_class": spec.environment.env_class,
         "micro_train": completions,  # one micro-batch: the same optimizer step as rlc's (see the module's text)
         "output_dir": str(work / "trl-out"),
-        "prompts_per_step": t.train_batch_size,
-        "group": g.n_samples_per_prompt,
-        "max_generate_length": sp.max_generate_length,
-        "temperature": sp.temperature,
         "steps": steps,
-        "lr": opt.lr,
-        "adam_betas": list(opt.adam_betas),
-        "weight_decay": opt.weight_decay,
-        "max_grad_norm": opt.max_grad_norm,
-        "eps_clip": a.eps_clip_low,
-        "seed": seed,
         "eval": {
             "data": str(val),
             "at": list(range(EVAL_EVERY, steps + 1, EVAL_EVERY)),
@@ -310,10 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                     save_run(args.record, {"side": side, "seed": seed, **run})
                     curve = ", ".join(f"{p['step']}: {p['accuracy']:.1%}" for p in run["points"])
                     print(f"seed {seed}: {side}: {curve} in {run['wall_s'] / 60:.1f} min", flush=True)
-    text = report(load_record(args.record))
-    print(text)
-    if not args.no_write:
-        write_section("learning-curves", text)
+    publish("learning-curves", report(load_record(args.record)), write=not args.no_write)
     return 0
 
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from results import cpu_model, find_rlc, loadavg, nproc, run_example, write_section  # bench/results.py
+from results import cpu_model, find_rlc, loadavg, nproc, publish, run_example  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "local-cpu-multiturn.yaml"
@@ -131,10 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                     Path(tmp) / "runs" / f"multiturn-bench-s{seed}", args.keep / f"s{seed}", dirs_exist_ok=True
                 )
                 shutil.copy(Path(tmp) / f"multiturn-bench-s{seed}.log", args.keep / f"s{seed}" / "run.log")
-    text = report(results, load_before, loadavg())
-    print(text)
-    if not args.no_write:
-        write_section("multiturn-learning", text)
+    publish("multiturn-learning", report(results, load_before, loadavg()), write=not args.no_write)
     return 0
 
 

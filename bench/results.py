@@ -30,6 +30,13 @@ def write_section(name: str, body: str) -> None:
     RESULTS.write_text(text, encoding="utf-8")
 
 
+def publish(name: str, text: str, write: bool = True) -> None:
+    """Print a benchmark's report and, unless told not to, make it section `name` of RESULTS.md."""
+    print(text)
+    if write:
+        write_section(name, text)
+
+
 def nproc() -> int:
     try:
         return len(os.sched_getaffinity(0))

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from results import cpu_model, find_rlc, loadavg, nproc, run_example, write_section  # bench/results.py
+from results import cpu_model, find_rlc, loadavg, nproc, publish, run_example  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "local-cpu-smollm2.yaml"
@@ -124,10 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"smollm2-bench-{args.backend}-s{seed}"
                 shutil.copytree(Path(tmp) / "runs" / name, args.keep / f"s{seed}", dirs_exist_ok=True)
                 shutil.copy(Path(tmp) / f"{name}.log", args.keep / f"s{seed}" / "run.log")
-    text = report(results, load_before, loadavg(), args.backend)
-    print(text)
-    if not args.no_write:
-        write_section("smollm2-learning" if args.backend == "hf" else f"smollm2-learning-{args.backend}", text)
+    name = "smollm2-learning" if args.backend == "hf" else f"smollm2-learning-{args.backend}"
+    publish(name, report(results, load_before, loadavg(), args.backend), write=not args.no_write)
     return 0
 
 
