@@ -231,6 +231,31 @@ def report(runs: list[dict]) -> str:
             + (f", after {', '.join(f'{m:.1f}' for m in reached)} min of training clock" if reached else "")
         )
     trl = next((r for r in runs if r["side"] == "trl"), None)
+    reading = []
+    evaluated = sorted({p["step"] for r in runs for p in r["points"] if p["step"] and p["step"] % EVAL_EVERY == 0})
+    for step in evaluated:  # the same step on every side: learning per step
+        at = {
+            side: [p["accuracy"] for r in runs if r["side"] == side for p in r["points"] if p["step"] == step]
+            for side in SIDES
+        }
+        if sum(bool(v) for v in at.values()) > 1:
+            reading.append(
+                f"after step {step}: "
+                + ", ".join(f"{label[s]} {statistics.mean(v):.1%}" for s, v in at.items() if v)
+                + " (mean over seeds)"
+            )
+    steps = {side: [r["step_s"] for r in runs if r["side"] == side] for side in SIDES}
+    if steps["trl"] and steps["rlc-hf"]:
+        reading.append(
+            f"mean step: TRL {statistics.mean(steps['trl']):.1f} s, {statistics.mean(steps['trl']) / statistics.mean(steps['rlc-hf']):.1f}x "
+            f"rlc's with the hf engine ({statistics.mean(steps['rlc-hf']):.1f} s)"
+            + (
+                f" and {statistics.mean(steps['trl']) / statistics.mean(steps['rlc-vllm']):.1f}x rlc's with the vllm engine "
+                f"({statistics.mean(steps['rlc-vllm']):.1f} s)"
+                if steps["rlc-vllm"]
+                else ""
+            )
+        )
     return "\n".join(
         [
             "## Learning against time: rlc (each engine) and TRL's GRPOTrainer on the SmolLM2 example",
@@ -250,6 +275,7 @@ def report(runs: list[dict]) -> str:
             "",
             *summary,
             "",
+            *(["Reading it, the same step on every side: " + "; ".join(reading) + ".", ""] if reading else []),
             "Like for like: the same model directory, training file, held-out file, group, prompts per step, "
             "learning rate (constant), AdamW settings, gradient clip, PPO clip, temperature, generation length, "
             "token-mean loss, no KL term, fp32 and seed value on every side; each side draws its own prompt order "
