@@ -278,35 +278,8 @@ def prepare(size: str, steps: int, gen_len: int | None, work: Path, rlc_exe: str
     if p.returncode != 0:
         raise BenchError(f"rlc compile failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     spec = load(out / "resolved.yaml").spec
-    t, a, g = spec.trainer, spec.trainer.algorithm, spec.generator
-    opt = t.policy.optimizer_config
-    unlike = [
-        what
-        for what, ok in (
-            (
-                "one optimizer step per batch (policy_mini_batch_size == train_batch_size)",
-                t.policy_mini_batch_size == t.train_batch_size,
-            ),
-            ("update_epochs_per_batch 1", t.update_epochs_per_batch == 1),
-            ("no KL loss", not a.use_kl_loss and not a.use_kl_in_reward),
-            ("GRPO advantages scaled by the group std", a.advantage_estimator == "grpo" and a.grpo_norm_by_std),
-            ("token_mean loss (TRL's dapo)", a.loss_reduction == "token_mean" and a.policy_loss_type == "regular"),
-            ("a symmetric clip", a.eps_clip_low == a.eps_clip_high),
-            (
-                "a constant learning rate",
-                opt.num_warmup_steps == 0 and opt.scheduler in ("constant", "constant_with_warmup"),
-            ),
-            ("fp32, no gradient checkpointing", not t.bf16 and not t.gradient_checkpointing),
-            (
-                "plain sampling",
-                g.sampling_params.top_p == 1.0
-                and g.sampling_params.top_k in (-1, 0)
-                and g.sampling_params.min_p == 0
-                and g.sampling_params.repetition_penalty == 1.0,
-            ),
-        )
-        if not ok
-    ]
+    t, g = spec.trainer, spec.generator
+    unlike = unlike_trl(spec)
     if unlike:
         raise BenchError(f"{sz.example} no longer maps onto TRL like for like: it lacks {'; '.join(unlike)}")
     if (t.train_batch_size * g.n_samples_per_prompt) % t.micro_train_batch_size_per_gpu:
@@ -381,6 +354,34 @@ def all_equal_share(left_out: float, rows: int, group: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------ peer side
+
+
+def unlike_trl(spec) -> list[str]:
+    """What of rlc's resolved spec TRL's GRPOTrainer (as trl_peer.py sets it up) would not do alike; [] when nothing."""
+    t, a, g, opt = spec.trainer, spec.trainer.algorithm, spec.generator, spec.trainer.policy.optimizer_config
+    sp = g.sampling_params
+    checks = (
+        (
+            "one optimizer step per batch (policy_mini_batch_size == train_batch_size)",
+            t.policy_mini_batch_size == t.train_batch_size,
+        ),
+        ("update_epochs_per_batch 1", t.update_epochs_per_batch == 1),
+        ("no KL loss", not a.use_kl_loss and not a.use_kl_in_reward),
+        ("no entropy bonus (TRL has none)", not a.use_entropy_loss),
+        ("GRPO advantages scaled by the group std", a.advantage_estimator == "grpo" and a.grpo_norm_by_std),
+        ("token_mean loss (TRL's dapo)", a.loss_reduction == "token_mean" and a.policy_loss_type == "regular"),
+        ("a symmetric clip", a.eps_clip_low == a.eps_clip_high),
+        (
+            "a constant learning rate",
+            opt.num_warmup_steps == 0 and opt.scheduler in ("constant", "constant_with_warmup"),
+        ),
+        ("fp32, no gradient checkpointing", not t.bf16 and not t.gradient_checkpointing),
+        (
+            "plain sampling",
+            sp.top_p == 1.0 and sp.top_k in (-1, 0) and sp.min_p == 0 and sp.repetition_penalty == 1.0,
+        ),
+    )
+    return [what for what, ok in checks if not ok]
 
 
 def peer_settings(spec) -> dict:

@@ -107,7 +107,7 @@ def run_rlc(rlc: str, seed: int, backend: str, work: Path, extra: list[str]) -> 
 
 def trl_job(rlc: str, seed: int, train: Path, val: Path, limit_min: float, work: Path, extra: list[str]) -> dict:
     """TRL's job, every setting read from the example's resolved config (with the run's seed)."""
-    from grpo_bench import peer_settings  # bench/grpo_bench.py
+    from grpo_bench import peer_settings, unlike_trl  # bench/grpo_bench.py
     from rlc.runtime.config import load
     from rlc.runtime.models import resolve_model_path
 
@@ -116,23 +116,11 @@ def trl_job(rlc: str, seed: int, train: Path, val: Path, limit_min: float, work:
         [rlc, "compile", str(EXAMPLE), f"trainer.seed={seed}", *extra, "-o", str(out)], check=True, capture_output=True
     )
     spec = load(out / "resolved.yaml").spec
-    t, a, g = spec.trainer, spec.trainer.algorithm, spec.generator
-    opt = t.policy.optimizer_config
-    sp, ev = g.sampling_params, g.eval_sampling_params
-    assumed = {
-        "one optimizer step per batch": t.policy_mini_batch_size == t.train_batch_size,
-        "update_epochs_per_batch 1": t.update_epochs_per_batch == 1,
-        "no KL term": not a.use_kl_loss and not a.use_kl_in_reward,
-        "no entropy bonus": not a.use_entropy_loss,
-        "GRPO advantages over the group std": a.advantage_estimator == "grpo" and a.grpo_norm_by_std,
-        "token_mean loss (TRL's dapo)": a.loss_reduction == "token_mean" and a.policy_loss_type == "regular",
-        "a symmetric clip": a.eps_clip_low == a.eps_clip_high,
-        "a constant learning rate": opt.num_warmup_steps == 0,
-        "fp32": not t.bf16,
-        "plain sampling": sp.top_p == 1.0 and sp.top_k in (-1, 0) and sp.min_p == 0,
-        "greedy evaluation": ev.temperature == 0.0 and g.eval_n_samples_per_prompt == 1,
-    }
-    unlike = [what for what, ok in assumed.items() if not ok]
+    t, g = spec.trainer, spec.generator
+    ev = g.eval_sampling_params
+    unlike = unlike_trl(spec)
+    if not (ev.temperature == 0.0 and g.eval_n_samples_per_prompt == 1):
+        unlike.append("greedy evaluation (trl_peer.py evaluates greedily)")
     if unlike:
         raise SystemExit(f"{EXAMPLE.name} no longer maps onto TRL like for like: it lacks {'; '.join(unlike)}")
     completions = t.train_batch_size * g.n_samples_per_prompt
