@@ -33,7 +33,7 @@ from rlc.runtime.dumps import dump_eval_results, dump_training_batch
 from rlc.runtime.generator import Generator, Settings, rollout_metrics
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.run_error import RunError
-from rlc.runtime.weight_updates import WeightUpdates
+from rlc.runtime.weights.updates import transport
 
 EVAL_SAMPLES_SHOWN = 3  # decoded completions printed per evaluation
 
@@ -227,7 +227,7 @@ class Driver:
                 self.templater,
                 RayEngines(ray, self.engines, t.seed),
             )
-            self.weights = WeightUpdates(self.cluster)
+            self.weights = transport(self.cluster)
             self.kl = KLController.from_decision(self.decisions.kl)
             if resume_dir is not None:
                 for name, workers in self.workers.items():

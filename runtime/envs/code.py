@@ -2,7 +2,7 @@
 
 skyrl-gym runs generated code in a fork of the trainer (`lcb`: its test harness in a multiprocessing child) or as
 `python -c` with the trainer's environment (`searchcode`'s python tool): either can read the job's secrets and
-outlive its time limit. Here the same code and the same test harness run in `rlc.runtime.sandbox` (own process,
+outlive its time limit. Here the same code and the same test harness run in `rlc.runtime.envs.sandbox` (own process,
 time and memory limit, temporary directory, clean environment, nothing left running), so the rewards are SkyRL's
 and the trainer is out of reach.
 """
@@ -14,7 +14,7 @@ import json
 import secrets
 from typing import Any
 
-from rlc.runtime.sandbox import Limits, run_python
+from rlc.runtime.envs.sandbox import Limits, run_python
 from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput
 from skyrl_gym.envs.lcb.env import LCBEnv
 from skyrl_gym.envs.lcb.livecodebench import extract_code_from_model, postprocess_lcb_sample

@@ -1,182 +1,34 @@
-"""Weight sync from the trainer to the inference engines: stream full weights, chunk them, send them.
+"""The broadcast transport (weight_sync_backend gloo / nccl): trainer rank 0 and every engine worker form a process
+group of their own (`init_group`); rank 0 streams the unsharded weights in buckets (`iter_full_params` ->
+`send_weights`) and each engine worker allocates, receives and loads them chunk by chunk (`receive_weights`).
 
-Two paths. Broadcast: trainer rank 0 and every engine worker form a
-process group of their own (`init_group`), rank 0 streams the unsharded weights one tensor at a time
-(`iter_full_params` → `send_weights`) and each engine allocates, receives and loads them chunk by chunk
-(`receive_weights`). CUDA IPC (trainer and engine on one GPU, where NCCL cannot pair them): every
-trainer rank packs a chunk into one buffer on its GPU (`ipc_buckets`), shares it (`ipc_handle`), and
-the engine on that GPU opens it and takes views (`open_ipc_handle`, `unpack_bucket`). Chunks hold
-whole modules (`chunk_by_module`), because engine loaders fuse q/k/v and gate/up projections and need
-all of a module's tensors at once.
+The sending half runs on the policy ranks; the receiving half is `GroupSeat`, the one place an engine keeps the
+group it is in (and refuses or leaves another), plus `receive_weights` in the process that holds the model.
 """
 
 from __future__ import annotations
 
 import datetime
-import inspect
 import math
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
+from rlc.runtime.weights.tensors import (
+    DEFAULT_CHUNK_BYTES,
+    NamedTensors,
+    WeightMeta,
+    chunk_by_module,
+    dtype_name,
+    nbytes,
+)
 
-NamedTensors = Iterable[tuple[str, torch.Tensor]]
-
-DEFAULT_CHUNK_BYTES = 1 << 30  # weight_transfer_threshold_cuda_ipc_GB's default of 1
 # A broadcast per tensor costs a round trip each (hundreds of them for a real model, most of them small norms and
 # biases). Buckets of a few MiB gather the small tensors; a larger tensor goes alone, uncopied, so the receiver
 # loads one while the next is on its way (measured over gloo on 2 cores: the 25M-parameter model in 67 ms with
 # 1-4 MiB buckets, 71-150 ms tensor by tensor and 175 ms in 64 MiB buckets; the 0.08M one in 6 ms, against 40).
 BROADCAST_BUCKET_BYTES = 4 << 20
-IPC_ALIGNMENT = 256  # bytes; CUDA's allocation granularity for the start of each tensor in a bucket
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """`torch.bfloat16` -> "bfloat16": a plain string that crosses process boundaries and JSON."""
-    return str(dtype).removeprefix("torch.")
-
-
-def dtype_from_name(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"{name!r} is not a torch dtype")
-    return dtype
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
-
-
-@dataclass(frozen=True)
-class WeightMeta:
-    """What a receiver needs to allocate one tensor before it arrives."""
-
-    name: str
-    dtype: str  # dtype_name(...), e.g. "bfloat16"
-    shape: tuple[int, ...]
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))  # lists after JSON, torch.Size
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return dtype_from_name(self.dtype)
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.torch_dtype.itemsize
-
-
-def metas_of(named_tensors: NamedTensors, dtype: torch.dtype | None = None) -> list[WeightMeta]:
-    """The metas of `named_tensors`, with floating tensors taken as `dtype` when given.
-
-    On a sharded model, `metas_of(model.state_dict().items(), dtype)` gives, without any gather, the metas
-    of what `iter_full_params(model, dtype)` will yield: a DTensor's shape is its full shape.
-    """
-    out = []
-    for name, t in named_tensors:
-        dt = dtype if dtype is not None and t.is_floating_point() else t.dtype
-        out.append(WeightMeta(name, dtype_name(dt), tuple(t.shape)))
-    return out
-
-
-# -- streaming full weights out of FSDP2 shards --------------------------------------------------------
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-@torch.no_grad()
-def iter_full_params(
-    model: torch.nn.Module,
-    dtype: torch.dtype | None = None,
-    device: str | torch.device = "cpu",
-    rank0_only: bool = True,
-) -> Iterator[tuple[str, torch.Tensor | None]]:
-    """(name, full tensor) for each `model.state_dict()` entry, in that order, gathered one at a time.
-
-    Each DTensor entry is all-gathered (`full_tensor()`), a collective: every rank of the model's mesh must
-    run the whole iteration together. Floating tensors are cast to `dtype` and moved to `device`. With
-    `rank0_only` (default), ranks other than 0 get `(name, None)` and drop each gathered tensor at once;
-    otherwise every rank gets the values (the CUDA IPC path, where each rank feeds its own GPU's engine).
-    Only one full tensor exists at a time. A yielded tensor may share storage with the model (a
-    non-sharded entry already on `device` in `dtype`): clone it to keep it past an optimizer step.
-    """
-    keep = not rank0_only or _rank() == 0
-    for name, value in model.state_dict().items():
-        if isinstance(value, DTensor):
-            if value.device.type != value.device_mesh.device_type:
-                value = value.to(value.device_mesh.device_type)  # CPU-offloaded shards gather on the mesh's device
-            value = value.full_tensor()
-        if not keep:
-            yield name, None
-            continue
-        value = value.detach().to(device)
-        if dtype is not None and value.is_floating_point():
-            value = value.to(dtype)
-        yield name, value
-
-
-# -- chunking ------------------------------------------------------------------------------------------
-
-
-def _modules(named_tensors: NamedTensors) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Runs of consecutive items whose names share the prefix before the last dot."""
-    run: list[tuple[str, torch.Tensor]] = []
-    prefix = None
-    for name, tensor in named_tensors:
-        here = name.rpartition(".")[0]
-        if run and here != prefix:
-            yield run
-            run = []
-        run.append((name, tensor))
-        prefix = here
-    if run:
-        yield run
-
-
-def _packed_end(end: int, tensor: torch.Tensor, alignment: int | None) -> tuple[int, int]:
-    """Where `tensor` starts and ends when appended at byte `end` of a bucket (`pack_ipc_bucket`'s layout)."""
-    if alignment is not None:
-        step = math.lcm(alignment, tensor.element_size())
-        end = -(-end // step) * step
-    return end, end + _nbytes(tensor)
-
-
-def chunk_by_module(
-    named_tensors: NamedTensors, threshold_bytes: int, alignment: int | None = None
-) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Consecutive items in lists of at most `threshold_bytes`, never splitting a module's tensors.
-
-    A module is a run of consecutive names with the same prefix before the last dot. A module larger than
-    the threshold gets a chunk of its own. With `alignment`, a chunk's size is that of its
-    `pack_ipc_bucket(..., alignment=alignment)` buffer, padding included. Lazy: it holds at most one chunk
-    plus one module.
-    """
-    if threshold_bytes <= 0:
-        raise ValueError(f"threshold_bytes must be positive, got {threshold_bytes}")
-    if alignment is not None and alignment <= 0:
-        raise ValueError(f"alignment must be positive, got {alignment}")
-
-    def grown(start: int, module: list[tuple[str, torch.Tensor]]) -> int:
-        for _, tensor in module:
-            start = _packed_end(start, tensor, alignment)[1]
-        return start
-
-    chunk: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for module in _modules(named_tensors):
-        size = grown(size, module)
-        if chunk and size > threshold_bytes:
-            yield chunk
-            chunk, size = [], grown(0, module)
-        chunk.extend(module)
-    if chunk:
-        yield chunk
 
 
 # -- the broadcast group -------------------------------------------------------------------------------
@@ -240,7 +92,7 @@ def close_group(group: dist.ProcessGroup) -> None:
     group.shutdown()
 
 
-def _group_device(group: dist.ProcessGroup) -> torch.device:
+def group_device(group: dist.ProcessGroup) -> torch.device:
     """Where the group's tensors must live: the current CUDA device for NCCL, the CPU for gloo."""
     if group._get_backend_name() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
@@ -283,7 +135,7 @@ def send_weights(
     `bucket_bytes`. A last, small broadcast carries a fingerprint of the sent metas, so a receiver that
     expected different weights raises instead of keeping them silently.
     """
-    device = _group_device(group)
+    device = group_device(group)
     sent: list[WeightMeta] = []
     pending: list[torch.Tensor] = []
 
@@ -297,11 +149,11 @@ def send_weights(
     for name, tensor in named_tensors:
         if device.type == "cuda":
             tensor = tensor.to(device)
-        if not _fits(pending[0].dtype if pending else None, open_bytes, tensor.dtype, _nbytes(tensor), bucket_bytes):
+        if not _fits(pending[0].dtype if pending else None, open_bytes, tensor.dtype, nbytes(tensor), bucket_bytes):
             flush()
             open_bytes = 0
         pending.append(tensor)
-        open_bytes += _nbytes(tensor)
+        open_bytes += nbytes(tensor)
         sent.append(WeightMeta(name, dtype_name(tensor.dtype), tuple(tensor.shape)))
     flush()
     broadcast_tensor(_fingerprint(sent, device), group, src)
@@ -347,9 +199,9 @@ def receive_weights(
 
     for chunk in chunk_by_module(arrivals(), chunk_bytes):
         load_fn(chunk)
-    group_device = _group_device(group)
-    theirs = broadcast_tensor(torch.empty(2, dtype=torch.int64, device=group_device), group, src)
-    if not torch.equal(theirs, _fingerprint(list(metas), group_device)):
+    on = group_device(group)
+    theirs = broadcast_tensor(torch.empty(2, dtype=torch.int64, device=on), group, src)
+    if not torch.equal(theirs, _fingerprint(list(metas), on)):
         raise RuntimeError(
             f"weight sync disagreement: the sender sent {int(theirs[0])} tensors that do not match "
             f"the {len(metas)} expected here (names, dtypes or shapes differ)"
@@ -357,123 +209,59 @@ def receive_weights(
     return len(metas)
 
 
-# -- buckets for CUDA IPC ------------------------------------------------------------------------------
+# -- the receiving half: an engine's seat in the group -----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BucketEntry:
-    """Where one tensor lies in a packed bucket: bytes [offset, offset + nbytes)."""
+class GroupSeat:
+    """Where an engine (or one of its workers) sits in a weight-update group: the group it joined, when it holds it
+    in this process, and what the group is (master, rank, size, backend) for whoever asks to replace it.
 
-    name: str
-    dtype: str  # dtype_name(...)
-    shape: tuple[int, ...]
-    offset: int
-    nbytes: int
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-
-
-def _allocate_shareable(nbytes: int, device: torch.device) -> torch.Tensor:
-    """A uint8 buffer; on CUDA, from a non-expandable segment.
-
-    CUDA ONLY part: CUDA IPC handles are made for classic cudaMalloc segments, so the allocator's
-    expandable segments are switched off for this one allocation when the process enabled them.
-    """
-    if device.type != "cuda":
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
-    expandable = "expandable_segments:True" in torch._C._accelerator_getAllocatorSettings().replace(" ", "")
-    if expandable:
-        torch._C._accelerator_setAllocatorSettings("expandable_segments:False")
-    try:
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
-    finally:
-        if expandable:
-            torch._C._accelerator_setAllocatorSettings("expandable_segments:True")
-
-
-def _view(buffer: torch.Tensor, entry: BucketEntry) -> torch.Tensor:
-    return buffer[entry.offset : entry.offset + entry.nbytes].view(dtype_from_name(entry.dtype)).view(entry.shape)
-
-
-def pack_ipc_bucket(
-    named_tensors: NamedTensors, device: str | torch.device, alignment: int = IPC_ALIGNMENT
-) -> tuple[torch.Tensor, list[BucketEntry]]:
-    """Copy the tensors into one contiguous uint8 buffer on `device`, each starting at a multiple of
-    `alignment` (and of its element size); returns the buffer and where each tensor lies in it.
-
-    Meant for one `chunk_by_module` chunk. Works on any device; on CUDA the buffer can be shared with
-    `ipc_handle`.
-    """
-    if alignment <= 0:
-        raise ValueError(f"alignment must be positive, got {alignment}")
-    items = list(named_tensors)
-    entries, end = [], 0
-    for name, tensor in items:
-        offset, end = _packed_end(end, tensor, alignment)
-        entries.append(BucketEntry(name, dtype_name(tensor.dtype), tuple(tensor.shape), offset, _nbytes(tensor)))
-    buffer = _allocate_shareable(end, torch.device(device))
-    with torch.no_grad():
-        for (_, tensor), entry in zip(items, entries):
-            _view(buffer, entry).copy_(tensor)
-    return buffer, entries
-
-
-def ipc_buckets(
-    named_tensors: NamedTensors, threshold_bytes: int, device: str | torch.device, alignment: int = IPC_ALIGNMENT
-) -> Iterator[tuple[torch.Tensor, list[BucketEntry]]]:
-    """`pack_ipc_bucket` of each `chunk_by_module` chunk: buffers of at most `threshold_bytes` (padding
-    included), except a module larger than that, which gets a buffer of its own.
-
-    Lazy, and holding nothing it yielded: once the caller drops a bucket, its buffer is freed before the
-    next is gathered and packed. A chunk's tensors are freed once packed, so while the caller holds a
-    bucket only its buffer, the stream's next module and the tensor after it are alive.
+    The one rule for joining while still in another group (a run whose trainer is gone): leave it when asked to
+    override it, else refuse with `WeightGroupExists`.
     """
 
-    def packed(chunk: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor, list[BucketEntry]]:
-        bucket = pack_ipc_bucket(chunk, device, alignment)
-        chunk.clear()  # the suspended chunk_by_module still holds this list
-        return bucket
+    def __init__(self, info: dict | None = None):
+        self.group: dist.ProcessGroup | None = None
+        self.info = info
 
-    for chunk in chunk_by_module(named_tensors, threshold_bytes, alignment):
-        yield packed(chunk)
+    def vacate(self, override_existing: bool, leave: Callable[[], object]) -> None:
+        """Make room for a new group: nothing to do when in none; `leave()` with `override_existing`; else refuse."""
+        if self.info is None:
+            return
+        if not override_existing:
+            i = self.info
+            raise WeightGroupExists(
+                f"this engine is already rank {i['rank']} of a weight-update group of {i['world_size']} "
+                f"whose master is {i['master_address']}:{i['master_port']} ({i['backend']})"
+            )
+        leave()
 
+    def record(self, master_address: str, master_port: int, rank: int, world_size: int, backend: str) -> None:
+        """Note the group joined (by this process, or by the workers it drives)."""
+        self.info = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank": rank,
+            "world_size": world_size,
+            "backend": backend,
+        }
 
-def unpack_bucket(buffer: torch.Tensor, entries: list[BucketEntry]) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) views into a packed buffer. Views, not copies: load them before the sender reuses it."""
-    if buffer.dtype != torch.uint8 or buffer.dim() != 1:
-        raise ValueError(f"a bucket is a 1-D uint8 tensor, got {buffer.dtype} of shape {tuple(buffer.shape)}")
-    out = []
-    for entry in entries:
-        if entry.offset < 0 or entry.offset + entry.nbytes > buffer.numel():
-            raise ValueError(f"{entry.name} lies outside the {buffer.numel()}-byte bucket")
-        if entry.nbytes != math.prod(entry.shape) * dtype_from_name(entry.dtype).itemsize:
-            raise ValueError(f"{entry.name}: {entry.nbytes} bytes do not hold {entry.dtype}{list(entry.shape)}")
-        out.append((entry.name, _view(buffer, entry)))
-    return out
+    def join(
+        self,
+        master_address: str,
+        master_port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        group_name: str = "rlc-weight-sync",
+    ) -> dist.ProcessGroup:
+        """Join the group in this process (`init_group`, with trainer rank 0 joining meanwhile) and note it."""
+        self.group = init_group(master_address, master_port, rank, world_size, backend, group_name=group_name)
+        self.record(master_address, master_port, rank, world_size, backend)
+        return self.group
 
-
-# CUDA ONLY: sharing a bucket between two processes on one GPU. The sender keeps the buffer alive (and
-# unmodified) until the receiver reports it has loaded the bucket, then may call torch.cuda.ipc_collect().
-
-
-def ipc_handle(buffer: torch.Tensor) -> tuple:
-    """CUDA only. A picklable handle to `buffer` that another process on the same GPU opens."""
-    if buffer.device.type != "cuda":
-        raise ValueError(f"CUDA IPC shares CUDA tensors, got one on {buffer.device}")
-    from torch.multiprocessing.reductions import reduce_tensor
-
-    return reduce_tensor(buffer)
-
-
-def open_ipc_handle(handle: tuple, device_index: int | None = None) -> torch.Tensor:
-    """CUDA only. The tensor behind an `ipc_handle`, opened on local device `device_index` (default: current).
-
-    The index recorded in the handle is the sender's, which differs from ours when each process sees its
-    own CUDA_VISIBLE_DEVICES; the caller makes sure both indices name the same physical GPU.
-    """
-    rebuild, args = handle
-    slot = list(inspect.signature(rebuild).parameters).index("storage_device")
-    args = list(args)
-    args[slot] = torch.cuda.current_device() if device_index is None else device_index
-    return rebuild(*args)
+    def leave(self) -> None:
+        """Leave the group, closing it when this process holds it."""
+        group, self.group, self.info = self.group, None, None
+        if group is not None:
+            close_group(group)

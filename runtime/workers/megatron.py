@@ -3,7 +3,7 @@
 Each rank builds Megatron's parallel state from the role's `megatron_config` (tensor, pipeline, context
 and expert parallel sizes; data parallel is what remains of the world), a GPTModel stage from the Hugging
 Face config (TransformerEngine's layer spec when it is installed, Megatron's local spec otherwise), loads
-the Hugging Face weights through rlc's conversion (`rlc.runtime.megatron_weights`; Megatron-Bridge, when
+the Hugging Face weights through rlc's conversion (`rlc.runtime.workers.megatron_weights`; Megatron-Bridge, when
 installed, only for architectures that conversion does not cover), and wraps it in Megatron's DDP and optimizer. Steps run Megatron's forward-backward schedule, so
 pipeline stages pass activations as Megatron does. Under context parallelism each rank of a context group
 holds two of 2·cp chunks of every row and attends to the whole row's keys (`megatron_cp`).
@@ -31,10 +31,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rlc.runtime import megatron_weights as mw
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
+from rlc.runtime.weights.broadcast import send_weights
+from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
+from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
@@ -610,8 +612,6 @@ class MegatronWorker(TrainWorker):
     def weight_metas(self, dtype: str | None = None) -> list:
         """Hugging Face names, dtypes and shapes of what `broadcast_weights` sends, in order (no collectives:
         the conversion runs on meta tensors)."""
-        from rlc.runtime.weight_sync import metas_of
-
         return metas_of(self._hf_stream(meta=True), DTYPES.get(dtype or ""))
 
     def _hf_stream(self, meta: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
@@ -701,8 +701,6 @@ class MegatronWorker(TrainWorker):
     @torch.no_grad()
     def broadcast_weights(self, dtype: str | None = None) -> int:
         """Stream the Hugging Face weights to the engines; every rank must call it."""
-        from rlc.runtime.weight_sync import send_weights
-
         cast = DTYPES.get(dtype or "")
         with self._device():
             stream = (

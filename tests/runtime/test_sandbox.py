@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rlc.runtime.sandbox import Limits, namespaces_available, run_python
+from rlc.runtime.envs.sandbox import Limits, namespaces_available, run_python
 
 SECRET = "s3cr3t-value-of-the-trainer"
 
@@ -15,7 +15,7 @@ SECRET = "s3cr3t-value-of-the-trainer"
 @pytest.fixture(params=["namespaces", "process"])
 def isolation(request, monkeypatch):
     """Both ways the sandbox runs: in its own namespaces where the kernel lets it, else as a supervised process."""
-    import rlc.runtime.sandbox as sandbox
+    import rlc.runtime.envs.sandbox as sandbox
 
     if request.param == "namespaces" and not namespaces_available():
         pytest.skip("unprivileged namespaces are not available here")

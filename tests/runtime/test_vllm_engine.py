@@ -292,7 +292,7 @@ def test_worker_takes_pickled_and_json_calls_for_rlc_methods_only():
 
 def test_worker_rank_counts_data_parallel_groups(monkeypatch):
     """rank_offset + data-parallel index x (TP x PP) + rank in the engine, as vLLM numbers its NCCL weight transfer."""
-    import rlc.runtime.weight_sync as weight_sync
+    import rlc.runtime.weights.broadcast as weight_sync
 
     joined = {}
     monkeypatch.setattr(
