@@ -9,11 +9,10 @@ before top-k / top-p / min-p filtering and the repetition penalty.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
-from rlc.core.job import Sampling  # noqa: F401  (the engines' sampling type, re-exported)
 from rlc.runtime.host import cpu_threads, pin_gloo_interface
+from rlc.runtime.inference.base import Completion, Sampling
 from rlc.runtime.inference.decode import LeanDecoder, unsupported
 from rlc.runtime.models import accepts, cache_keyword, returned_cache
 from rlc.runtime.weights.broadcast import GroupSeat, group_device, receive_weights
@@ -22,13 +21,6 @@ from rlc.runtime.weights.lora import adapter_names, with_lora
 from rlc.runtime.weights.payload import unpack
 
 MULTI_TURN_PROMPT_CACHE_BYTES = 2 << 30  # the keys and values of a turn's prompts kept for the next turn
-
-
-@dataclass
-class Completion:
-    token_ids: list[int]
-    logprobs: list[float] | None
-    finish_reason: str  # "stop" (EOS or a stop string) or "length"
 
 
 def _filter_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:

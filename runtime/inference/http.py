@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from rlc.runtime.inference.hf import Completion, Sampling
+from rlc.runtime.inference.base import Completion, Sampling
 from rlc.runtime.weights.broadcast import GroupSeat, WeightGroupExists
 from rlc.runtime.weights.lora import ADAPTER_MARK
 from rlc.runtime.weights.payload import unpack

@@ -20,7 +20,7 @@ import pickle
 
 from rlc.core.job import VLLMArgs
 from rlc.runtime.host import cpu_threads
-from rlc.runtime.inference.hf import Completion, Sampling
+from rlc.runtime.inference.base import Completion, Sampling
 from rlc.runtime.inference.vllm_worker import WEIGHT_GROUP, WeightSyncExtension
 from rlc.runtime.weights.broadcast import GroupSeat
 from rlc.runtime.weights.lora import save_adapter

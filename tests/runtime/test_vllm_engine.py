@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 from rlc.compiler.decide import VLLM_LORA_RANKS, vllm_args  # noqa: E402
 from rlc.compiler.decide import sampling as sampling_from_spec  # noqa: E402
 from rlc.core.job import VLLMArgs  # noqa: E402
-from rlc.runtime.inference.hf import Sampling  # noqa: E402
+from rlc.runtime.inference.base import Sampling  # noqa: E402
 from rlc.runtime.inference.vllm import (  # noqa: E402
     VLLMEngine,
     completions,

@@ -327,7 +327,8 @@ def _sleeping_engine_member(rank: int, port: int, model_path: str, results) -> N
             close_group(group)
             results.put(("ok", "sender", None))
             return
-        from rlc.runtime.inference.hf import HFEngine, Sampling
+        from rlc.runtime.inference.base import Sampling
+        from rlc.runtime.inference.hf import HFEngine
 
         engine = HFEngine(model_path)
         engine.sleep(level=2)
