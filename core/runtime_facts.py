@@ -10,6 +10,10 @@ SKYRL_GYM_ENVS = ("aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchc
 RLC_ENVS = ("arithmetic", "calculator", "llm_as_a_judge", "synthetic")
 BUILTIN_ENVS = SKYRL_GYM_ENVS + RLC_ENVS
 
+# What an hf engine keeps of a multi-turn step's prompts (their keys and values) for the trajectories' next turn, which
+# then runs only its new tokens (rlc.runtime.inference.hf.PromptCache).
+MULTI_TURN_PROMPT_CACHE_BYTES = 2 << 30
+
 # The chat templates generator.chat_template names with source: name (rlc.runtime.chat.NAMED_TEMPLATES).
 CHAT_TEMPLATE_NAMES = ("qwen3_with_thinking", "qwen3_without_thinking")
 

@@ -567,9 +567,11 @@ class Driver:
                 assert version is not None, "a weight update names the weights' version"
                 self.weights.send(version)
             elif act.target == "engines":
-                # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
-                level = 1 if self.decisions.engines.adapter_sync else 2
-                args = {"sleep": (level,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
+                args = {
+                    "sleep": (self.decisions.engines.sleep_level,),
+                    "wake_up": (list(act.tags),),
+                    "reset_prefix_cache": (),
+                }[act.op]
                 ray.get([getattr(e, act.op).remote(*args) for e in self.engines])
             else:
                 ray.get(

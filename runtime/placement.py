@@ -18,7 +18,7 @@ from rlc.core.job import CompiledJob
 from rlc.core.plan import Engine, RemoteEngine, Role
 from rlc.runtime.batch import TrainBatch, shards
 from rlc.runtime.data import expand
-from rlc.runtime.inference.hf import MULTI_TURN_PROMPT_CACHE_BYTES, HFEngine
+from rlc.runtime.inference.hf import HFEngine
 from rlc.runtime.inference.http import EngineHTTPError
 from rlc.runtime.inference.http import RemoteEngine as RemoteEngineClient
 from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
@@ -252,8 +252,7 @@ def _start_hf(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
             tokenizer=c.tokenizer,
             cpu_slots_per_node=es.cpu_slots_per_node,
             lora=c.spec.trainer.policy.model.lora if es.adapter_sync else None,
-            # Multi-turn: a trajectory's next turn runs only its new tokens over the last turn's prompt.
-            prompt_cache_bytes=MULTI_TURN_PROMPT_CACHE_BYTES if c.spec.generator.max_turns > 1 else 0,
+            prompt_cache_bytes=es.prompt_cache_bytes,
         )
     )
     return engine, 1

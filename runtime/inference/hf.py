@@ -20,8 +20,6 @@ from rlc.runtime.weights.ipc import open_bucket
 from rlc.runtime.weights.lora import adapter_names, with_lora
 from rlc.runtime.weights.payload import unpack
 
-MULTI_TURN_PROMPT_CACHE_BYTES = 2 << 30  # the keys and values of a turn's prompts kept for the next turn
-
 
 def _filter_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     """Top-k, then top-p, then min-p; removed tokens get -inf."""
