@@ -29,11 +29,13 @@ from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.data import DataError, arithmetic, calculator, expand, read_rows, synthetic
 from rlc.runtime.dumps import dump_training_batch
+from rlc.runtime.envs.gym import registered
 from rlc.runtime.evaluation import Evaluation
 from rlc.runtime.generator import Generator, Settings, rollout_metrics
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.rollouts import Ahead, AheadSettings, RayEngines, Synchronous
 from rlc.runtime.run_error import RunError
+from rlc.runtime.tracking import Tracker, TrackerError
 from rlc.runtime.weights.updates import transport
 
 
@@ -93,8 +95,6 @@ class Driver:
     # -- data ---------------------------------------------------------------------------------------------
 
     def _rows(self, paths: list[str]) -> list[tuple[dict, list[int]]]:
-        from rlc.runtime.envs.gym import registered
-
         env_class = self.spec.environment.env_class
         generated = {
             "synthetic": (synthetic, "synthetic copy-the-digit"),
@@ -132,7 +132,6 @@ class Driver:
     # -- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from rlc.runtime.tracking import Tracker, TrackerError
         from transformers import AutoTokenizer
 
         t = self.spec.trainer

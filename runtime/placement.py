@@ -17,11 +17,13 @@ from typing import Any
 from rlc.core.job import CompiledJob
 from rlc.core.plan import Engine, RemoteEngine, Role
 from rlc.runtime.batch import TrainBatch, shards
+from rlc.runtime.cluster_gate import device_shortfall
 from rlc.runtime.data import expand
 from rlc.runtime.inference.hf import HFEngine
 from rlc.runtime.inference.http import EngineHTTPError
 from rlc.runtime.inference.http import RemoteEngine as RemoteEngineClient
 from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
+from rlc.runtime.models import ModelPathError, local_path
 from rlc.runtime.run_error import RunError
 from rlc.runtime.workers.fsdp import FSDPWorker
 from rlc.runtime.workers.megatron import MegatronWorker
@@ -39,8 +41,6 @@ QUIET_ENV = {
 
 def local_model_path(path: str) -> str:
     """The local directory of a model id or path, on this node."""
-    from rlc.runtime.models import ModelPathError, local_path
-
     try:
         return local_path(path)
     except ModelPathError as exc:
@@ -93,8 +93,6 @@ class Cluster:
         self.layouts: dict[str, list[dict]] = {}
 
     def start(self, total_optimizer_steps: int) -> None:
-        from rlc.runtime.cluster_gate import device_shortfall
-
         short = device_shortfall(self.plan, self.ray.nodes())
         if short:  # before any model loads
             raise RunError(short)

@@ -23,6 +23,7 @@ from rlc.runtime.weights.ipc import gpu_uuid, ipc_buckets, ipc_handle
 from rlc.runtime.weights.lora import with_lora
 from rlc.runtime.weights.tensors import iter_full_params, metas_of
 from rlc.runtime.workers import micro_batches as mbs
+from rlc.runtime.workers import ulysses
 from rlc.runtime.workers.common import (
     DTYPES,
     ROLES,
@@ -119,9 +120,7 @@ class FSDPWorker(TrainWorker):
         else:
             self.mesh = init_device_mesh(self.s.device, (self.world_size,), mesh_dim_names=("fsdp",))
         if self.sp > 1:
-            from rlc.runtime.workers.ulysses import group_of
-
-            self.sp_group = group_of(self.rank, self.world_size, self.sp)
+            self.sp_group = ulysses.group_of(self.rank, self.world_size, self.sp)
         self.model = self._build_model()
         if self.s.role != "ref":
             opt = self.config.optimizer_config
@@ -178,9 +177,7 @@ class FSDPWorker(TrainWorker):
         self.attention = getattr(lm.config, "_attn_implementation", None) or "eager"
         self.packing = self._packing(lm.config)
         if self.sp > 1:
-            from rlc.runtime.workers.ulysses import enable
-
-            enable(lm, lm.config, self.sp)
+            ulysses.enable(lm, lm.config, self.sp)
         lora = getattr(self.config.model, "lora", None)
         if lora is not None and lora.rank > 0 and self.s.role != "ref":
             lm = with_lora(lm, lora)
@@ -296,8 +293,6 @@ class FSDPWorker(TrainWorker):
         """`_outputs` with each row's positions split over the sequence-parallel group (`workers/ulysses.py`): this
         rank runs its share of every row and scores the response tokens predicted there; the group sums the
         scores, so every rank returns the whole rows' outputs."""
-        from rlc.runtime.workers import ulysses
-
         ids, attn, plen, length = mb.input_ids, mb.attention_mask, mb.prompt_len, mb.response_ids.shape[1]
         if self.packing:
             packed = pack(ids, attn, plen)

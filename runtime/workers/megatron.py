@@ -36,8 +36,11 @@ from rlc.runtime.batch import TrainBatch
 from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
+from rlc.runtime.workers import megatron_cpu
 from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective
+from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
+from rlc.runtime.workers.megatron_lora import LoraLinear, add_adapters
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
 
@@ -152,8 +155,6 @@ class MegatronWorker(TrainWorker):
     def _device(self):
         """The context every call into Megatron runs in: the CPU redirection on a run without a GPU."""
         if self.s.device == "cpu":
-            from rlc.runtime.workers import megatron_cpu
-
             return megatron_cpu.active()
         return contextlib.nullcontext()
 
@@ -162,8 +163,6 @@ class MegatronWorker(TrainWorker):
 
         torch.manual_seed(self.s.seed)
         if self.s.device == "cpu":
-            from rlc.runtime.workers import megatron_cpu
-
             megatron_cpu.enable()
         self._join_process_group(master_addr, master_port)
         self.hf_config = AutoConfig.from_pretrained(self.s.model_path)
@@ -267,8 +266,6 @@ class MegatronWorker(TrainWorker):
                     "LoRA under the megatron strategy needs a model rlc's conversion covers "
                     "(Llama, Qwen2, Mistral); this one goes through Megatron-Bridge"
                 )
-            from rlc.runtime.workers.megatron_lora import add_adapters
-
             add_adapters(self.gpt, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
             self.lora = True
         model = self.gpt
@@ -332,8 +329,6 @@ class MegatronWorker(TrainWorker):
         # Megatron's fused upper-triangle softmax), so padding must be masked as well.
         spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
         if self.cp > 1:  # rlc's context-parallel attention, with TransformerEngine's linear layers or without
-            from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
-
             spec.submodules.self_attention.submodules.core_attention = context_parallel_attention_class()
         kwargs = {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
         model = GPTModel(
@@ -588,8 +583,6 @@ class MegatronWorker(TrainWorker):
         (every rank of the tensor group must call it then)."""
         merged = {}
         if self.lora:
-            from rlc.runtime.workers.megatron_lora import LoraLinear
-
             merged = {
                 f"{n}.weight": m.merged_weight() for n, m in self.gpt.named_modules() if isinstance(m, LoraLinear)
             }
