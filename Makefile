@@ -65,6 +65,8 @@ bench:
 	$(BENCH_VENV)/bin/python bench/validate_bench.py
 	$(BENCH_VENV)/bin/python bench/plan_bench.py
 	$(BENCH_VENV)/bin/python bench/compile_bench.py
+	$(BENCH_VENV)/bin/python bench/startup_bench.py
+	$(BENCH_VENV)/bin/python bench/lsp_bench.py
 
 # GRPO training against TRL on CPU (about 13 minutes on an idle machine, most of it the SmolLM2-135M pair; not
 # part of `make bench`). It needs rlc's runtime, so it has its own plain install of rlc[runtime,models] (CPU torch
