@@ -7,23 +7,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from lsprotocol import types as lsp
 from rlc.compiler.explain import explain_key
-from rlc.compiler.importers import importer
+from rlc.compiler.importers import IMPORTERS, importer
 from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.skyrl import legacy_target
 from rlc.compiler.load import LoadError, document_from_text
 from rlc.compiler.lsp.outline import key_line, path_at, siblings, typing_at
-from rlc.compiler.pipeline import CompileResult
+from rlc.compiler.pipeline import CompileResult, compile_text
 from rlc.compiler.provenance import trace
 from rlc.compiler.roles import get
-from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, caret_width
+from rlc.core.diagnostics import ERROR, INFO, WARNING, Diagnostic, Location, caret_width
 from rlc.spec.model import FieldSpec, SpecModel, type_label
 
 SOURCE = "rlc"
-_SEVERITY = {ERROR: lsp.DiagnosticSeverity.Error, WARNING: lsp.DiagnosticSeverity.Warning}
+_SEVERITY = {
+    ERROR: lsp.DiagnosticSeverity.Error,
+    WARNING: lsp.DiagnosticSeverity.Warning,
+    INFO: lsp.DiagnosticSeverity.Information,
+}
 
 # The proposals of other commands (`rlc fit`'s): each returns, for a compiled spec, (title, {dotted key: value})
 # pairs that the editor offers as code actions on the keys they change.
@@ -243,3 +248,44 @@ def migration_action(text: str, name: str, uri: str, lines: Sequence[str]) -> ls
         kind=lsp.CodeActionKind.RefactorRewrite,
         edit=lsp.WorkspaceEdit(changes={uri: [edit]}),
     )
+
+
+def imported_findings(text: str, name: str) -> list[Diagnostic] | None:
+    """For a config of another framework rlc imports (`rlc migrate --from NAME`, e.g. AReaL): what the import
+    reports, each change that alters what runs at its line, then the findings of the spec v1 it imports to (placed on
+    the first line: their lines are the new file's). None when no importer takes the file."""
+    try:
+        doc = document_from_text(text, name)
+    except LoadError:
+        return None
+    for chosen in IMPORTERS:
+        if chosen.rewrites:
+            continue  # a rewriting importer (legacy SkyRL) is the pipeline's own migration
+        try:
+            imported = chosen.convert(doc)
+        except NotImportable:
+            continue
+        if imported is None:
+            continue
+        head = Diagnostic(
+            "RLC-W010",
+            WARNING,
+            f"{name} is an {chosen.what}, not spec v1; {len(imported.changes)} change(s) import it",
+            location=Location(name, 0, 0),
+            hint=f"run `rlc migrate --from {chosen.name} {name} -o NEW.yaml` to write it as spec v1 and see the report",
+        )
+        changes = [
+            Diagnostic(
+                c.code or ("RLC-E020" if c.severity == ERROR else "RLC-W020"),
+                c.severity,
+                f"import: {c.describe()}",
+                key=c.old,
+                location=Location(name, c.line, 1 if c.line else 0, doc.line_text(c.line)),
+            )
+            for c in imported.changes
+            if c.severity in (ERROR, WARNING)
+        ]
+        compiled = compile_text(imported.text, name).diagnostics
+        as_v1 = [replace(d, message=f"as spec v1: {d.message}", location=Location(name, 0, 0)) for d in compiled]
+        return [head, *changes, *as_v1]
+    return None

@@ -16,6 +16,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
+from rlc.compiler.check import INTERNAL_ERROR
 from rlc.compiler.lsp import features
 from rlc.compiler.pipeline import CompileResult, compile_text
 from rlc.core.diagnostics import ERROR, Diagnostic
@@ -23,17 +24,23 @@ from rlc.spec.model import default_model
 
 log = logging.getLogger(__name__)
 
-# Top-level keys of an rlc spec or a legacy SkyRL config: a YAML file with top-level keys and none of these is some
-# other YAML (a CI workflow, a chart) and gets no findings.
-SECTIONS = {"version", "name", "cluster", "launch", "data", "trainer", "generator", "environment"}
+# Top-level keys of an rlc spec or a legacy SkyRL config (`cluster` and `name` are other frameworks' keys too).
+SECTIONS = {"version", "launch", "data", "trainer", "generator", "environment"}
+SHARED = {"cluster", "name"}
 _TOP_KEY = re.compile(r"^([A-Za-z_][\w\-]*)[ ]*:", re.MULTILINE)
 
 
-def claims(text: str) -> bool:
-    """Whether the document is one rlc reads: a spec, a legacy SkyRL config, or a file that is no YAML mapping at
-    all (its load error is the finding)."""
+def findings_of(text: str, name: str) -> CompileResult | list[Diagnostic] | None:
+    """What the editor shows for a document: the pipeline's result for a spec, a legacy SkyRL config or a file that is
+    no YAML mapping at all (its load error is the finding); the import's findings for another framework's config
+    rlc imports; None for any other YAML (a CI workflow, a chart)."""
     keys = set(_TOP_KEY.findall(text[:200_000]))
-    return not keys or bool(keys & SECTIONS)
+    if not keys or keys & SECTIONS:
+        return compile_text(text, name)
+    imported = features.imported_findings(text, name)
+    if imported is not None:
+        return imported
+    return compile_text(text, name) if keys & SHARED else None
 
 
 @dataclass
@@ -79,9 +86,9 @@ class RlcServer(LanguageServer):
         finally:
             self.running.pop(uri, None)
 
-    def publish(self, uri: str, seen: int | None, text: str, result: CompileResult | Diagnostic | None) -> None:
+    def publish(self, uri: str, seen: int | None, text: str, result: CompileResult | list[Diagnostic] | None) -> None:
         lines = text.splitlines()
-        findings = result.diagnostics if isinstance(result, CompileResult) else [result] if result else []
+        findings = result.diagnostics if isinstance(result, CompileResult) else result or []
         compiled = result if isinstance(result, CompileResult) else None
         self.compiled[uri] = Compiled(seen, lines, compiled, findings)
         codec = self.workspace.get_text_document(uri).position_codec
@@ -101,16 +108,14 @@ def _in_file(d: Diagnostic, uri: str) -> bool:
     return d.location is None or d.location.file in (to_fs_path(uri), uri) or d.location.line == 0
 
 
-def _compile_or_crash(text: str, name: str) -> CompileResult | Diagnostic | None:
-    """The pipeline's result, None for a file that is not rlc's, or one finding saying rlc itself failed."""
-    if not claims(text):
-        return None
+def _compile_or_crash(text: str, name: str) -> CompileResult | list[Diagnostic] | None:
+    """`findings_of` the document, or one finding saying rlc itself failed on it."""
     try:
-        return compile_text(text, name)
+        return findings_of(text, name)
     except Exception as exc:  # noqa: BLE001 - a bug in rlc shows in the editor, the server keeps serving
         log.exception("compiling %s", name)
         message = f"rlc crashed on this file: {type(exc).__name__}: {exc}"
-        return Diagnostic("RLC-E001", ERROR, message, hint="please report it with the file")
+        return [Diagnostic(INTERNAL_ERROR, ERROR, message, hint="this is a bug in rlc: please report it with the file")]
 
 
 server = RlcServer()

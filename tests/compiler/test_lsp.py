@@ -279,3 +279,47 @@ async def test_bad_input_gets_a_finding_and_the_server_keeps_serving(
 async def test_a_yaml_file_that_is_no_spec_gets_no_findings(client: LanguageClient, tmp_path):
     path = tmp_path / "workflow.yaml"
     assert await publish(client, path, "on: push\njobs:\n  test:\n    runs-on: ubuntu-latest\n") == []
+
+
+async def test_an_areal_config_shows_what_its_import_reports_and_the_findings_of_the_spec_it_becomes(
+    client: LanguageClient, tmp_path
+):
+    path = tmp_path / "areal.yaml"
+    source = ROOT / "tests/fixtures/areal/gsm8k_grpo.yaml"
+    text = source.read_text(encoding="utf-8").replace("n_gpus_per_node: 8", "n_gpus_per_node: 6")
+    found = await publish(client, path, text)
+    assert found[0].code == "RLC-W010" and "is an AReaL config, not spec v1" in found[0].message
+    assert "rlc migrate --from areal" in found[0].related_information[0].message
+    as_v1 = [d for d in found if d.message.startswith("as spec v1: ")]
+    assert [d.code for d in as_v1] == ["RLC-E204"]  # its 4 + 4 GPUs do not fit a node of 6
+    assert as_v1[0].range.start.line == 0
+    path.write_text(text, encoding="utf-8")
+    report = run_rlc("migrate", "--from", "areal", str(path), "-o", str(tmp_path / "spec.yaml")).stderr
+    imports = [d for d in found if d.message.startswith("import: ")]
+    assert imports  # the changes that alter what runs or warn, at their lines
+    for d in imports:
+        assert d.message.split("\nkey:")[0].removeprefix("import: ") in report
+        assert f"(line {d.range.start.line + 1})" in d.message
+
+
+async def test_hover_and_completion_answer_while_a_long_compile_runs(client: LanguageClient, tmp_path):
+    small = tmp_path / "small.yaml"
+    text = TWO_NODE.read_text(encoding="utf-8")
+    await publish(client, small, text)
+    big = tmp_path / "big.yaml"
+    env = "".join(f"    RLC_VAR_{i}: value{i}\n" for i in range(6_000))  # a 6,000-line spec: a second to compile
+    client.diagnostics.pop(big.as_uri(), None)
+    client.text_document_did_open(
+        lsp.DidOpenTextDocumentParams(
+            lsp.TextDocumentItem(big.as_uri(), "yaml", 1, text.replace("  envs:\n", "  envs:\n" + env))
+        )
+    )
+    line = text.splitlines().index("  train_batch_size: 1024")
+    assert "trainer.train_batch_size" in await hover_text(client, small, line)
+    keys = await client.text_document_completion_async(
+        lsp.CompletionParams(lsp.TextDocumentIdentifier(small.as_uri()), lsp.Position(line, 2))
+    )
+    assert keys.items
+    assert big.as_uri() not in client.diagnostics  # both answered before the long compile ended
+    _versions[big.as_uri()] = 1
+    assert await publish(client, big, text) == []
