@@ -17,6 +17,7 @@ from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.skyrl import legacy_target
 from rlc.compiler.load import LoadError, document_from_text
 from rlc.compiler.lsp.outline import key_line, path_at, siblings, typing_at
+from rlc.compiler.memory import GiB
 from rlc.compiler.pipeline import CompileResult, compile_text
 from rlc.compiler.provenance import trace
 from rlc.compiler.roles import get
@@ -289,3 +290,20 @@ def imported_findings(text: str, name: str) -> list[Diagnostic] | None:
         as_v1 = [replace(d, message=f"as spec v1: {d.message}", location=Location(name, 0, 0)) for d in compiled]
         return [head, *changes, *as_v1]
     return None
+
+
+def fit_lens(lines: Sequence[str], result: CompileResult | None) -> lsp.CodeLens | None:
+    """The GPU-fit verdict of `rlc plan` above the `cluster:` line: the fullest GPU's estimated peak against its
+    capacity, and how many GPUs do not fit."""
+    memory = result.memory if result else None
+    if memory is None or not memory.gpus:
+        return None
+    fullest = max(memory.gpus, key=lambda g: g.fill)
+    over = sum(1 for g in memory.gpus if not g.fits)
+    verdict = f"every GPU of {len(memory.gpus)} fits" if not over else f"{over} of {len(memory.gpus)} GPUs do not fit"
+    title = (
+        f"GPU memory: peak {fullest.peak / GiB:.1f} / {fullest.capacity / GiB:.1f} GiB ({fullest.fill:.0%}) "
+        f"at {fullest.phase}; {verdict} (rlc plan)"
+    )
+    at = next((n for n, text in enumerate(lines) if text.startswith("cluster:")), 0)
+    return lsp.CodeLens(lsp.Range(lsp.Position(at, 0), lsp.Position(at, 0)), lsp.Command(title, ""))

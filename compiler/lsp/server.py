@@ -183,6 +183,13 @@ def code_action(ls: RlcServer, params: lsp.CodeActionParams) -> list[lsp.CodeAct
     return out
 
 
+@server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
+def code_lens(ls: RlcServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens] | None:
+    last = ls.compiled.get(params.text_document.uri)
+    lens = features.fit_lens(last.lines, last.result) if last else None
+    return [lens] if lens else None
+
+
 def serve() -> None:
     """Serve the editor on stdin and stdout until it says exit."""
     default_model()  # load the spec model before the first document arrives

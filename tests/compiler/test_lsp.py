@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,18 @@ async def test_hover_says_what_rlc_explain_says_and_the_values_derived_under_a_s
     assert "**generator.inference_engine.tensor_parallel_size** = `2`: spec" in tp
     engine = await hover_text(client, path, lines.index("  inference_engine:"))
     assert "**generator.inference_engine.num_engines** = `8`: derived from" in engine
+
+
+async def test_a_code_lens_above_cluster_gives_rlc_plans_gpu_memory_verdict(client: LanguageClient, tmp_path):
+    path = tmp_path / "lens.yaml"
+    text = TWO_NODE.read_text(encoding="utf-8")
+    await publish(client, path, text)
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(path.as_uri())))
+    assert [lens.range.start.line for lens in lenses] == [text.splitlines().index("cluster:")]
+    plan = run_rlc("plan", str(TWO_NODE), "--svg", str(tmp_path / "plan.svg")).stdout
+    peak, capacity, fill, phase = re.findall(r": ([\d.]+) / ([\d.]+) GiB \((\d+)%, fits\) at (\S+):", plan)[0]
+    expected = f"GPU memory: peak {peak} / {capacity} GiB ({fill}%) at {phase}; every GPU of 16 fits"
+    assert lenses[0].command.title.startswith(expected)
 
 
 async def test_completion_offers_the_unwritten_keys_of_a_section_and_the_values_of_an_enumerated_key(
