@@ -29,7 +29,7 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
-from results import cpu_model, find_rlc, loadavg, nproc, publish  # bench/results.py
+from results import cpu_model, loadavg, nproc, publish, require_rlc  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "gsm8k-grpo-2node.yaml"
@@ -130,10 +130,7 @@ def main() -> int:
     ap.add_argument("--changes", type=int, default=60, help="edits timed (default 60)")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
-    rlc = find_rlc()
-    if rlc is None:
-        print("lsp_bench: no `rlc` next to this Python nor on PATH", file=sys.stderr)
-        return 2
+    rlc = require_rlc("lsp_bench")
     before = loadavg()
     with tempfile.TemporaryDirectory(prefix="rlc-lsp-bench-") as tmp:
         spec = spec_of(LINES, rlc, Path(tmp))

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from results import cpu_model, find_rlc, loadavg, nproc, publish  # bench/results.py
+from results import cpu_model, loadavg, nproc, publish, require_rlc  # bench/results.py
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = "examples/gsm8k-grpo-2node.yaml"
@@ -47,10 +47,7 @@ def main() -> int:
     ap.add_argument("--warmups", type=int, default=2, help="untimed runs of each side first (default 2)")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
-    rlc = find_rlc()
-    if rlc is None:
-        print("startup_bench: no `rlc` next to this Python nor on PATH", file=sys.stderr)
-        return 2
+    rlc = require_rlc("startup_bench")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "RLC_DEBUG")}
     env["NO_COLOR"] = "1"
     a = [rlc, "validate", SPEC]
@@ -71,7 +68,7 @@ def main() -> int:
             "## Start-up: `rlc validate` against its imports' floor (bench/startup_bench.py)",
             "",
             f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {nproc()} cores ({cpu_model()}), "
-            f"`{rlc}`; load average {before} before, {loadavg()} after. {args.runs} pairs, A and B in turn, "
+            f"`{os.path.relpath(rlc, ROOT) if rlc.startswith(str(ROOT)) else rlc}`; load average {before} before, {loadavg()} after. {args.runs} pairs, A and B in turn, "
             "whole processes, bytecode caches allowed.",
             "",
             "| | CPU (user + system), median | wall, median |",
