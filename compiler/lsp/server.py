@@ -33,14 +33,14 @@ _TOP_KEY = re.compile(r"^([A-Za-z_][\w\-]*)[ ]*:", re.MULTILINE)
 def findings_of(text: str, name: str) -> CompileResult | list[Diagnostic] | None:
     """What the editor shows for a document: the pipeline's result for a spec, a legacy SkyRL config or a file that is
     no YAML mapping at all (its load error is the finding); the import's findings for another framework's config
-    rlc imports; None for any other YAML (a CI workflow, a chart)."""
+    rlc imports; None for any other YAML (a CI workflow, a compose file, a chart)."""
     keys = set(_TOP_KEY.findall(text[:200_000]))
     if not keys or keys & SECTIONS:
         return compile_text(text, name)
     imported = features.imported_findings(text, name)
     if imported is not None:
         return imported
-    return compile_text(text, name) if keys & SHARED else None
+    return compile_text(text, name) if keys <= SECTIONS | SHARED else None  # a spec begun with its cluster
 
 
 @dataclass

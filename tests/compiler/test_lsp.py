@@ -292,6 +292,8 @@ async def test_bad_input_gets_a_finding_and_the_server_keeps_serving(
 async def test_a_yaml_file_that_is_no_spec_gets_no_findings(client: LanguageClient, tmp_path):
     path = tmp_path / "workflow.yaml"
     assert await publish(client, path, "on: push\njobs:\n  test:\n    runs-on: ubuntu-latest\n") == []
+    compose = tmp_path / "compose.yaml"
+    assert await publish(client, compose, "name: web\nservices:\n  app:\n    image: nginx\n") == []
 
 
 async def test_an_areal_config_shows_what_its_import_reports_and_the_findings_of_the_spec_it_becomes(
