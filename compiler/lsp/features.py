@@ -169,11 +169,11 @@ def actions(
             continue
         for title, edit in _fixes(d, lines, where):
             out.append(_action(title, uri, [edit], to_lsp(d, lines, uri)))
-    for proposer in PROPOSERS if result is not None else ():
-        for title, values in proposer(result):  # type: ignore[arg-type]
-            edits = [e for key, value in values.items() if (e := set_value(lines, key, value)) is not None]
-            if edits and any(wanted.start.line <= e.range.start.line <= wanted.end.line for e in edits):
-                out.append(_action(title, uri, edits, None))
+    proposals = [p for proposer in PROPOSERS for p in proposer(result)] if result is not None else []
+    for title, values in proposals:
+        edits = [e for key, value in values.items() if (e := set_value(lines, key, value)) is not None]
+        if edits and any(wanted.start.line <= e.range.start.line <= wanted.end.line for e in edits):
+            out.append(_action(title, uri, edits, None))
     return out
 
 
