@@ -87,7 +87,6 @@ def _declared() -> dict[str, str]:
 
     importlib.metadata itself is not imported: it costs more than the whole rest of `rlc validate`.
     """
-    import configparser
     import os
     import re
     import sys
@@ -114,6 +113,8 @@ def _declared() -> dict[str, str]:
                 continue
             if marker not in text:
                 continue
+            import configparser  # only where an extension is installed: its class body alone costs milliseconds
+
             parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
             parser.optionxform = str  # type: ignore[assignment,method-assign]  # entry-point names keep their case
             try:
