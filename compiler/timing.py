@@ -13,7 +13,9 @@ has the derivation and the published jobs it is held against):
 - weight sync: the engine's weights (its dtype) over the link the plan chose (CUDA IPC on the GPU itself, NVLink
   within a node, the network across nodes, gloo through host memory on a CPU).
 - step_overhead_s: what a step spends outside these (Ray calls, offload and wake-up, rewards).
-Rows are the mean length (prompt_fill and response_fill of the limits), not the longest. The run is
+Rows are the mean length (prompt_fill and response_fill of the limits), not the longest; fsdp2 runs a group's
+shared prompt once (forwards, and training without gradient checkpointing), as rlc's trainer does. Rows whose
+advantages are all zero, which rlc's trainer leaves out, are counted: the estimate is for every row. The run is
 max_training_steps, or epochs x dataset_rows / train_batch_size; GPU-hours count every GPU of the cluster, and the
 cost takes a price per GPU-hour from a dated table (`PRICES`) unless estimate.gpu_hour_price sets one.
 Every assumption is printed beside the estimate and set under `estimate:` in the spec (or as an override).
@@ -38,7 +40,7 @@ class Device:
     bandwidth_gbs: float
     link_gbs: float
     decode_step_ms: float = 5.0
-    step_overhead_s: float = 5.0
+    step_overhead_s: float = 2.0
 
 
 # Vendor datasheets: dense (not sparse) BF16 tensor TFLOP/s, HBM bandwidth, NVLink per direction (PCIe 4/5 x16 for
@@ -60,10 +62,11 @@ DEVICES: dict[str, Device] = {
     "MI300X": Device(1307, 5300, 64),
 }
 DEVICES["H100-80GB"] = DEVICES["H100-MEGA"] = DEVICES["H100"]
-# A CPU slot of rlc's local runs (`accelerator: none`), measured on a 2-core machine running examples/local-cpu.yaml
-# (docs/estimate.md): float32 matmuls at about 40 GFLOP/s, and the fixed costs that dominate tiny models there (a
-# Hugging Face `generate` step, the Ray calls of a training step).
-CPU = Device(tflops=0.04, bandwidth_gbs=10, link_gbs=5, decode_step_ms=2.5, step_overhead_s=0.03)
+# A CPU slot of rlc's local runs (`accelerator: none`), of the 2-core machine rlc's CPU benchmarks run on
+# (docs/estimate.md): about 0.4 TFLOP/s, the float32 FMA peak of two cores (SmolLM2-135M trains at about a third
+# of it), 10 GB/s of memory bandwidth, 3 ms per step of Hugging Face `generate` and 40 ms per training step outside
+# the passes (optimizer step, batch building, Ray calls): what dominates a tiny model's step there.
+CPU = Device(tflops=0.4, bandwidth_gbs=10, link_gbs=5, decode_step_ms=3.0, step_overhead_s=0.04)
 NETWORK_GBS = 50  # between nodes: 400 Gb/s InfiniBand or EFA per GPU
 
 # USD per GPU-hour, on demand. Source: mercatus-ai.com's cloud GPU price survey, "Cloud GPU pricing in May 2026",
@@ -143,8 +146,13 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
     prompt = max(round(e.prompt_fill * int(g.max_input_length or t.max_prompt_length)), 1)
     response = max(round(e.response_fill * int(g.sampling_params.max_generate_length)), 1)
     samples = int(g.n_samples_per_prompt)
-    rows = int(t.train_batch_size) * samples
+    prompts = int(t.train_batch_size)
+    rows = prompts * samples
     tokens = rows * (prompt + response)
+    # fsdp2 runs a group's shared prompt once (not under sequence parallelism, nor in training with checkpointing)
+    share = t.strategy != "megatron" and samples > 1 and int(t.policy.sequence_parallel_size) <= 1
+    shared = prompts * prompt + rows * response if share else tokens
+    train_tokens = tokens if t.gradient_checkpointing else shared
     phases = [_generate(spec, plan, memory, shape, rows, prompt, response, flops, bandwidth, decode_ms, e)]
     role_gpus = {r.name: max(len(r.ranks), 1) for r in plan.roles}
     forwards, trains = [], []
@@ -157,13 +165,14 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         forwards.append(("critic", models["critic"].shape.params))
         trains.append(("critic", models["critic"].shape.params))
     per_gpu = flops * e.train_mfu
-    fwd = sum(2 * n * tokens / (per_gpu * role_gpus.get(r, 1)) for r, n in forwards)
+    fwd = sum(2 * n * shared / (per_gpu * role_gpus.get(r, 1)) for r, n in forwards)
     names = ", ".join(r for r, _ in forwards) or "none: one optimizer step per batch reuses the engine's rows"
-    phases.append(Phase("log-prob forwards", fwd, f"2 x params x {tokens} tokens for {names}"))
+    phases.append(Phase("log-prob forwards", fwd, f"2 x params x {shared} tokens for {names}"))
     factor = 8 if t.gradient_checkpointing else 6
     epochs = int(t.update_epochs_per_batch)
-    train = sum(factor * n * tokens * epochs / (per_gpu * role_gpus.get(r, 1)) for r, n in trains)
-    phases.append(Phase("train", train, f"{factor} x {params / 1e9:.3g}B params x {tokens} tokens x {epochs} epoch(s)"))
+    train = sum(factor * n * train_tokens * epochs / (per_gpu * role_gpus.get(r, 1)) for r, n in trains)
+    how = f"{factor} x {params / 1e9:.3g}B params x {train_tokens} tokens x {epochs} epoch(s)"
+    phases.append(Phase("train", train, how))
     phases.append(_weight_sync(spec, plan, shape, dev, bandwidth, e))
     phases.append(Phase("overhead", overhead, "Ray calls, offload and wake-up, rewards"))
     step = sum(p.seconds for p in phases)
@@ -171,7 +180,7 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         step = max(phases[0].seconds, step - phases[0].seconds)
     steps = _steps(spec)
     price = e.gpu_hour_price if e.gpu_hour_price is not None else PRICES.get(name)
-    source = "estimate.gpu_hour_price" if e.gpu_hour_price is not None else f"{PRICE_SOURCE} ({PRICES_AS_OF})"
+    source = "estimate.gpu_hour_price" if e.gpu_hour_price is not None else f"{PRICES_AS_OF} price, {PRICE_SOURCE}"
     gpus = int(spec.cluster.gpus_per_node) * int(spec.cluster.num_nodes) if name != "CPU" else 0
     assumptions = {
         "device": name,
@@ -272,7 +281,7 @@ def render_time(est: TimeEstimate | None) -> str:
         if est.gpus:
             run += f", {est.gpu_hours:.3g} GPU-hours"
             run += (
-                f", ${est.cost:,.2f} at ${est.price}/GPU-hour ({est.price_source})"
+                f", ${est.cost:,.2f} at ${est.price:.2f}/GPU-hour ({est.price_source})"
                 if est.cost is not None
                 else " (no price for this accelerator: set estimate.gpu_hour_price)"
             )
