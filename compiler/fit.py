@@ -88,11 +88,12 @@ class Option:
 
 class Search:
     """Trials of a job with changes on top: fast (a copy of the resolved spec, re-planned and re-estimated) unless a
-    change is structural, then through the whole pipeline."""
+    change is structural, then resolved again and checked by the rules. `source` and `overrides` (a file's job) let
+    `compile` run the whole pipeline on an answer; an editor's buffer has none."""
 
-    def __init__(self, source: str, overrides: Sequence[Override], headroom: float):
-        self.source, self.overrides, self.headroom = source, list(overrides), headroom
-        self.base = compile_job(source, self.overrides)
+    def __init__(self, base: CompileResult, headroom: float, source: str = "", overrides: Sequence[Override] = ()):
+        self.base, self.headroom = base, headroom
+        self.source, self.overrides = source, list(overrides)
         self._cache: dict[tuple, tuple[Any, MemoryEstimate | None]] = {}
 
     def trial(self, changes: dict[str, Any], structural: bool) -> tuple[Any, MemoryEstimate | None]:
@@ -308,7 +309,7 @@ MOVES: list[tuple[str, Callable[[Any, CompileResult], list[Option]]]] = [
 def fit(source: str, overrides: Sequence[Override] = (), headroom: float = 0.0, largest: bool = False) -> FitResult:
     """The smallest set of changes that makes `source` (plus overrides) fit, or "fits" (with `largest`, the
     largest micro-batches that still fit)."""
-    search = Search(str(source), overrides, headroom)
+    search = Search(compile_job(str(source), list(overrides)), headroom, str(source), overrides)
     base = search.base
     other = [d for d in base.diagnostics if d.severity == "error" and not is_memory_code(d.code)]
     if base.spec is None or base.plan is None or other:
@@ -490,3 +491,26 @@ def cost(base: CompileResult, key: str, before: Any, after: Any, final: CompileR
     if key in ("cluster.gpus_per_node", "cluster.num_nodes"):
         return f"{before} -> {after}: {after / before:.3g}x the GPU-hours"
     return f"{before} -> {after}"
+
+
+def proposals(result: CompileResult) -> list[tuple[str, dict[str, Any]]]:
+    """`rlc fit`'s answer for a compiled buffer, as `rlc lsp` offers it (a code action): one titled set of changes,
+    or none where the job fits, has other errors, or nothing tried fits. Judged by the rules and the estimate, as
+    each trial of the search is."""
+    other = [d for d in result.diagnostics if d.severity == "error" and not is_memory_code(d.code)]
+    if result.spec is None or result.plan is None or result.memory is None or not result.memory.capacity or other:
+        return []
+    search = Search(result, 0.0)
+    if search.overflow(result.spec, result.memory) == FITS:
+        return []
+    chosen = _search(search)
+    if chosen is None:
+        return []
+    values = _values(chosen)
+    if search.overflow(*search.trial(values, True)) != FITS:
+        return []
+    changes = _changes(result, None, values)
+    title = "rlc fit: " + ", ".join(
+        f"{c.key.rsplit('.', 1)[-1]} {_yaml_scalar(c.before)} -> {c.override.split('=', 1)[1]}" for c in changes
+    )
+    return [(title, {c.key: c.after for c in changes})]

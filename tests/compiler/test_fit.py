@@ -119,3 +119,18 @@ def test_out_of_memory_error_points_at_fit_and_other_errors_come_first(spec_file
     )
     result = run_rlc("fit", str(broken))
     assert result.returncode == 1 and "fix them first" in result.stderr
+
+
+def test_the_editor_offers_the_proposal_on_the_line_it_changes():
+    from lsprotocol import types as lsp
+    from rlc.compiler.lsp import features
+    from rlc.compiler.pipeline import compile_text
+
+    text = (EXAMPLES / "gsm8k-grpo-8xh100.yaml").read_text().replace("Qwen2.5-1.5B-Instruct", "Qwen2.5-14B-Instruct")
+    result = compile_text(text, "job.yaml")
+    lines = text.splitlines()
+    n = next(i for i, line in enumerate(lines) if line.startswith("  micro_train_batch_size_per_gpu:"))
+    where = lsp.Range(lsp.Position(n, 0), lsp.Position(n, len(lines[n])))
+    found = {a.title: a for a in features.actions(lines, "file:///job.yaml", where, result.diagnostics, result)}
+    action = found["rlc fit: micro_train_batch_size_per_gpu 40 -> 20"]
+    assert action.edit.changes["file:///job.yaml"][0].new_text == "20"
