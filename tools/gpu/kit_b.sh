@@ -18,7 +18,10 @@ out = torch.empty_like(x); ops.rms_norm(out, x, torch.ones(256, device='cuda', d
 torch.cuda.synchronize(); assert torch.isfinite(out).all(); print('a _C kernel ran')"
 }
 if ! attempt probe probe; then
-  [ -f /tmp/rlc-vllm-c-orig/$C ] || { report "the zeroed _C failed: call kit_b_orig.sh, then kit_b.sh within 30 s"; exit 3; }
+  [ -f /tmp/rlc-vllm-c-orig/$C ] || {
+    report "the _C probe failed (the log says why); if the zeroed _C did: kit_b_orig.sh, then kit_b.sh within 30 s"
+    exit 3
+  }
   cp /tmp/rlc-vllm-c-orig/$C "$SITE/$C" && echo "== the unmodified _C replaces the zeroed one"
   step probe-unmodified probe
 fi
