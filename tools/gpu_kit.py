@@ -39,6 +39,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import vllm_api
+from import_closure import VLLM_OFFLINE, third_party
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPS = ROOT / ".gpu-deps"
 WHEELS = DEPS / "wheels"
@@ -96,6 +99,24 @@ VLLM_DEPS = (
     "dill==0.4.1",
 )
 VLLM_C = "vllm/_C_stable_libtorch.abi3.so"
+# The import names of the packages the device image holds (KINDS.md's list of 2026-11-17).
+DEVICE_IMAGE = frozenset(
+    """absl accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated_doc anyio attr attrs botorch build certifi
+    charset_normalizer chex click cloudpickle cmake colorama contourpy coverage cuda cupy cycler Cython diffrax e3nn
+    einops equinox etils execnet filelock flatbuffers flax fontTools formulaic frozenlist fsspec gpytorch grpc h11 h5py
+    hf_xet httpcore httpx huggingface_hub humanize hypothesis idna imageio iniconfig interface_meta jax jaxlib
+    jaxtyping jinja2 joblib kiwisolver lazy_loader lightning lightning_utilities linear_operator lineax llvmlite lxml
+    markdown markdown_it markupsafe matplotlib mdurl mesonbuild ml_dtypes mpi4py mpmath msgpack multidict
+    multipledispatch mypy_extensions nanobind narwhals networkx ninja numba numpy numpyro nvidia onnx onnx_ir
+    onnxruntime onnxscript cv2 optax opt_einsum opt_einsum_fx optimistix orbax packaging pandas pathspec patsy peft
+    PIL pip pluggy portalocker prometheus_client propcache google psutil pyarrow pybind11 cpuinfo pygments pyparsing
+    pyproject_hooks pyre_extensions pytest pytest_benchmark pytest_cov pytest_mock pytest_timeout xdist dateutil
+    pytorch_lightning yaml regex requests rich sacrebleu safetensors scikit_build_core skimage sklearn scipy seaborn
+    sentencepiece sentence_transformers setuptools shellingham simplejson six sortedcontainers statsmodels sympy
+    tabulate tensorboard tensorboard_data_server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz
+    torch torchaudio torchdiffeq torch_geometric torchmetrics torchvision tqdm transformers treescope triton typer
+    typing_extensions typing_inspect urllib3 uvloop wadler_lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,7 @@ class Kit:
     prune: tuple[str, ...] = ()  # globs under the site directory, deleted
     zero: tuple[str, ...] = ()  # shared objects whose fatbin entries sm_90 never loads are zeroed
     only: tuple[str, ...] = ()  # keep only these paths (the fallback part)
+    imports: tuple[str, ...] = ()  # modules whose certain imports the kit and the device image must hold (verify)
     note: str = ""
 
     @property
@@ -125,6 +147,7 @@ KITS = (
             "ray/llm",
             "ray/cpp",
         ),
+        imports=("ray", "ray.util.placement_group", "ray.util.scheduling_strategies", "skyrl_gym"),
         note="rlc's pure-Python dependencies, megatron-core 0.16 and core Ray 2.60: `pytest -m gpu`",
     ),
     Kit(
@@ -143,6 +166,7 @@ KITS = (
             "vllm/entrypoints/serve/instrumentator/static",  # swagger UI
         ),
         zero=(VLLM_C,),
+        imports=VLLM_OFFLINE,
         note="vLLM 0.26.0 for one H100 and a dense model, its small dependencies, the jsonschema set",
     ),
     Kit(
@@ -449,9 +473,6 @@ def cmd_build(kits: list[Kit]) -> None:
         log(f"{kit.name}: {mib(carried)} in .gpu-deps/{kit.name}, {mib(carried + tree)} carried with the tree")
     vllm = wheels.get("vllm==0.26.0")
     if vllm is not None:
-        sys.path.insert(0, str(ROOT / "tools"))
-        import vllm_api
-
         path = vllm_api.write_facts(vllm)
         log(f"vLLM 0.26 API facts: {path.relative_to(ROOT)}")
 
@@ -509,7 +530,15 @@ def verify(kit: Kit, into: Path) -> dict:
         if done.returncode != 0:
             raise KitError(f"{kit.name}: its pure-Python packages do not import:\n{done.stderr.strip()[-1500:]}")
         imported = modules
-    return {"kit": kit.name, "files": len(manifest["files"]), "imported": imported}
+    needed = third_party(into, kit.imports)
+    lacking = {
+        name: sorted(importers)[:3]
+        for name, importers in needed.items()
+        if name not in DEVICE_IMAGE and not ((into / name).exists() or any(into.glob(f"{name}.*")))
+    }
+    if lacking:
+        raise KitError(f"{kit.name}: imported for certain, neither in the kit nor on the device: {lacking}")
+    return {"kit": kit.name, "files": len(manifest["files"]), "imported": imported, "needs": sorted(needed)}
 
 
 def cmd_verify(kits: list[Kit]) -> None:
@@ -520,6 +549,10 @@ def cmd_verify(kits: list[Kit]) -> None:
             took = time.monotonic() - started
             imported = ", ".join(got["imported"]) or "none"
             log(f"{kit.name}: {got['files']} files reassembled and checked in {took:.0f} s; imported here: {imported}")
+            if kit.imports:
+                log(
+                    f"{kit.name}: what {kit.imports[0]} imports for certain is in the kit or on the device: {got['needs']}"
+                )
             shutil.rmtree(site)
 
 

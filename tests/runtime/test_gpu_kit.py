@@ -133,3 +133,21 @@ def test_a_built_kit_fits_one_call_with_the_tree(kit):
         assert (folder / name).stat().st_size == part["bytes"]
     assert gpu_kit.check_sizes(folder) + gpu_kit.tracked_tree_bytes() < CARRY_LIMIT
     assert {p.split("==")[0] for p in manifest["wheels"]} == {p.split("==")[0] for p in kit.pins}
+
+
+def test_the_import_closure_follows_certain_imports_only(tmp_path):
+    from import_closure import third_party
+
+    files = {
+        "pkg/__init__.py": "import json\nfrom .core import run\n",
+        "pkg/core.py": "import numpy\nfrom pkg.sub import helper\ntry:\n    import flash\nexcept ImportError:\n    pass\n",
+        "pkg/sub/__init__.py": "if False:\n    import never\n",
+        "pkg/sub/helper.py": "from ..extra import thing\nimport zmq.asyncio\n",
+        "pkg/extra.py": "def thing():\n    import lazy\n",
+        "pkg/unused.py": "import unreached\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = third_party(tmp_path, ["pkg"])
+    assert found == {"numpy": {"pkg.core"}, "zmq": {"pkg.sub.helper"}}
