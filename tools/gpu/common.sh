@@ -41,8 +41,10 @@ environment() {  # what the machine is: the GPU, the packages, the versions the 
   return 0
 }
 
-run_tests() {  # run_tests SECONDS PYTEST-ARGS...: the tests, their junit XML; the log has the rest
-  timeout "$1" python3 -m pytest -p no:cacheprovider -q -rA --durations=0 --junitxml="$OUT/junit.xml" "${@:2}"
+run_tests() {  # run_tests SECONDS PYTEST-ARGS...: the tests, their junit XML; the log has the rest. A test that hangs
+  # fails alone after 240 s (pytest-timeout), so the junit XML is written; the outer limit is the last resort.
+  timeout "$1" python3 -m pytest -p no:cacheprovider -q -rA --durations=0 --timeout 240 \
+    --junitxml="$OUT/junit.xml" "${@:2}"
 }
 
 report() {  # report.json: steps with their seconds, the tests' outcomes and durations, what each test measured
