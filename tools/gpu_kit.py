@@ -16,7 +16,8 @@ and packed as one tar.xz (`xz -9`: its 64 MiB window spans the uncompressed sm_9
 - kit-b-orig: that `_C` unmodified, the fallback when the zeroed one does not load (a call of its own: the two do
   not fit one call together).
 
-Each kit folder holds its archive and a manifest.json (the wheels with versions and sha256, what was pruned and
+What each kit holds is tools/gpu_kits.py; the zeroing is tools/fatbin.py. Each kit folder holds its archive and a
+manifest.json (the wheels with versions and sha256, what was pruned and
 zeroed, every file with its size and sha256). A part over 60 MiB is an error. Packing is cached by a key over
 everything that goes in: a rebuild with nothing changed packs nothing. `build` also writes the facts the CPU test
 of rlc's vLLM calls reads (tools/vllm_api.py) from the vLLM wheel.
@@ -30,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tarfile
@@ -40,142 +40,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import vllm_api
-from import_closure import VLLM_OFFLINE, third_party
+from fatbin import FatbinError, zero_unloaded_entries
+from gpu_kits import DEVICE_IMAGE, KITS, SDIST_ONLY, Kit
+from import_closure import third_party
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPS = ROOT / ".gpu-deps"
 WHEELS = DEPS / "wheels"
 PART_LIMIT = 60 * 2**20  # the device carries 64 MiB a call, the working tree (about 3.5 MiB) included
-SM = 90  # the H100's compute capability
 TARGET = ["--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:"] + [
     arg
     for tag in (*(f"manylinux_2_{v}_x86_64" for v in (5, 12, 17, 28, 31, 34, 35)), "manylinux2014_x86_64", "any")
     for arg in ("--platform", tag)
 ]
 FORMAT = 1  # bump when the layout of a kit changes without its inputs changing
-
-# rlc's runtime and tests on the device, besides what its image holds (KINDS.md): the jsonschema set, ruamel.yaml,
-# skyrl-gym with omegaconf and func_timeout (an sdist only, built into a wheel here), megatron-core for the three
-# megatron GPU tests.
-RLC_DEPS = (
-    "jsonschema==4.26.0",
-    "jsonschema-specifications==2025.9.1",
-    "referencing==0.37.0",
-    "rpds-py==2026.9.1",
-    "ruamel.yaml==0.19.1",
-    "omegaconf==2.4.0",
-    "skyrl-gym==0.4.0",
-    "func_timeout==4.3.5",
-)
-SDIST_ONLY = {"func_timeout"}
-# What vLLM 0.26's offline `LLM` imports that the device lacks (gpu-kit.md §2). openai 2.54 rather than the newest:
-# it uses the device's httpx. mistral_common (numpy<2.4) and numba's pin (numpy<2.5) are left unmet on purpose.
-VLLM_DEPS = (
-    "pydantic==2.14.4",
-    "pydantic-core==2.50.5",
-    "annotated-types==0.8.0",
-    "typing-inspection==0.4.5",
-    "typing-extensions==4.16.0",
-    "fastapi==0.136.3",
-    "starlette==1.10.0",
-    "openai==2.54.0",
-    "distro==1.9.0",
-    "jiter==0.19.0",
-    "sniffio==1.3.1",
-    "openai-harmony==0.0.8",
-    "msgspec==0.22.0",
-    "pyzmq==27.3.0",
-    "cbor2==6.3.0",
-    "pybase64==1.5.1",
-    "partial-json-parser==0.2.1.1.post7",
-    "cachetools==8.0.2",
-    "blake3==1.0.11",
-    "setproctitle==1.3.8",
-    "python-json-logger==4.2.0",
-    "compressed-tensors==0.17.0",
-    "loguru==0.7.3",
-    "depyf==0.20.0",
-    "astor==0.8.1",
-    "dill==0.4.1",
-)
-VLLM_C = "vllm/_C_stable_libtorch.abi3.so"
-# The import names of the packages the device image holds (KINDS.md's list of 2026-11-17).
-DEVICE_IMAGE = frozenset(
-    """absl accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated_doc anyio attr attrs botorch build certifi
-    charset_normalizer chex click cloudpickle cmake colorama contourpy coverage cuda cupy cycler Cython diffrax e3nn
-    einops equinox etils execnet filelock flatbuffers flax fontTools formulaic frozenlist fsspec gpytorch grpc h11 h5py
-    hf_xet httpcore httpx huggingface_hub humanize hypothesis idna imageio iniconfig interface_meta jax jaxlib
-    jaxtyping jinja2 joblib kiwisolver lazy_loader lightning lightning_utilities linear_operator lineax llvmlite lxml
-    markdown markdown_it markupsafe matplotlib mdurl mesonbuild ml_dtypes mpi4py mpmath msgpack multidict
-    multipledispatch mypy_extensions nanobind narwhals networkx ninja numba numpy numpyro nvidia onnx onnx_ir
-    onnxruntime onnxscript cv2 optax opt_einsum opt_einsum_fx optimistix orbax packaging pandas pathspec patsy peft
-    PIL pip pluggy portalocker prometheus_client propcache google psutil pyarrow pybind11 cpuinfo pygments pyparsing
-    pyproject_hooks pyre_extensions pytest pytest_benchmark pytest_cov pytest_mock pytest_timeout xdist dateutil
-    pytorch_lightning yaml regex requests rich sacrebleu safetensors scikit_build_core skimage sklearn scipy seaborn
-    sentencepiece sentence_transformers setuptools shellingham simplejson six sortedcontainers statsmodels sympy
-    tabulate tensorboard tensorboard_data_server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz
-    torch torchaudio torchdiffeq torch_geometric torchmetrics torchvision tqdm transformers treescope triton typer
-    typing_extensions typing_inspect urllib3 uvloop wadler_lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
-)
-
-
-@dataclass(frozen=True)
-class Kit:
-    name: str  # its folder under .gpu-deps/
-    pins: tuple[str, ...]
-    prune: tuple[str, ...] = ()  # globs under the site directory, deleted
-    zero: tuple[str, ...] = ()  # shared objects whose fatbin entries sm_90 never loads are zeroed
-    only: tuple[str, ...] = ()  # keep only these paths (the fallback part)
-    imports: tuple[str, ...] = ()  # modules whose certain imports the kit and the device image must hold (verify)
-    note: str = ""
-
-    @property
-    def archive(self) -> str:
-        return f"{self.name}.tar.xz"
-
-
-KITS = (
-    Kit(
-        "kit-a",
-        (*RLC_DEPS, "megatron-core==0.16.1", "ray==2.60.0"),
-        prune=(
-            "bin",
-            "ray/jars",  # Java workers
-            "ray/dashboard/client",  # the dashboard's web UI; rlc starts Ray with include_dashboard=False
-            "ray/rllib",
-            "ray/serve",
-            "ray/llm",
-            "ray/cpp",
-        ),
-        imports=("ray", "ray.util.placement_group", "ray.util.scheduling_strategies", "skyrl_gym"),
-        note="rlc's pure-Python dependencies, megatron-core 0.16 and core Ray 2.60: `pytest -m gpu`",
-    ),
-    Kit(
-        "kit-b",
-        ("vllm==0.26.0", *VLLM_DEPS, *RLC_DEPS[:5]),
-        prune=(
-            "bin",
-            "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",  # sm_80 only: an H100 runs FA3
-            "vllm/_moe_C_stable_libtorch.abi3.so",  # mixture-of-experts kernels: dense models only
-            "vllm/vllm-rs",  # the Rust server front end
-            "vllm/third_party/fmha_sm100",  # Blackwell attention
-            "vllm/third_party/deep_gemm",  # FP8 GEMMs
-            "vllm/_flashmla_C.abi3.so",  # MLA (DeepSeek) and FP4
-            "vllm/_flashmla_extension_C.abi3.so",
-            "vllm/_qutlass_C.abi3.so",
-            "vllm/entrypoints/serve/instrumentator/static",  # swagger UI
-        ),
-        zero=(VLLM_C,),
-        imports=VLLM_OFFLINE,
-        note="vLLM 0.26.0 for one H100 and a dense model, its small dependencies, the jsonschema set",
-    ),
-    Kit(
-        "kit-b-orig",
-        ("vllm==0.26.0",),
-        only=(VLLM_C,),
-        note=f"{VLLM_C} unmodified: the fallback when kit-b's zeroed copy fails to load",
-    ),
-)
 
 
 class KitError(Exception):
@@ -242,60 +120,6 @@ def _pure(wheel: Path) -> bool:
     return wheel.name.endswith("-none-any.whl")
 
 
-# -- the fatbin entries an sm_90 GPU never loads -------------------------------------------------------------------
-
-FATBIN_MAGIC = 0xBA55ED50
-PTX, SASS = 1, 2
-
-
-def _fatbin_section(data: bytes | bytearray) -> tuple[int, int]:
-    """Offset and size of the ELF file's .nv_fatbin section."""
-    (section_headers,) = struct.unpack_from("<Q", data, 0x28)
-    entry_size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQ", data, section_headers + i * entry_size) for i in range(count)]
-    names = headers[names_index][4]
-    for name, *_, offset, size in headers:
-        if data[names + name : data.index(b"\0", names + name)] == b".nv_fatbin":
-            return offset, size
-    raise KitError("no .nv_fatbin section")
-
-
-def _fatbin_units(data: bytes | bytearray):
-    """Each compiled unit of the section: its entries as (kind, arch, payload offset, payload size)."""
-    pos, end = _fatbin_section(data)
-    end += pos
-    while pos + 16 <= end:
-        magic, _version, header, size = struct.unpack_from("<IHHQ", data, pos)
-        if magic != FATBIN_MAGIC:
-            pos += 8  # units are 8-byte aligned
-            continue
-        entry, stop, entries = pos + header, pos + header + size, []
-        while entry < stop:
-            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
-            (arch,) = struct.unpack_from("<I", data, entry + 28)
-            entries.append((kind, arch, entry + entry_header, payload))
-            entry += entry_header + payload
-        yield entries
-        pos = stop
-
-
-def zero_unloaded_entries(data: bytearray, sm: int = SM) -> int:
-    """Zero in place the payload of every fatbin entry a GPU of compute capability `sm` never loads, returning the
-    bytes zeroed. The driver loads a unit's SASS for `sm`, or else JIT-compiles its newest PTX for an arch up to
-    `sm`; so a unit with `sm` SASS keeps that entry alone, one without keeps that PTX alone. Headers, offsets and
-    sizes are left as they were: only payload bytes change."""
-    zeroed = 0
-    for entries in _fatbin_units(data):
-        sass = [e for e in entries if e[0] == SASS and e[1] == sm]
-        ptx = [e for e in entries if e[0] == PTX and e[1] <= sm]
-        keep = set(sass) if sass else {max(ptx, key=lambda e: e[1])} if ptx else set()
-        for e in entries:
-            if e not in keep:
-                data[e[2] : e[2] + e[3]] = bytes(e[3])
-                zeroed += e[3]
-    return zeroed
-
-
 # -- building ------------------------------------------------------------------------------------------------------
 
 
@@ -313,7 +137,9 @@ class Built:
 
 
 def _key(kit: Kit, wheels: dict[str, Path]) -> str:
-    inputs = {"format": FORMAT, "kit": asdict(kit), "wheels": {p: sha256(w) for p, w in sorted(wheels.items())}}
+    # What goes into the archive; `imports` only steers the dry run.
+    content = {k: v for k, v in asdict(kit).items() if k != "imports"}
+    inputs = {"format": FORMAT, "kit": content, "wheels": {p: sha256(w) for p, w in sorted(wheels.items())}}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -423,7 +249,10 @@ def build(kit: Kit, wheels: dict[str, Path]) -> dict:
         for rel in kit.zero:
             path = site / rel
             data = bytearray(path.read_bytes())
-            built.zeroed[rel] = zero_unloaded_entries(data)
+            try:
+                built.zeroed[rel] = zero_unloaded_entries(data)
+            except FatbinError as e:
+                raise KitError(f"{kit.name}: {rel}: {e}") from None
             path.write_bytes(data)
         for path in sorted(site.rglob("*")):
             if path.is_file():

@@ -16,7 +16,9 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
+import fatbin  # noqa: E402
 import gpu_kit  # noqa: E402
+import gpu_kits  # noqa: E402
 
 COMMAND_LIMIT = 2000  # characters of one device call's command line
 CARRY_LIMIT = 64 * 2**20
@@ -31,7 +33,7 @@ def _entry(kind: int, arch: int, payload: bytes) -> bytes:
 
 def _unit(*entries: bytes) -> bytes:
     body = b"".join(entries)
-    return struct.pack("<IHHQ", gpu_kit.FATBIN_MAGIC, 1, 16, len(body)) + body
+    return struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, len(body)) + body
 
 
 def _shared_object(fatbin: bytes) -> bytearray:
@@ -51,7 +53,7 @@ def _shared_object(fatbin: bytes) -> bytearray:
 
 
 def test_zeroing_keeps_exactly_what_an_sm90_gpu_loads():
-    sass, ptx = gpu_kit.SASS, gpu_kit.PTX
+    sass, ptx = fatbin.SASS, fatbin.PTX
     units = [
         _unit(_entry(sass, 80, b"\x91" * 96), _entry(sass, 90, b"\x92" * 96), _entry(ptx, 90, b"\x93" * 48)),
         bytes(8),  # padding between units
@@ -60,7 +62,7 @@ def test_zeroing_keeps_exactly_what_an_sm90_gpu_loads():
     ]
     original = _shared_object(b"".join(units))
     data = bytearray(original)
-    assert gpu_kit.zero_unloaded_entries(data) == 96 + 48 + 40 + 72 + 24
+    assert fatbin.zero_unloaded_entries(data) == 96 + 48 + 40 + 72 + 24
     assert len(data) == len(original)
     kept = {bytes([b]) for b in data if b in b"\x91\x92\x93\x94\x95\x96\x97"}
     assert kept == {b"\x92", b"\x95"}  # unit 1's sm_90 SASS, unit 2's newest PTX up to 9.0
@@ -72,8 +74,8 @@ def test_zeroing_keeps_exactly_what_an_sm90_gpu_loads():
 def test_a_shared_object_without_a_fatbin_is_refused():
     elf = _shared_object(b"")
     struct.pack_into("<I", elf, len(elf) - 64, 1)  # the section is renamed: no .nv_fatbin left
-    with pytest.raises(gpu_kit.KitError, match="no .nv_fatbin"):
-        gpu_kit.zero_unloaded_entries(elf)
+    with pytest.raises(fatbin.FatbinError, match="no .nv_fatbin"):
+        fatbin.zero_unloaded_entries(elf)
 
 
 def test_a_part_or_a_kit_over_60_mib_fails_loudly(tmp_path):
@@ -107,7 +109,7 @@ def _device_calls() -> list[dict]:
 
 def test_each_device_call_is_one_short_command_whose_scripts_parse():
     calls = _device_calls()
-    assert {c["carry"] for c in calls} == {f".gpu-deps/{kit.name}" for kit in gpu_kit.KITS}
+    assert {c["carry"] for c in calls} == {f".gpu-deps/{kit.name}" for kit in gpu_kits.KITS}
     for call in calls:
         command = call["command"]
         assert len(command) < COMMAND_LIMIT, command
@@ -121,7 +123,7 @@ def test_each_device_call_is_one_short_command_whose_scripts_parse():
         assert ignored.returncode == 0, f"{call['carry']} would travel as part of the tree too"
 
 
-BUILT = [kit for kit in gpu_kit.KITS if gpu_kit.manifest_path(kit).exists()]
+BUILT = [kit for kit in gpu_kits.KITS if gpu_kit.manifest_path(kit).exists()]
 
 
 @pytest.mark.skipif(not BUILT, reason="no kit is built here (`make gpu-kit`)")
