@@ -6,6 +6,12 @@ mkdir -p "$OUT"
 T0=$(date +%s)
 declare -A STEP_S=()
 
+log_to() {  # log_to FILE: all output from here on goes to FILE as well; the file is complete when the script exits
+  exec > >(tee "$1") 2>&1
+  TEE_PID=$!
+  trap 'exec >&- 2>&-; wait "$TEE_PID" 2>/dev/null' EXIT
+}
+
 attempt() {  # attempt NAME COMMAND...: run it and log its seconds; its status is returned
   local name=$1 t=$(date +%s) rc
   shift
@@ -49,6 +55,7 @@ run_tests() {  # run_tests SECONDS PYTEST-ARGS...: the tests, their junit XML; t
 
 report() {  # report.json: steps with their seconds, the tests' outcomes and durations, what each test measured
   local steps="" k
+  echo "== report: $1"
   for k in "${!STEP_S[@]}"; do steps+="\"$k\": ${STEP_S[$k]}, "; done
   python3 - "$OUT" "{${steps%, }}" "$1" "$(( $(date +%s) - T0 ))" <<'PY'
 import json, os, sys, xml.etree.ElementTree as ET

@@ -2,7 +2,7 @@
 # Kit A on the lent GPU (docs/gpu.md): `pytest -m gpu` in full. Carries .gpu-deps/kit-a (rlc's dependencies the
 # machine lacks, megatron-core 0.16, core Ray 2.60).
 . tools/gpu/common.sh
-exec > >(tee "$OUT/kit-a.log") 2>&1
+log_to "$OUT/kit-a.log"
 SITE=/tmp/rlc-site-a
 export PYTHONPATH=$SITE RAY_USAGE_STATS_ENABLED=0
 step unpack unpack .gpu-deps/kit-a/kit-a.tar.xz "$SITE"

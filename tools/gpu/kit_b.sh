@@ -3,7 +3,7 @@
 # tests. Carries .gpu-deps/kit-b (vLLM cut for one H100, its `_C` zeroed where sm_90 never reads, its small
 # dependencies). If the zeroed `_C` does not run a kernel, the unmodified one from kit_b_orig.sh is used.
 . tools/gpu/common.sh
-exec > >(tee "$OUT/kit-b.log") 2>&1
+log_to "$OUT/kit-b.log"
 SITE=/tmp/rlc-site-b
 C=vllm/_C_stable_libtorch.abi3.so
 export PYTHONPATH=$SITE VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1
