@@ -1,8 +1,9 @@
 """`rlc fit`: the smallest set of changes that makes a job fit its GPUs, each with what it costs in throughput.
 
 The search tries what a practitioner would, cheapest in throughput first (MOVES): smaller micro-batches, gradient
-checkpointing, the engines' gpu_memory_utilization (their KV cache against the longest rows), CPU offload, wider
-engine tensor parallelism, Ulysses sequence parallelism, and only then more GPUs or nodes. Each move is taken at
+checkpointing, the engines' gpu_memory_utilization (their KV cache against the longest rows), CPU offload, Megatron's
+tensor and pipeline parallelism, wider engine tensor parallelism, Ulysses sequence parallelism, and only then more
+GPUs or nodes. Each move is taken at
 its mildest value that fits; a move that does not make the job fit alone is kept at its strongest value when it
 lowers the overflow, and the next is tried on top. Then every kept move is relaxed back as far as the job still
 fits, and dropped where it is not needed. The answer is checked by rlc's own pipeline: it validates and fits.
@@ -232,6 +233,27 @@ def _offload(spec, base) -> list[Option]:
     return out
 
 
+def _megatron_parallel(spec, base) -> list[Option]:
+    """Megatron's tensor parallelism doubled up to a node's GPUs, then pipeline stages doubled (policy and ref)."""
+    if spec.trainer.strategy != "megatron":
+        return []
+    roles = ["policy", *(["ref"] if ref_on(spec) else [])]
+    mc = spec.trainer.policy.megatron_config
+    tp, pp = int(mc.tensor_model_parallel_size), int(mc.pipeline_model_parallel_size)
+    per_node = min(int(spec.cluster.gpus_per_node), 8)
+    sizes = [(t, pp) for t in (2 * tp, 4 * tp, 8 * tp) if t <= per_node]
+    top = sizes[-1][0] if sizes else tp
+    sizes += [(top, p) for p in (2 * pp, 4 * pp, 8 * pp)]
+    out = []
+    for t, p in sizes:
+        values: dict[str, Any] = {}
+        for r in roles:
+            key = f"trainer.{r}.megatron_config"
+            values.update({f"{key}.tensor_model_parallel_size": t, f"{key}.pipeline_model_parallel_size": p})
+        out.append(Option(values, structural=True))
+    return out
+
+
 def _engine_tp(spec, base) -> list[Option]:
     ie = spec.generator.inference_engine
     if ie.backend != "vllm" or spec.cluster.accelerator == "none":
@@ -297,6 +319,7 @@ MOVES: list[tuple[str, Callable[[Any, CompileResult], list[Option]]]] = [
     ("gradient checkpointing", _checkpointing),
     ("engine memory", _engine_memory),
     ("CPU offload", _offload),
+    ("Megatron tensor and pipeline parallelism", _megatron_parallel),
     ("engine tensor parallelism", _engine_tp),
     ("sequence parallelism", _sequence_parallel),
     ("more GPUs", _more_gpus),
@@ -484,6 +507,12 @@ def cost(base: CompileResult, key: str, before: Any, after: Any, final: CompileR
         return f"engines of {before} -> {after} GPUs: fewer engines, an all-reduce per layer in decoding"
     if key == ENGINES:
         return f"{before} -> {after} engines (the same GPUs)"
+    if key.endswith("tensor_model_parallel_size") or key.endswith("pipeline_model_parallel_size"):
+        what = "tensor" if "tensor" in key else "pipeline"
+        extra = "an all-reduce per layer" if what == "tensor" else "pipeline bubbles"
+        return (
+            f"Megatron {what} parallelism {before} -> {after}: {extra}, {after / before:g}x fewer data-parallel ranks"
+        )
     if key.endswith("sequence_parallel_size"):
         return (
             f"each row split over {after} GPUs: an all-to-all per attention layer, {after}x fewer data-parallel ranks"

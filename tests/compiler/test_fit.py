@@ -134,3 +134,16 @@ def test_the_editor_offers_the_proposal_on_the_line_it_changes():
     found = {a.title: a for a in features.actions(lines, "file:///job.yaml", where, result.diagnostics, result)}
     action = found["rlc fit: micro_train_batch_size_per_gpu 40 -> 20"]
     assert action.edit.changes["file:///job.yaml"][0].new_text == "20"
+
+
+def test_a_megatron_job_is_split_wider():
+    spec = str(EXAMPLES / "gsm8k-grpo-megatron-8xh100.yaml")
+    found = fit(spec, [parse_override("trainer.policy.model.path=Qwen/Qwen2.5-32B-Instruct")])
+    assert found.status == "proposal", found.note
+    assert {c.key for c in found.changes} >= {"trainer.policy.megatron_config.tensor_model_parallel_size"}
+    again = compile_job(
+        spec,
+        [parse_override("trainer.policy.model.path=Qwen/Qwen2.5-32B-Instruct")]
+        + [parse_override(o) for o in found.overrides],
+    )
+    assert again.ok and again.memory is not None and again.memory.fits and not _memory_findings(again)
