@@ -132,6 +132,31 @@ class Driver:
             missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
         if missing:
             raise RunError("this rlc runtime cannot run " + "; ".join(missing))
+        self._sandbox()
+
+    def _sandbox(self) -> None:
+        """Set the sandbox's level and limits (environment.sandbox) for this process's environments, and refuse a job
+        whose environment runs model-written code at a level this machine cannot give."""
+        from rlc.runtime import sandbox
+
+        s = self.decisions.sandbox
+        limits = sandbox.Limits(
+            seconds=s.python_tool_seconds,
+            memory_mb=s.memory_mb,
+            processes=s.max_processes,
+            file_mb=s.file_mb,
+            output_kb=s.output_kb,
+        )
+        try:
+            found = sandbox.configure(s.isolation, limits, check=s.runs_model_code)
+        except sandbox.SandboxUnavailable as exc:
+            raise RunError(
+                f"the {self.spec.environment.env_class} environment runs model-written code, and "
+                f"environment.sandbox.isolation: {s.isolation} cannot be had on this machine: {exc}"
+            ) from None
+        if s.runs_model_code:
+            loud = "UNISOLATED, as environment.sandbox.isolation asks: " if s.isolation == "unisolated" else ""
+            print(f"rlc: model-written code runs {loud}{found.describe(s.isolation)}", flush=True)
 
     # -- data ---------------------------------------------------------------------------------------------
 

@@ -36,6 +36,12 @@ def free_address() -> tuple[str, int]:
     return host, port
 
 
+def read_extra(path) -> dict:
+    """A rank's extra checkpoint state (RNG, step count, scheduler), read as data only: a checkpoint directory is
+    something model-written code might once have reached, so nothing in it may run code on resume."""
+    return torch.load(path, weights_only=True)
+
+
 def lr_lambda(scheduler: str, warmup: int, total: int):
     """The learning-rate factor of optimizer step `step` (0-based), as Hugging Face's `get_scheduler` (SkyRL's)
     gives it for constant / constant_with_warmup / linear / cosine: warm-up from 0 at the first step."""

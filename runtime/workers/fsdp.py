@@ -28,6 +28,7 @@ from rlc.runtime.workers.common import (
     free_address,
     lr_lambda,
     policy_objective,
+    read_extra,
 )
 
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
@@ -577,7 +578,7 @@ class FSDPWorker(TrainWorker):
             set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
         extra_path = Path(directory) / f"extra_rank{self.rank}.pt"
         if extra_path.exists():  # absent when resuming on a different world size
-            extra = torch.load(extra_path, weights_only=False)
+            extra = read_extra(extra_path)
             torch.set_rng_state(extra["rng"])
             if "cuda_rng" in extra and self.s.device == "cuda":
                 torch.cuda.set_rng_state(extra["cuda_rng"])

@@ -35,7 +35,14 @@ from rlc.runtime import megatron_weights as mw
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.workers import megatron_cp as cp_utils
-from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective
+from rlc.runtime.workers.common import (
+    DTYPES,
+    TrainWorker,
+    WorkerSettings,
+    lr_lambda,
+    policy_objective,
+    read_extra,
+)
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
 
@@ -766,7 +773,7 @@ class MegatronWorker(TrainWorker):
                 self._unshare_steps()
         extra_path = Path(directory) / f"extra_rank{self.rank}.pt"
         if extra_path.exists():
-            extra = torch.load(extra_path, weights_only=False)
+            extra = read_extra(extra_path)
             torch.set_rng_state(extra["rng"])
             if "cuda_rng" in extra and self.s.device == "cuda":
                 torch.cuda.set_rng_state(extra["cuda_rng"])
