@@ -98,8 +98,9 @@ attempt("S5 home secrets", lambda: open(T["netrc"]).read())
 attempt("W1 trainer's directory", lambda: write(T["cwd_file"]))
 attempt("W2 checkpoint", lambda: write(T["checkpoint"]))
 attempt("W3 read-only file", lambda: write(T["readonly"]))
-attempt("W4 site-packages", lambda: write(os.path.join(sysconfig.get_paths()["purelib"], "zz_model.pth")))
-attempt("W4 interpreter", lambda: write(os.path.join(os.path.dirname(os.__file__), "zz_model.py")))
+# Checked, not written: a sandbox that failed here would leave a .pth in the trainer's real venv.
+attempt("W4 site-packages", lambda: os.access(sysconfig.get_paths()["purelib"], os.W_OK))
+attempt("W4 interpreter", lambda: os.access(os.path.dirname(os.__file__), os.W_OK))
 attempt("W5 /dev/shm", lambda: write("/dev/shm/" + T["leftover"]))
 attempt("W5 /tmp", lambda: write("/tmp/" + T["leftover"]))
 attempt("W5 big file", lambda: write("big", "x" * (T["file_mb"] * 2**20 + 1)))
@@ -236,8 +237,8 @@ HELD = {  # attack -> what the program must have got, in the bubblewrap jail
     "W1 trainer's directory": "FileNotFoundError",
     "W2 checkpoint": "FileNotFoundError",
     "W3 read-only file": "FileNotFoundError",
-    "W4 site-packages": "OSError",
-    "W4 interpreter": "OSError",
+    "W4 site-packages": False,
+    "W4 interpreter": False,
     "W5 big file": "OSError",
     "N1 tcp loopback": "ConnectionRefusedError",
     "N1 tcp host": "OSError",
@@ -245,6 +246,16 @@ HELD = {  # attack -> what the program must have got, in the bubblewrap jail
     "N3 abstract socket": "ConnectionRefusedError",
     "Ray session socket": "FileNotFoundError",
     "vLLM ipc socket": "FileNotFoundError",
+}
+
+
+LISTENER = {  # a network attack -> the trainer's listener it tried
+    "N1 tcp loopback": "tcp",
+    "N1 tcp host": "tcp",
+    "N2 unix socket file": "unix",
+    "N3 abstract socket": "abstract",
+    "Ray session socket": "ray",
+    "vLLM ipc socket": "vllm",
 }
 
 
@@ -256,7 +267,8 @@ def test_an_attack_gets_nothing_out_of_the_jail(attack, trainer, monkeypatch):
     want = HELD[attack]
     # OSError stands for its subclasses (a read-only file system, a file too large, an unreachable network).
     assert got[attack] == want or (want == "OSError" and got[attack] not in ("wrote", "connected")), got
-    assert not any(heard.values()), heard  # no listener of the trainer heard from it
+    if attack in LISTENER:
+        assert not heard[LISTENER[attack]]  # the trainer's listener heard nothing from it
 
 
 @NEEDS_BWRAP
@@ -281,11 +293,16 @@ def test_the_program_holds_no_capability_and_when_the_trainer_is_root_not_its_ui
         assert got["P2 uid"] != 0
 
 
-def test_unisolated_gives_a_clean_environment_only(trainer, monkeypatch):
+def test_unisolated_gives_a_clean_environment_only(monkeypatch):
     use("unisolated", monkeypatch)
-    got, _ = report(trainer, "unisolated", monkeypatch)
-    assert got["S1 environment"] is False and got["S2 own environ"] is False
-    assert got["W5 big file"] != "wrote"  # its file size limit holds
+    monkeypatch.setenv("RLC_TEST_API_KEY", SECRET)
+    code = (
+        "import json, os\nenv = json.dumps(dict(os.environ)) + open('/proc/self/environ').read()\n"
+        f"print({SECRET!r} in env)\ntry:\n    open('big', 'w').write('x' * (5 * 2**20))\n"
+        "except OSError as e:\n    print(type(e).__name__)\n"
+    )
+    out = run_python(code, limits=FAST)
+    assert out.stdout.split() == ["False", "OSError"], out  # no secret; the file size limit holds (EFBIG)
 
 
 # -- a checkpoint the trainer loads runs no code --------------------------------------------------------------------
@@ -467,10 +484,10 @@ time.sleep(30)
 # -- rollouts cannot see each other --------------------------------------------------------------------------------
 
 TAMPER = """
-import glob, os, tempfile, time
+import glob, os, time
 end, hit = time.time() + 2, 0
 while time.time() < end:
-    for path in glob.glob(tempfile.gettempdir() + "/rlc-sandbox-*/main.py") + glob.glob("/proc/*/cwd/main.py"):
+    for path in glob.glob(TRAINER_TMP + "/rlc-sandbox-*/main.py") + glob.glob("/proc/*/cwd/main.py"):
         try:
             if "honest" + " answer" in open(path).read():
                 open(path, "w").write("print('tampered by another rollout')")
@@ -487,7 +504,8 @@ def test_concurrent_rollouts_cannot_rewrite_each_others_programs(monkeypatch):
     use("bubblewrap", monkeypatch)
     victim = "import time\ntime.sleep(0.3)\nprint('honest answer 42')  # victim\n"
     with ThreadPoolExecutor(5) as pool:
-        attacker = pool.submit(run_python, TAMPER, limits=FAST)
+        attack = TAMPER.replace("TRAINER_TMP", repr(tempfile.gettempdir()))  # where sandboxes used to work
+        attacker = pool.submit(run_python, attack, limits=FAST)
         time.sleep(0.3)
         victims = [pool.submit(run_python, victim, limits=FAST) for _ in range(4)]
         outs = [v.result() for v in victims]
