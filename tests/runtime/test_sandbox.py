@@ -533,3 +533,34 @@ def test_the_probe_says_what_this_machine_gives():
     assert found.bubblewrap == (found.reason == "")
     if not found.bubblewrap:
         assert "bubblewrap" in found.reason or "bwrap" in found.reason
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """The local example compiled as is (its environment runs no model code) and with lcb as its environment."""
+    from conftest import ROOT
+
+    out = tmp_path_factory.mktemp("compiled")
+    for name, overrides in {"plain": [], "lcb": ["environment.env_class=lcb"]}.items():
+        subprocess.run(
+            [sys.executable, "-m", "rlc.compiler.cli", "compile", str(ROOT / "examples" / "local-cpu.yaml")]
+            + ["-o", str(out / name), *overrides],
+            check=True,
+            capture_output=True,
+        )
+    return out
+
+
+def test_the_runtime_refuses_before_training_when_the_machine_cannot_give_the_level(compiled, monkeypatch):
+    from rlc.runtime.config import load
+    from rlc.runtime.driver import Driver
+    from rlc.runtime.run_error import RunError
+
+    missing = sandbox.Probe(False, "bubblewrap (bwrap) is not installed on this machine", "rlimits", "-")
+    monkeypatch.setattr(sandbox, "probe", lambda: missing)
+    monkeypatch.setattr(sandbox, "_policy", sandbox._Policy())
+    with pytest.raises(RunError, match="lcb environment runs model-written code.*bwrap. is not installed"):
+        Driver(load(compiled / "lcb" / "resolved.yaml"), progress=False)
+    driver = Driver(load(compiled / "plain" / "resolved.yaml"), progress=False)  # runs no model code: not refused
+    with pytest.raises(RunError, match="name the environment.s. lcb, which run model-written code"):
+        driver._sandbox_for({"synthetic", "lcb"}, ["rows.parquet"])
