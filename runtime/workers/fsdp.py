@@ -24,6 +24,7 @@ from rlc.runtime.workers.common import (
     ROLES,
     TrainWorker,
     WorkerSettings,
+    check_metadata,
     critic_objective,
     free_address,
     lr_lambda,
@@ -572,6 +573,7 @@ class FSDPWorker(TrainWorker):
         state = {"model": get_model_state_dict(self.model)}
         if self.optimizer is not None:
             state["optim"] = get_optimizer_state_dict(self.model, self.optimizer)
+        check_metadata(directory)
         dcp.load(state, checkpoint_id=directory)
         set_model_state_dict(self.model, state["model"])
         if self.optimizer is not None:

@@ -39,6 +39,7 @@ from rlc.runtime.workers.common import (
     DTYPES,
     TrainWorker,
     WorkerSettings,
+    check_metadata,
     lr_lambda,
     policy_objective,
     read_extra,
@@ -765,6 +766,7 @@ class MegatronWorker(TrainWorker):
 
         with self._device(), torch.no_grad():
             self._prime_optimizer_state()
+            check_metadata(directory)
             loaded = dist_checkpointing.load(self._sharded_state(loading=True), directory)
             module = self.model.module if hasattr(self.model, "zero_grad_buffer") else self.model
             module.load_state_dict(loaded["model"])

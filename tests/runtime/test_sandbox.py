@@ -305,7 +305,7 @@ def test_unisolated_gives_a_clean_environment_only(monkeypatch):
     assert out.stdout.split() == ["False", "OSError"], out  # no secret; the file size limit holds (EFBIG)
 
 
-# -- a checkpoint the trainer loads runs no code --------------------------------------------------------------------
+# -- a checkpoint the trainer loads runs no code (W2 on resume) --------------------------------------------------------------------
 
 
 class Payload:
@@ -332,6 +332,23 @@ def test_a_checkpoint_with_a_pickled_payload_is_refused_not_run(tmp_path, monkey
     honest = {"rng": torch.get_rng_state(), "optimizer_steps": 1, "scheduler": scheduler.state_dict()}
     torch.save(honest, tmp_path / "honest.pt")
     assert read_extra(tmp_path / "honest.pt")["scheduler"]["last_epoch"] == 1
+
+
+def test_a_sharded_checkpoints_metadata_with_a_payload_is_refused_before_it_is_unpickled(tmp_path, monkeypatch):
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from rlc.runtime.workers.common import check_metadata
+
+    model = torch.nn.Linear(3, 2)
+    dcp.save({"model": model.state_dict()}, checkpoint_id=str(tmp_path / "honest"))  # as save_checkpoint writes it
+    check_metadata(tmp_path / "honest")
+    marker = tmp_path / "PWNED"
+    monkeypatch.setenv("RLC_PWNED", str(marker))
+    (tmp_path / "tampered").mkdir()
+    (tmp_path / "tampered" / ".metadata").write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(pickle.UnpicklingError, match="never writes there"):
+        check_metadata(tmp_path / "tampered")
+    assert not marker.exists()
 
 
 # -- limits for the whole sandbox -----------------------------------------------------------------------------------
