@@ -40,7 +40,7 @@ class SkyRLScript:
             text = word.render(environment_reference)
             if text.startswith("trainer.override_entrypoint="):
                 raise NotImportable(
-                    f"{_where(word)}: {word.text} hands the job to the integration entrypoint "
+                    f"{_where(word, script.name)}: {word.text} hands the job to the integration entrypoint "
                     f"{text.split('=', 1)[1]}, which reads config fields of its own; rlc runs SkyRL's standard "
                     "trainer only, so nothing was written"
                 )
@@ -51,7 +51,7 @@ class SkyRLScript:
                     "'+' prefix (add a new key) is not supported",
                     "'+' prefix is refused by SkyRL too (SkyRLTrainConfig.from_cli_overrides)",
                 )
-                raise NotImportable(f"{_where(word)}: {why}; nothing was written") from None
+                raise NotImportable(f"{_where(word, script.name)}: {why}; nothing was written") from None
         return _spec(script, launch, overrides)
 
 
@@ -73,9 +73,20 @@ def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]
     line = {o.key: w.line for o, w in overrides}
     for c in migrated:  # a legacy key's change is reported at the script line that wrote it
         c.line = line.get(c.old or "", c.line)
+    last = {o.key: i for i, (o, _) in enumerate(overrides)}
     changes = [
-        Change("added", None, o.key, w.line, new_value=o.value, reason=_where(w))
-        for o, w in overrides
+        Change("added", None, o.key, w.line, new_value=o.value, reason=_where(w, script.name))
+        if last[o.key] == i
+        else Change(
+            "dropped",
+            o.key,
+            None,
+            0,
+            o.value,
+            reason=f"{_where(w, script.name)} is set again at {where[o.key]}; the last value wins, as on SkyRL's "
+            "command line",
+        )
+        for i, (o, w) in enumerate(overrides)
         if all(c.old != o.key for c in migrated)
     ] + migrated
     origin = dict(where)
@@ -95,12 +106,16 @@ def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]
     )
     return Imported(
         text,
-        f"SkyRL launch script ({launch.program} at line {launch.line}) -> spec v1",
+        f"SkyRL launch script ({launch.program}, {_where_launch(script, launch)}) -> spec v1",
         changes,
         [f"{'  !! ' if c.severity == 'error' else '  '}{c.describe()}" for c in changes],
         f"{len([c for c in changes if c.severity == 'error'])} change(s) alter what runs (marked !!); "
         "review them before launching",
     )
+
+
+def _where_launch(script: Script, launch: Launch) -> str:
+    return f"line {launch.line}" if launch.file == script.name else f"{launch.file}:{launch.line}"
 
 
 def _origin(path: str, origin: dict[str, str]) -> str:
