@@ -156,7 +156,7 @@ class Expander:
             out: list[Field] | None = None
             for c in node.children:
                 part = self.fields(c, quoted, arg)
-                out = part if out is None else _join(out, part)
+                out = part if out is None else join(out, part)
             return out or []
         if t == "simple_expansion":
             kids = node.named_children
@@ -197,7 +197,7 @@ class Expander:
                 if first and len(node.named_children) == 1:
                     return []
                 continue
-            out = _join(out, part)
+            out = join(out, part)
             first = False
         return out
 
@@ -221,18 +221,17 @@ class Expander:
         return (Unknown("command", self.src(node), self.assigning, self.line(node), self.frame.file),)
 
     def pure_command(self, node) -> tuple[Piece, ...] | None:
+        """dirname, basename, pwd and `cd D && pwd` of known words (redirections aside); None for anything else."""
         if node.type == "list":
             kids = [c for c in node.children if c.type not in ("comment",)]
-            if len(kids) == 3 and kids[1].type == "&&" and kids[0].type == "command" and kids[2].type == "command":
-                first = [w for c in kids[0].children if c.is_named for w in self.words(c)]
-                last = [w for c in kids[2].children if c.is_named for w in self.words(c)]
-                first = [w for w in first if w.text != "--"]
-                if len(first) == 2 and first[0].text == "cd" and [w.text for w in last] == ["pwd"]:
-                    return first[1].pieces if first[1].known else None
+            if len(kids) == 3 and kids[1].type == "&&":
+                first, last = self.command_words(kids[0]), self.command_words(kids[2])
+                if first and last is not None and [w.text for w in last] == ["pwd"]:
+                    first = [w for w in first if not w.text.startswith("-")]
+                    if len(first) == 2 and first[0].text == "cd" and first[1].known:
+                        return (os.path.normpath("".join(first[1].pieces)),)  # type: ignore[arg-type]
             return None
-        if node.type != "command":
-            return None
-        words = [w for c in node.children if c.is_named and c.type != "variable_assignment" for w in self.words(c)]
+        words = self.command_words(node)
         if not words or not all(w.known for w in words):
             return None
         head, args = words[0].text, [w.text for w in words[1:] if not w.text.startswith("-")]
@@ -244,6 +243,19 @@ class Expander:
         if head == "pwd" and not args:
             return tuple(self.lookup("PWD", "$(pwd)"))
         return None
+
+    def command_words(self, node) -> list[Word] | None:
+        """The name and arguments of a simple command (its redirections dropped), or None for another statement."""
+        while node.type == "redirected_statement" and node.child_by_field_name("body") is not None:
+            node = node.child_by_field_name("body")
+        if node.type != "command":
+            return None
+        return [
+            w
+            for i, c in enumerate(node.children)
+            if node.field_name_for_child(i) in ("name", "argument")
+            for w in self.words(c)
+        ]
 
     def variable(self, name: str, source: str, quoted: bool) -> list[Field]:
         if name in ("@", "*"):
@@ -570,7 +582,7 @@ def _remove(text: str, pattern: str, op: str) -> str:
     return text
 
 
-def _join(left: list[Field], right: list[Field]) -> list[Field]:
+def join(left: list[Field], right: list[Field]) -> list[Field]:
     """Two adjacent expansions: the last word of the left and the first of the right are one word."""
     if not left:
         return right

@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from rlc.compiler.importers.shell_expand import Exit, Expander, Frame, TooLong, Var, bash_parser, is_text
+from rlc.compiler.importers.shell_expand import (
+    Exit,
+    Expander,
+    Field,
+    Frame,
+    TooLong,
+    Var,
+    bash_parser,
+    is_text,
+    join,
+    merge,
+)
 from rlc.compiler.importers.shell_words import (
     MAX_DEPTH,
     MAX_STEPS,
@@ -160,6 +171,10 @@ class Reader(Expander):
             return self.case(node)
         if t == "for_statement":
             return self.for_loop(node)
+        if t == "compound_statement" and node.children and node.children[0].type == "((":
+            inner = node.named_children
+            value = self.arith(inner[0]) if len(inner) == 1 else None
+            return bool(value) if isinstance(value, int) else None  # `(( expr ))`: true when not 0
         if t in ("compound_statement", "do_group"):
             return self.block(node.children)
         if t == "subshell":
@@ -339,17 +354,18 @@ class Reader(Expander):
         return ", ".join(names) or "a file or a command the reader does not run"
 
     def command(self, node) -> bool | None:
-        prefix = [c for c in node.children if c.type == "variable_assignment"]
-        name_node = node.child_by_field_name("name")
+        groups = self.glued(node)
+        prefix = [g for g in groups if g[0].type == "variable_assignment"]
         words: list[Word] = []
-        if name_node is not None:
-            words = self.words(name_node)
-        for i, c in enumerate(node.children):
-            if node.field_name_for_child(i) == "argument":
-                words.extend(self.words(c))
-        if name_node is None:
-            for a in prefix:
-                self.assign(a)
+        for g in groups[len(prefix) :]:
+            fields: list[Field] = []
+            for part in g:
+                fields = join(fields, self.fields(part, quoted=False, arg=True))
+            file, line, col = self.pos(g[0])
+            words += [Word(tuple(merge(f.pieces)), *(f.origin or (file, line, col))) for f in fields]
+        if len(prefix) == len(groups):
+            for g in prefix:
+                self.assign(g[0], g[1:])
             return True
         if not words:
             return True
@@ -391,8 +407,8 @@ class Reader(Expander):
         if found is not None:
             program, module, first, launcher = found
             env = {k: "".join(v.value) for k, v in self.vars.items() if v.exported and is_text(v.value)}  # type: ignore[arg-type]
-            for a in prefix:
-                var_name, value = self.assignment_value(a)
+            for g in prefix:
+                var_name, value = self.assignment_value(g[0], g[1:])
                 if isinstance(value, tuple) and is_text(value):
                     env[var_name] = "".join(value)  # type: ignore[arg-type]
             file, ln, col = self.pos(node)
@@ -425,7 +441,20 @@ class Reader(Expander):
                     self.vars[name].exported = True
         return True
 
-    def assignment_value(self, node) -> tuple[str, tuple[Piece, ...] | list[Word]]:
+    def glued(self, node) -> list[list]:
+        """A simple command's assignments and words, those written together across a line continuation
+        (`X='a'\\<newline>'b'`, which bash reads as one word and tree-sitter-bash as two) in one group."""
+        groups: list[list] = []
+        for i, c in enumerate(node.children):
+            if c.type != "variable_assignment" and node.field_name_for_child(i) not in ("name", "argument"):
+                continue
+            if groups and self.frame.data[groups[-1][-1].end_byte : c.start_byte] == b"\\\n":
+                groups[-1].append(c)
+            else:
+                groups.append([c])
+        return groups
+
+    def assignment_value(self, node, glued: Sequence = ()) -> tuple[str, tuple[Piece, ...] | list[Word]]:
         name_node = node.child_by_field_name("name")
         value_node = node.child_by_field_name("value")
         name = self.src(name_node) if name_node is not None else ""
@@ -436,10 +465,13 @@ class Reader(Expander):
             return name, ("",)
         if value_node.type == "array":
             return name, [w for c in value_node.named_children if c.type != "comment" for w in self.words(c)]
-        return name, self.scalar(value_node, assigning=name)
+        value = self.scalar(value_node, assigning=name)
+        for part in glued:
+            value += self.scalar(part, assigning=name)
+        return name, tuple(merge(value))
 
-    def assign(self, node) -> str:
-        name, value = self.assignment_value(node)
+    def assign(self, node, glued: Sequence = ()) -> str:
+        name, value = self.assignment_value(node, glued)
         name_node = node.child_by_field_name("name")
         appending = any(c.type == "+=" for c in node.children)
         old = self.vars.get(name)
@@ -479,7 +511,7 @@ class Reader(Expander):
         if t == "unary_expression":
             op_node = node.child_by_field_name("operator") or node.children[0]
             op = self.src(op_node)
-            operand = [c for c in node.named_children if c is not op_node]
+            operand = [c for c in node.named_children if c != op_node]
             if op == "!":
                 inner = self.truth(operand[0]) if operand else None
                 return None if inner is None else not inner
