@@ -74,7 +74,7 @@ def section(cls: type, doc: str, factory: Callable[[], Any] | None = None) -> An
 @dataclass_transform(field_specifiers=(dataclasses.field,))
 def spec_dataclass(cls: type) -> type:
     """`@dataclass` for the spec's sections, with one __eq__ and one __repr__ shared by all of them instead of two
-    generated (compiled) for each: about a third of what building the spec's ~45 classes costs every command at
+    generated (compiled) for each: about 30% of what building the spec's ~45 classes costs every command at
     start-up. They compare and print as dataclasses do."""
     cls = dataclasses.dataclass(eq=False, repr=False)(cls)
     cls.__eq__ = _fields_eq  # type: ignore[assignment,method-assign]
