@@ -1,9 +1,9 @@
 """Generator, inference-engine, environment and data sections of spec v1 (SkyRL's names and defaults)."""
 
-from dataclasses import dataclass
 from typing import Any
 
 from rlc.spec.fields import section, setting
+from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 
 INFERENCE_BACKENDS = ("vllm", "hf")
 
