@@ -134,7 +134,7 @@ def explain(key: str) -> None:
 
 
 @cli.command()
-@click.argument("old", type=click.Path(dir_okay=False))
+@click.argument("old", type=click.Path())
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the migrated spec here (must not exist).")
 @click.option("--in-place", is_flag=True, help="Rewrite OLD itself.")
 @click.option("--check", is_flag=True, help="Exit 1 when OLD needs migrating; write nothing.")
@@ -146,7 +146,8 @@ def explain(key: str) -> None:
     type=RegistryChoice(_importer_names),
     default="skyrl",
     show_default=True,
-    help="What OLD is: a legacy SkyRL config, or an AReaL experiment config (RL only) to import.",
+    help="What OLD is: a legacy SkyRL config, an AReaL experiment config (RL only), or a verl job (a Hydra run "
+    "directory, its overrides.yaml, or a verl YAML) to import.",
 )
 def migrate(
     old: str, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool, source: str
@@ -154,7 +155,8 @@ def migrate(
     """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
 
     With --from areal, import an AReaL experiment config instead: every key is reported as mapped, dropped or
-    not carried, and SFT, DPO and reward-model configs are refused. Without -o/--in-place the result goes to
+    not carried, and SFT, DPO and reward-model configs are refused. With --from verl, import a verl main_ppo job
+    composed as verl composes it (docs/verl.md). Without -o/--in-place the result goes to
     stdout and no file is touched.
     """
     from rlc.compiler.importers import importer
