@@ -496,13 +496,29 @@ def _word_problem_options(name: str) -> Callable[[Callable[..., None]], Callable
 @click.option(
     "--max-number", "high", type=click.IntRange(3, 10_000), default=20, show_default=True, help="Largest operand."
 )
-def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, high: int) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["rlc", "verl"]),
+    default="rlc",
+    show_default=True,
+    help="rlc's rows, or verl's GSM8K rows (data_source, prompt, reward_model, extra_info) for an imported verl "
+    "job; verl's go to ~/.cache/rlc/data/arithmetic-verl unless -o says otherwise.",
+)
+def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, high: int, fmt: str) -> None:
     """Addition / subtraction word problems of `env_class: arithmetic` (held-out validation questions)."""
     from pathlib import Path
 
     from rlc.runtime.data import arithmetic
 
-    for path in arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed, high):
+    if fmt == "verl" and out_dir == "~/.cache/rlc/data/arithmetic":
+        out_dir += "-verl"
+    paths = arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed, high)
+    if fmt == "verl":
+        from rlc.runtime.envs.verl import rewrite_as_verl
+
+        rewrite_as_verl(paths)
+    for path in paths:
         click.echo(f"wrote {path}")
 
 

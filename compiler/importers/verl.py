@@ -24,7 +24,7 @@ from rlc.compiler.importers.verl_compose import (
 )
 from rlc.compiler.importers.verl_mapping import ALG, A, M, R, T, map_config
 from rlc.compiler.importers.verl_record import VerlImport
-from rlc.compiler.load import Document, LoadError, document_from_text, load_document, parse, read_text
+from rlc.compiler.load import Document, document_from_text, parse, read_text
 from rlc.core.plain import plain_yaml
 
 # verl's other entry points, as a launch command names them, and why rlc does not import them.
@@ -218,23 +218,18 @@ class Verl:
         config_file = folder / "config.yaml"
         if not config_file.is_file():
             raise NotImportable(f"{path} is a directory without .hydra/config.yaml: not a Hydra run directory")
-        try:
-            config_doc = load_document(str(config_file))
-            over_doc = load_document(str(folder / "overrides.yaml")) if (folder / "overrides.yaml").is_file() else None
-            hydra_doc = load_document(str(folder / "hydra.yaml")) if (folder / "hydra.yaml").is_file() else None
-        except LoadError as exc:
-            raise NotImportable(f"{exc.diagnostic.message}") from None
-        config = plain_yaml(config_doc.data)
+        config = plain_yaml(_read_yaml(config_file))
         if not isinstance(config, dict) or "actor_rollout_ref" not in config:
             raise NotImportable(f"{config_file} is not a verl config (no actor_rollout_ref section)")
         overrides: list[Override] = []
-        if over_doc is not None:
-            listed = plain_yaml(over_doc.data) or []
-            overrides = _listed_overrides(listed if isinstance(listed, list) else [], lambda p: over_doc.locate(
-                (int(p),)).line)  # fmt: skip
+        if (folder / "overrides.yaml").is_file():
+            listed: Any = _read_yaml(folder / "overrides.yaml")
+            if not isinstance(listed, list):
+                raise NotImportable(f"{folder / 'overrides.yaml'} is not a list of overrides")
+            overrides = _listed_overrides(list(listed), lambda i: listed.lc.item(int(i))[0] + 1)
         choices: dict = {}
-        if hydra_doc is not None:
-            hydra = plain_yaml(hydra_doc.data) or {}
+        if (folder / "hydra.yaml").is_file():
+            hydra = plain_yaml(_read_yaml(folder / "hydra.yaml")) or {}
             runtime = ((hydra.get("hydra") or {}).get("runtime") or {}) if isinstance(hydra, dict) else {}
             choices = runtime.get("choices") or {}
         try:
@@ -242,6 +237,11 @@ class Verl:
         except ComposeError as exc:
             raise NotImportable(_compose_failure(exc)) from None
         return import_composed(composed, str(path))
+
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's round-trip tree (LoadError, rendered as a diagnostic, when it cannot be read)."""
+    return parse(read_text(path, str(path)), str(path))
 
 
 def _listed_overrides(items: list, line_of) -> list[Override]:

@@ -139,8 +139,10 @@ def _apply_all(tree: dict, parsed: list[Parsed], lenient: bool = False) -> dict[
     written: dict[str, int] = {}
     problems = []
     for p in parsed:
-        if p.key.startswith("hydra."):
-            written[p.key] = p.source.line  # Hydra's own settings: the importer reports them
+        if p.key.startswith("hydra."):  # Hydra's own settings, kept under `hydra` for the importer to judge
+            if p.has_value:
+                apply(tree, Parsed("++", p.key, p.value, True, p.source))
+            written[p.key] = p.source.line
             continue
         if "/" in p.key or "@" in p.key:
             problems.append((p.source.line, f"{p.source.text}: a config group choice, which rlc does not compose"))

@@ -55,7 +55,13 @@ def _job(imp: VerlImport) -> None:
         imp.read(f"{T}.device")
     imp.put("cluster.num_nodes", imp.get(f"{T}.nnodes", 1), f"{T}.nnodes")
     imp.put("cluster.gpus_per_node", imp.get(f"{T}.n_gpus_per_node", 8), f"{T}.n_gpus_per_node")
-    imp.put("launch.target", "ray", reason="verl's main_ppo runs on a Ray cluster (`ray job submit`)")
+    if device == "cpu":
+        imp.put("launch.target", "local", reason="a CPU job runs on this machine")
+        for key, value in (("trainer.bf16", False), ("trainer.flash_attn", False),
+                           ("generator.inference_engine.weight_sync_backend", "gloo")):  # fmt: skip
+            imp.put(key, value, reason="what a CPU job needs (trainer.device=cpu)")
+    else:
+        imp.put("launch.target", "ray", reason="verl's main_ppo runs on a Ray cluster (`ray job submit`)")
     imp.put(
         "trainer.placement.colocate_all",
         True,
@@ -481,9 +487,11 @@ def _rollout(imp: VerlImport) -> None:
         if imp.get(f"{R}.{theirs}") is not None:
             imp.put(f"{ie}.{ours}", imp.get(f"{R}.{theirs}"), f"{R}.{theirs}")
     dtype = str(imp.get(f"{R}.dtype", "bfloat16"))
-    imp.put(
-        f"{ie}.model_dtype", {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(dtype, dtype), f"{R}.dtype"
-    )
+    dtype = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(dtype, dtype)
+    if str(imp.get(f"{T}.device", "cuda")) == "cpu" and dtype != "float32":
+        imp.put(f"{ie}.model_dtype", "float32", f"{R}.dtype", reason="a CPU job generates in float32")
+    else:
+        imp.put(f"{ie}.model_dtype", dtype, f"{R}.dtype")
     kwargs = imp.get(f"{R}.engine_kwargs.vllm") or {}
     if kwargs and name != "sglang":
         imp.put(f"{ie}.engine_init_kwargs", dict(kwargs), f"{R}.engine_kwargs.vllm")

@@ -234,3 +234,31 @@ class VerlEnv(BaseTextEnv):
     def correct(self, action: str) -> bool:
         """Whether the answer is right (the eval accuracy): a score of 1."""
         return score(self.source, action, self.truth) >= 1.0
+
+
+# -- `rlc data arithmetic --format verl` ---------------------------------------------------------------------------
+
+
+def rewrite_as_verl(paths: list) -> None:
+    """Rewrite rlc's arithmetic splits (written by rlc.runtime.data.arithmetic) in verl's GSM8K row format: the
+    question with verl's GSM8K instruction, `data_source: openai/gsm8k` (so verl's GSM8K rule scores it, in verl
+    and here), `reward_model.ground_truth`, and `extra_info` as verl's preprocessing writes them."""
+    from rlc.runtime.data import read_rows, write_rows
+    from rlc.runtime.envs.arithmetic import INSTRUCTION as OWN
+    from rlc.runtime.envs.gsm8k import INSTRUCTION
+
+    for path in paths:
+        split = "test" if path.stem == "validation" else path.stem
+        rows = []
+        for index, row in enumerate(read_rows([str(path)])):
+            question = row["prompt"][-1]["content"].removesuffix(f" {OWN}")
+            rows.append(
+                {
+                    "data_source": GSM8K_SOURCES[0],
+                    "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": str(row["answer"])},
+                    "extra_info": {"split": split, "index": index, "answer": str(row["answer"]), "question": question},
+                }
+            )
+        write_rows(rows, path)
