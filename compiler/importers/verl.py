@@ -226,7 +226,7 @@ class Verl:
             listed: Any = _read_yaml(folder / "overrides.yaml")
             if not isinstance(listed, list):
                 raise NotImportable(f"{folder / 'overrides.yaml'} is not a list of overrides")
-            overrides = _listed_overrides(list(listed), lambda i: listed.lc.item(int(i))[0] + 1)
+            overrides = _listed_overrides(list(listed), lambda i: _item_line(listed, i))
         choices: dict = {}
         if (folder / "hydra.yaml").is_file():
             hydra = plain_yaml(_read_yaml(folder / "hydra.yaml")) or {}
@@ -237,6 +237,11 @@ class Verl:
         except ComposeError as exc:
             raise NotImportable(_compose_failure(exc)) from None
         return import_composed(composed, str(path))
+
+
+def _item_line(seq: Any, index: str) -> int:
+    """The line of item `index` of a round-trip YAML list."""
+    return seq.lc.item(int(index))[0] + 1
 
 
 def _read_yaml(path: Path) -> Any:
