@@ -111,12 +111,30 @@ def compose_overrides(
         raise ComposeError(problems)
     first: ComposeError | None = None
     for name in [release] if release else RELEASES:
+        if first is not None and not _may_compose(name, parsed):
+            continue
         try:
             return _compose_on(name, parsed, config_name)
         except ComposeError as exc:
             first = first or exc
     assert first is not None
     raise first
+
+
+def _may_compose(release: str, parsed: list[Parsed]) -> bool:
+    """False when a plain override names a key this release's dp and megatron defaults both lack (and no `+`
+    override before it adds it): the release cannot compose the job, no need to try."""
+    engines = defaults(release)["engines"]
+    added: list[str] = []
+    for p in parsed:
+        if p.prefix in ("+", "++"):
+            added.append(p.key)
+        elif p.prefix == "" and "/" not in p.key and not p.key.startswith("hydra.") and p.key != "model_engine":
+            if any(p.key == a or p.key.startswith(a + ".") for a in added):
+                continue
+            if all(lookup(tree, p.key) is MISSING for tree in engines.values()):
+                return False
+    return True
 
 
 def _compose_on(release: str, parsed: list[Parsed], config_name: str) -> Composed:
