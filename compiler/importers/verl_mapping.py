@@ -312,15 +312,24 @@ def _loss(imp: VerlImport) -> None:
     low = imp.get(f"{A}.clip_ratio_low")
     high = imp.get(f"{A}.clip_ratio_high")
     ratio = imp.get(f"{A}.clip_ratio", 0.2)
-    imp.put(f"{alg}.eps_clip_low", low if low is not None else ratio, f"{A}.clip_ratio_low", f"{A}.clip_ratio")
-    imp.put(f"{alg}.eps_clip_high", high if high is not None else ratio, f"{A}.clip_ratio_high", f"{A}.clip_ratio")
+    # verl's loss takes clip_ratio_low/high when they are set, clip_ratio only where they are null
+    imp.put(
+        f"{alg}.eps_clip_low",
+        ratio if low is None else low,
+        f"{A}.clip_ratio" if low is None else f"{A}.clip_ratio_low",
+    )
+    imp.put(
+        f"{alg}.eps_clip_high",
+        ratio if high is None else high,
+        f"{A}.clip_ratio" if high is None else f"{A}.clip_ratio_high",
+    )
     if (
         imp.written(f"{A}.clip_ratio")
         and low is not None
         and high is not None
         and not imp.written(f"{A}.clip_ratio_low", f"{A}.clip_ratio_high")
     ):
-        imp.problem(f"{A}.clip_ratio", f"verl accepts it but its loss reads clip_ratio_low/high ({low}/{high}), "
+        imp.drop(f"{A}.clip_ratio", f"verl accepts it but its loss reads clip_ratio_low/high ({low}/{high}), "
                     "which are set: this value changes nothing in verl either", "warning")  # fmt: skip
     imp.put(f"{alg}.clip_ratio_c", imp.get(f"{A}.clip_ratio_c", 3.0), f"{A}.clip_ratio_c")
     mode_key = f"{A}.policy_loss.loss_mode"
