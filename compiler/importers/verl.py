@@ -66,6 +66,11 @@ def refusal(c: Composed) -> str | None:
         return "on-policy distillation (distillation.enabled=true); rlc trains with rewards only"
     if get("reward.reward_model.enable") or (get("reward_model.enable") and get("reward.reward_manager") is None):
         return "a model-based reward (reward_model.enable=true); rlc scores with environments"
+    critic = get("critic.enable")
+    if strategy == "megatron" and (critic or (critic is None and get(f"{ALG}.adv_estimator") == "gae")):
+        return (
+            "PPO with a critic on Megatron (adv_estimator=gae, strategy megatron); rlc's Megatron worker has no critic"
+        )
     mode = get(f"{T}.v1.trainer_mode")
     if mode not in (None, "sync"):
         return f"verl's {mode} trainer ({T}.v1.trainer_mode={mode}); rlc imports the synchronous main_ppo trainer"

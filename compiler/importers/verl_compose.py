@@ -109,16 +109,19 @@ def compose_overrides(
             problems.append((o.line, str(exc)))
     if problems:
         raise ComposeError(problems)
-    first: ComposeError | None = None
+    failures: list[tuple[str, ComposeError]] = []
     for name in [release] if release else RELEASES:
-        if first is not None and not _may_compose(name, parsed):
+        if failures and not _may_compose(name, parsed):
             continue
         try:
             return _compose_on(name, parsed, config_name)
         except ComposeError as exc:
-            first = first or exc
-    assert first is not None
-    raise first
+            failures.append((name, exc))
+    # the release the job comes nearest to composing on (the newest of those): its problems are the job's
+    name, nearest = min(failures, key=lambda f: len(f[1].problems))
+    if len(failures) > 1:
+        nearest.problems = [(line, f"on verl {name}'s defaults: {msg}") for line, msg in nearest.problems]
+    raise nearest
 
 
 def _may_compose(release: str, parsed: list[Parsed]) -> bool:

@@ -106,8 +106,6 @@ def _data(imp: VerlImport) -> None:
         )
     if imp.get("data.shuffle", True) is False:
         imp.problem("data.shuffle", "rlc shuffles the training data each epoch", "warning")
-    if imp.get("data.dataloader_num_workers") is not None and imp.written("data.dataloader_num_workers"):
-        imp.put("data.dataloader.num_workers", imp.get("data.dataloader_num_workers"), "data.dataloader_num_workers")
     for key, why in (
         ("data.filter_overlong_prompts", "rlc leaves out prompts longer than max_prompt_length"),
         ("data.filter_overlong_prompts_workers", "a data-loading detail"),
@@ -116,6 +114,7 @@ def _data(imp: VerlImport) -> None:
         ("data.seed", "the shuffle's seed; rlc seeds its shuffle with trainer.seed"),
         ("data.tokenizer", "rlc uses the policy model's tokenizer"),
         ("data.use_shm", "a data-loading detail"),
+        ("data.dataloader_num_workers", "a data-loading detail; rlc loads prompts in the trainer's process"),
         ("data.trust_remote_code", "a loading detail"),
         ("data.validation_shuffle", "rlc evaluates the validation rows in order"),
         ("data.return_full_prompt", "a debugging output"),
@@ -167,6 +166,20 @@ def _world(imp: VerlImport) -> int:
     return int(imp.get(f"{T}.nnodes", 1)) * int(imp.get(f"{T}.n_gpus_per_node", 8))
 
 
+def _mini_per_gpu(imp: VerlImport) -> int:
+    """Samples of one mini-batch on one data-parallel rank: ppo_mini_batch_size x n / dp, as verl divides it."""
+    world = _world(imp)
+    if str(imp.get(f"{A}.strategy", "fsdp")) == "megatron":
+        mg = f"{A}.megatron"
+        split = 1
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+            split *= int(imp.get(f"{mg}.{key}", 1) or 1)
+    else:
+        split = int(imp.get(f"{A}.ulysses_sequence_parallel_size", 1) or 1)
+    dp = max(1, world // max(1, split))
+    return int(imp.get(f"{A}.ppo_mini_batch_size", 0) or 0) * int(imp.get(f"{R}.n", 1) or 1) // dp
+
+
 def _batches(imp: VerlImport) -> None:
     """Mini-batches count prompts in both (x n, / dp); verl's five micro-batch knobs become rlc's two."""
     imp.put("trainer.policy_mini_batch_size", imp.get(f"{A}.ppo_mini_batch_size"), f"{A}.ppo_mini_batch_size")
@@ -186,8 +199,12 @@ def _batches(imp: VerlImport) -> None:
         if found:
             size = min(found.values())
             differ = len(set(found.values())) > 1
-            imp.put(target, size, *[k for k in keys if k in found],
-                    reason=f"rlc has one knob for these; the smallest, {size}, is kept" if differ else "",
+            reason = f"rlc has one knob for these; the smallest, {size}, is kept" if differ else ""
+            per_gpu = _mini_per_gpu(imp)
+            if target.startswith("trainer.micro_train") and 0 < per_gpu < size:
+                size = per_gpu
+                reason = f"larger than the per-GPU mini-batch ({per_gpu}), which verl then runs in one pass"
+            imp.put(target, size, *[k for k in keys if k in found], reason=reason,
                     severity="warning" if differ else "info")  # fmt: skip
             imp.read(*keys)
         else:
@@ -198,7 +215,10 @@ def _batches(imp: VerlImport) -> None:
                 imp.put(target, per_gpu, old, reason=f"the deprecated global size / (GPUs {_world(imp)} / sp {sp}), as "
                         "verl divided it before it stopped honouring it", severity="warning")  # fmt: skip
         imp.read(*globals_)
-    if imp.get(f"{A}.use_dynamic_bsz", False):
+    if imp.get(f"{A}.use_dynamic_bsz", False) and str(imp.get(f"{A}.strategy", "fsdp")) == "megatron":
+        imp.problem(f"{A}.use_dynamic_bsz", "token-budget micro-batches: rlc's Megatron worker counts micro-batches "
+                    "(trainer.micro_train_batch_size_per_gpu); not carried")  # fmt: skip
+    elif imp.get(f"{A}.use_dynamic_bsz", False):
         budget = int(imp.get(f"{A}.ppo_max_token_len_per_gpu"))
         budgets = [f"{R}.log_prob_max_token_len_per_gpu", f"{REF}.log_prob_max_token_len_per_gpu"]
         budgets += [f"{C}.ppo_max_token_len_per_gpu", f"{C}.forward_max_token_len_per_gpu"] if critic else []

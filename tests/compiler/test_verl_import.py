@@ -275,3 +275,15 @@ def test_a_verl_yaml_with_its_own_defaults_list(tmp_path):
     refused = run_rlc("migrate", "--from", "verl", str(sft))
     assert refused.returncode == 1 and "supervised fine-tuning (SFT)" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_the_interpolations_resolve_as_omegaconf_resolves_them():
+    from omegaconf import OmegaConf
+    from rlc.compiler.importers.hydra_overrides import resolve
+
+    for engine, tree in defaults("main")["engines"].items():
+        tree = json.loads(json.dumps(tree))
+        tree["critic"]["ppo_micro_batch_size"] = 4  # read by `${oc.select:.ppo_micro_batch_size,null}`, a relative key
+        tree["data"]["max_response_length"] = 3000
+        expected = OmegaConf.to_container(OmegaConf.create(tree), resolve=True, throw_on_missing=False)
+        assert resolve(tree) == expected, engine
