@@ -146,11 +146,26 @@ def explain(key: str) -> None:
     type=RegistryChoice(_importer_names),
     default="skyrl",
     show_default=True,
-    help="What OLD is: a legacy SkyRL config, an AReaL experiment config (RL only), or a verl job (a Hydra run "
-    "directory, its overrides.yaml, or a verl YAML) to import.",
+    help="What OLD is: a legacy SkyRL config, an AReaL experiment config (RL only), or a verl job (a launch "
+    "script, a Hydra run directory, its overrides.yaml, or a verl YAML) to import.",
+)
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A launch script's environment variable (repeatable): what it reads but does not set, or what a `$(...)` "
+    "would have computed; the script is never run.",
 )
 def migrate(
-    old: str, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool, source: str
+    old: str,
+    output: str | None,
+    in_place: bool,
+    check: bool,
+    show_diff: bool,
+    force: bool,
+    source: str,
+    env_pairs: tuple[str, ...],
 ) -> None:
     """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
 
@@ -170,8 +185,16 @@ def migrate(
         raise click.UsageError(
             f"--from {source} writes a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
         )
+    if env_pairs and source != "verl":
+        raise click.UsageError("--env is the environment of a launch script: it goes with --from verl")
+    env = {}
+    for pair in env_pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise click.UsageError(f"--env {pair}: write NAME=VALUE")
+        env[name] = value
     try:
-        outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force)
+        outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force, env)
     except MigrateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     if outcome.diagnostics:

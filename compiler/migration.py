@@ -46,9 +46,17 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def migrate_file(
-    old: str, importer: Importer, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool
+    old: str,
+    importer: Importer,
+    output: str | None,
+    in_place: bool,
+    check: bool,
+    show_diff: bool,
+    force: bool,
+    env: dict[str, str] | None = None,
 ) -> Outcome:
-    """Convert the file OLD with `importer`: to stdout, to -o OUTPUT or in place, or only check or diff it."""
+    """Convert the file OLD with `importer`: to stdout, to -o OUTPUT or in place, or only check or diff it. `env`
+    is the environment a launch script is read with (--env)."""
     reads_path = getattr(importer, "convert_path", None)  # an importer of directories and non-YAML files
     if os.path.isdir(old) and reads_path is None:
         raise MigrateUsageError(f"{old} is a directory; --from {importer.name} reads a file")
@@ -56,7 +64,7 @@ def migrate_file(
     out = Outcome(0)
     try:
         if reads_path is not None:
-            imported = reads_path(old)
+            imported = reads_path(old, env=env)
         else:
             doc = load_document(old)
             imported = importer.convert(doc)

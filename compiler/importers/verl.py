@@ -24,18 +24,10 @@ from rlc.compiler.importers.verl_compose import (
 )
 from rlc.compiler.importers.verl_mapping import ALG, A, M, R, T, map_config
 from rlc.compiler.importers.verl_record import VerlImport
+from rlc.compiler.importers.verl_script import read_job
 from rlc.compiler.load import Document, document_from_text, parse, read_text
 from rlc.core.plain import plain_yaml
 
-# verl's other entry points, as a launch command names them, and why rlc does not import them.
-MODULES = {
-    "verl.trainer.main_ppo": None,
-    "verl.trainer.sft_trainer": "supervised fine-tuning (SFT)",
-    "verl.trainer.fsdp_sft_trainer": "supervised fine-tuning (SFT)",
-    "verl.trainer.main_generation": "generation only (no training)",
-    "verl.trainer.main_generation_server": "generation only (no training)",
-    "verl.trainer.main_eval": "evaluation only (no training)",
-}
 VL_MODEL = re.compile(r"(?i)(?:[-_/]vl[-_]|vl$|vision|glm-?4\.?1v|minicpm-o|llava|geo3k)")
 # Keys verl accepts, and its main_ppo never reads (see docs/verl.md): reported, never carried.
 LEGACY_REWARD = ("reward_model", "custom_reward_function", "sandbox_fusion")
@@ -66,6 +58,18 @@ def refusal(c: Composed) -> str | None:
         return "on-policy distillation (distillation.enabled=true); rlc trains with rewards only"
     if get("reward.reward_model.enable") or (get("reward_model.enable") and get("reward.reward_manager") is None):
         return "a model-based reward (reward_model.enable=true); rlc scores with environments"
+    otc = get(f"{A}.megatron.override_transformer_config") or {}
+    if (
+        strategy == "megatron"
+        and isinstance(otc, dict)
+        and any(
+            otc.get(k) is not None for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
+        )
+    ):
+        return (
+            "an uneven Megatron pipeline (override_transformer_config.num_layers_in_first/last_pipeline_stage); "
+            "rlc's Megatron worker gives every stage the same number of layers"
+        )
     critic = get("critic.enable")
     if strategy == "megatron" and (critic or (critic is None and get(f"{ALG}.adv_estimator") == "gae")):
         return (
@@ -151,27 +155,32 @@ def _leftovers(imp: VerlImport) -> None:
     imp.result.changes.sort(key=lambda ch: (ch.severity != "error", ch.line or 10**9))
 
 
+def import_script(path: str, env: dict[str, str] | None = None) -> Imported:
+    """A verl launch script (read statically, never run) as spec v1."""
+    job = read_job(path, env)
+    try:
+        if job.own is None:
+            composed = compose_overrides(job.overrides, job.config_name)
+        else:
+            composed = compose_yaml(job.own, lambda key: 0, job.overrides)
+    except ComposeError as exc:
+        raise NotImportable(job.unread or compose_failure(exc)) from None
+    why = refusal(composed)  # what rlc cannot run is said first, whatever else the script leaves unknown
+    if job.unread and not why:
+        raise NotImportable(job.unread)
+    return import_composed(composed, job.source)
+
+
 def import_overrides(overrides: list[Override], source: str, config_name: str = "ppo_trainer") -> Imported:
     """`python3 -m verl.trainer.main_ppo [--config-name NAME] OVERRIDES` as spec v1."""
     try:
         composed = compose_overrides(overrides, config_name)
     except ComposeError as exc:
-        raise NotImportable(_compose_failure(exc)) from None
+        raise NotImportable(compose_failure(exc)) from None
     return import_composed(composed, source)
 
 
-def refuse_module(module: str) -> str | None:
-    """Why a launch command's module is not a verl job rlc imports, or None for main_ppo."""
-    if module in MODULES:
-        return MODULES[module]
-    if "sft" in module:
-        return "supervised fine-tuning (SFT)"
-    if "fully_async" in module or "one_step_off" in module:
-        return f"verl's asynchronous trainer ({module})"
-    return f"the module {module}, which is not verl's main_ppo"
-
-
-def _compose_failure(exc: ComposeError) -> str:
+def compose_failure(exc: ComposeError) -> str:
     parts = [f"line {line}: {msg}" if line else msg for line, msg in exc.problems]
     return "verl would refuse this job as it starts: " + "; ".join(parts)
 
@@ -204,12 +213,15 @@ class Verl:
             else:
                 raise NotImportable("not a verl config: it has no actor_rollout_ref section and no defaults list")
         except ComposeError as exc:
-            raise NotImportable(_compose_failure(exc)) from None
+            raise NotImportable(compose_failure(exc)) from None
         return import_composed(composed, doc.name)
 
-    def convert_path(self, path: str) -> Imported:
-        """A Hydra run directory (or its .hydra folder), an overrides.yaml (a list of overrides), or a verl YAML.
-        Raises LoadError for a file that cannot be read as YAML (rendered as a diagnostic)."""
+    def convert_path(self, path: str, env: dict[str, str] | None = None) -> Imported:
+        """A launch script (`.sh`, read statically with `env` as its environment), a Hydra run directory (or its
+        .hydra folder), an overrides.yaml (a list of overrides), or a verl YAML. Raises LoadError for a file that
+        cannot be read as YAML (rendered as a diagnostic)."""
+        if path.endswith(".sh") or (Path(path).is_file() and _is_shell(Path(path))):
+            return import_script(path, env)
         if not Path(path).is_dir():
             text = read_text(Path(path), path)
             data: Any = parse(text, path)
@@ -240,8 +252,17 @@ class Verl:
         try:
             composed = compose_run_dir(config, overrides, choices if isinstance(choices, dict) else {})
         except ComposeError as exc:
-            raise NotImportable(_compose_failure(exc)) from None
+            raise NotImportable(compose_failure(exc)) from None
         return import_composed(composed, str(path))
+
+
+def _is_shell(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and (b"sh" in first)
 
 
 def _item_line(seq: Any, index: str) -> int:
@@ -263,4 +284,4 @@ def _listed_overrides(items: list, line_of) -> list[Override]:
     return out
 
 
-__all__ = ["Change", "Verl", "import_composed", "import_overrides", "refuse_module"]
+__all__ = ["Change", "Verl", "import_composed", "import_overrides", "import_script"]

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from rlc.compiler.importers.verl_record import VerlImport
+from rlc.compiler.megatron_fields import TRANSFORMER_CONFIG_FIELDS
 
 A, R, REF, M, C, ALG, T = (
     "actor_rollout_ref.actor",
@@ -317,6 +318,15 @@ def _fsdp(imp: VerlImport) -> None:
                     "expert_model_parallel_size", "expert_tensor_parallel_size"):  # fmt: skip
             if imp.get(f"{mg}.{key}") is not None:
                 imp.put(f"trainer.policy.megatron_config.{key}", imp.get(f"{mg}.{key}"), f"{mg}.{key}")
+        otc = f"{mg}.override_transformer_config"
+        written = {k: v for k, v in (imp.get(otc) or {}).items() if imp.written(f"{otc}.{k}") and v is not None}
+        known = {k: v for k, v in written.items() if k in TRANSFORMER_CONFIG_FIELDS}
+        if known:
+            imp.put("trainer.policy.megatron_config.transformer_config_kwargs", known, otc)
+        for key in sorted(set(written) - set(known)):
+            imp.drop(f"{otc}.{key}", "not an argument of Megatron-Core's TransformerConfig (a MindSpeed or other "
+                     "backend's option); not carried", "warning")  # fmt: skip
+        imp.read(otc)
         vpp = imp.get(f"{mg}.virtual_pipeline_model_parallel_size")
         if vpp not in (None, 1):
             imp.problem(f"{mg}.virtual_pipeline_model_parallel_size", "rlc's Megatron runs no virtual pipeline stages")
