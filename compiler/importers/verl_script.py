@@ -118,7 +118,10 @@ def _arguments(launch: Launch) -> tuple[str, str | None, list[Override]]:
 
 def _placeholder(unknown) -> str:
     """An unknown part as a plain word (no `${`, which Hydra would read as an interpolation)."""
-    return f"<{unknown.name or 'unknown'}>"
+    if unknown.name:
+        return f"<{unknown.name}>"
+    command = re.match(r"\$\(\s*([\w.-]+)", unknown.source)  # `$(date +%m%d)` -> <date>
+    return f"<{command.group(1) if command else 'unknown'}>"
 
 
 def _key(word: str) -> str:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import yaml
-from conftest import run_rlc
+from conftest import ROOT, run_rlc
 from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.hydra_overrides import Override, OverrideError, value
 from rlc.compiler.importers.verl import Verl, import_overrides
@@ -287,3 +287,18 @@ def test_the_interpolations_resolve_as_omegaconf_resolves_them():
         tree["data"]["max_response_length"] = 3000
         expected = OmegaConf.to_container(OmegaConf.create(tree), resolve=True, throw_on_missing=False)
         assert resolve(tree) == expected, engine
+
+
+def test_a_launch_script_is_read_statically_with_what_env_gives(tmp_path):
+    script = str(ROOT / "tests" / "fixtures" / "verl" / "run_grpo.sh")
+    imported = Verl().convert_path(script, env={"HOME": "/home/me"})
+    spec = yaml.safe_load(imported.text)
+    assert _get(spec, "data.train_data") == ["/home/me/data/gsm8k/train.parquet"]
+    assert _get(spec, "trainer.policy_mini_batch_size") == 256  # $((TRAIN_BATCH / 4))
+    assert "# verl: actor_rollout_ref.actor.ppo_mini_batch_size (line 21)" in imported.text
+    with pytest.raises(NotImportable, match="--env HOME=VALUE"):
+        Verl().convert_path(script)
+    sft = tmp_path / "sft.sh"
+    sft.write_text("torchrun --nproc_per_node=8 -m verl.trainer.sft_trainer data.train_files=x\n")
+    with pytest.raises(NotImportable, match=r"supervised fine-tuning \(SFT\)"):
+        Verl().convert_path(str(sft))
