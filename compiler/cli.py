@@ -135,6 +135,7 @@ def explain(key: str) -> None:
 
 @cli.command()
 @click.argument("old", type=click.Path())
+@click.argument("args", nargs=-1)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the migrated spec here (must not exist).")
 @click.option("--in-place", is_flag=True, help="Rewrite OLD itself.")
 @click.option("--check", is_flag=True, help="Exit 1 when OLD needs migrating; write nothing.")
@@ -144,57 +145,72 @@ def explain(key: str) -> None:
     "--from",
     "source",
     type=RegistryChoice(_importer_names),
-    default="skyrl",
-    show_default=True,
-    help="What OLD is: a legacy SkyRL config, an AReaL experiment config (RL only), or a verl job (a launch "
-    "script, a Hydra run directory, its overrides.yaml, or a verl YAML) to import.",
+    default=None,
+    help="What OLD is: a legacy SkyRL config (the default), an AReaL experiment config (RL only), or a verl job "
+    "(a Hydra run directory, its overrides.yaml, a verl YAML) to import. A launch script (.sh, or a bash shebang; "
+    "SkyRL's or verl's) is recognised by itself.",
 )
 @click.option(
     "--env",
-    "env_pairs",
+    "env",
     multiple=True,
     metavar="NAME=VALUE",
-    help="A launch script's environment variable (repeatable): what it reads but does not set, or what a `$(...)` "
-    "would have computed; the script is never run.",
+    help="A launch script's environment variable (repeatable); it also stands for a value the script computes "
+    "with $(...).",
 )
 def migrate(
     old: str,
+    args: tuple[str, ...],
     output: str | None,
     in_place: bool,
     check: bool,
     show_diff: bool,
     force: bool,
-    source: str,
-    env_pairs: tuple[str, ...],
+    source: str | None,
+    env: tuple[str, ...],
 ) -> None:
     """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
 
     With --from areal, import an AReaL experiment config instead: every key is reported as mapped, dropped or
     not carried, and SFT, DPO and reward-model configs are refused. With --from verl, import a verl main_ppo job
-    composed as verl composes it (docs/verl.md). Without -o/--in-place the result goes to
-    stdout and no file is touched.
+    (a Hydra run directory, overrides.yaml or verl YAML) composed as verl composes it (docs/verl.md). A launch
+    script OLD (SkyRL's `uv run ... -m skyrl.train.entrypoints.main_base key=value ...`, verl's `python3 -m
+    verl.trainer.main_ppo ...`) is read without running anything and written as a new spec, each value
+    commented with its script line; ARGS fill its "$@". Without -o/--in-place
+    the result goes to stdout and no file is touched.
     """
     from rlc.compiler.importers import importer
-    from rlc.compiler.migration import OUT, MigrateUsageError, migrate_file
+    from rlc.compiler.importers.scripts import is_script
+    from rlc.compiler.migration import OUT, MigrateUsageError, migrate_file, migrate_script
     from rlc.core.diagnostics import render_text
 
     if output and in_place:
         raise click.UsageError("use either -o/--output or --in-place, not both")
-    chosen = importer(source)
-    if not chosen.rewrites and (in_place or check or show_diff):
+    environment = {}
+    for item in env:
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier():
+            raise click.BadParameter(f"'{item}' is not NAME=VALUE", param_hint="--env")
+        environment[name] = value
+    script = source in (None, "verl") and os.path.isfile(old) and is_script(old)
+    if not script and (args or env):
+        raise click.UsageError(
+            f"{'ARGS' if args else '--env'} applies to a launch script only; {old} is read as a YAML config"
+        )
+    if script and (in_place or check or show_diff):
+        raise click.UsageError(
+            "a launch script is imported as a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
+        )
+    chosen = importer(source or "skyrl")
+    if not script and not chosen.rewrites and (in_place or check or show_diff):
         raise click.UsageError(
             f"--from {source} writes a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
         )
-    if env_pairs and source != "verl":
-        raise click.UsageError("--env is the environment of a launch script: it goes with --from verl")
-    env = {}
-    for pair in env_pairs:
-        name, eq, value = pair.partition("=")
-        if not eq or not name:
-            raise click.UsageError(f"--env {pair}: write NAME=VALUE")
-        env[name] = value
     try:
-        outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force, env)
+        if script:
+            outcome = migrate_script(old, environment, list(args), output, force)
+        else:
+            outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force)
     except MigrateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     if outcome.diagnostics:

@@ -13,8 +13,7 @@ from typing import Any
 
 from rlc.compiler.importers.areal_import import ArealImport, ImportResult, leaves
 from rlc.compiler.importers.areal_sections import map_sections
-from rlc.compiler.importers.base import Imported, NotImportable
-from rlc.compiler.importers.spec_text import commented_spec
+from rlc.compiler.importers.base import Imported, NotImportable, spec_text
 from rlc.compiler.load import Document
 from rlc.core.plain import plain_yaml
 
@@ -143,9 +142,12 @@ def _leftovers(imp: ArealImport) -> None:
 
 def areal_text(source: str, result: ImportResult) -> str:
     """Spec v1 YAML of an AReaL import, each key commented with the AReaL keys it came from."""
-    return commented_spec(
-        result,
-        "AReaL",
+    comments = {
+        path: f"AReaL: {', '.join(s for s in sources if s)}" for path, sources in result.sources.items() if any(sources)
+    }
+    return spec_text(
+        result.spec,
+        comments,
         f"Imported from the AReaL config {source} by `rlc migrate --from areal`.\n"
         "Comments name the AReaL keys each value came from; the report lists what was dropped.",
     )

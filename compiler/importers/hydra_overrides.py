@@ -342,6 +342,8 @@ class _Resolver:
             if found is MISSING or found == "???":
                 return self.literal(default.strip(), chain, here) if default else None
             return found
+        if body.startswith("oc.env:"):  # the environment where the job runs: kept for it to resolve
+            return "${" + body + "}"
         if ":" in body or not re.fullmatch(r"[A-Za-z0-9_.\-]+", body):
             raise _Unsupported
         return self.key(_absolute(body, here), chain, required=True)

@@ -479,7 +479,7 @@ class _Reader:
             self.diagnostics.append(exc.diagnostic)
             return False
         argv = words[1:] if not sourced or len(words) > 1 else self.frame.argv
-        label = os.path.relpath(target) if not target.is_absolute() else str(target)
+        label = words[0].text  # the path as the script writes it
         if sourced:
             self.run_file(text, label, target, argv if len(words) > 1 else self.frame.argv, self.frame.depth + 1)
             return True

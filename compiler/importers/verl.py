@@ -12,9 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlc.compiler.importers.base import Change, Imported, NotImportable
+from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
 from rlc.compiler.importers.hydra_overrides import Override
-from rlc.compiler.importers.spec_text import commented_spec
 from rlc.compiler.importers.verl_compose import (
     Composed,
     ComposeError,
@@ -24,7 +23,6 @@ from rlc.compiler.importers.verl_compose import (
 )
 from rlc.compiler.importers.verl_mapping import ALG, A, M, R, T, map_config
 from rlc.compiler.importers.verl_record import VerlImport
-from rlc.compiler.importers.verl_script import read_job
 from rlc.compiler.load import Document, document_from_text, parse, read_text
 from rlc.core.plain import plain_yaml
 
@@ -108,13 +106,17 @@ def import_composed(c: Composed, source: str) -> Imported:
         "the report lists what was dropped."
     )
     return Imported(
-        commented_spec(imp.result, "verl", header),
+        spec_text(imp.result.spec, _comments(imp.result.sources), header),
         f"verl job -> spec v1 ({c.how})",
         changes,
         [f"{'  !! ' if ch.severity == 'error' else '  '}{ch.describe()}" for ch in changes],
         f"{sum(ch.severity == 'error' for ch in changes)} change(s) alter what runs (marked !!); review them "
         "before launching",
     )
+
+
+def _comments(sources: dict[str, list[str]]) -> dict[str, str]:
+    return {path: f"verl: {', '.join(s for s in found if s)}" for path, found in sources.items() if any(found)}
 
 
 def _reward(imp: VerlImport) -> None:
@@ -153,22 +155,6 @@ def _leftovers(imp: VerlImport) -> None:
         else:
             imp.drop(key, "no rlc counterpart that verl's main_ppo reads; not carried", "warning")
     imp.result.changes.sort(key=lambda ch: (ch.severity != "error", ch.line or 10**9))
-
-
-def import_script(path: str, env: dict[str, str] | None = None) -> Imported:
-    """A verl launch script (read statically, never run) as spec v1."""
-    job = read_job(path, env)
-    try:
-        if job.own is None:
-            composed = compose_overrides(job.overrides, job.config_name)
-        else:
-            composed = compose_yaml(job.own, lambda key: 0, job.overrides)
-    except ComposeError as exc:
-        raise NotImportable(job.unread or compose_failure(exc)) from None
-    why = refusal(composed)  # what rlc cannot run is said first, whatever else the script leaves unknown
-    if job.unread and not why:
-        raise NotImportable(job.unread)
-    return import_composed(composed, job.source)
 
 
 def import_overrides(overrides: list[Override], source: str, config_name: str = "ppo_trainer") -> Imported:
@@ -216,12 +202,10 @@ class Verl:
             raise NotImportable(compose_failure(exc)) from None
         return import_composed(composed, doc.name)
 
-    def convert_path(self, path: str, env: dict[str, str] | None = None) -> Imported:
-        """A launch script (`.sh`, read statically with `env` as its environment), a Hydra run directory (or its
-        .hydra folder), an overrides.yaml (a list of overrides), or a verl YAML. Raises LoadError for a file that
-        cannot be read as YAML (rendered as a diagnostic)."""
-        if path.endswith(".sh") or (Path(path).is_file() and _is_shell(Path(path))):
-            return import_script(path, env)
+    def convert_path(self, path: str) -> Imported:
+        """A Hydra run directory (or its .hydra folder), an overrides.yaml (a list of overrides), or a verl YAML.
+        Raises LoadError for a file that cannot be read as YAML (rendered as a diagnostic). A launch script goes
+        through rlc.compiler.importers.scripts (VerlScript)."""
         if not Path(path).is_dir():
             text = read_text(Path(path), path)
             data: Any = parse(text, path)
@@ -256,15 +240,6 @@ class Verl:
         return import_composed(composed, str(path))
 
 
-def _is_shell(path: Path) -> bool:
-    try:
-        with path.open("rb") as f:
-            first = f.readline(200)
-    except OSError:
-        return False
-    return first.startswith(b"#!") and (b"sh" in first)
-
-
 def _item_line(seq: Any, index: str) -> int:
     """The line of item `index` of a round-trip YAML list."""
     return seq.lc.item(int(index))[0] + 1
@@ -284,4 +259,4 @@ def _listed_overrides(items: list, line_of) -> list[Override]:
     return out
 
 
-__all__ = ["Change", "Verl", "import_composed", "import_overrides", "import_script"]
+__all__ = ["Change", "Verl", "import_composed", "import_overrides"]

@@ -1,23 +1,26 @@
-"""A verl launch script imported: its training command found by the static reader (rlc.compiler.importers.shell),
-its Hydra arguments composed and mapped as any verl job (rlc.compiler.importers.verl). Nothing is run.
+"""A verl launch script imported: its training command found by the static reader (rlc.compiler.importers.shell,
+through rlc.compiler.importers.scripts), its Hydra arguments composed and mapped as any verl job
+(rlc.compiler.importers.verl). Nothing is run.
 
 `--config-name`/`--config-path` are read as Hydra reads them: `ppo_trainer` and `ppo_megatron_trainer` are verl's
 own; another name is the script's own YAML (`<config-path>/<name>.yaml`, relative to the script), composed with
-its `defaults:` list. A value the reader cannot know (a `$(...)`, a variable the script requires) refuses the
-import with its line and the `--env NAME=VALUE` that fixes it.
+its `defaults:` list. A variable the script reads and never sets stays the environment's (`${oc.env:NAME}`, which
+Hydra resolves where the job runs, as verl would); a value only running the script gives is an error of the
+reader, with the `--env NAME=VALUE` that fixes it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlc.compiler.importers.base import NotImportable
+from rlc.compiler.importers.base import Imported, NotImportable
 from rlc.compiler.importers.hydra_overrides import Override
-from rlc.compiler.importers.shell import Launch, read_script
-from rlc.compiler.importers.verl_compose import CONFIG_NAMES
+from rlc.compiler.importers.shell import Launch, Script
+from rlc.compiler.importers.skyrl_script import environment_reference
+from rlc.compiler.importers.verl import compose_failure, import_composed, refusal
+from rlc.compiler.importers.verl_compose import CONFIG_NAMES, ComposeError, compose_overrides, compose_yaml
 from rlc.compiler.load import LoadError, parse, read_text
 from rlc.core.plain import plain_yaml
 
@@ -29,8 +32,6 @@ MODULES = {
     "verl.trainer.main_generation_server": "generation only (no training)",
     "verl.trainer.main_eval": "evaluation only (no training)",
 }
-# Keys whose value is only a name: a part the reader cannot know (a `$(date ...)`) is kept as the script writes it.
-LABELS = ("trainer.experiment_name", "trainer.project_name")
 _MODULE_IN_TEXT = re.compile(r"-m\s+(verl[\w.]*)")
 
 
@@ -47,48 +48,51 @@ def refuse_module(module: str) -> str | None:
     return f"the program {module}, which is not verl's main_ppo"
 
 
-@dataclass
-class ScriptJob:
-    """The main_ppo command a script runs: its overrides, and the config it composes on."""
+class VerlScript:
+    """A launch script of verl's trainer (`python3 -m verl.trainer.main_ppo ...`), written as a new spec v1 file."""
 
-    source: str  # "run.sh (line 42)"
-    config_name: str  # ppo_trainer, ppo_megatron_trainer, or the name of the script's own YAML
-    own: dict | None  # the script's own YAML (--config-path), when it names one
-    overrides: list[Override]  # a part the reader cannot know is written <NAME> (see `unread`)
-    unread: str | None = None  # why some values cannot be known statically (with the --env that fixes them)
+    name = "verl"
+    what = "verl launch script"
 
+    def accepts(self, launch: Launch) -> bool:
+        return launch.module and launch.program.split(".")[0] in ("verl", "verl_mlite")
 
-def read_job(path: str, env: dict[str, str] | None = None, argv: tuple[str, ...] = ()) -> ScriptJob:
-    """The main_ppo command of a launch script, read statically; NotImportable names why there is none."""
-    script = read_script(Path(path), name=path, env=env, argv=argv)
-    launch, diagnostics = script.command(accept=lambda x: x.module)
-    if launch is None:
+    def refuse_unlaunched(self, script: Script) -> str | None:
+        """Why a script that stops before its launch (a usage check on missing ARGS) is no job rlc imports."""
         modules = _MODULE_IN_TEXT.findall("\n".join(script.lines))
         why = next((w for w in map(refuse_module, modules) if w), None)
         if why and "verl.trainer.main_ppo" not in modules:
-            raise NotImportable(f"{path} runs {why}; rlc imports verl's main_ppo jobs, so nothing was written")
-        raise NotImportable(_problems([d for d in diagnostics if d.is_error]))
-    why = refuse_module(launch.program)
-    if why:
-        raise NotImportable(
-            f"line {launch.line}: {launch.program} is {why}; rlc imports verl's main_ppo jobs, so nothing was written"
-        )
-    labels = {w.line for w in launch.args if not w.known and _key(w.text) in LABELS}
-    errors = [d for d in diagnostics if d.is_error and (d.location is None or d.location.line not in labels)]
-    unknown = [w for w in launch.args if not w.known and _key(w.text) not in LABELS]
-    config_name, config_path, overrides = _arguments(launch)
-    unread = _problems(errors, unknown) if errors or unknown else None
-    source = f"{path} (line {launch.line})"
-    if config_name in CONFIG_NAMES or config_path is None:
-        return ScriptJob(source, config_name, None, overrides, unread)
-    own = (Path(path).parent / config_path / f"{config_name}.yaml").resolve()
-    try:
-        data: Any = parse(read_text(own, str(own)), str(own))
-    except LoadError as exc:
-        raise NotImportable(f"--config-name={config_name}: {exc.diagnostic.message}") from None
-    if not isinstance(data, dict):
-        raise NotImportable(f"{own} is not a verl config")
-    return ScriptJob(f"{source} with {own.name}", config_name, plain_yaml(data), overrides, unread)
+            return f"it runs {why}; rlc imports verl's main_ppo jobs, so nothing was written"
+        return None
+
+    def convert_launch(self, script: Script, launch: Launch) -> Imported:
+        why = refuse_module(launch.program)
+        if why:
+            raise NotImportable(
+                f"line {launch.line}: {launch.program} is {why}; rlc imports verl's main_ppo jobs, so nothing was "
+                "written"
+            )
+        config_name, config_path, overrides = _arguments(launch)
+        source = f"{script.name} (line {launch.line})"
+        try:
+            if config_name in CONFIG_NAMES or config_path is None:
+                composed = compose_overrides(overrides, config_name)
+            else:
+                own = (Path(script.name).parent / config_path / f"{config_name}.yaml").resolve()
+                try:
+                    data: Any = parse(read_text(own, str(own)), str(own))
+                except LoadError as exc:
+                    raise NotImportable(f"--config-name={config_name}: {exc.diagnostic.message}") from None
+                if not isinstance(data, dict):
+                    raise NotImportable(f"{own} is not a verl config")
+                composed = compose_yaml(plain_yaml(data), lambda key: 0, overrides)
+                source += f" with {own.name}"
+        except ComposeError as exc:
+            raise NotImportable(compose_failure(exc)) from None
+        why = refusal(composed)
+        if why:
+            raise NotImportable(f"{why}: rlc does not run that, so nothing was written")
+        return import_composed(composed, source)
 
 
 def _arguments(launch: Launch) -> tuple[str, str | None, list[Override]]:
@@ -111,33 +115,6 @@ def _arguments(launch: Launch) -> tuple[str, str | None, list[Override]]:
         elif text.startswith("-"):
             raise NotImportable(f"line {words[i].line}: {text}: a Hydra option rlc does not import (--multirun, ...)")
         else:
-            overrides.append(Override(words[i].render(_placeholder), words[i].line))
+            overrides.append(Override(words[i].render(environment_reference), words[i].line))
         i += 1
     return config_name, config_path, overrides
-
-
-def _placeholder(unknown) -> str:
-    """An unknown part as a plain word (no `${`, which Hydra would read as an interpolation)."""
-    if unknown.name:
-        return f"<{unknown.name}>"
-    command = re.match(r"\$\(\s*([\w.-]+)", unknown.source)  # `$(date +%m%d)` -> <date>
-    return f"<{command.group(1) if command else 'unknown'}>"
-
-
-def _key(word: str) -> str:
-    return word.partition("=")[0].lstrip("+~")
-
-
-def _problems(diagnostics: list, unknown: list | None = None) -> str:
-    parts = []
-    for d in diagnostics:
-        at = f"line {d.location.line}: " if d.location is not None and d.location.line else ""
-        parts.append(f"{at}{d.message}" + (f" ({d.hint})" if d.hint else ""))
-    said = {d.location.line for d in diagnostics if d.location is not None}
-    for word in unknown or []:
-        if word.line in said:
-            continue
-        names = sorted({u.name for u in word.unknowns if u.name})
-        fix = f" (pass {' '.join(f'--env {n}=VALUE' for n in names)})" if names else ""
-        parts.append(f"line {word.line}: {word.text} depends on what the script does not set{fix}")
-    return "the launch cannot be read statically: " + "; ".join(parts)

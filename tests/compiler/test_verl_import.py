@@ -290,15 +290,22 @@ def test_the_interpolations_resolve_as_omegaconf_resolves_them():
 
 
 def test_a_launch_script_is_read_statically_with_what_env_gives(tmp_path):
+    from rlc.compiler.importers.scripts import import_script
+
     script = str(ROOT / "tests" / "fixtures" / "verl" / "run_grpo.sh")
-    imported = Verl().convert_path(script, env={"HOME": "/home/me"})
+    imported, errors, _ = import_script(script, {"HOME": "/home/me"}, [])
+    assert imported is not None and not errors
     spec = yaml.safe_load(imported.text)
     assert _get(spec, "data.train_data") == ["/home/me/data/gsm8k/train.parquet"]
     assert _get(spec, "trainer.policy_mini_batch_size") == 256  # $((TRAIN_BATCH / 4))
     assert "# verl: actor_rollout_ref.actor.ppo_mini_batch_size (line 21)" in imported.text
-    with pytest.raises(NotImportable, match="--env HOME=VALUE"):
-        Verl().convert_path(script)
+    # HOME unset: the environment's where the job runs, as Hydra would read ${oc.env:HOME}
+    imported, _, warnings = import_script(script, {}, [])
+    assert imported is not None and _get(yaml.safe_load(imported.text), "data.train_data") == [
+        "${oc.env:HOME}/data/gsm8k/train.parquet"
+    ]
+    assert {w.code for w in warnings} == {"RLC-W060"}
     sft = tmp_path / "sft.sh"
     sft.write_text("torchrun --nproc_per_node=8 -m verl.trainer.sft_trainer data.train_files=x\n")
     with pytest.raises(NotImportable, match=r"supervised fine-tuning \(SFT\)"):
-        Verl().convert_path(str(sft))
+        import_script(str(sft), {}, [])
