@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
-from rlc.compiler.importers.hydra_overrides import Override
+from rlc.compiler.importers.hydra_overrides import MISSING, Override, lookup
 from rlc.compiler.importers.verl_compose import (
     Composed,
     ComposeError,
@@ -81,12 +81,8 @@ def refusal(c: Composed) -> str | None:
 
 def _getter(c: Composed):
     def get(key: str) -> Any:
-        node: Any = c.config
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return None
-            node = node[part]
-        return node
+        found = lookup(c.config, key)
+        return None if found is MISSING else found
 
     return get
 
