@@ -38,8 +38,14 @@ def first_of(imp: VerlImport, *keys: str) -> str:
 
 
 def map_config(imp: VerlImport) -> None:
+    """Every section; one holding a value of a type verl would not start with is not carried (an error line
+    naming it), and the others are mapped as usual."""
     for step in (_job, _data, _model, _batches, _optimizer, _fsdp, _loss, _algorithm, _critic, _rollout, _trainer):
-        step(imp)
+        try:
+            step(imp)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            what = step.__name__.strip("_")
+            imp.problem(what, f"not carried: a value there is not one verl would start with ({exc})")
 
 
 def _job(imp: VerlImport) -> None:

@@ -309,3 +309,28 @@ def test_a_launch_script_is_read_statically_with_what_env_gives(tmp_path):
     sft.write_text("torchrun --nproc_per_node=8 -m verl.trainer.sft_trainer data.train_files=x\n")
     with pytest.raises(NotImportable, match=r"supervised fine-tuning \(SFT\)"):
         import_script(str(sft), {}, [])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "=",
+        "+a",
+        "data.train_batch_size=[1,",
+        "trainer.logger=choice(a,b)",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=0",
+        "data.train_batch_size=abc",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=abc",
+        "actor_rollout_ref.rollout.n=[1]",
+        "actor_rollout_ref.actor.megatron.override_transformer_config=5",
+        "actor_rollout_ref.rollout.val_kwargs=5",
+        "actor_rollout_ref.rollout.n=${nope.key}",
+    ],
+)
+def test_a_value_verl_would_not_start_with_is_a_finding_never_a_crash(bad):
+    try:
+        imported = import_overrides(_ov(*GRPO, bad), "run.sh")
+    except NotImportable as exc:
+        assert str(exc)
+        return
+    assert imported.text.startswith("#")
