@@ -267,10 +267,14 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         target.write_text(render_svg(layout, result.memory), encoding="utf-8")
     except OSError as exc:
         raise click.BadParameter(f"cannot write {target}: {exc.strerror or exc}", param_hint="--svg") from None
+    from rlc.compiler.timing import estimate_time, render_time
+
+    timing = estimate_time(result.spec, layout, result.memory) if result.spec is not None else None
     if fmt == "json":
         data = layout.to_json()
         if result.memory is not None:
             data["memory"] = result.memory.to_json()
+        data["time"] = timing.to_json() if timing else None
         data.update(json.loads(render_json(diags)))  # ok, errors, warnings and the diagnostics beside the plan
         click.echo(json.dumps(data, indent=2))
     else:
@@ -279,8 +283,36 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         click.echo(render_table(layout, _color(sys.stdout)))
         if result.memory is not None:
             click.echo(render_memory(result.memory))
+        click.echo(render_time(timing))
         click.echo(f"picture: {target}")
     sys.exit(EXIT_OK if result.ok else EXIT_SPEC)
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("--write", is_flag=True, help="Write the changes (and OVERRIDES) into SPEC, comments kept.")
+@click.option("--max", "largest", is_flag=True, help="For a job that fits: the largest micro-batches that still fit.")
+@click.option(
+    "--headroom",
+    type=click.FloatRange(0, 0.5),
+    default=0.0,
+    show_default=True,
+    help="Fraction of each GPU to leave free (0: fit as the memory rules do).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def fit(spec: str, overrides: tuple[str, ...], write: bool, largest: bool, headroom: float, fmt: str) -> None:
+    """Propose the smallest set of changes that makes SPEC fit its GPUs, and what each costs.
+
+    Exit 0 when it fits or a proposal was found, 1 when the spec has other errors or nothing tried fits.
+    """
+    from rlc.compiler.fit import fit as find_fit
+    from rlc.compiler.fit_report import render
+
+    outcome = find_fit(spec, _parse_overrides(overrides), headroom, largest)
+    text, code = render(spec, outcome, write, fmt)
+    click.echo(text, err=code != EXIT_OK and fmt == "text")
+    sys.exit(code)
 
 
 @cli.command()

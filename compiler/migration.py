@@ -31,7 +31,7 @@ class Outcome:
         self.shown.append((stream, text if stream == OUT else text + "\n"))
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or "."))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -143,7 +143,7 @@ def _deliver(
         out.say(imported.text, OUT)
     if target is not None:
         try:
-            _write_atomic(target, imported.text)
+            write_atomic(target, imported.text)
         except OSError as exc:  # a missing directory, no permission: the user's path, not a bug
             raise MigrateUsageError(f"cannot write {target}: {exc.strerror or exc}") from None
     out.say(f"{old}: {imported.title}; {len(imported.changes)} change(s)")

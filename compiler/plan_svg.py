@@ -197,8 +197,8 @@ def render_memory(memory) -> str:
         return "\n".join(lines)
     groups: dict[tuple, list] = {}
     for g in memory.gpus:
-        groups.setdefault((g.peak, g.phase, tuple(g.parts.items())), []).append(g)
-    for (peak, phase, parts), gpus in groups.items():
+        groups.setdefault((g.peak, g.phase, tuple(g.parts.items()), tuple(g.phases.items())), []).append(g)
+    for (peak, phase, parts, phases), gpus in groups.items():
         by_node: dict[int, list[int]] = {}
         for g in gpus:
             by_node.setdefault(g.node, []).append(g.gpu)
@@ -210,4 +210,6 @@ def render_memory(memory) -> str:
             f"  {where}: {peak / GiB:.1f} / {first.capacity / GiB:.1f} GiB ({first.fill:.0%}, {verdict}) "
             f"at {phase}: {top}"
         )
+        if len(phases) > 1:
+            lines.append("    by phase: " + ", ".join(f"{name} {v / GiB:.1f}" for name, v in phases))
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 
+from rlc.spec.estimate import EstimateConfig
 from rlc.spec.fields import section, setting
 from rlc.spec.generation import DataConfig, EnvironmentConfig, GeneratorConfig
 from rlc.spec.launch import ClusterConfig, LaunchConfig
@@ -23,3 +24,4 @@ class RlcSpec:
     trainer: TrainerConfig = section(TrainerConfig, "Training: placement, models, algorithm, checkpoints.")
     generator: GeneratorConfig = section(GeneratorConfig, "Rollout generation and inference engines.")
     environment: EnvironmentConfig = section(EnvironmentConfig, "Environment that scores rollouts.")
+    estimate: EstimateConfig = section(EstimateConfig, "Assumptions of `rlc plan`'s time and cost estimate.")
