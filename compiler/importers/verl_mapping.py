@@ -523,9 +523,16 @@ def _rollout(imp: VerlImport) -> None:
     tp = int(imp.get(f"{R}.tensor_model_parallel_size", 2) or 1)
     imp.put(f"{ie}.tensor_parallel_size", tp, f"{R}.tensor_model_parallel_size")
     for ours, theirs in (("data_parallel_size", "data_parallel_size"), ("pipeline_parallel_size",
-                         "pipeline_model_parallel_size"), ("expert_parallel_size", "expert_parallel_size")):  # fmt: skip
+                         "pipeline_model_parallel_size")):  # fmt: skip
         if imp.get(f"{R}.{theirs}") is not None:
             imp.put(f"{ie}.{ours}", imp.get(f"{R}.{theirs}"), f"{R}.{theirs}")
+    ep = int(imp.get(f"{R}.expert_parallel_size", 1) or 1)
+    dp = int(imp.get(f"{R}.data_parallel_size", 1) or 1)
+    if ep > 1:  # verl only switches vLLM's expert parallelism on; vLLM then spreads experts over dp x tp
+        imp.put(f"{ie}.expert_parallel_size", dp * tp, f"{R}.expert_parallel_size",
+                reason=f"verl turns on vLLM's expert parallelism, whose size is then data x tensor parallel ({dp} x {tp})")  # fmt: skip
+    else:
+        imp.put(f"{ie}.expert_parallel_size", 1, f"{R}.expert_parallel_size")
     for ours, theirs in (("enforce_eager", "enforce_eager"), ("enable_chunked_prefill", "enable_chunked_prefill"),
                          ("enable_prefix_caching", "enable_prefix_caching"), ("max_num_batched_tokens",
                          "max_num_batched_tokens"), ("max_num_seqs", "max_num_seqs")):  # fmt: skip
