@@ -20,6 +20,7 @@ _INT = re.compile(r"^[+-]?(?:0|[1-9][0-9_]*)$")
 _FLOAT = re.compile(
     r"^[+-]?(?:(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][+-]?[0-9]+)?|[0-9][0-9_]*[eE][+-]?[0-9]+|inf|nan)$", re.I
 )
+_DICT_KEY = re.compile(r"(?:[A-Za-z0-9_\-./$*@ ]|\\.)+")  # Hydra's dict keys: names, with `\{` style escapes
 _SWEEPS = ("choice", "range", "interval", "glob", "shuffle", "sort", "tag")
 
 
@@ -118,7 +119,7 @@ class _Reader:
             return out
         while True:
             self.skip_space()
-            m = re.compile(r"[A-Za-z0-9_\-./$]+").match(self.text, self.pos)
+            m = _DICT_KEY.match(self.text, self.pos)
             if m is None:
                 raise OverrideError(f"cannot read the value of {self.key}: a dict key is expected")
             self.pos = m.end()
@@ -126,7 +127,7 @@ class _Reader:
             if self.pos >= len(self.text) or self.text[self.pos] != ":":
                 raise OverrideError(f"cannot read the value of {self.key}: ':' expected after {m.group(0)!r}")
             self.pos += 1
-            out[m.group(0)] = self.element()
+            out[re.sub(r"\\(.)", r"\1", m.group(0)).strip()] = self.element()
             self.skip_space()
             if self.pos < len(self.text) and self.text[self.pos] == ",":
                 self.pos += 1

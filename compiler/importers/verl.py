@@ -45,6 +45,10 @@ def refusal(c: Composed) -> str | None:
     if search or c.is_written("hydra.searchpath"):
         what = "the mlite engine" if "mlite" in str(search) else "configs from an external search path"
         return f"{what} (hydra.searchpath); rlc composes verl's own configs only"
+    choices = get("hydra.group_choices")
+    if choices:
+        shown = ", ".join(f"{k}={v}" for k, v in choices.items())
+        return f"a config group choice ({shown}) of configs rlc does not vendor; rlc composes verl's own defaults"
     if get(f"{R}.multi_turn.enable"):
         return f"multi-turn agent loops ({R}.multi_turn.enable=true); rlc's multi-turn rollouts come from environments"
     loop = get(f"{R}.agent.default_agent_loop")
@@ -158,11 +162,29 @@ def import_overrides(overrides: list[Override], source: str, config_name: str = 
     try:
         composed = compose_overrides(overrides, config_name)
     except ComposeError as exc:
-        raise NotImportable(compose_failure(exc)) from None
+        raise NotImportable(compose_failure(exc, overrides)) from None
     return import_composed(composed, source)
 
 
-def compose_failure(exc: ComposeError) -> str:
+def unvendored(overrides: list[Override]) -> str | None:
+    """Why a job that does not compose needs configs rlc does not vendor (an extra search path, a group choice),
+    said before the keys those configs would have added are reported as absent."""
+    for o in overrides:
+        key = o.text.strip().lstrip("+~").partition("=")[0]
+        if key == "hydra.searchpath":
+            what = "the mlite engine" if "mlite" in o.text else "configs from an external search path"
+            return f"{what} (hydra.searchpath, line {o.line}); rlc composes verl's own configs only"
+    for o in overrides:
+        key = o.text.strip().lstrip("+~").partition("=")[0]
+        if "@" in key or "/" in key:
+            return f"a config group choice ({o.text.strip()}, line {o.line}) of configs rlc does not vendor"
+    return None
+
+
+def compose_failure(exc: ComposeError, overrides: tuple[Override, ...] | list[Override] = ()) -> str:
+    why = unvendored(list(overrides))
+    if why:
+        return f"{why}: rlc does not run that, so nothing was written"
     parts = [f"line {line}: {msg}" if line else msg for line, msg in exc.problems]
     return "verl would refuse this job as it starts: " + "; ".join(parts)
 

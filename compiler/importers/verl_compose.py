@@ -165,8 +165,9 @@ def _apply_all(tree: dict, parsed: list[Parsed], lenient: bool = False) -> dict[
                 apply(tree, Parsed("++", p.key, p.value, True, p.source))
             written[p.key] = p.source.line
             continue
-        if "/" in p.key or "@" in p.key:
-            problems.append((p.source.line, f"{p.source.text}: a config group choice, which rlc does not compose"))
+        if "/" in p.key or "@" in p.key:  # a config group choice: kept for the importer to refuse by name
+            tree.setdefault("hydra", {}).setdefault("group_choices", {})[p.key] = p.value
+            written[f"hydra.group_choices.{p.key}"] = p.source.line
             continue
         try:
             apply(tree, p)

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlc.compiler.importers.base import Imported, NotImportable
 from rlc.compiler.importers.hydra_overrides import Override
-from rlc.compiler.importers.shell import Launch, Script
+from rlc.compiler.importers.shell import Launch, Script, Unknown
 from rlc.compiler.importers.skyrl_script import environment_reference
 from rlc.compiler.importers.verl import compose_failure, import_composed, refusal
 from rlc.compiler.importers.verl_compose import CONFIG_NAMES, ComposeError, compose_overrides, compose_yaml
@@ -88,11 +88,19 @@ class VerlScript:
                 composed = compose_yaml(plain_yaml(data), lambda key: 0, overrides)
                 source += f" with {own.name}"
         except ComposeError as exc:
-            raise NotImportable(compose_failure(exc)) from None
+            raise NotImportable(compose_failure(exc, overrides)) from None
         why = refusal(composed)
         if why:
             raise NotImportable(f"{why}: rlc does not run that, so nothing was written")
         return import_composed(composed, source)
+
+
+def _reference(unknown: Unknown) -> str:
+    """A variable the script never sets as Hydra reads the environment; a value only running the script gives as a
+    plain placeholder (no `${`), which the reader's error about it keeps from being written."""
+    if unknown.kind == "env":
+        return environment_reference(unknown)
+    return f"<{unknown.name or 'unknown'}>"
 
 
 def _arguments(launch: Launch) -> tuple[str, str | None, list[Override]]:
@@ -115,6 +123,6 @@ def _arguments(launch: Launch) -> tuple[str, str | None, list[Override]]:
         elif text.startswith("-"):
             raise NotImportable(f"line {words[i].line}: {text}: a Hydra option rlc does not import (--multirun, ...)")
         else:
-            overrides.append(Override(words[i].render(environment_reference), words[i].line))
+            overrides.append(Override(words[i].render(_reference), words[i].line))
         i += 1
     return config_name, config_path, overrides
