@@ -7,7 +7,7 @@ from __future__ import annotations
 # (rlc.runtime.envs.gym): skyrl-gym's own, then rlc's; extensions add theirs (ext.add_environment). A test holds this
 # equal to what the runtime registers, so the compiler can check the id without importing skyrl-gym (or pandas).
 SKYRL_GYM_ENVS = ("aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchcode", "text2sql")
-RLC_ENVS = ("arithmetic", "calculator", "llm_as_a_judge", "synthetic")
+RLC_ENVS = ("arithmetic", "calculator", "llm_as_a_judge", "synthetic", "verl")
 BUILTIN_ENVS = SKYRL_GYM_ENVS + RLC_ENVS
 
 # The chat templates generator.chat_template names with source: name (rlc.runtime.chat.NAMED_TEMPLATES).

@@ -33,6 +33,7 @@ RLC_ENVS = {
     "lcb": "rlc.runtime.envs.code:SandboxedLCBEnv",
     "searchcode": "rlc.runtime.envs.code:SandboxedSearchCodeEnv",
     "llm_as_a_judge": "rlc.runtime.envs.judge:LLMJudgeEnv",  # SkyRL ships it with an example, not in skyrl-gym
+    "verl": "rlc.runtime.envs.verl:VerlEnv",  # a verl dataset scored as verl's default reward scores it
 }
 
 _lock = threading.Lock()
