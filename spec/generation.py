@@ -283,7 +283,7 @@ class EnvironmentConfig:
     env_class: str = setting(
         "gsm8k",
         "SkyRL-Gym environment of rows without an env_class column: skyrl-gym's (gsm8k, gsm8k_multi_turn, "
-        "text2sql, search, lcb, aime, searchcode), rlc's (synthetic, arithmetic, calculator, llm_as_a_judge) or an "
+        "text2sql, search, lcb, aime, searchcode), rlc's (synthetic, arithmetic, calculator, llm_as_a_judge, verl) or an "
         "extension's.",
     )
     skyrl_gym: SkyRLGymConfig = section(SkyRLGymConfig, "Settings of the built-in environments.")

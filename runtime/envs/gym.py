@@ -35,6 +35,7 @@ RLC_ENVS = {
     "searchcode": "rlc.runtime.envs.code:SandboxedSearchCodeEnv",
     "text2sql": "rlc.runtime.envs.sql:SandboxedSQLEnv",
     "llm_as_a_judge": "rlc.runtime.envs.judge:LLMJudgeEnv",  # SkyRL ships it with an example, not in skyrl-gym
+    "verl": "rlc.runtime.envs.verl:VerlEnv",  # a verl dataset scored as verl's default reward scores it
 }
 
 _lock = threading.Lock()
