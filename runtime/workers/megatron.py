@@ -38,7 +38,15 @@ from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
 from rlc.runtime.workers import megatron_cpu
 from rlc.runtime.workers import megatron_weights as mw
-from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective
+from rlc.runtime.workers.common import (
+    DTYPES,
+    TrainWorker,
+    WorkerSettings,
+    check_metadata,
+    lr_lambda,
+    policy_objective,
+    read_extra,
+)
 from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
 from rlc.runtime.workers.megatron_lora import LoraLinear, add_adapters
 
@@ -749,6 +757,7 @@ class MegatronWorker(TrainWorker):
 
         with self._device(), torch.no_grad():
             self._prime_optimizer_state()
+            check_metadata(directory)
             loaded = dist_checkpointing.load(self._sharded_state(loading=True), directory)
             module = self.model.module if hasattr(self.model, "zero_grad_buffer") else self.model
             module.load_state_dict(loaded["model"])
@@ -757,7 +766,7 @@ class MegatronWorker(TrainWorker):
                 self._unshare_steps()
         extra_path = Path(directory) / f"extra_rank{self.rank}.pt"
         if extra_path.exists():
-            extra = torch.load(extra_path, weights_only=False)
+            extra = read_extra(extra_path)
             torch.set_rng_state(extra["rng"])
             if "cuda_rng" in extra and self.s.device == "cuda":
                 torch.cuda.set_rng_state(extra["cuda_rng"])
