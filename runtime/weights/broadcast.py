@@ -231,8 +231,8 @@ class GroupSeat:
         if not override_existing:
             i = self.info
             raise WeightGroupExists(
-                f"this engine is already rank {i['rank']} of a weight-update group of {i['world_size']} "
-                f"whose master is {i['master_address']}:{i['master_port']} ({i['backend']})"
+                f"this engine is already in a weight-update group whose master is {i['master_address']}:"
+                f"{i['master_port']} (rank {i['rank']} of {i['world_size']}, {i['backend']})"
             )
         leave()
 
