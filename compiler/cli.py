@@ -134,7 +134,7 @@ def explain(key: str) -> None:
 
 
 @cli.command()
-@click.argument("old", type=click.Path(dir_okay=False))
+@click.argument("old", type=click.Path())
 @click.argument("args", nargs=-1)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the migrated spec here (must not exist).")
 @click.option("--in-place", is_flag=True, help="Rewrite OLD itself.")
@@ -146,8 +146,9 @@ def explain(key: str) -> None:
     "source",
     type=RegistryChoice(_importer_names),
     default=None,
-    help="What OLD is: a legacy SkyRL config (the default), or an AReaL experiment config (RL only) to import. "
-    "A launch script (.sh, or a bash shebang) is recognised by itself.",
+    help="What OLD is: a legacy SkyRL config (the default), an AReaL experiment config (RL only), or a verl job "
+    "(a Hydra run directory, its overrides.yaml, a verl YAML) to import. A launch script (.sh, or a bash shebang; "
+    "SkyRL's or verl's) is recognised by itself.",
 )
 @click.option(
     "--env",
@@ -171,9 +172,11 @@ def migrate(
     """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
 
     With --from areal, import an AReaL experiment config instead: every key is reported as mapped, dropped or
-    not carried, and SFT, DPO and reward-model configs are refused. A launch script OLD (SkyRL's
-    `uv run ... -m skyrl.train.entrypoints.main_base key=value ...`) is read without running anything and
-    written as a new spec, each value commented with its script line; ARGS fill its "$@". Without -o/--in-place
+    not carried, and SFT, DPO and reward-model configs are refused. With --from verl, import a verl main_ppo job
+    (a Hydra run directory, overrides.yaml or verl YAML) composed as verl composes it (docs/verl.md). A launch
+    script OLD (SkyRL's `uv run ... -m skyrl.train.entrypoints.main_base key=value ...`, verl's `python3 -m
+    verl.trainer.main_ppo ...`) is read without running anything and written as a new spec, each value
+    commented with its script line; ARGS fill its "$@". Without -o/--in-place
     the result goes to stdout and no file is touched.
     """
     from rlc.compiler.importers import importer
@@ -189,7 +192,7 @@ def migrate(
         if not eq or not name.isidentifier():
             raise click.BadParameter(f"'{item}' is not NAME=VALUE", param_hint="--env")
         environment[name] = value
-    script = source is None and is_script(old)
+    script = source in (None, "verl") and os.path.isfile(old) and is_script(old)
     if not script and (args or env):
         raise click.UsageError(
             f"{'ARGS' if args else '--env'} applies to a launch script only; {old} is read as a YAML config"
@@ -272,15 +275,19 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         if result.memory is not None:
             data["memory"] = result.memory.to_json()
         data["time"] = timing.to_json() if timing else None
+        if result.decisions is not None:
+            data["sandbox"] = result.decisions.to_json()["sandbox"]
         data.update(json.loads(render_json(diags)))  # ok, errors, warnings and the diagnostics beside the plan
         click.echo(json.dumps(data, indent=2))
     else:
-        from rlc.compiler.plan_svg import render_memory
+        from rlc.compiler.plan_svg import render_memory, render_sandbox
 
         click.echo(render_table(layout, _color(sys.stdout)))
         if result.memory is not None:
             click.echo(render_memory(result.memory))
         click.echo(render_time(timing))
+        if result.decisions is not None:
+            click.echo(render_sandbox(result.decisions.sandbox))
         click.echo(f"picture: {target}")
     sys.exit(EXIT_OK if result.ok else EXIT_SPEC)
 
@@ -564,13 +571,29 @@ def _word_problem_options(name: str) -> Callable[[Callable[..., None]], Callable
 @click.option(
     "--max-number", "high", type=click.IntRange(3, 10_000), default=20, show_default=True, help="Largest operand."
 )
-def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, high: int) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["rlc", "verl"]),
+    default="rlc",
+    show_default=True,
+    help="rlc's rows, or verl's GSM8K rows (data_source, prompt, reward_model, extra_info) for an imported verl "
+    "job; verl's go to ~/.cache/rlc/data/arithmetic-verl unless -o says otherwise.",
+)
+def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, high: int, fmt: str) -> None:
     """Addition / subtraction word problems of `env_class: arithmetic` (held-out validation questions)."""
     from pathlib import Path
 
     from rlc.runtime.data import arithmetic
 
-    for path in arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed, high):
+    if fmt == "verl" and out_dir == "~/.cache/rlc/data/arithmetic":
+        out_dir += "-verl"
+    paths = arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed, high)
+    if fmt == "verl":
+        from rlc.runtime.envs.verl import rewrite_as_verl
+
+        rewrite_as_verl(paths)
+    for path in paths:
         click.echo(f"wrote {path}")
 
 

@@ -46,27 +46,40 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def migrate_file(
-    old: str, importer: Importer, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool
+    old: str,
+    importer: Importer,
+    output: str | None,
+    in_place: bool,
+    check: bool,
+    show_diff: bool,
+    force: bool,
 ) -> Outcome:
     """Convert the file OLD with `importer`: to stdout, to -o OUTPUT or in place, or only check or diff it."""
-    try:
-        doc = load_document(old)
-    except LoadError as exc:
-        return Outcome(1, diagnostics=[exc.diagnostic])
+    reads_path = getattr(importer, "convert_path", None)  # an importer of directories and non-YAML files
+    if os.path.isdir(old) and reads_path is None:
+        raise MigrateUsageError(f"{old} is a directory; --from {importer.name} reads a file")
+    doc = None
     out = Outcome(0)
     try:
-        imported = importer.convert(doc)
+        if reads_path is not None:
+            imported = reads_path(old)
+        else:
+            doc = load_document(old)
+            imported = importer.convert(doc)
+    except LoadError as exc:
+        return Outcome(1, diagnostics=[exc.diagnostic])
     except NotImportable as exc:
         out.say(f"rlc migrate: {old}: {exc}")
         out.code = 1
         return out
     if imported is None:
         out.say(f"{old}: already spec v1; nothing to migrate")
-        if not (check or show_diff or output or in_place):
+        if doc is not None and not (check or show_diff or output or in_place):
             out.say(doc.text, OUT)
         return out
+    text = doc.text if doc is not None else ""
     return _deliver(
-        out, old, doc.text, imported, (importer.what, importer.rewrites), output, in_place, check, show_diff, force
+        out, old, text, imported, (importer.what, importer.rewrites), output, in_place, check, show_diff, force
     )
 
 

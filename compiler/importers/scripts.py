@@ -2,7 +2,9 @@
 it launches picks the importer of its framework's command line (SCRIPT_IMPORTERS).
 
 A script importer has a `name`, a `what` (as messages name it), `accepts(launch)` (does this importer read the
-command line of that program?) and `convert_launch(script, launch)` (the spec, or NotImportable saying why not).
+command line of that program?) and `convert_launch(script, launch)` (the spec, or NotImportable saying why not);
+it may have `refuse_unlaunched(script)`: why a script that stops before any launch (a usage check on missing
+ARGS) is no job rlc imports, or None.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Protocol
 from rlc.compiler.importers.base import Imported, NotImportable
 from rlc.compiler.importers.shell import Launch, Script, read_script
 from rlc.compiler.importers.skyrl_script import SkyRLScript
+from rlc.compiler.importers.verl_script import VerlScript
 from rlc.core.diagnostics import Diagnostic
 
 SCRIPT_SUFFIXES = (".sh", ".bash")
@@ -27,10 +30,10 @@ class ScriptImporter(Protocol):
     def convert_launch(self, script: Script, launch: Launch) -> Imported: ...
 
 
-SCRIPT_IMPORTERS: tuple[ScriptImporter, ...] = (SkyRLScript(),)
+SCRIPT_IMPORTERS: tuple[ScriptImporter, ...] = (SkyRLScript(), VerlScript())
 
 # What each importer reads, as a refusal names it.
-READS = {"skyrl": "skyrl.train.entrypoints.main_base (SkyRL)"}
+READS = {"skyrl": "skyrl.train.entrypoints.main_base (SkyRL)", "verl": "verl.trainer.main_ppo (verl)"}
 
 
 def is_script(path: str) -> bool:
@@ -55,6 +58,10 @@ def import_script(
     errors = [d for d in diags if d.is_error]
     warnings = [d for d in diags if not d.is_error]
     if launch is None:
+        for i in SCRIPT_IMPORTERS:  # a script that stops before its launch may still say what it runs
+            why = getattr(i, "refuse_unlaunched", lambda s: None)(script)
+            if why:
+                raise NotImportable(why)
         found = sorted({x.program for x in script.launches})
         if found and not any(d.code == "RLC-E060" for d in errors):
             reads = " or ".join(READS[i.name] for i in SCRIPT_IMPORTERS if i.name in READS)
