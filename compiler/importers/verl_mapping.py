@@ -7,9 +7,11 @@ steps, its five micro-batch knobs are two in rlc, its FSDP2 reference model alwa
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
+from rlc.compiler.importers.parquet_rows import NotParquet, parquet_rows
 from rlc.compiler.importers.verl_record import VerlImport
 from rlc.compiler.megatron_fields import TRANSFORMER_CONFIG_FIELDS
 
@@ -331,12 +333,40 @@ def _warmup_ratio(imp: VerlImport, o: str, base: str, ratio: float, per_step: in
                 "ppo_epochs)")  # fmt: skip
         return
     epochs = int(imp.get(f"{T}.total_epochs", 30))
-    batch = int(imp.get("data.train_batch_size"))
-    imp.problem(key, f"verl warms the LR up for int({ratio} x total training steps) training steps, and its total "
-                f"is (rows of data.train_files // train_batch_size {batch}) x total_epochs {epochs}, known only "
-                "from the data; not carried. Give the total: trainer.total_training_steps=N in the job (verl's "
-                f"own key, then carried exactly), or write num_warmup_steps: int({ratio} x N) x {per_step} in "
-                "trainer.policy.optimizer_config of the spec")  # fmt: skip
+    batch_key = "data.gen_batch_size" if imp.get("data.gen_batch_size") else "data.train_batch_size"
+    batch = int(imp.get(batch_key))
+    rows = _train_rows(imp)
+    if rows is None:
+        imp.problem(key, f"verl warms the LR up for int({ratio} x total training steps) training steps, and its "
+                    f"total is (rows of data.train_files // {batch_key} {batch}) x total_epochs {epochs}, known "
+                    "only from the data, which is not readable here; not carried. Give the total: "
+                    "trainer.total_training_steps=N in the job (verl's own key, then carried exactly), or write "
+                    f"num_warmup_steps: int({ratio} x N) x {per_step} in trainer.policy.optimizer_config of the "
+                    "spec")  # fmt: skip
+        return
+    total = rows // batch * epochs
+    warm = int(ratio * total)
+    filtered = bool(imp.get("data.filter_overlong_prompts", False))
+    imp.put(f"{base}.num_warmup_steps", warm * per_step, key, "data.train_files", batch_key, f"{T}.total_epochs",
+            severity="warning" if filtered else "info",
+            reason=f"verl warms up int({ratio} x total training steps) = {warm} training steps, its total being "
+            f"({rows} rows of data.train_files // {batch}) x {epochs} epochs = {total}; rlc counts optimizer steps: "
+            f"x {per_step}" + ("; the rows are counted before verl's filter_overlong_prompts leaves some out: "
+            "where it does, verl's warm-up is that much shorter" if filtered else ""))  # fmt: skip
+    imp.read("data.filter_overlong_prompts", "data.train_max_samples")
+
+
+def _train_rows(imp: VerlImport) -> int | None:
+    """The rows verl's RLHFDataset would hold (data.train_max_samples where smaller), from the Parquet footers of
+    the job's train files; None where one is not a Parquet file readable here."""
+    rows = 0
+    for name in _listed(imp.get("data.train_files", [])):
+        try:
+            rows += parquet_rows(os.path.expanduser(name))
+        except (OSError, NotParquet):
+            return None
+    cap = int(imp.get("data.train_max_samples", -1) or -1)
+    return min(rows, cap) if cap > 0 else rows
 
 
 def _cosine_shape(imp: VerlImport, o: str) -> None:

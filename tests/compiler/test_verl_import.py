@@ -191,7 +191,7 @@ def test_a_warmup_ratio_of_a_total_only_the_data_gives_is_an_error_saying_what_t
     assert "num_warmup_steps" not in spec["trainer"]["policy"]["optimizer_config"]
     [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio")
     assert warm.severity == "error" and warm.line == 20
-    assert "// train_batch_size 1024) x total_epochs 2" in warm.reason
+    assert "// data.train_batch_size 1024) x total_epochs 2" in warm.reason and "not readable here" in warm.reason
     assert "trainer.total_training_steps=N" in warm.reason and "int(0.1 x N) x 4" in warm.reason
     # a total the environment gives where the job runs is asked for, the rest of the optimizer still carried
     imported, spec = _import(WARMUP_RATIO, "trainer.total_training_steps=${oc.env:STEPS}")
@@ -202,6 +202,44 @@ def test_a_warmup_ratio_of_a_total_only_the_data_gives_is_an_error_saying_what_t
     imported, spec = _import(WARMUP_RATIO, "actor_rollout_ref.actor.optim.lr_warmup_steps=3")
     assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 12
     assert not imported.errors
+
+
+def _parquet(path, rows: int) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    prompt = [[{"role": "user", "content": f"q{i}"}] for i in range(rows)]
+    table = pa.table(
+        {"data_source": ["openai/gsm8k"] * rows, "prompt": prompt, "flag": [i % 2 == 0 for i in range(rows)]}
+    )
+    pq.write_table(table, path, row_group_size=7)
+    return str(path)
+
+
+def test_the_parquet_row_count_is_read_from_the_footer_as_pyarrow_reads_it(tmp_path):
+    from rlc.compiler.importers.parquet_rows import NotParquet, parquet_rows
+
+    assert parquet_rows(_parquet(tmp_path / "a.parquet", 53)) == 53
+    (tmp_path / "b.parquet").write_text("not parquet at all")
+    with pytest.raises(NotParquet):
+        parquet_rows(str(tmp_path / "b.parquet"))
+
+
+def test_a_warmup_ratio_counts_the_rows_of_readable_train_files_as_verls_dataloader_does(tmp_path):
+    files = [_parquet(tmp_path / "a.parquet", 50), _parquet(tmp_path / "b.parquet", 50)]
+    job = (WARMUP_RATIO, f"data.train_files=[{files[0]},{files[1]}]", "data.train_batch_size=8",
+           "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.total_epochs=5")  # fmt: skip
+    imported, spec = _import(*job)
+    # verl: (100 rows // 8, drop_last) x 5 epochs = 60 steps, int(0.1 x 60) = 6; rlc: x 8 / 2 mini-batches
+    assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 24
+    [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio")
+    assert warm.severity == "info" and "(100 rows of data.train_files // 8) x 5 epochs = 60" in warm.reason
+    _validates(imported.text)
+    # train_max_samples caps the rows; the overlong-prompt filter makes the count an upper bound, said
+    imported, spec = _import(*job, "data.train_max_samples=40", "data.filter_overlong_prompts=True")
+    assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 8  # int(0.1 x 5 x 5) x 4
+    [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio")
+    assert warm.severity == "warning" and "filter_overlong_prompts" in warm.reason
 
 
 def test_the_cosine_floor_and_cycles_rlc_lacks_are_said_with_their_effect():
