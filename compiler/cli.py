@@ -275,15 +275,19 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         if result.memory is not None:
             data["memory"] = result.memory.to_json()
         data["time"] = timing.to_json() if timing else None
+        if result.decisions is not None:
+            data["sandbox"] = result.decisions.to_json()["sandbox"]
         data.update(json.loads(render_json(diags)))  # ok, errors, warnings and the diagnostics beside the plan
         click.echo(json.dumps(data, indent=2))
     else:
-        from rlc.compiler.plan_svg import render_memory
+        from rlc.compiler.plan_svg import render_memory, render_sandbox
 
         click.echo(render_table(layout, _color(sys.stdout)))
         if result.memory is not None:
             click.echo(render_memory(result.memory))
         click.echo(render_time(timing))
+        if result.decisions is not None:
+            click.echo(render_sandbox(result.decisions.sandbox))
         click.echo(f"picture: {target}")
     sys.exit(EXIT_OK if result.ok else EXIT_SPEC)
 

@@ -213,3 +213,16 @@ def render_memory(memory) -> str:
         if len(phases) > 1:
             lines.append("    by phase: " + ", ".join(f"{name} {v / GiB:.1f}" for name, v in phases))
     return "\n".join(lines)
+
+
+def render_sandbox(sandbox) -> str:
+    """The line under the plan that says where model-written code runs (environment.sandbox)."""
+    limits = (
+        f"{sandbox.memory_mb} MB, {sandbox.max_processes} processes, files {sandbox.file_mb} MB, "
+        f"output {sandbox.output_kb} KiB"
+    )
+    if not sandbox.runs_model_code:
+        return f"\nsandbox: {sandbox.isolation}; the default environment runs no model-written code"
+    if sandbox.isolation == "unisolated":
+        return f"\nsandbox: UNISOLATED: model-written code runs as the trainer, with only limits ({limits}); RLC-W905"
+    return f"\nsandbox: bubblewrap, required before training starts ({limits}); docs/sandbox.md"
