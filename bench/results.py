@@ -67,6 +67,15 @@ def find_rlc() -> str | None:
     return str(here) if here.exists() else shutil.which("rlc")
 
 
+def require_rlc(bench: str) -> str:
+    """`find_rlc()`, or exit 2 saying there is no rlc to measure."""
+    rlc = find_rlc()
+    if rlc is None:
+        print(f"{bench}: no `rlc` next to this Python nor on PATH", file=sys.stderr)
+        raise SystemExit(2)
+    return rlc
+
+
 def make_venv(path: Path) -> str | None:
     """Create a venv at `path` from the real interpreter; an error message, or None when it worked.
 

@@ -545,6 +545,18 @@ def data_gsm8k(source: str, out_dir: str, name: str, val_rows: int, seed: int) -
         click.echo(f"wrote {path}")
 
 
+@cli.command()
+@click.option("--stdio", is_flag=True, help="Talk over stdin/stdout (the only transport; editors pass it).")
+def lsp(stdio: bool) -> None:
+    """Serve an editor rlc's diagnostics, hover, completion and fixes as you type (a language server).
+
+    Speaks the Language Server Protocol on stdin/stdout; an editor starts it (docs/editors.md).
+    """
+    from rlc.compiler.lsp.server import serve
+
+    serve()
+
+
 def main() -> None:
     try:
         cli.main(prog_name="rlc", standalone_mode=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from rlc.compiler.check import INTERNAL_ERROR, check
 from rlc.compiler.decide import decide
 from rlc.compiler.importers.versions import MigrationReport, upgrade
-from rlc.compiler.load import Document, LoadError, load_document
+from rlc.compiler.load import Document, LoadError, decode, document_from_text, load_document
 from rlc.compiler.memory import MemoryEstimate, check_memory
 from rlc.compiler.plan import plan as make_plan
 from rlc.compiler.resolve import Resolution, resolve
@@ -77,8 +77,22 @@ class CompileResult:
 def compile_job(source: str | Path, overrides: Sequence[Override] = (), env: dict | None = None) -> CompileResult:
     """Everything the compiler can say about a spec plus overrides: its plan, memory fit and runtime decisions when it
     has no errors."""
-    analysis = analyze(source, list(overrides), env=env)
-    result = CompileResult(str(source), analysis, None, list(analysis.diagnostics))
+    return _finish(str(source), analyze(source, list(overrides), env=env))
+
+
+def compile_text(text: str, name: str, env: dict | None = None) -> CompileResult:
+    """`compile_job` of a document's text as an editor holds it (saved or not), named `name` in its findings; the
+    text passes the same guards as a file's bytes (size, NUL bytes, line length)."""
+    try:
+        doc = document_from_text(decode(text.encode("utf-8", "surrogatepass"), name), name)
+    except LoadError as exc:
+        return _finish(name, Analysis(None, diagnostics=[exc.diagnostic]))
+    return _finish(name, analyze_document(doc, env=env))
+
+
+def _finish(source: str, analysis: Analysis) -> CompileResult:
+    """The back half: plan, memory and decide for a front half without errors."""
+    result = CompileResult(source, analysis, None, list(analysis.diagnostics))
     spec, doc = analysis.spec, analysis.doc
     if not analysis.ok or spec is None or doc is None:
         return result

@@ -152,7 +152,7 @@ class _Walker:
                         key=key,
                         location=loc,
                         hint=hint + (" (or null)" if spec.optional else ""),
-                        values={"value": value, "allowed": list(allowed)},
+                        values={"value": value, "allowed": list(allowed), **({"proposed": close[0]} if close else {})},
                     ),
                     path,
                 )

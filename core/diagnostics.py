@@ -61,7 +61,8 @@ def has_errors(diags: Iterable[Diagnostic]) -> bool:
     return any(d.is_error for d in diags)
 
 
-def _caret_width(text: str, col: int) -> int:
+def caret_width(text: str, col: int) -> int:
+    """How many characters from `col` (1-based) a finding underlines: the token there, up to a comment."""
     rest = text[col - 1 :] if col > 0 else ""
     token = rest.split(" #", 1)[0].rstrip()
     return max(1, min(len(token), 60))
@@ -84,7 +85,7 @@ def render_text(diags: list[Diagnostic], color: bool = False) -> str:
                 out.append(f" {pad} |")
                 out.append(f" {num.rjust(len(pad))} | {loc.text.rstrip()}")
                 if loc.col > 0:
-                    caret = " " * (loc.col - 1) + "^" * _caret_width(loc.text, loc.col)
+                    caret = " " * (loc.col - 1) + "^" * caret_width(loc.text, loc.col)
                     out.append(f" {pad} | " + paint(d.severity, caret))
         if d.key:
             out.append(f"   = key: {d.key}")

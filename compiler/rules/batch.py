@@ -107,6 +107,7 @@ def policy_mini_batch_divides_train_batch(c: Context):
             [B],
             mini=m,
             train=b,
+            proposed=_divisor_near(int(b), int(m)),
         )
 
 
@@ -148,6 +149,7 @@ def _mini_per_gpu(c: Context, role: str, mini_key: str, code: str):
             [mini_key, NS],
             per_gpu=mb_gpu,
             micro=u,
+            proposed=_divisor_near(mb_gpu, int(u)),
         )
 
 
@@ -333,6 +335,7 @@ def fsdp_world_divisible_by_sequence_parallel(c: Context):
                 [f"trainer.placement.{role}_num_gpus_per_node"],
                 world=w,
                 sp=sp,
+                proposed=_divisor_near(w, sp),
             )
 
 

@@ -108,7 +108,10 @@ class WeightSyncExtension:
 
         with set_current_vllm_config(self.vllm_config):
             finalize_layerwise_reload(self.model_runner.model, self.model_runner.model_config)
-        self.model_runner.reset_lora_state()
+        # vLLM 0.26 (the last release on torch 2.11, what the GPU kit carries) has no LoRA state to reset.
+        reset_lora_state = getattr(self.model_runner, "reset_lora_state", None)
+        if reset_lora_state is not None:
+            reset_lora_state()
 
     def rlc_init_weight_update_group(
         self,
