@@ -5,16 +5,10 @@ refuses it or reads it otherwise."""
 from __future__ import annotations
 
 from rlc.compiler.launch_values import READERS, Unreadable, accelerator
+from rlc.compiler.roles import get
 from rlc.compiler.rules.base import Context, rule
 
 SIZES = ("cluster.cpus_per_node", "cluster.memory_per_node")
-
-
-def _value(c: Context, key: str):
-    value = c.s
-    for part in key.split("."):
-        value = getattr(value, part)
-    return value
 
 
 @rule(
@@ -50,7 +44,7 @@ def accelerator_count(c: Context):
 )
 def cluster_values(c: Context):
     for key in (*SIZES, "cluster.infra"):
-        value = _value(c, key)
+        value = get(c.s, key)
         if value is None:
             continue
         try:
