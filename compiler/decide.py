@@ -13,12 +13,14 @@ from rlc.core.job import (
     EngineSettings,
     KLControl,
     Sampling,
+    SandboxSettings,
     VLLMArgs,
     WeightSync,
     WorkerSettings,
     seed_for,
 )
 from rlc.core.plan import Plan
+from rlc.core.runtime_facts import runs_model_code
 
 # vLLM's accepted `max_lora_rank` values (a Literal of EngineArgs in vLLM 0.30; a vllm_api test compares).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -50,6 +52,22 @@ def decide(spec: Any, plan: Plan) -> Decisions:
         ),
         node_wait_timeout_s=float(spec.launch.node_wait_timeout_s),
         offload_between_phases=offload_between_phases(spec, device),
+        sandbox=sandbox(spec),
+    )
+
+
+def sandbox(spec: Any) -> SandboxSettings:
+    """environment.sandbox as the runtime applies it, and whether the default environment runs model-written code
+    (rows may name another environment: the runtime checks the level again before it makes one)."""
+    s = spec.environment.sandbox
+    return SandboxSettings(
+        isolation=s.isolation,
+        memory_mb=s.memory_mb,
+        max_processes=s.max_processes,
+        file_mb=s.file_mb,
+        output_kb=s.output_kb,
+        python_tool_seconds=float(s.python_tool_seconds),
+        runs_model_code=runs_model_code(spec.environment.env_class),
     )
 
 

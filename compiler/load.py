@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,8 @@ class Document:
     overrides: dict[Path_, str] = field(default_factory=dict)  # path -> the override as typed
     legacy: bool = False
 
-    @property
-    def lines(self) -> list[str]:
+    @cached_property
+    def lines(self) -> list[str]:  # read for every finding's source line: split once (the text is never replaced)
         return self.text.splitlines()
 
     def line_text(self, line: int) -> str | None:
@@ -253,13 +254,24 @@ def _too_deep(name: str, line: int, col: int, text: str) -> LoadError:
     )
 
 
-def parse(text: str, name: str) -> Any:
-    """Parse YAML text into a round-trip tree; LoadError on any YAML-level problem."""
+def parse(text: str, name: str, comments: bool = True) -> Any:
+    """Parse YAML text into a round-trip tree; LoadError on any YAML-level problem. comments=False: the tree without
+    its comments, parsed by libyaml where it can (`libyaml.py`), for what reads a spec only for its findings."""
     from ruamel.yaml.constructor import DuplicateKeyError
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     prescan(text, name)
     lines = text.splitlines()
+    if not comments:
+        from rlc.compiler import libyaml  # deferred: PyYAML's import costs about 10 ms, the language server's alone
+
+        try:
+            data = libyaml.load(text)
+        except libyaml.Declined:
+            pass  # ruamel's parser reads it, and words what is wrong with it
+        else:
+            _check_tags_and_size(data, name, lines)
+            return data
 
     def at(mark) -> tuple[int, int, str | None]:
         if mark is None:
@@ -390,8 +402,8 @@ def load_document(path: str | Path, display: str | None = None) -> Document:
     return document_from_text(text, name)
 
 
-def document_from_text(text: str, name: str) -> Document:
-    data = parse(text, name)
+def document_from_text(text: str, name: str, comments: bool = True) -> Document:
+    data = parse(text, name, comments)
     if data is None:
         raise LoadError(_diag("RLC-E007", "the spec is empty", name, hint="start from one of the files in examples/"))
     if not isinstance(data, dict):

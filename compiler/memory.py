@@ -131,6 +131,7 @@ class GpuMemory:
     peak: int
     phase: str
     parts: dict[str, int]
+    phases: dict[str, int] = field(default_factory=dict)  # every phase's total, in the order a step runs them
 
     @property
     def fits(self) -> bool:
@@ -149,6 +150,7 @@ class GpuMemory:
             "fits": self.fits,
             "phase": self.phase,
             "parts": dict(self.parts),
+            "phases": dict(self.phases),
         }
 
 
@@ -397,10 +399,11 @@ def estimate(spec, plan: Plan, fraction: float = 1.0) -> MemoryEstimate:
         roles = [r for r in on_gpu.get((n, g), []) if r in costs]
         phases = _phases(spec, roles, costs, engine if (n, g) in engine_gpus else {}, colocated)
         contexts = {f"{r}/cuda_context": CUDA_CONTEXT for r in on_gpu.get((n, g), [])}
-        name, parts = max(phases.items(), key=lambda kv: sum(kv[1].values()))
-        parts = {k: v for k, v in {**parts, **contexts}.items() if v}
+        totals = {p: sum({**parts, **contexts}.values()) for p, parts in phases.items()}
+        name = max(totals, key=lambda p: totals[p])
+        parts = {k: v for k, v in {**phases[name], **contexts}.items() if v}
         ordered = dict(sorted(parts.items(), key=lambda kv: (-kv[1], kv[0])))
-        out.gpus.append(GpuMemory(n, g, cap, sum(ordered.values()), name, ordered))
+        out.gpus.append(GpuMemory(n, g, cap, sum(ordered.values()), name, ordered, totals))
     return out
 
 
@@ -418,9 +421,10 @@ def _phases(spec, roles: list[str], costs: dict[str, RoleCost], engine: dict, co
             if opt is not None and not opt.offload_after_step:
                 kept.update(tag(r, costs[r].optimizer))
         phases = {"generate": {**engine, **kept}} if engine else {"idle": dict(kept)}
+        for r in roles:  # a step scores its rows with every model, then trains
+            phases[f"forward {r}"] = {**kept, **tag(r, costs[r].state), **tag(r, costs[r].forward)}
         for r in roles:
             c = costs[r]
-            phases[f"forward {r}"] = {**kept, **tag(r, c.state), **tag(r, c.forward)}
             if c.train:
                 phases[f"train {r}"] = {**kept, **tag(r, c.state), **tag(r, c.optimizer), **tag(r, c.train)}
         if engine and "policy" in roles:
@@ -441,6 +445,7 @@ def _phases(spec, roles: list[str], costs: dict[str, RoleCost], engine: dict, co
     phases = {"steady": dict(resident)}
     for r in roles:
         phases[f"forward {r}"] = {**resident, **tag(r, costs[r].forward)}
+    for r in roles:
         if costs[r].train:
             phases[f"train {r}"] = {**resident, **tag(r, costs[r].train)}
     return phases
@@ -462,7 +467,7 @@ def _gpu_list(gpus: list[GpuMemory]) -> str:
     return "; ".join(f"node {n} GPU {node_ranges(sorted(gs))}" for n, gs in by_node.items())
 
 
-def _mini_per_gpu(spec, role: str) -> int | None:
+def mini_per_gpu(spec, role: str) -> int | None:
     """Rows of a role's mini-batch on one data-parallel rank (None where a count is not a number)."""
     t = spec.trainer
     p, cfg = t.placement, getattr(t, role)
@@ -539,7 +544,7 @@ def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
         fits = int(micro * room // biggest) if biggest and room > 0 else 0
         if kind == "train" and fits >= 1 and name != "max_tokens_per_microbatch":
             # a micro-batch of rows that divides the role's mini-batch per GPU (RLC-E106); a token budget need not
-            fits = _divisor_at_most(_mini_per_gpu(spec, g.phase.split()[-1]), fits)
+            fits = _divisor_at_most(mini_per_gpu(spec, g.phase.split()[-1]), fits)
         fix = f"lower trainer.{name} to {fits}" if fits >= 1 else f"lower trainer.{name}, and shorten the sequences"
         if name == "max_tokens_per_microbatch" and fits < longest_row(spec)[0]:  # a longer row runs whole anyway
             fix = "one row at its longest does not fit: shorten the sequences"
@@ -615,7 +620,7 @@ def check_memory(
                     key=key,
                     location=locate(key),
                     hint="raise generator.inference_engine.tensor_parallel_size (or pipeline_parallel_size), or "
-                    "gpu_memory_utilization",
+                    "gpu_memory_utilization; `rlc fit` proposes a fix",
                     related=["generator.inference_engine.gpu_memory_utilization"],
                     values={"weights_bytes": weights, "budget_bytes": budget},
                 )
@@ -670,7 +675,7 @@ def _cannot_fit(spec, est: MemoryEstimate, gpus: list[tuple[GpuMemory, GpuMemory
                 f"longest, {full}), more than a {est.accelerator}'s {gib(worst.capacity)} ({_top(worst)})",
                 key=key,
                 location=locate(key),
-                hint=fix + "; `rlc plan` shows every GPU's parts",
+                hint=fix + "; `rlc plan` shows every GPU's parts; `rlc fit` proposes a fix",
                 related=list(MEMORY_KEYS[code][1:]),
                 values=_numbers(worst, row_tokens=short_tokens),
             )
@@ -712,7 +717,9 @@ def _fits_shorter_rows(spec, plan: Plan, est: MemoryEstimate, gpus: list[GpuMemo
                 f"{est.accelerator}'s {gib(worst.capacity)} ({_top(worst)})",
                 key=key,
                 location=locate(key),
-                hint=f"if rows can get that long: {fix}; `rlc plan` shows every GPU's parts",
+                hint=(
+                    f"if rows can get that long: {fix}; `rlc plan` shows every GPU's parts; `rlc fit` proposes a fix"
+                ),
                 related=list(MEMORY_KEYS[code][1:]),
                 values=_numbers(worst, fits_up_to_tokens=lo, longest_tokens=full),
             )

@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlc.compiler.importers.base import Importer, NotImportable
+from rlc.compiler.importers.base import Imported, Importer, NotImportable
 from rlc.compiler.load import LoadError, load_document
 from rlc.core.diagnostics import Diagnostic
 
@@ -31,7 +31,7 @@ class Outcome:
         self.shown.append((stream, text if stream == OUT else text + "\n"))
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or "."))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -46,25 +46,77 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def migrate_file(
-    old: str, importer: Importer, output: str | None, in_place: bool, check: bool, show_diff: bool, force: bool
+    old: str,
+    importer: Importer,
+    output: str | None,
+    in_place: bool,
+    check: bool,
+    show_diff: bool,
+    force: bool,
 ) -> Outcome:
     """Convert the file OLD with `importer`: to stdout, to -o OUTPUT or in place, or only check or diff it."""
-    try:
-        doc = load_document(old)
-    except LoadError as exc:
-        return Outcome(1, diagnostics=[exc.diagnostic])
+    reads_path = getattr(importer, "convert_path", None)  # an importer of directories and non-YAML files
+    if os.path.isdir(old) and reads_path is None:
+        raise MigrateUsageError(f"{old} is a directory; --from {importer.name} reads a file")
+    doc = None
     out = Outcome(0)
     try:
-        imported = importer.convert(doc)
+        if reads_path is not None:
+            imported = reads_path(old)
+        else:
+            doc = load_document(old)
+            imported = importer.convert(doc)
+    except LoadError as exc:
+        return Outcome(1, diagnostics=[exc.diagnostic])
     except NotImportable as exc:
         out.say(f"rlc migrate: {old}: {exc}")
         out.code = 1
         return out
     if imported is None:
         out.say(f"{old}: already spec v1; nothing to migrate")
-        if not (check or show_diff or output or in_place):
+        if doc is not None and not (check or show_diff or output or in_place):
             out.say(doc.text, OUT)
         return out
+    text = doc.text if doc is not None else ""
+    return _deliver(
+        out, old, text, imported, (importer.what, importer.rewrites), output, in_place, check, show_diff, force
+    )
+
+
+def migrate_script(old: str, env: dict[str, str], argv: list[str], output: str | None, force: bool) -> Outcome:
+    """Import the launch script OLD (read, never run; `"$@"` is ARGV, the environment ENV) as a new spec."""
+    from rlc.compiler.importers.scripts import import_script
+
+    out = Outcome(0)
+    try:
+        imported, errors, warnings = import_script(old, env, argv)
+    except NotImportable as exc:
+        out.say(f"rlc migrate: {old}: {exc}")
+        out.code = 1
+        return out
+    out.diagnostics = [*warnings, *errors]
+    if imported is None:
+        out.say(
+            f"rlc migrate: {old}: the script cannot be imported ({len(errors)} error(s) above); nothing was written"
+        )
+        out.code = 1
+        return out
+    return _deliver(out, old, "", imported, ("launch script", False), output, False, False, False, force)
+
+
+def _deliver(
+    out: Outcome,
+    old: str,
+    old_text: str,
+    imported: Imported,
+    kind: tuple[str, bool],  # what OLD is, as a message names it; whether it is rewritten as it stands
+    output: str | None,
+    in_place: bool,
+    check: bool,
+    show_diff: bool,
+    force: bool,
+) -> Outcome:
+    """Show, diff or write an imported spec, then the report of its changes."""
     if check:
         out.say(f"{old}: needs migrating ({len(imported.changes)} change(s)); run `rlc migrate {old} --in-place`")
         out.code = 1
@@ -77,15 +129,11 @@ def migrate_file(
         if target.exists() and not force:
             raise MigrateUsageError(f"{output} exists; pass --force to replace it, or choose another path")
         if target.resolve() == Path(old).resolve():
-            keep = (
-                "use --in-place to rewrite it"
-                if importer.rewrites
-                else f"the {importer.what} is kept, choose another path"
-            )
+            keep = "use --in-place to rewrite it" if kind[1] else f"the {kind[0]} is kept, choose another path"
             raise MigrateUsageError(f"-o names the input file; {keep}")
     if show_diff:
         diff = difflib.unified_diff(
-            doc.text.splitlines(keepends=True),
+            old_text.splitlines(keepends=True),
             imported.text.splitlines(keepends=True),
             fromfile=old,
             tofile=str(target or f"{old} (migrated)"),
@@ -95,7 +143,7 @@ def migrate_file(
         out.say(imported.text, OUT)
     if target is not None:
         try:
-            _write_atomic(target, imported.text)
+            write_atomic(target, imported.text)
         except OSError as exc:  # a missing directory, no permission: the user's path, not a bug
             raise MigrateUsageError(f"cannot write {target}: {exc.strerror or exc}") from None
     out.say(f"{old}: {imported.title}; {len(imported.changes)} change(s)")

@@ -82,9 +82,10 @@ def compile_job(source: str | Path, overrides: Sequence[Override] = (), env: dic
 
 def compile_text(text: str, name: str, env: dict | None = None) -> CompileResult:
     """`compile_job` of a document's text as an editor holds it (saved or not), named `name` in its findings; the
-    text passes the same guards as a file's bytes (size, NUL bytes, line length)."""
+    text passes the same guards as a file's bytes (size, NUL bytes, line length). Its comments are not kept: nothing
+    here writes the text back."""
     try:
-        doc = document_from_text(decode(text.encode("utf-8", "surrogatepass"), name), name)
+        doc = document_from_text(decode(text.encode("utf-8", "surrogatepass"), name), name, comments=False)
     except LoadError as exc:
         return _finish(name, Analysis(None, diagnostics=[exc.diagnostic]))
     return _finish(name, analyze_document(doc, env=env))

@@ -197,8 +197,8 @@ def render_memory(memory) -> str:
         return "\n".join(lines)
     groups: dict[tuple, list] = {}
     for g in memory.gpus:
-        groups.setdefault((g.peak, g.phase, tuple(g.parts.items())), []).append(g)
-    for (peak, phase, parts), gpus in groups.items():
+        groups.setdefault((g.peak, g.phase, tuple(g.parts.items()), tuple(g.phases.items())), []).append(g)
+    for (peak, phase, parts, phases), gpus in groups.items():
         by_node: dict[int, list[int]] = {}
         for g in gpus:
             by_node.setdefault(g.node, []).append(g.gpu)
@@ -210,4 +210,19 @@ def render_memory(memory) -> str:
             f"  {where}: {peak / GiB:.1f} / {first.capacity / GiB:.1f} GiB ({first.fill:.0%}, {verdict}) "
             f"at {phase}: {top}"
         )
+        if len(phases) > 1:
+            lines.append("    by phase: " + ", ".join(f"{name} {v / GiB:.1f}" for name, v in phases))
     return "\n".join(lines)
+
+
+def render_sandbox(sandbox) -> str:
+    """The line under the plan that says where model-written code runs (environment.sandbox)."""
+    limits = (
+        f"{sandbox.memory_mb} MB, {sandbox.max_processes} processes, files {sandbox.file_mb} MB, "
+        f"output {sandbox.output_kb} KiB"
+    )
+    if not sandbox.runs_model_code:
+        return f"\nsandbox: {sandbox.isolation}; the default environment runs no model-written code"
+    if sandbox.isolation == "unisolated":
+        return f"\nsandbox: UNISOLATED: model-written code runs as the trainer, with only limits ({limits}); RLC-W905"
+    return f"\nsandbox: bubblewrap, required before training starts ({limits}); docs/sandbox.md"

@@ -146,6 +146,20 @@ class KLControl:
 
 
 @dataclass(frozen=True)
+class SandboxSettings:
+    """Where model-written code runs (environment.sandbox): the isolation the runtime must give, or refuse to start,
+    and the limits of one sandbox. `runs_model_code` says whether the job's default environment runs any."""
+
+    isolation: str = "bubblewrap"  # bubblewrap | unisolated
+    memory_mb: int = 1024
+    max_processes: int = 64
+    file_mb: int = 64
+    output_kb: int = 1024
+    python_tool_seconds: float = 10.0
+    runs_model_code: bool = False
+
+
+@dataclass(frozen=True)
 class Decisions:
     """What the runtime does that is not written in the spec as such: settled once, by the compiler."""
 
@@ -158,6 +172,7 @@ class Decisions:
     kl: KLControl
     node_wait_timeout_s: float  # how long a placement group may take to be granted
     offload_between_phases: bool  # weights, optimizer state and engines move on and off the GPUs around each phase
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     def to_json(self) -> dict:
         return {"version": DECISIONS_VERSION, **_plain(self)}

@@ -7,8 +7,17 @@ from __future__ import annotations
 # (rlc.runtime.envs.gym): skyrl-gym's own, then rlc's; extensions add theirs (ext.add_environment). A test holds this
 # equal to what the runtime registers, so the compiler can check the id without importing skyrl-gym (or pandas).
 SKYRL_GYM_ENVS = ("aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchcode", "text2sql")
-RLC_ENVS = ("arithmetic", "calculator", "llm_as_a_judge", "synthetic")
+RLC_ENVS = ("arithmetic", "calculator", "llm_as_a_judge", "synthetic", "verl")
 BUILTIN_ENVS = SKYRL_GYM_ENVS + RLC_ENVS
+# The built-in environments that run what the model wrote (rlc.runtime.envs.code, .sql): in the sandbox. An
+# extension's environment may too: the compiler counts every environment it does not know among them.
+MODEL_CODE_ENVS = ("lcb", "searchcode", "text2sql")
+
+
+def runs_model_code(env_class: str) -> bool:
+    """Whether an environment runs what the model wrote: the built-in code environments and any extension's."""
+    return env_class in MODEL_CODE_ENVS or env_class not in BUILTIN_ENVS
+
 
 # The chat templates generator.chat_template names with source: name (rlc.runtime.chat.NAMED_TEMPLATES).
 CHAT_TEMPLATE_NAMES = ("qwen3_with_thinking", "qwen3_without_thinking")

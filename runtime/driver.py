@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 from rlc.core.job import CompiledJob, Sampling, seed_for
+from rlc.core.runtime_facts import runs_model_code
 from rlc.runtime import checkpoint as ckpt
+from rlc.runtime import sandbox
 from rlc.runtime.algorithms.advantages import broadcast_to_steps
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
@@ -140,6 +142,40 @@ class Driver:
             missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
         if missing:
             raise RunError("this rlc runtime cannot run " + "; ".join(missing))
+        self._sandbox()
+
+    def _sandbox(self) -> None:
+        """Set the sandbox's level and limits (environment.sandbox) for this process's environments, and refuse a job
+        whose environment runs model-written code at a level this machine cannot give."""
+        s = self.decisions.sandbox
+        limits = sandbox.Limits(
+            seconds=s.python_tool_seconds,
+            memory_mb=s.memory_mb,
+            processes=s.max_processes,
+            file_mb=s.file_mb,
+            output_kb=s.output_kb,
+        )
+        try:
+            found = sandbox.configure(s.isolation, limits, check=s.runs_model_code)
+        except sandbox.SandboxUnavailable as exc:
+            raise RunError(
+                f"the {self.spec.environment.env_class} environment runs model-written code, and "
+                f"environment.sandbox.isolation: {s.isolation} cannot be had on this machine: {exc}"
+            ) from None
+        if s.runs_model_code:
+            loud = "UNISOLATED, as environment.sandbox.isolation asks: " if s.isolation == "unisolated" else ""
+            print(f"rlc: model-written code runs {loud}{found.describe(s.isolation)}", flush=True)
+
+    def _sandbox_for(self, env_classes: set[str], paths: list[str]) -> None:
+        """Refuse, before training, rows that name an environment running model-written code at a level this machine
+        cannot give (the default environment was checked at start)."""
+        coders = sorted(e for e in env_classes if runs_model_code(e))
+        level = self.decisions.sandbox.isolation
+        if coders and not sandbox.probe().available(level):
+            raise RunError(
+                f"{paths} name the environment(s) {', '.join(coders)}, which run model-written code, and "
+                f"environment.sandbox.isolation: {level} cannot be had on this machine: {sandbox.probe().reason}"
+            )
 
     # -- data ---------------------------------------------------------------------------------------------
 
@@ -170,6 +206,7 @@ class Driver:
                 f"{paths} name the environment(s) {', '.join(unknown)}, which no installed package registers "
                 f"(there are {', '.join(sorted(known))})"
             )
+        self._sandbox_for({r.get("env_class") or env_class for r in rows}, paths)
         limit = self.spec.trainer.max_prompt_length
         kept = []
         for row in rows:

@@ -1,13 +1,20 @@
-"""Code a model wrote, run as untrusted: in its own process, with a time and a memory limit, in a temporary directory,
-without the trainer's environment variables, and with nothing of it left running afterwards.
+"""Code a model wrote, run as hostile input: in a jail of its own, under limits for the whole jail, judged outside.
 
-A small supervisor process starts the program and outlives it: it caps the program's address space, CPU time and
-file sizes, kills it at the wall-clock limit, and then kills every process the program left behind (it is their
-reaper, so a program that forks and detaches cannot escape). Where the kernel allows unprivileged namespaces
-(`unshare --user`), the supervisor also runs in new user, PID, mount and network namespaces: the program then sees
-none of the trainer's processes under /proc (their environment included) and has no network. Without them, the
-program runs as the trainer's user and could read other processes of that user under /proc; the clean environment
-and the limits hold either way.
+Two isolation levels (`environment.sandbox.isolation`; docs/sandbox.md says what each guarantees):
+
+- ``bubblewrap``: the program runs under bubblewrap (`bwrap`, what Flatpak uses) in new PID, network, IPC, UTS and
+  mount namespaces, seeing read-only only the interpreter and its libraries, with a private writable scratch
+  directory, a private /tmp and /dev/shm (size-capped tmpfs), no network, no capabilities, no_new_privs, and, when
+  the trainer is root, a uid of its own that owns nothing on the machine. A supervisor is the namespace's PID 1:
+  when it ends, the kernel ends everything the program started.
+- ``unisolated``: the same supervisor, limits and clean environment, but in the trainer's filesystem, network and
+  uid. Only for code the job trusts; chosen in the spec, never as a fallback.
+
+The limits hold for the whole sandbox where the machine lets rlc make a cgroup (memory, processes, CPU share, with
+an OOM kill inside the sandbox), else per process (address space) with a process cap (RLIMIT_NPROC under a uid or
+a user namespace of the sandbox's own). The parent reads at most `output_kb` of what the program prints, and never
+waits past the wall clock. `probe()` says which level and limits this machine gives; a run that asks for a level
+the machine cannot give raises `SandboxUnavailable`, it is never run weaker.
 """
 
 from __future__ import annotations
@@ -15,31 +22,90 @@ from __future__ import annotations
 import functools
 import json
 import os
+import secrets
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
-TIMED_OUT = 124  # the supervisor's exit status when the program ran past its limit (as timeout(1))
-_GRACE_S = 5.0  # the supervisor's own start and clean-up, beyond the program's limit
-_UNSHARE = ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--net")
+ISOLATION_LEVELS = ("bubblewrap", "unisolated")  # rlc.spec.generation.SANDBOX_ISOLATION holds the same
+TIMED_OUT = 124  # an Outcome's returncode when the program ran past its wall clock (as timeout(1))
+_GRACE_S = 5.0  # the supervisor's own start and clean-up, beyond the programs' limits
+_SCRATCH = "/sandbox"  # the program's writable directory inside the jail
+_UID_RANGE = (1_000_000_000, 2_000_000_000)  # a root trainer's sandboxes each run under a fresh uid from here
+_CGROUP_ROOT = "/sys/fs/cgroup"
+_KEPT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL")  # the supervisor's, lost when the program starts
 
 
 @dataclass(frozen=True)
 class Limits:
-    seconds: float = 10.0  # wall clock, and (rounded up) CPU time
-    memory_mb: int = 1024  # address space
-    file_mb: int = 64  # largest file the program may write
+    seconds: float = 10.0  # wall clock of one run; also each process's CPU time (rounded up, plus one)
+    memory_mb: int = 1024  # the whole sandbox with cgroups, else each process's address space
+    processes: int = 64  # processes and threads at once
+    file_mb: int = 64  # the largest file, and the size of each of scratch, /tmp and /dev/shm
+    output_kb: int = 1024  # stdout plus stderr the parent takes; the program is killed past it
 
 
 @dataclass
 class Outcome:
-    returncode: int  # the program's exit status; -N when signal N ended it
+    returncode: int  # the program's exit status; -N when signal N ended it; 124 when it ran out of time
     stdout: str
     stderr: str
     timed_out: bool
+    truncated: bool = False  # it printed more than output_kb and was killed there
+
+
+class SandboxUnavailable(RuntimeError):
+    """The isolation level asked for cannot be had on this machine; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What this machine gives: the isolation levels it can run and how the limits are enforced."""
+
+    bubblewrap: bool
+    reason: str  # why bubblewrap cannot run here ('' when it can)
+    limits: str  # "cgroup v1" | "cgroup v2" | "rlimits"
+    uid: str  # "a fresh uid per sandbox" | "the trainer's uid in a user namespace"
+
+    def available(self, level: str) -> bool:
+        return level == "unisolated" or self.bubblewrap
+
+    def describe(self, level: str) -> str:
+        if level == "unisolated":
+            return f"unisolated (the trainer's filesystem, network and uid; limits by {self.limits})"
+        return f"bubblewrap ({self.uid}; limits by {self.limits})"
+
+
+@dataclass
+class _Policy:
+    level: str = "bubblewrap"
+    limits: Limits = field(default_factory=Limits)
+
+
+_policy = _Policy()
+
+
+def configure(level: str, limits: Limits | None = None, *, check: bool = True) -> Probe:
+    """Set this process's isolation level (and default limits) from the job; with `check`, first make sure the machine
+    gives that level (without it, a run that needs the level still refuses to start when the machine lacks it)."""
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(f"unknown sandbox isolation {level!r}; rlc has {', '.join(ISOLATION_LEVELS)}")
+    found = probe()
+    if check and not found.available(level):
+        raise SandboxUnavailable(found.reason)
+    _policy.level = level
+    _policy.limits = limits or Limits()
+    return found
+
+
+def default_limits() -> Limits:
+    """The limits the job set (`environment.sandbox`), for environments that do not set their own."""
+    return _policy.limits
 
 
 def clean_environment(home: str) -> dict[str, str]:
@@ -47,7 +113,7 @@ def clean_environment(home: str) -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
-        "TMPDIR": home,
+        "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -58,62 +124,179 @@ def clean_environment(home: str) -> dict[str, str]:
 
 
 @functools.cache
-def namespaces_available() -> bool:
-    """Whether `unshare` can give the supervisor its own user, PID, mount and network namespaces here."""
-    if shutil.which("unshare") is None:
-        return False
+def probe() -> Probe:
+    """Find out once what this machine gives (bubblewrap runs a trivial program; a cgroup is made and removed)."""
+    limits = _cgroup_kind() or "rlimits"
+    uid = "a fresh uid per sandbox" if os.geteuid() == 0 else "the trainer's uid in a user namespace"
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return Probe(False, _MISSING_BWRAP, limits, uid)
     try:
-        probe = subprocess.run([*_UNSHARE, "true"], capture_output=True, timeout=10, env=clean_environment("/"))
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return probe.returncode == 0
+        done = subprocess.run(
+            [bwrap, *_bwrap_args(os.geteuid() == 0, Limits()), "--", _interpreter(), "-I", "-S", "-c", "pass"],
+            capture_output=True,
+            timeout=30,
+            env=clean_environment(_SCRATCH),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Probe(False, f"bwrap could not be started ({exc}). {_NO_USERNS}", limits, uid)
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()[-300:]
+        return Probe(False, f"bwrap refused to start a sandbox here: {said}. {_NO_USERNS}", limits, uid)
+    return Probe(True, "", limits, uid)
+
+
+_MISSING_BWRAP = (
+    "bubblewrap (bwrap) is not installed on this machine: install it (Debian/Ubuntu: apt-get install bubblewrap; "
+    "Fedora: dnf install bubblewrap), or, only for code you trust, set environment.sandbox.isolation: unisolated"
+)
+_NO_USERNS = (
+    "It needs unprivileged user namespaces, or to run as root with CAP_SYS_ADMIN (in a container: a pod "
+    "with user namespaces allowed, e.g. hostUsers: false, or a seccomp/AppArmor profile that permits unshare; "
+    "see docs/sandbox.md), or, only for code you trust, environment.sandbox.isolation: unisolated"
+)
 
 
 def run_python(
-    code: str, *, stdin: str = "", limits: Limits = Limits(), files: dict[str, str] | None = None
+    code: str,
+    *,
+    stdin: str = "",
+    limits: Limits | None = None,
+    files: dict[str, str] | None = None,
+    readonly: dict[str, str] | None = None,
 ) -> Outcome:
-    """Run `code` as a Python program under `limits`, with `files` (name -> text) beside it in its directory."""
-    work = tempfile.mkdtemp(prefix="rlc-sandbox-")
+    """Run `code` as a Python program under `limits`, with `files` (name -> text) beside it in its directory, and
+    `readonly` (name -> a file of the trainer's) readable under data/ there."""
+    return run_python_each(code, [stdin], limits=limits, files=files, readonly=readonly)[0]
+
+
+def run_python_each(
+    code: str,
+    stdins: list[str],
+    *,
+    limits: Limits | None = None,
+    files: dict[str, str] | None = None,
+    readonly: dict[str, str] | None = None,
+) -> list[Outcome]:
+    """Run `code` once per input in one sandbox, each run with only its input on stdin and `limits` of its own;
+    whatever one run leaves running is ended before the next starts."""
+    readonly = {os.path.basename(n): os.path.realpath(p) for n, p in (readonly or {}).items()}
+    limits = limits or _policy.limits
+    jailed = _policy.level == "bubblewrap"
+    root = os.geteuid() == 0
+    if jailed and not probe().bubblewrap:
+        raise SandboxUnavailable(probe().reason)
+    work = _SCRATCH if jailed else tempfile.mkdtemp(prefix="rlc-sandbox-")
+    if jailed:
+        argv = [shutil.which("bwrap") or "bwrap", *_bwrap_args(root, limits)]
+        if readonly:
+            argv += ["--perms", "0755", "--dir", f"{_SCRATCH}/data"]
+        for name, path in readonly.items():
+            argv += ["--ro-bind", path, f"{_SCRATCH}/data/{name}"]
+        argv.append("--")
+    else:
+        argv = []
+        if readonly:
+            os.mkdir(os.path.join(work, "data"))
+        for name, path in readonly.items():
+            os.symlink(path, os.path.join(work, "data", name))
+    cgroup = _Cgroup.make(limits)
+    config = {
+        "code": code,
+        "files": {os.path.basename(n): t for n, t in (files or {}).items() if os.path.basename(n) != "main.py"},
+        "stdins": stdins,
+        "seconds": limits.seconds,
+        "memory_mb": limits.memory_mb,
+        "processes": limits.processes,
+        "file_mb": limits.file_mb,
+        "output_bytes": limits.output_kb * 1024,
+        "pid1": jailed,
+        "python": sys.executable,  # the trainer's (a venv's bin/python sees its site-packages)
+        "uid": secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0]) + _UID_RANGE[0] if root and jailed else None,
+        "cgroup_fds": cgroup.fds if cgroup else [],
+        "work": work,
+    }
+    budget = sum(limits.seconds for _ in stdins) + _GRACE_S * (1 + len(stdins) / 4)
+    # JSON of what each run printed: at most 6 characters per byte, plus its frame.
+    cap = len(stdins) * (6 * limits.output_kb * 1024 + 4096) + 65536
     try:
-        with open(os.path.join(work, "main.py"), "w", encoding="utf-8") as f:
-            f.write(code)
-        for name, text in (files or {}).items():
-            with open(os.path.join(work, os.path.basename(name)), "w", encoding="utf-8") as f:
-                f.write(text)
-        config = json.dumps(
-            {
-                "argv": [sys.executable, "-I", "main.py"],
-                "seconds": limits.seconds,
-                "memory_mb": limits.memory_mb,
-                "file_mb": limits.file_mb,
-            }
-        )
-        argv = [sys.executable, "-I", "-c", _SUPERVISOR, config]
-        if namespaces_available():
-            argv = [*_UNSHARE, *argv]
-        proc = subprocess.Popen(
-            argv,
-            cwd=work,
-            env=clean_environment(work),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(stdin.encode(), timeout=limits.seconds + _GRACE_S)
-        except subprocess.TimeoutExpired:  # the supervisor itself hung: end its whole session
-            _kill_group(proc.pid)
-            out, err = proc.communicate()
-            return Outcome(-signal.SIGKILL, out.decode(errors="replace"), err.decode(errors="replace"), True)
-        _kill_group(proc.pid)
-        code_ = proc.returncode
-        timed_out = code_ == TIMED_OUT
-        if code_ > 128 and not timed_out:
-            code_ = -(code_ - 128)
-        return Outcome(code_, out.decode(errors="replace"), err.decode(errors="replace"), timed_out)
+        with tempfile.TemporaryFile() as sent:
+            sent.write(json.dumps(config).encode())
+            sent.flush()
+            sent.seek(0)
+            argv += [_interpreter(), "-I", "-S", "-c", _SUPERVISOR, str(sent.fileno())]
+            proc = subprocess.Popen(
+                argv,
+                cwd="/" if jailed else work,
+                env=clean_environment(work),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=[sent.fileno(), *(cgroup.fds if cgroup else [])],
+                start_new_session=True,
+            )
+            if cgroup:
+                cgroup.close_fds()
+            try:
+                out, err, complete = _read_bounded(proc, budget, cap)
+            finally:
+                _kill_group(proc.pid)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if cgroup:
+            cgroup.close_fds()
+            cgroup.remove()
+        if not jailed:
+            shutil.rmtree(work, ignore_errors=True)
+    return _outcomes(out, err, complete, proc, len(stdins))
+
+
+def _outcomes(out: bytes, err: bytes, complete: bool, proc: subprocess.Popen, runs: int) -> list[Outcome]:
+    """The runs' outcomes from the supervisor's report; a sandbox that ended without one timed out or was killed."""
+    if complete and proc.returncode == 0:
+        try:
+            report = json.loads(out)
+            return [Outcome(r["returncode"], r["stdout"], r["stderr"], r["timed_out"], r["truncated"]) for r in report]
+        except (ValueError, KeyError, TypeError):
+            pass
+    said = err.decode(errors="replace")[-2000:]
+    return [Outcome(-signal.SIGKILL, "", said, not complete) for _ in range(runs)]
+
+
+def _read_bounded(proc: subprocess.Popen, budget: float, cap: int) -> tuple[bytes, bytes, bool]:
+    """Both pipes of the supervisor, at most `cap` bytes and `budget` seconds; whether it ended within them."""
+    assert proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + budget
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    taken = 0
+    with selectors.DefaultSelector() as sel:
+        for pipe in (proc.stdout, proc.stderr):
+            sel.register(pipe, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0 or taken > cap:
+                break
+            for key, _ in sel.select(timeout=left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                chunks[key.fd].append(data)
+                taken += len(data)
+        ended = not sel.get_map()
+    complete = ended and taken <= cap
+    if complete:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+        except subprocess.TimeoutExpired:
+            complete = False
+    if not complete:
+        _kill_group(proc.pid)
+        proc.kill()
+        proc.wait()
+    out, err = b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+    proc.stdout.close()
+    proc.stderr.close()
+    return out, err, complete
 
 
 def _kill_group(pgid: int) -> None:
@@ -123,18 +306,215 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-# The supervisor, run as `python -I -c` in the program's directory with the clean environment. It is the reaper of
-# everything the program starts (PR_SET_CHILD_SUBREAPER, or PID 1 of its own namespace), so once the program ends
-# or runs out of time, whatever it left behind is its child and is killed. Exit status: the program's (128 + N for
-# signal N), or 124 when it ran past its limit.
+def _interpreter() -> str:
+    """The trainer's interpreter, its real file (a venv's bin/python is a link to it)."""
+    return os.path.realpath(sys.executable)
+
+
+def _readonly_paths() -> list[str]:
+    """What the program may read: the system's programs and libraries, the interpreter, its standard library and the
+    site-packages the trainer imports from (never the job's own directories)."""
+    paths = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc/ld.so.cache", "/etc/alternatives"]
+    paths += [sys.base_prefix, sys.base_exec_prefix, sys.prefix, os.path.dirname(os.path.dirname(_interpreter()))]
+    paths += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    kept: list[str] = []
+    for path in sorted(
+        {os.path.realpath(p) for p in paths if os.path.exists(p)} | {p for p in paths if os.path.islink(p)}
+    ):
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _bwrap_args(root: bool, limits: Limits) -> list[str]:
+    size = str(limits.file_mb * 2**20)
+    args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    args += ["--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
+    if root:  # bwrap itself may mount; the supervisor keeps what it needs to hand the program a uid of its own
+        args += ["--cap-drop", "ALL"]
+        for cap in _KEPT_CAPS:
+            args += ["--cap-add", cap]
+    else:
+        args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+    dirs: set[str] = set()
+    for path in _readonly_paths():
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            args += ["--symlink", os.readlink(path), path]
+            continue
+        parent = os.path.dirname(path)
+        chain = []
+        while parent not in ("/", "") and parent not in dirs:
+            chain.append(parent)
+            dirs.add(parent)
+            parent = os.path.dirname(parent)
+        for d in reversed(chain):
+            args += ["--perms", "0755", "--dir", d]
+        args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
+    args += ["--perms", "0755", "--size", size, "--tmpfs", _SCRATCH]
+    args += ["--remount-ro", "/"]
+    for name, value in clean_environment(_SCRATCH).items():
+        args += ["--setenv", name, value]
+    return args
+
+
+# -- cgroups: one per sandbox, where this process may make them ----------------------------------------------------
+
+
+@functools.cache
+def _cgroup_kind() -> str | None:
+    """'cgroup v2' or 'cgroup v1' when a cgroup with memory and process limits can be made here, else None."""
+    for kind in ("cgroup v2", "cgroup v1"):
+        try:
+            group = _Cgroup.create(kind, Limits())
+        except OSError:
+            continue
+        group.close_fds()
+        group.remove()
+        return kind
+    return None
+
+
+class _Cgroup:
+    """The sandbox's cgroup: the supervisor joins it through an open cgroup.procs, so everything it starts is in it."""
+
+    def __init__(self, dirs: list[str], fds: list[int]):
+        self.dirs, self.fds = dirs, fds
+
+    @staticmethod
+    def make(limits: Limits) -> _Cgroup | None:
+        kind = _cgroup_kind()
+        if kind is None:
+            return None
+        try:
+            return _Cgroup.create(kind, limits)
+        except OSError:
+            return None
+
+    @staticmethod
+    def create(kind: str, limits: Limits) -> _Cgroup:
+        name = f"rlc-sandbox-{os.getpid()}-{secrets.token_hex(6)}"
+        memory = str(limits.memory_mb * 2**20)
+        if kind == "cgroup v2":
+            own = open("/proc/self/cgroup").read().split("\n")[0].split("::", 1)
+            if len(own) != 2 or not os.path.exists(f"{_CGROUP_ROOT}/cgroup.controllers"):
+                raise OSError("no cgroup v2 here")
+            base = f"{_CGROUP_ROOT}{own[1].strip()}".rstrip("/")
+            settings = {
+                base + "/" + name: {
+                    "memory.max": memory,
+                    "memory.swap.max": "0",
+                    "pids.max": str(limits.processes),
+                    "cpu.max": "100000 100000",
+                }
+            }
+        else:
+            settings = {
+                f"{_CGROUP_ROOT}/memory/{name}": {"memory.limit_in_bytes": memory},
+                f"{_CGROUP_ROOT}/pids/{name}": {"pids.max": str(limits.processes)},
+            }
+            if os.path.isdir(f"{_CGROUP_ROOT}/cpu"):
+                settings[f"{_CGROUP_ROOT}/cpu/{name}"] = {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"}
+        made: list[str] = []
+        fds: list[int] = []
+        try:
+            for path, values in settings.items():
+                os.mkdir(path, 0o700)
+                made.append(path)
+                for key, value in values.items():
+                    if key in ("memory.swap.max",) and not os.path.exists(f"{path}/{key}"):
+                        continue
+                    with open(f"{path}/{key}", "w") as f:
+                        f.write(value)
+                fds.append(os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            _Cgroup(made, []).remove()
+            raise
+        return _Cgroup(made, fds)
+
+    def close_fds(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def remove(self) -> None:
+        """Kill what is left in it and remove it (its processes may take a moment to go)."""
+        deadline = time.monotonic() + 5
+        for path in reversed(self.dirs):
+            while True:
+                if os.path.exists(f"{path}/cgroup.kill"):
+                    try:
+                        with open(f"{path}/cgroup.kill", "w") as f:
+                            f.write("1")
+                    except OSError:
+                        pass
+                try:
+                    for pid in open(f"{path}/cgroup.procs").read().split():
+                        _kill(int(pid))
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# The supervisor, run as `python -I -S -c` with its configuration on an open file (fd in argv). It joins the
+# sandbox's cgroup, writes the program's files, then runs the program once per input: as a uid of its own (a root
+# trainer's jail), with its rlimits, its stdout and stderr read up to the output cap, killed at the wall clock, and
+# everything it left behind killed before the next run (as PID 1 of the jail: kill(-1); unisolated: its process
+# group and every process it is the reaper of). It prints one JSON report; its own exit status is 0.
 _SUPERVISOR = r"""
-import ctypes, json, math, os, resource, signal, subprocess, sys, time
-cfg = json.loads(sys.argv[1])
+import ctypes, json, math, os, resource, selectors, signal, subprocess, sys, tempfile, time
+with os.fdopen(int(sys.argv[1]), "rb") as f:
+    cfg = json.loads(f.read())
+for fd in cfg["cgroup_fds"]:
+    os.write(fd, b"0")
+    os.close(fd)
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(s, signal.SIG_IGN)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the program cannot read or trace the supervisor
+libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+if not cfg["pid1"]:
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 try:
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")  # the kernel's first choice under memory pressure: the sandbox, not the trainer
 except OSError:
     pass
+work, uid = cfg["work"], cfg["uid"]
+def place(name, text):
+    fd = os.open(os.path.join(work, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+place("main.py", cfg["code"])
+for name, text in cfg["files"].items():
+    place(name, text)
+if uid is not None:
+    for name in os.listdir(work):
+        if name != "data":
+            os.chown(os.path.join(work, name), uid, uid)
+    os.chown(work, uid, uid)
 def limit():
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    os.setsid()
     mem = cfg["memory_mb"] * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     cpu = math.ceil(cfg["seconds"]) + 1
@@ -142,12 +522,8 @@ def limit():
     size = cfg["file_mb"] * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-program = subprocess.Popen(cfg["argv"], preexec_fn=limit, start_new_session=True)
-try:
-    status = program.wait(timeout=cfg["seconds"])
-    status = status if status >= 0 else 128 - status
-except subprocess.TimeoutExpired:
-    status = 124
+    if cfg["pid1"]:
+        resource.setrlimit(resource.RLIMIT_NPROC, (cfg["processes"], cfg["processes"]))
 def children():
     me, found = os.getpid(), []
     for name in os.listdir("/proc"):
@@ -160,25 +536,86 @@ def children():
             if int(fields[1]) == me:
                 found.append(int(name))
     return found
-for _ in range(100):
-    try:
-        os.killpg(program.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    left = children()
-    if not left:
-        break
-    time.sleep(0.01)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+def reap():
     while True:
         try:
             if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                break
+                return
         except ChildProcessError:
+            return
+def end(program):
+    if cfg["pid1"]:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        reap()
+        return
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(program.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        left = children()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap()
+        if not left:
+            return
+def run(stdin):
+    with tempfile.TemporaryFile() as given:
+        given.write(stdin.encode())
+        given.seek(0)
+        program = subprocess.Popen([cfg["python"], "-I", "main.py"], cwd=work, stdin=given, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, preexec_fn=limit)
+    cap, taken, truncated, timed_out = cfg["output_bytes"], 0, False, False
+    got = {program.stdout.fileno(): [], program.stderr.fileno(): []}
+    deadline = time.monotonic() + cfg["seconds"]
+    sel = selectors.DefaultSelector()
+    sel.register(program.stdout, selectors.EVENT_READ)
+    sel.register(program.stderr, selectors.EVENT_READ)
+    ended = False
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
             break
-sys.exit(status)
+        events = sel.select(timeout=0 if ended else min(left, 0.05))
+        for key, _ in events:
+            data = os.read(key.fd, 65536)
+            if not data:
+                sel.unregister(key.fileobj)
+                continue
+            keep = data[: max(0, cap - taken)]
+            got[key.fd].append(keep)
+            taken += len(data)
+        if taken > cap:
+            truncated = True
+            break
+        if ended and not events:
+            break  # the program is gone and what it printed is read: what it left running ends now
+        ended = ended or program.poll() is not None
+    if not timed_out and not truncated:
+        try:
+            program.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    status = program.poll()
+    end(program)
+    if status is None:
+        status = program.wait()
+    sel.close()
+    out = b"".join(got[program.stdout.fileno()]).decode(errors="replace")
+    err = b"".join(got[program.stderr.fileno()]).decode(errors="replace")
+    program.stdout.close()
+    program.stderr.close()
+    code = 124 if timed_out else status
+    return {"returncode": code, "stdout": out, "stderr": err, "timed_out": timed_out, "truncated": truncated}
+report = [run(stdin) for stdin in cfg["stdins"]]
+sys.stdout.write(json.dumps(report))
+sys.stdout.flush()
 """

@@ -1,9 +1,9 @@
 """Generator, inference-engine, environment and data sections of spec v1 (SkyRL's names and defaults)."""
 
-from dataclasses import dataclass
 from typing import Any
 
 from rlc.spec.fields import section, setting
+from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 
 INFERENCE_BACKENDS = ("vllm", "hf")
 
@@ -237,15 +237,59 @@ class SkyRLGymConfig:
     search: SearchEnvConfig = section(SearchEnvConfig, "search environment.")
 
 
+SANDBOX_ISOLATION = ("bubblewrap", "unisolated")  # rlc.runtime.sandbox.ISOLATION_LEVELS holds the same
+
+
+@dataclass
+class SandboxConfig:
+    isolation: str = setting(
+        "bubblewrap",
+        "How model-written code (lcb, searchcode's python tool, text2sql's SQL, an extension's code) is isolated: "
+        "bubblewrap (a jail: read-only interpreter, private scratch and /tmp, no network, no trainer file, own "
+        "PID namespace and uid; the run is refused where the machine cannot give it) or unisolated (limits and a "
+        "clean environment only, in the trainer's filesystem, network and uid: for code you trust). docs/sandbox.md.",
+        enum=SANDBOX_ISOLATION,
+        rlc_only=True,
+    )
+    memory_mb: int = setting(
+        1024,
+        "Memory of one sandbox, all its processes together where rlc can make a cgroup, else of each process.",
+        minimum=16,
+        rlc_only=True,
+    )
+    max_processes: int = setting(64, "Processes and threads one sandbox may have at once.", minimum=1, rlc_only=True)
+    file_mb: int = setting(
+        64,
+        "The largest file a sandbox may write, and the size of its scratch, /tmp and /dev/shm.",
+        minimum=1,
+        rlc_only=True,
+    )
+    output_kb: int = setting(
+        1024,
+        "Output (stdout and stderr) the trainer reads from one run; the program is killed past it.",
+        minimum=1,
+        rlc_only=True,
+    )
+    python_tool_seconds: float = setting(
+        10.0,
+        "Wall clock of one python tool call (searchcode), as skyrl-gym's tool.",
+        exclusive_minimum=0,
+        rlc_only=True,
+    )
+
+
 @dataclass
 class EnvironmentConfig:
     env_class: str = setting(
         "gsm8k",
         "SkyRL-Gym environment of rows without an env_class column: skyrl-gym's (gsm8k, gsm8k_multi_turn, "
-        "text2sql, search, lcb, aime, searchcode), rlc's (synthetic, arithmetic, calculator, llm_as_a_judge) or an "
+        "text2sql, search, lcb, aime, searchcode), rlc's (synthetic, arithmetic, calculator, llm_as_a_judge, verl) or an "
         "extension's.",
     )
     skyrl_gym: SkyRLGymConfig = section(SkyRLGymConfig, "Settings of the built-in environments.")
+    sandbox: SandboxConfig = section(
+        SandboxConfig, "Where and under which limits model-written code runs (rlc's; SkyRL has no such section)."
+    )
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The root of spec v1: rlc's version/name/cluster/launch around SkyRL's data/trainer/generator/environment."""
 
-from dataclasses import dataclass
-
+from rlc.spec.estimate import EstimateConfig
 from rlc.spec.fields import section, setting
+from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 from rlc.spec.generation import DataConfig, EnvironmentConfig, GeneratorConfig
 from rlc.spec.launch import ClusterConfig, LaunchConfig
 from rlc.spec.training import TrainerConfig
@@ -23,3 +23,4 @@ class RlcSpec:
     trainer: TrainerConfig = section(TrainerConfig, "Training: placement, models, algorithm, checkpoints.")
     generator: GeneratorConfig = section(GeneratorConfig, "Rollout generation and inference engines.")
     environment: EnvironmentConfig = section(EnvironmentConfig, "Environment that scores rollouts.")
+    estimate: EstimateConfig = section(EstimateConfig, "Assumptions of `rlc plan`'s time and cost estimate.")

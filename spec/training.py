@@ -1,11 +1,11 @@
 """Trainer-side sections of spec v1: models, optimizers, FSDP, Megatron, placement (SkyRL's names and defaults)."""
 
 import copy
-from dataclasses import dataclass
 from typing import Any
 
 from rlc.spec.algorithm import AlgorithmConfig
 from rlc.spec.fields import section, setting
+from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
 DTYPES_SHORT = ("bf16", "fp16", "fp32")

@@ -9,12 +9,11 @@ changes what runs are error-level lines of the report. SFT, DPO and reward-model
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from rlc.compiler.importers.areal_import import ArealImport, ImportResult, leaves
 from rlc.compiler.importers.areal_sections import map_sections
-from rlc.compiler.importers.base import Imported, NotImportable
+from rlc.compiler.importers.base import Imported, NotImportable, spec_text
 from rlc.compiler.load import Document
 from rlc.core.plain import plain_yaml
 
@@ -145,48 +144,15 @@ def _leftovers(imp: ArealImport) -> None:
 
 def areal_text(source: str, result: ImportResult) -> str:
     """Spec v1 YAML of an AReaL import, each key commented with the AReaL keys it came from."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.comments import CommentedMap
-
-    root = CommentedMap()
-    root["version"] = 1
-    for section in ("name", "cluster", "launch", "data", "trainer", "generator", "environment"):
-        if any(p == section or p.startswith(section + ".") for p in result.spec):
-            root[section] = CommentedMap() if section != "name" else None
-    for path, value in result.spec.items():
-        *head, last = path.split(".")
-        node = root
-        for part in head:
-            if not isinstance(node.get(part), CommentedMap):
-                node[part] = CommentedMap()
-            node = node[part]
-        node[last] = value
-        sources = [s for s in result.sources.get(path, []) if s]
-        if sources:
-            node.yaml_add_eol_comment(
-                f"AReaL: {', '.join(sources)}", last, column=_comment_column(len(head), last, value)
-            )
-    root.yaml_set_start_comment(
+    comments = {
+        path: f"AReaL: {', '.join(s for s in sources if s)}" for path, sources in result.sources.items() if any(sources)
+    }
+    return spec_text(
+        result.spec,
+        comments,
         f"Imported from the AReaL config {source} by `rlc migrate --from areal`.\n"
-        "Comments name the AReaL keys each value came from; the report lists what was dropped."
+        "Comments name the AReaL keys each value came from; the report lists what was dropped.",
     )
-    y = YAML(typ="rt")
-    y.width = 4096
-    y.indent(mapping=2, sequence=4, offset=2)
-    buf = io.StringIO()
-    y.dump(root, buf)
-    return buf.getvalue()
-
-
-def _comment_column(depth: int, key: str, value) -> int:
-    """Two spaces after `key: value` (ruamel would otherwise align a comment with the one before it)."""
-    if isinstance(value, bool):
-        shown = "true" if value else "false"
-    elif isinstance(value, (str, int, float)):
-        shown = str(value)
-    else:
-        shown = ""  # a block list or mapping: the comment goes after `key:`
-    return 2 * depth + len(key) + 2 + len(shown) + (2 if shown else 1)
 
 
 class AReaL:

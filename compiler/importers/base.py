@@ -6,6 +6,7 @@ turns a loaded file into spec v1 text and reports every change it made, flagging
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -82,3 +83,44 @@ class Importer(Protocol):
     def convert(self, doc: Document) -> Imported | None:
         """The file as spec v1 (None when it already is spec v1); raises NotImportable when it cannot be."""
         ...
+
+
+def spec_text(spec: dict[str, Any], comments: dict[str, str], header: str) -> str:
+    """Spec v1 YAML from dotted paths and values (in writing order), each value with its comment (where it came
+    from), under a header comment."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    root = CommentedMap()
+    root["version"] = 1
+    for section in ("name", "cluster", "launch", "data", "trainer", "generator", "environment"):
+        if any(p == section or p.startswith(section + ".") for p in spec):
+            root[section] = CommentedMap() if section != "name" else None
+    for path, value in spec.items():
+        *head, last = path.split(".")
+        node = root
+        for part in head:
+            if not isinstance(node.get(part), CommentedMap):
+                node[part] = CommentedMap()
+            node = node[part]
+        node[last] = value
+        if comments.get(path):
+            node.yaml_add_eol_comment(comments[path], last, column=_comment_column(len(head), last, value))
+    root.yaml_set_start_comment(header)
+    y = YAML(typ="rt")
+    y.width = 4096
+    y.indent(mapping=2, sequence=4, offset=2)
+    buf = io.StringIO()
+    y.dump(root, buf)
+    return buf.getvalue()
+
+
+def _comment_column(depth: int, key: str, value) -> int:
+    """Two spaces after `key: value` (ruamel would otherwise align a comment with the one before it)."""
+    if isinstance(value, bool):
+        shown = "true" if value else "false"
+    elif isinstance(value, (str, int, float)):
+        shown = str(value)
+    else:
+        shown = ""  # a block list or mapping: the comment goes after `key:`
+    return 2 * depth + len(key) + 2 + len(shown) + (2 if shown else 1)

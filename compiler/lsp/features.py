@@ -12,6 +12,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 from rlc.compiler.explain import explain_key
+from rlc.compiler.fit import proposals as fit_proposals
 from rlc.compiler.importers import IMPORTERS, importer
 from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.skyrl import legacy_target
@@ -34,7 +35,7 @@ _SEVERITY = {
 # The proposals of other commands (`rlc fit`'s): each returns, for a compiled spec, (title, {dotted key: value})
 # pairs that the editor offers as code actions on the keys they change.
 Proposer = Callable[[CompileResult], Sequence[tuple[str, dict[str, Any]]]]
-PROPOSERS: list[Proposer] = []
+PROPOSERS: list[Proposer] = [fit_proposals]
 
 
 def finding_range(d: Diagnostic, lines: Sequence[str]) -> lsp.Range:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 
 from rlc.compiler.rules.base import Context, num, rule
-from rlc.core.runtime_facts import BUILTIN_ENVS, RLC_ENVS, SKYRL_GYM_ENVS
+from rlc.core.runtime_facts import BUILTIN_ENVS, RLC_ENVS, SKYRL_GYM_ENVS, runs_model_code
 
 ALG = "trainer.algorithm"
 
@@ -45,6 +45,30 @@ def environment_exists(c: Context):
         if close
         else "use one of those, or install the extension that declares it (ext.add_environment)",
     )
+
+
+@rule(
+    "RLC-W905",
+    "model-written code runs unisolated only when asked: environment.sandbox.isolation: unisolated with an "
+    "environment that runs the model's code (lcb, searchcode, text2sql, an extension's)",
+    "environment.sandbox.isolation",
+    "environment.env_class",
+)
+def model_code_unisolated(c: Context):
+    env_class = c.s.environment.env_class
+    if c.s.environment.sandbox.isolation != "unisolated" or not isinstance(env_class, str):
+        return
+    if runs_model_code(env_class):
+        yield c.warning(
+            "RLC-W905",
+            "environment.sandbox.isolation",
+            f"the {env_class} environment runs what the policy writes, and isolation: unisolated runs it in the "
+            "trainer's filesystem, network and uid: it can read the job's secrets, rewrite checkpoints and reach "
+            "Ray and the engines",
+            "use isolation: bubblewrap (install bubblewrap; docs/sandbox.md says what a container needs) unless "
+            "every program it runs is trusted",
+            ["environment.env_class"],
+        )
 
 
 JUDGE_KEY = "OPENAI_API_KEY"
@@ -155,5 +179,6 @@ def runtime_executes_features(c: Context):
 RULES = (
     environment_exists,
     environment_service_named,
+    model_code_unisolated,
     runtime_executes_features,
 )

@@ -11,8 +11,9 @@ taking ``env_config`` and ``extras``)::
 
 An environment is built as SkyRL's generator builds it: ``skyrl_gym.make(env_class, env_config=
 environment.skyrl_gym.<env_class> (an empty dict when there is no such section), extras=<every column of the
-dataset row but prompt and env_class, plus max_turns>)``. The code environments run the model's code through rlc's
-sandbox (`rlc.runtime.envs.code`) instead of in the trainer's process.
+dataset row but prompt and env_class, plus max_turns>)``. The environments that run what the model wrote (lcb,
+searchcode's python tool, text2sql's SQL) run it in rlc's sandbox (`rlc.runtime.envs.code`, `rlc.runtime.envs.sql`)
+and judge it in the trainer, never in the process that runs it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ RLC_ENVS = {
     "calculator": "rlc.runtime.envs.calculator:CalculatorEnv",  # multi-turn, a tool
     "lcb": "rlc.runtime.envs.code:SandboxedLCBEnv",
     "searchcode": "rlc.runtime.envs.code:SandboxedSearchCodeEnv",
+    "text2sql": "rlc.runtime.envs.sql:SandboxedSQLEnv",
     "llm_as_a_judge": "rlc.runtime.envs.judge:LLMJudgeEnv",  # SkyRL ships it with an example, not in skyrl-gym
+    "verl": "rlc.runtime.envs.verl:VerlEnv",  # a verl dataset scored as verl's default reward scores it
 }
 
 _lock = threading.Lock()

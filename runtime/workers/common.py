@@ -9,7 +9,9 @@ gives the same gradient.
 from __future__ import annotations
 
 import math
+import pickle
 import socket
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +36,44 @@ def free_address() -> tuple[str, int]:
     except OSError:
         host = "127.0.0.1"
     return host, port
+
+
+def read_extra(path) -> dict:
+    """A rank's extra checkpoint state (RNG, step count, scheduler), read as data only: a checkpoint directory is
+    something model-written code might once have reached, so nothing in it may run code on resume."""
+    return torch.load(path, weights_only=True)
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """torch.distributed.checkpoint's `.metadata` is a plain pickle: only its own classes, sizes, dtypes, layouts and
+    paths may appear in it; anything else (a function to call, a module of the trainer's) is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = (
+            super().find_class(module, name) if module.split(".")[0] in ("torch", "pathlib", "collections") else None
+        )
+        if module.startswith("torch.distributed.checkpoint.") and isinstance(found, type):
+            return found
+        if (module, name) in (
+            ("torch", "Size"),
+            ("torch.serialization", "_get_layout"),
+            ("collections", "OrderedDict"),
+        ):
+            return found
+        if module == "torch" and isinstance(found, torch.dtype):
+            return found
+        if module == "pathlib" and name in ("PosixPath", "PurePosixPath"):
+            return found
+        raise pickle.UnpicklingError(f"a checkpoint's metadata names {module}.{name}, which rlc never writes there")
+
+
+def check_metadata(directory) -> None:
+    """Read a torch.distributed.checkpoint directory's `.metadata` with only the names it may hold, before
+    `dcp.load` unpickles it (which would run whatever a tampered file asks)."""
+    path = Path(directory) / ".metadata"
+    if path.exists():
+        with open(path, "rb") as f:
+            _MetadataUnpickler(f).load()
 
 
 def lr_lambda(scheduler: str, warmup: int, total: int):

@@ -24,10 +24,12 @@ from rlc.runtime.workers.common import (
     ROLES,
     TrainWorker,
     WorkerSettings,
+    check_metadata,
     critic_objective,
     free_address,
     lr_lambda,
     policy_objective,
+    read_extra,
 )
 
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
@@ -571,13 +573,14 @@ class FSDPWorker(TrainWorker):
         state = {"model": get_model_state_dict(self.model)}
         if self.optimizer is not None:
             state["optim"] = get_optimizer_state_dict(self.model, self.optimizer)
+        check_metadata(directory)
         dcp.load(state, checkpoint_id=directory)
         set_model_state_dict(self.model, state["model"])
         if self.optimizer is not None:
             set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
         extra_path = Path(directory) / f"extra_rank{self.rank}.pt"
         if extra_path.exists():  # absent when resuming on a different world size
-            extra = torch.load(extra_path, weights_only=False)
+            extra = read_extra(extra_path)
             torch.set_rng_state(extra["rng"])
             if "cuda_rng" in extra and self.s.device == "cuda":
                 torch.cuda.set_rng_state(extra["cuda_rng"])

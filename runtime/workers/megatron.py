@@ -35,7 +35,15 @@ from rlc.runtime import megatron_weights as mw
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.workers import megatron_cp as cp_utils
-from rlc.runtime.workers.common import DTYPES, TrainWorker, WorkerSettings, lr_lambda, policy_objective
+from rlc.runtime.workers.common import (
+    DTYPES,
+    TrainWorker,
+    WorkerSettings,
+    check_metadata,
+    lr_lambda,
+    policy_objective,
+    read_extra,
+)
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
 
@@ -758,6 +766,7 @@ class MegatronWorker(TrainWorker):
 
         with self._device(), torch.no_grad():
             self._prime_optimizer_state()
+            check_metadata(directory)
             loaded = dist_checkpointing.load(self._sharded_state(loading=True), directory)
             module = self.model.module if hasattr(self.model, "zero_grad_buffer") else self.model
             module.load_state_dict(loaded["model"])
@@ -766,7 +775,7 @@ class MegatronWorker(TrainWorker):
                 self._unshare_steps()
         extra_path = Path(directory) / f"extra_rank{self.rank}.pt"
         if extra_path.exists():
-            extra = torch.load(extra_path, weights_only=False)
+            extra = read_extra(extra_path)
             torch.set_rng_state(extra["rng"])
             if "cuda_rng" in extra and self.s.device == "cuda":
                 torch.cuda.set_rng_state(extra["cuda_rng"])

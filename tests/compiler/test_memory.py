@@ -42,8 +42,12 @@ def test_plan_json_carries_the_memory_in_the_documented_shape(spec_file, tmp_pat
     }
     assert len(memory["gpus"]) == 8
     for gpu in memory["gpus"]:
-        assert set(gpu) == {"node", "gpu", "capacity_bytes", "peak_bytes", "fits", "phase", "parts"}
+        assert set(gpu) == {"node", "gpu", "capacity_bytes", "peak_bytes", "fits", "phase", "parts", "phases"}
         assert gpu["capacity_bytes"] == capacity("H100") and gpu["peak_bytes"] == sum(gpu["parts"].values())
+        # every phase of a colocated step, in the order it runs; the peak is the worst of them
+        assert list(gpu["phases"]) == ["generate", "forward policy", "forward ref", "train policy", "weight sync"]
+        assert gpu["peak_bytes"] == max(gpu["phases"].values()) == gpu["phases"][gpu["phase"]]
+        assert gpu["phases"]["train policy"] > gpu["phases"]["forward policy"] > gpu["phases"]["weight sync"]
         assert all("/" in k and isinstance(v, int) for k, v in gpu["parts"].items())
     assert "#b6d7a8" in (tmp_path / "p.svg").read_text()  # GPUs coloured by fill (green: under 70%)
 

@@ -637,6 +637,15 @@ CASES = {
             search: {search_url: ""}  # <-
         """,
     ),
+    "RLC-W905": (
+        "environment.sandbox.isolation",
+        """
+        environment:
+          env_class: lcb
+          sandbox:
+            isolation: unisolated  # <-
+        """,
+    ),
     "RLC-E408": (
         "generator.use_conversation_multi_turn",
         """

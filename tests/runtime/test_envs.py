@@ -20,6 +20,16 @@ from rlc.spec.generation import SkyRLGymConfig  # noqa: E402
 SKYRL_GYM_IDS = {"aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchcode", "text2sql"}
 
 
+@pytest.fixture(autouse=True)
+def sandbox_level(monkeypatch):
+    """The code environments' grading runs in the jail where the machine gives one, else unisolated: what these
+    tests judge is the grading; tests/runtime/test_sandbox.py tries the jail itself."""
+    from rlc.runtime import sandbox
+
+    level = "bubblewrap" if sandbox.probe().bubblewrap else "unisolated"
+    monkeypatch.setattr(sandbox, "_policy", sandbox._Policy(level))
+
+
 def make(env_class: str, row: dict, config: SkyRLGymConfig | None = None, max_turns: int = 5):
     return gym.make(env_class, config or SkyRLGymConfig(), gym_extras(row, max_turns))
 
@@ -100,6 +110,24 @@ def test_text2sql_runs_the_models_query_and_scores_its_answer(sql_config):
     assert wrong.step("<think>x</think><solution>SELECT name FROM fruit</solution>")["reward"] == 0.0
 
 
+def test_the_models_sql_is_bounded_and_writes_nothing(sql_config, tmp_path):
+    env = make("text2sql", sql_row(), sql_config)
+    blob = env.step("<think>x</think><sql>SELECT zeroblob(100000000)</sql>")["observations"][0]["content"]
+    assert "too big" in blob and len(blob) < 10_000  # not 800 million characters in the trainer
+    attached = tmp_path / "attached.sqlite"
+    env.step(f"<think>x</think><sql>ATTACH DATABASE '{attached}' AS e</sql>")
+    assert not attached.exists()
+    gold = sql_row("SELECT name FROM fruit WHERE price > 2; DROP TABLE fruit")  # one statement runs, none writes
+    last = make("text2sql", gold, sql_config).step("<think>x</think><solution>DELETE FROM fruit</solution>")
+    assert (
+        last["reward"] == 0.0
+        and make("text2sql", sql_row(), sql_config).step(
+            "<think>x</think><solution>SELECT name FROM fruit WHERE price >= 3</solution>"
+        )["reward"]
+        == 1.0
+    )
+
+
 def test_a_malformed_tool_call_is_answered_not_raised(sql_config):
     env = make("text2sql", sql_row(), sql_config)
     out = env.step("I will query the table now")  # no <sql> block
@@ -161,6 +189,52 @@ def test_lcb_runs_the_code_against_its_test_cases(code, reward, monkeypatch):
     monkeypatch.setenv("RLC_TEST_API_KEY", "42")
     out = make("lcb", lcb_row()).step(f"Here it is:\n```python\n{code}\n```")
     assert (out["reward"], out["done"]) == (reward, True)
+
+
+FORGERIES = {
+    # E1 of the review: the old harness's nonce, then the verdict line for every case, then an exit
+    "verdict": "import __main__, sys, json, os\n"
+    "sys.__stdout__.write('\\n' + __main__.nonce + ' ' + json.dumps([True, True]) + '\\n')\n"
+    "sys.__stdout__.flush()\nos._exit(0)",
+    # E2: the answer key from the grader's request
+    "answer key": "import __main__, sys, json\nio = json.loads(__main__.request['sample']['input_output'])\n"
+    "print(io['outputs'][io['inputs'].index(sys.stdin.read())], end='')",
+    # anything in its directory or its process that holds the expected output
+    "search": "import os, sys, gc\nfor name in os.listdir('.'):\n    print(open(name).read())\n"
+    "print([o for o in gc.get_objects() if isinstance(o, str) and o.strip() in ('7', '15')])",
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_lcb_code_cannot_forge_its_reward(forgery):
+    assert make("lcb", lcb_row()).step(f"```python\n{FORGERIES[forgery]}\n```")["reward"] == 0.0
+
+
+def test_lcb_grades_call_based_problems_by_the_value_returned():
+    tests = [{"input": "[1, 2]\n3", "output": "[4, 5]", "testtype": "functional", "metadata": {"func_name": "add"}}]
+    right = "class Solution:\n    def add(self, xs: List[int], k: int) -> List[int]:\n        print('noise')\n" + (
+        "        return tuple(x + k for x in xs)"
+    )
+    assert make("lcb", lcb_row(tests)).step(f"```python\n{right}\n```")["reward"] == 1.0
+    wrong = "class Solution:\n    def add(self, xs, k):\n        print([4, 5])\n        return xs"
+    assert make("lcb", lcb_row(tests)).step(f"```python\n{wrong}\n```")["reward"] == 0.0
+
+
+def test_the_python_tools_output_is_capped():
+    env = make("searchcode", {"prompt": [], "reward_spec": {"ground_truth": "4"}}, max_turns=3)
+    code = "import sys\nfor _ in range(200):\n    sys.stdout.write('A' * 2**20)"
+    seen = env.step(f"<tool><python>{code}</python></tool>")["observations"][0]["content"]
+    assert len(seen) < 10_000 and "output" in seen  # not 200 million characters
+
+
+def test_the_calculator_evaluates_arithmetic_only(tmp_path):
+    from rlc.runtime.envs.calculator import CalculatorEnv
+
+    env = CalculatorEnv(extras={"answer": "6", "max_turns": 3})
+    marker = tmp_path / "ran"
+    out = env.step(f"<calc>__import__('os').system('touch {marker}')</calc>")
+    assert "error" in out["observations"][0]["content"] and not marker.exists()
+    assert env.step("<calc>2 * 3</calc>")["observations"][0]["content"] == "<result>6</result>"
 
 
 def test_lcb_without_a_code_block_scores_nothing():

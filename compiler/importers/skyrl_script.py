@@ -1,0 +1,128 @@
+"""A SkyRL launch script (`uv run ... -m skyrl.train.entrypoints.main_base key=value ... "$@"`) as spec v1.
+
+SkyRL's main_base builds its config from its dataclass defaults and the command line's `key=value` overrides
+(`SkyRLTrainConfig.from_cli_overrides`), and spec v1 is that dataclass API: each override becomes the spec key of
+the same name, a legacy key is migrated as `rlc migrate` migrates a legacy file, and each value keeps as a
+comment the script line it came from. A variable the script reads from the environment and never sets stays
+the environment's (`${oc.env:NAME}`, resolved where the job runs) unless --env gives it.
+"""
+
+from __future__ import annotations
+
+from rlc.compiler.importers.areal_import import leaves
+from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
+from rlc.compiler.importers.shell import Launch, Script, Unknown, Word
+from rlc.compiler.load import Document
+from rlc.core.diagnostics import COMMAND_LINE
+from rlc.core.overrides import Override, OverrideError, parse_override
+from rlc.core.plain import plain_yaml
+
+MAIN_BASE = "skyrl.train.entrypoints.main_base"
+
+
+def environment_reference(u: Unknown) -> str:
+    """How a spec value spells a variable read from the environment where the job runs."""
+    return "${oc.env:" + u.name + "}" if u.kind == "env" else u.source
+
+
+class SkyRLScript:
+    """A launch script of SkyRL's standard entrypoint, written as a new spec v1 file."""
+
+    name = "skyrl"
+    what = "SkyRL launch script"
+
+    def accepts(self, launch: Launch) -> bool:
+        return launch.module and launch.program == MAIN_BASE
+
+    def convert_launch(self, script: Script, launch: Launch) -> Imported:
+        overrides: list[tuple[Override, Word]] = []
+        for word in launch.args:
+            text = word.render(environment_reference)
+            if text.startswith("trainer.override_entrypoint="):
+                raise NotImportable(
+                    f"{_where(word, script.name)}: {word.text} hands the job to the integration entrypoint "
+                    f"{text.split('=', 1)[1]}, which reads config fields of its own; rlc runs SkyRL's standard "
+                    "trainer only, so nothing was written"
+                )
+            try:
+                overrides.append((parse_override(text), word))
+            except OverrideError as exc:
+                why = str(exc).replace(
+                    "'+' prefix (add a new key) is not supported",
+                    "'+' prefix is refused by SkyRL too (SkyRLTrainConfig.from_cli_overrides)",
+                )
+                raise NotImportable(f"{_where(word, script.name)}: {why}; nothing was written") from None
+        return _spec(script, launch, overrides)
+
+
+def _where(word: Word, script: str = "") -> str:
+    """A word's place as a comment shows it: `line 12` in the script itself, `other.sh:12` in one it runs."""
+    if word.file == COMMAND_LINE:
+        return "the command line"
+    return f"line {word.line}" if word.file == script else f"{word.file}:{word.line}"
+
+
+def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]) -> Imported:
+    from rlc.compiler.importers.versions import upgrade
+    from ruamel.yaml.comments import CommentedMap
+
+    doc = Document(script.name, "", CommentedMap([("version", 1)]))
+    report = upgrade(doc, [o for o, _ in overrides])
+    migrated = report.changes if report is not None else []
+    where = {o.key: _where(w, script.name) for o, w in overrides}
+    line = {o.key: w.line for o, w in overrides}
+    for c in migrated:  # a legacy key's change is reported at the script line that wrote it
+        c.line = line.get(c.old or "", c.line)
+    last = {o.key: i for i, (o, _) in enumerate(overrides)}
+    changes = [
+        Change("added", None, o.key, w.line, new_value=o.value, reason=_where(w, script.name))
+        if last[o.key] == i
+        else Change(
+            "dropped",
+            o.key,
+            None,
+            0,
+            o.value,
+            reason=f"{_where(w, script.name)} is set again at {where[o.key]}; the last value wins, as on SkyRL's "
+            "command line",
+        )
+        for i, (o, w) in enumerate(overrides)
+        if all(c.old != o.key for c in migrated)
+    ] + migrated
+    origin = dict(where)
+    for c in migrated:
+        for new in (c.new or "").split(" and "):
+            if c.old in where and new:
+                origin.setdefault(new, where[c.old])
+    data = plain_yaml(doc.data)
+    data.pop("version", None)
+    spec = dict(leaves(data))
+    comments = {path: _origin(path, origin) for path in spec}
+    text = spec_text(
+        spec,
+        comments,
+        f"Imported from the SkyRL launch script {script.name} by `rlc migrate` ({launch.program}, "
+        f"{len(launch.args)} override(s)).\nComments name the script line each value came from.",
+    )
+    return Imported(
+        text,
+        f"SkyRL launch script ({launch.program}, {_where_launch(script, launch)}) -> spec v1",
+        changes,
+        [f"{'  !! ' if c.severity == 'error' else '  '}{c.describe()}" for c in changes],
+        f"{len([c for c in changes if c.severity == 'error'])} change(s) alter what runs (marked !!); "
+        "review them before launching",
+    )
+
+
+def _where_launch(script: Script, launch: Launch) -> str:
+    return f"line {launch.line}" if launch.file == script.name else f"{launch.file}:{launch.line}"
+
+
+def _origin(path: str, origin: dict[str, str]) -> str:
+    """Where a spec key came from: its own override, or the override of the section it sits in."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        found = origin.get(".".join(parts[:n]))
+        if found:
+            return found
+    return ""

@@ -1,0 +1,83 @@
+"""One verl job being imported: its composed config read key by key, and the spec v1 keys written from it, each
+with the verl keys (and launch-script lines) it came from (rlc.compiler.importers.verl runs the import)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlc.compiler.importers.areal_import import ImportResult
+from rlc.compiler.importers.base import Change
+from rlc.compiler.importers.hydra_overrides import MISSING, lookup
+from rlc.compiler.importers.verl_compose import Composed
+
+
+def rlc_default(path: str) -> Any:
+    """The spec's default of a dotted key (MISSING when it has none, e.g. a derived count)."""
+    from rlc.spec.model import default_model, to_plain
+
+    spec = default_model().lookup(path)
+    if spec is None or spec.section is not None:
+        return MISSING
+    return to_plain(spec.default())
+
+
+class VerlImport:
+    """The composed verl config, the verl keys read so far, and the spec keys written from them."""
+
+    def __init__(self, composed: Composed):
+        self.c = composed
+        self.used: set[str] = set()
+        self.result = ImportResult({}, {})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = lookup(self.c.config, key)
+        return default if value is MISSING or value is None else value
+
+    def has(self, key: str) -> bool:
+        return lookup(self.c.config, key) is not MISSING
+
+    def written(self, *keys: str) -> bool:
+        return any(self.c.is_written(k) for k in keys)
+
+    def read(self, *keys: str) -> None:
+        """Mark keys (and every leaf under them) as read: what they say is carried by some other key."""
+        for key in keys:
+            self.used.add(key)
+            self.used.update(k for k in self.c.written if k.startswith(key + "."))
+
+    def put(self, new: str, value: Any, *old: str, reason: str = "", severity: str = "info") -> None:
+        """Write spec key `new` from verl keys `old`; verl's own defaults are reported where rlc's differ."""
+        self.result.spec[new] = value
+        old = tuple(dict.fromkeys(old))
+        self.read(*old)
+        shown = [f"{k} (line {self.c.line(k)})" if self.c.line(k) else k for k in old if self.c.is_written(k)]
+        self.result.sources[new] = shown or [f"{k} (verl {self.c.release} default)" for k in old[:1]]
+        if not old:
+            self.result.changes.append(Change("added", None, new, new_value=value, reason=reason, severity=severity))
+            return
+        first = next((k for k in old if self.c.is_written(k)), None)
+        if len(old) > 1:
+            more = ", ".join(k for k in old if k != (first or old[0]))
+            reason = f"{reason}; from {more}" if reason else f"from {more}"
+        if first is None:
+            if value == rlc_default(new) and severity == "info":
+                return  # verl's default is rlc's: written into the spec, nothing to say
+            why = f"verl {self.c.release}'s default of {old[0]}" + (f"; {reason}" if reason else "")
+            self.result.changes.append(Change("added", None, new, new_value=value, reason=why, severity=severity))
+            return
+        before = self.get(first)
+        kind = "moved" if not reason and before == value else "transformed"
+        self.result.changes.append(Change(kind, first, new, self.c.line(first), before, value, reason, severity))
+
+    def drop(self, old: str, reason: str, severity: str = "info") -> None:
+        """Report a written verl key (or every written key under it) as not carried, with the reason."""
+        for key in sorted(k for k in self.c.written if k == old or k.startswith(old + ".")):
+            if key in self.used or any(key.startswith(u + ".") for u in self.used if u in self.c.written):
+                continue
+            self.used.add(key)
+            self.result.changes.append(Change("dropped", key, None, self.c.line(key), reason=reason, severity=severity))
+
+    def problem(self, key: str, reason: str, severity: str = "error") -> None:
+        """A finding on a verl key whatever was written (a default of verl's that rlc cannot run as verl does)."""
+        self.used.add(key)
+        self.result.changes.append(Change("dropped", key, None, self.c.line(key), reason=reason, severity=severity))

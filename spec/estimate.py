@@ -1,0 +1,58 @@
+"""The assumptions of `rlc plan`'s time and cost estimate (docs/estimate.md): each one printed beside the estimate
+and overridable here. They are read by the compiler only; the runtime ignores them."""
+
+from rlc.spec.fields import setting
+from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
+
+
+@dataclass
+class EstimateConfig:
+    gpu_hour_price: float | None = setting(
+        None, "Price of one GPU-hour in USD; null takes rlc's dated table for the accelerator.", minimum=0
+    )
+    dataset_rows: int | None = setting(
+        None,
+        "Prompts in the training data, to count a whole run's steps (null: trainer.max_training_steps).",
+        minimum=1,
+    )
+    prompt_fill: float = setting(
+        0.5, "Mean prompt length as a fraction of max_prompt_length.", exclusive_minimum=0, maximum=1
+    )
+    response_fill: float = setting(
+        0.5, "Mean response length as a fraction of max_generate_length.", exclusive_minimum=0, maximum=1
+    )
+    train_mfu: float = setting(
+        0.35,
+        "Share of the accelerator's peak FLOPs reached by training and log-prob forwards.",
+        exclusive_minimum=0,
+        maximum=1,
+    )
+    prefill_mfu: float = setting(
+        0.5, "Share of the peak FLOPs reached by the engines' prefill.", exclusive_minimum=0, maximum=1
+    )
+    bandwidth_use: float = setting(
+        0.6, "Share of the memory bandwidth reached by the engines' decoding.", exclusive_minimum=0, maximum=1
+    )
+    peak_tflops: float | None = setting(
+        None,
+        "Dense 16-bit peak TFLOP/s of one device; null takes rlc's table (CPU: its own profile).",
+        exclusive_minimum=0,
+    )
+    memory_bandwidth_gbs: float | None = setting(
+        None, "Memory bandwidth of one device in GB/s; null takes rlc's table.", exclusive_minimum=0
+    )
+    link_gbs: float | None = setting(
+        None,
+        "Bandwidth in GB/s of the link weight sync uses; null takes rlc's table for the chosen transport.",
+        exclusive_minimum=0,
+    )
+    decode_step_overhead_ms: float | None = setting(
+        None,
+        "Fixed cost of one decoding step of an engine (scheduling, kernel launches); null takes the profile's.",
+        minimum=0,
+    )
+    step_overhead_s: float | None = setting(
+        None,
+        "Fixed cost of one training step (actors, offload and wake-up, rewards); null takes the profile's.",
+        minimum=0,
+    )

@@ -1,0 +1,336 @@
+"""`rlc migrate --from verl`: a verl job composed as verl composes it (a release's defaults, Hydra's override rules,
+interpolations after the overrides), mapped to spec v1 with every conversion reported, refused by name where rlc
+cannot run it; the spec it writes validates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import ROOT, run_rlc
+from rlc.compiler.importers.base import NotImportable
+from rlc.compiler.importers.hydra_overrides import Override, OverrideError, value
+from rlc.compiler.importers.verl import Verl, import_overrides
+from rlc.compiler.importers.verl_compose import ComposeError, compose_overrides, defaults
+from rlc.compiler.load import document_from_text
+from rlc.compiler.pipeline import analyze_document
+
+# The quick-start of verl's GSM8K GRPO example, as a launch command passes it.
+GRPO = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_files=/data/gsm8k/train.parquet",
+    "data.val_files=/data/gsm8k/test.parquet",
+    "data.train_batch_size=1024",
+    "data.max_prompt_length=512",
+    "data.max_response_length=1024",
+    "actor_rollout_ref.model.path=Qwen/Qwen3-8B",
+    "actor_rollout_ref.actor.optim.lr=1e-6",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=256",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.n=5",
+    "trainer.logger=['console','wandb']",
+    "trainer.experiment_name=qwen3_8b_gsm8k",
+    "trainer.n_gpus_per_node=8",
+    "trainer.nnodes=1",
+]
+
+
+def _ov(*items: str) -> list[Override]:
+    return [Override(text, n) for n, text in enumerate(items, 1)]
+
+
+def _import(*extra: str):
+    imported = import_overrides(_ov(*GRPO, *extra), "run.sh")
+    return imported, yaml.safe_load(imported.text)
+
+
+def _get(spec: dict, path: str):
+    for part in path.split("."):
+        spec = spec[part]
+    return spec
+
+
+def _change(imported, old: str):
+    return [c for c in imported.changes if c.old == old]
+
+
+def _validates(text: str) -> None:
+    analysis = analyze_document(document_from_text(text, "imported.yaml"), env={})
+    assert not [d for d in analysis.diagnostics if d.severity == "error"], [d.message for d in analysis.diagnostics]
+
+
+# -- Hydra's overrides ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("1e-6", 1e-6),
+        ("3", 3),
+        ("True", True),
+        ("null", None),
+        ("'1'", "1"),
+        ("['console','wandb']", ["console", "wandb"]),
+        ("[a, b]", ["a", "b"]),
+        ("{a: 1, b: [x]}", {"a": 1, "b": ["x"]}),
+        ("${data.max_prompt_length}", "${data.max_prompt_length}"),
+        ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
+        ("", ""),
+    ],
+)
+def test_override_values_read_as_hydra_reads_them(raw, expected):
+    assert value(raw) == expected
+
+
+def test_a_top_level_comma_is_a_sweep_one_job_cannot_run():
+    with pytest.raises(OverrideError, match="multirun sweep"):
+        value("a,b", "trainer.logger")
+
+
+def test_an_absent_key_needs_a_plus_as_verl_says_and_the_line_is_kept():
+    with pytest.raises(ComposeError) as err:
+        compose_overrides(_ov("data.train_batch_size=8", "data.no_such_key=1"))
+    assert err.value.problems == [
+        (2, "Could not override 'data.no_such_key'. To append to your config use +data.no_such_key=1 (Key "
+         "'no_such_key' is not in struct)"),
+    ]  # fmt: skip
+    composed = compose_overrides(_ov("+data.no_such_key=1"))
+    assert composed.config["data"]["no_such_key"] == 1
+    with pytest.raises(ComposeError, match="already at 'data.train_batch_size'"):
+        compose_overrides(_ov("+data.train_batch_size=8"))
+
+
+def test_deletion_and_forced_add():
+    composed = compose_overrides(_ov("~trainer.balance_batch", "++data.train_batch_size=8", "++data.extra=x"))
+    assert "balance_batch" not in composed.config["trainer"]
+    assert composed.config["data"]["train_batch_size"] == 8 and composed.config["data"]["extra"] == "x"
+    with pytest.raises(ComposeError, match="Could not delete"):
+        compose_overrides(_ov("~data.no_such_key"))
+    # deleting a key another one interpolates fails when the interpolations resolve, as in verl
+    with pytest.raises(ComposeError, match="trainer.project_name"):
+        compose_overrides(_ov("~trainer.project_name"))
+
+
+def test_interpolations_resolve_after_the_overrides():
+    composed = compose_overrides(_ov("data.max_response_length=3000", "actor_rollout_ref.actor.ppo_mini_batch_size=64"))
+    assert composed.config["actor_rollout_ref"]["rollout"]["response_length"] == 3000
+    assert composed.config["critic"]["ppo_mini_batch_size"] == 64
+
+
+def test_the_newest_release_the_overrides_compose_on_is_taken_and_named():
+    assert compose_overrides(_ov(*GRPO)).release == "main"
+    old = compose_overrides(_ov("actor_rollout_ref.rollout.use_fire_sampling=False"))
+    assert (
+        old.release != "main"
+        and "use_fire_sampling" in defaults(old.release)["engines"]["dp"]["actor_rollout_ref"]["rollout"]
+    )
+    assert compose_overrides(_ov("model_engine=megatron")).engine == "megatron"
+
+
+# -- what maps how ---------------------------------------------------------------------------------------------------
+
+
+def test_the_grpo_quick_start_imports_with_provenance_and_validates():
+    imported, spec = _import()
+    _validates(imported.text)
+    assert _get(spec, "trainer.train_batch_size") == 1024
+    assert _get(spec, "trainer.policy_mini_batch_size") == 256
+    assert _get(spec, "generator.n_samples_per_prompt") == 5
+    assert _get(spec, "environment.env_class") == "verl"
+    assert "# verl: data.train_batch_size (line 4)" in imported.text
+    # verl's vanilla loss is dual-clip; its defaults that differ from rlc's are written out and reported
+    assert _get(spec, "trainer.algorithm.policy_loss_type") == "dual_clip"
+    assert _get(spec, "trainer.epochs") == 30 and _get(spec, "generator.inference_engine.tensor_parallel_size") == 2
+    assert any(c.new == "trainer.epochs" and "verl main's default" in c.reason for c in imported.changes)
+    assert _get(spec, "trainer.ref.fsdp_config.cpu_offload") is True  # verl's FSDP2 reference offloads
+    assert not imported.errors
+
+
+def test_five_micro_batch_knobs_become_two_the_smaller_kept_and_said():
+    imported, spec = _import("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8")
+    assert _get(spec, "trainer.micro_train_batch_size_per_gpu") == 16
+    assert _get(spec, "trainer.micro_forward_batch_size_per_gpu") == 8
+    [change] = [c for c in imported.changes if c.new == "trainer.micro_forward_batch_size_per_gpu"]
+    assert change.severity == "warning" and "smallest" in change.reason
+
+
+def test_token_budget_micro_batches_and_the_warmup_in_optimizer_steps():
+    imported, spec = _import(
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24000",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=10",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+    )
+    assert _get(spec, "trainer.max_tokens_per_microbatch") == 24000
+    # verl steps its scheduler once a training step; rlc once a mini-batch: 10 x (1024 / 256) x 2 epochs
+    assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 80
+    [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps")
+    assert "x 8" in warm.reason and warm.line == 22
+
+
+def test_kl_in_the_reward_takes_verls_reward_estimator_and_coefficient():
+    imported, spec = _import(
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "algorithm.use_kl_in_reward=True",
+        "algorithm.kl_ctrl.kl_coef=0.005",
+    )
+    alg = _get(spec, "trainer.algorithm")
+    assert (alg["use_kl_in_reward"], alg["use_kl_loss"]) == (True, False)
+    assert (alg["kl_estimator_type"], alg["kl_loss_coef"]) == ("k1", 0.005)  # verl's kl_penalty default: kl
+    both, _ = _import("algorithm.use_kl_in_reward=True")
+    assert any(c.old == "algorithm.use_kl_in_reward" and c.severity == "error" for c in both.changes)
+
+
+def test_gspo_averages_per_sequence_and_an_unknown_estimator_is_not_carried():
+    _, spec = _import("actor_rollout_ref.actor.policy_loss.loss_mode=gspo")
+    assert _get(spec, "trainer.algorithm.loss_reduction") == "sequence_mean"
+    imported, _ = _import("algorithm.adv_estimator=remax")
+    assert [c.severity for c in _change(imported, "algorithm.adv_estimator")] == ["error"]
+
+
+def test_what_verl_accepts_but_never_reads_is_reported_as_such():
+    imported, spec = _import("actor_rollout_ref.actor.clip_ratio=0.3", "reward_model.reward_manager=dapo")
+    assert _get(spec, "trainer.algorithm.eps_clip_high") == 0.2  # clip_ratio_high wins, as in verl
+    shadow = [c for c in _change(imported, "actor_rollout_ref.actor.clip_ratio") if c.kind == "dropped"]
+    assert shadow and "changes nothing in verl" in shadow[0].reason
+    [legacy] = _change(imported, "reward_model.reward_manager")
+    assert legacy.severity == "warning" and "never reads it" in legacy.reason
+    active, _ = _import("reward.reward_manager.name=dapo")
+    assert [c.severity for c in _change(active, "reward.reward_manager.name")] == ["error"]
+
+
+def test_sglang_is_switched_to_vllm_aloud():
+    imported, spec = _import("actor_rollout_ref.rollout.name=sglang")
+    assert _get(spec, "generator.inference_engine.backend") == "vllm"
+    [switch] = _change(imported, "actor_rollout_ref.rollout.name")
+    assert switch.severity == "warning" and "vLLM" in switch.reason
+
+
+def test_no_written_key_is_dropped_silently():
+    imported, _ = _import("+actor_rollout_ref.rollout.agent.num_workers=4", "trainer.balance_batch=False")
+    reported = {c.old for c in imported.changes}
+    assert {"actor_rollout_ref.rollout.agent.num_workers", "trainer.balance_batch"} <= reported
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ("model_engine=veomni", "veomni engine"),
+        ("trainer.device=npu", "Ascend NPUs"),
+        ("actor_rollout_ref.actor.strategy=fsdp_turbo", "fsdp_turbo"),
+        ("actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn agent loops"),
+        ("data.image_key=images", "vision-language data"),
+        ("distillation.enabled=True", "distillation"),
+        ("+hydra.searchpath=[pkg://verl_mlite.config]", "mlite engine"),
+    ],
+)
+def test_what_rlc_cannot_run_is_refused_by_name(extra, words):
+    with pytest.raises(NotImportable, match=words):
+        _import(extra)
+
+
+# -- the other inputs: a Hydra run directory, a verl YAML, through the command ---------------------------------------
+
+
+def test_a_hydra_run_directory_imports_exactly(tmp_path):
+    config = json.loads(json.dumps(defaults("main")["engines"]["dp"]))  # what Hydra saved: composed, unresolved
+    config["data"]["train_batch_size"] = 64
+    config["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] = 16
+    config["actor_rollout_ref"]["rollout"]["name"] = "vllm"
+    config["actor_rollout_ref"]["model"]["path"] = "Qwen/Qwen3-0.6B"
+    hydra = tmp_path / "outputs" / "2026-01-01" / "10-00-00" / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "config.yaml").write_text(yaml.safe_dump(config))
+    (hydra / "overrides.yaml").write_text(
+        "- data.train_batch_size=64\n- actor_rollout_ref.actor.ppo_mini_batch_size=16\n- actor_rollout_ref.rollout.name=vllm\n"
+        "- actor_rollout_ref.model.path=Qwen/Qwen3-0.6B\n"
+    )
+    imported = Verl().convert_path(str(hydra.parent))
+    spec = yaml.safe_load(imported.text)
+    assert _get(spec, "trainer.train_batch_size") == 64 and _get(spec, "trainer.critic_mini_batch_size") == 16
+    assert "# verl: data.train_batch_size (line 1)" in imported.text
+    _validates(imported.text)
+
+
+def test_a_verl_yaml_with_its_own_defaults_list(tmp_path):
+    job = tmp_path / "my_grpo.yaml"
+    job.write_text(
+        "defaults:\n  - ppo_trainer\n  - _self_\ndata:\n  train_batch_size: 32\nactor_rollout_ref:\n  actor:\n"
+        "    ppo_mini_batch_size: 8\n  rollout:\n    name: vllm\n    n: 4\n  model:\n    path: Qwen/Qwen3-0.6B\n"
+        "algorithm:\n  adv_estimator: grpo\n"
+    )
+    out = tmp_path / "spec.yaml"
+    result = run_rlc("migrate", "--from", "verl", str(job), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    spec = yaml.safe_load(out.read_text())
+    assert _get(spec, "trainer.train_batch_size") == 32 and _get(spec, "generator.n_samples_per_prompt") == 4
+    assert "verl: data.train_batch_size (line 5)" in out.read_text()
+    sft = tmp_path / "sft.yaml"
+    sft.write_text("defaults:\n  - sft_trainer\n")
+    refused = run_rlc("migrate", "--from", "verl", str(sft))
+    assert refused.returncode == 1 and "supervised fine-tuning (SFT)" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_the_interpolations_resolve_as_omegaconf_resolves_them():
+    from omegaconf import OmegaConf
+    from rlc.compiler.importers.hydra_overrides import resolve
+
+    for engine, tree in defaults("main")["engines"].items():
+        tree = json.loads(json.dumps(tree))
+        tree["critic"]["ppo_micro_batch_size"] = 4  # read by `${oc.select:.ppo_micro_batch_size,null}`, a relative key
+        tree["data"]["max_response_length"] = 3000
+        expected = OmegaConf.to_container(OmegaConf.create(tree), resolve=True, throw_on_missing=False)
+        assert resolve(tree) == expected, engine
+
+
+def test_a_launch_script_is_read_statically_with_what_env_gives(tmp_path):
+    from rlc.compiler.importers.scripts import import_script
+
+    script = str(ROOT / "tests" / "fixtures" / "verl" / "run_grpo.sh")
+    imported, errors, _ = import_script(script, {"HOME": "/home/me"}, [])
+    assert imported is not None and not errors
+    spec = yaml.safe_load(imported.text)
+    assert _get(spec, "data.train_data") == ["/home/me/data/gsm8k/train.parquet"]
+    assert _get(spec, "trainer.policy_mini_batch_size") == 256  # $((TRAIN_BATCH / 4))
+    assert "# verl: actor_rollout_ref.actor.ppo_mini_batch_size (line 21)" in imported.text
+    # HOME unset: the environment's where the job runs, as Hydra would read ${oc.env:HOME}
+    imported, _, warnings = import_script(script, {}, [])
+    assert imported is not None and _get(yaml.safe_load(imported.text), "data.train_data") == [
+        "${oc.env:HOME}/data/gsm8k/train.parquet"
+    ]
+    assert {w.code for w in warnings} == {"RLC-W060"}
+    sft = tmp_path / "sft.sh"
+    sft.write_text("torchrun --nproc_per_node=8 -m verl.trainer.sft_trainer data.train_files=x\n")
+    with pytest.raises(NotImportable, match=r"supervised fine-tuning \(SFT\)"):
+        import_script(str(sft), {}, [])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "=",
+        "+a",
+        "data.train_batch_size=[1,",
+        "trainer.logger=choice(a,b)",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=0",
+        "data.train_batch_size=abc",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=abc",
+        "actor_rollout_ref.rollout.n=[1]",
+        "actor_rollout_ref.actor.megatron.override_transformer_config=5",
+        "actor_rollout_ref.rollout.val_kwargs=5",
+        "actor_rollout_ref.rollout.n=${nope.key}",
+    ],
+)
+def test_a_value_verl_would_not_start_with_is_a_finding_never_a_crash(bad):
+    try:
+        imported = import_overrides(_ov(*GRPO, bad), "run.sh")
+    except NotImportable as exc:
+        assert str(exc)
+        return
+    assert imported.text.startswith("#")
