@@ -38,6 +38,7 @@ from rlc.runtime.run_error import RunError
 from rlc.runtime.weight_updates import WeightUpdates
 
 EVAL_SAMPLES_SHOWN = 3  # decoded completions printed per evaluation
+REWARD_WINDOW = 20  # steps the closing line's reward is a mean over
 
 
 @dataclass
@@ -45,7 +46,14 @@ class RunResult:
     run_dir: Path
     steps: int
     first_reward: float | None = None
-    last_reward: float | None = None
+    first_step: int = 0  # the step first_reward is of (a resumed run's first step is past 1)
+    recent_rewards: list[float] = field(default_factory=list)  # the last REWARD_WINDOW steps' mean rewards
+
+    @property
+    def closing_reward(self) -> float | None:
+        """The reward a run ends at: a mean over its last steps (one step's batch is a noisy sample of it)."""
+        return sum(self.recent_rewards) / len(self.recent_rewards) if self.recent_rewards else None
+
     checkpoints: list[str] = field(default_factory=list)
 
 
@@ -363,8 +371,9 @@ class Driver:
                     self.env_errors = []
                 tracker.log(step, metrics)
                 result.steps = step
-                result.first_reward = metrics["reward"] if result.first_reward is None else result.first_reward
-                result.last_reward = metrics["reward"]
+                if result.first_reward is None:
+                    result.first_reward, result.first_step = metrics["reward"], step
+                result.recent_rewards = [*result.recent_rewards, metrics["reward"]][-REWARD_WINDOW:]
                 if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
                     result.checkpoints.append(str(self._save(ray, step, epoch)))
                     last_saved = step
