@@ -10,13 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlc.compiler.rules import algorithm, batch, parallel, placement, runtime, slurm, upstream, vllm_cpu
+from rlc.compiler.rules import (
+    algorithm,
+    batch,
+    launch_values,
+    parallel,
+    placement,
+    runtime,
+    slurm,
+    upstream,
+    vllm_cpu,
+)
 from rlc.compiler.rules.base import Context, Rule
 from rlc.core.diagnostics import ERROR, Diagnostic
 
 RULES: tuple[Rule, ...] = (
     *algorithm.RULES,
     *batch.RULES,
+    *launch_values.RULES,
     *parallel.RULES,
     *placement.RULES,
     *runtime.RULES,

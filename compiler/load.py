@@ -1,7 +1,9 @@
 """Load a YAML spec with ruamel.yaml round-trip, keeping the line and column of every key and value.
 
 Everything a hostile or broken file can do is refused here with a diagnostic: oversize files, non-UTF-8
-bytes, syntax errors, duplicate keys, unknown tags, alias bombs, and a top level that is no mapping.
+bytes, syntax errors, duplicate keys, unknown tags, alias bombs, and a top level that is no mapping. What is refused
+for its size or shape (too large, too deep, too many values) is refused from the text, before the YAML parser runs:
+ruamel.yaml spends seconds on a few KiB nested thousands deep, or on a MiB of one-line values.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rlc.core.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
 MAX_BYTES = 1 << 20  # 1 MiB; real configs are tens of KiB
 MAX_NODES = 100_000  # nodes after alias expansion (billion-laughs guard)
 MAX_LINE = 20_000  # characters; the YAML scanner slows down badly on giant single lines
+MAX_DEPTH = 200  # nested collections; real specs nest under 10 deep
 STANDARD_TAGS = {
     None,
     "tag:yaml.org,2002:str",
@@ -173,12 +176,91 @@ def decode(raw: bytes, name: str) -> str:
     return text
 
 
+# In one line: a quoted scalar (which may hide brackets; it starts only where a value can, and may run on to later
+# lines), a comment (after a blank only), or a bracket opening or closing a flow collection.
+_FLOW = re.compile(
+    r"""(?<![^\s\[{,:])(?P<q>["'])(?:(?<=")(?:[^"\\]|\\.)*(?P<dq>")?|(?<=')(?:[^']|'')*(?P<sq>')?)"""
+    r"""|(?<!\S)#.*|[\[\]{}]"""
+)
+_CONTINUED = {'"': re.compile(r'(?:[^"\\]|\\.)*"'), "'": re.compile(r"(?:[^']|'')*'")}
+_BLOCK_SCALAR = re.compile(r"(?:^|[\s:-])[|>][0-9+-]*\s*(?:#.*)?$")  # a header: its more-indented lines are text
+_ITEMS = re.compile(r"(?:[-?](?:\s+|$))+")  # `- - x`: collections opened on one line
+_COMMENT = re.compile(r"(?<!\S)#.*")
+_NODE_MARKS = re.compile(r"[\[{,]|[-?:](?=\s)|\n")  # every value follows one of these
+
+
+def prescan(text: str, name: str) -> None:
+    """Refuse, from the text alone, a document nested deeper than MAX_DEPTH or holding more than MAX_NODES values,
+    so that neither reaches the parser. Both are read in one pass as upper bounds of what the parser would build
+    (within a factor of two), so no document the parser would accept is refused."""
+    if len(_NODE_MARKS.findall(_COMMENT.sub("", text))) > MAX_NODES:
+        raise LoadError(
+            _diag(
+                "RLC-E004",
+                f"the document holds more than {MAX_NODES} values",
+                name,
+                hint="a spec this large is almost certainly not a config; check the file",
+            )
+        )
+    indents: list[int] = []  # the block collections open at this line, by indentation
+    flow = 0  # flow collections open ([ and {), across lines
+    quoted = ""  # the quote of a quoted scalar that runs on past its line
+    scalar_indent = -1  # a block scalar's header line's indentation, while its lines are read
+    for number, line in enumerate(text.split("\n"), 1):
+        body = line.lstrip(" ")
+        indent = len(line) - len(body)
+        if scalar_indent >= 0:
+            if not body.strip() or indent > scalar_indent:
+                continue
+            scalar_indent = -1
+        if quoted:
+            end = _CONTINUED[quoted].match(body)
+            if end is None:
+                continue
+            body, indent, quoted = body[end.end() :], indent + end.end(), ""
+        elif not flow and body.strip() and not body.startswith("#"):
+            while indents and indents[-1] > indent:
+                indents.pop()
+            if not indents or indents[-1] < indent:
+                indents.append(indent)
+            items = _ITEMS.match(body)
+            if len(indents) - 1 + (items.group(0).count("-") + items.group(0).count("?") if items else 0) > MAX_DEPTH:
+                raise _too_deep(name, number, indent + 1, line)
+        for token in _FLOW.finditer(body):
+            t = token.group(0)
+            if t in ("[", "{"):
+                flow += 1
+                if max(len(indents) - 1, 0) + flow > MAX_DEPTH:
+                    raise _too_deep(name, number, indent + token.start() + 1, line)
+            elif t in ("]", "}"):
+                flow = max(flow - 1, 0)
+            elif token.group("q") and not (token.group("dq") or token.group("sq")):
+                quoted = token.group("q")
+        if not flow and not quoted and not body.startswith("#") and _BLOCK_SCALAR.search(body):
+            scalar_indent = indent
+
+
+def _too_deep(name: str, line: int, col: int, text: str) -> LoadError:
+    return LoadError(
+        _diag(
+            "RLC-E004",
+            f"the document is nested more than {MAX_DEPTH} levels deep",
+            name,
+            line,
+            col,
+            text[:200],
+            hint="a spec nests a few levels; check the file",
+        )
+    )
+
+
 def parse(text: str, name: str, comments: bool = True) -> Any:
     """Parse YAML text into a round-trip tree; LoadError on any YAML-level problem. comments=False: the tree without
     its comments, parsed by libyaml where it can (`libyaml.py`), for what reads a spec only for its findings."""
     from ruamel.yaml.constructor import DuplicateKeyError
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+    prescan(text, name)
     lines = text.splitlines()
     if not comments:
         from rlc.compiler import libyaml  # deferred: PyYAML's import costs about 10 ms, the language server's alone
@@ -257,7 +339,7 @@ def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
         return getattr(tag, "value", None) if tag is not None else None
 
     def visit(node: Any, parent: Any, part: Any, depth: int) -> int:
-        if depth > 200:
+        if depth > MAX_DEPTH:
             raise LoadError(_diag("RLC-E004", "the document is nested too deeply", name))
         if id(node) in sizes:
             return sizes[id(node)]

@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlc.compiler import allocation
+from rlc.compiler import allocation, launch_values
 from rlc.compiler.allocation import Allocation
 from rlc.compiler.roles import count, critic_on, engine_gpus, get, gpu_demand, put, ref_on
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
@@ -484,6 +484,7 @@ def resolve(spec: Any, explicit: set[str], locate=lambda path: None) -> Resoluti
     """Interpolate references, apply SkyRL's derivations, then derive placement and cluster."""
     r = _Resolver(spec, explicit, locate)
     r.interpolate()
+    launch_values.normalize(lambda path: get(r.spec, path), r.derive)
     r.allocation()
     r.skyrl()
     r.placement()

@@ -12,7 +12,10 @@ has the derivation and the published jobs it is held against):
   critic, at train_mfu of their GPUs.
 - weight sync: the engine's weights (its dtype) over the link the plan chose (CUDA IPC on the GPU itself, NVLink
   within a node, the network across nodes, gloo through host memory on a CPU).
-- step_overhead_s: what a step spends outside these (Ray calls, offload and wake-up, rewards).
+- call_overhead_ms: each call into the workers (generate, each forward, each mini-batch, weight sync) adds it; a
+  CPU's profile counts it (10 ms), a GPU's leaves it in step_overhead_s (0 ms).
+- step_overhead_s: what a step spends outside these (Ray calls, offload and wake-up, rewards; on a CPU the driver's
+  own work).
 Rows are the mean length (prompt_fill and response_fill of the limits), not the longest; fsdp2 runs a group's
 shared prompt once (forwards, and training without gradient checkpointing), as rlc's trainer does. Rows whose
 advantages are all zero, which rlc's trainer leaves out, are counted: the estimate is for every row. The run is
@@ -34,13 +37,15 @@ from rlc.core.plan import Plan
 @dataclass(frozen=True)
 class Device:
     """What the estimate needs of one device: dense 16-bit peak TFLOP/s, memory bandwidth and the link between two
-    devices of a node (GB/s, one direction), fixed costs of a decoding step and of a training step."""
+    devices of a node (GB/s, one direction), fixed costs of a decoding step, of a training step and of each call
+    into the workers (a GPU's calls are in its step overhead)."""
 
     tflops: float
     bandwidth_gbs: float
     link_gbs: float
     decode_step_ms: float = 5.0
     step_overhead_s: float = 2.0
+    call_ms: float = 0.0  # each call into the workers: generate, each forward, each mini-batch, weight sync
 
 
 # Vendor datasheets: dense (not sparse) BF16 tensor TFLOP/s, HBM bandwidth, NVLink per direction (PCIe 4/5 x16 for
@@ -62,11 +67,12 @@ DEVICES: dict[str, Device] = {
     "MI300X": Device(1307, 5300, 64),
 }
 DEVICES["H100-80GB"] = DEVICES["H100-MEGA"] = DEVICES["H100"]
-# A CPU slot of rlc's local runs (`accelerator: none`), of the 2-core machine rlc's CPU benchmarks run on
-# (docs/estimate.md): about 0.4 TFLOP/s, the float32 FMA peak of two cores (SmolLM2-135M trains at about a third
-# of it), 10 GB/s of memory bandwidth, 3 ms per step of Hugging Face `generate` and 40 ms per training step outside
-# the passes (optimizer step, batch building, Ray calls): what dominates a tiny model's step there.
-CPU = Device(tflops=0.4, bandwidth_gbs=10, link_gbs=5, decode_step_ms=3.0, step_overhead_s=0.04)
+# A CPU slot of rlc's local runs (`accelerator: none`), measured on the 2-core machine rlc's CPU benchmarks run on
+# (docs/estimate.md, "The CPU profile"): about 0.4 TFLOP/s, the float32 FMA peak of two cores (SmolLM2-135M trains at
+# about a third of it), 10 GB/s of memory bandwidth, 3 ms per step of Hugging Face `generate`; 10 ms for each call
+# into the workers (a Ray round trip with the batch, the weight sync of a tiny model) and 40 ms a step of the
+# driver's own CPU (rewards, batching, advantages at 128 rows): what a tiny model's step is made of there.
+CPU = Device(tflops=0.4, bandwidth_gbs=10, link_gbs=5, decode_step_ms=3.0, step_overhead_s=0.04, call_ms=10.0)
 NETWORK_GBS = 50  # between nodes: 400 Gb/s InfiniBand or EFA per GPU
 
 # USD per GPU-hour, on demand. Source: mercatus-ai.com's cloud GPU price survey, "Cloud GPU pricing in May 2026",
@@ -140,6 +146,7 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
     flops = (e.peak_tflops or dev.tflops) * 1e12
     bandwidth = (e.memory_bandwidth_gbs or dev.bandwidth_gbs) * 1e9
     decode_ms = dev.decode_step_ms if e.decode_step_overhead_ms is None else e.decode_step_overhead_ms
+    call = (dev.call_ms if e.call_overhead_ms is None else e.call_overhead_ms) / 1000
     overhead = dev.step_overhead_s if e.step_overhead_s is None else e.step_overhead_s
     shape = policy.shape
     params = shape.params
@@ -153,7 +160,7 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
     share = t.strategy != "megatron" and samples > 1 and int(t.policy.sequence_parallel_size) <= 1
     shared = prompts * prompt + rows * response if share else tokens
     train_tokens = tokens if t.gradient_checkpointing else shared
-    phases = [_generate(spec, plan, memory, shape, rows, prompt, response, flops, bandwidth, decode_ms, e)]
+    phases = [_generate(spec, plan, memory, shape, rows, prompt, response, flops, bandwidth, decode_ms, e, call)]
     role_gpus = {r.name: max(len(r.ranks), 1) for r in plan.roles}
     forwards, trains = [], []
     if ref_on(spec):
@@ -165,16 +172,27 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         forwards.append(("critic", models["critic"].shape.params))
         trains.append(("critic", models["critic"].shape.params))
     per_gpu = flops * e.train_mfu
-    fwd = sum(2 * n * shared / (per_gpu * role_gpus.get(r, 1)) for r, n in forwards)
+    fwd = sum(2 * n * shared / (per_gpu * role_gpus.get(r, 1)) + call for r, n in forwards)
     names = ", ".join(r for r, _ in forwards) or "none: one optimizer step per batch reuses the engine's rows"
-    phases.append(Phase("log-prob forwards", fwd, f"2 x params x {shared} tokens for {names}"))
+    phases.append(Phase("log-prob forwards", fwd, f"2 x params x {shared} tokens for {names}" + _calls(call, forwards)))
     factor = 8 if t.gradient_checkpointing else 6
     epochs = int(t.update_epochs_per_batch)
+    minis = {
+        "policy": math.ceil(prompts / int(t.policy_mini_batch_size)),
+        "critic": math.ceil(prompts / int(t.critic_mini_batch_size)),
+    }
+    calls = [(r, epochs * minis[r]) for r, _ in trains]
     train = sum(factor * n * train_tokens * epochs / (per_gpu * role_gpus.get(r, 1)) for r, n in trains)
+    train += call * sum(k for _, k in calls)
     how = f"{factor} x {params / 1e9:.3g}B params x {train_tokens} tokens x {epochs} epoch(s)"
-    phases.append(Phase("train", train, how))
-    phases.append(_weight_sync(spec, plan, shape, dev, bandwidth, e))
-    phases.append(Phase("overhead", overhead, "Ray calls, offload and wake-up, rewards"))
+    phases.append(Phase("train", train, how + _calls(call, calls)))
+    phases.append(_weight_sync(spec, plan, shape, dev, bandwidth, e, call))
+    outside = (
+        "the driver's own work: rewards, batching, advantages"
+        if dev is CPU
+        else "Ray calls, offload and wake-up, rewards"
+    )
+    phases.append(Phase("overhead", overhead, outside))
     step = sum(p.seconds for p in phases)
     if t.fully_async.enabled:  # generation runs beside training: the slower of the two sets the pace
         step = max(phases[0].seconds, step - phases[0].seconds)
@@ -193,11 +211,18 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         "bandwidth_use": e.bandwidth_use,
         "decode_step_overhead_ms": decode_ms,
         "step_overhead_s": overhead,
+        "call_overhead_ms": call * 1000,
     }
     return TimeEstimate(phases, step, steps, gpus, price if gpus else None, source if gpus else "", assumptions)
 
 
-def _generate(spec, plan, memory, shape, rows, prompt, response, flops, bandwidth, decode_ms, e) -> Phase:
+def _calls(call: float, calls: list) -> str:
+    """How many calls into the workers a phase counts, where the profile gives them a cost."""
+    n = sum(k if isinstance(k, int) else 1 for _, k in calls)
+    return f", + {n} call(s) of {duration(call)}" if call and n else ""
+
+
+def _generate(spec, plan, memory, shape, rows, prompt, response, flops, bandwidth, decode_ms, e, call) -> Phase:
     ie = spec.generator.inference_engine
     engines = max(len(plan.engines), 1)
     gpus = engine_gpus(ie)
@@ -216,9 +241,9 @@ def _generate(spec, plan, memory, shape, rows, prompt, response, flops, bandwidt
     decode = waves * response * step
     how = (
         f"prefill {duration(prefill)}; decode {duration(decode)}: {engines} engine(s) x {per_engine} rows, batch "
-        f"{batch}, {waves} wave(s) of {response} steps of {duration(step)}"
+        f"{batch}, {waves} wave(s) of {response} steps of {duration(step)}" + _calls(call, [("engines", 1)])
     )
-    return Phase("generate", prefill + decode, how)
+    return Phase("generate", prefill + decode + call, how)
 
 
 def _kv_bytes(spec, shape) -> int:
@@ -229,7 +254,7 @@ def _kv_bytes(spec, shape) -> int:
     return 2 * shape.layers * math.ceil(shape.kv_heads / tp) * shape.head_dim * b
 
 
-def _weight_sync(spec, plan, shape, dev: Device, bandwidth: float, e) -> Phase:
+def _weight_sync(spec, plan, shape, dev: Device, bandwidth: float, e, call: float) -> Phase:
     ie = spec.generator.inference_engine
     size = DTYPE_BYTES.get(str(ie.model_dtype), 2) * shape.params
     if spec.cluster.accelerator == "none":
@@ -242,7 +267,8 @@ def _weight_sync(spec, plan, shape, dev: Device, bandwidth: float, e) -> Phase:
         link, how = dev.link_gbs * 1e9, "NVLink within the node"
     if e.link_gbs:
         link, how = e.link_gbs * 1e9, "estimate.link_gbs"
-    return Phase("weight sync", size / link, f"{size / 1e9:.3g} GB over {how} at {link / 1e9:.4g} GB/s")
+    how = f"{size / 1e9:.3g} GB over {how} at {link / 1e9:.4g} GB/s" + _calls(call, [("sync", 1)])
+    return Phase("weight sync", size / link + call, how)
 
 
 def _steps(spec) -> int | None:

@@ -66,8 +66,10 @@ def run_job(job, address: str | None = None, progress: bool = True) -> int:
         print("rlc.runtime: interrupted; resume with trainer.resume_mode=latest", file=sys.stderr)
         return 130
     summary = f"{job.spec.name}: trained to step {result.steps}"
-    if result.first_reward is not None:
-        summary += f", mean reward {result.first_reward:.3f} -> {result.last_reward:.3f}"
+    if result.first_reward is not None and result.closing_reward is not None:
+        last = len(result.recent_rewards)
+        over = f"the last {last} steps" if last > 1 else "the last step"
+        summary += f", mean reward {result.first_reward:.3f} at step {result.first_step} -> {result.closing_reward:.3f} over {over}"
     print(f"{summary}\nrun directory: {result.run_dir} (metrics.jsonl; `rlc plot {result.run_dir}`)")
     return 0
 

@@ -40,13 +40,22 @@ from rlc.runtime.run_error import RunError
 from rlc.runtime.tracking import Tracker, TrackerError
 from rlc.runtime.weights.updates import transport
 
+REWARD_WINDOW = 20  # steps the closing line's reward is a mean over
+
 
 @dataclass
 class RunResult:
     run_dir: Path
     steps: int
     first_reward: float | None = None
-    last_reward: float | None = None
+    first_step: int = 0  # the step first_reward is of (a resumed run's first step is past 1)
+    recent_rewards: list[float] = field(default_factory=list)  # the last REWARD_WINDOW steps' mean rewards
+
+    @property
+    def closing_reward(self) -> float | None:
+        """The reward a run ends at: a mean over its last steps (one step's batch is a noisy sample of it)."""
+        return sum(self.recent_rewards) / len(self.recent_rewards) if self.recent_rewards else None
+
     checkpoints: list[str] = field(default_factory=list)
 
 
@@ -61,6 +70,38 @@ def encode_prompt(tokenizer, prompt) -> list[int]:
     return Templater(tokenizer).prompt_ids(prompt)
 
 
+class RunCpu:
+    """CPU seconds (user + system) the run's processes on this machine have used: the driver and what it started
+    (a local Ray instance, its actors). Taken once per phase of a step as `timing/cpu/...`: unlike wall time, a busy
+    machine does not inflate it. The processes are listed once, at the first step; without psutil (or with actors
+    on another machine) it counts what it can see, the driver at least."""
+
+    def __init__(self) -> None:
+        self.procs: list | None = None
+        self.gone: dict[int, float] = {}  # last reading of processes that have ended
+
+    def __call__(self) -> float:
+        if self.procs is None:
+            try:
+                import psutil
+
+                me = psutil.Process()
+                self.procs = [me, *me.children(recursive=True)]
+            except ImportError:
+                self.procs = []
+        if not self.procs:
+            return time.process_time()
+        total = 0.0
+        for p in self.procs:
+            try:
+                c = p.cpu_times()
+                self.gone[p.pid] = c.user + c.system
+            except Exception:  # ended since: its last reading stands
+                pass
+            total += self.gone.get(p.pid, 0.0)
+        return total
+
+
 class Driver:
     def __init__(self, job: CompiledJob, *, address: str | None = None, progress: bool = True):
         self.job, self.spec, self.plan, self.decisions = job, job.spec, job.plan, job.decisions
@@ -72,6 +113,7 @@ class Driver:
         self.ckpt_root = expand(t.ckpt_path)
         self._preflight()
         self.generator: Generator | None = None
+        self.run_cpu = RunCpu()
         self.env_errors: list[str] = []  # this step's environment failures, reported with its metrics
 
     def _preflight(self) -> None:
@@ -301,8 +343,9 @@ class Driver:
                     self.env_errors = []
                 tracker.log(step, metrics)
                 result.steps = step
-                result.first_reward = metrics["reward"] if result.first_reward is None else result.first_reward
-                result.last_reward = metrics["reward"]
+                if result.first_reward is None:
+                    result.first_reward, result.first_step = metrics["reward"], step
+                result.recent_rewards = [*result.recent_rewards, metrics["reward"]][-REWARD_WINDOW:]
                 if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
                     result.checkpoints.append(str(self.checkpoints.save(step, epoch, self.kl.value)))
                     last_saved = step
@@ -410,17 +453,23 @@ class Driver:
     def _step(self, ray, step: int, rows, rollouts: list[Rollout] | None = None) -> dict:
         """One training step on `rows`, phase by phase; `rollouts` are given when they were generated ahead."""
         metrics: dict[str, float] = {}
-        started = time.monotonic()
+        cpu = [self.run_cpu()]
+        started, driver_started = time.monotonic(), time.process_time()
         rollouts = self._rollouts(ray, step, rows, rollouts, metrics)
         generated = time.monotonic()
+        cpu.append(self.run_cpu())
         batch = self._scored_batch(ray, rollouts, metrics)
+        scored = time.monotonic()
+        cpu.append(self.run_cpu())
         if self.spec.trainer.dump_data_batch:
             dump_training_batch(expand(self.spec.trainer.export_path), step, batch)
         train_started = time.monotonic()
         self._update(ray, batch, metrics)
         trained = time.monotonic()
+        cpu.append(self.run_cpu())
         self._sync_weights(ray, version=step)
         done = time.monotonic()
+        cpu.append(self.run_cpu())
         metrics.update(self._rollout_metrics(rollouts, batch))
         # Generated ahead (fully async), the step's own generation time is only the wait for it.
         gen_span = (done if self.spec.trainer.fully_async.enabled else generated) - started
@@ -430,6 +479,20 @@ class Driver:
             generate_time=generated - started,
             train_time=trained - train_started,
             sync_time=done - trained,
+        )
+        # The step's phases as `rlc plan`'s time estimate counts them (docs/estimate.md holds one against the other):
+        # wall seconds of each; the CPU seconds the run's processes spent in each (what load does not inflate); the
+        # CPU seconds of the driver itself (batching, rewards, advantages, Ray calls).
+        phases = ("generate", "log_prob_forwards", "train", "weight_sync")
+        walls = (generated - started, scored - generated, trained - scored, done - trained)
+        metrics.update({f"timing/{k}": v for k, v in zip(phases, walls)})
+        metrics.update({f"timing/cpu/{k}": b - a for k, a, b in zip(phases, cpu, cpu[1:])})
+        metrics.update(
+            {
+                "timing/step": done - started,
+                "timing/cpu/step": cpu[-1] - cpu[0],
+                "timing/cpu/driver": time.process_time() - driver_started,
+            }
         )
         return metrics
 

@@ -56,3 +56,9 @@ class EstimateConfig:
         "Fixed cost of one training step (actors, offload and wake-up, rewards); null takes the profile's.",
         minimum=0,
     )
+    call_overhead_ms: float | None = setting(
+        None,
+        "Fixed cost of each call into the workers (generate, a forward, a mini-batch, weight sync): Ray, the batch's "
+        "tensors, the optimizer step of a small model; null takes the profile's (0 on a GPU: in step_overhead_s).",
+        minimum=0,
+    )

@@ -10,23 +10,37 @@ LAUNCH_TARGETS = ("skypilot", "ray", "kuberay", "local", "slurm")
 SLURM_NAME = r"^[A-Za-z0-9_.+-]+$"
 SLURM_NAMES = r"^[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*$"
 SLURM_CONSTRAINT = r"^[A-Za-z0-9_.:+=&|,*()\[\]-]+$"
-SLURM_TIME = r"^([0-9]+(:[0-9]+){0,2}|[0-9]+-([0-9]+(:[0-9]+){0,2})?|-1|UNLIMITED|unlimited|INFINITE|infinite)$"
+SLURM_TIME = (
+    r"^([0-9]+(:[0-9]+){0,2}|[0-9]+-([0-9]+(:[0-9]+){0,2})?|-1|UNLIMITED|unlimited|INFINITE|infinite"
+    r"|([0-9]+(\.[0-9]*)?|\.[0-9]+)[smhdSMHD])$"  # the last: a duration with a unit, made minutes by resolve
+)
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 SLURM_OPTION = r"^--[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]*)?$"
 
 
 @dataclass
 class ClusterConfig:
-    accelerator: str = setting("H100", "GPU type per node (e.g. H100, A100-80GB, L40S); none for a CPU-only run.")
+    accelerator: str = setting(
+        "H100",
+        "GPU type per node (e.g. H100, A100-80GB, L40S); none for a CPU-only run. SkyPilot's TYPE:COUNT (H100:8) "
+        "reads as the type and cluster.gpus_per_node, which must then agree; a fraction of a GPU is refused.",
+    )
     gpus_per_node: int | None = setting(
         None, "GPUs per node (CPU slots when accelerator is none); derived from the placement when unset.", minimum=1
     )
     num_nodes: int | None = setting(None, "Nodes, head included; derived from the placement when unset.", minimum=1)
     infra: str | None = setting(
-        None, "Where to provision: cloud[/region[/zone]] or k8s[/context]; null lets SkyPilot choose."
+        None,
+        "Where to provision, as SkyPilot's infra: cloud[/region[/zone]] (aws/us-east-1), k8s[/context], * for any "
+        "cloud (*/us-east-1); null lets SkyPilot choose.",
     )
     use_spot: bool = setting(False, "Use spot/preemptible instances.")
-    cpus_per_node: int | str | None = setting(None, "vCPUs per node; N or N+ (at least N).")
-    memory_per_node: int | str | None = setting(None, "Memory per node in GB; N or N+ (at least N).")
+    cpus_per_node: int | str | None = setting(None, "vCPUs per node; N or N+ (at least N), as SkyPilot reads cpus.")
+    memory_per_node: int | str | None = setting(
+        None,
+        "Memory per node in GB; N or N+ (at least N), or with SkyPilot's units KB, MB, GB, TB, PB (or Ki..Pi; GB is "
+        "2**30 bytes); a bare G, M or K is refused (Slurm and Kubernetes read it differently).",
+    )
     disk_size: int | None = setting(None, "Boot disk size per node in GB.", minimum=1)
     disk_tier: str | None = setting(None, "Disk performance tier.", enum=("low", "medium", "high", "ultra", "best"))
     network_tier: str | None = setting(
@@ -38,7 +52,13 @@ class ClusterConfig:
 
 @dataclass
 class KubeRayConfig:
-    namespace: str = setting("default", "Kubernetes namespace of the RayJob.")
+    namespace: str = setting(
+        "default",
+        "Kubernetes namespace of the RayJob (a DNS label: lowercase letters, digits and '-').",
+        pattern=DNS_LABEL,
+        pattern_hint="write a Kubernetes namespace: up to 63 lowercase letters, digits and '-', starting and ending "
+        "with a letter or digit",
+    )
     ray_image: str | None = setting(
         None, "Image of the head and worker pods; null uses cluster.image or Ray's GPU image."
     )
@@ -68,12 +88,12 @@ class SlurmConfig:
     )
     time_limit: int | str | None = setting(
         None,
-        "Wall-clock limit (sbatch --time): minutes, or MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, UNLIMITED; "
-        "null: the partition's default.",
+        "Wall-clock limit (sbatch --time): minutes, or MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, UNLIMITED, or a "
+        "duration with a unit (90m, 4h, 2d; made minutes); null: the partition's default.",
         minimum=0,
         pattern=SLURM_TIME,
         pattern_hint="write a time Slurm accepts: minutes (90), MM:SS, HH:MM:SS (04:00:00), D-HH, D-HH:MM, D-HH:MM:SS "
-        "(1-12:00:00) or UNLIMITED",
+        "(1-12:00:00) or UNLIMITED, or a duration with a unit (4h, 90m, 2d)",
     )
     constraint: str | None = setting(
         None,

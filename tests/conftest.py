@@ -111,6 +111,30 @@ def tiny_chat_model(tiny_model, tmp_path_factory) -> str:
     return str(target)
 
 
+SKY_VENV = ROOT / ".venv-sky"
+
+
+@pytest.fixture(scope="session")
+def sky_python():
+    """SkyPilot in its own venv (it pins click < 8.2, which the runtime's Hugging Face stack cannot share), made once
+    for every test file that parses with it (a lock: xdist workers may ask at once)."""
+    import filelock
+
+    py = SKY_VENV / "bin" / "python"
+    with filelock.FileLock(str(SKY_VENV) + ".lock"):
+        if not py.exists():
+            made = subprocess.run([sys.executable, "-m", "venv", str(SKY_VENV)], capture_output=True, text=True)
+            inst = made.returncode == 0 and subprocess.run(
+                [str(SKY_VENV / "bin" / "pip"), "install", "-q", "skypilot"],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            if not inst or inst.returncode != 0:
+                pytest.skip(f"SkyPilot could not be installed here: {getattr(inst, 'stderr', '')[-300:]}")
+    return py
+
+
 def kill_ray_processes_under(temp: str) -> None:
     """Kill the processes of the Ray instance whose temp dir is `temp`: those naming it on their command line or
     holding a file under it open (Ray's agents retitle themselves, and their logs are under its session dir).

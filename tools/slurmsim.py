@@ -72,6 +72,12 @@ class SlurmCluster:
     hosts: int
     work: Path
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
+    gpus: int = (
+        0  # GPUs each node declares (a count-only GRES of type `gpu_type`): sbatch --test-only sizes, no devices
+    )
+    gpu_type: str = "h100"
+    features: tuple[str, ...] = ()  # node features a --constraint can name
+    memory_mb: int = 1000  # RealMemory each node declares
     nodes: list[Node] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
     net: skysim.Cluster | None = None
@@ -164,7 +170,24 @@ class SlurmCluster:
             f"SlurmctldLogFile={w / 'log' / 'slurmctld.log'}",
             f"SlurmdLogFile={w / 'log' / 'slurmd-%n.log'}",
         ]
-        lines += [f"NodeName={n.name} NodeAddr={n.addr} CPUs={self.cpus} RealMemory=1000" for n in self.nodes]
+        extra = f" Gres=gpu:{self.gpu_type}:{self.gpus}" if self.gpus else ""
+        extra += f" Feature={','.join(self.features)}" if self.features else ""
+        if self.gpus:
+            lines.append("GresTypes=gpu")
+            # slurmd counts a GPU only with a device file: plain files stand in for them (nothing opens them).
+            devices = w / "dev"
+            devices.mkdir(exist_ok=True)
+            for i in range(self.gpus):
+                (devices / f"gpu{i}").touch()
+            files = f"{devices}/gpu[0-{self.gpus - 1}]"
+            gres = [f"NodeName={n.name} Name=gpu Type={self.gpu_type} File={files}" for n in self.nodes]
+            (w / "gres.conf").write_text("\n".join(gres) + "\n")
+        if self.cpus > (os.cpu_count() or 1) or self.gpus:  # nodes larger than the machine: slurmd takes the config
+            lines.append("SlurmdParameters=config_overrides")
+        lines += [
+            f"NodeName={n.name} NodeAddr={n.addr} CPUs={self.cpus} RealMemory={self.memory_mb}{extra}"
+            for n in self.nodes
+        ]
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
 
@@ -179,6 +202,10 @@ class SlurmCluster:
             if dead or time.monotonic() > deadline:
                 raise SlurmSimError(f"{what} (exited: {dead}); see {self.work}/*.out and {self.work}/log/")
             time.sleep(0.2)
+
+    def _reasons(self) -> str:
+        p = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T %E"], env=self.env(), capture_output=True, text=True)
+        return p.stdout.strip()
 
     def _all_idle(self) -> bool:
         p = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env(), capture_output=True, text=True)

@@ -108,6 +108,8 @@ def refusal(data: dict, line_of) -> str | None:
         return "actor.is_critic: true makes this an AReaL reward-model config"
     if "model" in data and "actor" not in data:
         return "a top-level `model` section and no `actor` make this an AReaL SFT or reward-model config"
+    if "run" in data and ("resources" in data or "num_nodes" in data):
+        return "its `run` and `resources` make this a SkyPilot task, not an AReaL experiment config"
     if "gconfig" not in data and "rollout" not in data:
         return "it has no `gconfig` or `rollout` section, so it generates nothing: an SFT, DPO or reward-model config"
     return None

@@ -12,6 +12,7 @@ from rlc.compiler.importers.areal_import import ArealImport
 from rlc.compiler.importers.base import Change
 
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+MEGATRON_LINEAR = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}  # a block's linear layers, Megatron's names
 
 
 # AReaL's sections (and the sub-sections the importer reads as such): anything else there is not carried.
@@ -151,13 +152,48 @@ def _allocation_string(imp: ArealImport) -> tuple[str | None, list[str]]:
     if "sglang" in new:
         new = new.replace("sglang", "vllm")
         notes.append("SGLang engines become vLLM engines of the same sizes")
-    backend = str(imp.get("actor.backend") or "fsdp").split(":")[0]
+    new = _HYBRID_MOE.sub(lambda m: _flat_moe(m, imp, notes), new)
+    new = _ARCHON.sub(lambda m: _archon(m, notes), new)
+    backend = str(imp.get("actor.backend") or "fsdp").split(":")[0].replace("archon", "fsdp")
     comps = new.split("+")
     for i, comp in enumerate(comps):
         if re.fullmatch(r"\s*(\[[A-Za-z_]+\]:)?[dtpce0-9\s]+", comp):
             comps[i] = backend + comp.strip() if comp.strip().startswith("[") else f"{backend}:{comp.strip()}"
             notes.append(f"the training part names its backend ({backend})")
     return "+".join(comps), notes
+
+
+_HYBRID_MOE = re.compile(r"megatron(\[\w+\])?:\s*\(?\s*attn:([dtpc0-9\s]+)\|\s*ffn:([dtpe0-9\s]+)\)?")
+_ARCHON = re.compile(r"archon(\[\w+\])?:([dtpce0-9\s]+)")
+
+
+def _dims(text: str) -> dict[str, int]:
+    return {letter: int(n) for letter, n in re.findall(r"([dtpce])\s*(\d+)", text)}
+
+
+def _flat_moe(m: re.Match, imp: ArealImport, notes: list[str]) -> str:
+    """AReaL's hybrid MoE form as one set of Megatron sizes: the attention part's, with the experts' parallel size
+    (and their own tensor-parallel size, when it differs, as the Megatron setting it is)."""
+    attn, ffn = _dims(m.group(2)), _dims(m.group(3))
+    experts = ffn.get("e", 1)
+    if ffn.get("t", 1) != attn.get("t", 1):  # AReaL's ffn t is the experts' tensor-parallel size, 1 when omitted
+        imp.put(
+            "trainer.policy.megatron_config.expert_tensor_parallel_size",
+            ffn.get("t", 1),
+            "actor.backend",
+            reason="the ffn part's tensor-parallel size",
+        )
+    notes.append("the hybrid MoE sizes written as the attention part's with the experts' e")
+    return f"megatron{m.group(1) or ''}:{m.group(2).strip()}" + (f"e{experts}" if experts > 1 else "")
+
+
+def _archon(m: re.Match, notes: list[str]) -> str:
+    """AReaL's archon engine (PyTorch-native FSDP2, with TP/PP/EP) as rlc's fsdp where its sizes are FSDP's
+    (data and context parallel), else as megatron of the same sizes."""
+    dims = _dims(m.group(2))
+    backend = "fsdp" if all(v == 1 for k, v in dims.items() if k not in "dc") else "megatron"
+    notes.append(f"AReaL's archon training engine trains as rlc's {backend} on the same GPUs")
+    return f"{backend}{m.group(1) or ''}:{m.group(2).strip()}"
 
 
 def _placement(imp: ArealImport) -> str:
@@ -174,20 +210,34 @@ def _placement(imp: ArealImport) -> str:
         source = "allocation_mode" if imp.has("allocation_mode") else "actor.backend"
         imp.drop(source, f"{exc.message} in {text!r}; set the placement by hand", "error")
         imp.drop("rollout.backend", "part of the allocation")
+        if "+" in text and "|" not in text:
+            imp.put("trainer.placement.colocate_all", False, reason="AReaL runs rollout and training on separate GPUs")
         return strategy
     source = "allocation_mode" if imp.has("allocation_mode") else "rollout.backend"
     imp.put("trainer.placement.allocation", text, source, reason="; ".join(notes))
-    if not imp.has("cluster.n_nodes") and isinstance(per_node, int) and per_node > 0:
+    if isinstance(per_node, int) and per_node > 0:
         groups: dict[int, int] = {}
         for c in parsed.components:  # components of one "+" group share their GPUs
             groups[c.group] = max(groups.get(c.group, 0), c.gpus)
         total = sum(groups.values())
-        imp.put(
-            "cluster.num_nodes",
-            max(math.ceil(total / per_node), 1),
-            source,
-            reason=f"no cluster.n_nodes: the allocation's {total} GPUs on nodes of {per_node}",
-        )
+        nodes = imp.get("cluster.n_nodes")
+        if not imp.has("cluster.n_nodes"):
+            imp.put(
+                "cluster.num_nodes",
+                max(math.ceil(total / per_node), 1),
+                source,
+                reason=f"no cluster.n_nodes: the allocation's {total} GPUs on nodes of {per_node}",
+            )
+        elif isinstance(nodes, int) and total > nodes * per_node:
+            imp.put(
+                "cluster.num_nodes",
+                math.ceil(total / per_node),
+                "cluster.n_nodes",
+                source,
+                reason=f"the allocation {text} takes {total} GPUs, more than {nodes} x {per_node}: the cluster is "
+                "sized for the allocation",
+                severity="warning",
+            )
     for key in ("actor.backend", "rollout.backend", "ref.backend", "critic.backend"):
         imp.drop(key, "part of the allocation")
     trainers = [c for c in parsed.components if not c.inference and c.backend]
@@ -307,6 +357,13 @@ def _model(imp: ArealImport, strategy: str) -> None:
         targets = targets if isinstance(targets, list) else [targets]
         if len(targets) == 1:
             imp.put("trainer.policy.model.lora.target_modules", str(targets[0]), "actor.target_modules")
+        elif {str(t) for t in targets} == MEGATRON_LINEAR:
+            imp.put(
+                "trainer.policy.model.lora.target_modules",
+                "all-linear",
+                "actor.target_modules",
+                reason="every linear layer of a Megatron transformer block",
+            )
         else:
             imp.drop("actor.target_modules", "rlc takes one target_modules name (e.g. all-linear)", "error")
     else:

@@ -348,6 +348,7 @@ class _Step:
         self.model_name()
         for old, new in MOVES.items():
             self.move(old, new)
+        self.respelled_values()
         self.engine_sampling()
         self.drops()
         self.retired()
@@ -355,6 +356,27 @@ class _Step:
         self.unknown_inert()
         self.wandb_secret()
         return self.changes
+
+    def respelled_values(self) -> None:
+        """Values SkyRL spelled otherwise on the way to spec v1 (legacy_history.VALUES), written as spec v1 does."""
+        for path, spelled in legacy_history.VALUES.items():
+            value = _get(self.data, path)
+            if not isinstance(value, str) or value not in spelled:
+                continue
+            *head, last = path.split(".")
+            parent = _get(self.data, ".".join(head))
+            parent[last] = spelled[value]
+            self.changes.append(
+                Change(
+                    "transformed",
+                    path,
+                    path,
+                    _line_of(parent, last),
+                    value,
+                    spelled[value],
+                    reason="the same setting as spec v1 spells it",
+                )
+            )
 
     def wandb_secret(self) -> None:
         """SkyRL logs to wandb unless told otherwise, reading WANDB_API_KEY from the environment: the spec names it in

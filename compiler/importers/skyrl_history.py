@@ -37,6 +37,33 @@ RENAMES: dict[str, str] = {
     "generator.http_server_inference_engine_client_port": "generator.inference_engine.http_endpoint_port",
     # A branch's early name for the off-policy correction block; its sub-keys are checked against the new one.
     "trainer.algorithm.rollout_correction": "trainer.algorithm.off_policy_correction",
+    # The block's first names (2025-12), renamed in SkyRL before release: caps became clips, the rejection mask
+    # the sequence mask, and the outlier-token thresholds lost their sequence_ prefix.
+    **{
+        f"trainer.algorithm.off_policy_correction.{old}": f"trainer.algorithm.off_policy_correction.{new}"
+        for old, new in (
+            ("token_tis_ratio_cap_high", "token_tis_ratio_clip_high"),
+            ("sequence_tis_ratio_cap_high", "sequence_tis_ratio_clip_high"),
+            ("rejection_mask_type", "sequence_mask_metric"),
+            ("geo_rejection_mask_ratio_cap_high", "geo_mask_high"),
+            ("geo_rejection_mask_ratio_cap_low", "geo_mask_low"),
+            ("sequence_rejection_mask_ratio_cap_high", "product_mask_high"),
+            ("sequence_rejection_mask_ratio_cap_low", "product_mask_low"),
+            ("sequence_mask_low", "outlier_token_is_threshold_low"),
+            ("sequence_mask_high", "outlier_token_is_threshold_high"),
+        )
+    },
+    # The HTTP endpoint's names between the http_server_inference_engine_client ones and the inference_engine move.
+    "generator.use_inference_http_server": "generator.inference_engine.enable_http_endpoint",
+    "generator.inference_http_server_host": "generator.inference_engine.http_endpoint_host",
+    "generator.inference_http_server_port": "generator.inference_engine.http_endpoint_port",
+}
+
+# Values SkyRL spelled otherwise on the way (by the key as renamed): the string "null" the off-policy block's first
+# version used for null, and its rejection mask's "sequence" (the product of the ratios) for product.
+VALUES: dict[str, dict[Any, Any]] = {
+    "trainer.algorithm.off_policy_correction.tis_ratio_type": {"null": None},
+    "trainer.algorithm.off_policy_correction.sequence_mask_metric": {"null": None, "sequence": "product"},
 }
 
 # Sampling arguments an SGLang fork (ai-blaise/SkyRL) added to generator.sampling_params that vLLM also takes,
@@ -530,6 +557,23 @@ RETIRED: list[Retired] = [
         "where child agents reach OpenRouter (only read with generator.child_openrouter_model)",
         lambda value, get: get("generator.child_openrouter_model") in (None, ""),
     ),
+    Retired(
+        "generator.enable_child_agents",
+        "lets the agent spawn child agents (they call generator.child_openrouter_model; only read with one)",
+        lambda value, get: value is not True or get("generator.child_openrouter_model") in (None, ""),
+    ),
+    Retired("generator.judge_reward_model", "scores rollouts with an LLM judge instead of the environment", _unset),
+    Retired(
+        "generator.judge_reward_base_url",
+        "where the LLM judge is reached (only read with generator.judge_reward_model)",
+        lambda value, get: get("generator.judge_reward_model") in (None, ""),
+    ),
+    Retired("generator.custom_chat_template_key", "picks one of generator.custom_chat_templates by name", _unset),
+    Retired(
+        "generator.custom_chat_templates",
+        "named chat templates (only read with generator.custom_chat_template_key)",
+        lambda value, get: get("generator.custom_chat_template_key") in (None, ""),
+    ),
     Retired("generator.user_simulator", "rewrites prompts with a simulated user model", _block_off),
     Retired("generator.rollout_log_path", "writes rollouts to a log file (debug output only)", _unset, MEMORY_ONLY),
     Retired(
@@ -709,6 +753,23 @@ RETIRED: list[Retired] = [
         for key in ("dppo_divergence_type", "dppo_divergence_threshold")
     ),
     Retired("trainer.algorithm.dynamic_sampling.min_reward_std", "a reward-spread floor for dynamic sampling", _off),
+    Retired(
+        "trainer.algorithm.dynamic_sampling.metric",
+        "what dynamic sampling judges a group by (reward, as rlc does, or another metric)",
+        _at("reward"),
+    ),
+    Retired(
+        "trainer.fully_async.preserve_inflight_kv_cache_on_weight_update",
+        "keeps requests' KV cache across a weight sync instead of prefilling them again (only read in fully async "
+        "training)",
+        lambda value, get: value is not True or get("trainer.fully_async.enabled") is not True,
+    ),
+    Retired(
+        "trainer.anyscale_remote_upload_dir",
+        "where checkpoints are uploaded on Anyscale (only read with trainer.enable_anyscale_upload)",
+        lambda value, get: get("trainer.enable_anyscale_upload") is not True,
+        OPERATIONS,
+    ),
     Retired(
         "trainer.algorithm.dynamic_sampling.informative_on",
         "which reward decides that a group is informative (only read with dynamic_sampling.type)",

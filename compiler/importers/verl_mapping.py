@@ -7,9 +7,11 @@ steps, its five micro-batch knobs are two in rlc, its FSDP2 reference model alwa
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
+from rlc.compiler.importers.parquet_rows import NotParquet, parquet_rows
 from rlc.compiler.importers.verl_record import VerlImport
 from rlc.compiler.megatron_fields import TRANSFORMER_CONFIG_FIELDS
 
@@ -30,6 +32,30 @@ LOSS_AGG = {"token-mean": "token_mean", "seq-mean-token-mean": "sequence_mean",
             "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}  # fmt: skip
 LOSS_MODES = {"vanilla": "dual_clip", "gspo": "gspo", "sapo": "sapo", "cispo": "cispo", "clip_cov": "clip_cov",
               "kl_cov": "kl_cov"}  # fmt: skip
+
+# What changes where verl's loss_agg_mode also averages the entropy bonus and the KL loss, and rlc (as SkyRL) takes
+# the entropy's token mean and the KL's mean of per-response token means whatever the loss reduction.
+ENTROPY_AGG_EFFECT = {
+    "seq-mean-token-mean": "long responses weigh more in rlc's entropy term than in verl's, short ones less",
+    "seq-mean-token-sum-norm": "every token weighs alike in both, but verl divides by responses x the max length, "
+    "rlc by the tokens there are: rlc's entropy term is larger by max length / mean response length",
+}
+KL_AGG_EFFECT = {
+    "token-mean": "a long response's tokens weigh less in rlc's KL term than in verl's, a short one's more",
+    "seq-mean-token-sum-norm": "a long response's tokens weigh less in rlc's KL term than in verl's, and rlc's term "
+    "is larger by the max length / each response's length",
+}
+OTHER_AGG = "each response's share of the term differs from verl's"
+TOKEN_MEAN_AUX = (
+    "v0.2",
+    "v0.3.0",
+)  # releases whose actor takes the entropy's and the KL's token mean, whatever the mode
+
+
+def aux_agg(imp: VerlImport) -> str:
+    """How this release's actor averages its entropy bonus and KL loss: as loss_agg_mode says from v0.4, the
+    token mean before."""
+    return "token-mean" if imp.c.release in TOKEN_MEAN_AUX else str(imp.get(f"{A}.loss_agg_mode", "token-mean"))
 
 
 def first_of(imp: VerlImport, *keys: str) -> str:
@@ -272,8 +298,7 @@ def _warmup(imp: VerlImport, o: str, base: str) -> None:
                 reason=f"verl counts training steps, rlc optimizer steps: x {per_step} (train_batch_size / "
                 "ppo_mini_batch_size x ppo_epochs)")  # fmt: skip
     elif ratio > 0:
-        imp.problem(f"{o}.lr_warmup_steps_ratio", "a warm-up as a share of all training steps depends on the data "
-                    "set's size; set trainer.policy.optimizer_config.num_warmup_steps; not carried")  # fmt: skip
+        _warmup_ratio(imp, o, base, ratio, per_step)
     else:
         imp.put(f"{base}.num_warmup_steps", 0, f"{o}.lr_warmup_steps")
     imp.read(f"{o}.lr_warmup_steps", f"{o}.lr_warmup_steps_ratio")
@@ -283,9 +308,80 @@ def _warmup(imp: VerlImport, o: str, base: str) -> None:
         imp.put(f"{base}.scheduler", "constant_with_warmup" if style == "constant" else "cosine", style_key)
     else:
         imp.problem(style_key, f"rlc has no {style!r} schedule; not carried")
-    if style == "cosine" and float(imp.get(f"{o}.min_lr_ratio", 0.0) or 0.0) != 0.0:
-        imp.problem(f"{o}.min_lr_ratio", "rlc's cosine schedule decays to 0; not carried")
+    if style == "cosine":
+        _cosine_shape(imp, o)
     imp.read(f"{o}.min_lr_ratio", f"{o}.num_cycles", f"{o}.warmup_style", f"{o}.lr_scheduler_type")
+
+
+def _warmup_ratio(imp: VerlImport, o: str, base: str, ratio: float, per_step: int) -> None:
+    """verl's warm-up where lr_warmup_steps is unset: int(ratio x total training steps), the total being
+    trainer.total_training_steps where set, else len(train dataloader) x total_epochs, i.e. the rows verl keeps of
+    data.train_files (after its overlong-prompt filter) // train_batch_size, x total_epochs: a count of the data."""
+    key = f"{o}.lr_warmup_steps_ratio"
+    total = imp.get(f"{T}.total_training_steps")
+    if isinstance(total, str) and not total.strip().lstrip("-").isdigit():  # ${oc.env:...}: known where it runs
+        imp.problem(key, f"verl warms the LR up for int({ratio} x trainer.total_training_steps) training steps, and "
+                    f"the total is {total}, known only where the job runs; not carried. Give it at import (a script "
+                    f"variable: --env NAME=VALUE), or write num_warmup_steps: int({ratio} x total) x {per_step} in "
+                    "trainer.policy.optimizer_config of the spec")  # fmt: skip
+        return
+    if total is not None and int(total) > 0:
+        warm = int(ratio * int(total))
+        imp.put(f"{base}.num_warmup_steps", warm * per_step, key, f"{T}.total_training_steps", "data.train_batch_size",
+                reason=f"verl warms up int({ratio} x trainer.total_training_steps {int(total)}) = {warm} training "
+                f"steps; rlc counts optimizer steps: x {per_step} (train_batch_size / ppo_mini_batch_size x "
+                "ppo_epochs)")  # fmt: skip
+        return
+    epochs = int(imp.get(f"{T}.total_epochs", 30))
+    batch_key = "data.gen_batch_size" if imp.get("data.gen_batch_size") else "data.train_batch_size"
+    batch = int(imp.get(batch_key))
+    rows = _train_rows(imp)
+    if rows is None:
+        imp.problem(key, f"verl warms the LR up for int({ratio} x total training steps) training steps, and its "
+                    f"total is (rows of data.train_files // {batch_key} {batch}) x total_epochs {epochs}, known "
+                    "only from the data, which is not readable here; not carried. Give the total: "
+                    "trainer.total_training_steps=N in the job (verl's own key, then carried exactly), or write "
+                    f"num_warmup_steps: int({ratio} x N) x {per_step} in trainer.policy.optimizer_config of the "
+                    "spec")  # fmt: skip
+        return
+    total = rows // batch * epochs
+    warm = int(ratio * total)
+    filtered = bool(imp.get("data.filter_overlong_prompts", False))
+    imp.put(f"{base}.num_warmup_steps", warm * per_step, key, "data.train_files", batch_key, f"{T}.total_epochs",
+            severity="warning" if filtered else "info",
+            reason=f"verl warms up int({ratio} x total training steps) = {warm} training steps, its total being "
+            f"({rows} rows of data.train_files // {batch}) x {epochs} epochs = {total}; rlc counts optimizer steps: "
+            f"x {per_step}" + ("; the rows are counted before verl's filter_overlong_prompts leaves some out: "
+            "where it does, verl's warm-up is that much shorter" if filtered else ""))  # fmt: skip
+    imp.read("data.filter_overlong_prompts", "data.train_max_samples")
+
+
+def _train_rows(imp: VerlImport) -> int | None:
+    """The rows verl's RLHFDataset would hold (data.train_max_samples where smaller), from the Parquet footers of
+    the job's train files; None where one is not a Parquet file readable here."""
+    rows = 0
+    for name in _listed(imp.get("data.train_files", [])):
+        try:
+            rows += parquet_rows(os.path.expanduser(name))
+        except (OSError, NotParquet):
+            return None
+    cap = int(imp.get("data.train_max_samples", -1) or -1)
+    return min(rows, cap) if cap > 0 else rows
+
+
+def _cosine_shape(imp: VerlImport, o: str) -> None:
+    """verl's cosine schedule has a floor (min_lr_ratio) and a cycle count (num_cycles); rlc's (SkyRL's, Hugging
+    Face's get_scheduler) is half a cycle down to 0."""
+    floor = float(imp.get(f"{o}.min_lr_ratio", 0.0) or 0.0)
+    if floor != 0.0:
+        lr = imp.get(f"{o}.lr")
+        imp.problem(f"{o}.min_lr_ratio", f"verl's cosine schedule never lowers the LR below min_lr_ratio x lr "
+                    f"({floor} x {lr}); rlc's cosine decays to 0, so its last steps train with a smaller LR than "
+                    "verl's and the final one with none; rlc has no LR floor, not carried")  # fmt: skip
+    cycles = float(imp.get(f"{o}.num_cycles", 0.5) or 0.5)
+    if cycles != 0.5:
+        imp.problem(f"{o}.num_cycles", f"verl's cosine runs {cycles} cycles over the training steps; rlc's runs half "
+                    "a cycle (from lr down to 0 once); not carried")  # fmt: skip
 
 
 def _fsdp(imp: VerlImport) -> None:
@@ -411,7 +507,17 @@ def _loss(imp: VerlImport) -> None:
     imp.read(f"{A}.loss_scale_factor")
     coeff = float(imp.get(f"{A}.entropy_coeff", 0.0) or 0.0)
     imp.put(f"{alg}.use_entropy_loss", coeff != 0.0, f"{A}.entropy_coeff")
-    if coeff:
+    if coeff and aux_agg(imp) != "token-mean":
+        imp.put(
+            f"{alg}.entropy_loss_coef",
+            coeff,
+            f"{A}.entropy_coeff",
+            agg_key,
+            severity="warning",
+            reason=f"verl {imp.c.release} averages the entropy bonus by {agg}; rlc (as SkyRL) takes its "
+            f"mean over the mini-batch's tokens whatever the loss reduction: {ENTROPY_AGG_EFFECT.get(agg, OTHER_AGG)}",
+        )
+    elif coeff:
         imp.put(f"{alg}.entropy_loss_coef", coeff, f"{A}.entropy_coeff")
 
 
@@ -431,7 +537,14 @@ def _algorithm(imp: VerlImport) -> None:
     )
     in_loss = bool(imp.get(f"{A}.use_kl_loss", False))
     in_reward = bool(imp.get(f"{ALG}.use_kl_in_reward", False))
-    imp.put(f"{alg}.use_kl_loss", in_loss, f"{A}.use_kl_loss")
+    agg = aux_agg(imp)
+    if in_loss and agg != "seq-mean-token-mean":
+        imp.put(f"{alg}.use_kl_loss", in_loss, f"{A}.use_kl_loss", f"{A}.loss_agg_mode", severity="warning",
+                reason=f"verl {imp.c.release} averages the KL loss by {agg}; rlc takes each "
+                "response's token mean, then the mean over responses, whatever the loss reduction: "
+                f"{KL_AGG_EFFECT.get(agg, OTHER_AGG)}")  # fmt: skip
+    else:
+        imp.put(f"{alg}.use_kl_loss", in_loss, f"{A}.use_kl_loss")
     imp.put(f"{alg}.use_kl_in_reward", in_reward, f"{ALG}.use_kl_in_reward")
     if in_loss and in_reward:
         imp.problem(f"{ALG}.use_kl_in_reward", "rlc (as SkyRL) takes the KL in the loss or in the reward, not both; "

@@ -7,7 +7,7 @@ pattern cannot judge alone. They apply when launch.target is slurm.
 from __future__ import annotations
 
 from rlc.compiler.rules.base import Context, rule
-from rlc.compiler.targets.slurm import amount, sbatch_word
+from rlc.compiler.targets.slurm import sbatch_word
 
 TARGET = "launch.target"
 SIZES = ("cluster.cpus_per_node", "cluster.memory_per_node")
@@ -72,19 +72,11 @@ def _option(name: str, written: dict[str, str]) -> str | None:
     return longer[0] if len(name) >= 4 and len(longer) == 1 else None
 
 
-@rule("RLC-E910", "Slurm: cluster sizes are numbers, the working directory one line", *SIZES, "launch.workdir", TARGET)
+@rule("RLC-E910", "Slurm: the working directory is one line", "launch.workdir", TARGET)
 def slurm_values(c: Context):
+    """(Cluster sizes Slurm cannot read are RLC-E921's, for every target.)"""
     if c.s.launch.target != "slurm":
         return
-    for key in SIZES:
-        value = _value(c, key)
-        if value is not None and amount(value) is None:
-            yield c.error(
-                "RLC-E910",
-                key,
-                f"{key} = {value!r} is not a size the Slurm batch script can ask for",
-                f"write a positive number, or N+ for at least N ({'CPUs' if 'cpus' in key else 'GB'} per node)",
-            )
     workdir = c.s.launch.workdir
     if workdir is not None and sbatch_word(workdir) is None:
         yield c.error(

@@ -51,6 +51,56 @@ def test_fixtures_are_all_classified():
     assert {p.name for p in FIXTURES.glob("*.yaml")} == set(RL) | set(REFUSED) | CPU
 
 
+# Every example config of AReaL at one commit (head/SOURCES.md). Each imports to a spec rlc accepts, or is refused by
+# name: not an RL job (nothing written), or a job rlc's own rules refuse with the code given.
+HEAD = FIXTURES / "head"
+HEAD_NOT_RL = {
+    "alignment_hhrlhf_dpo.yaml": "DPO",
+    "alignment_hhrlhf_rw.yaml": "reward-model",
+    "math_gsm8k_sft.yaml": "SFT",
+    "math_gsm8k_sft_archon_fp8.yaml": "SFT",
+    "vlm_clevr_count_70k_sft.yaml": "SFT",
+    "environ_ref.yaml": "generates nothing",
+    "skypilot_ray_cluster.sky.yaml": "SkyPilot task",
+    "skypilot_single_node.sky.yaml": "SkyPilot task",
+}
+HEAD_REFUSED_BY_RULE = {
+    "tau2_config_235b_moe_airline.yaml": "RLC-E507",  # 94 layers over 12 pipeline stages: AReaL splits unevenly
+}
+
+
+def _import_head(name: str):
+    doc = load_document(HEAD / name)
+    return import_areal(plain_yaml(doc.data), lambda p: doc.locate(tuple(p.split("."))).line)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in HEAD.glob("*.yaml")))
+def test_every_areal_example_imports_to_a_spec_rlc_accepts_or_is_refused_by_name(name):
+    if name in HEAD_NOT_RL:
+        with pytest.raises(ImportRefused, match=HEAD_NOT_RL[name]):
+            _import_head(name)
+        return
+    analysis = analyze_document(document_from_text(areal_text(name, _import_head(name)), "imported.yaml"), env={})
+    errors = sorted({d.code for d in analysis.diagnostics if d.severity == "error"})
+    assert errors == ([HEAD_REFUSED_BY_RULE[name]] if name in HEAD_REFUSED_BY_RULE else []), [
+        (d.code, d.message) for d in analysis.diagnostics if d.severity == "error"
+    ]
+
+
+def test_areal_asynchronous_jobs_import_as_rlc_asynchronous_jobs_on_areals_gpus():
+    """AReaL trains asynchronously with rollout and training on GPUs of their own: so does the import, on the GPUs
+    AReaL's allocation gives (its archon engine as fsdp), the cluster grown where AReaL's is smaller."""
+    tau2 = _import_head("tau2_config_8b_airline.yaml").spec
+    assert tau2["trainer.fully_async.enabled"] is True and tau2["trainer.fully_async.max_staleness_steps"] == 2
+    assert tau2["trainer.placement.allocation"] == "vllm:d16+fsdp:d8"
+    assert (tau2["cluster.num_nodes"], tau2["cluster.gpus_per_node"]) == (3, 8)
+    small = _import_head("scaffolding_gsm8k_rlvr_scaffolding.yaml")  # sglang:d1+d1 on a cluster of 1 GPU
+    assert small.spec["trainer.placement.allocation"] == "vllm:d1+fsdp:d1"
+    assert small.spec["cluster.num_nodes"] == 2 and small.spec["trainer.fully_async.enabled"] is True
+    grown = next(c for c in small.changes if c.new == "cluster.num_nodes" and c.severity == "warning")
+    assert "sized for the allocation" in grown.reason
+
+
 @pytest.mark.parametrize("name", sorted(RL))
 def test_rl_config_imports_and_validates_with_its_values(name):
     areal, result = _import(name)
@@ -136,18 +186,37 @@ def test_cli_writes_a_new_file_and_refuses_to_overwrite(tmp_path):
     assert not refused_out.exists()
 
 
-def test_an_unsupported_allocation_is_reported_not_fatal(tmp_path):
-    text = (
-        (FIXTURES / "gsm8k_grpo.yaml")
-        .read_text()
-        .replace("sglang:d4p1t1+d4p1t1", "sglang:d4+megatron:(attn:d1t4|ffn:d1e4)")
-    )
-    path = Path(tmp_path / "moe.yaml")
+def _import_with_allocation(tmp_path, allocation_mode: str):
+    text = (FIXTURES / "gsm8k_grpo.yaml").read_text().replace("sglang:d4p1t1+d4p1t1", allocation_mode)
+    path = Path(tmp_path / "alloc.yaml")
     path.write_text(text)
     doc = load_document(path)
-    result = import_areal(plain_yaml(doc.data), lambda p: doc.locate(tuple(p.split("."))).line)
+    return import_areal(plain_yaml(doc.data), lambda p: doc.locate(tuple(p.split("."))).line)
+
+
+def test_an_unsupported_allocation_is_reported_not_fatal(tmp_path):
+    result = _import_with_allocation(tmp_path, "sglang:d4+fsdp:d2p2")  # AReaL's FSDP has no pipeline either
     assert "trainer.placement.allocation" not in result.spec
     assert [c.old for c in result.errors] == ["allocation_mode"]
+    assert result.spec["trainer.placement.colocate_all"] is False  # rollout and training still on GPUs of their own
+
+
+@pytest.mark.parametrize(
+    ("areal", "rlc", "etp"),
+    [
+        ("sglang:d4+megatron:(attn:d1t4|ffn:d1e4)", "vllm:d4+megatron:d1t4e4", 1),
+        ("sglang:d4+megatron:attn:d2t2|ffn:d1t2e2", "vllm:d4+megatron:d2t2e2", None),
+        ("sglang:d4+archon:d4", "vllm:d4+fsdp:d4", None),
+        ("sglang:d4+archon:d2p2", "vllm:d4+megatron:d2p2", None),
+    ],
+)
+def test_hybrid_moe_and_archon_allocations_keep_areals_gpus(tmp_path, areal, rlc, etp):
+    """AReaL's hybrid MoE form is the attention part's sizes with the experts' (their own tensor-parallel size as
+    the Megatron setting); its archon engine trains as fsdp, or megatron where it pipelines."""
+    result = _import_with_allocation(tmp_path, areal)
+    assert not result.errors, [c.describe() for c in result.errors]
+    assert result.spec["trainer.placement.allocation"] == rlc
+    assert result.spec.get("trainer.policy.megatron_config.expert_tensor_parallel_size") == etp
 
 
 def test_areals_cpu_example_imports_and_validates(tmp_path):

@@ -6,13 +6,17 @@ end check how `document_from_text` / `Document.locate` point at nested keys and 
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, run_rlc
-from rlc.compiler.load import MAX_BYTES, LoadError, document_from_text
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rlc.compiler.load import MAX_BYTES, LoadError, document_from_text, prescan
 
 # --------------------------------------------------------------------------- helpers
 
@@ -250,10 +254,59 @@ def test_modest_aliases_are_fine(spec_file):
 
 @pytest.mark.parametrize("depth", [300, 400])
 def test_deep_nesting_is_refused(spec_file, depth):
-    # deeper than the 200 levels the loader allows (1000+ also ends in E004, via RecursionError, but slowly)
+    # deeper than the 200 levels the loader allows
     path = spec_file("version: 1\nname: " + "[" * depth + "]" * depth + "\n")
     d = refused(path, "RLC-E004")
     assert "deep" in d["message"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "data: " + "[" * 3000 + "]" * 3000,  # 6 KB that cost ruamel.yaml 6 s of CPU before it was read from the text
+        "data: " + "{a: " * 1500 + "1" + "}" * 1500,
+        "data:\n" + "".join(" " * i + "k:\n" for i in range(1, 400)),
+        "data:\n  " + "- " * 3000 + "x",
+    ],
+    ids=["brackets", "braces", "indentation", "dashes"],
+)
+def test_deep_nesting_is_refused_from_the_text_at_its_place(spec_file, body):
+    """Refused before the parser runs: the diagnostic points at the line and column where the limit is passed
+    (the parser's own refusal, a RecursionError, has no place)."""
+    d = refused(spec_file("version: 1\nname: x\n" + body + "\n"), "RLC-E004")
+    assert d["line"] >= 3 and d["column"] > 1 and "200 levels" in d["message"]
+
+
+def test_a_megabyte_of_one_line_values_is_refused_from_the_text(tmp_path):
+    path = write_bytes(tmp_path, b"version: 1\nname: x\ndata:\n" + b"  - 1\n" * 170_000)
+    d = refused(path, "RLC-E004")
+    assert "100000 values" in d["message"]
+
+
+@settings(
+    max_examples=int(os.environ.get("RLC_HYPOTHESIS_EXAMPLES", 60)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    st.recursive(
+        st.one_of(st.integers(), st.text("ab #'\"[]{}:,-|>\n", max_size=8), st.none()),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text("abk", min_size=1, max_size=3), inner, max_size=3)
+        ),
+        max_leaves=30,
+    ),
+    st.sampled_from([None, True, False]),
+)
+def test_the_text_scan_refuses_no_document_within_the_limits(value, flow):
+    """Whatever YAML writes (quotes, block scalars, comments' characters in strings, either style), the scan passes."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="rt")
+    yaml.default_flow_style = flow
+    stream = io.StringIO()
+    yaml.dump({"version": 1, "data": value}, stream)
+    prescan(stream.getvalue(), "generated.yaml")
 
 
 def test_nesting_within_the_limit_is_not_e004(spec_file):

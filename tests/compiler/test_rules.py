@@ -333,10 +333,21 @@ CASES = {
         """,
     ),
     "RLC-E910": (
+        "launch.workdir",
+        """
+        launch: {target: slurm, workdir: "a\\nb"}  # <-
+        """,
+    ),
+    "RLC-E920": (
+        "cluster.accelerator",
+        """
+        cluster: {accelerator: "H100:4", gpus_per_node: 8, num_nodes: 1}  # <-
+        """,
+    ),
+    "RLC-E921": (
         "cluster.cpus_per_node",
         """
         cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1, cpus_per_node: lots}  # <-
-        launch: {target: slurm}
         """,
     ),
     "RLC-E911": (

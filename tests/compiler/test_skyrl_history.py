@@ -82,6 +82,15 @@ def test_historical_version_migrates_validates_and_round_trips(tmp_path, path):
 
 ACTIVE = {
     "trainer.min_samples_per_env": ({"trainer": {"use_hybrid_env_sampling": True}}, 4),
+    "generator.enable_child_agents": ({"generator": {"child_openrouter_model": "openai/gpt-4o"}}, True),
+    "generator.judge_reward_base_url": ({"generator": {"judge_reward_model": "gpt-4o"}}, "https://api.openai.com/v1"),
+    "generator.custom_chat_templates": ({"generator": {"custom_chat_template_key": "t"}}, {"t": "{{ messages }}"}),
+    "trainer.algorithm.dynamic_sampling.metric": ({}, "pass_rate"),
+    "trainer.fully_async.preserve_inflight_kv_cache_on_weight_update": (
+        {"trainer": {"fully_async": {"enabled": True}}},
+        True,
+    ),
+    "trainer.anyscale_remote_upload_dir": ({"trainer": {"enable_anyscale_upload": True}}, "remote/ckpts"),
     "generator.context_warning_threshold": ({"generator": {"inject_context_status": True}}, 0.9),
     "trainer.policy.optimizer_config.muon_lr": (
         {"trainer": {"policy": {"optimizer_config": {"optimizer_type": "muon"}}}},

@@ -103,14 +103,15 @@ def test_free_text_is_quoted_the_way_sbatch_reads_it(tmp_path):
     assert "export GREETING='$(touch /tmp/pwned) '\"'\"'hi'\"'\"''\n" in text
 
 
-def test_a_size_slurm_cannot_take_is_left_out_of_another_targets_compile(tmp_path):
-    """`rlc compile` writes every target's files: a SkyPilot spec's free-text size does not break its Slurm file."""
-    out = tmp_path / "out"
-    result = run_rlc("compile", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "-o", str(out), "cluster.cpus_per_node=lots")
-    assert result.returncode == 0, result.stderr
-    text = (out / "slurm" / "job.sbatch").read_text()
-    assert '# rlc: cluster.cpus_per_node = "lots" cannot be written here; --cpus-per-task left out' in text
-    assert _sbatch_lines(text)[3:] == ["--gres=gpu:8"]
+def test_a_size_in_skypilots_units_reaches_sbatch_as_slurm_reads_it(tmp_path):
+    """SkyPilot's `64GB` (2**30 bytes a GB) is Slurm's --mem=64G; a size no launcher reads is refused for every target
+    (RLC-E921), not left out of one file."""
+    text, _ = _script(tmp_path, "gsm8k-grpo-8xh100.yaml", "cluster.memory_per_node=512MB", "cluster.cpus_per_node=16+")
+    assert _sbatch_lines(text)[3:] == ["--cpus-per-task=16", "--gres=gpu:8", "--mem=512M"]
+    result = run_rlc(
+        "compile", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "-o", str(tmp_path / "o"), "cluster.cpus_per_node=lots"
+    )
+    assert result.returncode == 1 and "RLC-E921" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import EXAMPLES, run_rlc
 from rlc.compiler.pipeline import compile_job
-from rlc.compiler.timing import PRICES, estimate_time
+from rlc.compiler.timing import CPU, PRICES, estimate_time
 from rlc.core.overrides import parse_override
 
 GSM8K = str(EXAMPLES / "gsm8k-grpo-8xh100.yaml")
@@ -68,3 +68,36 @@ def test_explain_time_names_every_assumption():
     assert result.returncode == 0
     for key in ("estimate.gpu_hour_price", "estimate.train_mfu", "estimate.response_fill", "estimate.link_gbs"):
         assert key in result.stdout
+
+
+LOCAL_CPU = str(EXAMPLES / "local-cpu.yaml")
+
+
+def test_accelerator_none_takes_the_cpu_profile_and_its_calls_add_up():
+    est = _time(spec=LOCAL_CPU)
+    a = est.assumptions
+    assert a["device"] == "CPU" and a["peak_tflops"] == CPU.tflops and a["memory_bandwidth_gbs"] == CPU.bandwidth_gbs
+    assert a["decode_step_overhead_ms"] == CPU.decode_step_ms and a["step_overhead_s"] == CPU.step_overhead_s
+    assert a["call_overhead_ms"] == CPU.call_ms > 0 and est.gpus == 0 and est.cost is None
+    assert est.step_s == pytest.approx(sum(p.seconds for p in est.phases))
+    # each call into the workers costs the profile's call_ms: one generate, one train mini-batch, one weight sync
+    base = {p.name: p.seconds for p in est.phases}
+    bare = {p.name: p.seconds for p in _time("estimate.call_overhead_ms=0", spec=LOCAL_CPU).phases}
+    call = CPU.call_ms / 1000
+    for name, calls in {"generate": 1, "log-prob forwards": 0, "train": 1, "weight sync": 1, "overhead": 0}.items():
+        assert base[name] == pytest.approx(bare[name] + calls * call), name
+    # 4 mini-batches of 4 prompts: 4 train calls, and the policy's old log-probs take a forward call
+    minis = ("trainer.policy_mini_batch_size=4", "trainer.micro_train_batch_size_per_gpu=32")
+    split = {p.name: p.seconds for p in _time(*minis, spec=LOCAL_CPU).phases}
+    bare = {p.name: p.seconds for p in _time(*minis, "estimate.call_overhead_ms=0", spec=LOCAL_CPU).phases}
+    assert split["train"] == pytest.approx(bare["train"] + 4 * call)
+    assert split["log-prob forwards"] == pytest.approx(bare["log-prob forwards"] + call)
+
+
+def test_a_gpu_profile_counts_its_calls_in_the_step_overhead():
+    base = _time()
+    assert base.assumptions["call_overhead_ms"] == 0
+    called = {p.name: p.seconds for p in _time("estimate.call_overhead_ms=100").phases}
+    plain = {p.name: p.seconds for p in base.phases}
+    assert called["weight sync"] == pytest.approx(plain["weight sync"] + 0.1)
+    assert called["log-prob forwards"] == pytest.approx(plain["log-prob forwards"] + 2 * 0.1)  # ref and policy

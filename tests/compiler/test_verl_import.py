@@ -11,7 +11,7 @@ import yaml
 from conftest import ROOT, run_rlc
 from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.hydra_overrides import Override, OverrideError, value
-from rlc.compiler.importers.verl import Verl, import_overrides
+from rlc.compiler.importers.verl import Verl, import_composed, import_overrides
 from rlc.compiler.importers.verl_compose import ComposeError, compose_overrides, defaults
 from rlc.compiler.load import document_from_text
 from rlc.compiler.pipeline import analyze_document
@@ -171,6 +171,114 @@ def test_token_budget_micro_batches_and_the_warmup_in_optimizer_steps():
     assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 80
     [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps")
     assert "x 8" in warm.reason and warm.line == 22
+
+
+WARMUP_RATIO = "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1"
+
+
+def test_a_warmup_ratio_of_the_total_steps_verl_is_given_is_converted_with_its_sources():
+    imported, spec = _import(WARMUP_RATIO, "trainer.total_training_steps=105")
+    # verl: int(0.1 x 105) = 10 training steps; rlc steps once a mini-batch: x 1024 / 256
+    assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 40
+    [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio")
+    assert warm.severity == "info" and "= 10 training steps" in warm.reason and "x 4" in warm.reason
+    assert "trainer.total_training_steps (line 21)" in imported.text
+    _validates(imported.text)
+
+
+def test_a_warmup_ratio_of_a_total_only_the_data_gives_is_an_error_saying_what_to_write():
+    imported, spec = _import(WARMUP_RATIO, "trainer.total_epochs=2")
+    assert "num_warmup_steps" not in spec["trainer"]["policy"]["optimizer_config"]
+    [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio")
+    assert warm.severity == "error" and warm.line == 20
+    assert "// data.train_batch_size 1024) x total_epochs 2" in warm.reason and "not readable here" in warm.reason
+    assert "trainer.total_training_steps=N" in warm.reason and "int(0.1 x N) x 4" in warm.reason
+    # a total the environment gives where the job runs is asked for, the rest of the optimizer still carried
+    imported, spec = _import(WARMUP_RATIO, "trainer.total_training_steps=${oc.env:STEPS}")
+    [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio")
+    assert warm.severity == "error" and "${oc.env:STEPS}" in warm.reason and "--env NAME=VALUE" in warm.reason
+    assert float(_get(spec, "trainer.policy.optimizer_config.lr")) == 1e-6
+    # an explicit step count wins over the ratio, as in verl
+    imported, spec = _import(WARMUP_RATIO, "actor_rollout_ref.actor.optim.lr_warmup_steps=3")
+    assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 12
+    assert not imported.errors
+
+
+def _parquet(path, rows: int) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    prompt = [[{"role": "user", "content": f"q{i}"}] for i in range(rows)]
+    table = pa.table(
+        {"data_source": ["openai/gsm8k"] * rows, "prompt": prompt, "flag": [i % 2 == 0 for i in range(rows)]}
+    )
+    pq.write_table(table, path, row_group_size=7)
+    return str(path)
+
+
+def test_the_parquet_row_count_is_read_from_the_footer_as_pyarrow_reads_it(tmp_path):
+    from rlc.compiler.importers.parquet_rows import NotParquet, parquet_rows
+
+    assert parquet_rows(_parquet(tmp_path / "a.parquet", 53)) == 53
+    (tmp_path / "b.parquet").write_text("not parquet at all")
+    with pytest.raises(NotParquet):
+        parquet_rows(str(tmp_path / "b.parquet"))
+
+
+def test_a_warmup_ratio_counts_the_rows_of_readable_train_files_as_verls_dataloader_does(tmp_path):
+    files = [_parquet(tmp_path / "a.parquet", 50), _parquet(tmp_path / "b.parquet", 50)]
+    job = (WARMUP_RATIO, f"data.train_files=[{files[0]},{files[1]}]", "data.train_batch_size=8",
+           "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.total_epochs=5")  # fmt: skip
+    imported, spec = _import(*job)
+    # verl: (100 rows // 8, drop_last) x 5 epochs = 60 steps, int(0.1 x 60) = 6; rlc: x 8 / 2 mini-batches
+    assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 24
+    [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio")
+    assert warm.severity == "info" and "(100 rows of data.train_files // 8) x 5 epochs = 60" in warm.reason
+    _validates(imported.text)
+    # train_max_samples caps the rows; the overlong-prompt filter makes the count an upper bound, said
+    imported, spec = _import(*job, "data.train_max_samples=40", "data.filter_overlong_prompts=True")
+    assert _get(spec, "trainer.policy.optimizer_config.num_warmup_steps") == 8  # int(0.1 x 5 x 5) x 4
+    [warm] = _change(imported, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio")
+    assert warm.severity == "warning" and "filter_overlong_prompts" in warm.reason
+
+
+def test_the_cosine_floor_and_cycles_rlc_lacks_are_said_with_their_effect():
+    cosine = "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"
+    imported, spec = _import(cosine, "actor_rollout_ref.actor.optim.min_lr_ratio=0.1")
+    assert _get(spec, "trainer.policy.optimizer_config.scheduler") == "cosine"
+    [floor] = _change(imported, "actor_rollout_ref.actor.optim.min_lr_ratio")
+    assert floor.severity == "error" and "below min_lr_ratio x lr (0.1 x 1e-06)" in floor.reason
+    [cycles] = _change(_import(cosine, "actor_rollout_ref.actor.optim.num_cycles=1.0")[0], f"{OPTIM}.num_cycles")
+    assert "1.0 cycles" in cycles.reason
+    # a floor on the constant schedule changes nothing in verl either
+    assert not _import("actor_rollout_ref.actor.optim.min_lr_ratio=0.1")[0].errors
+
+
+OPTIM = "actor_rollout_ref.actor.optim"
+
+
+def test_the_kl_and_entropy_averaging_verl_ties_to_loss_agg_mode_is_said_where_rlcs_differs():
+    imported, _ = _import()  # token-mean: verl's KL is a token mean, rlc's a mean of per-response means
+    [kl] = [c for c in imported.changes if c.new == "trainer.algorithm.use_kl_loss"]
+    assert kl.severity == "warning" and "by token-mean" in kl.reason and "weigh less" in kl.reason
+    imported, _ = _import(
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", "actor_rollout_ref.actor.entropy_coeff=0.001"
+    )
+    [kl] = [c for c in imported.changes if c.new == "trainer.algorithm.use_kl_loss"]
+    assert kl.severity == "info"  # rlc's KL is this mean
+    [ent] = [c for c in imported.changes if c.new == "trainer.algorithm.entropy_loss_coef"]
+    assert ent.severity == "warning" and "by seq-mean-token-mean" in ent.reason and "mini-batch's tokens" in ent.reason
+    assert "loss_agg_mode (line 20)" in imported.text
+    _validates(imported.text)
+
+
+def test_before_v0_4_verls_kl_and_entropy_are_token_means_whatever_the_mode():
+    mode = "+actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"  # a key v0.3.0's actor does not read
+    items = _ov(*GRPO, "actor_rollout_ref.actor.entropy_coeff=0.001", mode)
+    old = import_composed(compose_overrides(items, release="v0.3.0"), "run.sh")
+    [ent] = [c for c in old.changes if c.new == "trainer.algorithm.entropy_loss_coef"]
+    [kl] = [c for c in old.changes if c.new == "trainer.algorithm.use_kl_loss"]
+    assert ent.severity == "info" and kl.severity == "warning" and "verl v0.3.0 averages" in kl.reason
 
 
 def test_kl_in_the_reward_takes_verls_reward_estimator_and_coefficient():

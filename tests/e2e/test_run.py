@@ -134,6 +134,13 @@ def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
     assert [m["step"] for m in metrics] == [0, 1, 2, 3]
     assert "eval/reward" in metrics[0] and "eval/reward" in metrics[2]
     assert all("critic/critic_loss" in m and "kl" in m for m in metrics[1:])
+    # the step's phases as `rlc plan` estimates them (docs/estimate.md): wall and CPU seconds, adding up to the step's
+    phases = ("generate", "log_prob_forwards", "train", "weight_sync")
+    for m in metrics[1:]:
+        assert m["timing/step"] == pytest.approx(sum(m[f"timing/{k}"] for k in phases))
+        assert m["timing/cpu/step"] == pytest.approx(sum(m[f"timing/cpu/{k}"] for k in phases))
+        assert m["timing/step"] == pytest.approx(m["step_time"])
+    assert sum(m["timing/cpu/step"] for m in metrics[1:]) > 0
     assert (
         metrics[1]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[3]["kl"] > 0
     )  # the policy moved away from the reference

@@ -6,34 +6,17 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, ROOT, run_rlc
+from conftest import EXAMPLES, run_rlc
 from ruamel.yaml import YAML
-
-SKY_VENV = ROOT / ".venv-sky"
 
 
 def _compile(spec, out) -> dict:
     result = run_rlc("compile", str(spec), "-o", str(out), env={"WANDB_API_KEY": "x"})
     assert result.returncode == 0, result.stderr
     return YAML(typ="safe").load((out / "sky.yaml").read_text())
-
-
-@pytest.fixture(scope="session")
-def sky_python():
-    """SkyPilot in its own venv: it pins click < 8.2, which the runtime's Hugging Face stack cannot share."""
-    py = SKY_VENV / "bin" / "python"
-    if not py.exists():
-        made = subprocess.run([sys.executable, "-m", "venv", str(SKY_VENV)], capture_output=True, text=True)
-        inst = made.returncode == 0 and subprocess.run(
-            [str(SKY_VENV / "bin" / "pip"), "install", "-q", "skypilot"], capture_output=True, text=True, timeout=900
-        )
-        if not inst or inst.returncode != 0:
-            pytest.skip(f"SkyPilot could not be installed here: {getattr(inst, 'stderr', '')[-300:]}")
-    return py
 
 
 @pytest.mark.slow

@@ -442,7 +442,9 @@ if os.fork() == 0:
                 f.write(".")
             time.sleep(0.05)
     os._exit(0)
-time.sleep(0.5)
+deadline = time.time() + 4
+while not os.path.exists({str(beat)!r}) and time.time() < deadline:  # a loaded machine starts it late
+    time.sleep(0.01)
 print("parent exits")
 """
     if level == "bubblewrap":  # the jail cannot write the trainer's files: it beats into its scratch instead
