@@ -6,6 +6,8 @@ pattern cannot judge alone. They apply when launch.target is slurm.
 
 from __future__ import annotations
 
+import difflib
+
 from rlc.compiler.rules.base import Context, rule
 from rlc.compiler.targets.slurm import sbatch_word
 
@@ -113,6 +115,42 @@ def slurm_args_own_options(c: Context):
             )
 
 
+# sbatch's long options (Slurm 22.05 to 24.11, its man page): an item naming none of them, even abbreviated as getopt
+# allows, makes sbatch refuse the whole script.
+SBATCH_OPTIONS = frozenset(
+    """account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint container
+    container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot
+    dependency distribution error exclude exclusive export export-file extra extra-node-info get-user-env gid gpu-bind
+    gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags hint hold ignore-pbs input job-name
+    kill-on-invalid-dep licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network
+    nice no-kill no-requeue nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node
+    ntasks-per-socket oom-kill-step open-mode output overcommit oversubscribe parsable partition power prefer priority
+    profile propagate qos quiet reboot requeue reservation resv-ports segment signal sockets-per-node spread-job stepmgr
+    switches test-only thread-spec threads-per-core time time-min tmp tres-bind tres-per-task uid use-min-nodes verbose
+    wait wait-all-nodes wckey wrap""".split()
+)
+
+
+@rule("RLC-E912", "Slurm: every item of sbatch_args is an option sbatch has", "launch.slurm", TARGET)
+def slurm_args_known(c: Context):
+    if c.s.launch.target != "slurm":
+        return
+    for i, option in enumerate(c.s.launch.slurm.sbatch_args):
+        name = option.removeprefix("--").partition("=")[0]
+        longer = sorted(o for o in SBATCH_OPTIONS if o.startswith(name))
+        if name in SBATCH_OPTIONS or len(longer) == 1:
+            continue
+        close = difflib.get_close_matches(name, sorted(SBATCH_OPTIONS), n=1)
+        if longer:
+            what, fix = f"--{name} abbreviates several sbatch options ({', '.join(longer[:4])})", "write it in full"
+        else:
+            what = f"sbatch has no option --{name}"
+            fix = f"did you mean --{close[0]}?" if close else "write one of sbatch's long options (man sbatch)"
+        yield c.error(
+            "RLC-E912", f"launch.slurm.sbatch_args[{i}]", f"{what}: it would refuse the whole batch script", fix
+        )
+
+
 @rule("RLC-W910", "Slurm: SkyPilot's settings have no place in the batch script", *(k for k, _, _ in UNUSED), TARGET)
 def slurm_unused(c: Context):
     if c.s.launch.target != "slurm":
@@ -128,4 +166,4 @@ def slurm_unused(c: Context):
             )
 
 
-RULES = (slurm_values, slurm_args_own_options, slurm_unused)
+RULES = (slurm_values, slurm_args_own_options, slurm_args_known, slurm_unused)

@@ -361,6 +361,17 @@ CASES = {
               - --nodes=4  # <-
         """,
     ),
+    "RLC-E912": (
+        "launch.slurm.sbatch_args[1]",
+        """
+        launch:
+          target: slurm
+          slurm:
+            sbatch_args:
+              - --mail-type=END
+              - --mail-tpye=END  # <-
+        """,
+    ),
     "RLC-W910": (
         "launch.install",
         """
