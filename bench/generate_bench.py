@@ -169,7 +169,7 @@ class Sides:
         return int((out.shape[1] - width) * out.shape[0])
 
     def run_rlc(self, prompts: list[list[int]], n: int, new: int, seed: int) -> int:
-        from rlc.runtime.inference.hf import Sampling
+        from rlc.runtime.inference.base import Sampling
 
         out = self.rlc.generate(prompts, Sampling(max_generate_length=new, temperature=1.0), n=n, seed=seed)
         return sum(len(c.token_ids) for group in out for c in group)

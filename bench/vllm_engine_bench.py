@@ -76,7 +76,7 @@ class Engines:
         )
 
     def run(self, side: str, prompts: list[list[int]], n: int, new: int, temperature: float, seed: int) -> int:
-        from rlc.runtime.inference.hf import Sampling
+        from rlc.runtime.inference.base import Sampling
 
         # vLLM would end a row at the model's EOS (the random model samples it now and then); the hf engine, given no
         # EOS, never does. Both generate every token.
@@ -98,7 +98,7 @@ def breakdown(
     engines: Engines, prompts: list[list[int]], n: int, new: int, temperature: float, rounds: int
 ) -> list[str]:
     """vLLM's time on the training batch with parts of rlc's request left out (see the module's text)."""
-    from rlc.runtime.inference.hf import Sampling
+    from rlc.runtime.inference.base import Sampling
     from rlc.runtime.inference.vllm import sampling_kwargs
 
     llm, v = engines.vllm.llm, engines.vllm._vllm

@@ -20,7 +20,7 @@ from rlc.core.job import (
     seed_for,
 )
 from rlc.core.plan import Plan
-from rlc.core.runtime_facts import runs_model_code
+from rlc.core.runtime_facts import MULTI_TURN_PROMPT_CACHE_BYTES, runs_model_code
 
 # vLLM's accepted `max_lora_rank` values (a Literal of EngineArgs in vLLM 0.30; a vllm_api test compares).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -172,6 +172,8 @@ def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan) -
         served_model_name=ie.served_model_name,
         cpu_slots_per_node=cpu_slots,
         vllm=vllm_args(spec, device, [e.index for e in plan.engines]) if backend == "vllm" else None,
+        sleep_level=1 if sync_adapters else 2,
+        prompt_cache_bytes=MULTI_TURN_PROMPT_CACHE_BYTES if backend == "hf" and spec.generator.max_turns > 1 else 0,
     )
 
 

@@ -123,6 +123,10 @@ class EngineSettings:
     served_model_name: str | None = None
     cpu_slots_per_node: int | None = None
     vllm: VLLMArgs | None = None  # the vllm backend's engine arguments; None for hf and remote engines
+    # What an engine drops when it sleeps: 2 its weights too (a full sync refills them), 1 its KV cache only (LoRA
+    # adapter sync: only the adapters come back, the base weights must stay).
+    sleep_level: int = 2
+    prompt_cache_bytes: int = 0  # hf engines, multi-turn: a turn's prompts' keys and values kept for the next turn
 
 
 @dataclass(frozen=True)

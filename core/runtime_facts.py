@@ -19,6 +19,10 @@ def runs_model_code(env_class: str) -> bool:
     return env_class in MODEL_CODE_ENVS or env_class not in BUILTIN_ENVS
 
 
+# What an hf engine keeps of a multi-turn step's prompts (their keys and values) for the trajectories' next turn, which
+# then runs only its new tokens (rlc.runtime.inference.hf.PromptCache).
+MULTI_TURN_PROMPT_CACHE_BYTES = 2 << 30
+
 # The chat templates generator.chat_template names with source: name (rlc.runtime.chat.NAMED_TEMPLATES).
 CHAT_TEMPLATE_NAMES = ("qwen3_with_thinking", "qwen3_without_thinking")
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rlc.runtime.cluster_gate import wait_cluster
+from rlc.runtime.config import CompiledJobError, load
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlc.runtime", description="Run a job compiled by `rlc compile`.")
@@ -26,8 +29,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "wait-cluster":
-        from rlc.runtime.cluster_gate import wait_cluster
-
         return wait_cluster(
             args.address,
             args.nodes,
@@ -36,8 +37,6 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             expect_ips=[ip for ip in args.expect_ips.split(",") if ip.strip()],
         )
-
-    from rlc.runtime.config import CompiledJobError, load
 
     try:
         job = load(args.resolved)
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_job(job, address: str | None = None, progress: bool = True) -> int:
     """Run a loaded job; a RunError or a bad dataset is a message and exit 1, never a traceback."""
-    from rlc.runtime.driver import RunError, run
+    from rlc.runtime.driver import RunError, run  # torch, ray and transformers: only once there is a job to run
 
     try:
         result = run(job, address=address, progress=progress)

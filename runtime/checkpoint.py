@@ -19,6 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from rlc.runtime.run_error import RunError
+
 MARKER = "latest_ckpt_global_step.txt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
@@ -115,3 +117,64 @@ def prune(root: Path, keep: int, current: int | None = None) -> list[Path]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+# -- the run's checkpoints and exports, written by the role workers ---------------------------------------------
+
+
+class Checkpoints:
+    """A run's checkpoints (every role but the ref, then the trainer state) and Hugging Face exports, which the role
+    workers (Ray actors) write; `workers` maps each role to its ranks."""
+
+    def __init__(self, ray, workers: dict, root: Path, export_root: Path, keep: int, content_hash: str, model: str):
+        self.ray, self.workers, self.root, self.export_root = ray, workers, root, export_root
+        self.keep, self.content_hash, self.model = keep, content_hash, model
+
+    def save(self, step: int, epoch: int, kl_coef: float) -> Path:
+        staging = staging_dir(self.root, step)
+        for name, workers in self.workers.items():
+            if name != "ref":
+                self.ray.get([w.save_checkpoint.remote(str(staging / name)) for w in workers])
+        state = {
+            "global_step": step,
+            "epoch": epoch,
+            "kl_coef": kl_coef,
+            "content_hash": self.content_hash,
+            "world_sizes": {k: len(v) for k, v in self.workers.items()},
+        }
+        final = commit(self.root, staging, step, state)
+        prune(self.root, self.keep, current=step)
+        return final
+
+    def export(self, step: int) -> None:
+        target = self.export_root / f"global_step_{step}"
+        for name in ("policy", "critic"):
+            if name in self.workers:
+                self.ray.get([w.export_hf.remote(str(target / name), self.model) for w in self.workers[name]])
+
+
+def resume_point(
+    resume_mode: str | None, resume_path: Path | None, root: Path, content_hash: str
+) -> tuple[int, dict, Path | None]:
+    """Where a run starts: step 0, or the step (and trainer state and directory) of the checkpoint that
+    `trainer.resume_mode` names (`from_path`: `resume_path`; `latest`: the newest complete one under `root`)."""
+    if resume_mode in (None, "none"):
+        return 0, {}, None
+    if resume_mode == "from_path":
+        assert resume_path is not None  # RLC-E306: the compiler refuses from_path without a resume_path
+        try:
+            state = read_state(resume_path)
+        except CheckpointError as exc:
+            raise RunError(str(exc)) from None
+        return int(state["global_step"]), state, resume_path
+    found = latest(root)
+    if found is None:
+        return 0, {}, None
+    state = read_state(found)
+    if state.get("content_hash") not in (None, content_hash):
+        print(
+            f"rlc: note: {found} was written by another compile of the job (its resolved config differs); "
+            "resuming from it",
+            flush=True,
+        )
+    return int(state["global_step"]), state, found

@@ -14,7 +14,6 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from rlc.core.job import CompiledJob, Sampling, seed_for
@@ -31,13 +30,16 @@ from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batc
 from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.data import DataError, arithmetic, calculator, expand, read_rows, synthetic
-from rlc.runtime.dumps import dump_eval_results, dump_training_batch
+from rlc.runtime.dumps import dump_training_batch
+from rlc.runtime.envs.gym import registered
+from rlc.runtime.evaluation import Evaluation
 from rlc.runtime.generator import Generator, Settings, rollout_metrics
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
+from rlc.runtime.rollouts import Ahead, AheadSettings, RayEngines, Synchronous
 from rlc.runtime.run_error import RunError
-from rlc.runtime.weight_updates import WeightUpdates
+from rlc.runtime.tracking import Tracker, TrackerError
+from rlc.runtime.weights.updates import transport
 
-EVAL_SAMPLES_SHOWN = 3  # decoded completions printed per evaluation
 REWARD_WINDOW = 20  # steps the closing line's reward is a mean over
 
 
@@ -66,48 +68,6 @@ def planned_steps(steps_per_epoch: int, epochs: int, max_training_steps: int | N
 def encode_prompt(tokenizer, prompt) -> list[int]:
     """Token ids of a text prompt, or of chat messages through the chat template (plain text without one)."""
     return Templater(tokenizer).prompt_ids(prompt)
-
-
-class RayEngines:
-    """The generator's engines: the job's engine actors, each given the prompts of its share of the groups.
-
-    Group g of `count` goes to engine g // ceil(count / engines), so a trajectory's turns all reach the engine
-    that holds its cached prefix, and the first turn's split (and every engine call's seed, from step, draw and
-    turn) is what single-turn rollouts have always used."""
-
-    def __init__(self, ray, engines: list, seed: int):
-        self.ray, self.engines, self.seed = ray, engines, seed
-
-    def submit(
-        self,
-        prompts: list[list[int]],
-        sampling: Sampling,
-        n: int,
-        key: tuple[int, int, int],
-        groups: list[int],
-        count: int,
-    ) -> tuple[list, list[list[int]]]:
-        step, draw, turn = key
-        per = -(-count // len(self.engines))
-        shares: list[list[int]] = [[] for _ in self.engines]
-        for i, g in enumerate(groups):
-            shares[min(g // per, len(self.engines) - 1)].append(i)
-        refs = [
-            e.generate.remote(
-                [prompts[i] for i in share], sampling, n, seed_for(self.seed, step, k + 1000 * draw + 100_000 * turn)
-            )
-            for k, (e, share) in enumerate(zip(self.engines, shares))
-            if share
-        ]
-        return refs, [share for share in shares if share]
-
-    def result(self, handle: tuple[list, list[list[int]]]) -> list[list]:
-        refs, shares = handle
-        out: list = [None] * sum(len(s) for s in shares)
-        for ref, share in zip(refs, shares):
-            for i, completions in zip(share, self.ray.get(ref)):
-                out[i] = completions
-        return out
 
 
 class RunCpu:
@@ -213,8 +173,6 @@ class Driver:
     # -- data ---------------------------------------------------------------------------------------------
 
     def _rows(self, paths: list[str]) -> list[tuple[dict, list[int]]]:
-        from rlc.runtime.envs.gym import registered
-
         env_class = self.spec.environment.env_class
         generated = {
             "synthetic": (synthetic, "synthetic copy-the-digit"),
@@ -250,15 +208,9 @@ class Driver:
             raise RunError(f"every prompt of {paths} is longer than trainer.max_prompt_length={limit} tokens")
         return kept
 
-    def _epoch_order(self, epoch: int, count: int) -> list[int]:
-        order = list(range(count))
-        random.Random(self.spec.trainer.seed * 131 + epoch).shuffle(order)
-        return order
-
     # -- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from rlc.runtime.tracking import Tracker, TrackerError
         from transformers import AutoTokenizer
 
         t = self.spec.trainer
@@ -280,7 +232,10 @@ class Driver:
             raise RunError(f"{len(train)} usable training prompts are fewer than train_batch_size={t.train_batch_size}")
         total_steps = planned_steps(steps_per_epoch, t.epochs, t.max_training_steps)
         mini_per_step = max(1, t.train_batch_size // t.policy_mini_batch_size)
-        start_step, resume_state, resume_dir = self._resume_point()
+        resume_path = expand(t.resume_path) if t.resume_path else None
+        start_step, resume_state, resume_dir = ckpt.resume_point(
+            t.resume_mode, resume_path, self.ckpt_root, self.job.content_hash
+        )
         try:  # before Ray and the models: a tracker that cannot start stops the run at once
             tracker = Tracker(
                 self.run_dir,
@@ -305,8 +260,27 @@ class Driver:
                 self.templater,
                 RayEngines(ray, self.engines, t.seed),
             )
-            self.weights = WeightUpdates(self.cluster)
+            self.weights = transport(self.cluster)
             self.kl = KLController.from_decision(self.decisions.kl)
+            self.checkpoints = ckpt.Checkpoints(
+                ray,
+                self.workers,
+                self.ckpt_root,
+                expand(t.export_path),
+                t.max_ckpts_to_keep,
+                self.job.content_hash,
+                self.policy_path,
+            )
+            self.evaluation = Evaluation(
+                sampling=self.decisions.eval_sampling,
+                batch_size=t.eval_batch_size,
+                n=g.eval_n_samples_per_prompt,
+                env_class=self.spec.environment.env_class,
+                dump_to=expand(t.export_path) if t.dump_eval_results else None,
+                generate=self._generate,
+                decode=self._decode,
+                tokenizer=self.tokenizer,
+            )
             if resume_dir is not None:
                 for name, workers in self.workers.items():
                     if name != "ref":
@@ -348,21 +322,19 @@ class Driver:
         t = self.spec.trainer
         result = RunResult(self.run_dir, start_step)
         if t.eval_before_train and val and start_step == 0:
-            tracker.log(0, self._evaluate(ray, val, 0, tracker))
+            tracker.log(0, self.evaluation.run(val, 0, tracker))
         last_saved = last_exported = start_step
-        ahead = _Ahead(self, ray, total_steps) if t.fully_async.enabled else None
+        source = self._rollout_source(total_steps)
         try:
             for step in range(start_step + 1, total_steps + 1):
                 epoch = (step - 1) // steps_per_epoch
-                if ahead is not None:
-                    picked, rollouts, staleness = ahead.batch_for(step)
-                    metrics = self._step(ray, step, picked, rollouts)
+                rows, rollouts, staleness = source.batch_for(step)
+                metrics = self._step(ray, step, rows, rollouts)
+                if staleness is not None:
                     metrics["async/staleness"] = staleness
-                else:
-                    metrics = self._step(ray, step, self._rows_for(step))
                 # Every eval_interval steps and after the last one (SkyRL's order), so a run ends with its final accuracy.
                 if t.eval_interval > 0 and val and (step % t.eval_interval == 0 or step == total_steps):
-                    metrics.update(self._evaluate(ray, val, step, tracker))
+                    metrics.update(self.evaluation.run(val, step, tracker))
                 if self.env_errors:
                     tracker.message(
                         f"rlc: step {step}: the environment failed {len(self.env_errors)} trajectory(ies) (no loss "
@@ -375,28 +347,37 @@ class Driver:
                     result.first_reward, result.first_step = metrics["reward"], step
                 result.recent_rewards = [*result.recent_rewards, metrics["reward"]][-REWARD_WINDOW:]
                 if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
-                    result.checkpoints.append(str(self._save(ray, step, epoch)))
+                    result.checkpoints.append(str(self.checkpoints.save(step, epoch, self.kl.value)))
                     last_saved = step
                 if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
-                    self._export(ray, step)
+                    self.checkpoints.export(step)
                     last_exported = step
         finally:
-            if ahead is not None:
-                ahead.close()
+            source.close()
         if t.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
-            result.checkpoints.append(str(self._save(ray, total_steps, (total_steps - 1) // steps_per_epoch)))
+            epoch = (total_steps - 1) // steps_per_epoch
+            result.checkpoints.append(str(self.checkpoints.save(total_steps, epoch, self.kl.value)))
         if t.hf_save_interval > 0 and last_exported != total_steps and total_steps > start_step:
-            self._export(ray, total_steps)  # the final weights, as the final checkpoint
+            self.checkpoints.export(total_steps)  # the final weights, as the final checkpoint
         if start_step >= total_steps:
             tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
         return result
 
-    def _rows_for(self, step: int) -> list[tuple[dict, list[int]]]:
-        """The prompts of a step: its slice of the epoch's seeded order (so a resumed run picks the same ones)."""
-        size = self.spec.trainer.train_batch_size
-        epoch, offset = divmod(step - 1, self.steps_per_epoch)
-        order = self._epoch_order(epoch, len(self.train))
-        return [self.train[i] for i in order[offset * size : (offset + 1) * size]]
+    def _rollout_source(self, total_steps: int) -> Synchronous | Ahead:
+        """Where each step's rollouts come from: generated in the step, or ahead of it (trainer.fully_async)."""
+        t = self.spec.trainer
+        synchronous = Synchronous(self.train, t.train_batch_size, self.steps_per_epoch, t.seed, self._checked)
+        if not t.fully_async.enabled:
+            return synchronous
+        settings = AheadSettings(
+            max_staleness_steps=t.fully_async.max_staleness_steps,
+            num_parallel_generation_workers=t.fully_async.num_parallel_generation_workers,
+            train_batch_size=t.train_batch_size,
+            n_samples_per_prompt=self.spec.generator.n_samples_per_prompt,
+            sampling=self.decisions.train_sampling,
+        )
+        assert self.generator is not None, "the generator starts with the engines"
+        return Ahead(synchronous, self.generator, settings, total_steps)
 
     def _extra_rows(self, step: int, draw: int) -> list[tuple[dict, list[int]]]:
         """Another batch of prompts for dynamic sampling: drawn at random, seeded by step and draw.
@@ -406,30 +387,6 @@ class Driver:
         """
         rng = random.Random((self.spec.trainer.seed * 7_777_777 + step * 104_729 + draw) % (2**63))
         return [self.train[i] for i in rng.sample(range(len(self.train)), self.spec.trainer.train_batch_size)]
-
-    def _resume_point(self) -> tuple[int, dict, Path | None]:
-        t = self.spec.trainer
-        if t.resume_mode in (None, "none"):
-            return 0, {}, None
-        if t.resume_mode == "from_path":
-            assert t.resume_path is not None  # RLC-E306: the compiler refuses from_path without a resume_path
-            directory = expand(t.resume_path)
-            try:
-                state = ckpt.read_state(directory)
-            except ckpt.CheckpointError as exc:
-                raise RunError(str(exc)) from None
-            return int(state["global_step"]), state, directory
-        found = ckpt.latest(self.ckpt_root)
-        if found is None:
-            return 0, {}, None
-        state = ckpt.read_state(found)
-        if state.get("content_hash") not in (None, self.job.content_hash):
-            print(
-                f"rlc: note: {found} was written by another compile of the job (its resolved config differs); "
-                "resuming from it",
-                flush=True,
-            )
-        return int(state["global_step"]), state, found
 
     # -- one step -----------------------------------------------------------------------------------------
 
@@ -709,9 +666,11 @@ class Driver:
                 assert version is not None, "a weight update names the weights' version"
                 self.weights.send(version)
             elif act.target == "engines":
-                # Level 2 drops the weights (a full sync refills them); with LoRA only adapters come back: level 1.
-                level = 1 if self.decisions.engines.adapter_sync else 2
-                args = {"sleep": (level,), "wake_up": (list(act.tags),), "reset_prefix_cache": ()}[act.op]
+                args = {
+                    "sleep": (self.decisions.engines.sleep_level,),
+                    "wake_up": (list(act.tags),),
+                    "reset_prefix_cache": (),
+                }[act.op]
                 ray.get([getattr(e, act.op).remote(*args) for e in self.engines])
             else:
                 ray.get(
@@ -722,78 +681,6 @@ class Driver:
                 )
 
     # -- eval, checkpoints, export ---------------------------------------------------------------------
-
-    def _evaluate(self, ray, val, step: int, tracker=None) -> dict:
-        """Mean reward and accuracy (the environment's `correct`, else reward >= 1) over the validation rows; the
-        first few decoded completions go to the log."""
-        g = self.spec.generator
-        sampling = self.decisions.eval_sampling
-        size = self.spec.trainer.eval_batch_size
-        n = g.eval_n_samples_per_prompt
-        rewards: list[float] = []
-        right = 0
-        samples: list[str] = []
-        dumped: list[dict] | None = [] if self.spec.trainer.dump_eval_results else None
-        for i in range(0, len(val), size):
-            chunk = val[i : i + size]
-            # A step-wise trajectory is judged on its last turn.
-            rollouts = [r for r in self._generate(chunk, sampling, n, -step - 1) if r.last_step]
-            for k, r in enumerate(rollouts):
-                row, prompt_ids = chunk[k // n]
-                text = self._decode(r.response_ids)
-                right += r.correct if r.correct is not None else r.reward >= 1.0
-                rewards.append(r.reward)
-                if dumped is not None:
-                    dumped.append(self._eval_record(row, prompt_ids, r))
-                if len(samples) < EVAL_SAMPLES_SHOWN:
-                    samples.append(
-                        f"  [{len(samples) + 1}] answer {row.get('answer')!s:>6}  reward {r.reward:.2f}  "
-                        f"{r.finish_reason:<6} | {text.strip()!r}"
-                    )
-        out = {"eval/reward": sum(rewards) / max(1, len(rewards)), "eval/accuracy": right / max(1, len(rewards))}
-        if dumped is not None:
-            dump_eval_results(expand(self.spec.trainer.export_path), step, dumped, out)
-        if tracker is not None:
-            tracker.message(
-                f"eval at step {step}: reward {out['eval/reward']:.3f}  accuracy {out['eval/accuracy']:.3f} "
-                f"({len(rewards)} completions)\n" + "\n".join(samples)
-            )
-        return out
-
-    def _eval_record(self, row: dict, prompt_ids: list[int], rollout: Rollout) -> dict:
-        """One evaluated completion as SkyRL's dump_eval_results writes it (text decoded as generated)."""
-        return {
-            "input_prompt": self.tokenizer.decode(prompt_ids),
-            "output_response": self.tokenizer.decode(rollout.response_ids),
-            "score": rollout.reward,
-            "stop_reason": rollout.finish_reason,
-            "env_class": row.get("env_class") or self.spec.environment.env_class,
-            "env_extras": {k: v for k, v in row.items() if k != "prompt"},
-            "data_source": row.get("data_source"),
-        }
-
-    def _save(self, ray, step: int, epoch: int) -> Path:
-        t = self.spec.trainer
-        staging = ckpt.staging_dir(self.ckpt_root, step)
-        for name, workers in self.workers.items():
-            if name != "ref":
-                ray.get([w.save_checkpoint.remote(str(staging / name)) for w in workers])
-        state = {
-            "global_step": step,
-            "epoch": epoch,
-            "kl_coef": self.kl.value,
-            "content_hash": self.job.content_hash,
-            "world_sizes": {k: len(v) for k, v in self.workers.items()},
-        }
-        final = ckpt.commit(self.ckpt_root, staging, step, state)
-        ckpt.prune(self.ckpt_root, t.max_ckpts_to_keep, current=step)
-        return final
-
-    def _export(self, ray, step: int) -> None:
-        target = expand(self.spec.trainer.export_path) / f"global_step_{step}"
-        for name in ("policy", "critic"):
-            if name in self.workers:
-                ray.get([w.export_hf.remote(str(target / name), self.policy_path) for w in self.workers[name]])
 
 
 def outcomes(rollouts: list[Rollout]) -> list[float]:
@@ -812,51 +699,6 @@ def outcomes(rollouts: list[Rollout]) -> list[float]:
 def generated_tokens(r: Rollout) -> int:
     """Tokens the engine sampled for a row (its observation tokens are the environment's)."""
     return int(sum(r.loss_mask)) if r.loss_mask is not None and r.env_error is None else len(r.response_ids)
-
-
-class _Ahead:
-    """Fully async generation: batches for later steps are generated while the trainer trains.
-
-    A batch is dispatched with the engines' current weights (version v = steps trained so far) and
-    trained at step s, so its staleness is s - 1 - v; batches are dispatched only while that stays at
-    most `max_staleness_steps`, and at most `num_parallel_generation_workers // train_batch_size` of
-    them (at least one) are in flight. An engine runs its calls in order, so the weight update queued
-    after a training step reaches it after the batches dispatched before. A batch's first turn is
-    dispatched here; its environments and later turns run on a thread of their own meanwhile (a multi-turn
-    trajectory's later turns may then use newer weights than its first).
-    """
-
-    def __init__(self, driver: Driver, ray, total_steps: int):
-        from concurrent.futures import ThreadPoolExecutor
-
-        t, g = driver.spec.trainer, driver.spec.generator
-        self.d, self.ray, self.total = driver, ray, total_steps
-        self.staleness = t.fully_async.max_staleness_steps
-        self.in_flight = max(
-            1, min(self.staleness + 1, t.fully_async.num_parallel_generation_workers // t.train_batch_size)
-        )
-        self.sampling, self.n = driver.decisions.train_sampling, g.n_samples_per_prompt
-        self.pending: dict[int, tuple[int, list, Any]] = {}  # step -> (weights version, rows, future rollouts)
-        self.next: int | None = None
-        self.threads = ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="rlc-ahead")
-
-    def batch_for(self, step: int):
-        """Rows, rollouts and staleness of `step`'s batch; tops up the batches in flight first."""
-        generator = self.d.generator
-        assert generator is not None
-        version = step - 1  # weights the engines hold once the previous step's sync has run
-        n = step if self.next is None else self.next
-        while n <= self.total and len(self.pending) < self.in_flight and n - 1 - version <= self.staleness:
-            rows = self.d._rows_for(n)
-            started = generator.start(rows, self.sampling, self.n, (n, 0))
-            self.pending[n] = (version, rows, self.threads.submit(generator.finish, started))
-            n += 1
-        self.next = n
-        dispatched, rows, future = self.pending.pop(step)
-        return rows, self.d._checked(future.result(), step), step - 1 - dispatched
-
-    def close(self) -> None:
-        self.threads.shutdown(wait=False, cancel_futures=True)
 
 
 def run(job: CompiledJob, *, address: str | None = None, progress: bool = True) -> RunResult:

@@ -13,6 +13,7 @@ Hugging Face directory in the cache. `resolve_model_path(id)` gives the local di
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import sys
@@ -252,3 +253,25 @@ def _build(recipe: EmbeddedModel, target: Path) -> None:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# -- what a model's forward takes (trainer and hf engine alike) ------------------------------------------------
+
+
+def cache_keyword(model) -> str:
+    """The forward keyword of the key/value cache: transformers 5.2x renamed `past_key_values` to `cache` (and warns
+    on the old name); earlier releases know only `past_key_values`. A PEFT wrapper forwards to the model inside."""
+    return "cache" if accepts(model, "cache") else "past_key_values"
+
+
+def accepts(model, keyword: str) -> bool:
+    """Whether the model's forward (the model inside a PEFT wrapper) takes `keyword`."""
+    get = getattr(model, "get_base_model", None)
+    inner = get() if callable(get) else model
+    return keyword in inspect.signature(type(inner).forward).parameters
+
+
+def returned_cache(out):
+    """The cache a forward returned, under either name."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rlc.core.job import CompiledJob
-from rlc.core.plan import Engine, Role
+from rlc.core.plan import Engine, RemoteEngine, Role
 from rlc.runtime.batch import TrainBatch, shards
+from rlc.runtime.cluster_gate import device_shortfall
 from rlc.runtime.data import expand
+from rlc.runtime.inference.hf import HFEngine
+from rlc.runtime.inference.http import EngineHTTPError
+from rlc.runtime.inference.http import RemoteEngine as RemoteEngineClient
+from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
+from rlc.runtime.models import ModelPathError, local_path
 from rlc.runtime.run_error import RunError
+from rlc.runtime.workers.fsdp import FSDPWorker
+from rlc.runtime.workers.megatron import MegatronWorker
 
 # Quiet third-party chatter in every process the driver starts.
 QUIET_ENV = {
@@ -32,8 +41,6 @@ QUIET_ENV = {
 
 def local_model_path(path: str) -> str:
     """The local directory of a model id or path, on this node."""
-    from rlc.runtime.models import ModelPathError, local_path
-
     try:
         return local_path(path)
     except ModelPathError as exc:
@@ -86,8 +93,6 @@ class Cluster:
         self.layouts: dict[str, list[dict]] = {}
 
     def start(self, total_optimizer_steps: int) -> None:
-        from rlc.runtime.cluster_gate import device_shortfall
-
         short = device_shortfall(self.plan, self.ray.nodes())
         if short:  # before any model loads
             raise RunError(short)
@@ -122,11 +127,6 @@ class Cluster:
     def _start_role(self, groups: dict, role: Role, total_optimizer_steps: int) -> list:
         t = self.spec.trainer
         planned = self.decisions.workers[role.name]
-        if planned.strategy == "megatron":
-            from rlc.runtime.workers.megatron import MegatronWorker as Worker
-        else:
-            from rlc.runtime.workers.fsdp import FSDPWorker as Worker  # type: ignore[assignment]
-
         # The node's own paths: the model id's local directory and the home the snapshot directory names.
         settings = replace(
             planned,
@@ -135,7 +135,7 @@ class Cluster:
             memory_snapshot_dir=str(expand(planned.memory_snapshot_dir)) if planned.memory_snapshot_dir else None,
         )
         env = trainer_env(self.spec)
-        actor = self.ray.remote(Worker)
+        actor = self.ray.remote(strategy(planned.strategy).worker)
         world, res = role.world_size, self.plan.share(role.share)
         workers = [
             actor.options(
@@ -157,90 +157,19 @@ class Cluster:
         return workers
 
     def _start_engines(self, groups: dict) -> list:
-        es = self.decisions.engines
-        if es.backend == "remote":
-            from rlc.runtime.inference.http import EngineHTTPError, RemoteEngine
-
-            # A client actor per server (no resources of its own), so remote and local engines look the same.
-            remote = self.ray.remote(RemoteEngine)
-            engines = [
-                remote.options(num_cpus=0).remote(r.url, model_name=es.served_model_name)
-                for r in self.plan.remote_engines
-            ]
-            try:
-                self.ray.get([e.connect.remote() for e in engines])
-            except self.ray.exceptions.RayTaskError as exc:
-                cause = exc.cause if isinstance(exc.cause, EngineHTTPError) else exc
-                raise RunError(f"a remote inference engine cannot be used: {cause}") from None
-            self.engine_workers = [1 for r in self.plan.remote_engines if r.kind == "server"]
-            return engines
-        from rlc.runtime.inference.hf import MULTI_TURN_PROMPT_CACHE_BYTES, HFEngine
-
-        env = {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
-        worker = self.plan.engine_worker
-        engines = []
-        for e in self.plan.engines:
-            group = groups[self.plan.engine_group]
-            if es.backend == "vllm":
-                engines.append(self._vllm_engine(e, group, env))
-                continue
-            engines.append(
-                self.ray.remote(HFEngine)
-                .options(
-                    num_cpus=worker.num_cpus,
-                    num_gpus=worker.num_gpus,
-                    scheduling_strategy=self._on_bundle(group, e.bundles[0]),
-                    runtime_env={"env_vars": env} if env else None,
-                )
-                .remote(
-                    self.policy_path,
-                    dtype=es.dtype,
-                    device=es.device,
-                    pad_token_id=self.tokenizer.pad_token_id,
-                    eos_token_id=self.tokenizer.eos_token_id,
-                    tokenizer=self.tokenizer,
-                    cpu_slots_per_node=es.cpu_slots_per_node,
-                    lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None,
-                    # Multi-turn: a trajectory's next turn runs only its new tokens over the last turn's prompt.
-                    prompt_cache_bytes=MULTI_TURN_PROMPT_CACHE_BYTES if self.spec.generator.max_turns > 1 else 0,
-                )
-            )
-            self.engine_workers.append(1)
+        """Every engine the plan places (its remote servers, for a remote backend), each started by its kind."""
+        kind = engine_kind(self.decisions.engines.backend)
+        placed = self.plan.remote_engines if kind.remote else self.plan.engines
+        started = [kind.start(self, groups, e) for e in placed]
+        engines = [engine for engine, _ in started]
+        self.engine_workers = [members for _, members in started if members]
+        if kind.connect is not None:
+            kind.connect(self, engines)
         return engines
 
-    def _vllm_engine(self, e: Engine, group, env: dict):
-        """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
-        from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
-
-        es = self.decisions.engines
-        assert es.vllm is not None, "the compiler decides vLLM's arguments for every vllm backend"
-        args = engine_kwargs(es.vllm, model=self.policy_path, engine=self.plan.engines.index(e))
-        self.engine_workers.append(e.workers)
-        env = {**env, **es.vllm.env}
-        if e.workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
-            env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e.bundles)
-            res = self.plan.engine_server
-        else:
-            res = self.plan.engine_worker
-        return (
-            self.ray.remote(VLLMEngine)
-            .options(
-                num_cpus=res.num_cpus,
-                num_gpus=res.num_gpus,
-                scheduling_strategy=self._on_bundle(group, e.bundles[0]),
-                runtime_env={"env_vars": env},
-            )
-            .remote(
-                self.policy_path,
-                dtype=es.dtype,
-                device=es.device,
-                eos_token_id=self.tokenizer.eos_token_id,
-                engine_args=args,
-                env=es.vllm.env,
-                cpu_slots_per_node=es.cpu_slots_per_node,
-                lora=self.spec.trainer.policy.model.lora if es.adapter_sync else None,
-            )
-        )
+    def engine_env(self) -> dict[str, str]:
+        """Environment of the local engines' processes: launch.inference_envs."""
+        return {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
 
     # -- rows and results --------------------------------------------------------------------------------
 
@@ -278,3 +207,118 @@ class Cluster:
             ]
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "placement.json").write_text(json.dumps(out, indent=2) + "\n")
+
+
+# -- the registries: what placement starts, by the name the compiler's decisions give --------------------------------
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A training strategy (`WorkerSettings.strategy`): the Ray actor class of one rank."""
+
+    name: str
+    worker: type
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """An inference backend (`EngineSettings.backend`): how one placed engine starts, returning its actor and how
+    many members it brings to the weight-update group (0: none, such as a router in front of remote servers)."""
+
+    name: str
+    start: Callable[[Cluster, dict, Any], tuple[Any, int]]  # (cluster, placement groups, placed engine)
+    remote: bool = False  # placed by the plan's remote_engines (URLs), not on its bundles
+    connect: Callable[[Cluster, list], None] | None = None  # once every engine is started
+
+
+def _start_hf(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
+    es, worker, env = c.decisions.engines, c.plan.engine_worker, c.engine_env()
+    engine = (
+        c.ray.remote(HFEngine)
+        .options(
+            num_cpus=worker.num_cpus,
+            num_gpus=worker.num_gpus,
+            scheduling_strategy=c._on_bundle(groups[c.plan.engine_group], e.bundles[0]),
+            runtime_env={"env_vars": env} if env else None,
+        )
+        .remote(
+            c.policy_path,
+            dtype=es.dtype,
+            device=es.device,
+            pad_token_id=c.tokenizer.pad_token_id,
+            eos_token_id=c.tokenizer.eos_token_id,
+            tokenizer=c.tokenizer,
+            cpu_slots_per_node=es.cpu_slots_per_node,
+            lora=c.spec.trainer.policy.model.lora if es.adapter_sync else None,
+            prompt_cache_bytes=es.prompt_cache_bytes,
+        )
+    )
+    return engine, 1
+
+
+def _start_vllm(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
+    """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
+    es = c.decisions.engines
+    assert es.vllm is not None, "the compiler decides vLLM's arguments for every vllm backend"
+    args = engine_kwargs(es.vllm, model=c.policy_path, engine=c.plan.engines.index(e))
+    env = {**c.engine_env(), **es.vllm.env}
+    if e.workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
+        env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e.bundles)
+        res = c.plan.engine_server
+    else:
+        res = c.plan.engine_worker
+    engine = (
+        c.ray.remote(VLLMEngine)
+        .options(
+            num_cpus=res.num_cpus,
+            num_gpus=res.num_gpus,
+            scheduling_strategy=c._on_bundle(groups[c.plan.engine_group], e.bundles[0]),
+            runtime_env={"env_vars": env},
+        )
+        .remote(
+            c.policy_path,
+            dtype=es.dtype,
+            device=es.device,
+            eos_token_id=c.tokenizer.eos_token_id,
+            engine_args=args,
+            env=es.vllm.env,
+            cpu_slots_per_node=es.cpu_slots_per_node,
+            lora=c.spec.trainer.policy.model.lora if es.adapter_sync else None,
+        )
+    )
+    return engine, e.workers
+
+
+def _start_remote(c: Cluster, groups: dict, r: RemoteEngine) -> tuple[Any, int]:
+    """A client actor per server (no resources of its own), so remote and local engines look the same; a server
+    takes weights, a router in front of servers only generates."""
+    client = (
+        c.ray.remote(RemoteEngineClient)
+        .options(num_cpus=0)
+        .remote(r.url, model_name=c.decisions.engines.served_model_name)
+    )
+    return client, 1 if r.kind == "server" else 0
+
+
+def _connect_remote(c: Cluster, engines: list) -> None:
+    try:
+        c.ray.get([e.connect.remote() for e in engines])
+    except c.ray.exceptions.RayTaskError as exc:
+        cause = exc.cause if isinstance(exc.cause, EngineHTTPError) else exc
+        raise RunError(f"a remote inference engine cannot be used: {cause}") from None
+
+
+STRATEGIES = (Strategy("fsdp2", FSDPWorker), Strategy("megatron", MegatronWorker))
+ENGINES = (
+    EngineKind("hf", _start_hf),
+    EngineKind("vllm", _start_vllm),
+    EngineKind("remote", _start_remote, remote=True, connect=_connect_remote),
+)
+
+
+def strategy(name: str) -> Strategy:
+    return next(s for s in STRATEGIES if s.name == name)
+
+
+def engine_kind(name: str) -> EngineKind:
+    return next(k for k in ENGINES if k.name == name)

@@ -12,8 +12,6 @@ adapters wrapped around the projections) keep the transformers forward: `unsuppo
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.nn.functional as F
 
@@ -155,22 +153,3 @@ class LeanDecoder:
             x = x + F.linear(gated, mlp.down_proj.weight, mlp.down_proj.bias)
         x = self._norm(x, self.model.model.norm.weight)
         return F.linear(x, self.model.lm_head.weight, self.model.lm_head.bias).float()
-
-
-def cache_keyword(model) -> str:
-    """The forward keyword of the key/value cache: transformers 5.2x renamed `past_key_values` to `cache` (and warns
-    on the old name); earlier releases know only `past_key_values`. A PEFT wrapper forwards to the model inside."""
-    return "cache" if accepts(model, "cache") else "past_key_values"
-
-
-def accepts(model, keyword: str) -> bool:
-    """Whether the model's forward (the model inside a PEFT wrapper) takes `keyword`."""
-    get = getattr(model, "get_base_model", None)
-    inner = get() if callable(get) else model
-    return keyword in inspect.signature(type(inner).forward).parameters
-
-
-def returned_cache(out):
-    """The cache a forward returned, under either name."""
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values

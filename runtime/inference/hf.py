@@ -9,20 +9,16 @@ before top-k / top-p / min-p filtering and the repetition penalty.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
-from rlc.core.job import Sampling  # noqa: F401  (the engines' sampling type, re-exported)
-from rlc.runtime.inference.decode import LeanDecoder, accepts, cache_keyword, returned_cache, unsupported
-
-MULTI_TURN_PROMPT_CACHE_BYTES = 2 << 30  # the keys and values of a turn's prompts kept for the next turn
-
-
-@dataclass
-class Completion:
-    token_ids: list[int]
-    logprobs: list[float] | None
-    finish_reason: str  # "stop" (EOS or a stop string) or "length"
+from rlc.runtime.host import cpu_threads, pin_gloo_interface
+from rlc.runtime.inference.base import Completion, Sampling
+from rlc.runtime.inference.decode import LeanDecoder, unsupported
+from rlc.runtime.models import accepts, cache_keyword, returned_cache
+from rlc.runtime.weights.broadcast import GroupSeat, group_device, receive_weights
+from rlc.runtime.weights.ipc import open_bucket
+from rlc.runtime.weights.lora import adapter_names, with_lora
+from rlc.runtime.weights.payload import unpack
 
 
 def _filter_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
@@ -84,15 +80,11 @@ class HFEngine:
 
         self.device = torch.device(device)
         if cpu_slots_per_node and self.device.type == "cpu":
-            from rlc.runtime.transfer import cpu_threads
-
             cpu_threads(cpu_slots_per_node)
         self.dtype = _DTYPES[dtype]
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
         self.lora = lora is not None and lora.rank > 0
         if self.lora:  # the trainer's adapters, refreshed by every sync; the base weights stay as loaded
-            from rlc.runtime.lora import with_lora
-
             self.model = with_lora(self.model, lora)
         self.model = self.model.to(self.device).eval()
         # Why decode steps go through the transformers forward (None: they run on LeanDecoder).
@@ -108,8 +100,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.weights_on = True
         self.weight_version = 0
-        self.weight_group = None
-        self.weight_group_info: dict | None = None  # where the group's master is, for whoever asks to replace it
+        self.seat = GroupSeat()  # the weight-update group this engine is in (the broadcast transport)
         self._buffers: dict | None = None  # kept across a level-2 sleep (see sleep)
         # The last call's prompts' keys and values (multi-turn: the next turn's prompts continue them); 0 keeps none.
         self.prompts = PromptCache(prompt_cache_bytes)
@@ -172,15 +163,11 @@ class HFEngine:
         self._buffers = None
 
     def update_weights(self, state_dict: dict, version: int | None = None) -> int:
-        """Load a full (unsharded) state dict from the trainer (tensors or `transfer.pack`ed), cast to the engine dtype."""
-        from rlc.runtime.transfer import unpack
-
+        """Load a full (unsharded) state dict from the trainer (tensors or `weights.payload.pack`ed), cast to the engine dtype."""
         state_dict = unpack(state_dict)
         buffers = {n for n, _ in self.model.named_buffers()}
         expected = list(self.model.state_dict())
         if self.lora:
-            from rlc.runtime.lora import adapter_names
-
             expected = adapter_names(expected)
         missing = [k for k in expected if k not in state_dict and k not in buffers]
         if missing:
@@ -209,40 +196,27 @@ class HFEngine:
         An engine already in a group leaves it first with `override_existing`, and raises
         `WeightGroupExists` without.
         """
-        from rlc.runtime.transfer import pin_gloo_interface
-        from rlc.runtime.weight_sync import WeightGroupExists, init_group
-
-        if self.weight_group is not None:
-            info = self.weight_group_info
-            if not override_existing:
-                raise WeightGroupExists(
-                    f"this engine is already rank {info['rank']} of a weight-update group of {info['world_size']} "
-                    f"whose master is {info['master_address']}:{info['master_port']} ({info['backend']})"
-                )
-            self.close_weight_group()
+        self.seat.vacate(override_existing, self.close_weight_group)
         pin_gloo_interface()
-        self.weight_group = init_group(master_address, master_port, rank, world_size, backend)
-        self.weight_group_info = {
-            "master_address": master_address,
-            "master_port": master_port,
-            "rank": rank,
-            "world_size": world_size,
-            "backend": backend,
-        }
+        self.seat.join(master_address, master_port, rank, world_size, backend)
+
+    @property
+    def weight_group(self):
+        """The weight-sync group this engine is in, or None."""
+        return self.seat.group
+
+    @property
+    def weight_group_info(self) -> dict | None:
+        """Where the group's master is (and this engine's rank, the size, the backend), for whoever asks to replace it."""
+        return self.seat.info
 
     def close_weight_group(self) -> None:
         """Leave the weight-sync group, if any."""
-        from rlc.runtime.weight_sync import close_group
-
-        if self.weight_group is not None:
-            group, self.weight_group, self.weight_group_info = self.weight_group, None, None
-            close_group(group)
+        self.seat.leave()
 
     @torch.no_grad()
     def receive_weights(self, metas: list, version: int | None = None) -> int:
         """Receive the weights the trainer broadcasts (same names as its state dict) and load them."""
-        from rlc.runtime.weight_sync import _group_device, receive_weights
-
         if self.weight_group is None:
             raise RuntimeError("this engine is in no weight-sync group: init_weight_group first")
         if not self.weights_on:
@@ -254,7 +228,7 @@ class HFEngine:
         receive_weights(
             self.weight_group,
             metas,
-            _group_device(self.weight_group),  # gloo: CPU, nccl: GPU
+            group_device(self.weight_group),  # gloo: CPU, nccl: GPU
             lambda chunk: _copy_into(params, chunk),
         )
         return self.finish_weight_update(version)
@@ -263,32 +237,23 @@ class HFEngine:
 
     @torch.no_grad()
     def update_weights_ipc(self, handles_by_gpu_uuid: dict, entries: list) -> int:
-        """CUDA only. Copy one bucket a trainer rank on this GPU shares (`weight_sync.ipc_buckets`) into the
+        """CUDA only. Copy one bucket a trainer rank on this GPU shares (`weights.ipc.ipc_buckets`) into the
         model; returns the tensors loaded, once the copies are done (the sender may then free the bucket).
 
-        `handles_by_gpu_uuid` maps each trainer GPU's `vllm_worker.gpu_uuid` to its bucket's `ipc_handle`;
+        `handles_by_gpu_uuid` maps each trainer GPU's `weights.ipc.gpu_uuid` to its bucket's `ipc_handle`;
         call `finish_weight_update` after the last bucket.
         """
-        from rlc.runtime.inference.vllm_worker import gpu_uuid
-        from rlc.runtime.weight_sync import BucketEntry, open_ipc_handle, unpack_bucket
-
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        mine = gpu_uuid(index)
-        if mine not in handles_by_gpu_uuid:
-            raise RuntimeError(
-                f"no weight bucket for this engine's GPU {mine}; the trainer shared {sorted(handles_by_gpu_uuid)}"
-            )
         if not self.weights_on:
             self._materialize()
         params = self.model.state_dict()
-        entries = [e if isinstance(e, BucketEntry) else BucketEntry(**e) for e in entries]
-        unknown = [e.name for e in entries if e.name not in params]
+        bucket = open_bucket(handles_by_gpu_uuid, entries, index)
+        unknown = [name for name, _ in bucket if name not in params]
         if unknown:
             raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
-        buffer = open_ipc_handle(handles_by_gpu_uuid[mine], index)
-        _copy_into(params, unpack_bucket(buffer, entries))
+        _copy_into(params, bucket)
         torch.cuda.synchronize(index)
-        del buffer  # with no view left either, the sender may free the bucket once this returns
+        del bucket  # with no view left, the sender may free the bucket once this returns
         return len(entries)
 
     def finish_weight_update(self, version: int | None = None) -> int:

@@ -39,9 +39,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from rlc.runtime.inference.hf import Completion, Sampling
-from rlc.runtime.lora import ADAPTER_MARK
-from rlc.runtime.weight_sync import WeightGroupExists, WeightMeta
+from rlc.runtime.inference.base import Completion, Sampling
+from rlc.runtime.weights.broadcast import GroupSeat, WeightGroupExists
+from rlc.runtime.weights.lora import ADAPTER_MARK
+from rlc.runtime.weights.payload import unpack
+from rlc.runtime.weights.tensors import WeightMeta
 
 _TOKEN_PREFIX = "token_id:"
 
@@ -315,7 +317,6 @@ class RemoteEngine:
     def update_weights(self, state_dict: dict, version: int | None = None) -> int:
         """Send the weights as one safetensors body (rlc's server), or base64 in a worker call (vLLM's, whose
         /collective_rpc takes strings: for small models; a broadcast group suits large ones)."""
-        from rlc.runtime.transfer import unpack
         from safetensors.torch import save
 
         tensors = {k: v.contiguous() for k, v in unpack(state_dict).items()}
@@ -352,15 +353,10 @@ class RemoteEngine:
         `override_existing`; without, it answers 409 and this raises `EngineHTTPError` naming that group.
         """
         if self.vllm_server:
-            old = self.weight_group()
-            if old is not None:
-                if not override_existing:
-                    raise EngineHTTPError(
-                        f"{self.base}: this engine is already in a weight-update group whose master is "
-                        f"{old['master_address']}:{old['master_port']}",
-                        409,
-                    )
-                self.close_weight_group()
+            try:
+                GroupSeat(self.weight_group()).vacate(override_existing, self.close_weight_group)
+            except WeightGroupExists as exc:
+                raise EngineHTTPError(f"{self.base}: {exc}", 409) from None
             self._worker("rlc_init_weight_update_group", master_address, master_port, rank, world_size, backend)
             return
         self._call(
@@ -377,7 +373,7 @@ class RemoteEngine:
         )
 
     def receive_weights(self, metas: list[WeightMeta], version: int | None = None) -> int:
-        """Have the server receive and load the broadcast trainer rank 0 sends now (`weight_sync.send_weights`)."""
+        """Have the server receive and load the broadcast trainer rank 0 sends now (`weights.broadcast.send_weights`)."""
         if self.vllm_server:
             self._worker(
                 "rlc_receive_weights", [m.name for m in metas], [m.dtype for m in metas], [list(m.shape) for m in metas]

@@ -19,8 +19,12 @@ import os
 import pickle
 
 from rlc.core.job import VLLMArgs
-from rlc.runtime.inference.hf import Completion, Sampling
+from rlc.runtime.host import cpu_threads
+from rlc.runtime.inference.base import Completion, Sampling
 from rlc.runtime.inference.vllm_worker import WEIGHT_GROUP, WeightSyncExtension
+from rlc.runtime.weights.broadcast import GroupSeat
+from rlc.runtime.weights.lora import save_adapter
+from rlc.runtime.weights.payload import unpack
 
 _WORKER_EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
 
@@ -151,8 +155,6 @@ class VLLMEngine:
         request then uses (the engine needs `enable_lora`)."""
         os.environ.update(env or {})
         if device == "cpu" and cpu_slots_per_node:
-            from rlc.runtime.transfer import cpu_threads
-
             cpu_threads(cpu_slots_per_node)  # before vLLM's CPU worker stops torch.set_num_threads working
         args = {"model": model_path, **(engine_args or {})}
         if dtype is not None:
@@ -172,7 +174,7 @@ class VLLMEngine:
         self._lora_request = None  # the adapter the trainer sent last (LoRA), used by every request
         self.weight_version = 0
         self._asleep: set[str] = set()
-        self._group_master: str | None = None  # host:port of the weight-update group the workers are in
+        self.seat = GroupSeat()  # the weight-update group the workers are in (they hold it; this notes it)
         self._ipc_update = False  # CUDA-IPC buckets are being loaded (between the first and finish_weight_update)
 
     # -- the engine interface ------------------------------------------------------------------------
@@ -231,7 +233,7 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
 
     def update_weights(self, state_dict: dict, version: int | None = None) -> int:
-        """Load a full state dict from the trainer (tensors or `transfer.pack`ed) on every worker; with LoRA, the
+        """Load a full state dict from the trainer (tensors or `weights.payload.pack`ed) on every worker; with LoRA, the
         adapters."""
         if self.lora is not None:
             self._load_adapter(state_dict)
@@ -247,8 +249,6 @@ class VLLMEngine:
         import shutil
         import tempfile
 
-        from rlc.runtime.lora import save_adapter
-        from rlc.runtime.transfer import unpack
         from vllm.lora.request import LoRARequest
 
         os.makedirs(self.lora.lora_sync_path, exist_ok=True)
@@ -280,24 +280,18 @@ class VLLMEngine:
         this engine's first worker's, the others follow it (TP x PP of them). Returns the workers' ranks.
 
         An engine already in a group leaves it first with `override_existing`, and raises
-        `weight_sync.WeightGroupExists` without.
+        `weights.broadcast.WeightGroupExists` without.
         """
-        from rlc.runtime.weight_sync import WeightGroupExists
-
-        old = self._group_master
-        if old is not None:
-            if not override_existing:
-                raise WeightGroupExists(f"this engine is already in a weight-update group whose master is {old}")
-            self.close_weight_group()
+        self.seat.vacate(override_existing, self.close_weight_group)
         ranks = self._rpc(
             "rlc_init_weight_update_group", master_address, master_port, rank, world_size, backend, group_name
         )
-        self._group_master = f"{master_address}:{master_port}"
+        self.seat.record(master_address, master_port, rank, world_size, backend)
         return ranks
 
     def receive_weights(self, metas: list, version: int | None = None) -> int:
-        """Receive and load the weights trainer rank 0 broadcasts now (`weight_sync.send_weights`); `metas`
-        are its `weight_sync.WeightMeta`s, in sending order."""
+        """Receive and load the weights trainer rank 0 broadcasts now (`weights.broadcast.send_weights`); `metas`
+        are its `weights.tensors.WeightMeta`s, in sending order."""
         self._rpc(
             "rlc_receive_weights", [m.name for m in metas], [m.dtype for m in metas], [list(m.shape) for m in metas]
         )
@@ -305,7 +299,7 @@ class VLLMEngine:
 
     def close_weight_group(self) -> None:
         self._rpc("rlc_close_weight_update_group")
-        self._group_master = None
+        self.seat.leave()
 
     def update_weights_ipc(self, handles_by_gpu_uuid: dict, entries: list) -> None:
         """Load one CUDA-IPC bucket on every worker (`vllm_worker.WeightSyncExtension.rlc_update_weights_ipc`);

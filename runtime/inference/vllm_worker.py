@@ -13,8 +13,8 @@ quantized). So every update runs inside vLLM's layerwise reload (`initialize_lay
 checkpoint-format parameters back, take the new tensors, and are processed again once each has all of its own.
 
 The worker attributes used here (`model_runner`, `device`, `parallel_config`, `vllm_config`) are vLLM 0.30's
-(`vllm/v1/worker/worker_base.py`). Only torch is imported at module level: vLLM imports this module
-by name in each worker, and the tests import it without vLLM.
+(`vllm/v1/worker/worker_base.py`). Only torch and rlc's weight transports are imported at module level: vLLM
+imports this module by name in each worker, and the tests import it without vLLM.
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ import pickle
 from typing import Any
 
 import torch
+from rlc.runtime.weights.broadcast import GroupSeat, receive_weights
+from rlc.runtime.weights.ipc import open_bucket
+from rlc.runtime.weights.payload import unpack
+from rlc.runtime.weights.tensors import WeightMeta
 
-WEIGHT_GROUP = "rlc-weight-sync"  # weight_sync.init_group's default group name: both sides must agree
+WEIGHT_GROUP = "rlc-weight-sync"  # weights.broadcast.init_group's default group name: both sides must agree
 # What `rlc_http_call` runs: the methods whose arguments and results are plain JSON.
 HTTP_METHODS = (
     "rlc_init_weight_update_group",
@@ -35,12 +39,6 @@ HTTP_METHODS = (
     "rlc_weight_group",
     "rlc_load_safetensors",
 )
-
-
-def gpu_uuid(device_index: int) -> str:
-    """CUDA only. The physical GPU behind a local device index, the same in every process whatever its
-    CUDA_VISIBLE_DEVICES; a CUDA-IPC sender keys its handles by this."""
-    return str(torch.cuda.get_device_properties(device_index).uuid)
 
 
 class WeightSyncExtension:
@@ -52,7 +50,7 @@ class WeightSyncExtension:
     parallel_config: Any
     model_runner: Any
     vllm_config: Any
-    _rlc_group_info: dict[str, Any] | None = None  # the weight-update group joined, as `rlc_weight_group` tells it
+    _rlc_seat: GroupSeat | None = None  # the weight-update group this worker joined
 
     def rlc_call(self, request: bytes):
         """Run `rlc_<method>(*args)` from pickled bytes: what crosses into an engine core running in its
@@ -79,12 +77,10 @@ class WeightSyncExtension:
 
     def rlc_weight_group(self) -> dict | None:
         """The weight-update group this worker is in (its master, rank, size, backend), or None."""
-        return self._rlc_group_info
+        return self._rlc_seat.info if self._rlc_seat is not None else None
 
     def rlc_load_weights(self, state_dict: dict) -> int:
-        """Load a full state dict (tensors, or `transfer.pack`ed numpy arrays); returns the tensors loaded."""
-        from rlc.runtime.transfer import unpack
-
+        """Load a full state dict (tensors, or `weights.payload.pack`ed numpy arrays); returns the tensors loaded."""
         weights = unpack(state_dict)
         self.rlc_start_weight_update()
         # One tensor on the device at a time: the generator is consumed by load_weights.
@@ -124,72 +120,47 @@ class WeightSyncExtension:
     ) -> int:
         """Join the broadcast group trainer rank 0 hosts; returns this worker's rank in it.
 
-        Run on every worker while the trainer calls `weight_sync.init_group` with rank 0 (each side
+        Run on every worker while the trainer calls `weights.broadcast.init_group` with rank 0 (each side
         blocks until all have joined). The rank is the one vLLM's own NCCL weight transfer gives a
         worker: rank_offset + data-parallel index x (TP x PP) + rank within the engine.
         """
-        from rlc.runtime.weight_sync import init_group
-
         pc = self.parallel_config
         rank = rank_offset + pc.data_parallel_index * pc.world_size + pc.rank
-        self._rlc_group = init_group(
-            master_address, master_port, rank, world_size, backend=backend, group_name=group_name
-        )
-        self._rlc_group_info = {
-            "master_address": master_address,
-            "master_port": master_port,
-            "rank": rank,
-            "world_size": world_size,
-            "backend": backend,
-        }
+        self._rlc_seat = GroupSeat()
+        self._rlc_seat.join(master_address, master_port, rank, world_size, backend, group_name=group_name)
         return rank
 
     def rlc_receive_weights(self, names: list[str], dtypes: list, shapes: list) -> int:
-        """Receive the named tensors that trainer rank 0 broadcasts (`weight_sync.send_weights`), in this
+        """Receive the named tensors that trainer rank 0 broadcasts (`weights.broadcast.send_weights`), in this
         order, and load them module by module; returns the number received.
 
         Each tensor is allocated with `torch.empty` on this worker's device and filled by the broadcast;
-        `weight_sync.receive_weights` also checks the sender's closing fingerprint of names and shapes.
+        `weights.broadcast.receive_weights` also checks the sender's closing fingerprint of names and shapes.
         """
-        from rlc.runtime.weight_sync import WeightMeta, receive_weights
-
         metas = [WeightMeta(n, str(d).removeprefix("torch."), tuple(s)) for n, d, s in zip(names, dtypes, shapes)]
         self.rlc_start_weight_update()
-        received = receive_weights(self._rlc_group, metas, self.device, self._rlc_load)
+        received = receive_weights(self._rlc_seat.group if self._rlc_seat else None, metas, self.device, self._rlc_load)
         self.rlc_finish_weight_update()
         return received
 
     def rlc_close_weight_update_group(self) -> None:
-        from rlc.runtime.weight_sync import close_group
-
-        group = getattr(self, "_rlc_group", None)
-        if group is not None:
-            close_group(group)
-            self._rlc_group = None
-        self._rlc_group_info = None
+        if self._rlc_seat is not None:
+            self._rlc_seat.leave()
 
     def rlc_update_weights_ipc(self, handles_by_gpu_uuid: dict, entries: list) -> int:
         """CUDA ONLY (untested without a GPU). Load one bucket that a trainer rank on this same GPU shares, between
         `rlc_start_weight_update` and `rlc_finish_weight_update`.
 
-        `handles_by_gpu_uuid` maps `gpu_uuid(...)` of each trainer rank's GPU to its `weight_sync.ipc_handle`
+        `handles_by_gpu_uuid` maps `gpu_uuid(...)` of each trainer rank's GPU to its `weights.ipc.ipc_handle`
         of a `pack_ipc_bucket` buffer; `entries` are that bucket's `BucketEntry`s (or their dicts). The
         handle is opened with this worker's own device index (the sender's index means another GPU under
         another CUDA_VISIBLE_DEVICES), the buffer sliced into per-parameter views and loaded. Returns after
         the copies finished, so the sender may reuse its buffer once every engine has returned.
         """
-        from rlc.runtime.weight_sync import BucketEntry, open_ipc_handle, unpack_bucket
-
-        mine = gpu_uuid(self.device.index)
-        if mine not in handles_by_gpu_uuid:
-            raise RuntimeError(
-                f"no weight bucket for this worker's GPU {mine}; the trainer shared {sorted(handles_by_gpu_uuid)}"
-            )
-        buffer = open_ipc_handle(handles_by_gpu_uuid[mine], self.device.index)
-        entries = [e if isinstance(e, BucketEntry) else BucketEntry(**e) for e in entries]
-        self._rlc_load(unpack_bucket(buffer, entries))
+        bucket = open_bucket(handles_by_gpu_uuid, entries, self.device.index)
+        self._rlc_load(bucket)
         torch.cuda.synchronize(self.device)
-        del buffer
+        del bucket
         return len(entries)
 
     def _rlc_load(self, named_tensors) -> None:

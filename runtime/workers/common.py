@@ -20,6 +20,9 @@ from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import token_weights
 from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_options
 from rlc.runtime.batch import TrainBatch
+from rlc.runtime.host import cpu_threads, pin_gloo_interface
+from rlc.runtime.weights.broadcast import init_group
+from rlc.runtime.weights.payload import pack
 from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES  # the engines return their log-probs for these
 
 ROLES = ("policy", "ref", "critic")
@@ -138,13 +141,9 @@ class TrainWorker:
             backend = "cpu:gloo,cuda:nccl"
         else:
             if self.s.cpu_slots_per_node:
-                from rlc.runtime.transfer import cpu_threads
-
                 cpu_threads(self.s.cpu_slots_per_node)
             backend = "gloo"
         if not dist.is_initialized():
-            from rlc.runtime.transfer import pin_gloo_interface
-
             pin_gloo_interface()
             # A rank whose peer died waits this long in a collective before failing (RLC_DIST_TIMEOUT_S, default 30 min).
             timeout = datetime.timedelta(seconds=float(os.environ.get("RLC_DIST_TIMEOUT_S", "1800")))
@@ -159,19 +158,14 @@ class TrainWorker:
     def init_weight_group(self, master_address: str, master_port: int, world_size: int, backend: str) -> None:
         """Global rank 0 joins the weight-sync group (rank 0 of it) with every engine worker; other ranks stay out."""
         if self.rank == 0:
-            from rlc.runtime.transfer import pin_gloo_interface
-            from rlc.runtime.weight_sync import init_group
-
             pin_gloo_interface()
             self.weight_group = init_group(master_address, master_port, 0, world_size, backend)
 
     def packed_state_dict(self, dtype: str | None = None) -> dict | None:
-        """`full_state_dict` as numpy arrays (`transfer.pack`): engines read it from the object store without a copy.
+        """`full_state_dict` as numpy arrays (`weights.payload.pack`): engines read it from the object store without a copy.
 
         With fsdp2 LoRA only the adapters travel: the engines keep the frozen base weights they loaded.
         """
-        from rlc.runtime.transfer import pack
-
         full = self.full_state_dict(dtype, adapters_only=self.lora)
         return pack(full) if full is not None else None
 

@@ -17,8 +17,13 @@ import torch
 import torch.distributed as dist
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
-from rlc.runtime.inference.decode import cache_keyword
-from rlc.runtime.lora import with_lora
+from rlc.runtime.models import cache_keyword
+from rlc.runtime.weights.broadcast import send_weights
+from rlc.runtime.weights.ipc import gpu_uuid, ipc_buckets, ipc_handle
+from rlc.runtime.weights.lora import with_lora
+from rlc.runtime.weights.tensors import iter_full_params, metas_of
+from rlc.runtime.workers import micro_batches as mbs
+from rlc.runtime.workers import ulysses
 from rlc.runtime.workers.common import (
     DTYPES,
     ROLES,
@@ -31,6 +36,8 @@ from rlc.runtime.workers.common import (
     policy_objective,
     read_extra,
 )
+from rlc.runtime.workers.micro_batches import widened
+from rlc.runtime.workers.packing import pack, packed_kwargs, packing_unsupported, response_rows, unpack
 
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
 
@@ -115,9 +122,7 @@ class FSDPWorker(TrainWorker):
         else:
             self.mesh = init_device_mesh(self.s.device, (self.world_size,), mesh_dim_names=("fsdp",))
         if self.sp > 1:
-            from rlc.runtime.workers.ulysses import group_of
-
-            self.sp_group = group_of(self.rank, self.world_size, self.sp)
+            self.sp_group = ulysses.group_of(self.rank, self.world_size, self.sp)
         self.model = self._build_model()
         if self.s.role != "ref":
             opt = self.config.optimizer_config
@@ -139,8 +144,6 @@ class FSDPWorker(TrainWorker):
         costs more than the padding it removes (3x slower measured on the CPU example), so they stay padded."""
         if not self.s.sample_packing or not self.attention.startswith("flash"):
             return False
-        from rlc.runtime.packing import packing_unsupported
-
         why = packing_unsupported(config)
         if why:
             print(
@@ -176,9 +179,7 @@ class FSDPWorker(TrainWorker):
         self.attention = getattr(lm.config, "_attn_implementation", None) or "eager"
         self.packing = self._packing(lm.config)
         if self.sp > 1:
-            from rlc.runtime.workers.ulysses import enable
-
-            enable(lm, lm.config, self.sp)
+            ulysses.enable(lm, lm.config, self.sp)
         lora = getattr(self.config.model, "lora", None)
         if lora is not None and lora.rank > 0 and self.s.role != "ref":
             lm = with_lora(lm, lora)
@@ -226,10 +227,8 @@ class FSDPWorker(TrainWorker):
 
     def _micro_batches(self, batch: TrainBatch, size: int) -> list:
         """This rank's micro-batches as row selections: blocks of `size` rows, or under a token budget as many rows
-        as one holds (`runtime/micro_batches.py`), then as many None (a row with no loss) as it takes to run as many
+        as one holds (`runtime/workers/micro_batches.py`), then as many None (a row with no loss) as it takes to run as many
         micro-batches as the role's busiest rank."""
-        from rlc.runtime import micro_batches as mbs
-
         budget = self.s.max_tokens_per_microbatch
         if budget <= 0:
             return [slice(i, i + size) for i in range(0, batch.rows, size)]
@@ -242,8 +241,6 @@ class FSDPWorker(TrainWorker):
 
     def _device_batch(self, batch: TrainBatch, rows) -> TrainBatch:
         """The selected rows (None: `micro_batches.inert`) on this rank's device, in their narrowest padded layout."""
-        from rlc.runtime import micro_batches as mbs
-
         return mbs.trimmed(batch.select(rows) if rows is not None else mbs.inert(batch)).to(self.s.device)
 
     def _outputs(self, mb: TrainBatch, want_entropy: bool = False):
@@ -254,8 +251,6 @@ class FSDPWorker(TrainWorker):
         plen, length = mb.prompt_len, mb.response_ids.shape[1]
         response = mb.response_ids
         if self.packing:  # one row of the real tokens, each sequence attending to itself only
-            from rlc.runtime.packing import pack, packed_kwargs, response_rows, unpack
-
             packed = pack(ids, attn, plen)
             kwargs = packed_kwargs(packed, varlen=self._varlen())
             if self.s.role == "critic":
@@ -300,12 +295,8 @@ class FSDPWorker(TrainWorker):
         """`_outputs` with each row's positions split over the sequence-parallel group (`workers/ulysses.py`): this
         rank runs its share of every row and scores the response tokens predicted there; the group sums the
         scores, so every rank returns the whole rows' outputs."""
-        from rlc.runtime.workers import ulysses
-
         ids, attn, plen, length = mb.input_ids, mb.attention_mask, mb.prompt_len, mb.response_ids.shape[1]
         if self.packing:
-            from rlc.runtime.packing import pack, response_rows
-
             packed = pack(ids, attn, plen)
             split, local_ids, local_positions = ulysses.packed_split(
                 self.sp_group, self.attention, packed.input_ids, packed.position_ids, packed.cu_seqlens
@@ -407,8 +398,6 @@ class FSDPWorker(TrainWorker):
     @torch.no_grad()
     def forward(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs (policy, ref) or values (critic) of this rank's rows, on the CPU."""
-        from rlc.runtime.micro_batches import widened
-
         self.model.eval()
         out = torch.zeros(batch.response_ids.shape)
         for rows in self._micro_batches(batch, self.s.micro_forward_batch_size):
@@ -465,15 +454,11 @@ class FSDPWorker(TrainWorker):
 
     def weight_metas(self, dtype: str | None = None) -> list:
         """Names, dtypes and shapes of what `broadcast_weights` sends (no gather needed)."""
-        from rlc.runtime.weight_sync import metas_of
-
         return metas_of(self.model.state_dict().items(), DTYPES.get(dtype or ""))
 
     @torch.no_grad()
     def broadcast_weights(self, dtype: str | None = None) -> int:
         """Stream the full weights to the engines, one gathered tensor at a time; every rank must call it."""
-        from rlc.runtime.weight_sync import iter_full_params, send_weights
-
         stream = iter_full_params(self.model, DTYPES.get(dtype or ""))
         if self.rank == 0:
             return len(send_weights(self.weight_group, stream))
@@ -485,10 +470,8 @@ class FSDPWorker(TrainWorker):
 
     def start_ipc_weights(self, dtype: str | None, threshold_bytes: int) -> None:
         """Begin streaming the full weights, cast to `dtype`, as CUDA buffers of at most `threshold_bytes`
-        (whole modules each, `weight_sync.ipc_buckets`); then call `next_ipc_bucket` until it returns None.
+        (whole modules each, `weights.ipc.ipc_buckets`); then call `next_ipc_bucket` until it returns None.
         Every rank must take part: each tensor is gathered by all, and each rank packs it on its own GPU."""
-        from rlc.runtime.weight_sync import ipc_buckets, iter_full_params
-
         self._free_ipc_bucket()
         device = torch.device("cuda", torch.cuda.current_device())
         stream = iter_full_params(self.model, DTYPES.get(dtype or ""), device, rank0_only=False)
@@ -497,10 +480,7 @@ class FSDPWorker(TrainWorker):
     @torch.no_grad()
     def next_ipc_bucket(self) -> tuple[dict, list] | None:
         """Free the previous bucket (call this once the engines have loaded it) and pack the next: its IPC
-        handle keyed by this GPU's uuid, and its `weight_sync.BucketEntry`s; None after the last bucket."""
-        from rlc.runtime.inference.vllm_worker import gpu_uuid
-        from rlc.runtime.weight_sync import ipc_handle
-
+        handle keyed by this GPU's uuid, and its `weights.ipc.BucketEntry`s; None after the last bucket."""
         self._free_ipc_bucket()
         bucket = next(self._ipc_buckets, None)
         if bucket is None:

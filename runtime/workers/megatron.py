@@ -3,7 +3,7 @@
 Each rank builds Megatron's parallel state from the role's `megatron_config` (tensor, pipeline, context
 and expert parallel sizes; data parallel is what remains of the world), a GPTModel stage from the Hugging
 Face config (TransformerEngine's layer spec when it is installed, Megatron's local spec otherwise), loads
-the Hugging Face weights through rlc's conversion (`rlc.runtime.megatron_weights`; Megatron-Bridge, when
+the Hugging Face weights through rlc's conversion (`rlc.runtime.workers.megatron_weights`; Megatron-Bridge, when
 installed, only for architectures that conversion does not cover), and wraps it in Megatron's DDP and optimizer. Steps run Megatron's forward-backward schedule, so
 pipeline stages pass activations as Megatron does. Under context parallelism each rank of a context group
 holds two of 2·cp chunks of every row and attends to the whole row's keys (`megatron_cp`).
@@ -31,10 +31,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rlc.runtime import megatron_weights as mw
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
+from rlc.runtime.weights.broadcast import send_weights
+from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
+from rlc.runtime.workers import megatron_cpu
+from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers.common import (
     DTYPES,
     TrainWorker,
@@ -44,6 +47,8 @@ from rlc.runtime.workers.common import (
     policy_objective,
     read_extra,
 )
+from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
+from rlc.runtime.workers.megatron_lora import LoraLinear, add_adapters
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
 
@@ -158,8 +163,6 @@ class MegatronWorker(TrainWorker):
     def _device(self):
         """The context every call into Megatron runs in: the CPU redirection on a run without a GPU."""
         if self.s.device == "cpu":
-            from rlc.runtime.workers import megatron_cpu
-
             return megatron_cpu.active()
         return contextlib.nullcontext()
 
@@ -168,8 +171,6 @@ class MegatronWorker(TrainWorker):
 
         torch.manual_seed(self.s.seed)
         if self.s.device == "cpu":
-            from rlc.runtime.workers import megatron_cpu
-
             megatron_cpu.enable()
         self._join_process_group(master_addr, master_port)
         self.hf_config = AutoConfig.from_pretrained(self.s.model_path)
@@ -273,8 +274,6 @@ class MegatronWorker(TrainWorker):
                     "LoRA under the megatron strategy needs a model rlc's conversion covers "
                     "(Llama, Qwen2, Mistral); this one goes through Megatron-Bridge"
                 )
-            from rlc.runtime.workers.megatron_lora import add_adapters
-
             add_adapters(self.gpt, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
             self.lora = True
         model = self.gpt
@@ -338,8 +337,6 @@ class MegatronWorker(TrainWorker):
         # Megatron's fused upper-triangle softmax), so padding must be masked as well.
         spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
         if self.cp > 1:  # rlc's context-parallel attention, with TransformerEngine's linear layers or without
-            from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
-
             spec.submodules.self_attention.submodules.core_attention = context_parallel_attention_class()
         kwargs = {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
         model = GPTModel(
@@ -594,8 +591,6 @@ class MegatronWorker(TrainWorker):
         (every rank of the tensor group must call it then)."""
         merged = {}
         if self.lora:
-            from rlc.runtime.workers.megatron_lora import LoraLinear
-
             merged = {
                 f"{n}.weight": m.merged_weight() for n, m in self.gpt.named_modules() if isinstance(m, LoraLinear)
             }
@@ -618,8 +613,6 @@ class MegatronWorker(TrainWorker):
     def weight_metas(self, dtype: str | None = None) -> list:
         """Hugging Face names, dtypes and shapes of what `broadcast_weights` sends, in order (no collectives:
         the conversion runs on meta tensors)."""
-        from rlc.runtime.weight_sync import metas_of
-
         return metas_of(self._hf_stream(meta=True), DTYPES.get(dtype or ""))
 
     def _hf_stream(self, meta: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
@@ -709,8 +702,6 @@ class MegatronWorker(TrainWorker):
     @torch.no_grad()
     def broadcast_weights(self, dtype: str | None = None) -> int:
         """Stream the Hugging Face weights to the engines; every rank must call it."""
-        from rlc.runtime.weight_sync import send_weights
-
         cast = DTYPES.get(dtype or "")
         with self._device():
             stream = (

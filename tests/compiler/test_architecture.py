@@ -175,6 +175,38 @@ def test_compiler_spec_and_core_import_no_heavy_library(imports):
     assert not wrong
 
 
+def test_no_training_module_imports_an_inference_module(imports):
+    """The trainer's ranks and the engines meet only in what both build on (`runtime/weights/`, the batch types)."""
+    wrong = [
+        i for i in imports if within(i.module, "rlc.runtime.workers") and within(i.target, "rlc.runtime.inference")
+    ]
+    wrong += [
+        i for i in imports if within(i.module, "rlc.runtime.inference") and within(i.target, "rlc.runtime.workers")
+    ]
+    assert not wrong
+
+
+def test_the_weight_transports_stand_below_trainers_and_engines(imports):
+    """Each transport's sending and receiving halves are used by both sides and import neither, nor the driver's
+    half (`weights.updates`, which the driver alone uses)."""
+    transports = ("tensors", "broadcast", "ipc", "payload", "lora")
+    wrong = [
+        i
+        for i in imports
+        if any(i.module == f"rlc.runtime.weights.{t}" for t in transports)
+        and within(i.target, "rlc")
+        and not within(i.target, "rlc.runtime.weights")
+    ]
+    wrong += [i for i in imports if i.target == "rlc.runtime.weights.updates" and i.module != "rlc.runtime.driver"]
+    assert not wrong
+    assert any(
+        within(i.target, "rlc.runtime.weights.broadcast") for i in imports if within(i.module, "rlc.runtime.workers")
+    )
+    assert any(
+        within(i.target, "rlc.runtime.weights.broadcast") for i in imports if within(i.module, "rlc.runtime.inference")
+    )
+
+
 def test_no_import_cycle_among_rlc_modules(imports):
     assert cycles(module_graph(imports)) == []
 

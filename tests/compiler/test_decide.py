@@ -337,3 +337,16 @@ def test_a_multi_turn_engine_holds_the_whole_conversation(spec_file):
         name="single.yaml",
     )
     assert max_model_len(analyze(single, env={}).spec) == 72
+
+
+@pytest.mark.parametrize("lora, level", [(0, 2), (8, 1)])
+def test_an_engine_sleeps_without_its_weights_unless_only_adapters_come_back(lora, level):
+    """Level 2 drops the weights too (a full sync refills them); with LoRA adapter sync the base weights must stay."""
+    d = _decisions(lora=lora, extra={"trainer.strategy": "fsdp2"})
+    assert d.engines.adapter_sync is bool(lora)
+    assert d.engines.sleep_level == level
+
+
+@pytest.mark.parametrize("turns, kept", [(1, 0), (3, 2 << 30)])
+def test_hf_engines_keep_a_multi_turn_steps_prompts_for_the_next_turn(turns, kept):
+    assert _decisions(device="CPU", extra={"generator.max_turns": turns}).engines.prompt_cache_bytes == kept

@@ -285,7 +285,7 @@ def test_megatron_tensor_parallel_must_divide_a_local_models_heads(tmp_path: Pat
     )
     assert not _errors(diags, "RLC-E506"), diags
     # The runtime's own conversion check refuses the same layout (it reads the config by attribute, no weights).
-    megatron_weights = pytest.importorskip("rlc.runtime.megatron_weights")
+    megatron_weights = pytest.importorskip("rlc.runtime.workers.megatron_weights")
     from types import SimpleNamespace
 
     with pytest.raises(megatron_weights.UnsupportedModel, match="num_attention_heads=14"):

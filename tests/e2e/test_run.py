@@ -291,7 +291,7 @@ def test_remote_engines_generate_and_take_weights_over_their_weight_group(tmp_pa
     from concurrent.futures import ThreadPoolExecutor
 
     from rlc.runtime.inference.http import RemoteEngine
-    from rlc.runtime.weight_sync import close_group, init_group
+    from rlc.runtime.weights.broadcast import close_group, init_group
     from rlc.runtime.workers.fsdp import free_address
 
     port = free_address()[1]

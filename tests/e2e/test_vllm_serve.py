@@ -136,7 +136,7 @@ def test_the_client_recognises_vllms_server_and_samples_from_it(server):
 def test_vllm_serve_joins_the_weight_update_group_and_generates_for_the_trainer(tmp_path, run_env, server):
     """A server left in a gone trainer's group: override_existing_update_group=disable stops the run before any step
     naming that group; the default replaces it, and every step's samples carry the trainer's current log-probs."""
-    from rlc.runtime.weight_sync import close_group, init_group
+    from rlc.runtime.weights.broadcast import close_group, init_group
     from rlc.runtime.workers.fsdp import free_address
 
     port, client = server

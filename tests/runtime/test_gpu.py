@@ -76,7 +76,8 @@ def test_grpo_steps_on_gsm8k_with_the_hf_engine(worker, tiny_model):
     from rlc.runtime.envs import gym
     from rlc.runtime.envs.gsm8k import INSTRUCTION
     from rlc.runtime.generator import gym_extras
-    from rlc.runtime.inference.hf import HFEngine, Sampling
+    from rlc.runtime.inference.base import Sampling
+    from rlc.runtime.inference.hf import HFEngine
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
@@ -164,7 +165,8 @@ def test_colocated_offload_and_backload(worker):
 
 
 def test_engine_sleep_and_wake_on_the_gpu(tiny_model):
-    from rlc.runtime.inference.hf import HFEngine, Sampling
+    from rlc.runtime.inference.base import Sampling
+    from rlc.runtime.inference.hf import HFEngine
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model)

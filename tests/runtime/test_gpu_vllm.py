@@ -167,7 +167,7 @@ def _apply(actions, trainer, engine, send) -> list[str]:
 
 
 def _send_ipc(trainer, engine, version: int) -> int:
-    """The policy's bf16 weights into the engine bucket by bucket (weight_updates.WeightUpdates._send_ipc's loop);
+    """The policy's bf16 weights into the engine bucket by bucket (weights.updates.CudaIpc.send's loop);
     returns the number of buckets."""
     from rlc.compiler.decide import weight_sync
 

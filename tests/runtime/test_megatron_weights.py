@@ -1,4 +1,4 @@
-"""rlc's HF <-> Megatron-Core weight conversion (runtime/megatron_weights.py).
+"""rlc's HF <-> Megatron-Core weight conversion (runtime/workers/megatron_weights.py).
 
 Megatron-Core itself is only imported in subprocesses (this file run as a script), so its global
 parallel state never leaks into other tests.
@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from rlc.runtime import megatron_weights as mw  # noqa: E402
+from rlc.runtime.workers import megatron_weights as mw  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ("llama", "qwen2")

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlc.runtime.batch import Rollout, to_batch  # noqa: E402
-from rlc.runtime.micro_batches import by_tokens, inert, lengths, trimmed, widened  # noqa: E402
+from rlc.runtime.workers.micro_batches import by_tokens, inert, lengths, trimmed, widened  # noqa: E402
 
 
 def _rollouts(shape: list[tuple[int, int]]) -> list[Rollout]:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from rlc.runtime.algorithms.losses import token_log_probs
 from rlc.runtime.batch import Rollout, TrainBatch, to_batch
-from rlc.runtime.packing import pack, packed_forward, packed_kwargs, packing_unsupported, unpack
 from rlc.runtime.workers.fsdp import ValueModel
+from rlc.runtime.workers.packing import pack, packed_forward, packed_kwargs, packing_unsupported, unpack
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 PAD = 0

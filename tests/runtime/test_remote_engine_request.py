@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from rlc.runtime.inference.hf import Sampling  # noqa: E402
+from rlc.runtime.inference.base import Sampling  # noqa: E402
 from rlc.runtime.inference.http import RemoteEngine  # noqa: E402
 
 

@@ -12,9 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rlc.runtime.inference.hf import HFEngine, Sampling  # noqa: E402
+from rlc.runtime.inference.base import Sampling  # noqa: E402
+from rlc.runtime.inference.hf import HFEngine  # noqa: E402
 from rlc.runtime.inference.http import EngineHTTPError, RemoteEngine  # noqa: E402
-from rlc.runtime.weight_sync import close_group, init_group, metas_of, send_weights  # noqa: E402
+from rlc.runtime.weights.broadcast import close_group, init_group, send_weights  # noqa: E402
+from rlc.runtime.weights.tensors import metas_of  # noqa: E402
 from rlc.runtime.workers.fsdp import free_address  # noqa: E402
 
 TIMEOUT = 30  # seconds: bounds the server's start, every group rendezvous and broadcast

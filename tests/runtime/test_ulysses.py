@@ -151,7 +151,7 @@ def test_two_sequence_parallel_ranks_match_one_rank(llama, tiny_model):
 def test_data_and_sequence_parallel_with_a_token_budget_match_one_rank(llama, tiny_model):
     """4 ranks: 2 data-parallel groups of 2 sequence-parallel ranks, micro-batches cut at 18 tokens. The groups'
     rows cut into 4 and 3 micro-batches: the second group runs a row with no loss to keep pace with the first."""
-    from rlc.runtime.micro_batches import by_tokens, lengths
+    from rlc.runtime.workers.micro_batches import by_tokens, lengths
 
     halves = [_batch(64).select(slice(0, 4)), _batch(64).select(slice(4, 8))]
     assert [len(by_tokens(*lengths(half), 18, packed=False)) for half in halves] == [4, 3]

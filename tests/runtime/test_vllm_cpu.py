@@ -341,7 +341,7 @@ def test_whole_state_dicts_reach_the_engine(engine, trainer, model, prompts):
     pad = model[1].pad_token_id
     _train_one_step(trainer, engine, prompts, pad, seed=3)
     assert largest_logprob_gap(trainer, prompts, generate(engine, prompts, sampling(), 4, 8), pad) > 1e-2
-    packed = trainer.packed_state_dict.remote("float32")  # the object store's copy, as WeightUpdates sends it
+    packed = trainer.packed_state_dict.remote("float32")  # the object store's copy, as the payload transport sends it
     assert ray.get(engine.update_weights.remote(packed, 6)) == 6
     fresh = generate(engine, prompts, sampling(), n=4, seed=8)
     assert largest_logprob_gap(trainer, prompts, fresh, pad) < LOGPROB_TOLERANCE
@@ -350,7 +350,8 @@ def test_whole_state_dicts_reach_the_engine(engine, trainer, model, prompts):
 def test_a_second_weight_group_is_refused_without_override_and_replaces_the_first_with_it(
     engine, trainer, model, prompts
 ):
-    from rlc.runtime.weight_sync import close_group, init_group, metas_of, send_weights
+    from rlc.runtime.weights.broadcast import close_group, init_group, send_weights
+    from rlc.runtime.weights.tensors import metas_of
     from rlc.runtime.workers.common import free_address
 
     host, first = free_address()

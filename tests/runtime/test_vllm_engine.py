@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 from rlc.compiler.decide import VLLM_LORA_RANKS, vllm_args  # noqa: E402
 from rlc.compiler.decide import sampling as sampling_from_spec  # noqa: E402
 from rlc.core.job import VLLMArgs  # noqa: E402
-from rlc.runtime.inference.hf import Sampling  # noqa: E402
+from rlc.runtime.inference.base import Sampling  # noqa: E402
 from rlc.runtime.inference.vllm import (  # noqa: E402
     VLLMEngine,
     completions,
@@ -292,7 +292,7 @@ def test_worker_takes_pickled_and_json_calls_for_rlc_methods_only():
 
 def test_worker_rank_counts_data_parallel_groups(monkeypatch):
     """rank_offset + data-parallel index x (TP x PP) + rank in the engine, as vLLM numbers its NCCL weight transfer."""
-    import rlc.runtime.weight_sync as weight_sync
+    import rlc.runtime.weights.broadcast as weight_sync
 
     joined = {}
     monkeypatch.setattr(

@@ -11,23 +11,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.multiprocessing as mp  # noqa: E402
-from rlc.runtime.weight_sync import (  # noqa: E402
+from rlc.runtime.weights.broadcast import close_group, init_group, receive_weights, send_weights  # noqa: E402
+from rlc.runtime.weights.ipc import (  # noqa: E402
     BucketEntry,
-    WeightMeta,
-    chunk_by_module,
-    close_group,
-    dtype_name,
-    init_group,
     ipc_buckets,
     ipc_handle,
-    iter_full_params,
-    metas_of,
     open_ipc_handle,
     pack_ipc_bucket,
-    receive_weights,
-    send_weights,
     unpack_bucket,
 )
+from rlc.runtime.weights.tensors import WeightMeta, chunk_by_module, dtype_name, iter_full_params, metas_of  # noqa: E402
 from rlc.runtime.workers.fsdp import free_address  # noqa: E402
 
 TIMEOUT = 120  # seconds; bounds every queue read, join and collective, so a broken run fails instead of hanging
@@ -283,7 +276,7 @@ def _bucket_member(rank: int, port: int, results) -> None:
     """Rank 0 sends `_bucket_tensors` in 64-byte buckets; rank 1 reports what arrived and how many collectives ran."""
 
     def body():
-        from rlc.runtime import weight_sync
+        from rlc.runtime.weights import broadcast as weight_sync
 
         group = init_group("127.0.0.1", port, rank, 2, backend="gloo", timeout_s=TIMEOUT)
         calls = []
@@ -334,7 +327,8 @@ def _sleeping_engine_member(rank: int, port: int, model_path: str, results) -> N
             close_group(group)
             results.put(("ok", "sender", None))
             return
-        from rlc.runtime.inference.hf import HFEngine, Sampling
+        from rlc.runtime.inference.base import Sampling
+        from rlc.runtime.inference.hf import HFEngine
 
         engine = HFEngine(model_path)
         engine.sleep(level=2)

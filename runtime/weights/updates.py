@@ -1,9 +1,12 @@
-"""Weight updates: the policy's weights into every engine after a training step, by the transport the compiler chose.
+"""Weight updates: the policy's weights into every engine after a training step, by the transport the compiler chose
+(`decisions.weight_sync.transport`), looked up in `TRANSPORTS`.
 
-"gloo" / "nccl": a broadcast group of policy rank 0 and every engine worker, formed once (`join`), then one stream of
-buckets per update. "ipc": CUDA IPC buckets packed on each policy rank's GPU and opened by the engine that shares
-it. "payload": whole packed state dicts through Ray's object store (or HTTP bodies for remote engines).
-The tensor-level mechanics are in `rlc.runtime.weight_sync`.
+Each transport here is the driver's half: it tells the policy ranks to send (their half is in `workers/`, built on
+`weights.broadcast`, `weights.ipc`, `weights.payload`) and the engines to receive (their half composes the same
+modules). "gloo" / "nccl": a broadcast group of policy rank 0 and every engine worker, formed once (`join`), then
+one stream of buckets per update. "ipc": CUDA IPC buckets packed on each policy rank's GPU and opened by the engine
+that shares it. "payload": whole packed state dicts through Ray's object store (or HTTP bodies for remote engines);
+LoRA adapters travel this way.
 """
 
 from __future__ import annotations
@@ -12,15 +15,30 @@ from rlc.runtime.placement import Cluster
 from rlc.runtime.run_error import RunError
 
 
-class WeightUpdates:
+class Transport:
+    """The driver's half of a transport: `join` once before the first update, `send` at every update."""
+
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self.sync = cluster.decisions.weight_sync
         self.dtype = cluster.decisions.engines.dtype
+
+    def join(self) -> None:
+        """Nothing to form: the transport needs no group."""
+
+    def send(self, version: int) -> None:
+        raise NotImplementedError
+
+
+class Broadcast(Transport):
+    """gloo / nccl: trainer rank 0 streams buckets to every engine worker over a group of their own."""
+
+    def __init__(self, cluster: Cluster):
+        super().__init__(cluster)
         self._metas: dict = {}  # what a broadcast sends, by engine dtype: the same at every update, asked for once
 
     def join(self) -> None:
-        """Form the broadcast group (when the transport has one): every member joins at once."""
+        """Form the broadcast group: every member joins at once."""
         backend, c, ray = self.sync.backend, self.cluster, self.cluster.ray
         if backend is None:
             return
@@ -61,27 +79,22 @@ class WeightUpdates:
     def send(self, version: int) -> None:
         """Full weights from the policy ranks (each tensor gathered in turn) into every engine."""
         c, ray, dtype = self.cluster, self.cluster.ray, self.dtype
-        engines = c.weight_engines()
         workers = c.workers["policy"]
-        if self.sync.transport in ("gloo", "nccl"):
-            if dtype not in self._metas:
-                self._metas[dtype] = ray.get(workers[0].weight_metas.remote(dtype))
-            metas = self._metas[dtype]
-            ray.get(
-                [w.broadcast_weights.remote(dtype) for w in workers]
-                + [e.receive_weights.remote(metas, version) for e in engines]
-            )
-            return
-        if self.sync.transport == "ipc":
-            self._send_ipc(version)
-            return
-        refs = [w.packed_state_dict.remote(dtype) for w in workers]
-        ray.get(refs[1:])
-        ray.get([e.update_weights.remote(refs[0], version) for e in engines])
+        if dtype not in self._metas:
+            self._metas[dtype] = ray.get(workers[0].weight_metas.remote(dtype))
+        metas = self._metas[dtype]
+        ray.get(
+            [w.broadcast_weights.remote(dtype) for w in workers]
+            + [e.receive_weights.remote(metas, version) for e in c.weight_engines()]
+        )
 
-    def _send_ipc(self, version: int) -> None:
-        """CUDA IPC: every policy rank packs a bucket of whole modules on its GPU, the engines load it from the
-        GPU they share with a rank, and only then is the next bucket packed (the previous one freed)."""
+
+class CudaIpc(Transport):
+    """ipc: trainer and engine share a GPU; buckets of whole modules go by CUDA IPC handle."""
+
+    def send(self, version: int) -> None:
+        """Every policy rank packs a bucket of whole modules on its GPU, the engines load it from the GPU they share
+        with a rank, and only then is the next bucket packed (the previous one freed)."""
         c, ray = self.cluster, self.cluster.ray
         workers = c.workers["policy"]
         ray.get([w.start_ipc_weights.remote(self.dtype, self.sync.ipc_threshold_bytes) for w in workers])
@@ -92,3 +105,22 @@ class WeightUpdates:
             handles = {uuid: handle for by_gpu, _ in buckets for uuid, handle in by_gpu.items()}
             ray.get([e.update_weights_ipc.remote(handles, buckets[0][1]) for e in c.engines])
         ray.get([e.finish_weight_update.remote(version) for e in c.engines])
+
+
+class Payload(Transport):
+    """payload: whole packed state dicts (or the LoRA adapters alone) through Ray's object store or HTTP bodies."""
+
+    def send(self, version: int) -> None:
+        c, ray = self.cluster, self.cluster.ray
+        refs = [w.packed_state_dict.remote(self.dtype) for w in c.workers["policy"]]
+        ray.get(refs[1:])
+        ray.get([e.update_weights.remote(refs[0], version) for e in c.weight_engines()])
+
+
+# The transports by the name `decisions.weight_sync.transport` gives (core.job.WeightSync documents them).
+TRANSPORTS: dict[str, type[Transport]] = {"gloo": Broadcast, "nccl": Broadcast, "ipc": CudaIpc, "payload": Payload}
+
+
+def transport(cluster: Cluster) -> Transport:
+    """The job's transport, built for the started cluster."""
+    return TRANSPORTS[cluster.decisions.weight_sync.transport](cluster)
