@@ -336,7 +336,12 @@ def _bwrap_args(root: bool, limits: Limits) -> list[str]:
             args += ["--cap-add", cap]
     else:
         args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-    dirs: set[str] = set()
+    # The private /tmp and /dev/shm first: what is bound read-only below then shows through them, also when the
+    # interpreter or its venv lives under /tmp (a CI checkout, say).
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
+    dirs: set[str] = {"/tmp", "/dev", "/dev/shm", "/proc"}
     for path in _readonly_paths():
         if os.path.islink(path) and os.path.dirname(path) == "/":
             args += ["--symlink", os.readlink(path), path]
@@ -350,9 +355,6 @@ def _bwrap_args(root: bool, limits: Limits) -> list[str]:
         for d in reversed(chain):
             args += ["--perms", "0755", "--dir", d]
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
-    args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
     args += ["--perms", "0755", "--size", size, "--tmpfs", _SCRATCH]
     args += ["--remount-ro", "/"]
     for name, value in clean_environment(_SCRATCH).items():
