@@ -19,7 +19,6 @@ import torch
 from rlc.core.job import CompiledJob, Sampling, seed_for
 from rlc.core.runtime_facts import runs_model_code
 from rlc.runtime import checkpoint as ckpt
-from rlc.runtime import sandbox
 from rlc.runtime.algorithms.advantages import broadcast_to_steps
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
@@ -31,6 +30,7 @@ from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.data import DataError, arithmetic, calculator, expand, read_rows, synthetic
 from rlc.runtime.dumps import dump_training_batch
+from rlc.runtime.envs import sandbox
 from rlc.runtime.envs.gym import registered
 from rlc.runtime.evaluation import Evaluation
 from rlc.runtime.generator import Generator, Settings, rollout_metrics

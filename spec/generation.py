@@ -237,7 +237,7 @@ class SkyRLGymConfig:
     search: SearchEnvConfig = section(SearchEnvConfig, "search environment.")
 
 
-SANDBOX_ISOLATION = ("bubblewrap", "unisolated")  # rlc.runtime.sandbox.ISOLATION_LEVELS holds the same
+SANDBOX_ISOLATION = ("bubblewrap", "unisolated")  # rlc.runtime.envs.sandbox.ISOLATION_LEVELS holds the same
 
 
 @dataclass

@@ -24,7 +24,7 @@ SKYRL_GYM_IDS = {"aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchco
 def sandbox_level(monkeypatch):
     """The code environments' grading runs in the jail where the machine gives one, else unisolated: what these
     tests judge is the grading; tests/runtime/test_sandbox.py tries the jail itself."""
-    from rlc.runtime import sandbox
+    from rlc.runtime.envs import sandbox
 
     level = "bubblewrap" if sandbox.probe().bubblewrap else "unisolated"
     monkeypatch.setattr(sandbox, "_policy", sandbox._Policy(level))
