@@ -24,6 +24,8 @@ from typing import Any, ClassVar
 
 import skyrl_gym
 from rlc.core.environments import ENVIRONMENTS
+from rlc.runtime.envs import correct
+from rlc.runtime.envs import make as make_scorer
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 ENV_GROUP = "rlc.environments"
@@ -92,8 +94,6 @@ class _ScorerEnv(BaseTextEnv):
     scorer: ClassVar[str]
 
     def __init__(self, env_config: Any = None, extras: dict | None = None):
-        from rlc.runtime.envs import make as make_scorer
-
         super().__init__()
         self.row = dict(extras or {})
         self.inner = make_scorer(self.scorer)
@@ -107,8 +107,6 @@ class _ScorerEnv(BaseTextEnv):
 
     def correct(self, action: str) -> bool:
         """Whether the final answer is right, for the eval accuracy (the scorer's own judgement)."""
-        from rlc.runtime.envs import correct
-
         return correct(self.inner, self.row, action, float(self.inner.reward(self.row, action, True)))
 
 
