@@ -131,3 +131,32 @@ def test_skyrl_search_phases_are_within_2x_at_the_utilisation_they_reach(job, tm
     to the CPU), not the 0.35 the default assumes: with that one assumption changed each is within 2x."""
     ratio = estimate(job, "estimate.train_mfu=0.15", tmp_path=tmp_path) / job.seconds
     assert 0.5 <= ratio <= 2.0, f"{job.job}: {ratio:.2f}x at train_mfu 0.15"
+
+
+MULTITURN = EXAMPLES / "local-cpu-multiturn.yaml"
+# The multi-turn example's steps measured by bench/multiturn_learning.py (3 seeds, bench/RESULTS.md, 2026-11-26), and
+# what a run's metrics measured of its rows (docs/estimate.md, "Multi-turn jobs"): the prompt's 271 tokens, 1.96 turns,
+# 53.1 tokens after the prompt (18 a response, 19 an answer) and 0.54 of the rows left out of the update.
+MULTITURN_STEPS = (21.9, 30.1)
+MEASURED_ROWS = (
+    "estimate.prompt_fill=0.706",
+    "estimate.response_fill=0.37",
+    "estimate.observation_tokens=19",
+    "estimate.turns=1.96",
+    "estimate.inert_fraction=0.54",
+)
+
+
+def test_the_multi_turn_example_at_its_measured_rows_is_within_2x_of_its_measured_steps():
+    def step(*overrides: str) -> float:
+        result = compile_job(MULTITURN, [parse_override(o) for o in overrides])
+        est = estimate_time(result.spec, result.plan, result.memory)
+        assert est is not None
+        return est.step_s
+
+    measured = step(*MEASURED_ROWS)
+    assert all(0.5 <= measured / s <= 2.0 for s in MULTITURN_STEPS), measured
+    # as written, every row counted at the default lengths: 1.7-2.4x, the rows the update leaves out being most of it
+    written = step()
+    assert all(1.5 <= written / s <= 2.5 for s in MULTITURN_STEPS), written
+    assert step("estimate.inert_fraction=0.54") < 0.75 * written
