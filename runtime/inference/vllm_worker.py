@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import pickle
 from typing import Any
 
@@ -178,8 +179,6 @@ def _computed_buffer_warning(record) -> bool:
 
 
 def _quiet_computed_buffers() -> None:
-    import logging
-
     logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
     if _computed_buffer_warning not in logger.filters:
         logger.addFilter(_computed_buffer_warning)

@@ -6,6 +6,7 @@ same names and a weight sync moves only those.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -49,8 +50,6 @@ def save_adapter(adapters: dict[str, torch.Tensor], lora, directory: str, base_m
     """The trainer's adapter tensors (PEFT's in-model names, `...q_proj.lora_A.default.weight`) as a PEFT adapter
     directory, what vLLM loads a LoRA from: adapter_config.json naming the modules that have adapters, and
     adapter_model.safetensors with PEFT's saved names (the adapter's name left out)."""
-    import os
-
     from safetensors.torch import save_file
 
     saved = {name.replace(".default.", "."): t.contiguous() for name, t in adapters.items()}

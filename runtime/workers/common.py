@@ -8,7 +8,9 @@ gives the same gradient.
 
 from __future__ import annotations
 
+import datetime
 import math
+import os
 import pickle
 import socket
 from pathlib import Path
@@ -131,9 +133,6 @@ class TrainWorker:
 
     def _join_process_group(self, master_addr: str, master_port: int) -> None:
         """This rank's device and threads, and the role's process group (gloo on CPU; gloo + nccl on CUDA)."""
-        import datetime
-        import os
-
         import torch.distributed as dist
 
         if self.s.device == "cuda":

@@ -8,6 +8,8 @@ the loss is scaled by the world size and weighted by the whole mini-batch's toke
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import math
 import os
 from pathlib import Path
@@ -166,8 +168,6 @@ class FSDPWorker(TrainWorker):
 
         load_kwargs: dict[str, Any] = {}
         if self.s.device == "cuda" and self.s.bf16 and self.s.sample_packing:
-            import importlib.util
-
             if importlib.util.find_spec("flash_attn") is not None:  # packed micro-batches on its varlen kernels
                 load_kwargs["attn_implementation"] = "flash_attention_2"
         lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32, **load_kwargs)
@@ -345,8 +345,6 @@ class FSDPWorker(TrainWorker):
         """`logits_to_keep=count` where the model takes it: the vocabulary head then runs on the response
         positions only (with a large vocabulary, a sizeable share of a prompt token's cost)."""
         if not hasattr(self, "_takes_keep"):
-            import inspect
-
             self._takes_keep = "logits_to_keep" in inspect.signature(_base(self.model).forward).parameters
         return {"logits_to_keep": count} if self._takes_keep else {}
 

@@ -22,8 +22,10 @@ checking a job on a tiny model).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
+import warnings
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -66,8 +68,6 @@ _CPU_OFF = dict(
 def _quiet() -> None:
     """Megatron-Core's and torch's notices that say nothing about the job (falling back to torch kernels without
     Apex/TransformerEngine, its own deprecated calls) are not shown; real warnings still are."""
-    import warnings
-
     for message in (
         "Apex is not installed",
         "Transformer Engine and Apex are not installed",
@@ -81,8 +81,6 @@ def _quiet() -> None:
 
 
 def _have_bridge() -> bool:
-    import importlib.util
-
     try:
         return importlib.util.find_spec("megatron.bridge") is not None
     except ModuleNotFoundError:
@@ -91,14 +89,10 @@ def _have_bridge() -> bool:
 
 def _have_softmax_kernels() -> bool:
     """Whether Megatron's fused masked-softmax CUDA extension is importable (it ships apart from megatron-core)."""
-    import importlib.util
-
     return importlib.util.find_spec("scaled_masked_softmax_cuda") is not None
 
 
 def _have_te() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("transformer_engine") is not None
 
 
