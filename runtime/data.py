@@ -19,6 +19,9 @@ from pathlib import Path
 from pkgutil import resolve_name
 
 from rlc.core.environments import Writer
+from rlc.runtime.envs.arithmetic import rows as arithmetic_rows
+from rlc.runtime.envs.gsm8k import INSTRUCTION, extract_answer
+from rlc.runtime.envs.synthetic import rows as synthetic_rows
 
 
 class DataError(Exception):
@@ -86,12 +89,10 @@ def write_dataset(
 
 
 def synthetic(out_dir: Path, train: int, validation: int, seed: int) -> list[Path]:
-    from rlc.runtime.envs.synthetic import rows
-
     written = []
     for name, count, s in (("train", train, seed), ("validation", validation, seed + 1)):
         path = out_dir / f"{name}.parquet"
-        write_rows(rows(count, s), path)
+        write_rows(synthetic_rows(count, s), path)
         written.append(path)
     return written
 
@@ -99,10 +100,8 @@ def synthetic(out_dir: Path, train: int, validation: int, seed: int) -> list[Pat
 def arithmetic(out_dir: Path, train: int, validation: int, seed: int, high: int, fmt: str = "rlc") -> list[Path]:
     """Word problems of `env_class: arithmetic` with numbers up to `high`; no validation question appears in the
     training split. `fmt` "verl" writes them as verl's GSM8K rows (for `env_class: verl`)."""
-    from rlc.runtime.envs.arithmetic import rows
-
-    held_out = rows(validation, seed + 1, high=high)
-    problems = rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high)
+    held_out = arithmetic_rows(validation, seed + 1, high=high)
+    problems = arithmetic_rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high)
     if fmt == "verl":
         from rlc.runtime.envs.verl import as_verl_rows  # skyrl-gym, only for verl's rows
 
@@ -150,8 +149,6 @@ def _load_records(source: Path) -> list[dict]:
 
 def gsm8k(source: Path, out_dir: Path, validation: int = 0, seed: int = 0, name: str | None = None) -> list[Path]:
     """GSM8K records to chat-prompt rows; `validation` > 0 holds out that many rows as validation.parquet."""
-    from rlc.runtime.envs.gsm8k import INSTRUCTION, extract_answer
-
     try:
         records = _load_records(source)
     except (OSError, UnicodeDecodeError) as exc:
