@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from pkgutil import resolve_name
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from rlc.core.environments import Writer
 from rlc.runtime.envs.arithmetic import rows as arithmetic_rows
 from rlc.runtime.envs.gsm8k import INSTRUCTION, extract_answer
@@ -33,8 +35,6 @@ def expand(path: str) -> Path:
 
 
 def read_rows(paths: list[str]) -> list[dict]:
-    import pyarrow.parquet as pq
-
     rows: list[dict] = []
     for p in paths:
         path = expand(p)
@@ -52,9 +52,6 @@ def read_rows(paths: list[str]) -> list[dict]:
 
 def write_rows(rows: list[dict], path: Path) -> None:
     """Write a parquet file atomically (a temporary file renamed into place)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
@@ -103,7 +100,8 @@ def arithmetic(out_dir: Path, train: int, validation: int, seed: int, high: int,
     held_out = arithmetic_rows(validation, seed + 1, high=high)
     problems = arithmetic_rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high)
     if fmt == "verl":
-        from rlc.runtime.envs.verl import as_verl_rows  # skyrl-gym, only for verl's rows
+        # deferred: skyrl-gym, only for verl's rows (not for `rlc data arithmetic`)
+        from rlc.runtime.envs.verl import as_verl_rows
 
         problems, held_out = as_verl_rows(problems, "train"), as_verl_rows(held_out, "test")
     return _write_splits(out_dir, problems, held_out)
@@ -112,6 +110,7 @@ def arithmetic(out_dir: Path, train: int, validation: int, seed: int, high: int,
 def calculator(out_dir: Path, train: int, validation: int, seed: int) -> list[Path]:
     """Multiplication problems of `env_class: calculator` (multi-turn, a calculator tool); no validation question
     appears in the training split."""
+    # deferred: skyrl-gym (the environment's base class), kept out of `rlc data` for the other environments
     from rlc.runtime.envs.calculator import rows
 
     held_out = rows(validation, seed + 1)

@@ -41,6 +41,7 @@ from rlc.runtime.run_error import RunError
 from rlc.runtime.sections import Sections
 from rlc.runtime.tracking import Tracker, TrackerError
 from rlc.runtime.weights.updates import transport
+from transformers import AutoTokenizer
 
 REWARD_WINDOW = 20  # steps the closing line's reward is a mean over
 
@@ -85,7 +86,7 @@ class RunCpu:
     def __call__(self) -> float:
         if self.procs is None:
             try:
-                import psutil
+                import psutil  # deferred: psutil is optional; without it the driver counts its own CPU time
 
                 me = psutil.Process()
                 self.procs = [me, *me.children(recursive=True)]
@@ -199,8 +200,6 @@ class Driver:
     # -- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from transformers import AutoTokenizer
-
         loop = self.loop
         self.policy_path = local_model_path(self.decisions.workers["policy"].model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
