@@ -8,7 +8,9 @@ both forms give the same plan. Every error carries the offset of the offending c
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from rlc.core.dataclass import dataclass
 
 KEY = "trainer.placement.allocation"
 INFERENCE_BACKENDS = ("vllm",)

@@ -88,7 +88,7 @@ def _target_names() -> tuple[str, ...]:
 
 
 def _importer_names() -> tuple[str, ...]:
-    from rlc.compiler.importers import IMPORTERS
+    from rlc.compiler.importers.registry import IMPORTERS
 
     return tuple(i.name for i in IMPORTERS)
 
@@ -179,7 +179,7 @@ def migrate(
     commented with its script line; ARGS fill its "$@". Without -o/--in-place
     the result goes to stdout and no file is touched.
     """
-    from rlc.compiler.importers import importer
+    from rlc.compiler.importers.registry import importer
     from rlc.compiler.importers.scripts import is_script
     from rlc.compiler.migration import OUT, MigrateUsageError, migrate_file, migrate_script
     from rlc.core.diagnostics import render_text

@@ -13,8 +13,9 @@ import difflib
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from rlc.core.dataclass import dataclass
 
 # Where SkyPilot provisions (its catalog's clouds, `sky check` lists them); k8s and kubernetes take a context name.
 CLOUDS = (

@@ -10,10 +10,10 @@ import copy
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, Optional, Union
 
+from rlc.core.dataclass import dataclass
 from rlc.core.plain import plain_dataclass as to_plain  # noqa: F401  (re-exported)
 from rlc.spec import fields as meta
 from rlc.spec.extensions import ExtensionError, Extensions
