@@ -9,7 +9,6 @@ task schema's `infra` pattern; Slurm's `--time`; KubeRay's names (DNS labels).
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Callable
@@ -135,6 +134,8 @@ def infra(text: str) -> str:
             raise Unreadable(
                 f"cluster.infra = {text!r}: SkyPilot separates cloud, region and zone with '/'", f"write {better}"
             )
+        import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+
         close = difflib.get_close_matches(cloud, [*CLOUDS, *KUBERNETES], n=1)
         raise Unreadable(
             f"cluster.infra = {text!r}: {parts[0]!r} is not a cloud SkyPilot provisions on",
