@@ -1,6 +1,6 @@
 """The honest-code path: how long a trivial program takes through rlc's sandbox (goal: within 2x of the sandbox before
 the jail, `runtime/sandbox.py` at commit 6ddd9c2, which ran the same supervisor under `unshare` without limits for
-the whole sandbox).
+the whole sandbox; the module is `runtime/envs/sandbox.py` since, and the old one is read at its old path).
 
     python bench/sandbox_bench.py bubblewrap|unisolated|before [--calls N]
 
@@ -47,7 +47,7 @@ def main() -> int:
     if args.level == "before":
         run_python = old_sandbox().run_python
     else:
-        from rlc.runtime import sandbox
+        from rlc.runtime.envs import sandbox
 
         sandbox.configure(args.level)
         run_python = sandbox.run_python

@@ -5,8 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from rlc.core.environments import Option as WriterOption
+    from rlc.core.environments import Writer
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
@@ -529,104 +534,75 @@ def plot(run_dir: str, output: str | None) -> None:
     click.echo(f"wrote {path}")
 
 
-@cli.group()
+class DataGroup(click.Group):
+    """`rlc data`: a command per environment whose dataset rlc writes (`rlc.core.environments.WRITERS`, read only
+    when a command line reaches `rlc data`), beside the converters written here."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from rlc.core.environments import WRITERS
+
+        return sorted({*super().list_commands(ctx), *WRITERS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from rlc.core.environments import WRITERS
+
+        writer = WRITERS.get(cmd_name)
+        return _writer_command(cmd_name, writer) if writer is not None else super().get_command(ctx, cmd_name)
+
+
+def _writer_command(env_id: str, writer: Writer) -> click.Command:
+    """`rlc data ENV_ID`: the environment's train and validation splits, written by its entry's writer."""
+    default_out = f"~/.cache/rlc/data/{env_id}"
+
+    def data_write(out_dir: str, train_rows: int, val_rows: int, seed: int, **options: Any) -> None:
+        from pathlib import Path
+
+        from rlc.runtime.data import write_dataset
+
+        for option in writer.options:
+            if option.names_directory and out_dir == default_out and options[option.keyword] != option.default:
+                out_dir += f"-{options[option.keyword]}"
+        for path in write_dataset(writer, Path(out_dir).expanduser(), train_rows, val_rows, seed, **options):
+            click.echo(f"wrote {path}")
+
+    params: list[click.Parameter] = [
+        click.Option(
+            ["-o", "--out", "out_dir"],
+            type=click.Path(file_okay=False),
+            default=default_out,
+            show_default=True,
+            help="Directory for train.parquet and validation.parquet.",
+        ),
+        click.Option(
+            ["--train", "train_rows"],
+            type=click.IntRange(1, writer.train.most),
+            default=writer.train.default,
+            show_default=True,
+        ),
+        click.Option(
+            [*writer.validation_flags, "val_rows"],
+            type=click.IntRange(1, writer.validation.most),
+            default=writer.validation.default,
+            show_default=True,
+        ),
+        click.Option(["--seed"], type=int, default=0, show_default=True),
+        *(_writer_option(option) for option in writer.options),
+    ]
+    return click.Command(env_id, callback=data_write, params=params, help=writer.summary)
+
+
+def _writer_option(option: WriterOption) -> click.Option:
+    kind: click.ParamType = (
+        click.Choice(option.choices) if option.choices else click.IntRange(option.least, option.most)
+    )
+    return click.Option(
+        [*option.flags, option.keyword], type=kind, default=option.default, show_default=True, help=option.help
+    )
+
+
+@cli.group(cls=DataGroup)
 def data() -> None:
     """Write datasets (parquet files of prompt / answer rows) for the built-in environments."""
-
-
-@data.command("synthetic")
-@click.option(
-    "-o",
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="~/.cache/rlc/data/synthetic",
-    show_default=True,
-    help="Directory for train.parquet and validation.parquet.",
-)
-@click.option("--train", "train_rows", type=click.IntRange(1), default=3200, show_default=True)
-@click.option("--validation", "val_rows", type=click.IntRange(1), default=64, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-def data_synthetic(out_dir: str, train_rows: int, val_rows: int, seed: int) -> None:
-    """The copy-the-digit task of `env_class: synthetic`."""
-    from pathlib import Path
-
-    from rlc.runtime.data import synthetic
-
-    for path in synthetic(Path(out_dir).expanduser(), train_rows, val_rows, seed):
-        click.echo(f"wrote {path}")
-
-
-def _word_problem_options(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """-o/--train/--validation/--seed of a word-problem dataset command, written to ~/.cache/rlc/data/NAME."""
-
-    def apply(command: Callable[..., None]) -> Callable[..., None]:
-        for option in reversed(
-            (
-                click.option(
-                    "-o",
-                    "--out",
-                    "out_dir",
-                    type=click.Path(file_okay=False),
-                    default=f"~/.cache/rlc/data/{name}",
-                    show_default=True,
-                    help="Directory for train.parquet and validation.parquet.",
-                ),
-                click.option("--train", "train_rows", type=click.IntRange(1, 200_000), default=2000, show_default=True),
-                click.option(
-                    "--validation", "--val", "val_rows", type=click.IntRange(1, 100_000), default=128, show_default=True
-                ),
-                click.option("--seed", type=int, default=0, show_default=True),
-            )
-        ):
-            command = option(command)
-        return command
-
-    return apply
-
-
-@data.command("arithmetic")
-@_word_problem_options("arithmetic")
-@click.option(
-    "--max-number", "high", type=click.IntRange(3, 10_000), default=20, show_default=True, help="Largest operand."
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["rlc", "verl"]),
-    default="rlc",
-    show_default=True,
-    help="rlc's rows, or verl's GSM8K rows (data_source, prompt, reward_model, extra_info) for an imported verl "
-    "job; verl's go to ~/.cache/rlc/data/arithmetic-verl unless -o says otherwise.",
-)
-def data_arithmetic(out_dir: str, train_rows: int, val_rows: int, seed: int, high: int, fmt: str) -> None:
-    """Addition / subtraction word problems of `env_class: arithmetic` (held-out validation questions)."""
-    from pathlib import Path
-
-    from rlc.runtime.data import arithmetic
-
-    if fmt == "verl" and out_dir == "~/.cache/rlc/data/arithmetic":
-        out_dir += "-verl"
-    paths = arithmetic(Path(out_dir).expanduser(), train_rows, val_rows, seed, high)
-    if fmt == "verl":
-        from rlc.runtime.envs.verl import rewrite_as_verl
-
-        rewrite_as_verl(paths)
-    for path in paths:
-        click.echo(f"wrote {path}")
-
-
-@data.command("calculator")
-@_word_problem_options("calculator")
-def data_calculator(out_dir: str, train_rows: int, val_rows: int, seed: int) -> None:
-    """Multiplication word problems of `env_class: calculator`, answered over several turns with a calculator
-    tool (held-out validation questions)."""
-    from pathlib import Path
-
-    from rlc.runtime.data import calculator
-
-    for path in calculator(Path(out_dir).expanduser(), train_rows, val_rows, seed):
-        click.echo(f"wrote {path}")
 
 
 @data.command("gsm8k")

@@ -111,6 +111,13 @@ class ModelShape:
         return self.embedding * (1 if self.tied else 2) + body + h
 
     @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: a mixture of experts' routed experts count only the experts_per_token
+        each token is sent to (what a pass's FLOPs scale with)."""
+        idle = self.moe_layers * max(self.experts - self.experts_per_token, 0) * 3 * self.hidden * self.moe_intermediate
+        return self.params - idle
+
+    @property
     def critic_params(self) -> int:
         """The critic: the decoder without the vocabulary head, plus a scalar value head with a bias."""
         return self.params - (0 if self.tied else self.embedding) + self.hidden + 1

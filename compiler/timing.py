@@ -2,10 +2,12 @@
 
 Each phase is counted from the spec, the plan and a device profile (this text is `rlc explain time`; docs/estimate.md
 has the derivation and the published jobs it is held against):
-- generate: prefill by FLOPs (2 x params x prompt tokens, at prefill_mfu of the engine GPUs' peak); decode by memory
-  bandwidth: each decoding step reads the engine's weights and its rows' KV cache (at bandwidth_use of the
-  bandwidth), at the batch an engine runs (its rows, capped by max_num_seqs and by how many rows of the mean length
-  its KV cache holds), in as many waves as that batch takes, plus decode_step_overhead_ms per step.
+- generate: prefill by FLOPs (2 x params x the tokens run, at prefill_mfu of the engine GPUs' peak): every row's
+  prompt (the hf engine runs a group's shared prompt once), and in a multi-turn job each later turn's new tokens (the
+  last response and the environment's answer, the rest being in the prefix cache); decode by memory bandwidth: each decoding
+  step reads the engine's weights and its rows' KV cache (at bandwidth_use of the bandwidth), at the batch an engine
+  runs (its rows, capped by max_num_seqs and by how many rows of the mean length its KV cache holds), in as many
+  waves as that batch takes, for every turn's response, plus decode_step_overhead_ms per step.
 - log-prob forwards: 2 x params x tokens for each model that scores the rows (the reference, the policy's old
   log-probs when a step takes more than one optimizer step, the critic's values), at train_mfu of its GPUs.
 - train: 6 x params x tokens per update epoch (8 with gradient checkpointing: the forward runs twice), policy and
@@ -16,9 +18,14 @@ has the derivation and the published jobs it is held against):
   CPU's profile counts it (10 ms), a GPU's leaves it in step_overhead_s (0 ms).
 - step_overhead_s: what a step spends outside these (Ray calls, offload and wake-up, rewards; on a CPU the driver's
   own work).
-Rows are the mean length (prompt_fill and response_fill of the limits), not the longest; fsdp2 runs a group's
+Rows are the mean length (prompt_fill and response_fill of the limits), not the longest; a multi-turn row
+(generator.max_turns above 1) is its first prompt (of trainer.max_prompt_length), estimate.turns responses (half of
+max_turns) and the environment's answers between them (estimate.observation_tokens each), as many turns as fit before
+the conversation passes generator.max_input_length; training sees all of it. A mixture of experts counts the
+parameters a token runs through (the experts it is routed to) for FLOPs, all of them for bytes. fsdp2 runs a group's
 shared prompt once (forwards, and training without gradient checkpointing), as rlc's trainer does. Rows whose
-advantages are all zero, which rlc's trainer leaves out, are counted: the estimate is for every row. The run is
+advantages are all zero, which rlc's trainer leaves out, are counted unless estimate.inert_fraction says how many
+(a run's inert_row_fraction): by default the estimate is for every row. The run is
 max_training_steps, or epochs x dataset_rows / train_batch_size; GPU-hours count every GPU of the cluster, and the
 cost takes a price per GPU-hour from a dated table (`PRICES`) unless estimate.gpu_hour_price sets one.
 Every assumption is printed beside the estimate and set under `estimate:` in the spec (or as an override).
@@ -33,6 +40,7 @@ from rlc.compiler.memory import DTYPE_BYTES, MemoryEstimate, capacity, engine_we
 from rlc.compiler.roles import critic_on, engine_gpus, ref_on
 from rlc.core.dataclass import dataclass
 from rlc.core.plan import Plan
+from rlc.spec.algorithm import ADVANTAGE_WEIGHTED_LOSSES
 
 
 @dataclass(frozen=True)
@@ -150,28 +158,30 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
     call = (dev.call_ms if e.call_overhead_ms is None else e.call_overhead_ms) / 1000
     overhead = dev.step_overhead_s if e.step_overhead_s is None else e.step_overhead_s
     shape = policy.shape
-    params = shape.params
-    prompt = max(round(e.prompt_fill * int(g.max_input_length or t.max_prompt_length)), 1)
-    response = max(round(e.response_fill * int(g.sampling_params.max_generate_length)), 1)
+    params = shape.active_params  # a mixture of experts' FLOPs: the experts a token is routed to
+    n = lengths(spec)
     samples = int(g.n_samples_per_prompt)
     prompts = int(t.train_batch_size)
     rows = prompts * samples
-    tokens = rows * (prompt + response)
+    tokens = round(rows * (n.prompt + n.after))
     # fsdp2 runs a group's shared prompt once (not under sequence parallelism, nor in training with checkpointing)
     share = t.strategy != "megatron" and samples > 1 and int(t.policy.sequence_parallel_size) <= 1
-    shared = prompts * prompt + rows * response if share else tokens
+    shared = round(prompts * n.prompt + rows * n.after) if share else tokens
     train_tokens = tokens if t.gradient_checkpointing else shared
-    phases = [_generate(spec, plan, memory, shape, rows, prompt, response, flops, bandwidth, decode_ms, e, call)]
+    phases = [_generate(spec, plan, memory, shape, rows, n, flops, bandwidth, decode_ms, e, call)]
     role_gpus = {r.name: max(len(r.ranks), 1) for r in plan.roles}
     forwards, trains = [], []
     if ref_on(spec):
-        forwards.append(("ref", models["ref"].shape.params if models.get("ref") and models["ref"].shape else params))
+        forwards.append(
+            ("ref", models["ref"].shape.active_params if models.get("ref") and models["ref"].shape else params)
+        )
     if int(t.train_batch_size) > int(t.policy_mini_batch_size) or int(t.update_epochs_per_batch) > 1:
         forwards.append(("policy", params))
     trains.append(("policy", params))
     if critic_on(spec) and models.get("critic") and models["critic"].shape:
-        forwards.append(("critic", models["critic"].shape.params))
-        trains.append(("critic", models["critic"].shape.params))
+        critic = models["critic"].shape.active_params
+        forwards.append(("critic", critic))
+        trains.append(("critic", critic))
     per_gpu = flops * e.train_mfu
     fwd = sum(2 * n * shared / (per_gpu * role_gpus.get(r, 1)) + call for r, n in forwards)
     names = ", ".join(r for r, _ in forwards) or "none: one optimizer step per batch reuses the engine's rows"
@@ -183,9 +193,14 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         "critic": math.ceil(prompts / int(t.critic_mini_batch_size)),
     }
     calls = [(r, epochs * minis[r]) for r, _ in trains]
-    train = sum(factor * n * train_tokens * epochs / (per_gpu * role_gpus.get(r, 1)) for r, n in trains)
+    kept = {"policy": 1 - inert(spec)}  # the rows the policy's update runs
+    train = sum(
+        factor * n * train_tokens * epochs * kept.get(r, 1) / (per_gpu * role_gpus.get(r, 1)) for r, n in trains
+    )
     train += call * sum(k for _, k in calls)
     how = f"{factor} x {params / 1e9:.3g}B params x {train_tokens} tokens x {epochs} epoch(s)"
+    if kept["policy"] < 1:
+        how += f" x {kept['policy']:.3g} of the policy's rows (the rest inert)"
     phases.append(Phase("train", train, how + _calls(call, calls)))
     phases.append(_weight_sync(spec, plan, shape, dev, bandwidth, e, call))
     outside = (
@@ -205,8 +220,10 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         "device": name,
         "peak_tflops": flops / 1e12,
         "memory_bandwidth_gbs": bandwidth / 1e9,
-        "prompt_tokens": prompt,
-        "response_tokens": response,
+        "prompt_tokens": n.prompt,
+        "response_tokens": n.response,
+        **({"turns": round(n.turns, 2), "observation_tokens": n.observation} if n.multi else {}),
+        **({"inert_fraction": inert(spec)} if inert(spec) else {}),
         "train_mfu": e.train_mfu,
         "prefill_mfu": e.prefill_mfu,
         "bandwidth_use": e.bandwidth_use,
@@ -217,34 +234,94 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
     return TimeEstimate(phases, step, steps, gpus, price if gpus else None, source if gpus else "", assumptions)
 
 
+def inert(spec) -> float:
+    """The share of the policy's rows its update leaves out (estimate.inert_fraction), where rlc's trainer leaves
+    rows out: a loss weighted by the advantage, with no KL or entropy term every row feeds."""
+    a = spec.trainer.algorithm
+    if a.policy_loss_type not in ADVANTAGE_WEIGHTED_LOSSES or a.use_kl_loss:
+        return 0.0
+    if a.use_entropy_loss and float(a.entropy_loss_coef) != 0:
+        return 0.0
+    return float(spec.estimate.inert_fraction)
+
+
 def _calls(call: float, calls: list) -> str:
     """How many calls into the workers a phase counts, where the profile gives them a cost."""
     n = sum(k if isinstance(k, int) else 1 for _, k in calls)
     return f", + {n} call(s) of {duration(call)}" if call and n else ""
 
 
-def _generate(spec, plan, memory, shape, rows, prompt, response, flops, bandwidth, decode_ms, e, call) -> Phase:
+@dataclass(frozen=True)
+class Lengths:
+    """A row's mean lengths in tokens: its prompt, each turn's response, its turns and what the environment adds
+    after each turn but the last (multi-turn jobs only)."""
+
+    prompt: int
+    response: int
+    turns: float = 1.0
+    observation: int = 0
+    multi: bool = False
+
+    @property
+    def after(self) -> float:
+        """Tokens after the prompt: every turn's response and every observation between turns (what is trained)."""
+        return self.turns * self.response + (self.turns - 1) * self.observation
+
+
+def lengths(spec) -> Lengths:
+    """The mean row: `prompt_fill` and `response_fill` of the limits; a multi-turn job's prompt is the first one
+    (trainer.max_prompt_length), its turns `estimate.turns` (half of max_turns) and as many as fit before the
+    conversation passes generator.max_input_length."""
+    e, t, g = spec.estimate, spec.trainer, spec.generator
+    multi = int(g.max_turns) > 1 and not g.batched
+    limit = int(t.max_prompt_length) if multi else int(g.max_input_length or t.max_prompt_length)
+    prompt = max(round(e.prompt_fill * limit), 1)
+    response = max(round(e.response_fill * int(g.sampling_params.max_generate_length)), 1)
+    if not multi:
+        return Lengths(prompt, response)
+    turns = min(float(e.turns) if e.turns is not None else max(int(g.max_turns) / 2, 1.0), float(g.max_turns))
+    observation = response if e.observation_tokens is None else int(e.observation_tokens)
+    room = int(g.max_input_length or limit) - prompt  # the context every turn but the last may fill
+    turns = max(min(turns, 1 + room / (response + observation)), 1.0)
+    return Lengths(prompt, response, turns, observation, multi=True)
+
+
+def _generate(spec, plan, memory, shape, rows, n: Lengths, flops, bandwidth, decode_ms, e, call) -> Phase:
     ie = spec.generator.inference_engine
     engines = max(len(plan.engines), 1)
     gpus = engine_gpus(ie)
     per_engine = math.ceil(rows / engines)
     weights = engine_weights(spec, shape)  # one GPU's share
     kv_token = _kv_bytes(spec, shape)
+    context = n.prompt + n.after  # a row's whole context at its end
     batch = min(per_engine, int(ie.max_num_seqs)) if ie.backend == "vllm" else per_engine
     if ie.backend == "vllm" and memory is not None and memory.capacity:
         kv = float(ie.gpu_memory_utilization) * memory.capacity - weights
-        batch = max(min(batch, int(kv // max(kv_token * (prompt + response), 1))), 1)
+        batch = max(min(batch, int(kv // max(kv_token * context, 1))), 1)
     waves = math.ceil(per_engine / batch)
-    prefill = 2 * shape.params * per_engine * prompt / (gpus * flops * e.prefill_mfu)
-    read = weights + batch * (prompt + response / 2) * kv_token
-    compute = 2 * shape.params / gpus * batch / (flops * e.prefill_mfu)
+    # The hf engine runs a group's shared prompt once; vLLM prefills every sample's request (docs/engines.md, measured).
+    # A later turn runs only the last response and the environment's answer: the rest is in vLLM's prefix cache, or
+    # the hf engine's cache of the last call's prompts; without a prefix cache the whole context runs again.
+    hf = ie.backend != "vllm"
+    cached = hf or bool(ie.enable_prefix_caching)
+    first = per_engine / int(spec.generator.n_samples_per_prompt) * n.prompt if hf else per_engine * n.prompt
+    step_in = n.response + n.observation
+    later = (n.turns - 1) * (step_in if cached else n.prompt + n.turns / 2 * step_in)
+    prefilled = first + per_engine * later
+    prefill = 2 * shape.active_params * prefilled / (gpus * flops * e.prefill_mfu)
+    read = weights + batch * (n.prompt + n.after / 2) * kv_token
+    compute = 2 * shape.active_params / gpus * batch / (flops * e.prefill_mfu)
     step = max(read / (bandwidth * e.bandwidth_use), compute) + decode_ms / 1000
-    decode = waves * response * step
+    steps = round(n.turns * n.response)
+    decode = waves * steps * step
+    calls = math.ceil(n.turns)  # each turn is a call into the engines
+    turns = f" in {n.turns:.3g} turns" if n.multi else ""
     how = (
-        f"prefill {duration(prefill)}; decode {duration(decode)}: {engines} engine(s) x {per_engine} rows, batch "
-        f"{batch}, {waves} wave(s) of {response} steps of {duration(step)}" + _calls(call, [("engines", 1)])
+        f"prefill {duration(prefill)} ({round(prefilled)} tokens an engine); decode {duration(decode)}: "
+        f"{engines} engine(s) x {per_engine} rows, batch {batch}, {waves} wave(s) of {steps} steps{turns} of "
+        f"{duration(step)}" + _calls(call, [("engines", calls)])
     )
-    return Phase("generate", prefill + decode + call, how)
+    return Phase("generate", prefill + decode + call * calls, how)
 
 
 def _kv_bytes(spec, shape) -> int:

@@ -3,15 +3,17 @@ compiler's rules and memory model read these, the runtime runs by them."""
 
 from __future__ import annotations
 
+from rlc.core.environments import ENVIRONMENTS
+
 # The environment ids (environment.env_class, a row's env_class) the runtime registers with skyrl-gym
-# (rlc.runtime.envs.gym): skyrl-gym's own, then rlc's; extensions add theirs (ext.add_environment). A test holds this
-# equal to what the runtime registers, so the compiler can check the id without importing skyrl-gym (or pandas).
-SKYRL_GYM_ENVS = ("aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchcode", "text2sql")
-RLC_ENVS = ("arithmetic", "calculator", "llm_as_a_judge", "synthetic", "verl")
+# (rlc.runtime.envs.gym), from the one table of built-in environments: skyrl-gym's own, then rlc's; extensions add
+# theirs (ext.add_environment). The compiler checks an id against these without importing skyrl-gym (or pandas).
+SKYRL_GYM_ENVS = tuple(sorted(env.id for env in ENVIRONMENTS if env.skyrl_gym))
+RLC_ENVS = tuple(sorted(env.id for env in ENVIRONMENTS if not env.skyrl_gym))
 BUILTIN_ENVS = SKYRL_GYM_ENVS + RLC_ENVS
 # The built-in environments that run what the model wrote (rlc.runtime.envs.code, .sql): in the sandbox. An
 # extension's environment may too: the compiler counts every environment it does not know among them.
-MODEL_CODE_ENVS = ("lcb", "searchcode", "text2sql")
+MODEL_CODE_ENVS = tuple(sorted(env.id for env in ENVIRONMENTS if env.runs_model_code))
 
 
 def runs_model_code(env_class: str) -> bool:

@@ -16,6 +16,9 @@ import os
 import random
 import tempfile
 from pathlib import Path
+from pkgutil import resolve_name
+
+from rlc.core.environments import Writer
 
 
 class DataError(Exception):
@@ -63,10 +66,26 @@ def write_rows(rows: list[dict], path: Path) -> None:
             os.unlink(tmp)
 
 
-# -- writers (`rlc data ...`) -------------------------------------------------------------------------
+# -- writers (`rlc data ...`; each one's options and defaults are its entry's in rlc.core.environments) ----------
 
 
-def synthetic(out_dir: Path, train: int = 3200, validation: int = 64, seed: int = 0) -> list[Path]:
+def write_dataset(
+    writer: Writer, out_dir: Path, train: int | None = None, validation: int | None = None, seed: int = 0, **options
+) -> list[Path]:
+    """Write an environment's train and validation splits into `out_dir` with `writer` (its entry's); the counts and
+    options left out are the entry's defaults."""
+    write = resolve_name(writer.function)
+    chosen = {option.keyword: option.default for option in writer.options} | options
+    return write(
+        out_dir,
+        writer.train.default if train is None else train,
+        writer.validation.default if validation is None else validation,
+        seed,
+        **chosen,
+    )
+
+
+def synthetic(out_dir: Path, train: int, validation: int, seed: int) -> list[Path]:
     from rlc.runtime.envs.synthetic import rows
 
     written = []
@@ -77,21 +96,21 @@ def synthetic(out_dir: Path, train: int = 3200, validation: int = 64, seed: int 
     return written
 
 
-def arithmetic(
-    out_dir: Path, train: int = 2000, validation: int = 128, seed: int = 0, high: int | None = None
-) -> list[Path]:
+def arithmetic(out_dir: Path, train: int, validation: int, seed: int, high: int, fmt: str = "rlc") -> list[Path]:
     """Word problems of `env_class: arithmetic` with numbers up to `high`; no validation question appears in the
-    training split."""
-    from rlc.runtime.envs.arithmetic import MAX_NUMBER, rows
+    training split. `fmt` "verl" writes them as verl's GSM8K rows (for `env_class: verl`)."""
+    from rlc.runtime.envs.arithmetic import rows
 
-    high = MAX_NUMBER if high is None else high
     held_out = rows(validation, seed + 1, high=high)
-    return _write_splits(
-        out_dir, rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high), held_out
-    )
+    problems = rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high)
+    if fmt == "verl":
+        from rlc.runtime.envs.verl import as_verl_rows  # skyrl-gym, only for verl's rows
+
+        problems, held_out = as_verl_rows(problems, "train"), as_verl_rows(held_out, "test")
+    return _write_splits(out_dir, problems, held_out)
 
 
-def calculator(out_dir: Path, train: int = 2000, validation: int = 128, seed: int = 0) -> list[Path]:
+def calculator(out_dir: Path, train: int, validation: int, seed: int) -> list[Path]:
     """Multiplication problems of `env_class: calculator` (multi-turn, a calculator tool); no validation question
     appears in the training split."""
     from rlc.runtime.envs.calculator import rows

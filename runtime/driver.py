@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from rlc.core.environments import WRITERS
 from rlc.core.job import CompiledJob, Sampling, seed_for
 from rlc.core.runtime_facts import runs_model_code
 from rlc.runtime import checkpoint as ckpt
-from rlc.runtime import sandbox
 from rlc.runtime.algorithms.advantages import broadcast_to_steps
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
@@ -29,8 +29,9 @@ from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batches, pad_rows, to_batch, totals
 from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
 from rlc.runtime.colocation import Colocation
-from rlc.runtime.data import DataError, arithmetic, calculator, expand, read_rows, synthetic
+from rlc.runtime.data import DataError, expand, read_rows, write_dataset
 from rlc.runtime.dumps import dump_training_batch
+from rlc.runtime.envs import sandbox
 from rlc.runtime.envs.gym import registered
 from rlc.runtime.evaluation import Evaluation
 from rlc.runtime.generator import Generator, Settings, rollout_metrics
@@ -174,18 +175,11 @@ class Driver:
 
     def _rows(self, paths: list[str]) -> list[tuple[dict, list[int]]]:
         env_class = self.spec.environment.env_class
-        generated = {
-            "synthetic": (synthetic, "synthetic copy-the-digit"),
-            "arithmetic": (arithmetic, "arithmetic"),
-            "calculator": (calculator, "calculator"),
-        }
-        if env_class in generated and paths and not all(expand(p).exists() for p in paths):
+        writer = WRITERS.get(env_class)
+        if writer is not None and paths and not all(expand(p).exists() for p in paths):
             directory = expand(paths[0]).parent
-            write, what = generated[env_class]
-            # The arithmetic and calculator splits do not depend on the run's seed: every seed is evaluated on the
-            # same problems.
-            write(directory, seed=self.spec.trainer.seed if env_class == "synthetic" else 0)
-            print(f"rlc: wrote the {what} dataset to {directory}", flush=True)
+            write_dataset(writer, directory, seed=self.spec.trainer.seed if writer.run_seed else 0)
+            print(f"rlc: wrote the {writer.title} dataset to {directory}", flush=True)
         try:
             rows = read_rows(paths)
         except DataError as exc:

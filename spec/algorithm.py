@@ -19,6 +19,10 @@ POLICY_LOSSES = (
 )
 # Losses that do not apply trainer.algorithm.off_policy_correction (as in SkyRL, which ignores it for them).
 LOSSES_WITHOUT_OFF_POLICY_CORRECTION = ("clip_cov", "kl_cov", "importance_sampling", "cross_entropy")
+# Losses whose every token's loss is its advantage times a factor computed from its own row: a row whose advantages
+# are all 0 adds exactly nothing to the loss or its gradient, so the trainer leaves it out (clip_cov and kl_cov centre
+# their covariances over the whole batch, so every row shapes the others' terms; cross_entropy reads no advantage).
+ADVANTAGE_WEIGHTED_LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "importance_sampling")
 # Losses whose ratio is against the engine's log-probs: the engines must return them.
 ROLLOUT_ANCHORED_LOSSES = ("rollout_is",)
 LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")

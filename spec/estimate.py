@@ -16,10 +16,33 @@ class EstimateConfig:
         minimum=1,
     )
     prompt_fill: float = setting(
-        0.5, "Mean prompt length as a fraction of max_prompt_length.", exclusive_minimum=0, maximum=1
+        0.5,
+        "Mean prompt length as a fraction of its limit: generator.max_input_length, or trainer.max_prompt_length "
+        "in a multi-turn job (where max_input_length bounds the whole conversation).",
+        exclusive_minimum=0,
+        maximum=1,
     )
     response_fill: float = setting(
-        0.5, "Mean response length as a fraction of max_generate_length.", exclusive_minimum=0, maximum=1
+        0.5, "Mean response length (of each turn) as a fraction of max_generate_length.", exclusive_minimum=0, maximum=1
+    )
+    turns: float | None = setting(
+        None,
+        "Mean turns of a multi-turn trajectory (generator.max_turns > 1); null: half of max_turns, at least 1.",
+        minimum=1,
+    )
+    observation_tokens: int | None = setting(
+        None,
+        "Mean tokens an environment's answer adds to a multi-turn context after each turn but the last (its chat "
+        "template's wrapping included); null: as many as a turn's response.",
+        minimum=0,
+    )
+    inert_fraction: float = setting(
+        0.0,
+        "Share of the policy's rows its update leaves out, their loss being exactly zero (a GRPO group whose rewards "
+        "are all equal, under a loss weighted by the advantage with no KL or entropy term): a run's "
+        "inert_row_fraction. Their training passes are not counted.",
+        minimum=0,
+        maximum=1,
     )
     train_mfu: float = setting(
         0.35,

@@ -3,6 +3,7 @@
 from typing import Any
 
 from rlc.core.dataclass import dataclass
+from rlc.core.environments import ENVIRONMENTS
 from rlc.spec.fields import section, setting
 
 INFERENCE_BACKENDS = ("vllm", "hf")
@@ -237,7 +238,7 @@ class SkyRLGymConfig:
     search: SearchEnvConfig = section(SearchEnvConfig, "search environment.")
 
 
-SANDBOX_ISOLATION = ("bubblewrap", "unisolated")  # rlc.runtime.sandbox.ISOLATION_LEVELS holds the same
+SANDBOX_ISOLATION = ("bubblewrap", "unisolated")  # rlc.runtime.envs.sandbox.ISOLATION_LEVELS holds the same
 
 
 @dataclass
@@ -282,9 +283,9 @@ class SandboxConfig:
 class EnvironmentConfig:
     env_class: str = setting(
         "gsm8k",
-        "SkyRL-Gym environment of rows without an env_class column: skyrl-gym's (gsm8k, gsm8k_multi_turn, "
-        "text2sql, search, lcb, aime, searchcode), rlc's (synthetic, arithmetic, calculator, llm_as_a_judge, verl) or an "
-        "extension's.",
+        "SkyRL-Gym environment of rows without an env_class column: skyrl-gym's "
+        f"({', '.join(env.id for env in ENVIRONMENTS if env.skyrl_gym)}), rlc's "
+        f"({', '.join(env.id for env in ENVIRONMENTS if not env.skyrl_gym)}) or an extension's.",
     )
     skyrl_gym: SkyRLGymConfig = section(SkyRLGymConfig, "Settings of the built-in environments.")
     sandbox: SandboxConfig = section(

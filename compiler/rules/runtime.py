@@ -8,7 +8,7 @@ their launch files are still worth checking, and the runtime stops at start-up, 
 from __future__ import annotations
 
 from rlc.compiler.rules.base import Context, num, rule
-from rlc.core.runtime_facts import BUILTIN_ENVS, RLC_ENVS, SKYRL_GYM_ENVS, runs_model_code
+from rlc.core.runtime_facts import BUILTIN_ENVS, MODEL_CODE_ENVS, RLC_ENVS, SKYRL_GYM_ENVS, runs_model_code
 
 ALG = "trainer.algorithm"
 
@@ -50,7 +50,7 @@ def environment_exists(c: Context):
 @rule(
     "RLC-W905",
     "model-written code runs unisolated only when asked: environment.sandbox.isolation: unisolated with an "
-    "environment that runs the model's code (lcb, searchcode, text2sql, an extension's)",
+    f"environment that runs the model's code ({', '.join(MODEL_CODE_ENVS)}, an extension's)",
     "environment.sandbox.isolation",
     "environment.env_class",
 )

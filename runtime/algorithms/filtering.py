@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 from rlc.runtime.batch import TrainBatch
+from rlc.spec.algorithm import ADVANTAGE_WEIGHTED_LOSSES
 
 DYNAMIC_SAMPLING_TYPES = ("filter", "replace")
 
@@ -41,13 +42,6 @@ def zero_variance_groups(
     low = inf.scatter_reduce(0, ids, torch.where(live, values, torch.inf), "amin")
     flat = (count > 1) & (high - low <= tol)
     return flat[ids]
-
-
-# Built-in policy losses whose every token's loss is its advantage times a factor computed from its own row:
-# a row whose advantages are all 0 adds exactly nothing to their loss or its gradient. (clip_cov and kl_cov
-# centre their covariances over the whole batch, so every row shapes the others' terms; cross_entropy reads no
-# advantage.)
-ADVANTAGE_WEIGHTED_LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "importance_sampling")
 
 
 def inert_rows(batch: TrainBatch, algorithm) -> torch.Tensor | None:

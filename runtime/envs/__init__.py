@@ -6,7 +6,10 @@ beside skyrl-gym's own; the benchmark's peer scores with them directly. Kept fre
 
 from __future__ import annotations
 
+from pkgutil import resolve_name
 from typing import Protocol
+
+from rlc.core.environments import ENVIRONMENTS
 
 
 class Environment(Protocol):
@@ -26,16 +29,12 @@ def correct(env: Environment, row: dict, response: str, reward: float) -> bool:
     return bool(judge(row, response)) if judge is not None else reward >= 1.0
 
 
-BUILTIN = ("arithmetic", "synthetic")  # the scorers; the environment ids are core.runtime_facts.BUILTIN_ENVS
+# rlc's scorers by environment id, from the table of built-in environments (`rlc.core.environments`).
+SCORERS = {env.id: env.scorer for env in ENVIRONMENTS if env.scorer is not None}
 
 
 def make(name: str) -> Environment:
-    if name == "arithmetic":
-        from rlc.runtime.envs.arithmetic import Arithmetic
-
-        return Arithmetic()
-    if name == "synthetic":
-        from rlc.runtime.envs.synthetic import CopyDigit
-
-        return CopyDigit()
-    raise ValueError(f"unknown environment {name!r}; rlc has {', '.join(BUILTIN)}")
+    """A fresh scorer of the environment `name`."""
+    if name not in SCORERS:
+        raise ValueError(f"unknown environment {name!r}; rlc has {', '.join(sorted(SCORERS))}")
+    return resolve_name(SCORERS[name])()

@@ -2,7 +2,7 @@
 
 skyrl-gym runs generated code in a fork of the trainer (`lcb`: its test harness in a multiprocessing child) or as
 `python -c` with the trainer's environment (`searchcode`'s python tool). Here the code runs in
-`rlc.runtime.sandbox`, once per test case with only that case's input, and the trainer compares what it printed
+`rlc.runtime.envs.sandbox`, once per test case with only that case's input, and the trainer compares what it printed
 (or returned) with the expected output by skyrl-gym's own rules: the expected outputs, and the verdict, never
 enter the process that runs the code, so nothing it prints or reads can change its own reward.
 """
@@ -13,7 +13,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from rlc.runtime.sandbox import Limits, default_limits, run_python, run_python_each
+from rlc.runtime.envs.sandbox import Limits, default_limits, run_python, run_python_each
 from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput
 from skyrl_gym.envs.lcb.env import LCBEnv
 from skyrl_gym.envs.lcb.livecodebench import (

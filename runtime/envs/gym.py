@@ -1,8 +1,9 @@
 """SkyRL-Gym as the environment layer: every trajectory steps a `skyrl_gym.Env`, made as SkyRL makes it.
 
-The ids are skyrl-gym's own (gsm8k, gsm8k_multi_turn, text2sql, search, lcb, aime, searchcode), rlc's
-(`synthetic`, `arithmetic`: its scorers as single-turn environments; `calculator`, a multi-turn tool task;
-`llm_as_a_judge`, SkyRL's example) and those installed packages name in the
+The built-in ids, each with its class, are the entries of `rlc.core.environments.ENVIRONMENTS`: skyrl-gym's own
+(gsm8k, gsm8k_multi_turn, text2sql, search, lcb, aime, searchcode; rlc's sandboxed classes for the three that run
+the model's code) and rlc's (`synthetic`, `arithmetic`: its scorers as single-turn environments; `calculator`, a
+multi-turn tool task; `llm_as_a_judge`, SkyRL's example; `verl`). Installed packages add theirs in the
 entry-point group ``rlc.environments`` (entry-point name = env id, object = the environment class, or any callable
 taking ``env_config`` and ``extras``)::
 
@@ -22,21 +23,12 @@ import threading
 from typing import Any, ClassVar
 
 import skyrl_gym
+from rlc.core.environments import ENVIRONMENTS
+from rlc.runtime.envs import correct
+from rlc.runtime.envs import make as make_scorer
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 ENV_GROUP = "rlc.environments"
-
-# rlc's replacements and additions, registered over skyrl-gym's registry (id -> "module:attribute").
-RLC_ENVS = {
-    "synthetic": "rlc.runtime.envs.gym:SyntheticEnv",
-    "arithmetic": "rlc.runtime.envs.gym:ArithmeticEnv",
-    "calculator": "rlc.runtime.envs.calculator:CalculatorEnv",  # multi-turn, a tool
-    "lcb": "rlc.runtime.envs.code:SandboxedLCBEnv",
-    "searchcode": "rlc.runtime.envs.code:SandboxedSearchCodeEnv",
-    "text2sql": "rlc.runtime.envs.sql:SandboxedSQLEnv",
-    "llm_as_a_judge": "rlc.runtime.envs.judge:LLMJudgeEnv",  # SkyRL ships it with an example, not in skyrl-gym
-    "verl": "rlc.runtime.envs.verl:VerlEnv",  # a verl dataset scored as verl's default reward scores it
-}
 
 _lock = threading.Lock()
 _registered = False
@@ -47,12 +39,14 @@ class UnknownEnvironmentError(Exception):
 
 
 def ensure_registered() -> None:
-    """Register rlc's environments and the installed extensions' over skyrl-gym's, once per process."""
+    """Register the built-in environments (`rlc.core.environments`: rlc's classes, and skyrl-gym's own where rlc
+    runs skyrl-gym's) and the installed extensions' over skyrl-gym's registry, once per process."""
     global _registered
     with _lock:
         if _registered:
             return
-        for env_id, entry_point in {**RLC_ENVS, **_entry_points()}.items():
+        builtin = {env.id: env.entry_point for env in ENVIRONMENTS}
+        for env_id, entry_point in {**builtin, **_entry_points()}.items():
             if env_id in skyrl_gym.registry:
                 skyrl_gym.envs.registration.deregister(env_id)
             skyrl_gym.register(id=env_id, entry_point=entry_point)
@@ -100,8 +94,6 @@ class _ScorerEnv(BaseTextEnv):
     scorer: ClassVar[str]
 
     def __init__(self, env_config: Any = None, extras: dict | None = None):
-        from rlc.runtime.envs import make as make_scorer
-
         super().__init__()
         self.row = dict(extras or {})
         self.inner = make_scorer(self.scorer)
@@ -115,8 +107,6 @@ class _ScorerEnv(BaseTextEnv):
 
     def correct(self, action: str) -> bool:
         """Whether the final answer is right, for the eval accuracy (the scorer's own judgement)."""
-        from rlc.runtime.envs import correct
-
         return correct(self.inner, self.row, action, float(self.inner.reward(self.row, action, True)))
 
 

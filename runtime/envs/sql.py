@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pandas as pd
-from rlc.runtime.sandbox import Limits, default_limits, run_python_each
+from rlc.runtime.envs.sandbox import Limits, default_limits, run_python_each
 from skyrl_gym.envs.sql.env import SQLEnv
 from skyrl_gym.envs.sql.utils import verify_format_and_extract
 from skyrl_gym.tools.core import ToolGroup, tool

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rlc.runtime.envs.arithmetic import INSTRUCTION as ARITHMETIC_INSTRUCTION
+from rlc.runtime.envs.gsm8k import INSTRUCTION as GSM8K_INSTRUCTION
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 GSM8K_SOURCES = ("openai/gsm8k",)
@@ -239,26 +241,20 @@ class VerlEnv(BaseTextEnv):
 # -- `rlc data arithmetic --format verl` ---------------------------------------------------------------------------
 
 
-def rewrite_as_verl(paths: list) -> None:
-    """Rewrite rlc's arithmetic splits (written by rlc.runtime.data.arithmetic) in verl's GSM8K row format: the
-    question with verl's GSM8K instruction, `data_source: openai/gsm8k` (so verl's GSM8K rule scores it, in verl
-    and here), `reward_model.ground_truth`, and `extra_info` as verl's preprocessing writes them."""
-    from rlc.runtime.data import read_rows, write_rows
-    from rlc.runtime.envs.arithmetic import INSTRUCTION as OWN
-    from rlc.runtime.envs.gsm8k import INSTRUCTION
-
-    for path in paths:
-        split = "test" if path.stem == "validation" else path.stem
-        rows = []
-        for index, row in enumerate(read_rows([str(path)])):
-            question = row["prompt"][-1]["content"].removesuffix(f" {OWN}")
-            rows.append(
-                {
-                    "data_source": GSM8K_SOURCES[0],
-                    "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
-                    "ability": "math",
-                    "reward_model": {"style": "rule", "ground_truth": str(row["answer"])},
-                    "extra_info": {"split": split, "index": index, "answer": str(row["answer"]), "question": question},
-                }
-            )
-        write_rows(rows, path)
+def as_verl_rows(rows: list[dict], split: str) -> list[dict]:
+    """rlc's arithmetic rows (rlc.runtime.envs.arithmetic) in verl's GSM8K row format: the question with verl's
+    GSM8K instruction, `data_source: openai/gsm8k` (so verl's GSM8K rule scores it, in verl and here),
+    `reward_model.ground_truth`, and `extra_info` (of verl's split `split`) as verl's preprocessing writes them."""
+    converted = []
+    for index, row in enumerate(rows):
+        question = row["prompt"][-1]["content"].removesuffix(f" {ARITHMETIC_INSTRUCTION}")
+        converted.append(
+            {
+                "data_source": GSM8K_SOURCES[0],
+                "prompt": [{"role": "user", "content": f"{question} {GSM8K_INSTRUCTION}"}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(row["answer"])},
+                "extra_info": {"split": split, "index": index, "answer": str(row["answer"]), "question": question},
+            }
+        )
+    return converted

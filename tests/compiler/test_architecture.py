@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"core": "rlc.core", "spec": "rlc.spec", "compiler": "rlc.compiler", "runtime": "rlc.runtime"}
 HEAVY = ("torch", "ray", "vllm", "transformers", "pandas")
 # The CLI commands that start the runtime (lazily, so that `rlc` starts without it).
-RUNTIME_COMMANDS = {"run", "plot", "data_synthetic", "data_arithmetic", "data_calculator", "data_gsm8k"}
+RUNTIME_COMMANDS = {"run", "plot", "data_write", "data_gsm8k"}
 
 
 @dataclass(frozen=True)

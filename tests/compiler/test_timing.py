@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import EXAMPLES, run_rlc
 from rlc.compiler.pipeline import compile_job
-from rlc.compiler.timing import CPU, PRICES, estimate_time
+from rlc.compiler.timing import CPU, PRICES, estimate_time, lengths
 from rlc.core.overrides import parse_override
 
 GSM8K = str(EXAMPLES / "gsm8k-grpo-8xh100.yaml")
@@ -101,3 +101,70 @@ def test_a_gpu_profile_counts_its_calls_in_the_step_overhead():
     plain = {p.name: p.seconds for p in base.phases}
     assert called["weight sync"] == pytest.approx(plain["weight sync"] + 0.1)
     assert called["log-prob forwards"] == pytest.approx(plain["log-prob forwards"] + 2 * 0.1)  # ref and policy
+
+
+MULTITURN = str(EXAMPLES / "local-cpu-multiturn.yaml")
+
+
+def test_a_multi_turn_row_is_its_prompt_its_turns_and_the_answers_between():
+    # max_prompt_length 384 bounds the first prompt; max_input_length 640 the whole conversation; max_turns 4
+    n = lengths(compile_job(MULTITURN).spec)
+    assert (n.prompt, n.response, n.turns, n.observation) == (192, 24, 2.0, 24) and n.multi
+    assert n.after == 2 * 24 + 24  # two responses and the answer between them
+    set_ = lengths(
+        compile_job(
+            MULTITURN, [parse_override("estimate.turns=3"), parse_override("estimate.observation_tokens=10")]
+        ).spec
+    )
+    assert (set_.turns, set_.after) == (3.0, 3 * 24 + 2 * 10)
+    # no more turns than fit before the conversation passes max_input_length: (640 - 192) / (24 + 200) + 1 = 3
+    long = lengths(
+        compile_job(
+            MULTITURN, [parse_override("estimate.turns=4"), parse_override("estimate.observation_tokens=200")]
+        ).spec
+    )
+    assert long.turns == pytest.approx(3.0)
+    single = lengths(compile_job(LOCAL_CPU).spec)
+    assert single.turns == 1 and single.after == single.response and not single.multi
+
+
+def test_training_sees_every_turn_and_generation_prefills_each_prompt_once():
+    base = _time(spec=MULTITURN)
+    bare = {p.name: p.seconds for p in base.phases}
+    more = {p.name: p.seconds for p in _time("estimate.observation_tokens=96", spec=MULTITURN).phases}
+    # 8 prompts of 192 tokens shared by their groups, 64 rows of 2 x 24 + 24 after them; then 96-token answers
+    assert more["train"] - 0.01 == pytest.approx((bare["train"] - 0.01) * (8 * 192 + 64 * 144) / (8 * 192 + 64 * 72))
+    assert "in 2 turns" in base.phases[0].how and "+ 2 call(s)" in base.phases[0].how
+    # the hf engine runs a group's prompt once: 8 prompts, not 64 rows, then each later turn's new tokens
+    assert f"({8 * 192 + 64 * (24 + 24)} tokens an engine)" in base.phases[0].how
+    # vLLM runs every sample's prompt; a later turn runs its new tokens (the last response, the answer), or the whole
+    # context again without the prefix cache: 640 rows an engine, prompts of 256, 2 turns of 512, no answer tokens
+    multi = (
+        "generator.batched=false",
+        "generator.max_turns=3",
+        "generator.max_input_length=4096",
+        "estimate.turns=2",
+        "estimate.observation_tokens=0",
+    )
+    assert f"({640 * 256 + 640 * 512} tokens an engine)" in _time(*multi).phases[0].how
+    plain = _time(*multi, "generator.inference_engine.enable_prefix_caching=false")
+    assert f"({640 * 256 + 640 * (256 + 512)} tokens an engine)" in plain.phases[0].how
+
+
+def test_a_mixture_of_experts_counts_the_experts_a_token_runs_through():
+    dense = _time("trainer.policy.model.path=Qwen/Qwen3-8B")
+    moe = _time("trainer.policy.model.path=Qwen/Qwen3-30B-A3B")
+    assert "3.35B params" in moe.phases[2].how  # of 30.5B: 8 of 128 experts a token
+    assert moe.phases[2].seconds < dense.phases[2].seconds
+    assert moe.phases[3].seconds > dense.phases[3].seconds  # the weight sync sends all 30.5B
+
+
+def test_the_rows_an_update_leaves_out_are_not_trained_where_the_trainer_leaves_them_out():
+    every = {p.name: p.seconds for p in _time(spec=MULTITURN).phases}
+    inert = _time("estimate.inert_fraction=0.625", spec=MULTITURN)
+    call = CPU.call_ms / 1000
+    assert inert.phases[2].seconds - call == pytest.approx((every["train"] - call) * 0.375)
+    assert inert.assumptions["inert_fraction"] == 0.625 and "0.375 of the policy's rows" in inert.phases[2].how
+    # a KL loss is fed by every row: none is left out, whatever the assumption says
+    kl = _time("estimate.inert_fraction=0.625", "trainer.algorithm.use_kl_loss=true", spec=MULTITURN)
+    assert kl.phases[2].seconds == pytest.approx(every["train"]) and "inert_fraction" not in kl.assumptions

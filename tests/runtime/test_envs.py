@@ -24,7 +24,7 @@ SKYRL_GYM_IDS = {"aime", "gsm8k", "gsm8k_multi_turn", "lcb", "search", "searchco
 def sandbox_level(monkeypatch):
     """The code environments' grading runs in the jail where the machine gives one, else unisolated: what these
     tests judge is the grading; tests/runtime/test_sandbox.py tries the jail itself."""
-    from rlc.runtime import sandbox
+    from rlc.runtime.envs import sandbox
 
     level = "bubblewrap" if sandbox.probe().bubblewrap else "unisolated"
     monkeypatch.setattr(sandbox, "_policy", sandbox._Policy(level))
@@ -41,19 +41,25 @@ def test_every_skyrl_gym_environment_and_rlcs_own_are_registered():
 def test_the_compilers_list_of_environments_is_what_the_runtime_registers():
     from importlib.metadata import entry_points
 
+    from rlc.core.environments import ENVIRONMENTS
     from rlc.core.runtime_facts import BUILTIN_ENVS, CHAT_TEMPLATE_NAMES, SKYRL_GYM_ENVS
     from rlc.runtime.chat import NAMED_TEMPLATES
 
     extensions = {ep.name for ep in entry_points(group=gym.ENV_GROUP)}
     assert set(BUILTIN_ENVS) == set(gym.registered()) - extensions
-    # skyrl-gym's own registry, in a process where rlc has registered nothing over it
+    # skyrl-gym's own registry, in a process where rlc has registered nothing over it: its ids, and the classes rlc
+    # registers again where it runs skyrl-gym's own (rlc.core.environments)
     own = subprocess.run(
-        [sys.executable, "-c", "import skyrl_gym; print(' '.join(sorted(skyrl_gym.registry)))"],
+        [sys.executable, "-c", "import skyrl_gym\nfor k, v in skyrl_gym.registry.items(): print(k, v.entry_point)"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert set(SKYRL_GYM_ENVS) == set(own.stdout.split())
+    theirs = dict(line.split() for line in own.stdout.splitlines())
+    assert set(SKYRL_GYM_ENVS) == set(theirs)
+    kept = {env.id: env.entry_point for env in ENVIRONMENTS if not env.entry_point.startswith("rlc.")}
+    assert kept == {env_id: theirs[env_id] for env_id in kept}
+    assert set(kept) == {"aime", "gsm8k", "gsm8k_multi_turn", "search"}
     assert CHAT_TEMPLATE_NAMES == tuple(sorted(NAMED_TEMPLATES))
 
 

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import rlc.runtime.sandbox as sandbox
-from rlc.runtime.sandbox import Limits, run_python
+import rlc.runtime.envs.sandbox as sandbox
+from rlc.runtime.envs.sandbox import Limits, run_python
 
 SECRET = "s3cr3t-value-of-the-trainer"
 BWRAP = sandbox.probe().bubblewrap

@@ -1,0 +1,162 @@
+"""`rlc plan`'s time estimate held against published step and phase times of named jobs (docs/estimate.md, "Held
+against measured steps"): each job is the framework's own launch script imported by `rlc migrate` (SkyRL's scripts in
+tests/fixtures/skyrl-scripts) or an example with the job's sizes as overrides, its row lengths set to the published
+means, and the estimate's phase beside the published figure. Where the estimate is off, the band says by how much and
+the assumption that accounts for it is checked too (docs/estimate.md says why)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+from rlc.compiler.importers.scripts import import_script
+from rlc.compiler.pipeline import compile_job
+from rlc.compiler.timing import estimate_time
+from rlc.core.overrides import parse_override
+
+SKYRL = Path(__file__).resolve().parents[1] / "fixtures" / "skyrl-scripts" / "examples" / "train"
+SEARCH = SKYRL / "search" / "run_search.sh"
+SEARCH_MOE = SKYRL / "megatron" / "run_search_megatron.sh"
+MEGATRON_DOC = "https://github.com/NovaSky-AI/SkyRL/blob/main/skyrl-train/docs/examples/megatron.rst"
+# Search-R1's rows (SkyRL's searchr1_dataset.py): a prompt of about 150 tokens (the instructions, 116 tokens, a system
+# line, a question and the chat template); turns of a search and an answer, each search answered by 3 passages of
+# about 130 tokens. The published mean of the tokens after the prompt (what training sees) is met by each turn's
+# response: turns x response + (turns - 1) x observation = the mean.
+ROWS = ("estimate.prompt_fill=0.0732", "estimate.turns=2", "estimate.observation_tokens=400")
+
+
+@dataclass(frozen=True)
+class Published:
+    job: str
+    source: str
+    spec: Path  # a launch script (imported) or a spec
+    overrides: tuple[str, ...]
+    phase: str  # the estimate's phase compared ("step": the whole step)
+    seconds: float  # the published figure
+    band: tuple[float, float]  # estimate / published, as docs/estimate.md states it
+
+
+def skyrl_search(model: str, strategy: str, fill: str, phase: str, seconds: float) -> Published:
+    return Published(
+        f"SkyRL Search-R1 {model} {strategy} 8xH100 {phase}",
+        MEGATRON_DOC,
+        SEARCH,
+        (
+            f"trainer.policy.model.path=Qwen/{model}",
+            f"trainer.strategy={strategy}",
+            *ROWS,
+            f"estimate.response_fill={fill}",
+        ),
+        phase,
+        seconds,
+        (0.2, 0.8),  # at the default train_mfu (0.35) the estimate is faster: these runs reach less of the peak
+    )
+
+
+# SkyRL's table (train batch 512 x 5 samples, micro-batches of 4 rows, 8 H100): "Policy Training Time" is the train
+# phase, "Forward Pass Time" the log-prob forwards (reference and old policy); "Avg Num Tokens" after the prompt is 658
+# (3B), 834 (7B FSDP2) and 819 (7B Megatron): response_fill 0.258, 0.434 and 0.419 of 500 tokens a turn.
+SKYRL_JOBS = [
+    skyrl_search("Qwen2.5-3B-Instruct", "fsdp2", "0.258", "train", 42),
+    skyrl_search("Qwen2.5-3B-Instruct", "fsdp2", "0.258", "log-prob forwards", 28),
+    skyrl_search("Qwen2.5-3B-Instruct", "megatron", "0.258", "train", 48),
+    skyrl_search("Qwen2.5-3B-Instruct", "megatron", "0.258", "log-prob forwards", 39),
+    skyrl_search("Qwen2.5-7B-Instruct", "fsdp2", "0.434", "train", 100),
+    skyrl_search("Qwen2.5-7B-Instruct", "fsdp2", "0.434", "log-prob forwards", 33),
+    skyrl_search("Qwen2.5-7B-Instruct", "megatron", "0.419", "train", 93),
+    skyrl_search("Qwen2.5-7B-Instruct", "megatron", "0.419", "log-prob forwards", 46),
+]
+VERL_H200 = Published(
+    "verl Qwen3-0.6B GRPO GSM8K on 2 H200 (THUDM/slime#385)",
+    "https://github.com/THUDM/slime/issues/385",
+    EXAMPLES / "gsm8k-grpo-8xh100.yaml",
+    (
+        "cluster.accelerator=H200",
+        "cluster.gpus_per_node=2",
+        "trainer.policy.model.path=Qwen/Qwen3-0.6B",
+        "trainer.train_batch_size=1152",
+        "trainer.policy_mini_batch_size=1152",
+        "estimate.prompt_fill=0.2",
+        "estimate.response_fill=0.28",
+    ),
+    "step",
+    33.6,
+    (0.5, 2.0),
+)
+MOE = Published(
+    "SkyRL Search-R1 Qwen3-30B-A3B megatron 4x8xH100 train",
+    MEGATRON_DOC,
+    SEARCH_MOE,
+    (*ROWS, "estimate.response_fill=0.758"),  # 1158 tokens after the prompt
+    "train",
+    189,
+    (0.02, 0.1),  # a mixture of experts under expert parallelism: not what the model counts (docs/estimate.md)
+)
+JOBS = [VERL_H200, *SKYRL_JOBS, MOE]
+
+
+@cache
+def imported(script: Path) -> str:
+    """The spec `rlc migrate` writes for a launch script."""
+    spec, errors, _ = import_script(str(script), {}, [])
+    assert spec is not None and not errors, [d.message for d in errors]
+    return spec.text
+
+
+def estimate(job: Published, *extra: str, tmp_path: Path):
+    spec = job.spec
+    if spec.suffix == ".sh":
+        spec = tmp_path / "job.yaml"
+        spec.write_text(imported(job.spec))
+    result = compile_job(spec, [parse_override(o) for o in (*job.overrides, *extra)])
+    assert result.ok, [d.message for d in result.diagnostics if d.is_error]
+    est = estimate_time(result.spec, result.plan, result.memory)
+    assert est is not None
+    return est.step_s if job.phase == "step" else {p.name: p.seconds for p in est.phases}[job.phase]
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[j.job for j in JOBS])
+def test_each_published_job_is_within_its_stated_band(job, tmp_path):
+    ratio = estimate(job, tmp_path=tmp_path) / job.seconds
+    low, high = job.band
+    assert low <= ratio <= high, f"{job.job}: estimate {ratio:.2f}x of the published {job.seconds} s ({job.source})"
+
+
+@pytest.mark.parametrize("job", SKYRL_JOBS, ids=[j.job for j in SKYRL_JOBS])
+def test_skyrl_search_phases_are_within_2x_at_the_utilisation_they_reach(job, tmp_path):
+    """The dense Search-R1 phases run at about 0.15 of the H100's peak (micro-batches of 4 rows, the reference offloaded
+    to the CPU), not the 0.35 the default assumes: with that one assumption changed each is within 2x."""
+    ratio = estimate(job, "estimate.train_mfu=0.15", tmp_path=tmp_path) / job.seconds
+    assert 0.5 <= ratio <= 2.0, f"{job.job}: {ratio:.2f}x at train_mfu 0.15"
+
+
+MULTITURN = EXAMPLES / "local-cpu-multiturn.yaml"
+# The multi-turn example's steps measured by bench/multiturn_learning.py (3 seeds, bench/RESULTS.md, 2026-11-26), and
+# what a run's metrics measured of its rows (docs/estimate.md, "Multi-turn jobs"): the prompt's 271 tokens, 1.96 turns,
+# 53.1 tokens after the prompt (18 a response, 19 an answer) and 0.54 of the rows left out of the update.
+MULTITURN_STEPS = (21.9, 30.1)
+MEASURED_ROWS = (
+    "estimate.prompt_fill=0.706",
+    "estimate.response_fill=0.37",
+    "estimate.observation_tokens=19",
+    "estimate.turns=1.96",
+    "estimate.inert_fraction=0.54",
+)
+
+
+def test_the_multi_turn_example_at_its_measured_rows_is_within_2x_of_its_measured_steps():
+    def step(*overrides: str) -> float:
+        result = compile_job(MULTITURN, [parse_override(o) for o in overrides])
+        est = estimate_time(result.spec, result.plan, result.memory)
+        assert est is not None
+        return est.step_s
+
+    measured = step(*MEASURED_ROWS)
+    assert all(0.5 <= measured / s <= 2.0 for s in MULTITURN_STEPS), measured
+    # as written, every row counted at the default lengths: 1.7-2.4x, the rows the update leaves out being most of it
+    written = step()
+    assert all(1.5 <= written / s <= 2.5 for s in MULTITURN_STEPS), written
+    assert step("estimate.inert_fraction=0.54") < 0.75 * written
