@@ -1,8 +1,8 @@
 """`dataclass` for rlc's own classes: the standard library's fields, with methods shared instead of compiled.
 
 `dataclasses.dataclass` writes each class's `__init__`, `__repr__` and `__eq__` (and a frozen class's `__setattr__`,
-`__delattr__` and `__hash__`) as source text and compiles it: about 0.3 ms a class, a third of what every `rlc` command
-spent before doing anything (~100 classes are built on the way to `rlc validate`'s answer). This decorator lets
+`__delattr__` and `__hash__`) as source text and compiles it: ~280 compilations for the ~100 classes built on the way
+to `rlc validate`'s answer, about a quarter of that process before (bench/RESULTS.md). This decorator lets
 `dataclasses` find the fields (so `fields`, `replace`, `asdict` and type checkers see a dataclass), then gives the
 class methods made once here, which read the fields when they run. They behave as the generated ones (tests/compiler/
 test_dataclass.py holds them equal); what differs is that `inspect.signature` of the class shows `(*args, **kwargs)`.
