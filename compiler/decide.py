@@ -12,6 +12,8 @@ from rlc.core.job import (
     Decisions,
     EngineSettings,
     KLControl,
+    LoopSettings,
+    ProcessEnvs,
     Sampling,
     SandboxSettings,
     VLLMArgs,
@@ -20,7 +22,7 @@ from rlc.core.job import (
     seed_for,
 )
 from rlc.core.plan import Plan
-from rlc.core.runtime_facts import MULTI_TURN_PROMPT_CACHE_BYTES, runs_model_code
+from rlc.core.runtime_facts import MULTI_TURN_PROMPT_CACHE_BYTES, off_policy_section_corrects, runs_model_code
 
 # vLLM's accepted `max_lora_rank` values (a Literal of EngineArgs in vLLM 0.30; a vllm_api test compares).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -52,7 +54,97 @@ def decide(spec: Any, plan: Plan) -> Decisions:
         ),
         node_wait_timeout_s=float(spec.launch.node_wait_timeout_s),
         offload_between_phases=offload_between_phases(spec, device),
+        loop=loop_settings(spec, plan),
+        envs=process_envs(spec),
         sandbox=sandbox(spec),
+    )
+
+
+def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
+    """The driver's share: trainer.*, data.*, the generator's batch and scoring keys, environment.env_class."""
+    t, g, a, d = spec.trainer, spec.generator, spec.trainer.algorithm, spec.data
+    fa = t.fully_async
+    return LoopSettings(
+        seed=int(t.seed),
+        train_data=tuple(d.train_data),
+        val_data=tuple(d.val_data),
+        env_class=str(spec.environment.env_class),
+        max_prompt_length=int(t.max_prompt_length),
+        chat_template_source=str(g.chat_template.source),
+        chat_template=g.chat_template.name_or_path,
+        chat_template_kwargs=dict(g.chat_template_kwargs or {}),
+        train_batch_size=int(t.train_batch_size),
+        n_samples_per_prompt=int(g.n_samples_per_prompt),
+        policy_mini_batch_size=int(t.policy_mini_batch_size),
+        critic_mini_batch_size=int(t.critic_mini_batch_size),
+        update_epochs_per_batch=int(t.update_epochs_per_batch),
+        epochs=int(t.epochs),
+        max_training_steps=t.max_training_steps,
+        eval_interval=int(t.eval_interval),
+        eval_before_train=bool(t.eval_before_train),
+        eval_batch_size=int(t.eval_batch_size),
+        eval_n_samples_per_prompt=int(g.eval_n_samples_per_prompt),
+        ckpt_interval=int(t.ckpt_interval),
+        hf_save_interval=int(t.hf_save_interval),
+        max_ckpts_to_keep=int(t.max_ckpts_to_keep),
+        fully_async=bool(fa.enabled),
+        max_staleness_steps=int(fa.max_staleness_steps),
+        num_parallel_generation_workers=int(fa.num_parallel_generation_workers),
+        offload_after_step={
+            r.name: bool(getattr(t, r.name).optimizer_config.offload_after_step) for r in plan.roles if r.name != "ref"
+        },
+        log_path=str(t.log_path),
+        run_name=str(t.run_name),
+        ckpt_path=str(t.ckpt_path),
+        export_path=str(t.export_path),
+        resume_mode=t.resume_mode,
+        resume_path=t.resume_path,
+        logger=str(t.logger),
+        project_name=str(t.project_name),
+        dump_data_batch=bool(t.dump_data_batch),
+        dump_eval_results=bool(t.dump_eval_results),
+        multi_turn=g.max_turns > 1,
+        step_wise=bool(g.step_wise_trajectories),
+        apply_overlong_filtering=bool(g.apply_overlong_filtering),
+        zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
+        zero_variance_filter=bool(a.zero_variance_filter),
+        zero_variance_filter_tol=float(a.zero_variance_filter_tol),
+        dynamic_sampling=bool(a.dynamic_sampling.type),
+        off_policy_correction=off_policy_section_corrects(a.off_policy_correction),
+        kl_in_reward=bool(a.use_kl_in_reward),
+        kl_estimator=str(a.kl_estimator_type),
+        advantage_estimator=str(a.advantage_estimator),
+        advantage_batch_normalize=bool(a.advantage_batch_normalize),
+        old_logprob_pass=old_logprob_pass(spec),
+    )
+
+
+def old_logprob_pass(spec: Any) -> bool:
+    """Whether the policy scores each batch in a pass of its own for the old log-probs.
+
+    Not under fully async training: generated ahead with older weights, the behaviour policy is the engine's, so the
+    rollouts' own log-probs anchor the importance ratio. Not with one optimizer step per batch either: the policy
+    being updated is the one that scored the batch, so the old log-probs are the current ones (ratio 1), unless the
+    KL in the reward or an off-policy correction reads them before the update.
+    """
+    t, a = spec.trainer, spec.trainer.algorithm
+    if t.fully_async.enabled:
+        return False
+    single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
+    return not single_update or bool(a.use_kl_in_reward) or off_policy_section_corrects(a.off_policy_correction)
+
+
+def process_envs(spec: Any) -> ProcessEnvs:
+    """launch.envs, launch.trainer_envs and launch.inference_envs as strings, and PyTorch's expandable-segments
+    allocator for the training ranks when trainer.use_expandable_segments asks for it: fewer fragmented GPU blocks
+    between the phases (a PYTORCH_CUDA_ALLOC_CONF the user set, for the trainer or every process, wins)."""
+    launch = spec.launch
+    every = {k: str(v) for k, v in (launch.envs or {}).items()}
+    trainer = {k: str(v) for k, v in (launch.trainer_envs or {}).items()}
+    if spec.trainer.use_expandable_segments and "PYTORCH_CUDA_ALLOC_CONF" not in {**every, **trainer}:
+        trainer["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    return ProcessEnvs(
+        every=every, trainer=trainer, engines={k: str(v) for k, v in (launch.inference_envs or {}).items()}
     )
 
 

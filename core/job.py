@@ -20,7 +20,7 @@ from rlc.core.dataclass import dataclass
 from rlc.core.plan import Plan
 from rlc.spec.root import RlcSpec
 
-DECISIONS_VERSION = 2
+DECISIONS_VERSION = 3
 
 
 def seed_for(seed: int, step: int, engine: int) -> int:
@@ -165,6 +165,77 @@ class SandboxSettings:
 
 
 @dataclass(frozen=True)
+class LoopSettings:
+    """The driver's share of the job: the data it reads, the step loop's sizes and intervals, where its outputs go,
+    and what scoring a batch takes (the old log-probs' source included), as the compiler settled them."""
+
+    seed: int
+    # the data: rows without an env_class of their own take env_class; longer prompts are left out
+    train_data: tuple[str, ...]
+    val_data: tuple[str, ...]
+    env_class: str
+    max_prompt_length: int
+    chat_template_source: str  # generator.chat_template: name | file
+    chat_template: str | None  # its name_or_path; None keeps the tokenizer's own
+    chat_template_kwargs: dict[str, Any]
+    # the loop
+    train_batch_size: int
+    n_samples_per_prompt: int
+    policy_mini_batch_size: int
+    critic_mini_batch_size: int
+    update_epochs_per_batch: int
+    epochs: int
+    max_training_steps: int | None
+    eval_interval: int  # -1: never
+    eval_before_train: bool
+    eval_batch_size: int
+    eval_n_samples_per_prompt: int
+    ckpt_interval: int  # -1: never
+    hf_save_interval: int  # -1: never
+    max_ckpts_to_keep: int
+    fully_async: bool  # generation runs ahead of training (trainer.fully_async)
+    max_staleness_steps: int
+    num_parallel_generation_workers: int
+    offload_after_step: dict[str, bool]  # by trained role: its optimizer state leaves the GPU after each step
+    # where the run's files go (expanded on the node that runs the driver)
+    log_path: str
+    run_name: str
+    ckpt_path: str
+    export_path: str
+    resume_mode: str | None  # none | latest | from_path
+    resume_path: str | None
+    logger: str
+    project_name: str
+    dump_data_batch: bool
+    dump_eval_results: bool
+    # scoring a batch
+    multi_turn: bool  # generator.max_turns > 1: the loss mask, not the attention mask, marks generated tokens
+    step_wise: bool  # a row per turn (generator.step_wise_trajectories)
+    apply_overlong_filtering: bool
+    zero_reward_on_non_stop: bool
+    zero_variance_filter: bool
+    zero_variance_filter_tol: float
+    dynamic_sampling: bool  # trainer.algorithm.dynamic_sampling has a type
+    off_policy_correction: bool  # trainer.algorithm.off_policy_correction changes anything
+    kl_in_reward: bool
+    kl_estimator: str
+    advantage_estimator: str
+    advantage_batch_normalize: bool
+    # A forward pass of the policy gives the old log-probs; without it they are the rollouts' own (fully async) or
+    # the current policy's, which then needs no pass of its own (one optimizer step per batch: ratio 1).
+    old_logprob_pass: bool
+
+
+@dataclass(frozen=True)
+class ProcessEnvs:
+    """Environment variables of the processes the runtime starts."""
+
+    every: dict[str, str]  # launch.envs: the driver's Ray and every actor it starts
+    trainer: dict[str, str]  # the training ranks': launch.trainer_envs and the CUDA allocator's settings
+    engines: dict[str, str]  # the local engines': launch.inference_envs
+
+
+@dataclass(frozen=True)
 class Decisions:
     """What the runtime does that is not written in the spec as such: settled once, by the compiler."""
 
@@ -177,6 +248,8 @@ class Decisions:
     kl: KLControl
     node_wait_timeout_s: float  # how long a placement group may take to be granted
     offload_between_phases: bool  # weights, optimizer state and engines move on and off the GPUs around each phase
+    loop: LoopSettings
+    envs: ProcessEnvs
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     def to_json(self) -> dict:

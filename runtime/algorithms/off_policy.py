@@ -10,6 +10,7 @@ are absent: they count as a log ratio of 0 and never reach a result, even when t
 from __future__ import annotations
 
 import torch
+from rlc.core.runtime_facts import corrects_off_policy
 
 # Clamp of log ratios before exp, shared with the PPO ratio in losses.py.
 _MAX_LOG_RATIO = 20.0
@@ -36,29 +37,6 @@ _OPTIONS = (
 def options_from_config(opc) -> dict:
     """Keyword arguments of `off_policy_correction` from a `trainer.algorithm.off_policy_correction` section."""
     return {name: getattr(opc, name) for name in _OPTIONS}
-
-
-def _active(tis_ratio_type, sequence_mask_metric, outlier_low, outlier_high, token_low, token_high) -> bool:
-    # As SkyRL: one outlier bound is enough, but the token mask needs both of its bounds.
-    return (
-        tis_ratio_type is not None
-        or sequence_mask_metric is not None
-        or outlier_low is not None
-        or outlier_high is not None
-        or (token_low is not None and token_high is not None)
-    )
-
-
-def is_active(opc) -> bool:
-    """Whether the section changes anything: TIS, a sequence mask, an outlier bound, or both token-mask bounds."""
-    return _active(
-        opc.tis_ratio_type,
-        opc.sequence_mask_metric,
-        opc.outlier_token_is_threshold_low,
-        opc.outlier_token_is_threshold_high,
-        opc.token_mask_is_threshold_low,
-        opc.token_mask_is_threshold_high,
-    )
 
 
 def _exp(log_ratio: torch.Tensor) -> torch.Tensor:
@@ -123,7 +101,7 @@ def off_policy_correction(
             f"unknown sequence_mask_metric {sequence_mask_metric!r}; expected one of {', '.join(SEQUENCE_MASK_METRICS)}"
         )
     weight_dtype = old_log_probs.dtype
-    if not _active(
+    if not corrects_off_policy(
         tis_ratio_type,
         sequence_mask_metric,
         outlier_token_is_threshold_low,

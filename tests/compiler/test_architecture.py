@@ -1,6 +1,7 @@
 """The architecture's arrows, read from every module's imports (function-level ones included): the spec knows nothing
 of the compiler or the runtime, core is the bottom layer, the compiler starts the runtime only from the CLI's
-commands that run it, no light part imports a heavy library, and no two modules import each other round a circle."""
+commands that run it, no light part imports a heavy library, and no two modules import each other round a circle.
+The driver and placement act on the compiler's decisions and read no spec field themselves."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ FOLDERS = {"core": "rlc.core", "spec": "rlc.spec", "compiler": "rlc.compiler", "
 HEAVY = ("torch", "ray", "vllm", "transformers", "pandas")
 # The CLI commands that start the runtime (lazily, so that `rlc` starts without it).
 RUNTIME_COMMANDS = {"run", "plot", "data_write", "data_gsm8k"}
+# The runtime's modules that decide nothing: what they act on comes in the job's decisions (compiler/decide.py), the
+# sub-configs they hand on in runtime/sections.py.
+NO_SPEC_READS = ("runtime/driver.py", "runtime/placement.py")
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,26 @@ def test_no_import_cycle_among_rlc_modules(imports):
     assert cycles(module_graph(imports)) == []
 
 
+def spec_reads(source: str) -> list[str]:
+    """Every place a source reaches into a spec: a name `spec` (a parameter, a local) or an attribute `.spec`
+    (`self.spec`, `job.spec`), whatever is read through it then."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Name) and node.id == "spec") or (isinstance(node, ast.arg) and node.arg == "spec"):
+            found.append(f"line {node.lineno}: spec")
+        elif isinstance(node, ast.Attribute) and node.attr == "spec":
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return sorted(found, key=lambda place: int(place.split(":")[0].split()[1]))
+
+
+@pytest.mark.parametrize("path", NO_SPEC_READS)
+def test_the_driver_and_placement_read_no_spec_field(path):
+    """Their values reach them as typed settings (`decisions.loop`, `decisions.envs`, `sections.Sections`), each
+    decided once in compiler/decide.py."""
+    found = spec_reads((ROOT / path).read_text(encoding="utf-8"))
+    assert not found, f"{path} reads the spec (decide it in compiler/decide.py instead): " + "; ".join(found)
+
+
 def test_the_checks_see_what_they_look_for():
     """The reading finds function-level and relative imports, and the cycle search finds a circle."""
     source = "from . import b\n\ndef f():\n    from rlc.compiler import cli\n    import torch\n"
@@ -220,3 +244,10 @@ def test_the_checks_see_what_they_look_for():
     assert Import("rlc.spec.a", "torch", "f") in found
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+    source = "def f(job, spec):\n    a = self.spec.trainer.seed\n    b = job.spec.data\n    c = spec.x\n    d = find_spec('x')\n"
+    assert spec_reads(source) == [
+        "line 1: spec",
+        "line 2: self.spec",
+        "line 3: job.spec",
+        "line 4: spec",
+    ]

@@ -171,6 +171,7 @@ def test_every_example_compiles_a_complete_runtime_section(example, tmp_path):
     plan = Plan.from_json(raw)
     assert plan.to_json() == {k: v for k, v in raw.items() if k not in ("content_hash", "runtime")}
     assert set(decisions.workers) == {r.name for r in plan.roles}
+    assert set(decisions.loop.offload_after_step) == {r.name for r in plan.roles} - {"ref"}  # the trained roles
     for settings in decisions.workers.values():
         assert settings.strategy in ("fsdp2", "megatron") and settings.max_seq_len > 0
 
@@ -350,3 +351,38 @@ def test_an_engine_sleeps_without_its_weights_unless_only_adapters_come_back(lor
 @pytest.mark.parametrize("turns, kept", [(1, 0), (3, 2 << 30)])
 def test_hf_engines_keep_a_multi_turn_steps_prompts_for_the_next_turn(turns, kept):
     assert _decisions(device="CPU", extra={"generator.max_turns": turns}).engines.prompt_cache_bytes == kept
+
+
+SINGLE_UPDATE = {"trainer.train_batch_size": 16, "trainer.policy_mini_batch_size": 16}
+
+
+@pytest.mark.parametrize(
+    "extra, forward",
+    [
+        ({}, False),  # one optimizer step per batch: the current policy's log-probs are the old ones
+        ({"trainer.update_epochs_per_batch": 2}, True),
+        ({"trainer.policy_mini_batch_size": 8}, True),
+        ({"trainer.algorithm.use_kl_in_reward": True}, True),
+        ({"trainer.algorithm.off_policy_correction.tis_ratio_type": "token"}, True),
+        ({"trainer.algorithm.off_policy_correction.token_mask_is_threshold_low": 0.5}, False),  # one bound: inert
+        ({"trainer.fully_async.enabled": True, "trainer.update_epochs_per_batch": 2}, False),  # the rollouts' own
+    ],
+)
+def test_the_old_log_probs_get_a_forward_pass_only_when_an_update_or_the_reward_reads_them(extra, forward):
+    loop = _decisions(colocate=False, extra={**SINGLE_UPDATE, **extra}).loop
+    assert loop.old_logprob_pass is forward
+    assert loop.off_policy_correction is ("trainer.algorithm.off_policy_correction.tis_ratio_type" in extra)
+
+
+def test_the_driver_and_its_processes_get_their_values_decided():
+    d = _decisions(
+        extra={
+            "trainer.seed": 7,
+            "generator.max_turns": 3,
+            "launch.envs": {"A": 1},
+            "launch.inference_envs": {"B": "x"},
+        }
+    )
+    assert (d.loop.seed, d.loop.multi_turn, d.loop.fully_async) == (7, True, False)
+    assert (d.envs.every, d.envs.engines) == ({"A": "1"}, {"B": "x"})
+    assert d.envs.trainer == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}

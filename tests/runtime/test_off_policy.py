@@ -12,7 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlc.runtime.algorithms.off_policy import is_active, off_policy_correction, options_from_config  # noqa: E402
+from rlc.core.runtime_facts import off_policy_section_corrects as is_active  # noqa: E402
+from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config  # noqa: E402
 from rlc.spec.algorithm import OffPolicyCorrectionConfig  # noqa: E402
 
 F64 = torch.float64

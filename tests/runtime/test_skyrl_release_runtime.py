@@ -4,9 +4,9 @@ training workers' allocator, zero_variance_filter_tol is the filter's tolerance.
 from __future__ import annotations
 
 import torch
+from rlc.compiler.decide import process_envs
 from rlc.runtime.algorithms.filtering import zero_variance_groups
 from rlc.runtime.driver import planned_steps
-from rlc.runtime.placement import trainer_env
 from rlc.spec.model import SpecModel
 
 MODEL = SpecModel()
@@ -20,6 +20,10 @@ def test_max_training_steps_stops_before_the_last_epoch():
     assert planned_steps(10, 3, None) == 30
     assert planned_steps(10, 3, 7) == 7
     assert planned_steps(10, 3, 99) == 30  # never more than the epochs give
+
+
+def trainer_env(spec) -> dict[str, str]:
+    return process_envs(spec).trainer
 
 
 def test_expandable_segments_reach_the_training_workers_unless_the_user_set_the_allocator():
