@@ -45,7 +45,7 @@ def _pipeline():
     """rlc.compiler.pipeline, imported the first time with the cyclic garbage collector paused, then what the import
     built frozen (gc.freeze). Modules, classes, functions and tables live until the process exits: a collection while
     they are built finds nothing to free, and once frozen no later collection, the one at exit included, walks them
-    again: about 14 ms of the 100 `rlc validate` took without it (bench/RESULTS.md)."""
+    again: about 13 ms of the 105 `rlc validate` took without it (bench/RESULTS.md)."""
     import gc
 
     if "rlc.compiler.pipeline" in sys.modules or not gc.isenabled():
