@@ -7,8 +7,9 @@ both forms give the same plan. Every error carries the offset of the offending c
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from rlc.core.dataclass import dataclass
 
 KEY = "trainer.placement.allocation"
 INFERENCE_BACKENDS = ("vllm",)
@@ -196,6 +197,8 @@ class _Parser:
             )
         if head == "archon":
             self.fail(BACKEND, "the archon training backend is not supported", "use fsdp or megatron", at=at)
+        import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+
         close = difflib.get_close_matches(head, INFERENCE_BACKENDS + TRAINING_BACKENDS, n=1)
         hint = f"did you mean {close[0]}?" if close else "backends: vllm (inference), fsdp, megatron (training)"
         self.fail(BACKEND, f"unknown backend {head!r}", hint, at=at)

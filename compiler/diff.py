@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from rlc.compiler.provenance import Provenance, leaves
+from rlc.core.dataclass import dataclass
 
 
 @dataclass

@@ -10,13 +10,13 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rlc.compiler.emit_resolved import render
 from rlc.compiler.pipeline import CompileResult
 from rlc.compiler.provenance import trace
 from rlc.compiler.targets.base import Target, TargetInput
+from rlc.core.dataclass import dataclass
 from rlc.core.digest import content_hash
 
 RESOLVED, PLAN = "resolved.yaml", "plan.json"

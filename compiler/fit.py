@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from rlc.compiler.check import check
@@ -23,6 +23,7 @@ from rlc.compiler.pipeline import CompileResult, compile_job
 from rlc.compiler.plan import plan as make_plan
 from rlc.compiler.resolve import resolve
 from rlc.compiler.roles import critic_on, fsdp_roles, get, ref_on
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import has_errors
 from rlc.core.overrides import Override, parse_override
 

@@ -9,12 +9,12 @@ task schema's `infra` pattern; Slurm's `--time`; KubeRay's names (DNS labels).
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from rlc.core.dataclass import dataclass
 
 # Where SkyPilot provisions (its catalog's clouds, `sky check` lists them); k8s and kubernetes take a context name.
 CLOUDS = (
@@ -134,6 +134,8 @@ def infra(text: str) -> str:
             raise Unreadable(
                 f"cluster.infra = {text!r}: SkyPilot separates cloud, region and zone with '/'", f"write {better}"
             )
+        import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+
         close = difflib.get_close_matches(cloud, [*CLOUDS, *KUBERNETES], n=1)
         raise Unreadable(
             f"cluster.infra = {text!r}: {parts[0]!r} is not a cloud SkyPilot provisions on",

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
 
 MAX_BYTES = 1 << 20  # 1 MiB; real configs are tens of KiB

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
 from rlc.compiler.roles import critic_on, ref_on
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.plan import Plan
 from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS

@@ -7,11 +7,12 @@ from __future__ import annotations
 import difflib
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from rlc.compiler.importers.base import Imported, Importer, NotImportable
 from rlc.compiler.load import LoadError, load_document
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import Diagnostic
 
 OUT, ERR = "stdout", "stderr"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlc.core.dataclass import dataclass
 from rlc.core.embedded_models import EMBEDDED as EMBEDDED_MODELS
 from rlc.core.embedded_models import RECIPE
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from rlc.compiler.check import INTERNAL_ERROR, check
@@ -23,6 +23,7 @@ from rlc.compiler.resolve import Resolution, resolve
 from rlc.compiler.roles import get
 from rlc.compiler.rules.base import CHANGED, OVERRIDE, WRITTEN
 from rlc.compiler.validate import UNREADABLE_VERSION, typed_spec, validate
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, Diagnostic, Location, has_errors
 from rlc.core.job import Decisions
 from rlc.core.overrides import Override

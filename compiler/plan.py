@@ -23,9 +23,10 @@ The plan's data types and its JSON form live in `rlc.core.plan`, which the runti
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from rlc.compiler.roles import critic_on, engine_gpus, ref_on
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, Diagnostic, Location
 from rlc.core.plan import (
     COLOCATED_SHARE,

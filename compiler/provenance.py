@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from rlc.compiler.resolve import Resolution
+from rlc.core.dataclass import dataclass
 
 
 @dataclass(frozen=True)

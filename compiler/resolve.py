@@ -13,12 +13,13 @@ import dataclasses
 import re
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from rlc.compiler import allocation, launch_values
 from rlc.compiler.allocation import Allocation
 from rlc.compiler.roles import count, critic_on, engine_gpus, get, gpu_demand, put, ref_on
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES
 from rlc.spec.generation import SamplingParams

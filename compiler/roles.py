@@ -7,8 +7,9 @@ stages imports another for them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from rlc.core.dataclass import dataclass
 
 
 def get(obj: Any, path: str) -> Any:

@@ -34,10 +34,11 @@ Every assumption is printed beside the estimate and set under `estimate:` in the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from rlc.compiler.memory import DTYPE_BYTES, MemoryEstimate, capacity, engine_weights
 from rlc.compiler.roles import critic_on, engine_gpus, ref_on
+from rlc.core.dataclass import dataclass
 from rlc.core.plan import Plan
 from rlc.spec.algorithm import ADVANTAGE_WEIGHTED_LOSSES
 

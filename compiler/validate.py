@@ -14,7 +14,6 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-from rlc.compiler.importers.skyrl import legacy_target
 from rlc.compiler.load import Document
 from rlc.core.diagnostics import ERROR, Diagnostic
 from rlc.spec import fields as meta
@@ -301,6 +300,9 @@ class _Walker:
 
 
 def _legacy_hint(path: str) -> str | None:
+    # deferred: SkyRL's legacy tables are read for a key the schema refuses, never for a valid spec
+    from rlc.compiler.importers.skyrl import legacy_target
+
     target = legacy_target(path)
     return (
         f"{path} is a legacy SkyRL key: spec v1 calls it {target} (`rlc migrate` rewrites the file)" if target else None

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
+
+from rlc.core.dataclass import dataclass
 
 ERROR = "error"
 WARNING = "warning"

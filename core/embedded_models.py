@@ -3,7 +3,7 @@ compiler sizes them before the first build. One table, so the two cannot drift a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from rlc.core.dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ skyrl-gym's registry takes anyway. So there is one list, and no second one to ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from rlc.core.dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from rlc.core.dataclass import dataclass
 from rlc.core.plan import Plan
 from rlc.spec.root import RlcSpec
 

@@ -17,8 +17,10 @@ reads it back with `Plan.from_json()` (the two round-trip: same plan, same JSON)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from rlc.core.dataclass import dataclass
 
 FORMAT = "rlc-plan"
 FORMAT_VERSION = 1

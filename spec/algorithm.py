@@ -1,7 +1,7 @@
 """The RL algorithm section of spec v1 (trainer.algorithm), with SkyRL's names and defaults."""
 
+from rlc.core.dataclass import dataclass
 from rlc.spec.fields import section, setting
-from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 
 ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++", "maxrl")
 POLICY_LOSSES = (

@@ -1,8 +1,8 @@
 """The assumptions of `rlc plan`'s time and cost estimate (docs/estimate.md): each one printed beside the estimate
 and overridable here. They are read by the compiler only; the runtime ignores them."""
 
+from rlc.core.dataclass import dataclass
 from rlc.spec.fields import setting
-from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 
 
 @dataclass

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from rlc.core.dataclass import dataclass
 
 ENTRY_POINT_GROUP = "rlc.extensions"
 

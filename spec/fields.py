@@ -3,17 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import reprlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from typing_extensions import dataclass_transform
-else:
-
-    def dataclass_transform(**_: Any) -> Callable[[Any], Any]:
-        return lambda f: f
-
+from typing import Any
 
 # Metadata keys read by the schema generator and by `rlc explain`.
 DOC = "doc"
@@ -69,31 +60,3 @@ def setting(
 def section(cls: type, doc: str, factory: Callable[[], Any] | None = None) -> Any:
     """A nested config section (a dataclass-typed field)."""
     return setting(doc=doc, factory=factory or cls)
-
-
-@dataclass_transform(field_specifiers=(dataclasses.field,))
-def spec_dataclass(cls: type) -> type:
-    """`@dataclass` for the spec's sections, with one __eq__ and one __repr__ shared by all of them instead of two
-    generated (compiled) for each: about 30% of what building the spec's ~45 classes costs every command at
-    start-up. They compare and print as dataclasses do."""
-    cls = dataclasses.dataclass(eq=False, repr=False)(cls)
-    cls.__eq__ = _fields_eq  # type: ignore[assignment,method-assign]
-    cls.__repr__ = _fields_repr  # type: ignore[assignment,method-assign]
-    cls.__hash__ = None  # type: ignore[assignment]  # mutable and compared by value, as a dataclass with eq=True
-    return cls
-
-
-def _values(obj: Any, compared: bool) -> tuple:
-    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj) if (f.compare if compared else f.repr))
-
-
-def _fields_eq(self: Any, other: Any) -> bool:
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return _values(self, True) == _values(other, True)
-
-
-@reprlib.recursive_repr()
-def _fields_repr(self: Any) -> str:
-    shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
-    return f"{self.__class__.__qualname__}({shown})"

@@ -2,9 +2,9 @@
 
 from typing import Any
 
+from rlc.core.dataclass import dataclass
 from rlc.core.environments import ENVIRONMENTS
 from rlc.spec.fields import section, setting
-from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 
 INFERENCE_BACKENDS = ("vllm", "hf")
 

@@ -1,7 +1,7 @@
 """rlc's own sections: `cluster` (what to run on) and `launch` (how to start it)."""
 
+from rlc.core.dataclass import dataclass
 from rlc.spec.fields import section, setting
-from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 LAUNCH_TARGETS = ("skypilot", "ray", "kuberay", "local", "slurm")

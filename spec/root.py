@@ -1,8 +1,8 @@
 """The root of spec v1: rlc's version/name/cluster/launch around SkyRL's data/trainer/generator/environment."""
 
+from rlc.core.dataclass import dataclass
 from rlc.spec.estimate import EstimateConfig
 from rlc.spec.fields import section, setting
-from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 from rlc.spec.generation import DataConfig, EnvironmentConfig, GeneratorConfig
 from rlc.spec.launch import ClusterConfig, LaunchConfig
 from rlc.spec.training import TrainerConfig

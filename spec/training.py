@@ -3,9 +3,9 @@
 import copy
 from typing import Any
 
+from rlc.core.dataclass import dataclass
 from rlc.spec.algorithm import AlgorithmConfig
 from rlc.spec.fields import section, setting
-from rlc.spec.fields import spec_dataclass as dataclass  # one __eq__/__repr__ for all: start-up
 
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
 DTYPES_SHORT = ("bf16", "fp16", "fp32")

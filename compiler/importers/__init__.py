@@ -1,19 +1,2 @@
-"""Importers of foreign config formats, each of the one shape of rlc.compiler.importers.base.Importer.
-
-IMPORTERS is every importer, the list `rlc migrate --from` offers: SkyRL's legacy YAML (its whole history, also
-migrated in memory by every command that reads a spec without `version`), AReaL's experiment configs and verl's
-jobs (launch overrides, Hydra run directories, verl YAML).
-"""
-
-from __future__ import annotations
-
-from rlc.compiler.importers.areal import AReaL
-from rlc.compiler.importers.base import Importer
-from rlc.compiler.importers.verl import Verl
-from rlc.compiler.importers.versions import SkyRL
-
-IMPORTERS: tuple[Importer, ...] = (SkyRL(), AReaL(), Verl())
-
-
-def importer(name: str) -> Importer:
-    return next(i for i in IMPORTERS if i.name == name)
+"""Importers of foreign config formats, each of the one shape of rlc.compiler.importers.base.Importer; the list of
+them is rlc.compiler.importers.registry.IMPORTERS."""

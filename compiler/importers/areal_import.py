@@ -4,10 +4,11 @@ far, each with the AReaL keys it came from (rlc.compiler.importers.areal runs th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from rlc.compiler.importers.base import Change
+from rlc.core.dataclass import dataclass
 
 REF = re.compile(r"\$\{([^{}]+)\}")
 MISSING = object()

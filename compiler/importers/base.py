@@ -1,16 +1,16 @@
 """The one shape of an importer of a foreign config format (SkyRL's legacy YAML, AReaL's experiment configs): it
 turns a loaded file into spec v1 text and reports every change it made, flagging those that alter what runs.
 
-`rlc migrate --from NAME` runs the importer of that name (the registry is rlc.compiler.importers.IMPORTERS).
+`rlc migrate --from NAME` runs the importer of that name (the registry is rlc.compiler.importers.registry.IMPORTERS).
 """
 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rlc.compiler.load import Document
+from rlc.core.dataclass import dataclass
 
 
 @dataclass

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from rlc.core.dataclass import dataclass
 
 _KEY = re.compile(r"^(~|\+\+|\+)?([A-Za-z0-9_./@\-\[\]]+)(?:=(.*))?$", re.DOTALL)
 _INT = re.compile(r"^[+-]?(?:0|[1-9][0-9_]*)$")

@@ -13,7 +13,7 @@ stripped, so a Launch names the Python module or script and its arguments, each 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from rlc.compiler.importers.shell_expand import Exit
@@ -34,6 +34,7 @@ from rlc.compiler.importers.shell_words import (
     script_text,
 )
 from rlc.compiler.load import LoadError
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
 
 __all__ = [

@@ -9,11 +9,11 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlc.compiler.importers.shell_words import MAX_STEPS, NEEDS_ENV, Launch, Piece, Unknown, Word
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, Diagnostic, Location
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from rlc.compiler.load import LoadError, decode
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import COMMAND_LINE, ERROR, WARNING, Diagnostic, Location
 
 MAX_BYTES = 1 << 20  # launch scripts are a few KiB

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
 from rlc.compiler.importers import skyrl_history as legacy_history
 from rlc.compiler.importers.base import Change, show_value
 from rlc.compiler.importers.skyrl_history import inert
+from rlc.core.dataclass import dataclass
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
 ENGINE_KEYS = {

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from rlc.core.dataclass import dataclass
 
 # Finding codes for history keys (docs/rules.md lists them).
 FEATURE = "RLC-E030"  # the value turns on a SkyRL feature rlc does not run

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -26,6 +26,7 @@ from rlc.compiler.importers.hydra_overrides import (
     parse,
     resolve,
 )
+from rlc.core.dataclass import dataclass
 
 RELEASES = ("main", "v0.9.0", "v0.8.0", "v0.7.1", "v0.6.1", "v0.5.0", "v0.4.1", "v0.3.0", "v0.2")  # newest first
 CONFIG_NAMES = {"ppo_trainer": "dp", "ppo_megatron_trainer": "megatron"}

@@ -9,12 +9,12 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
-from rlc.compiler.importers import skyrl as legacy
 from rlc.compiler.importers.base import Imported, NotImportable
 from rlc.compiler.load import Document
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.overrides import Override, apply_overrides
 from rlc.spec.root import CURRENT_VERSION
@@ -31,8 +31,16 @@ class Migration:
     step: Callable[[Any], list]  # edits the round-trip tree in place, returns its changes
 
 
+def _from_legacy(data: Any) -> list:
+    # deferred (here and in _is_legacy_key): SkyRL's legacy tables, skyrl and skyrl_history, the largest modules on
+    # `rlc validate`'s way, are read only for a document or an override that has a legacy key
+    from rlc.compiler.importers import skyrl as legacy
+
+    return legacy.migrate(data)
+
+
 MIGRATIONS: list[Migration] = [
-    Migration(LEGACY, 1, "legacy SkyRL YAML -> spec v1", legacy.migrate),
+    Migration(LEGACY, 1, "legacy SkyRL YAML -> spec v1", _from_legacy),
 ]
 
 
@@ -149,7 +157,7 @@ def upgrade(doc, overrides: list) -> MigrationReport | None:
         node[o.path[-1]] = o.value
     report = MigrationReport(LEGACY, from_overrides=True)
     report.steps.append(MIGRATIONS[0].name)
-    report.changes = [c for c in legacy.migrate(scratch) if c.kind != "added"]
+    report.changes = [c for c in _from_legacy(scratch) if c.kind != "added"]
     scratch.pop("version", None)
     texts = " ".join(o.text for o in legacy_ovs)
     apply_overrides(doc, [Override(k, v, texts) for k, v in _leaves(scratch)])
@@ -162,6 +170,8 @@ def _is_legacy_key(key: str) -> bool:
     if default_model().lookup(key) is not None:
         return False  # a key spec v1 has (SkyRL 0.4 brought back some legacy names) means what v1 says
     top = key.split(".")[0]
+    from rlc.compiler.importers import skyrl as legacy  # deferred: see _from_legacy
+
     if key in legacy.MOVES or key in legacy.SPLITS or legacy.legacy_target(key):
         return True
     dropped = any(key == d or key.startswith(d + ".") for d, _, _ in legacy.DROPS)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from rlc.core.dataclass import dataclass
 
 # `  - name: value  # comment`: indentation, an optional list dash, the key, the rest of the line
 _KEY = re.compile(r"^(?P<indent>[ ]*)(?P<dash>-[ ]+)?(?P<key>[A-Za-z_][\w.\-]*|\"[^\"]*\"|'[^']*')[ ]*:(?=[ ]|$)")

@@ -9,7 +9,7 @@ import asyncio
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 from importlib.metadata import PackageNotFoundError, version
 
 from lsprotocol import types as lsp
@@ -19,6 +19,7 @@ from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 from rlc.compiler.check import INTERNAL_ERROR
 from rlc.compiler.lsp import features
 from rlc.compiler.pipeline import CompileResult, compile_text
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, Diagnostic
 from rlc.spec.model import default_model
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic
 
 

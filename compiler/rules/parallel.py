@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 
@@ -84,6 +83,8 @@ def megatron_expert_layout_divides_world(c: Context):
 
 def _closest(names: list[str], fields: frozenset[str], config: str) -> str:
     """A fix for unknown keyword names: the field each most likely means, else their removal."""
+    import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+
     guesses = [f"{n} -> {m[0]}" for n in names if (m := difflib.get_close_matches(n, fields, n=1, cutoff=0.75))]
     if guesses:
         return f"did you mean {', '.join(guesses)}? ({config}'s field names)"

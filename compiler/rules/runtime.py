@@ -7,8 +7,6 @@ their launch files are still worth checking, and the runtime stops at start-up, 
 
 from __future__ import annotations
 
-import difflib
-
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core.runtime_facts import BUILTIN_ENVS, MODEL_CODE_ENVS, RLC_ENVS, SKYRL_GYM_ENVS, runs_model_code
 
@@ -34,6 +32,8 @@ def environment_exists(c: Context):
     env_class = c.s.environment.env_class
     if not isinstance(env_class, str) or env_class in BUILTIN_ENVS or env_class in _extension_envs():
         return
+    import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+
     close = difflib.get_close_matches(env_class, [*BUILTIN_ENVS, *_extension_envs()], n=1)
     yield c.error(
         "RLC-E902",

@@ -6,8 +6,6 @@ pattern cannot judge alone. They apply when launch.target is slurm.
 
 from __future__ import annotations
 
-import difflib
-
 from rlc.compiler.rules.base import Context, rule
 from rlc.compiler.targets.slurm import sbatch_word
 
@@ -140,6 +138,8 @@ def slurm_args_known(c: Context):
         longer = sorted(o for o in SBATCH_OPTIONS if o.startswith(name))
         if name in SBATCH_OPTIONS or len(longer) == 1:
             continue
+        import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+
         close = difflib.get_close_matches(name, sorted(SBATCH_OPTIONS), n=1)
         if longer:
             what, fix = f"--{name} abbreviates several sbatch options ({', '.join(longer[:4])})", "write it in full"

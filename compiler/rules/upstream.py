@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from rlc.compiler.roles import get
 from rlc.compiler.rules.base import Context, Rule
+from rlc.core.dataclass import dataclass
 from rlc.spec.model import default_model, to_plain
 
 ROLES = ("policy", "ref", "critic")

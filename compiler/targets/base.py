@@ -11,11 +11,11 @@ import json
 import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rlc.core.dataclass import dataclass
 from rlc.spec.root import RlcSpec
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -457,3 +458,13 @@ def test_base_model_is_unaffected(model):
     assert "unit_loss" not in base.allowed_values(base.lookup(f"{ALG}.policy_loss_type"))
     assert build_schema(base) == committed_schema()
     assert SpecModel(Extensions()).paths() == base.paths()
+
+
+def test_field_types_are_the_evaluated_annotations(model):
+    """Types written as objects (the spec's modules) are read as they stand, types written as text (this module's,
+    under `from __future__ import annotations`) are evaluated: either way what typing.get_type_hints gives."""
+    for path in model.paths():
+        parent, _, name = path.rpartition(".")
+        owner = model.lookup(parent).section if parent else model.root
+        assert model.lookup(path).tp == typing.get_type_hints(owner)[name], path
+    assert model.lookup("environment.skyrl_gym.puzzle.seed").tp == int | None  # written as text above

@@ -40,6 +40,7 @@ def broken(text: str) -> str:
     loop_scope="module",
 )
 async def client(lsp_client: LanguageClient):
+    _record_published_versions(lsp_client)
     await lsp_client.initialize_session(
         lsp.InitializeParams(capabilities=client_capabilities("visual-studio-code"), root_uri=ROOT.as_uri())
     )
@@ -47,11 +48,26 @@ async def client(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
-_versions: dict[str, int] = {}
+_versions: dict[str, int] = {}  # uri -> the version of the text last sent
+_published: dict[str, int | None] = {}  # uri -> the version whose findings the server published last
+
+
+def _record_published_versions(client: LanguageClient) -> None:
+    """Note the document version of every publishDiagnostics (pytest-lsp keeps only the findings): after a burst of
+    changes the server may publish an earlier version's findings before the last one's, and a test waits for the
+    version it sent."""
+    handle = client.protocol._handle_notification
+
+    def recording(method: str, params) -> None:
+        if method == lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS:
+            _published[params.uri] = params.version
+        handle(method, params)
+
+    client.protocol._handle_notification = recording  # type: ignore[method-assign]
 
 
 async def publish(client: LanguageClient, path: Path, text: str) -> list[lsp.Diagnostic]:
-    """Open (or change) the document at `path` to `text` and wait for its findings."""
+    """Open (or change) the document at `path` to `text` and wait for the findings of that version."""
     uri = path.as_uri()
     client.diagnostics.pop(uri, None)
     if uri in _versions:
@@ -65,9 +81,12 @@ async def publish(client: LanguageClient, path: Path, text: str) -> list[lsp.Dia
     else:
         _versions[uri] = 1
         client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(uri, "yaml", 1, text)))
-    while uri not in client.diagnostics:
-        await asyncio.wait_for(client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), 60)
-    return list(client.diagnostics[uri])
+    while True:
+        # the waiter is registered before the check, so a publication between the two is not missed
+        waiter = client.protocol.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        if uri in client.diagnostics and _published.get(uri) == _versions[uri]:
+            return list(client.diagnostics[uri])
+        await asyncio.wait_for(asyncio.wrap_future(waiter), 60)
 
 
 def validate_findings(path: Path) -> list[tuple]:
