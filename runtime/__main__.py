@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_job(job, address: str | None = None, progress: bool = True) -> int:
     """Run a loaded job; a RunError or a bad dataset is a message and exit 1, never a traceback."""
-    from rlc.runtime.driver import RunError, run  # torch, ray and transformers: only once there is a job to run
+    # deferred: torch, Ray and transformers, not needed to parse arguments or wait for the cluster
+    from rlc.runtime.driver import RunError, run
 
     try:
         result = run(job, address=address, progress=progress)

@@ -17,7 +17,7 @@ def wait_cluster(
     poll_s: float = 2.0,
     expect_ips: list[str] | None = None,
 ) -> int:
-    import ray
+    import ray  # deferred: Ray, not needed to parse `python -m rlc.runtime`'s arguments (it imports this module)
 
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:

@@ -13,6 +13,8 @@ from pathlib import Path
 from rlc.core.digest import content_hash
 from rlc.core.job import CompiledJob, Decisions, JobFormatError
 from rlc.core.plan import Plan, PlanFormatError
+from rlc.spec.model import default_model
+from ruamel.yaml import YAML
 
 __all__ = ["CompiledJob", "CompiledJobError", "load"]
 
@@ -29,9 +31,6 @@ def _header_hash(text: str) -> str:
 
 
 def load(resolved_path: str | Path) -> CompiledJob:
-    from rlc.spec.model import default_model
-    from ruamel.yaml import YAML
-
     path = Path(resolved_path)
     try:
         text = path.read_text(encoding="utf-8")

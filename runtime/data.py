@@ -18,7 +18,12 @@ import tempfile
 from pathlib import Path
 from pkgutil import resolve_name
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from rlc.core.environments import Writer
+from rlc.runtime.envs.arithmetic import rows as arithmetic_rows
+from rlc.runtime.envs.gsm8k import INSTRUCTION, extract_answer
+from rlc.runtime.envs.synthetic import rows as synthetic_rows
 
 
 class DataError(Exception):
@@ -30,8 +35,6 @@ def expand(path: str) -> Path:
 
 
 def read_rows(paths: list[str]) -> list[dict]:
-    import pyarrow.parquet as pq
-
     rows: list[dict] = []
     for p in paths:
         path = expand(p)
@@ -49,9 +52,6 @@ def read_rows(paths: list[str]) -> list[dict]:
 
 def write_rows(rows: list[dict], path: Path) -> None:
     """Write a parquet file atomically (a temporary file renamed into place)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
@@ -86,12 +86,10 @@ def write_dataset(
 
 
 def synthetic(out_dir: Path, train: int, validation: int, seed: int) -> list[Path]:
-    from rlc.runtime.envs.synthetic import rows
-
     written = []
     for name, count, s in (("train", train, seed), ("validation", validation, seed + 1)):
         path = out_dir / f"{name}.parquet"
-        write_rows(rows(count, s), path)
+        write_rows(synthetic_rows(count, s), path)
         written.append(path)
     return written
 
@@ -99,12 +97,11 @@ def synthetic(out_dir: Path, train: int, validation: int, seed: int) -> list[Pat
 def arithmetic(out_dir: Path, train: int, validation: int, seed: int, high: int, fmt: str = "rlc") -> list[Path]:
     """Word problems of `env_class: arithmetic` with numbers up to `high`; no validation question appears in the
     training split. `fmt` "verl" writes them as verl's GSM8K rows (for `env_class: verl`)."""
-    from rlc.runtime.envs.arithmetic import rows
-
-    held_out = rows(validation, seed + 1, high=high)
-    problems = rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high)
+    held_out = arithmetic_rows(validation, seed + 1, high=high)
+    problems = arithmetic_rows(train, seed, exclude={r["prompt"][0]["content"] for r in held_out}, high=high)
     if fmt == "verl":
-        from rlc.runtime.envs.verl import as_verl_rows  # skyrl-gym, only for verl's rows
+        # deferred: skyrl-gym, only for verl's rows (not for `rlc data arithmetic`)
+        from rlc.runtime.envs.verl import as_verl_rows
 
         problems, held_out = as_verl_rows(problems, "train"), as_verl_rows(held_out, "test")
     return _write_splits(out_dir, problems, held_out)
@@ -113,6 +110,7 @@ def arithmetic(out_dir: Path, train: int, validation: int, seed: int, high: int,
 def calculator(out_dir: Path, train: int, validation: int, seed: int) -> list[Path]:
     """Multiplication problems of `env_class: calculator` (multi-turn, a calculator tool); no validation question
     appears in the training split."""
+    # deferred: skyrl-gym (the environment's base class), kept out of `rlc data` for the other environments
     from rlc.runtime.envs.calculator import rows
 
     held_out = rows(validation, seed + 1)
@@ -150,8 +148,6 @@ def _load_records(source: Path) -> list[dict]:
 
 def gsm8k(source: Path, out_dir: Path, validation: int = 0, seed: int = 0, name: str | None = None) -> list[Path]:
     """GSM8K records to chat-prompt rows; `validation` > 0 holds out that many rows as validation.parquet."""
-    from rlc.runtime.envs.gsm8k import INSTRUCTION, extract_answer
-
     try:
         records = _load_records(source)
     except (OSError, UnicodeDecodeError) as exc:

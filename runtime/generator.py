@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import skyrl_gym
 from rlc.runtime.batch import Rollout
 from rlc.runtime.chat import Templater
 from rlc.runtime.envs import gym
@@ -497,8 +498,6 @@ def rollout_metrics(rollouts: list[Rollout]) -> dict[str, float]:
             by_env.setdefault(r.env_class, []).append(r.env_metrics or {})
     for env_class, metrics in sorted(by_env.items()):
         try:
-            import skyrl_gym
-
             creator = skyrl_gym.registry[env_class].entry_point
             cls = skyrl_gym.envs.registration.load_env_creator(creator) if isinstance(creator, str) else creator
             aggregated = cls.aggregate_metrics(metrics) if hasattr(cls, "aggregate_metrics") else {}

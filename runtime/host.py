@@ -31,6 +31,7 @@ def pin_gloo_interface() -> str | None:
     if os.environ.get("GLOO_SOCKET_IFNAME"):
         return os.environ["GLOO_SOCKET_IFNAME"]
     try:
+        # deferred: psutil and Ray are optional here: an hf engine served over HTTP runs without Ray
         import psutil
         import ray
 

@@ -13,6 +13,7 @@ Hugging Face directory in the cache. `resolve_model_path(id)` gives the local di
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import shutil
@@ -20,9 +21,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
+import torch
 from rlc.core.embedded_models import EMBEDDED, RECIPE, EmbeddedModel
+from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
+from tokenizers import models as tokenizer_models
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
 
 SCHEME = "rlc:"
 
@@ -101,9 +108,6 @@ def _packaged(name: str) -> Path:
 
 def _packaged_file(model: PackagedModel) -> Path:
     """The GGUF file of an installed distribution; ModelPathError naming the extra when it or `gguf` is missing."""
-    import importlib.util
-    from importlib import metadata
-
     missing = []
     try:
         dist = metadata.distribution(model.distribution)
@@ -135,10 +139,6 @@ def _name_of(model: PackagedModel) -> str:
 def convert_gguf(source: Path, target: Path) -> None:
     """A GGUF checkpoint (llama architecture) to a plain Hugging Face directory: float32 safetensors, tokenizer and
     chat template. Written to a temporary directory beside `target` and renamed into place."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
     directory, name = str(source.parent), source.name
     try:
@@ -188,11 +188,8 @@ def _corpus() -> list[str]:
 
 
 def _tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok = Tokenizer(tokenizer_models.BPE(unk_token="<unk>"))
     tok.normalizer = normalizers.NFKC()
     # Digits are single tokens, so numbers spell out digit by digit (answers are easy to check and learn).
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -217,9 +214,6 @@ def _tokenizer(vocab_size: int):
 
 
 def _build(recipe: EmbeddedModel, target: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
     tokenizer = _tokenizer(recipe.vocab_size)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -240,8 +234,6 @@ def _build(recipe: EmbeddedModel, target: Path) -> None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()  # a bar for one small shard is noise in the run's output
     try:
         model.save_pretrained(staging)

@@ -14,6 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from rlc.core.job import CompiledJob
 from rlc.core.plan import Engine, RemoteEngine, Role
 from rlc.runtime.batch import TrainBatch, shards
@@ -49,8 +52,6 @@ def local_model_path(path: str) -> str:
 
 
 def start_ray(job: CompiledJob, address: str | None):
-    import ray
-
     if ray.is_initialized():
         return ray
     env_vars = {**QUIET_ENV, **job.decisions.envs.every}
@@ -92,8 +93,6 @@ class Cluster:
         self.workers = {role.name: self._start_role(groups, role, total_optimizer_steps) for role in self.plan.roles}
 
     def _placement_groups(self) -> dict:
-        from ray.util.placement_group import placement_group
-
         groups = {}
         timeout = self.decisions.node_wait_timeout_s
         for pg in self.plan.placement_groups:
@@ -109,8 +108,6 @@ class Cluster:
 
     @staticmethod
     def _on_bundle(group, bundle: int):
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         return PlacementGroupSchedulingStrategy(
             placement_group=group, placement_group_bundle_index=bundle, placement_group_capture_child_tasks=True
         )

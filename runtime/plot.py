@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from rlc.runtime.tracking import read_metrics
 
 
@@ -12,11 +13,6 @@ class PlotError(Exception):
 
 
 def plot_run(run_dir: Path, output: Path | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     try:
         # Training steps, and evaluations (the one before training is logged at step 0 without a reward).
         records = [_numbers(r) for r in read_metrics(run_dir) if isinstance(r, dict)]
@@ -42,7 +38,9 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
         panels.append(("env/turns", "turns per trajectory"))
     if any("environment/tool_call_success" in r for r in records):
         panels.append(("environment/tool_call_success", "tool-call success"))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
+    # A Figure of its own, not pyplot's: no backend to pick, no global figure to close (a .png renders with Agg).
+    fig = Figure(figsize=(7, 2.2 * len(panels)))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     for ax, (key, title) in zip(axes[:, 0], panels):
         xs = [s for s, r in zip(steps, records) if key in r]
         ys = [r[key] for r in records if key in r]
@@ -61,8 +59,6 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
         fig.savefig(target, dpi=110)
     except OSError as exc:
         raise PlotError(f"cannot write {target}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
     return target
 
 

@@ -46,10 +46,11 @@ class Tracker:
         self._backend: Any = None  # a wandb run or a tensorboard SummaryWriter
         try:
             if logger == "wandb":
-                import wandb
+                import wandb  # deferred: wandb is optional, only for trainer.logger: wandb
 
                 self._backend = wandb.init(project=project, name=run_name, config=config, resume="allow")
             elif logger == "tensorboard":
+                # deferred: tensorboard is optional, only for trainer.logger: tensorboard
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._backend = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
@@ -61,6 +62,7 @@ class Tracker:
             ) from None
         self._bar = None
         if progress and sys.stderr.isatty():
+            # deferred: rich's progress bar, not needed to read metrics (`rlc plot` imports this module)
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._bar = Progress(

@@ -29,6 +29,7 @@ what code it imports registers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 import torch
@@ -155,8 +156,6 @@ def _check_new(kind: str, name: str, builtins: dict, fn: Callable) -> None:
 
 def _load(kind: str, group: str, field: str, name: str, known: list[str]) -> Callable:
     """The function of entry point `name` in `group`, or UnknownNameError listing what is known."""
-    from importlib.metadata import entry_points  # costly import, only for names rlc lacks
-
     found = {ep.value: ep for ep in entry_points(group=group, name=name)}
     if len(found) > 1:
         raise ValueError(f"{kind} {name!r} is declared by several {group} entry points: {', '.join(sorted(found))}")

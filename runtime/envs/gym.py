@@ -20,6 +20,7 @@ and judge it in the trainer, never in the process that runs it.
 from __future__ import annotations
 
 import threading
+from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
 import skyrl_gym
@@ -54,8 +55,6 @@ def ensure_registered() -> None:
 
 
 def _entry_points() -> dict[str, Any]:
-    from importlib.metadata import entry_points
-
     return {ep.name: ep.value for ep in entry_points(group=ENV_GROUP)}
 
 

@@ -19,6 +19,7 @@ from rlc.runtime.weights.broadcast import GroupSeat, group_device, receive_weigh
 from rlc.runtime.weights.ipc import open_bucket
 from rlc.runtime.weights.lora import adapter_names, with_lora
 from rlc.runtime.weights.payload import unpack
+from transformers import AutoModelForCausalLM, DynamicCache
 
 
 def _filter_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
@@ -76,8 +77,6 @@ class HFEngine:
         lora=None,
         prompt_cache_bytes: int = 0,
     ):
-        from transformers import AutoModelForCausalLM
-
         self.device = torch.device(device)
         if cpu_slots_per_node and self.device.type == "cpu":
             cpu_threads(cpu_slots_per_node)
@@ -144,7 +143,7 @@ class HFEngine:
 
     def node_ip(self) -> str:
         """The address of the node this process runs on (as Ray sees it)."""
-        import ray
+        import ray  # deferred: Ray, not needed by an engine served over HTTP (python -m rlc.runtime.inference.http)
 
         return ray.util.get_node_ip_address()
 
@@ -285,7 +284,6 @@ class HFEngine:
             mask[i, width - len(p) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        from transformers import DynamicCache
 
         shared = n > 1 and hasattr(DynamicCache, "batch_repeat_interleave")
         if n > 1 and not shared:
@@ -311,8 +309,6 @@ class HFEngine:
         """The prompt pass when some prompts continue cached ones: each row's cached keys and values (left-padded
         to the longest), then its new tokens (left-padded too) run against them; rows without a cached prefix run
         whole. Positions follow each row's real tokens, so the result is the whole prompt's pass."""
-        from transformers import DynamicCache
-
         some = next(f for f in found if f is not None)  # per layer (keys, values), each (kv_heads, length, dim)
         cached = [f[0][0].shape[1] if f is not None else 0 for f in found]
         old, new = max(cached), max(len(p) - c for p, c in zip(prompts, cached))

@@ -40,10 +40,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from rlc.runtime.inference.base import Completion, Sampling
+from rlc.runtime.inference.hf import HFEngine
+from rlc.runtime.models import local_path
 from rlc.runtime.weights.broadcast import GroupSeat, WeightGroupExists
 from rlc.runtime.weights.lora import ADAPTER_MARK
 from rlc.runtime.weights.payload import unpack
 from rlc.runtime.weights.tensors import WeightMeta
+from safetensors.torch import load, save
+from transformers import AutoTokenizer
 
 _TOKEN_PREFIX = "token_id:"
 
@@ -170,8 +174,6 @@ def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -
                         engine.reset_prefix_cache()
                         self._reply(200, {})
                     elif url.path == "/rlc/update_weights":
-                        from safetensors.torch import load
-
                         version = self.headers.get("X-Weight-Version")
                         done = engine.update_weights(load(body), int(version) if version is not None else None)
                         self._reply(200, {"weight_version": done})
@@ -317,8 +319,6 @@ class RemoteEngine:
     def update_weights(self, state_dict: dict, version: int | None = None) -> int:
         """Send the weights as one safetensors body (rlc's server), or base64 in a worker call (vLLM's, whose
         /collective_rpc takes strings: for small models; a broadcast group suits large ones)."""
-        from safetensors.torch import save
-
         tensors = {k: v.contiguous() for k, v in unpack(state_dict).items()}
         if self.vllm_server and any(ADAPTER_MARK in name for name in tensors):
             raise EngineHTTPError(
@@ -444,9 +444,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", help="model name clients must ask for (default: --model)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     args = parser.parse_args(argv)
-    from rlc.runtime.inference.hf import HFEngine
-    from rlc.runtime.models import local_path
-    from transformers import AutoTokenizer
 
     path = local_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)

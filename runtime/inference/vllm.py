@@ -17,7 +17,10 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import shutil
+import tempfile
 
+import ray
 from rlc.core.job import VLLMArgs
 from rlc.runtime.host import cpu_threads
 from rlc.runtime.inference.base import Completion, Sampling
@@ -162,6 +165,7 @@ class VLLMEngine:
         if args.get("distributed_executor_backend") == "ray":
             # Ray narrowed this actor's CUDA_VISIBLE_DEVICES; vLLM's own Ray workers pick their GPUs.
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        # deferred: vLLM, optional (the hf backend runs without it); placement imports this module for every job
         import vllm
         from vllm import envs
 
@@ -225,8 +229,6 @@ class VLLMEngine:
 
     def node_ip(self) -> str:
         """The address of the node this process runs on (as Ray sees it)."""
-        import ray
-
         return ray.util.get_node_ip_address()
 
     def reset_prefix_cache(self) -> None:
@@ -246,9 +248,7 @@ class VLLMEngine:
         files), added under a new id, the previous one dropped; the files are removed once vLLM holds the adapter.
 
         A new id per update, not vLLM's `load_inplace`, which reloads an adapter from its files at every step."""
-        import shutil
-        import tempfile
-
+        # deferred: vLLM, optional (the hf backend runs without it); placement imports this module for every job
         from vllm.lora.request import LoRARequest
 
         os.makedirs(self.lora.lora_sync_path, exist_ok=True)

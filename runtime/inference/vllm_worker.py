@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import pickle
 from typing import Any
 
@@ -29,6 +30,7 @@ from rlc.runtime.weights.broadcast import GroupSeat, receive_weights
 from rlc.runtime.weights.ipc import open_bucket
 from rlc.runtime.weights.payload import unpack
 from rlc.runtime.weights.tensors import WeightMeta
+from safetensors.torch import load
 
 WEIGHT_GROUP = "rlc-weight-sync"  # weights.broadcast.init_group's default group name: both sides must agree
 # What `rlc_http_call` runs: the methods whose arguments and results are plain JSON.
@@ -71,8 +73,6 @@ class WeightSyncExtension:
 
     def rlc_load_safetensors(self, data: str) -> int:
         """Load a full state dict sent as base64 safetensors bytes (weights over vLLM's HTTP server)."""
-        from safetensors.torch import load
-
         return self.rlc_load_weights(load(base64.b64decode(data)))
 
     def rlc_weight_group(self) -> dict | None:
@@ -90,6 +90,7 @@ class WeightSyncExtension:
 
     def rlc_start_weight_update(self) -> None:
         """Begin an update: every layer gets its checkpoint-format parameters back (vLLM's layerwise reload)."""
+        # deferred: vLLM, optional; imported for every job via inference/vllm.py (placement imports it)
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
@@ -99,6 +100,7 @@ class WeightSyncExtension:
 
     def rlc_finish_weight_update(self) -> None:
         """End an update: the layers not processed yet are, and vLLM drops LoRA state built on the old weights."""
+        # deferred: vLLM, optional; imported for every job via inference/vllm.py (placement imports it)
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
@@ -178,8 +180,6 @@ def _computed_buffer_warning(record) -> bool:
 
 
 def _quiet_computed_buffers() -> None:
-    import logging
-
     logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
     if _computed_buffer_warning not in logger.filters:
         logger.addFilter(_computed_buffer_warning)

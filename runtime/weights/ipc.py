@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from rlc.runtime.weights.tensors import NamedTensors, chunk_by_module, dtype_from_name, dtype_name, nbytes, packed_end
+from torch.multiprocessing.reductions import reduce_tensor
 
 IPC_ALIGNMENT = 256  # bytes; CUDA's allocation granularity for the start of each tensor in a bucket
 
@@ -126,7 +127,6 @@ def ipc_handle(buffer: torch.Tensor) -> tuple:
     """CUDA only. A picklable handle to `buffer` that another process on the same GPU opens."""
     if buffer.device.type != "cuda":
         raise ValueError(f"CUDA IPC shares CUDA tensors, got one on {buffer.device}")
-    from torch.multiprocessing.reductions import reduce_tensor
 
     return reduce_tensor(buffer)
 

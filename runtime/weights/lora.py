@@ -6,9 +6,11 @@ same names and a weight sync moves only those.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
+from safetensors.torch import save_file
 
 ADAPTER_MARK = ".lora_"  # in the name of every adapter tensor PEFT adds
 
@@ -16,6 +18,7 @@ ADAPTER_MARK = ".lora_"  # in the name of every adapter tensor PEFT adds
 def lora_config(lora, target_modules=None):
     """PEFT's LoraConfig of `model.lora` (rank, alpha, dropout, target/exclude modules, init); `target_modules`
     replaces the spec's (a saved adapter names the modules it has)."""
+    # deferred: PEFT (seconds to import), only for LoRA jobs; every engine and trainer imports this module
     from peft import LoraConfig
 
     init = (
@@ -34,6 +37,7 @@ def lora_config(lora, target_modules=None):
 
 def with_lora(lm: torch.nn.Module, lora) -> torch.nn.Module:
     """`lm` with PEFT LoRA adapters per `model.lora`."""
+    # deferred: PEFT (seconds to import), only for LoRA jobs; every engine and trainer imports this module
     from peft import get_peft_model
 
     with warnings.catch_warnings():  # PEFT asks transformers an is_gradient_checkpointing it deprecated
@@ -49,10 +53,6 @@ def save_adapter(adapters: dict[str, torch.Tensor], lora, directory: str, base_m
     """The trainer's adapter tensors (PEFT's in-model names, `...q_proj.lora_A.default.weight`) as a PEFT adapter
     directory, what vLLM loads a LoRA from: adapter_config.json naming the modules that have adapters, and
     adapter_model.safetensors with PEFT's saved names (the adapter's name left out)."""
-    import os
-
-    from safetensors.torch import save_file
-
     saved = {name.replace(".default.", "."): t.contiguous() for name, t in adapters.items()}
     modules = sorted({name.split(ADAPTER_MARK)[0].rsplit(".", 1)[-1] for name in saved})
     config = lora_config(lora, target_modules=modules)

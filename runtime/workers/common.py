@@ -8,13 +8,17 @@ gives the same gradient.
 
 from __future__ import annotations
 
+import datetime
 import math
+import os
 import pickle
 import socket
 from pathlib import Path
 from typing import Any
 
+import ray
 import torch
+import torch.distributed as dist
 from rlc.core.job import WorkerSettings  # noqa: F401  (re-exported for the workers)
 from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import token_weights
@@ -113,29 +117,17 @@ class TrainWorker:
 
     def node_ip(self) -> str:
         """The address of the node this process runs on (as Ray sees it)."""
-        import ray
-
         return ray.util.get_node_ip_address()
 
     def address(self) -> tuple[str, int]:
         """Where rank 0 hosts the process group: the address Ray knows this node by, and a free port."""
         host, port = free_address()
-        try:
-            import ray
-
-            if ray.is_initialized():
-                host = ray.util.get_node_ip_address()  # the hostname may resolve to an address peers cannot reach
-        except ImportError:
-            pass
+        if ray.is_initialized():
+            host = ray.util.get_node_ip_address()  # the hostname may resolve to an address peers cannot reach
         return host, port
 
     def _join_process_group(self, master_addr: str, master_port: int) -> None:
         """This rank's device and threads, and the role's process group (gloo on CPU; gloo + nccl on CUDA)."""
-        import datetime
-        import os
-
-        import torch.distributed as dist
-
         if self.s.device == "cuda":
             torch.cuda.set_device(0)  # Ray gives each actor its own CUDA_VISIBLE_DEVICES: the local device is 0
             backend = "cpu:gloo,cuda:nccl"

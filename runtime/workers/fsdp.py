@@ -8,6 +8,8 @@ the loss is scaled by the world size and weighted by the whole mini-batch's toke
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import math
 import os
 from pathlib import Path
@@ -38,6 +40,8 @@ from rlc.runtime.workers.common import (
 )
 from rlc.runtime.workers.micro_batches import widened
 from rlc.runtime.workers.packing import pack, packed_kwargs, packing_unsupported, response_rows, unpack
+from torch.distributed.device_mesh import init_device_mesh
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
 
@@ -105,8 +109,6 @@ class FSDPWorker(TrainWorker):
     # -- set-up ---------------------------------------------------------------------------------------
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        from torch.distributed.device_mesh import init_device_mesh
-
         torch.manual_seed(self.s.seed)
         self._join_process_group(master_addr, master_port)
         if self.s.device == "cuda" and getattr(self.config, "record_memory", False) and self.s.memory_snapshot_dir:
@@ -161,13 +163,11 @@ class FSDPWorker(TrainWorker):
         }
 
     def _build_model(self) -> torch.nn.Module:
+        # deferred: torch.distributed.fsdp (~1 s), not needed by the driver, which imports this module
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        from transformers import AutoModelForCausalLM
 
         load_kwargs: dict[str, Any] = {}
         if self.s.device == "cuda" and self.s.bf16 and self.s.sample_packing:
-            import importlib.util
-
             if importlib.util.find_spec("flash_attn") is not None:  # packed micro-batches on its varlen kernels
                 load_kwargs["attn_implementation"] = "flash_attention_2"
         lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32, **load_kwargs)
@@ -204,6 +204,7 @@ class FSDPWorker(TrainWorker):
         if mp is not None:
             kwargs["mp_policy"] = mp
         if fsdp.cpu_offload and self.s.device == "cuda":
+            # deferred: torch.distributed.fsdp (~1 s), not needed by the driver, which imports this module
             from torch.distributed.fsdp import CPUOffloadPolicy
 
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
@@ -345,8 +346,6 @@ class FSDPWorker(TrainWorker):
         """`logits_to_keep=count` where the model takes it: the vocabulary head then runs on the response
         positions only (with a large vocabulary, a sizeable share of a prompt token's cost)."""
         if not hasattr(self, "_takes_keep"):
-            import inspect
-
             self._takes_keep = "logits_to_keep" in inspect.signature(_base(self.model).forward).parameters
         return {"logits_to_keep": count} if self._takes_keep else {}
 
@@ -373,7 +372,6 @@ class FSDPWorker(TrainWorker):
         prompts, inverse = torch.unique(torch.cat([ids[:, :plen], real], 1), dim=0, return_inverse=True)
         if 2 * prompts.shape[0] > rows:
             return None  # fewer than half the prompt rows saved: not worth a second pass
-        from transformers import DynamicCache
 
         cache = DynamicCache(config=_base(self.model).config)
         prompt_ids, prompt_attn = prompts[:, :plen], prompts[:, plen:]
@@ -518,6 +516,7 @@ class FSDPWorker(TrainWorker):
 
     def save_checkpoint(self, directory: str) -> None:
         """Sharded model and optimizer state with torch.distributed.checkpoint, plus this rank's scheduler and RNG."""
+        # deferred: torch.distributed.checkpoint (~1 s), only for checkpoints; the driver imports this module
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
@@ -542,6 +541,7 @@ class FSDPWorker(TrainWorker):
         dist.barrier()
 
     def load_checkpoint(self, directory: str) -> None:
+        # deferred: torch.distributed.checkpoint (~1 s), only for checkpoints; the driver imports this module
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             get_model_state_dict,
@@ -572,8 +572,6 @@ class FSDPWorker(TrainWorker):
         """A Hugging Face model directory of the current weights (policy: the LM; critic: backbone + head)."""
         full = self.full_state_dict()
         if self.rank == 0:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
             os.makedirs(directory, exist_ok=True)
             if self.s.role == "critic":
                 torch.save(full, Path(directory) / "critic.pt")

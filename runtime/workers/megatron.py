@@ -22,8 +22,10 @@ checking a job on a tiny model).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
+import warnings
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -49,6 +51,8 @@ from rlc.runtime.workers.common import (
 )
 from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
 from rlc.runtime.workers.megatron_lora import LoraLinear, add_adapters
+from torch.profiler import ProfilerActivity, profile
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 __all__ = ["MegatronWorker", "vocab_parallel_logprobs"]
 
@@ -66,8 +70,6 @@ _CPU_OFF = dict(
 def _quiet() -> None:
     """Megatron-Core's and torch's notices that say nothing about the job (falling back to torch kernels without
     Apex/TransformerEngine, its own deprecated calls) are not shown; real warnings still are."""
-    import warnings
-
     for message in (
         "Apex is not installed",
         "Transformer Engine and Apex are not installed",
@@ -81,8 +83,6 @@ def _quiet() -> None:
 
 
 def _have_bridge() -> bool:
-    import importlib.util
-
     try:
         return importlib.util.find_spec("megatron.bridge") is not None
     except ModuleNotFoundError:
@@ -91,14 +91,10 @@ def _have_bridge() -> bool:
 
 def _have_softmax_kernels() -> bool:
     """Whether Megatron's fused masked-softmax CUDA extension is importable (it ships apart from megatron-core)."""
-    import importlib.util
-
     return importlib.util.find_spec("scaled_masked_softmax_cuda") is not None
 
 
 def _have_te() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("transformer_engine") is not None
 
 
@@ -118,6 +114,7 @@ def vocab_parallel_logprobs(
     loss), `chunk` tokens at a time in float32 (`score_tokens`). Columns past `vocab_size` (padding that makes the
     vocabulary divide by tp) get no probability.
     """
+    # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
     from megatron.core import parallel_state as ps
 
     rows, seq, local = logits.shape
@@ -167,8 +164,6 @@ class MegatronWorker(TrainWorker):
         return contextlib.nullcontext()
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        from transformers import AutoConfig
-
         torch.manual_seed(self.s.seed)
         if self.s.device == "cpu":
             megatron_cpu.enable()
@@ -179,6 +174,7 @@ class MegatronWorker(TrainWorker):
             self._build()
 
     def _parallel_state(self) -> None:
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
 
@@ -203,6 +199,7 @@ class MegatronWorker(TrainWorker):
         tensor_parallel.model_parallel_cuda_manual_seed(self.s.seed)
 
     def _transformer_config(self):
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core.transformer.transformer_config import TransformerConfig
 
         kwargs = self._config_kwargs(architecture=True)
@@ -280,6 +277,7 @@ class MegatronWorker(TrainWorker):
         if self.s.device == "cuda":
             model.cuda()
         if self.tconfig.bf16:
+            # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
             from megatron.core.transformer.module import Float16Module
 
             model = Float16Module(self.tconfig, model)
@@ -295,6 +293,7 @@ class MegatronWorker(TrainWorker):
         """A GPTModel stage built and loaded by Megatron-Bridge (architectures rlc's conversion does not cover,
         MoE ones among them); this rank's parallel sizes and the spec's Megatron settings set on its provider.
         Weights leave through the bridge's own export."""
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.bridge import AutoBridge
         from megatron.core.utils import unwrap_model
 
@@ -323,6 +322,7 @@ class MegatronWorker(TrainWorker):
         return bridge
 
     def _build_with_rlc_conversion(self, te: bool) -> None:
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
         from megatron.core.models.gpt import GPTModel, gpt_layer_specs
         from megatron.core.transformer.enums import AttnMaskType
@@ -350,8 +350,6 @@ class MegatronWorker(TrainWorker):
         self._load_hf(model)
 
     def _load_hf(self, model) -> None:
-        from transformers import AutoModelForCausalLM
-
         hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
         state = mw.hf_to_megatron(hf.state_dict(), self.arch, self.tp_rank, self.tp, self.pp_rank, self.pp)
         del hf
@@ -364,6 +362,7 @@ class MegatronWorker(TrainWorker):
             )
 
     def _wrap_for_training(self, model) -> None:
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core.distributed import (
             DistributedDataParallel,
             DistributedDataParallelConfig,
@@ -458,6 +457,7 @@ class MegatronWorker(TrainWorker):
                 want_entropy,
                 positions=torch.arange(start, start + length, device=logits.device),
             )
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
 
         held = cp_utils.local_positions(self._seq_len(mb), self.cp, self.cp_rank).to(logits.device)
@@ -478,6 +478,7 @@ class MegatronWorker(TrainWorker):
         return logp, entropy
 
     def _schedule_run(self, micro: list[TrainBatch], loss_fn, forward_only: bool) -> list:
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         def step(data_iterator, model):
@@ -552,7 +553,6 @@ class MegatronWorker(TrainWorker):
         if not prof.enable or self.rank not in (prof.ranks or []):
             yield
             return
-        from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.s.device == "cuda" else [])
         out = Path(os.path.expanduser(prof.save_path or "profiler"))
@@ -570,6 +570,7 @@ class MegatronWorker(TrainWorker):
 
     def _exchange_stage_metas(self) -> None:
         """Every stage's parameters (global Megatron name, local shape, dtype), known to every rank of the pipeline."""
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
 
         if self.bridge is not None:  # its export knows the stages
@@ -622,6 +623,7 @@ class MegatronWorker(TrainWorker):
         stages send to stage 0); other replicas hold the same weights and take no part. `meta=True` yields meta tensors
         of the right shapes on the calling rank without any communication.
         """
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
 
         if self.bridge is not None:
@@ -666,8 +668,6 @@ class MegatronWorker(TrainWorker):
     def _bridge_stream(self, meta: bool) -> Iterator[tuple[str, torch.Tensor]]:
         """The Hugging Face weights of a Megatron-Bridge model, in the HF model's own order (metas need no
         collectives). The bridge's export gathers on every rank; rank 0 holds the whole model on the CPU once."""
-        from transformers import AutoModelForCausalLM
-
         with torch.device("meta"):
             shapes = AutoModelForCausalLM.from_config(self.hf_config).state_dict()
         names = [
@@ -717,8 +717,6 @@ class MegatronWorker(TrainWorker):
         """A Hugging Face model directory of the current weights."""
         full = self.full_state_dict()
         if self.rank == 0:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
             os.makedirs(directory, exist_ok=True)
             lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
             lm.load_state_dict(full, strict=not self.arch.tied)
@@ -740,6 +738,7 @@ class MegatronWorker(TrainWorker):
 
     def save_checkpoint(self, directory: str) -> None:
         """Model and optimizer through Megatron's distributed checkpointing, plus this rank's RNG and step."""
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import dist_checkpointing
 
         with self._device():
@@ -753,6 +752,7 @@ class MegatronWorker(TrainWorker):
             dist.barrier()
 
     def load_checkpoint(self, directory: str) -> None:
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import dist_checkpointing
 
         with self._device(), torch.no_grad():

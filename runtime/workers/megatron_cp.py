@@ -113,6 +113,7 @@ def response_values(values: torch.Tensor, positions: torch.Tensor, start: int, l
 
 def context_parallel_attention_class():
     """Megatron's DotProductAttention over the gathered keys and values (built lazily: Megatron-Core is optional)."""
+    # deferred: Megatron-Core, optional (FSDP jobs lack it); workers/ulysses.py (FSDP) imports this module
     from megatron.core import parallel_state as ps
     from megatron.core.transformer.dot_product_attention import DotProductAttention
 

@@ -83,6 +83,7 @@ def enable() -> None:
     torch.cuda.synchronize = lambda device=None: None
     torch.cuda.empty_cache = lambda: None
 
+    # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
     from megatron.core.tensor_parallel import random as mrandom
 
     mrandom._get_cuda_rng_state = lambda device=-1, clone=False, graph_safe=False: torch.get_rng_state()

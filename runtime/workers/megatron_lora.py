@@ -66,6 +66,7 @@ class LoraLinear(torch.nn.Module):
         qkv_groups: tuple[int, int, int] | None = None,
     ):
         super().__init__()
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
         from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 
         if lora_type not in LORA_TYPES:
@@ -98,6 +99,7 @@ class LoraLinear(torch.nn.Module):
         """Norm of each output row; a row-parallel layer's rows span the tensor group's input slices."""
         squares = weight.float().pow(2).sum(-1)
         if self.style == "row":
+            # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
             from megatron.core import parallel_state as ps
 
             if ps.get_tensor_model_parallel_world_size() > 1:
@@ -125,6 +127,7 @@ class LoraLinear(torch.nn.Module):
         return self._layout(parts).T * self.scale
 
     def forward(self, x, *args, **kwargs):
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
         from megatron.core.tensor_parallel.mappings import (
             copy_to_tensor_model_parallel_region,
             reduce_from_tensor_model_parallel_region,
@@ -159,6 +162,7 @@ class LoraLinear(torch.nn.Module):
     def sharded_state_dict(self, prefix: str = "", sharded_offsets=(), metadata=None):
         """Megatron checkpoint entries: the base layer's own, and the adapters split on the tensor-parallel axis
         their layer splits them on."""
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
         from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
 
         out = self.base.sharded_state_dict(f"{prefix}base.", sharded_offsets, metadata)

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlc.runtime.workers.megatron_cp import sum_over_group
+from transformers import AttentionInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 ATTENTION = "rlc_ulysses"  # the name the swapped-in attention function is registered under
 INNER = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")  # kernels `attention` runs on whole sequences
@@ -219,8 +221,6 @@ def attention(module, query, key, value, attention_mask, *, rlc_split: SequenceS
 
 
 def _inner(name: str, module: torch.nn.Module):
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
     if name == "eager":  # each model family defines its own
         return sys.modules[type(module).__module__].eager_attention_forward
     return ALL_ATTENTION_FUNCTIONS[name]
@@ -240,8 +240,6 @@ def unsupported(config: Any) -> str | None:
 def enable(model: torch.nn.Module, config: Any, size: int) -> str:
     """Swap the model's attention for `attention`; returns the implementation it wraps. Raises ValueError when the
     model cannot be split over `size` ranks."""
-    from transformers import AttentionInterface
-
     why = unsupported(config)
     if why:
         raise ValueError(f"sequence_parallel_size {size} cannot run this model: {why}")
