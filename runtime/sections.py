@@ -9,17 +9,18 @@ act on the compiler's decisions (`job.decisions`); neither reads a spec field (t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rlc.core.job import CompiledJob
 from rlc.runtime.generator import Settings
+from rlc.spec.algorithm import AlgorithmConfig
+from rlc.spec.training import CriticConfig, PolicyConfig, RefConfig, SkyRLLoraConfig
 
 
 @dataclass(frozen=True)
 class Sections:
-    algorithm: Any  # trainer.algorithm
-    roles: dict[str, Any]  # trainer.<role>, for every role the plan places
-    lora: Any  # trainer.policy.model.lora
+    algorithm: AlgorithmConfig  # trainer.algorithm
+    roles: dict[str, PolicyConfig | RefConfig | CriticConfig]  # trainer.<role>, for every role the plan places
+    lora: SkyRLLoraConfig  # trainer.policy.model.lora
     generator: Settings
 
     @staticmethod
