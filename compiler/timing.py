@@ -24,8 +24,9 @@ max_turns) and the environment's answers between them (estimate.observation_toke
 the conversation passes generator.max_input_length; training sees all of it. A mixture of experts counts the
 parameters a token runs through (the experts it is routed to) for FLOPs, all of them for bytes. fsdp2 runs a group's
 shared prompt once (forwards, and training without gradient checkpointing), as rlc's trainer does. Rows whose
-advantages are all zero, which rlc's trainer leaves out, are counted unless estimate.inert_fraction says how many
-(a run's inert_row_fraction): by default the estimate is for every row. The run is
+advantages are all zero, which rlc's trainer leaves out, are not counted: estimate.inert_fraction says how many (a
+run's inert_row_fraction), else 2/(n+1) of them where a group of n samples of a right-or-wrong reward is measured
+against its own mean (the chance its rewards all agree when the prompt's success rate is unknown). The run is
 max_training_steps, or epochs x dataset_rows / train_batch_size; GPU-hours count every GPU of the cluster, and the
 cost takes a price per GPU-hour from a dated table (`PRICES`) unless estimate.gpu_hour_price sets one.
 Every assumption is printed beside the estimate and set under `estimate:` in the spec (or as an override).
@@ -39,8 +40,9 @@ from dataclasses import field
 from rlc.compiler.memory import DTYPE_BYTES, MemoryEstimate, capacity, engine_weights
 from rlc.compiler.roles import critic_on, engine_gpus, ref_on
 from rlc.core.dataclass import dataclass
+from rlc.core.environments import BY_ID
 from rlc.core.plan import Plan
-from rlc.spec.algorithm import ADVANTAGE_WEIGHTED_LOSSES
+from rlc.spec.algorithm import ADVANTAGE_WEIGHTED_LOSSES, GROUP_BASELINE_ESTIMATORS
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,8 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
     train += call * sum(k for _, k in calls)
     how = f"{factor} x {params / 1e9:.3g}B params x {train_tokens} tokens x {epochs} epoch(s)"
     if kept["policy"] < 1:
-        how += f" x {kept['policy']:.3g} of the policy's rows (the rest inert)"
+        source = "expected" if e.inert_fraction is None else "estimate.inert_fraction"
+        how += f" x {kept['policy']:.3g} of the policy's rows (the rest inert, {source})"
     phases.append(Phase("train", train, how + _calls(call, calls)))
     phases.append(_weight_sync(spec, plan, shape, dev, bandwidth, e, call))
     outside = (
@@ -223,7 +226,7 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         "prompt_tokens": n.prompt,
         "response_tokens": n.response,
         **({"turns": round(n.turns, 2), "observation_tokens": n.observation} if n.multi else {}),
-        **({"inert_fraction": inert(spec)} if inert(spec) else {}),
+        **({"inert_fraction": round(inert(spec), 3)} if inert(spec) else {}),
         "train_mfu": e.train_mfu,
         "prefill_mfu": e.prefill_mfu,
         "bandwidth_use": e.bandwidth_use,
@@ -235,14 +238,31 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
 
 
 def inert(spec) -> float:
-    """The share of the policy's rows its update leaves out (estimate.inert_fraction), where rlc's trainer leaves
-    rows out: a loss weighted by the advantage, with no KL or entropy term every row feeds."""
+    """The share of the policy's rows its update leaves out, where rlc's trainer leaves rows out (a loss weighted by
+    the advantage, with no KL or entropy term every row feeds): estimate.inert_fraction, else what `expected_inert`
+    expects of the job."""
     a = spec.trainer.algorithm
     if a.policy_loss_type not in ADVANTAGE_WEIGHTED_LOSSES or a.use_kl_loss:
         return 0.0
     if a.use_entropy_loss and float(a.entropy_loss_coef) != 0:
         return 0.0
-    return float(spec.estimate.inert_fraction)
+    stated = spec.estimate.inert_fraction
+    return expected_inert(spec) if stated is None else float(stated)
+
+
+def expected_inert(spec) -> float:
+    """The share of rows in groups whose rewards are all equal, expected before a run: 2/(n+1) for groups of n samples
+    of a right-or-wrong reward, an advantage against the group's own mean, and nothing that refills or reweights
+    those groups; else 0. n samples of a prompt that succeeds with chance p agree with chance p^n + (1-p)^n, which
+    is 2/(n+1) on average when p is equally likely anything (a run's figure is higher where prompts are mostly too
+    easy or too hard for the model: set estimate.inert_fraction from its inert_row_fraction)."""
+    a, n = spec.trainer.algorithm, int(spec.generator.n_samples_per_prompt)
+    env = BY_ID.get(str(spec.environment.env_class))
+    if env is None or not env.right_or_wrong or n < 2 or a.advantage_estimator not in GROUP_BASELINE_ESTIMATORS:
+        return 0.0
+    if a.use_kl_in_reward or a.advantage_batch_normalize or a.dynamic_sampling.type:
+        return 0.0  # rewards less each row's KL differ; normalised advantages are not 0; resampled groups agree less
+    return 2 / (n + 1)
 
 
 def _calls(call: float, calls: list) -> str:

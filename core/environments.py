@@ -58,6 +58,10 @@ class Environment:
     multi_turn: bool  # a trajectory may take several turns (tool calls, retries)
     runs_model_code: bool  # it runs what the model wrote: in the sandbox (rlc.runtime.envs.sandbox)
     description: str
+    # Its reward takes two values, right or wrong (1 or 0; aime's 1 or -1), as its scorer's code gives it: a group's
+    # rewards are then all equal with a chance the time estimate counts (compiler/timing.py, `inert`). Graded:
+    # gsm8k_multi_turn (a format score each turn), synthetic (a quarter for the digit first), llm_as_a_judge.
+    right_or_wrong: bool = False
     writer: Writer | None = None  # rlc can write its dataset
     scorer: str | None = None  # rlc's scorer of one completion, "module:Class", which the class steps
 
@@ -74,6 +78,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=False,
         runs_model_code=False,
         description="GSM8K math word problems, the answer after ####",
+        right_or_wrong=True,
     ),
     Environment(
         "gsm8k_multi_turn",
@@ -90,6 +95,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=True,
         runs_model_code=True,
         description="SQL questions over a database, the model's queries run in the sandbox",
+        right_or_wrong=True,
     ),
     Environment(
         "search",
@@ -98,6 +104,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=True,
         runs_model_code=False,
         description="questions answered with a retrieval server's search tool",
+        right_or_wrong=True,
     ),
     Environment(
         "lcb",
@@ -106,6 +113,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=False,
         runs_model_code=True,
         description="LiveCodeBench problems, the model's program run against each test case in the sandbox",
+        right_or_wrong=True,
     ),
     Environment(
         "aime",
@@ -114,6 +122,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=False,
         runs_model_code=False,
         description="AIME problems, the boxed answer",
+        right_or_wrong=True,
     ),
     Environment(
         "searchcode",
@@ -122,6 +131,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=True,
         runs_model_code=True,
         description="questions answered with search and a python tool, the python run in the sandbox",
+        right_or_wrong=True,
     ),
     Environment(
         "synthetic",
@@ -147,6 +157,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=False,
         runs_model_code=False,
         description="addition and subtraction word problems, the final number",
+        right_or_wrong=True,
         writer=Writer(
             "rlc.runtime.data:arithmetic",
             "Addition / subtraction word problems of `env_class: arithmetic` (held-out validation questions).",
@@ -176,6 +187,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=True,
         runs_model_code=False,
         description="multiplication word problems answered through a calculator tool",
+        right_or_wrong=True,
         writer=Writer(
             "rlc.runtime.data:calculator",
             "Multiplication word problems of `env_class: calculator`, answered over several turns with a calculator "
@@ -201,6 +213,7 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         multi_turn=False,
         runs_model_code=False,
         description="a verl dataset scored as verl's default reward scores its data source",
+        right_or_wrong=True,
     ),
 )
 

@@ -23,6 +23,9 @@ LOSSES_WITHOUT_OFF_POLICY_CORRECTION = ("clip_cov", "kl_cov", "importance_sampli
 # are all 0 adds exactly nothing to the loss or its gradient, so the trainer leaves it out (clip_cov and kl_cov centre
 # their covariances over the whole batch, so every row shapes the others' terms; cross_entropy reads no advantage).
 ADVANTAGE_WEIGHTED_LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "importance_sampling")
+# Estimators that measure a row against its own group (the mean of its prompt's samples): a group whose rewards are all
+# equal gets advantage 0 on every row.
+GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "maxrl")
 # Losses whose ratio is against the engine's log-probs: the engines must return them.
 ROLLOUT_ANCHORED_LOSSES = ("rollout_is",)
 LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")

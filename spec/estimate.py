@@ -36,11 +36,12 @@ class EstimateConfig:
         "template's wrapping included); null: as many as a turn's response.",
         minimum=0,
     )
-    inert_fraction: float = setting(
-        0.0,
+    inert_fraction: float | None = setting(
+        None,
         "Share of the policy's rows its update leaves out, their loss being exactly zero (a GRPO group whose rewards "
         "are all equal, under a loss weighted by the advantage with no KL or entropy term): a run's "
-        "inert_row_fraction. Their training passes are not counted.",
+        "inert_row_fraction. Their training passes are not counted. null: 2/(n+1) for groups of n samples of a "
+        "right-or-wrong reward (the chance that n samples agree when a prompt's success rate is unknown), else 0.",
         minimum=0,
         maximum=1,
     )

@@ -134,29 +134,32 @@ def test_skyrl_search_phases_are_within_2x_at_the_utilisation_they_reach(job, tm
 
 
 MULTITURN = EXAMPLES / "local-cpu-multiturn.yaml"
-# The multi-turn example's steps measured by bench/multiturn_learning.py (3 seeds, bench/RESULTS.md, 2026-11-26), and
-# what a run's metrics measured of its rows (docs/estimate.md, "Multi-turn jobs"): the prompt's 271 tokens, 1.96 turns,
-# 53.1 tokens after the prompt (18 a response, 19 an answer) and 0.54 of the rows left out of the update.
-MULTITURN_STEPS = (21.9, 30.1)
-MEASURED_ROWS = (
-    "estimate.prompt_fill=0.706",
-    "estimate.response_fill=0.37",
-    "estimate.observation_tokens=19",
-    "estimate.turns=1.96",
-    "estimate.inert_fraction=0.54",
-)
+# The multi-turn example's mean steps, 3 seeds x 16 steps each, measured by bench/multiturn_learning.py on two machines of
+# this kind (bench/RESULTS.md has the newest), and what the runs' metrics measured of their rows (docs/estimate.md,
+# "Multi-turn jobs"): the prompt's 271 tokens, about 2 turns, 53-55 tokens after the prompt (18 a response, 19 an
+# answer) and the share of rows left out of the update (a 3-step run's 0.54 on 2026-11-26; 0.72-0.86 by seed on
+# 2026-11-28).
+ROWS_MEASURED = ("estimate.prompt_fill=0.706", "estimate.response_fill=0.37", "estimate.observation_tokens=19")
+MULTITURN_RUNS = {
+    "2026-11-26": ((21.9, 30.1), (*ROWS_MEASURED, "estimate.turns=1.96", "estimate.inert_fraction=0.54")),
+    "2026-11-28": ((26.6, 27.1, 34.7), (*ROWS_MEASURED, "estimate.turns=1.99", "estimate.inert_fraction=0.8")),
+}
 
 
-def test_the_multi_turn_example_at_its_measured_rows_is_within_2x_of_its_measured_steps():
-    def step(*overrides: str) -> float:
-        result = compile_job(MULTITURN, [parse_override(o) for o in overrides])
-        est = estimate_time(result.spec, result.plan, result.memory)
-        assert est is not None
-        return est.step_s
+def multiturn_step(*overrides: str) -> float:
+    result = compile_job(MULTITURN, [parse_override(o) for o in overrides])
+    est = estimate_time(result.spec, result.plan, result.memory)
+    assert est is not None
+    return est.step_s
 
-    measured = step(*MEASURED_ROWS)
-    assert all(0.5 <= measured / s <= 2.0 for s in MULTITURN_STEPS), measured
-    # as written, every row counted at the default lengths: 1.7-2.4x, the rows the update leaves out being most of it
-    written = step()
-    assert all(1.5 <= written / s <= 2.5 for s in MULTITURN_STEPS), written
-    assert step("estimate.inert_fraction=0.54") < 0.75 * written
+
+@pytest.mark.parametrize("day", sorted(MULTITURN_RUNS))
+def test_the_multi_turn_example_is_within_2x_of_its_measured_steps(day):
+    """As written (2/9 of the rows expected inert, the default lengths) and at the rows its runs measured."""
+    steps, measured_rows = MULTITURN_RUNS[day]
+    written = multiturn_step()
+    assert all(0.5 <= written / s <= 2.0 for s in steps), (written, steps)
+    measured = multiturn_step(*measured_rows)
+    assert all(0.5 <= measured / s <= 2.0 for s in steps), (measured, steps)
+    # every row counted, as the estimate did before it expected groups of right-or-wrong rewards to agree, is further
+    assert multiturn_step("estimate.inert_fraction=0") > 1.15 * written

@@ -160,7 +160,7 @@ def test_a_mixture_of_experts_counts_the_experts_a_token_runs_through():
 
 
 def test_the_rows_an_update_leaves_out_are_not_trained_where_the_trainer_leaves_them_out():
-    every = {p.name: p.seconds for p in _time(spec=MULTITURN).phases}
+    every = {p.name: p.seconds for p in _time("estimate.inert_fraction=0", spec=MULTITURN).phases}
     inert = _time("estimate.inert_fraction=0.625", spec=MULTITURN)
     call = CPU.call_ms / 1000
     assert inert.phases[2].seconds - call == pytest.approx((every["train"] - call) * 0.375)
@@ -168,3 +168,43 @@ def test_the_rows_an_update_leaves_out_are_not_trained_where_the_trainer_leaves_
     # a KL loss is fed by every row: none is left out, whatever the assumption says
     kl = _time("estimate.inert_fraction=0.625", "trainer.algorithm.use_kl_loss=true", spec=MULTITURN)
     assert kl.phases[2].seconds == pytest.approx(every["train"]) and "inert_fraction" not in kl.assumptions
+
+
+def test_unstated_inert_rows_are_expected_of_groups_of_a_right_or_wrong_reward():
+    """The calculator's reward is 1 or 0 and GRPO measures a row against its group: of groups of 8, 2/9 are expected
+    to agree. A graded reward, a KL in the reward, normalised advantages, refilled groups or another estimator expect
+    none; a stated share wins."""
+    call = CPU.call_ms / 1000
+    every = _time("estimate.inert_fraction=0", spec=MULTITURN).phases[2].seconds - call
+    written = _time(spec=MULTITURN)
+    assert written.assumptions["inert_fraction"] == round(2 / 9, 3)
+    assert written.phases[2].seconds - call == pytest.approx(every * 7 / 9)
+    assert "0.778 of the policy's rows (the rest inert, expected)" in written.phases[2].how
+    four = _time("generator.n_samples_per_prompt=4", "estimate.inert_fraction=0", spec=MULTITURN)
+    assert _time("generator.n_samples_per_prompt=4", spec=MULTITURN).phases[2].seconds - call == pytest.approx(
+        (four.phases[2].seconds - call) * 3 / 5
+    )
+    for change in (
+        "environment.env_class=gsm8k_multi_turn",  # a format score each turn: graded
+        "trainer.algorithm.use_kl_in_reward=true",
+        "trainer.algorithm.advantage_batch_normalize=true",
+        "trainer.algorithm.dynamic_sampling.type=filter",
+        "trainer.algorithm.advantage_estimator=reinforce++",
+        "trainer.algorithm.use_kl_loss=true",
+    ):
+        est = _time(change, spec=MULTITURN)
+        assert "inert_fraction" not in est.assumptions, change
+    stated = _time("estimate.inert_fraction=0.5", spec=MULTITURN)
+    assert "(the rest inert, estimate.inert_fraction)" in stated.phases[2].how
+
+
+def test_the_expected_share_is_the_mean_chance_that_a_group_agrees():
+    """2/(n+1) is the mean over a success rate p, uniform on [0, 1], of p^n + (1-p)^n: every sample right or every
+    one wrong (the midpoint rule over a fine grid)."""
+    from rlc.compiler.timing import expected_inert
+
+    grid = [(i + 0.5) / 20000 for i in range(20000)]
+    for n in (2, 5, 8, 16):
+        agree = sum(p**n + (1 - p) ** n for p in grid) / len(grid)
+        spec = compile_job(MULTITURN, [parse_override(f"generator.n_samples_per_prompt={n}")]).spec
+        assert expected_inert(spec) == pytest.approx(agree, rel=1e-6), n

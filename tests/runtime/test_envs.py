@@ -85,6 +85,25 @@ def test_rlcs_scorers_step_as_single_turn_environments():
     assert make("synthetic", {"answer": "7"}).step("7")["reward"] == 1.0
 
 
+def test_the_tables_right_or_wrong_environments_score_two_values_and_the_graded_ones_more():
+    """`right_or_wrong` in core/environments.py, which the time estimate reads (a group of such rewards agrees by
+    chance), against the environments' own scores: gsm8k and arithmetic give 1 or 0, aime 1 or -1; synthetic gives a
+    quarter for the digit first and gsm8k_multi_turn a format score to a well-formed wrong answer."""
+    from rlc.core.environments import BY_ID
+
+    gsm8k = {"reward_spec": {"ground_truth": "5"}}
+    answers = ("#### 5", "#### 6", "5", "no idea")
+    assert {make("gsm8k", gsm8k).step(a)["reward"] for a in answers} == {0.0, 1.0}
+    arithmetic = {make("arithmetic", {"answer": "5"}).step_finished(a, True)["reward"] for a in ("5", "6", "x")}
+    assert arithmetic == {0.0, 1.0}
+    aime = {"reward_model": {"ground_truth": "5"}}
+    assert {make("aime", aime).step(a)["reward"] for a in ("Answer: 5", "Answer: 6", "no idea")} == {1.0, -1.0}
+    assert make("synthetic", {"answer": "7"}).step("7 and more")["reward"] == 0.25
+    assert 0 < make("gsm8k_multi_turn", gsm8k).step("#### 6")["reward"] < 1
+    assert all(BY_ID[e].right_or_wrong for e in ("gsm8k", "arithmetic", "aime", "calculator"))
+    assert not any(BY_ID[e].right_or_wrong for e in ("synthetic", "gsm8k_multi_turn", "llm_as_a_judge"))
+
+
 # -- text2sql against SQLite databases built here -------------------------------------------------------------
 
 
