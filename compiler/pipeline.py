@@ -158,8 +158,8 @@ def analyze_document(
     # check: the semantic rules, each finding placed where the user set the likeliest culprit
     written = _Written(doc, explicit, model, resolution)
     for d in check(resolution.spec, written.locate, env, written.origin):
-        if _touches(d, invalid):
-            continue  # the schema already reported the key
+        if _touches(d, invalid | resolution.failed):
+            continue  # the schema, or the reference's resolution, already reported the key
         if report is not None and d.key and d.key not in explicit and written.is_default(d.key):
             d.hint = f"{d.hint} (the legacy file leaves {d.key} at SkyRL's default; set it explicitly)"
         analysis.diagnostics.append(d)

@@ -34,6 +34,9 @@ class Resolution:
     explicit: set[str]  # field paths written in the spec or overrides
     derived: dict[str, list[str]] = field(default_factory=dict)  # path -> the keys it was derived from
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    # Fields whose reference did not resolve to a value they take: reported (RLC-E016) and put back to their default,
+    # so the rules read a value of the field's type; what the rules find of them is left out, as for schema errors.
+    failed: set[str] = field(default_factory=set)
 
 
 class _Resolver:
@@ -58,6 +61,7 @@ class _Resolver:
             if isinstance(value, str) and "${" in value:
                 resolved = self._expand(path, value, [path])
                 if resolved is _FAILED:
+                    self._restore(path)
                     continue
                 wanted = _field_type(self.spec, path)
                 if wanted is not None and not _fits(resolved, wanted):
@@ -69,6 +73,7 @@ class _Resolver:
                         f"{path} is {value!r}, which resolves to {what}; {path} takes {_type_name(wanted)}",
                         "point the reference at a key holding a value of that type, or write the value itself",
                     )
+                    self._restore(path)
                     continue
                 if _text_only(wanted) and isinstance(resolved, (int, float)) and not isinstance(resolved, bool):
                     resolved = str(resolved)  # as OmegaConf gives a text field: `name: ${trainer.epochs}` is "20"
@@ -79,8 +84,19 @@ class _Resolver:
                         f"{path} is {value!r}, which resolves to {resolved!r}; {outside}",
                         "point the reference at a key holding an accepted value, or write the value itself",
                     )
+                    self._restore(path)
                     continue
                 put(self.spec, path, resolved)
+
+    def _restore(self, path: str) -> None:
+        """A field whose reference failed takes its default again (a text field keeps the reference as written)."""
+        wanted = _field_type(self.spec, path)
+        if wanted is not None and _fits("${}", wanted):
+            return
+        default = _field_default(self.spec, path)
+        if default is not _FAILED:
+            put(self.spec, path, default)
+            self.out.failed.add(path)
 
     def _expand(self, path: str, value: str, chain: list[str]) -> Any:
         whole = REF.fullmatch(value)
@@ -232,10 +248,12 @@ class _Resolver:
                 g.sampling_params.temperature,
                 ["generator.sampling_params.temperature"],
             )
+        lengths = ("generator.max_input_length", "generator.sampling_params.max_generate_length")
         if (
             alg.max_seq_len is None
             and isinstance(g.max_input_length, int)
             and isinstance(g.sampling_params.max_generate_length, int)
+            and not self.out.failed.intersection(lengths)  # not from a default that stands in for a failed reference
         ):
             self.derive(
                 "trainer.algorithm.max_seq_len",
@@ -406,6 +424,23 @@ def _field_type(spec: Any, path: str) -> Any:
         return typing.get_type_hints(type(parent)).get(last)
     except Exception:  # an extension's field annotated with a name the hints cannot resolve: no check
         return None
+
+
+def _field_default(spec: Any, path: str) -> Any:
+    """The default of the spec field at `path` (a fresh one where it has a factory), or _FAILED."""
+    *head, last = path.split(".")
+    try:
+        parent = get(spec, ".".join(head)) if head else spec
+        found = {f.name: f for f in dataclasses.fields(parent)}.get(last)
+    except Exception:  # not a dataclass field (an extension's mapping, a list item): left as it is
+        return _FAILED
+    if found is None:
+        return _FAILED
+    if found.default is not dataclasses.MISSING:
+        return copy.deepcopy(found.default)
+    if found.default_factory is not dataclasses.MISSING:
+        return found.default_factory()
+    return _FAILED
 
 
 def _fits(value: Any, wanted: Any) -> bool:

@@ -196,3 +196,28 @@ def test_provenance_names_each_origin(tmp_path):
     text = render(a.spec, origin, "legacy-skyrl.yaml")
     assert f"# content-hash: {content_hash(a.spec)}" in text
     assert "seed: 7  # override trainer.seed=7" in text
+
+
+def test_a_field_whose_reference_fails_is_reported_once_and_the_rules_read_its_default(spec_file):
+    """A number that refers to a section, or to a key that is not there, is RLC-E016 at its line; the rules that read
+    it see its default, not the text of the reference (rule RLC-E602 compared the text with 0 and crashed: found by
+    test_properties' mutations)."""
+    from rlc.compiler.pipeline import analyze
+
+    path = spec_file(
+        """
+        version: 1
+        cluster: {gpus_per_node: 8, num_nodes: 1}
+        trainer:
+          policy: {model: {path: Qwen/Qwen2.5-0.5B-Instruct, lora: {rank: "${trainer}", alpha: "${trainer.nowhere}"}}}
+        """
+    )
+    analysis = analyze(path, env={})
+    errors = [d for d in analysis.diagnostics if d.is_error]
+    assert sorted(d.key for d in errors) == ["trainer.policy.model.lora.alpha", "trainer.policy.model.lora.rank"]
+    assert all(d.code == "RLC-E016" and d.location is not None for d in errors)
+    lora = analysis.resolution.spec.trainer.policy.model.lora
+    assert (lora.rank, lora.alpha) == (0, 16) and analysis.resolution.failed == {
+        "trainer.policy.model.lora.rank",
+        "trainer.policy.model.lora.alpha",
+    }
