@@ -6,8 +6,10 @@ has the derivation and the published jobs it is held against):
   prompt (the hf engine runs a group's shared prompt once), and in a multi-turn job each later turn's new tokens (the
   last response and the environment's answer, the rest being in the prefix cache); decode by memory bandwidth: each decoding
   step reads the engine's weights and its rows' KV cache (at bandwidth_use of the bandwidth), at the batch an engine
-  runs (its rows, capped by max_num_seqs and by how many rows of the mean length its KV cache holds), in as many
-  waves as that batch takes, for every turn's response, plus decode_step_overhead_ms per step.
+  runs (its rows, capped by max_num_seqs and by how many rows of the mean length its KV cache holds; more rows
+  stream through it), for every turn's response, plus decode_step_overhead_ms per step. A turn decodes until its
+  longest row ends, fewer rows each step as they end: lengths are taken as spread evenly up to max_generate_length
+  around the mean, so the longest of k rows is that spread's k/(k+1) point.
 - log-prob forwards: 2 x params x tokens for each model that scores the rows (the reference, the policy's old
   log-probs when a step takes more than one optimizer step, the critic's values), at train_mfu of its GPUs.
 - train: 6 x params x tokens per update epoch (8 with gradient checkpointing: the forward runs twice), policy and
@@ -329,19 +331,44 @@ def _generate(spec, plan, memory, shape, rows, n: Lengths, flops, bandwidth, dec
     later = (n.turns - 1) * (step_in if cached else n.prompt + n.turns / 2 * step_in)
     prefilled = first + per_engine * later
     prefill = 2 * shape.active_params * prefilled / (gpus * flops * e.prefill_mfu)
-    read = weights + batch * (n.prompt + n.after / 2) * kv_token
-    compute = 2 * shape.active_params / gpus * batch / (flops * e.prefill_mfu)
-    step = max(read / (bandwidth * e.bandwidth_use), compute) + decode_ms / 1000
-    steps = round(n.turns * n.response)
-    decode = waves * steps * step
+    base = n.prompt + (n.turns - 1) / 2 * step_in  # a mean turn's context before it decodes
+
+    def step_s(active: float, t: float) -> float:
+        """One decoding step with `active` rows t tokens into the turn: the weights and their KV cache read (or its
+        FLOPs, where that many rows make it compute-bound), plus the fixed cost of a step."""
+        read = weights + active * (base + t) * kv_token
+        compute = 2 * shape.active_params / gpus * active / (flops * e.prefill_mfu)
+        return max(read / (bandwidth * e.bandwidth_use), compute) + decode_ms / 1000
+
+    limit = int(spec.generator.sampling_params.max_generate_length)
+    longest, active = _drain(n.response, limit, batch)
+    # Rows stream through a full batch (vLLM refills it as rows end) until the last wave, which decodes until its
+    # longest row ends, fewer rows each step.
+    full = n.response * step_s(batch, n.response / 2)
+    pieces = 64
+    width = longest / pieces
+    last = sum(step_s(active((i + 0.5) * width), (i + 0.5) * width) * width for i in range(pieces))
+    decode = n.turns * ((waves - 1) * full + last)
     calls = math.ceil(n.turns)  # each turn is a call into the engines
-    turns = f" in {n.turns:.3g} turns" if n.multi else ""
+    turns = f" x {n.turns:.3g} turns" if n.multi else ""
     how = (
         f"prefill {duration(prefill)} ({round(prefilled)} tokens an engine); decode {duration(decode)}: "
-        f"{engines} engine(s) x {per_engine} rows, batch {batch}, {waves} wave(s) of {steps} steps{turns} of "
-        f"{duration(step)}" + _calls(call, [("engines", calls)])
+        f"{engines} engine(s) x {per_engine} rows, batch {batch}, {waves} wave(s); a turn runs until its longest "
+        f"row ends, {longest:.0f} steps (mean {n.response}){turns}, {duration(step_s(batch, n.response / 2))} a "
+        "step at the full batch" + _calls(call, [("engines", calls)])
     )
     return Phase("generate", prefill + decode + call * calls, how)
+
+
+def _drain(mean: int, limit: int, batch: int):
+    """A batch's decoding steps until its longest row ends, and the rows still decoding at each step: response
+    lengths spread evenly over [2 x mean - limit, limit] or [0, 2 x mean] (the mean given, none past the limit), so
+    the longest of `batch` rows is that range's k/(k+1) point and the rows end at an even pace up to it."""
+    low, high = max(2 * mean - limit, 0), min(2 * mean, limit)
+    if high <= low:  # every row runs to the limit
+        return float(high), lambda t: float(batch)
+    longest = low + (high - low) * batch / (batch + 1)
+    return longest, lambda t: batch if t < low else max(batch * (high - t) / (high - low), 1.0)
 
 
 def _kv_bytes(spec, shape) -> int:
