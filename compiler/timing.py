@@ -344,7 +344,8 @@ def _generate(spec, plan, memory, shape, rows, n: Lengths, flops, bandwidth, dec
     longest, active = _drain(n.response, limit, batch)
     # Rows stream through a full batch (vLLM refills it as rows end) until the last wave, which decodes until its
     # longest row ends, fewer rows each step.
-    full = n.response * step_s(batch, n.response / 2)
+    full_step = step_s(batch, n.response / 2)
+    full = n.response * full_step
     pieces = 64
     width = longest / pieces
     last = sum(step_s(active((i + 0.5) * width), (i + 0.5) * width) * width for i in range(pieces))
@@ -354,7 +355,7 @@ def _generate(spec, plan, memory, shape, rows, n: Lengths, flops, bandwidth, dec
     how = (
         f"prefill {duration(prefill)} ({round(prefilled)} tokens an engine); decode {duration(decode)}: "
         f"{engines} engine(s) x {per_engine} rows, batch {batch}, {waves} wave(s); a turn runs until its longest "
-        f"row ends, {longest:.0f} steps (mean {n.response}){turns}, {duration(step_s(batch, n.response / 2))} a "
+        f"row ends, {longest:.0f} steps (mean {n.response}){turns}, {duration(full_step)} a "
         "step at the full batch" + _calls(call, [("engines", calls)])
     )
     return Phase("generate", prefill + decode + call * calls, how)
