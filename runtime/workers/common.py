@@ -9,6 +9,7 @@ gives the same gradient.
 from __future__ import annotations
 
 import datetime
+import enum
 import math
 import os
 import pickle
@@ -51,11 +52,26 @@ def read_extra(path) -> dict:
     return torch.load(path, weights_only=True)
 
 
+def _enum_member(cls: Any, name: Any) -> enum.Enum:
+    """What `builtins.getattr` may do in checkpoint metadata: Python 3.11.0-3.11.4 pickle an enum member as
+    `getattr(EnumClass, "NAME")` (later Pythons as `EnumClass(value)`), and the metadata holds torch's enums. Only a
+    member's name on an enum class the unpickler already let in is data; any other attribute of anything is code."""
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) and name in cls.__members__:
+        return cls[name]
+    raise pickle.UnpicklingError(
+        f"a checkpoint's metadata calls getattr({getattr(cls, '__qualname__', type(cls).__name__)}, {name!r}), "
+        "which is no enum member rlc writes there"
+    )
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     """torch.distributed.checkpoint's `.metadata` is a plain pickle: only its own classes, sizes, dtypes, layouts and
-    paths may appear in it; anything else (a function to call, a module of the trainer's) is refused."""
+    paths may appear in it, and its enums' members (`_enum_member`); anything else (a function to call, a module of
+    the trainer's) is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
         found = (
             super().find_class(module, name) if module.split(".")[0] in ("torch", "pathlib", "collections") else None
         )
