@@ -8,7 +8,9 @@ plan and the compiler's decisions say what runs where and how.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -62,6 +64,7 @@ def start_ray(job: CompiledJob, address: str | None):
     if address:
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
     else:
+        private_local_instance()
         slots = sum(len(pg.bundles) * pg.shape.get("CPU", 0) for pg in job.plan.placement_groups)
         # GPUs are detected, never declared: a machine without the plan's GPUs fails the device preflight.
         ray.init(
@@ -71,6 +74,20 @@ def start_ray(job: CompiledJob, address: str | None):
             log_to_driver=True,
         )
     return ray
+
+
+def private_local_instance() -> None:
+    """A local Ray instance only this run can use: on a shared machine another account must not reach it and run
+    code as this user. Ray turns its token authentication on for a new local instance, says so in a warning and
+    saves a token under ~/.ray for good. A token of this run's own, in this process's environment (which its Ray
+    processes inherit and other accounts cannot read), keeps the protection without the file; the warning tells
+    the user nothing they must act on, so it is not shown. An explicit RAY_AUTH_MODE, or a token the user set up
+    (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH), is theirs."""
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return
+    if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
 
 class Cluster:
