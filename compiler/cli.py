@@ -472,11 +472,11 @@ def launch(
     sys.exit(subprocess.call(command))
 
 
-def _need_runtime(command: str) -> None:
-    """A usage error unless this Python has rlc's runtime and what it imports."""
+def _need_runtime(command: str, names: tuple[str, ...] = ("ray", "torch", "transformers")) -> None:
+    """A usage error unless this Python has rlc's runtime and what `command` imports of it."""
     import importlib.util
 
-    for name in ("ray", "torch", "transformers"):
+    for name in names:
         if importlib.util.find_spec(name) is None:
             click.echo(f"rlc {command}: the runtime needs {name}; pip install 'rlc[runtime]'", err=True)
             sys.exit(EXIT_USAGE)
@@ -557,6 +557,7 @@ def _writer_command(env_id: str, writer: Writer) -> click.Command:
     def data_write(out_dir: str, train_rows: int, val_rows: int, seed: int, **options: Any) -> None:
         from pathlib import Path
 
+        _need_runtime("data", ("pyarrow",))
         from rlc.runtime.data import write_dataset
 
         for option in writer.options:
@@ -622,6 +623,7 @@ def data_gsm8k(source: str, out_dir: str, name: str, val_rows: int, seed: int) -
     """Convert GSM8K records (JSON lines, a JSON list or CSV with question / answer) to parquet."""
     from pathlib import Path
 
+    _need_runtime("data", ("pyarrow",))
     from rlc.runtime.data import DataError, gsm8k
 
     try:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from rlc.runtime.algorithms.losses import token_log_probs
-from rlc.runtime.batch import Rollout, TrainBatch, to_batch
-from rlc.runtime.workers.fsdp import ValueModel
-from rlc.runtime.workers.packing import pack, packed_forward, packed_kwargs, packing_unsupported, unpack
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("ray")
+
+from rlc.runtime.algorithms.losses import token_log_probs  # noqa: E402
+from rlc.runtime.batch import Rollout, TrainBatch, to_batch  # noqa: E402
+from rlc.runtime.workers.fsdp import ValueModel  # noqa: E402
+from rlc.runtime.workers.packing import pack, packed_forward, packed_kwargs, packing_unsupported, unpack  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config  # noqa: E402
 
 PAD = 0
 SIZES = dict(
