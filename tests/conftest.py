@@ -235,3 +235,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(
         key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
     )
+
+
+# `make test` installs every test extra and sets RLC_TESTS_FULL=1: there a test skipped because a package it imports
+# is missing (pytest.importorskip) is a broken install, not a lighter venv, and fails. .ci/run's venvs of the other
+# Pythons install the compiler's extras alone (no torch) and leave it unset, so those tests skip with the reason.
+FULL = os.environ.get("RLC_TESTS_FULL") == "1"
+
+
+def _failed_for_a_missing_package(report):
+    if FULL and report.skipped and "could not import" in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"RLC_TESTS_FULL=1 but a package of rlc's test extras is missing: {report.longrepr}"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    return _failed_for_a_missing_package((yield))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    return _failed_for_a_missing_package((yield))
