@@ -2,7 +2,8 @@
 
 Derivations follow SkyRL's `__post_init__` hooks and the values its `validate_cfg` fills in, then
 rlc's own: placement counts from `cluster` when the spec leaves them unset, and `cluster` from the
-placement when it is unset. Each derived value records the keys it came from.
+placement when it is unset (one node when `cluster` names only its GPUs per node and the spec sets no placement
+count). Each derived value records the keys it came from.
 """
 
 from __future__ import annotations
@@ -20,12 +21,19 @@ from rlc.compiler import allocation, launch_values
 from rlc.compiler.allocation import Allocation
 from rlc.compiler.roles import count, critic_on, engine_gpus, get, gpu_demand, put, ref_on
 from rlc.core.dataclass import dataclass
-from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
+from rlc.core.diagnostics import ERROR, INFO, WARNING, Diagnostic, Location
 from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES
 from rlc.spec.generation import SamplingParams
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
 
 REF = re.compile(r"\$\{([^{}]+)\}")
+ONE_NODE = "RLC-I201"  # the placement follows a cluster of one node the spec names by its GPUs alone
+ROLES = ("policy", "ref", "critic")
+ENGINES = "generator.inference_engine.num_engines"
+PLACEMENT_COUNTS = (
+    *(f"trainer.placement.{r}_{dim}" for r in ROLES for dim in ("num_nodes", "num_gpus_per_node")),
+    ENGINES,
+)
 
 
 @dataclass
@@ -46,6 +54,7 @@ class _Resolver:
         self.locate = locate
         self.out = Resolution(self.spec, explicit)
         self.fixed: set[str] = set()  # keys the allocation string set; they count as written
+        self.one_node = False  # cluster.num_nodes taken as 1: the cluster names a node and nothing else
 
     def derive(self, path: str, value: Any, sources: list[str]) -> None:
         put(self.spec, path, value)
@@ -296,6 +305,11 @@ class _Resolver:
     def placement(self) -> None:
         s = self.spec
         c, p, ie = s.cluster, s.trainer.placement, s.generator.inference_engine
+        if isinstance(c.gpus_per_node, int) and c.num_nodes is None and not self._counts_written():
+            # A cluster named by its node alone (`H100:8`): the job takes that node, as with `num_nodes: 1`
+            # written, not SkyRL's one-GPU default placement that would leave the rest of it idle.
+            self.derive("cluster.num_nodes", 1, ["cluster.gpus_per_node"])
+            self.one_node = True
         G, N = c.gpus_per_node, c.num_nodes
         if not isinstance(G, int) or not isinstance(N, int):
             self._cluster_from_placement()
@@ -348,6 +362,38 @@ class _Resolver:
                 self.derive(
                     f"trainer.placement.ref_{dim}", getattr(p, f"policy_{dim}"), [f"trainer.placement.policy_{dim}"]
                 )
+
+    def _counts_written(self) -> list[str]:
+        """The placement counts the spec sets (in the file, an override or the allocation string)."""
+        return [k for k in PLACEMENT_COUNTS if not self.unset(k)]
+
+    def notice(self) -> None:
+        """Say what a cluster of one node made of the placement, and how to ask for more nodes."""
+        if not self.one_node:
+            return
+        s = self.spec
+        p, ie = s.trainer.placement, s.generator.inference_engine
+        made = [
+            f"{r} {getattr(p, f'{r}_num_nodes')} x {getattr(p, f'{r}_num_gpus_per_node')} GPUs"
+            for r in ROLES
+            if f"trainer.placement.{r}_num_gpus_per_node" in self.out.derived
+        ]
+        if ENGINES in self.out.derived:
+            made.append(f"{ie.num_engines} inference engine(s) of {engine_gpus(ie)} GPU(s)")
+        derived = {k: get(s, k) for k in ("cluster.num_nodes", *PLACEMENT_COUNTS) if k in self.out.derived}
+        self.out.diagnostics.append(
+            Diagnostic(
+                ONE_NODE,
+                INFO,
+                f"cluster.num_nodes is unset and the spec sets no placement count: the job takes one node of "
+                f"{s.cluster.gpus_per_node} GPUs and its placement follows it ({', '.join(made)})",
+                key="cluster.num_nodes",
+                location=self.locate("cluster.num_nodes"),
+                hint="set cluster.num_nodes for more nodes, or the placement counts for fewer GPUs "
+                "(counts you set are kept)",
+                values={"derived": derived},
+            )
+        )
 
     def _role_unset(self, role: str) -> bool:
         return self.unset(f"trainer.placement.{role}_num_nodes") and self.unset(
@@ -524,4 +570,5 @@ def resolve(spec: Any, explicit: set[str], locate=lambda path: None) -> Resoluti
     r.allocation()
     r.skyrl()
     r.placement()
+    r.notice()
     return r.out
