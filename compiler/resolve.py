@@ -440,6 +440,22 @@ class _Resolver:
 _FAILED = object()
 
 
+def placement_from_cluster(spec: Any) -> dict[str, Any]:
+    """The placement counts `spec.cluster` gives when the spec sets none (what uses the GPUs it asks for), for the
+    counts that differ from the spec's; empty when the cluster's size is not known."""
+    c = spec.cluster
+    if not isinstance(c.gpus_per_node, int) or not isinstance(c.num_nodes, int):
+        return {}
+    fresh = copy.deepcopy(spec)
+    for path in PLACEMENT_COUNTS:
+        default = _field_default(fresh, path)
+        if default is not _FAILED:
+            put(fresh, path, default)
+    r = _Resolver(fresh, set(), lambda path: None)
+    r.placement()
+    return {k: get(r.spec, k) for k in PLACEMENT_COUNTS if k in r.out.derived and get(r.spec, k) != get(spec, k)}
+
+
 def nodes_needed(spec, per_node: int) -> int:
     """Nodes of `per_node` GPUs the placement needs when whole-node bundles and engines are not split."""
     p, ie = spec.trainer.placement, spec.generator.inference_engine

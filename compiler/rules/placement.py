@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
-from rlc.compiler.roles import critic_on, demand_terms, engine_gpus, gpu_demand, ref_on
+from rlc.compiler.resolve import PLACEMENT_COUNTS, placement_from_cluster
+from rlc.compiler.roles import critic_on, demand_terms, engine_gpus, gpu_demand, put, ref_on
 from rlc.compiler.rules.base import OVERRIDE, Context, num, rule
 
 # -- placement ------------------------------------------------------
@@ -293,12 +295,59 @@ def placement_leaves_gpus_idle(c: Context):
         return
     demand = gpu_demand(c.s)
     if demand < g * n:
+        use = _use_the_cluster(c)
+        shrink = _smaller_cluster(c, demand)
+        fixes = []
+        if use:
+            written = [k for k in PLACEMENT_COUNTS if c.origin(k)]
+            fixes.append(
+                f"to use all {g * n} GPUs, set {_settings(use)}"
+                + (f" (or remove {', '.join(written)}: counts left unset follow cluster)" if written else "")
+            )
+        if shrink:
+            fixes.append(f"to ask for the {demand} GPUs the job uses, set {_settings(shrink)}")
         yield c.warning(
             "RLC-W202",
             "cluster.num_nodes",
             f"the job uses {demand} of the cluster's {g * n} GPUs ({_demand_text(c)}); {g * n - demand} stay idle",
-            "leave the placement counts unset to derive them from cluster, or shrink the cluster",
+            "; or ".join(fixes) if fixes else "shrink the cluster, or raise the placement counts to use it",
+            proposed_changes=use,
+            smaller_cluster=shrink,
         )
+
+
+def _settings(values: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in values.items())
+
+
+def _use_the_cluster(c: Context) -> dict:
+    """The placement counts that fill the cluster, derived from it as for a spec that sets none; empty where they
+    would not fill it either (an engine size that divides no node) or an allocation string sets the counts."""
+    if c.p.allocation is not None:
+        return {}
+    use = placement_from_cluster(c.s)
+    trial = copy.deepcopy(c.s)
+    for key, value in use.items():
+        put(trial, key, value)
+    g, n = c.s.cluster.gpus_per_node, c.s.cluster.num_nodes
+    return use if use and gpu_demand(trial) == g * n else {}
+
+
+def _smaller_cluster(c: Context, demand: int) -> dict:
+    """The cluster of the GPUs the job uses: fewer nodes, or a node of fewer GPUs where it takes one."""
+    cl = c.s.cluster
+    g, n = cl.gpus_per_node, cl.num_nodes
+    if demand > g:
+        nodes = -(-demand // g)
+        return {"cluster.num_nodes": nodes} if nodes < n else {}
+    out: dict = {"cluster.num_nodes": 1} if n > 1 else {}
+    if demand == g:
+        pass
+    elif c.origin("cluster.gpus_per_node") is None and c.origin("cluster.accelerator") and cl.accelerator != "none":
+        out["cluster.accelerator"] = f"{cl.accelerator}:{demand}"  # the count was written there (H100:8)
+    else:
+        out["cluster.gpus_per_node"] = demand
+    return out
 
 
 MAX_DEVICES = 1_000_000
