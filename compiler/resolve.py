@@ -305,9 +305,11 @@ class _Resolver:
     def placement(self) -> None:
         s = self.spec
         c, p, ie = s.cluster, s.trainer.placement, s.generator.inference_engine
-        if isinstance(c.gpus_per_node, int) and c.num_nodes is None and not self._counts_written():
+        if isinstance(c.gpus_per_node, int) and c.num_nodes is None and p.colocate_all and not self._counts_written():
             # A cluster named by its node alone (`H100:8`): the job takes that node, as with `num_nodes: 1`
-            # written, not SkyRL's one-GPU default placement that would leave the rest of it idle.
+            # written, not SkyRL's one-GPU default placement that would leave the rest of it idle. Only where every
+            # role shares every GPU: separate groups split the node unevenly (7 policy GPUs and 1 engine), which
+            # SkyRL's default batch sizes do not divide, and SkyRL runs that job on its default counts.
             self.derive("cluster.num_nodes", 1, ["cluster.gpus_per_node"])
             self.one_node = True
         G, N = c.gpus_per_node, c.num_nodes

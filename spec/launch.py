@@ -30,8 +30,8 @@ class ClusterConfig:
     )
     num_nodes: int | None = setting(
         None,
-        "Nodes, head included; when unset, 1 if the spec sets no placement count (the placement then fills the node), "
-        "else derived from the placement.",
+        "Nodes, head included; when unset, 1 if the spec sets no placement count under colocate_all (the placement "
+        "then fills the node), else derived from the placement.",
         minimum=1,
     )
     infra: str | None = setting(

@@ -322,9 +322,10 @@ def _settings(values: dict) -> str:
 
 def _use_the_cluster(c: Context) -> dict:
     """The placement counts that fill the cluster, derived from it as for a spec that sets none; empty where they
-    would not fill it either (an engine size that divides no node) or an allocation string sets the counts."""
-    if c.p.allocation is not None:
-        return {}
+    would not fill it either (an engine size that divides no node), an allocation string sets the counts, or the
+    roles and engines have GPUs of their own."""
+    if c.p.allocation is not None or not c.p.colocate_all:
+        return {}  # separate groups: what fills the node (7 policy GPUs, 1 engine) rarely divides the batches
     use = placement_from_cluster(c.s)
     trial = copy.deepcopy(c.s)
     for key, value in use.items():

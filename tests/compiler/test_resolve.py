@@ -313,3 +313,19 @@ def test_a_placement_count_written_keeps_the_cluster_derived_from_the_placement(
     assert a.spec.cluster.num_nodes == 1 and a.resolution.derived["cluster.num_nodes"][0].startswith("trainer.")
     assert a.spec.trainer.placement.policy_num_gpus_per_node == 2
     assert not [d for d in a.diagnostics if d.code == "RLC-I201"]
+
+
+def test_separate_groups_on_a_node_named_alone_keep_skyrls_counts(spec_file):
+    """colocate_all: false would split the node 7 + 1, which SkyRL's default batch sizes do not divide: the job keeps
+    SkyRL's counts (and runs, as under SkyRL), with RLC-W202 saying how much of the cluster stays idle."""
+    a = _resolve(
+        spec_file,
+        """
+        version: 1
+        cluster: {accelerator: "H100:8"}
+        trainer: {logger: console, placement: {colocate_all: false}}
+        """,
+    )
+    p = a.spec.trainer.placement
+    assert (p.policy_num_gpus_per_node, a.spec.generator.inference_engine.num_engines) == (1, 1)
+    assert [d.code for d in a.diagnostics] == ["RLC-W202"]
