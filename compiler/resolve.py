@@ -19,7 +19,19 @@ from typing import Any
 
 from rlc.compiler import allocation, launch_values
 from rlc.compiler.allocation import Allocation
-from rlc.compiler.roles import count, critic_on, engine_gpus, get, gpu_demand, put, ref_on
+from rlc.compiler.roles import (
+    ENGINES,
+    PLACEMENT_COUNTS,
+    ROLES,
+    colocated_counts,
+    count,
+    critic_on,
+    engine_gpus,
+    get,
+    gpu_demand,
+    put,
+    ref_on,
+)
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, INFO, WARNING, Diagnostic, Location
 from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES
@@ -28,12 +40,6 @@ from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFO
 
 REF = re.compile(r"\$\{([^{}]+)\}")
 ONE_NODE = "RLC-I201"  # the placement follows a cluster of one node the spec names by its GPUs alone
-ROLES = ("policy", "ref", "critic")
-ENGINES = "generator.inference_engine.num_engines"
-PLACEMENT_COUNTS = (
-    *(f"trainer.placement.{r}_{dim}" for r in ROLES for dim in ("num_nodes", "num_gpus_per_node")),
-    ENGINES,
-)
 
 
 @dataclass
@@ -318,26 +324,15 @@ class _Resolver:
             return
         total = G * N
         per_engine = engine_gpus(ie)
-        roles = ["policy"] + (["ref"] if ref_on(s) else []) + (["critic"] if critic_on(s) else [])
         src = ["cluster.gpus_per_node", "cluster.num_nodes"]
         if p.colocate_all:
-            for role in roles:
-                self._role_from(role, total, G, src)
-            if (
-                self.unset("generator.inference_engine.num_engines")
-                and ie.run_engines_locally
-                and total % per_engine == 0
-            ):
-                self.derive(
-                    "generator.inference_engine.num_engines",
-                    total // per_engine,
-                    src
-                    + [
-                        "generator.inference_engine.tensor_parallel_size",
-                        "generator.inference_engine.pipeline_parallel_size",
-                        "generator.inference_engine.data_parallel_size",
-                    ],
-                )
+            shape = [f"generator.inference_engine.{k}_parallel_size" for k in ("tensor", "pipeline", "data")]
+            for key, value in colocated_counts(s, G, N).items():
+                if key == ENGINES:
+                    if self.unset(key):
+                        self.derive(key, value, src + shape)
+                elif self._role_unset(key.removeprefix("trainer.placement.").split("_num_")[0]):
+                    self.derive(key, value, src)
             return
         # Separate groups: models whose counts are unset share what the engines and explicit models leave.
         separate = ["policy"] + (["critic"] if critic_on(s) else [])
@@ -440,22 +435,6 @@ class _Resolver:
 
 
 _FAILED = object()
-
-
-def placement_from_cluster(spec: Any) -> dict[str, Any]:
-    """The placement counts `spec.cluster` gives when the spec sets none (what uses the GPUs it asks for), for the
-    counts that differ from the spec's; empty when the cluster's size is not known."""
-    c = spec.cluster
-    if not isinstance(c.gpus_per_node, int) or not isinstance(c.num_nodes, int):
-        return {}
-    fresh = copy.deepcopy(spec)
-    for path in PLACEMENT_COUNTS:
-        default = _field_default(fresh, path)
-        if default is not _FAILED:
-            put(fresh, path, default)
-    r = _Resolver(fresh, set(), lambda path: None)
-    r.placement()
-    return {k: get(r.spec, k) for k in PLACEMENT_COUNTS if k in r.out.derived and get(r.spec, k) != get(spec, k)}
 
 
 def nodes_needed(spec, per_node: int) -> int:

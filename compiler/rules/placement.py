@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 import math
 
-from rlc.compiler.resolve import PLACEMENT_COUNTS, placement_from_cluster
-from rlc.compiler.roles import critic_on, demand_terms, engine_gpus, gpu_demand, put, ref_on
+from rlc.compiler.roles import (
+    ENGINES,
+    PLACEMENT_COUNTS,
+    colocated_counts,
+    critic_on,
+    demand_terms,
+    engine_gpus,
+    get,
+    gpu_demand,
+    ref_on,
+)
 from rlc.compiler.rules.base import OVERRIDE, Context, num, rule
 
 # -- placement ------------------------------------------------------
@@ -272,6 +280,8 @@ def engine_tensor_parallel_spans_nodes(c: Context):
     "the placement leaves GPUs of the cluster unused",
     "cluster.num_nodes",
     "cluster.gpus_per_node",
+    "cluster.accelerator",
+    "trainer.placement.allocation",
     "generator.inference_engine.data_parallel_size",
     "generator.inference_engine.num_engines",
     "generator.inference_engine.pipeline_parallel_size",
@@ -321,17 +331,16 @@ def _settings(values: dict) -> str:
 
 
 def _use_the_cluster(c: Context) -> dict:
-    """The placement counts that fill the cluster, derived from it as for a spec that sets none; empty where they
-    would not fill it either (an engine size that divides no node), an allocation string sets the counts, or the
-    roles and engines have GPUs of their own."""
+    """The placement counts that fill the cluster, as resolve derives them for a spec that sets none, where they
+    differ from the spec's; empty where an allocation string sets the counts, the engines' size divides no node's
+    worth of GPUs, or the roles and engines have GPUs of their own (separate groups split a node unevenly: 7 policy
+    GPUs and 1 engine, which the batch sizes rarely divide)."""
     if c.p.allocation is not None or not c.p.colocate_all:
-        return {}  # separate groups: what fills the node (7 policy GPUs, 1 engine) rarely divides the batches
-    use = placement_from_cluster(c.s)
-    trial = copy.deepcopy(c.s)
-    for key, value in use.items():
-        put(trial, key, value)
-    g, n = c.s.cluster.gpus_per_node, c.s.cluster.num_nodes
-    return use if use and gpu_demand(trial) == g * n else {}
+        return {}
+    counts = colocated_counts(c.s, c.s.cluster.gpus_per_node, c.s.cluster.num_nodes)
+    if c.ie.run_engines_locally and ENGINES not in counts:
+        return {}
+    return {k: v for k, v in counts.items() if get(c.s, k) != v}
 
 
 def _smaller_cluster(c: Context, demand: int) -> dict:
