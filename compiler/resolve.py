@@ -2,7 +2,8 @@
 
 Derivations follow SkyRL's `__post_init__` hooks and the values its `validate_cfg` fills in, then
 rlc's own: placement counts from `cluster` when the spec leaves them unset, and `cluster` from the
-placement when it is unset. Each derived value records the keys it came from.
+placement when it is unset (one node when `cluster` names only its GPUs per node and the spec sets no placement
+count). Each derived value records the keys it came from.
 """
 
 from __future__ import annotations
@@ -18,14 +19,27 @@ from typing import Any
 
 from rlc.compiler import allocation, launch_values
 from rlc.compiler.allocation import Allocation
-from rlc.compiler.roles import count, critic_on, engine_gpus, get, gpu_demand, put, ref_on
+from rlc.compiler.roles import (
+    ENGINES,
+    PLACEMENT_COUNTS,
+    ROLES,
+    colocated_counts,
+    count,
+    critic_on,
+    engine_gpus,
+    get,
+    gpu_demand,
+    put,
+    ref_on,
+)
 from rlc.core.dataclass import dataclass
-from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
+from rlc.core.diagnostics import ERROR, INFO, WARNING, Diagnostic, Location
 from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES
 from rlc.spec.generation import SamplingParams
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
 
 REF = re.compile(r"\$\{([^{}]+)\}")
+ONE_NODE = "RLC-I201"  # the placement follows a cluster of one node the spec names by its GPUs alone
 
 
 @dataclass
@@ -46,6 +60,7 @@ class _Resolver:
         self.locate = locate
         self.out = Resolution(self.spec, explicit)
         self.fixed: set[str] = set()  # keys the allocation string set; they count as written
+        self.one_node = False  # cluster.num_nodes taken as 1: the cluster names a node and nothing else
 
     def derive(self, path: str, value: Any, sources: list[str]) -> None:
         put(self.spec, path, value)
@@ -296,32 +311,28 @@ class _Resolver:
     def placement(self) -> None:
         s = self.spec
         c, p, ie = s.cluster, s.trainer.placement, s.generator.inference_engine
+        if isinstance(c.gpus_per_node, int) and c.num_nodes is None and p.colocate_all and not self._counts_written():
+            # A cluster named by its node alone (`H100:8`): the job takes that node, as with `num_nodes: 1`
+            # written, not SkyRL's one-GPU default placement that would leave the rest of it idle. Only where every
+            # role shares every GPU: separate groups split the node unevenly (7 policy GPUs and 1 engine), which
+            # SkyRL's default batch sizes do not divide, and SkyRL runs that job on its default counts.
+            self.derive("cluster.num_nodes", 1, ["cluster.gpus_per_node"])
+            self.one_node = True
         G, N = c.gpus_per_node, c.num_nodes
         if not isinstance(G, int) or not isinstance(N, int):
             self._cluster_from_placement()
             return
         total = G * N
         per_engine = engine_gpus(ie)
-        roles = ["policy"] + (["ref"] if ref_on(s) else []) + (["critic"] if critic_on(s) else [])
         src = ["cluster.gpus_per_node", "cluster.num_nodes"]
         if p.colocate_all:
-            for role in roles:
-                self._role_from(role, total, G, src)
-            if (
-                self.unset("generator.inference_engine.num_engines")
-                and ie.run_engines_locally
-                and total % per_engine == 0
-            ):
-                self.derive(
-                    "generator.inference_engine.num_engines",
-                    total // per_engine,
-                    src
-                    + [
-                        "generator.inference_engine.tensor_parallel_size",
-                        "generator.inference_engine.pipeline_parallel_size",
-                        "generator.inference_engine.data_parallel_size",
-                    ],
-                )
+            shape = [f"generator.inference_engine.{k}_parallel_size" for k in ("tensor", "pipeline", "data")]
+            for key, value in colocated_counts(s, G, N).items():
+                if key == ENGINES:
+                    if self.unset(key):
+                        self.derive(key, value, src + shape)
+                elif self._role_unset(key.removeprefix("trainer.placement.").split("_num_")[0]):
+                    self.derive(key, value, src)
             return
         # Separate groups: models whose counts are unset share what the engines and explicit models leave.
         separate = ["policy"] + (["critic"] if critic_on(s) else [])
@@ -348,6 +359,38 @@ class _Resolver:
                 self.derive(
                     f"trainer.placement.ref_{dim}", getattr(p, f"policy_{dim}"), [f"trainer.placement.policy_{dim}"]
                 )
+
+    def _counts_written(self) -> list[str]:
+        """The placement counts the spec sets (in the file, an override or the allocation string)."""
+        return [k for k in PLACEMENT_COUNTS if not self.unset(k)]
+
+    def notice(self) -> None:
+        """Say what a cluster of one node made of the placement, and how to ask for more nodes."""
+        if not self.one_node:
+            return
+        s = self.spec
+        p, ie = s.trainer.placement, s.generator.inference_engine
+        made = [
+            f"{r} {getattr(p, f'{r}_num_nodes')} x {getattr(p, f'{r}_num_gpus_per_node')} GPUs"
+            for r in ROLES
+            if f"trainer.placement.{r}_num_gpus_per_node" in self.out.derived
+        ]
+        if ENGINES in self.out.derived:
+            made.append(f"{ie.num_engines} inference engine(s) of {engine_gpus(ie)} GPU(s)")
+        derived = {k: get(s, k) for k in ("cluster.num_nodes", *PLACEMENT_COUNTS) if k in self.out.derived}
+        self.out.diagnostics.append(
+            Diagnostic(
+                ONE_NODE,
+                INFO,
+                f"cluster.num_nodes is unset and the spec sets no placement count: the job takes one node of "
+                f"{s.cluster.gpus_per_node} GPUs and its placement follows it ({', '.join(made)})",
+                key="cluster.num_nodes",
+                location=self.locate("cluster.num_nodes"),
+                hint="set cluster.num_nodes for more nodes, or the placement counts for fewer GPUs "
+                "(counts you set are kept)",
+                values={"derived": derived},
+            )
+        )
 
     def _role_unset(self, role: str) -> bool:
         return self.unset(f"trainer.placement.{role}_num_nodes") and self.unset(
@@ -524,4 +567,5 @@ def resolve(spec: Any, explicit: set[str], locate=lambda path: None) -> Resoluti
     r.allocation()
     r.skyrl()
     r.placement()
+    r.notice()
     return r.out

@@ -11,6 +11,14 @@ from typing import Any
 
 from rlc.core.dataclass import dataclass
 
+ROLES = ("policy", "ref", "critic")
+ENGINES = "generator.inference_engine.num_engines"
+# The keys that size the placement: a spec that sets none of them has its placement derived from `cluster` alone.
+PLACEMENT_COUNTS = (
+    *(f"trainer.placement.{r}_{dim}" for r in ROLES for dim in ("num_nodes", "num_gpus_per_node")),
+    ENGINES,
+)
+
 
 def get(obj: Any, path: str) -> Any:
     for part in path.split("."):
@@ -98,3 +106,18 @@ def gpu_demand(spec) -> int:
     terms, shared = demand_terms(spec)
     gpus = [t.gpus for t in terms]
     return max(gpus) if shared else sum(gpus)
+
+
+def colocated_counts(spec, per_node: int, nodes: int) -> dict[str, int]:
+    """The placement counts that put every role and engine on all `nodes` x `per_node` GPUs (colocate_all); the
+    engines' count is left out where an engine's size does not divide them, or the engines run elsewhere."""
+    roles = ["policy", *(["ref"] if ref_on(spec) else []), *(["critic"] if critic_on(spec) else [])]
+    out = {}
+    for role in roles:
+        out[f"trainer.placement.{role}_num_nodes"] = nodes
+        out[f"trainer.placement.{role}_num_gpus_per_node"] = per_node
+    ie = spec.generator.inference_engine
+    size = engine_gpus(ie)
+    if ie.run_engines_locally and per_node * nodes % size == 0:
+        out["generator.inference_engine.num_engines"] = per_node * nodes // size
+    return out

@@ -28,7 +28,12 @@ class ClusterConfig:
     gpus_per_node: int | None = setting(
         None, "GPUs per node (CPU slots when accelerator is none); derived from the placement when unset.", minimum=1
     )
-    num_nodes: int | None = setting(None, "Nodes, head included; derived from the placement when unset.", minimum=1)
+    num_nodes: int | None = setting(
+        None,
+        "Nodes, head included; when unset, 1 if the spec sets no placement count under colocate_all (the placement "
+        "then fills the node), else derived from the placement.",
+        minimum=1,
+    )
     infra: str | None = setting(
         None,
         "Where to provision, as SkyPilot's infra: cloud[/region[/zone]] (aws/us-east-1), k8s[/context], * for any "

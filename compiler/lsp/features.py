@@ -170,6 +170,11 @@ def actions(
             continue
         for title, edit in _fixes(d, lines, where):
             out.append(_action(title, uri, [edit], to_lsp(d, lines, uri)))
+        changes = d.values.get("proposed_changes") or {}
+        several = [e for key, value in changes.items() if (e := set_value(lines, key, value)) is not None]
+        if changes and len(several) == len(changes):  # every key is set on a line of the file: one edit of them all
+            title = "set " + ", ".join(f"{k.rsplit('.', 1)[1]} to {_scalar(v)}" for k, v in changes.items())
+            out.append(_action(title, uri, several, to_lsp(d, lines, uri)))
     proposals = [p for proposer in PROPOSERS for p in proposer(result)] if result is not None else []
     for title, values in proposals:
         edits = [e for key, value in values.items() if (e := set_value(lines, key, value)) is not None]

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import math
 
-from rlc.compiler.roles import critic_on, demand_terms, engine_gpus, gpu_demand, ref_on
+from rlc.compiler.roles import (
+    ENGINES,
+    PLACEMENT_COUNTS,
+    colocated_counts,
+    critic_on,
+    demand_terms,
+    engine_gpus,
+    get,
+    gpu_demand,
+    ref_on,
+)
 from rlc.compiler.rules.base import OVERRIDE, Context, num, rule
 
 # -- placement ------------------------------------------------------
@@ -270,6 +280,8 @@ def engine_tensor_parallel_spans_nodes(c: Context):
     "the placement leaves GPUs of the cluster unused",
     "cluster.num_nodes",
     "cluster.gpus_per_node",
+    "cluster.accelerator",
+    "trainer.placement.allocation",
     "generator.inference_engine.data_parallel_size",
     "generator.inference_engine.num_engines",
     "generator.inference_engine.pipeline_parallel_size",
@@ -293,12 +305,59 @@ def placement_leaves_gpus_idle(c: Context):
         return
     demand = gpu_demand(c.s)
     if demand < g * n:
+        use = _use_the_cluster(c)
+        shrink = _smaller_cluster(c, demand)
+        fixes = []
+        if use:
+            written = [k for k in PLACEMENT_COUNTS if c.origin(k)]
+            fixes.append(
+                f"to use all {g * n} GPUs, set {_settings(use)}"
+                + (f" (or remove {', '.join(written)}: counts left unset follow cluster)" if written else "")
+            )
+        if shrink:
+            fixes.append(f"to ask for the {demand} GPUs the job uses, set {_settings(shrink)}")
         yield c.warning(
             "RLC-W202",
             "cluster.num_nodes",
             f"the job uses {demand} of the cluster's {g * n} GPUs ({_demand_text(c)}); {g * n - demand} stay idle",
-            "leave the placement counts unset to derive them from cluster, or shrink the cluster",
+            "; or ".join(fixes) if fixes else "shrink the cluster, or raise the placement counts to use it",
+            proposed_changes=use,
+            smaller_cluster=shrink,
         )
+
+
+def _settings(values: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in values.items())
+
+
+def _use_the_cluster(c: Context) -> dict:
+    """The placement counts that fill the cluster, as resolve derives them for a spec that sets none, where they
+    differ from the spec's; empty where an allocation string sets the counts, the engines' size divides no node's
+    worth of GPUs, or the roles and engines have GPUs of their own (separate groups split a node unevenly: 7 policy
+    GPUs and 1 engine, which the batch sizes rarely divide)."""
+    if c.p.allocation is not None or not c.p.colocate_all:
+        return {}
+    counts = colocated_counts(c.s, c.s.cluster.gpus_per_node, c.s.cluster.num_nodes)
+    if c.ie.run_engines_locally and ENGINES not in counts:
+        return {}
+    return {k: v for k, v in counts.items() if get(c.s, k) != v}
+
+
+def _smaller_cluster(c: Context, demand: int) -> dict:
+    """The cluster of the GPUs the job uses: fewer nodes, or a node of fewer GPUs where it takes one."""
+    cl = c.s.cluster
+    g, n = cl.gpus_per_node, cl.num_nodes
+    if demand > g:
+        nodes = -(-demand // g)
+        return {"cluster.num_nodes": nodes} if nodes < n else {}
+    out: dict = {"cluster.num_nodes": 1} if n > 1 else {}
+    if demand == g:
+        pass
+    elif c.origin("cluster.gpus_per_node") is None and c.origin("cluster.accelerator") and cl.accelerator != "none":
+        out["cluster.accelerator"] = f"{cl.accelerator}:{demand}"  # the count was written there (H100:8)
+    else:
+        out["cluster.gpus_per_node"] = demand
+    return out
 
 
 MAX_DEVICES = 1_000_000

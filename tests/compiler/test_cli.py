@@ -144,3 +144,25 @@ def test_explain_leaf_section_and_unknown():
     assert legacy.returncode == 0 and "generator.inference_engine.num_engines" in legacy.stdout
     unknown = run_rlc("explain", "trainer.seeed")
     assert unknown.returncode == 2 and "trainer.seed" in unknown.stdout
+
+
+def test_a_first_spec_gets_the_gpus_it_names(spec_file):
+    """`cluster: {accelerator: H100:8}` with tensor_parallel_size 2 and no placement count: `rlc plan` lays out 8
+    policy ranks and 4 engines and says so, where it refused with RLC-E201 (issue 49); `num_nodes: 1` plans the same."""
+    text = """
+        version: 1
+        name: first
+        cluster: {accelerator: "H100:8"%s}
+        trainer: {logger: console, policy: {model: {path: Qwen/Qwen2.5-1.5B-Instruct}}}
+        generator: {inference_engine: {tensor_parallel_size: 2}}
+        """
+    result = run_rlc("plan", str(spec_file(text % "")))
+    assert result.returncode == 0, result.stderr
+    assert "RLC-E201" not in result.stderr and "RLC-W202" not in result.stderr
+    assert "info[RLC-I201]: cluster.num_nodes is unset and the spec sets no placement count" in result.stderr
+    assert "= help: set cluster.num_nodes for more nodes" in result.stderr
+    assert "first: 1 node(s) x 8 GPUs (H100), 8 of 8 in use" in result.stdout
+    assert "policy  P0-P7  8 rank(s)" in result.stdout
+    assert "inference (vllm): 4 engine(s) of tp 2" in result.stdout
+    one_node = run_rlc("plan", str(spec_file(text % ", num_nodes: 1", "one-node.yaml")))
+    assert one_node.stdout == result.stdout and "RLC-I201" not in one_node.stderr

@@ -54,3 +54,34 @@ def test_another_commands_proposal_is_offered_on_the_lines_it_changes(monkeypatc
     assert [(a.title, a.edit.changes[URI][0].new_text) for a in found] == [("fit: 4 engines of TP 4", "4")]
     elsewhere = on_line(TEXT, "  epochs: 20")[1]
     assert features.actions(lines, URI, elsewhere, result.diagnostics, result) == []
+
+
+def test_idle_gpus_offer_the_counts_that_use_them_as_one_action():
+    """RLC-W202 with placement counts written: the editor's fix sets the counts `rlc validate`'s help proposes."""
+    text = (
+        "version: 1\n"
+        "cluster:\n"
+        "  accelerator: H100:8\n"
+        "trainer:\n"
+        "  logger: console\n"
+        "  placement:\n"
+        "    policy_num_gpus_per_node: 2\n"
+        "    ref_num_gpus_per_node: 2\n"
+        "  algorithm:\n"
+        "    use_kl_loss: true\n"
+        "generator:\n"
+        "  inference_engine:\n"
+        "    num_engines: 2\n"
+    )
+    result = compile_text(text, "job.yaml")
+    (idle,) = [d for d in result.diagnostics if d.code == "RLC-W202"]
+    lines, where = on_line(text, "  accelerator: H100:8")  # where the warning is: the cluster's line
+    found = {a.title: a for a in features.actions(lines, URI, where, result.diagnostics, result)}
+    fix = found["set policy_num_gpus_per_node to 8, ref_num_gpus_per_node to 8, num_engines to 8"]
+    edits = fix.edit.changes[URI]
+    assert [(lines[e.range.start.line].split(":")[0].strip(), e.new_text) for e in edits] == [
+        ("policy_num_gpus_per_node", "8"),
+        ("ref_num_gpus_per_node", "8"),
+        ("num_engines", "8"),
+    ]
+    assert "to use all 8 GPUs, set trainer.placement.policy_num_gpus_per_node: 8" in idle.hint

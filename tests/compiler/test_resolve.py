@@ -221,3 +221,111 @@ def test_a_field_whose_reference_fails_is_reported_once_and_the_rules_read_its_d
         "trainer.policy.model.lora.rank",
         "trainer.policy.model.lora.alpha",
     }
+
+
+# -- a first spec: the cluster named by its node alone (issue 49) ---------------------------------------------------
+
+FIRST_SPEC = """
+    version: 1
+    cluster: {accelerator: "H100:8"%s}
+    trainer:
+      logger: console
+      algorithm: {use_kl_loss: true}
+    generator: {inference_engine: {tensor_parallel_size: %d}}
+    """
+
+
+def _placement(analysis) -> tuple:
+    p, ie = analysis.spec.trainer.placement, analysis.spec.generator.inference_engine
+    return (
+        analysis.spec.cluster.num_nodes,
+        (p.policy_num_nodes, p.policy_num_gpus_per_node),
+        (p.ref_num_nodes, p.ref_num_gpus_per_node),
+        ie.num_engines,
+    )
+
+
+def test_a_cluster_named_by_its_node_alone_is_one_node_the_placement_fills(spec_file):
+    """`H100:8` and nothing else: the job takes the 8 GPUs asked for (8 policy and ref ranks, 8 engines), as with
+    `num_nodes: 1` written, not SkyRL's one-GPU default with 7 idle; a notice says what was derived."""
+    from rlc.compiler.provenance import trace
+
+    a = _resolve(spec_file, FIRST_SPEC % ("", 1))
+    assert _placement(a) == (1, (1, 8), (1, 8), 8)
+    assert not [d for d in a.diagnostics if d.code == "RLC-W202"]
+    origin = trace(a.resolution, a.doc)
+    assert str(origin["cluster.gpus_per_node"]) == "derived from cluster.accelerator"
+    assert str(origin["cluster.num_nodes"]) == "derived from cluster.gpus_per_node"
+    assert str(origin["trainer.placement.policy_num_gpus_per_node"]) == (
+        "derived from cluster.gpus_per_node, cluster.num_nodes"
+    )
+    assert str(origin["generator.inference_engine.num_engines"]).startswith(
+        "derived from cluster.gpus_per_node, cluster.num_nodes, generator.inference_engine.tensor_parallel_size"
+    )
+    (notice,) = [d for d in a.diagnostics if d.code == "RLC-I201"]
+    assert notice.severity == "info" and notice.key == "cluster.num_nodes"
+    assert notice.message == (
+        "cluster.num_nodes is unset and the spec sets no placement count: the job takes one node of 8 GPUs and its "
+        "placement follows it (policy 1 x 8 GPUs, ref 1 x 8 GPUs, 8 inference engine(s) of 1 GPU(s))"
+    )
+    assert "set cluster.num_nodes for more nodes" in notice.hint
+    assert notice.values["derived"]["generator.inference_engine.num_engines"] == 8
+
+
+def test_a_first_spec_with_tensor_parallel_engines_derives_them_instead_of_refusing(spec_file):
+    """tp 2 on `H100:8` gave RLC-E201 ("set tensor_parallel_size back") against SkyRL's 1-GPU policy; now 4 engines
+    of 2 GPUs under 8 policy ranks, exactly as the same file with `num_nodes: 1` added."""
+    a = _resolve(spec_file, FIRST_SPEC % ("", 2))
+    assert _placement(a) == (1, (1, 8), (1, 8), 4)
+    assert not [d for d in a.diagnostics if d.code in ("RLC-E201", "RLC-W202")]
+    b = _resolve(spec_file, FIRST_SPEC % (", num_nodes: 1", 2))
+    assert _placement(b) == _placement(a)
+    assert (
+        b.resolution.derived["generator.inference_engine.num_engines"]
+        == (a.resolution.derived["generator.inference_engine.num_engines"])
+    )
+    assert not [d for d in b.diagnostics if d.code == "RLC-I201"]  # nothing taken for the user: no notice
+
+
+def test_gpus_per_node_alone_and_a_cpu_cluster_are_one_node_too(spec_file):
+    a = _resolve(spec_file, FIRST_SPEC.replace('accelerator: "H100:8"%s', "gpus_per_node: 4") % 1)
+    assert _placement(a) == (1, (1, 4), (1, 4), 4)
+    cpu = """
+        version: 1
+        cluster: {accelerator: none, gpus_per_node: 2}
+        trainer: {logger: console}
+        generator: {inference_engine: {backend: hf}}
+        """
+    assert _placement(_resolve(spec_file, cpu))[:2] == (1, (1, 2))
+
+
+def test_a_placement_count_written_keeps_the_cluster_derived_from_the_placement(spec_file):
+    """Where the user set a count, rlc keeps SkyRL's reading of the others and sizes the cluster from them."""
+    a = _resolve(
+        spec_file,
+        """
+        version: 1
+        cluster: {accelerator: "H100:8"}
+        trainer: {logger: console, placement: {policy_num_gpus_per_node: 2}}
+        generator: {inference_engine: {num_engines: 2}}
+        """,
+    )
+    assert a.spec.cluster.num_nodes == 1 and a.resolution.derived["cluster.num_nodes"][0].startswith("trainer.")
+    assert a.spec.trainer.placement.policy_num_gpus_per_node == 2
+    assert not [d for d in a.diagnostics if d.code == "RLC-I201"]
+
+
+def test_separate_groups_on_a_node_named_alone_keep_skyrls_counts(spec_file):
+    """colocate_all: false would split the node 7 + 1, which SkyRL's default batch sizes do not divide: the job keeps
+    SkyRL's counts (and runs, as under SkyRL), with RLC-W202 saying how much of the cluster stays idle."""
+    a = _resolve(
+        spec_file,
+        """
+        version: 1
+        cluster: {accelerator: "H100:8"}
+        trainer: {logger: console, placement: {colocate_all: false}}
+        """,
+    )
+    p = a.spec.trainer.placement
+    assert (p.policy_num_gpus_per_node, a.spec.generator.inference_engine.num_engines) == (1, 1)
+    assert [d.code for d in a.diagnostics] == ["RLC-W202"]

@@ -839,3 +839,50 @@ def test_an_llm_judge_needs_its_key_on_the_nodes(tmp_path, launch, env, refused)
     assert bool(found) is refused
     if refused:
         assert "OPENAI_API_KEY" in found[0].message and "launch.secrets" in found[0].hint
+
+
+def test_idle_gpus_get_the_counts_that_use_them_and_the_cluster_the_job_uses(tmp_path):
+    """A user who set placement counts smaller than the cluster is told which keys and values use the GPUs they asked
+    for (or the cluster the job fits), not to leave unset what they set (issue 49)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "version: 1\n"
+        'cluster: {accelerator: "H100:8"}\n'
+        "trainer: {logger: console, placement: {policy_num_gpus_per_node: 2, ref_num_gpus_per_node: 2}}\n"
+        "generator: {inference_engine: {num_engines: 2}}\n"
+    )
+    (w,) = [d for d in analyze(path, env={}).diagnostics if d.code == "RLC-W202"]
+    assert w.key == "cluster.num_nodes" and w.severity == "warning"
+    assert w.message.startswith("the job uses 2 of the cluster's 8 GPUs") and w.message.endswith("6 stay idle")
+    assert w.hint == (
+        "to use all 8 GPUs, set trainer.placement.policy_num_gpus_per_node: 8, "
+        "trainer.placement.ref_num_gpus_per_node: 8, generator.inference_engine.num_engines: 8 (or remove "
+        "trainer.placement.policy_num_gpus_per_node, trainer.placement.ref_num_gpus_per_node, "
+        "generator.inference_engine.num_engines: counts left unset follow cluster); or to ask for the 2 GPUs the job "
+        "uses, set cluster.accelerator: H100:2"
+    )
+    assert w.values["proposed_changes"] == {
+        "trainer.placement.policy_num_gpus_per_node": 8,
+        "trainer.placement.ref_num_gpus_per_node": 8,
+        "generator.inference_engine.num_engines": 8,
+    }
+    # the proposal holds: the spec with it uses every GPU and is refused for nothing
+    from rlc.core.overrides import parse_override
+
+    fixed = analyze(path, [parse_override(f"{k}={v}") for k, v in w.values["proposed_changes"].items()], env={})
+    assert fixed.ok and not [d for d in fixed.diagnostics if d.code == "RLC-W202"]
+
+
+def test_idle_nodes_get_more_ranks_per_role_or_fewer_nodes(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "version: 1\ncluster: {gpus_per_node: 8, num_nodes: 2}\n"
+        "trainer: {logger: console, placement: {policy_num_gpus_per_node: 8, ref_num_gpus_per_node: 8}}\n"
+        "generator: {inference_engine: {num_engines: 8}}\n"
+    )
+    (w,) = [d for d in analyze(path, env={}).diagnostics if d.code == "RLC-W202"]
+    assert "to use all 16 GPUs, set trainer.placement.policy_num_nodes: 2, trainer.placement.ref_num_nodes: 2, " in (
+        w.hint
+    )
+    assert "generator.inference_engine.num_engines: 16" in w.hint
+    assert w.hint.endswith("or to ask for the 8 GPUs the job uses, set cluster.num_nodes: 1")
