@@ -626,6 +626,8 @@ for name in T["doors"]:
         else:
             ok = libc.mount(b"none", b"/tmp", b"tmpfs", 0, b"size=100g") == 0
             out[name] = "ok" if ok else "ok, but no mount: " + os.strerror(ctypes.get_errno())
+    elif name == "machine":  # what a fresh /proc tells of the host: its keys' names and the kernel's command line
+        out[name] = [open(p).read() for p in ("/proc/keys", "/proc/key-users", "/proc/cmdline")]
     elif name == "open files":
         held = []
         try:
@@ -736,6 +738,13 @@ def test_io_uring_and_user_namespaces_are_refused(monkeypatch):
     got = side_doors("io_uring", "user namespace")
     assert got["user namespace"] in (os.strerror(1), os.strerror(28))  # EPERM (the filter), ENOSPC (no userns)
     assert got["io_uring"] in (os.strerror(38), os.strerror(1))  # ENOSYS, EPERM (io_uring disabled here)
+
+
+@NEEDS_BWRAP
+def test_proc_tells_nothing_of_the_machines_keys_or_boot(monkeypatch):
+    # Attack 8: /proc/cmdline showed the host's boot options; a non-root jail viewed its uid's key names in /proc/keys.
+    use("bubblewrap", monkeypatch)
+    assert side_doors("machine")["machine"] == ["", "", ""]
 
 
 @NEEDS_BWRAP
