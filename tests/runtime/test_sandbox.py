@@ -643,7 +643,10 @@ print(json.dumps(out))
 def side_doors(*doors: str, tag: str = "") -> dict:
     from rlc.runtime.envs import syscall_filter
 
-    numbers = {n: syscall_filter.syscall_number(n) for n in ("add_key", "keyctl", "io_uring_setup")}
+    try:
+        numbers = {n: syscall_filter.syscall_number(n) for n in ("add_key", "keyctl", "io_uring_setup")}
+    except syscall_filter.FilterUnavailable:  # no libseccomp: no jail either, and the open-file cap needs none
+        numbers = {}
     given = json.dumps({"doors": doors, "tag": tag, **numbers})
     out = run_python(SIDE_DOORS, stdin=given, limits=FAST)
     assert out.returncode == 0, out
