@@ -7,8 +7,8 @@ Two isolation levels (`environment.sandbox.isolation`; docs/sandbox.md says what
   directory, a private /tmp and /dev/shm (size-capped tmpfs), no network, no capabilities, no_new_privs, and, when
   the trainer is root, a uid of its own that owns nothing on the machine, in a user namespace of its own. Seccomp
   filters (`syscall_filter`) refuse what namespaces leave open: the kernel keyrings, address families but UNIX and
-  IP (vsock, netlink), io_uring and new user namespaces; the supervisor first joins a fresh session keyring, so the
-  trainer's is not the jail's. A supervisor is the namespace's PID 1: when it ends, the kernel ends everything the
+  IP (vsock, netlink), io_uring, inotify and new user namespaces; the supervisor first joins a fresh session
+  keyring, so the trainer's is not the jail's. A supervisor is the namespace's PID 1: when it ends, the kernel ends everything the
   program started.
 - ``unisolated``: the same supervisor, limits and clean environment, but in the trainer's filesystem, network and
   uid. Only for code the job trusts; chosen in the spec, never as a fallback.

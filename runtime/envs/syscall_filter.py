@@ -11,7 +11,7 @@ the process, so the family test of `socket` cannot be bypassed through `socketca
 Two filters stack. `jail()` is bubblewrap's `--seccomp`, on everything in the jail, the supervisor included; it lets
 one keyring call through, joining a fresh anonymous session keyring, which the supervisor does first, and user
 namespaces, one of which a root trainer's supervisor makes for the program. `program()` is what the supervisor
-loads just before the program starts: no keyring call at all and no user namespace.
+loads just before the program starts: no keyring call at all, no user namespace, no inotify.
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ def program() -> bytes:
     flt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
     # clone3 keeps its flags in memory a filter cannot read: ENOSYS makes glibc fall back to clone.
     flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    # inotify on the read-only trees the jail shares (the interpreter, site-packages) would see the trainer's and
+    # other sandboxes' reads of them: a side channel, and a covert one between concurrent rollouts.
+    for name in ("inotify_init", "inotify_init1"):
+        if sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0:  # arm64 has inotify_init1 only
+            flt.add_rule(eperm, name)
     return _export(flt)
 
 

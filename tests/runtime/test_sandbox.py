@@ -626,6 +626,9 @@ for name in T["doors"]:
         else:
             ok = libc.mount(b"none", b"/tmp", b"tmpfs", 0, b"size=100g") == 0
             out[name] = "ok" if ok else "ok, but no mount: " + os.strerror(ctypes.get_errno())
+    elif name == "inotify":  # a watch on the shared read-only trees sees the trainer's reads of them
+        fd = libc.inotify_init1(0)
+        out[name] = "ok" if fd >= 0 else os.strerror(ctypes.get_errno())
     elif name == "machine":  # what a fresh /proc tells of the host: its keys' names and the kernel's command line
         out[name] = [open(p).read() for p in ("/proc/keys", "/proc/key-users", "/proc/cmdline")]
     elif name == "open files":
@@ -741,6 +744,13 @@ def test_io_uring_and_user_namespaces_are_refused(monkeypatch):
     got = side_doors("io_uring", "user namespace")
     assert got["user namespace"] in (os.strerror(1), os.strerror(28))  # EPERM (the filter), ENOSPC (no userns)
     assert got["io_uring"] in (os.strerror(38), os.strerror(1))  # ENOSYS, EPERM (io_uring disabled here)
+
+
+@NEEDS_BWRAP
+def test_a_program_cannot_watch_the_files_it_shares_with_the_trainer(monkeypatch):
+    # Attack 8: inotify on the bound site-packages reported the trainer's (and other sandboxes') reads of them.
+    use("bubblewrap", monkeypatch)
+    assert side_doors("inotify")["inotify"] == os.strerror(1)
 
 
 @NEEDS_BWRAP
