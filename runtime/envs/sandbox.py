@@ -514,8 +514,14 @@ class _Cgroup:
                     if key in _OPTIONAL and not os.path.exists(f"{path}/{key}"):
                         continue
                     for line in value.split("\n") if value else ():  # one device a write
-                        with open(f"{path}/{key}", "w") as f:
-                            f.write(line)
+                        try:
+                            with open(f"{path}/{key}", "w") as f:
+                                f.write(line)
+                        except OSError:
+                            # A disk the kernel cannot throttle (no request queue) costs its throttle only, never
+                            # the memory and process limits of the whole cgroup.
+                            if not key.startswith(("blkio.", "io.")):
+                                raise
                 fds.append(os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             for fd in fds:
