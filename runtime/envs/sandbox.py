@@ -585,7 +585,9 @@ if cfg["keyctl"] is not None:
     # KEYCTL_JOIN_SESSION_KEYRING with no name: a fresh anonymous session keyring, so nothing in the jail possesses
     # the trainer's (bwrap's new session is not a new keyring). A kernel without keys, or a container whose own
     # filter refuses keyctl to everyone, has nothing the program could reach through one.
-    if libc.syscall(cfg["keyctl"], 1, None) < 0 and ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):
+    # Passed as longs: the jail's filter compares the whole register, which a C int leaves half undefined.
+    joined = libc.syscall(ctypes.c_long(cfg["keyctl"]), ctypes.c_long(1), ctypes.c_void_p(None))
+    if joined < 0 and ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):
         raise OSError(ctypes.get_errno(), "could not join a fresh session keyring")
 libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the program cannot read or trace the supervisor
 libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
