@@ -808,6 +808,7 @@ LCB_FUNCTIONAL = [{"input": "[1, 2]", "output": "3", "testtype": "functional", "
 def test_a_program_that_makes_its_grader_raise_scores_zero(level):
     # Attack 7: 200,000 nested brackets made the call-based grader's json.loads raise RecursionError, so the sample
     # counted as an environment error (no loss) instead of reward 0.
+    pytest.importorskip("skyrl_gym")
     from rlc.runtime.envs import gym
     from rlc.runtime.generator import gym_extras
     from rlc.spec.generation import SkyRLGymConfig
