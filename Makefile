@@ -58,14 +58,19 @@ slurm-deps:
 	    >/dev/null || echo "slurm-wlm could not be installed: the Slurm tests will be skipped"; \
 	fi
 
-# Model-written code runs under bubblewrap (docs/sandbox.md; tests/runtime/test_sandbox.py tries every attack in
-# it). As root, and only when bwrap is missing, install Debian's bubblewrap; elsewhere the jail's tests are skipped
-# with the reason.
+# Model-written code runs under bubblewrap with seccomp filters built by libseccomp (docs/sandbox.md;
+# tests/runtime/test_sandbox.py tries every attack in it). As root, and only when bwrap or libseccomp is missing,
+# install Debian's bubblewrap and libseccomp2; elsewhere the jail's tests are skipped with the reason.
 sandbox-deps:
 	@if [ "$$(id -u)" = 0 ] && ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing bubblewrap for the sandbox (docs/sandbox.md)"; \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap) \
 	    >/dev/null || echo "bubblewrap could not be installed: the sandbox's jail tests will be skipped"; \
+	fi
+	@if [ "$$(id -u)" = 0 ] && ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing libseccomp2 for the sandbox's filters (docs/sandbox.md)"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libseccomp2) \
+	    >/dev/null || echo "libseccomp2 could not be installed: the sandbox's jail tests will be skipped"; \
 	fi
 
 # tests/e2e/test_neovim.py runs `rlc lsp` under a real editor (Debian's neovim, headless). As root, and only when nvim

@@ -76,28 +76,31 @@ real.write("\n" + json.dumps(list(result) if isinstance(result, tuple) else resu
 )
 
 
+# The graders below read what a hostile program printed: any exception it provokes there (200,000 nested brackets
+# make json.loads raise RecursionError) is a wrong answer, reward 0, never an environment error, which would cost
+# the sample nothing and let a failing program opt out of its negative advantage.
+
+
 def _same_stdio(printed: str, expected: str) -> bool:
     """skyrl-gym's stdio rule: the same lines once stripped, or each line the same decimals."""
-    got, want = get_stripped_lines(printed), get_stripped_lines(expected)
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want):
-        if a == b:
-            continue
-        try:
-            if [Decimal(x) for x in a.split()] != [Decimal(x) for x in b.split()]:
-                return False
-        except ArithmeticError:
+    want = get_stripped_lines(expected)
+    try:
+        got = get_stripped_lines(printed)
+        if len(got) != len(want):
             return False
-    return True
+        for a, b in zip(got, want):
+            if a != b and [Decimal(x) for x in a.split()] != [Decimal(x) for x in b.split()]:
+                return False
+        return True
+    except Exception:
+        return False
 
 
 def _same_call(printed: str, expected: str) -> bool:
     """skyrl-gym's call-based rule: the returned value (a tuple as a list) equals the expected JSON value."""
-    last = printed.rstrip("\n").rsplit("\n", 1)[-1]
     try:
-        return json.loads(last) == json.loads(expected)
-    except ValueError:
+        return json.loads(printed.rstrip("\n").rsplit("\n", 1)[-1]) == json.loads(expected)
+    except Exception:
         return False
 
 

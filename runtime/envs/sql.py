@@ -60,7 +60,10 @@ def run_queries(db_file: str, queries: list[str], seconds: float) -> list[list[t
 
 
 def _hashable(value: Any) -> Any:
-    return bytes.fromhex(value["hex"]) if isinstance(value, dict) and "hex" in value else value
+    try:
+        return bytes.fromhex(value["hex"]) if isinstance(value, dict) and "hex" in value else value
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 class SandboxedSQLToolGroup(ToolGroup):
@@ -88,10 +91,15 @@ class SandboxedSQLToolGroup(ToolGroup):
             return f"SQL Timeout:\n{sql}"
         if isinstance(result, str):
             return f"Error executing SQL: {result}"
-        frame = pd.DataFrame(list(dict.fromkeys(result)))
-        text = frame.to_string(index=False)
-        if len(text) > 9000:  # skyrl-gym's cut, then a cap on characters too: one cell can be long
-            text = "Truncated to 50 lines since returned response too long: " + frame.head(50).to_string(index=False)
+        try:  # rows the model's SQL chose: whatever fails to render is its error to read, not the environment's
+            frame = pd.DataFrame(list(dict.fromkeys(result)))
+            text = frame.to_string(index=False)
+            if len(text) > 9000:  # skyrl-gym's cut, then a cap on characters too: one cell can be long
+                text = "Truncated to 50 lines since returned response too long: " + frame.head(50).to_string(
+                    index=False
+                )
+        except Exception as exc:
+            return f"Error executing SQL: {type(exc).__name__}"
         return text[:9000]
 
 
@@ -111,4 +119,8 @@ class SandboxedSQLEnv(SQLEnv):
         if not valid:
             return -1.0
         got, gold = run_queries(self.db_file, [predicted, self.gold_sql], REWARD_TIMEOUT_S)
-        return 1.0 if isinstance(got, list) and isinstance(gold, list) and frozenset(got) == frozenset(gold) else 0.0
+        try:  # the predicted rows are the model's: rows that cannot be compared are wrong, reward 0
+            same = isinstance(got, list) and isinstance(gold, list) and frozenset(got) == frozenset(gold)
+        except Exception:
+            same = False
+        return 1.0 if same else 0.0

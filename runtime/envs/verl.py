@@ -230,12 +230,20 @@ class VerlEnv(BaseTextEnv):
         score(self.source, "", self.truth)  # an unscored source is refused before any generation
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
-        reward = score(self.source, action, self.truth)
+        reward = self.score(action)
         return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata={"data_source": self.source})
 
     def correct(self, action: str) -> bool:
         """Whether the answer is right (the eval accuracy): a score of 1."""
-        return score(self.source, action, self.truth) >= 1.0
+        return self.score(action) >= 1.0
+
+    def score(self, action: str) -> float:
+        """The rule's score; a response the rule cannot read scores as a wrong answer (DAPO's -1, else 0), never as
+        an environment error, which would spare a wrong sample its negative advantage."""
+        try:
+            return score(self.source, action, self.truth)
+        except Exception:
+            return -1.0 if self.source in DAPO_SOURCES or self.source.startswith("aime") else 0.0
 
 
 # -- `rlc data arithmetic --format verl` ---------------------------------------------------------------------------

@@ -336,3 +336,44 @@ def test_llm_as_a_judge_asks_the_judge_with_the_key(judge_url, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
         make("llm_as_a_judge", row, config)
+
+
+# -- graders return a reward for whatever the program printed (issue 50) -------------------------------------------
+# An exception from the graded output would count as an environment error (no loss), so a failing program would opt
+# out of its negative advantage; tests/runtime/test_sandbox.py holds the call-based RecursionError of the review.
+
+PRINTS = {
+    "nested brackets": "import os\nos.write(1, b'[' * 200000 + b']' * 200000 + b'\\n')",
+    "signalling NaN": "print('sNaN')",
+    "huge exponent": "print('1e999999999999999999')",
+    "no UTF-8": "import os\nos.write(1, b'\\xff\\xfe\\x00 7\\n')",
+}
+
+
+@pytest.mark.parametrize("printed", sorted(PRINTS))
+def test_lcb_scores_any_output_of_a_stdio_program(printed):
+    assert make("lcb", lcb_row()).step(f"```python\n{PRINTS[printed]}\n```")["reward"] == 0.0
+
+
+@pytest.mark.parametrize("printed", sorted(PRINTS))
+def test_lcb_scores_any_output_of_a_call_based_program(printed):
+    tests = [{"input": "[1, 2]\n3", "output": "[4, 5]", "testtype": "functional", "metadata": {"func_name": "add"}}]
+    body = "\n".join("        " + line for line in PRINTS[printed].splitlines())
+    code = f"class Solution:\n    def add(self, xs, k):\n{body}\n        return 'x' * 10**6"
+    assert make("lcb", lcb_row(tests)).step(f"```python\n{code}\n```")["reward"] == 0.0
+
+
+@pytest.mark.parametrize("printed", sorted(PRINTS))
+def test_the_python_tool_observes_any_output(printed):
+    env = make("searchcode", {"prompt": [], "reward_spec": {"ground_truth": "4"}}, max_turns=3)
+    seen = env.step(f"<tool><python>{PRINTS[printed]}</python></tool>")["observations"][0]["content"]
+    assert isinstance(seen, str)
+
+
+def test_text2sql_scores_any_rows_the_models_sql_returns(sql_config):
+    hostile = "SELECT 1e999, -1e999, char(0), x'00ff', '{\"hex\": \"zz\"}', 9223372036854775807"
+    env = make("text2sql", sql_row(), sql_config)
+    seen = env.step(f"<think>x</think><sql>{hostile}</sql>")["observations"][0]["content"]
+    assert isinstance(seen, str)
+    last = make("text2sql", sql_row(), sql_config).step(f"<think>x</think><solution>{hostile}</solution>")
+    assert last["reward"] == 0.0

@@ -584,3 +584,278 @@ def test_the_runtime_refuses_before_training_when_the_machine_cannot_give_the_le
     driver = Driver(load(compiled / "plain" / "resolved.yaml"), progress=False)  # runs no model code: not refused
     with pytest.raises(RunError, match="name the environment.s. lcb, which run model-written code"):
         driver._sandbox_for({"synthetic", "lcb"}, ["rows.parquet"])
+
+
+# -- the kernel's side doors (issue 50): keyrings, address families, io_uring, user namespaces, open files ---------
+
+# Each attempt reports what it got: "ok" (the door was open) or the errno's name.
+SIDE_DOORS = r"""
+import ctypes, json, os, resource, socket, sys
+T = json.loads(sys.stdin.read())
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+out = {}
+def call(*args):
+    got = libc.syscall(*args)
+    return got if got >= 0 else os.strerror(ctypes.get_errno())
+def opened(family, kind, proto=0):
+    try:
+        socket.socket(family, kind, proto).close()
+        return "ok"
+    except OSError as e:
+        return os.strerror(e.errno)
+for name in T["doors"]:
+    if name == "key":  # a world-readable key in its uid's keyring, for later rollouts (it expires in a minute)
+        key = call(T["add_key"], b"user", T["tag"].encode(), b"the answer", 10, -4)  # KEY_SPEC_USER_KEYRING
+        if isinstance(key, int):
+            call(T["keyctl"], 5, key, 0x3F3F3F3F)  # KEYCTL_SETPERM
+            call(T["keyctl"], 15, key, 60)  # KEYCTL_SET_TIMEOUT
+        out[name] = "ok" if isinstance(key, int) else key
+    elif name == "keys seen":
+        out[name] = T["tag"] in open("/proc/keys").read()
+    elif name == "vsock":
+        out[name] = opened(40, socket.SOCK_STREAM)  # AF_VSOCK
+    elif name == "uevents":
+        out[name] = opened(16, socket.SOCK_DGRAM, 15)  # AF_NETLINK, NETLINK_KOBJECT_UEVENT
+    elif name == "io_uring":
+        fd = call(T["io_uring_setup"], 4, ctypes.create_string_buffer(120))
+        out[name] = "ok" if isinstance(fd, int) else fd
+    elif name == "user namespace":  # and in it a tmpfs of its own, past file_mb
+        if libc.unshare(0x10000000 | 0x20000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+            out[name] = os.strerror(ctypes.get_errno())
+        else:
+            ok = libc.mount(b"none", b"/tmp", b"tmpfs", 0, b"size=100g") == 0
+            out[name] = "ok" if ok else "ok, but no mount: " + os.strerror(ctypes.get_errno())
+    elif name == "inotify":  # a watch on the shared read-only trees sees the trainer's reads of them
+        fd = libc.inotify_init1(0)
+        out[name] = "ok" if fd >= 0 else os.strerror(ctypes.get_errno())
+    elif name == "machine":  # what a fresh /proc tells of the host: its keys' names and the kernel's command line
+        out[name] = [open(p).read() for p in ("/proc/keys", "/proc/key-users", "/proc/cmdline")]
+    elif name == "open files":
+        held = []
+        try:
+            while len(held) < 5000:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass
+        out[name] = [len(held), resource.getrlimit(resource.RLIMIT_NOFILE)[0]]
+print(json.dumps(out))
+"""
+
+
+def side_doors(*doors: str, tag: str = "") -> dict:
+    from rlc.runtime.envs import syscall_filter
+
+    try:
+        numbers = {n: syscall_filter.syscall_number(n) for n in ("add_key", "keyctl", "io_uring_setup")}
+    except syscall_filter.FilterUnavailable:  # no libseccomp: no jail either, and the open-file cap needs none
+        numbers = {}
+    given = json.dumps({"doors": doors, "tag": tag, **numbers})
+    out = run_python(SIDE_DOORS, stdin=given, limits=FAST)
+    assert out.returncode == 0, out
+    return json.loads(out.stdout)
+
+
+def trainer_can_open(family: int, kind: int, proto: int = 0) -> bool:
+    try:
+        socket.socket(family, kind, proto).close()
+        return True
+    except OSError:
+        return False
+
+
+@NEEDS_BWRAP
+def test_a_key_a_program_stores_reaches_no_later_rollout(monkeypatch):
+    # Attacks 1 and 3: a solver stored its answers as world-readable keys in its uid's keyring, and a later program
+    # with no solution logic read them from /proc/keys (reward 1.0); each key also stayed in the kernel for good.
+    use("bubblewrap", monkeypatch)
+    tag = f"rlc-test-answer-{os.urandom(4).hex()}"
+    assert side_doors("key", tag=tag)["key"] == os.strerror(1)  # EPERM: no key is made at all
+    assert side_doors("keys seen", tag=tag)["keys seen"] is False
+
+
+HOLDER = r"""
+import ctypes, json, sys
+from rlc.runtime.envs import sandbox, syscall_filter
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keyctl, add_key = syscall_filter.syscall_number("keyctl"), syscall_filter.syscall_number("add_key")
+secret, tag = sys.argv[1].encode(), sys.argv[2]
+ring = libc.syscall(keyctl, 1, tag.encode())  # a session keyring of its own, as runc and systemd give a trainer
+if ring < 0:
+    print(json.dumps({"skip": "no session keyring can be joined here"}))
+    sys.exit()
+key = libc.syscall(add_key, b"user", b"hf_token", secret, len(secret), -3)  # KEY_SPEC_SESSION_KEYRING
+jail = r'''
+import ctypes, json, os, sys
+T = json.loads(sys.stdin.read())
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+buf = ctypes.create_string_buffer(256)
+read = libc.syscall(T["keyctl"], 11, T["key"], buf, 256)  # KEYCTL_READ
+planted = libc.syscall(T["add_key"], b"user", b"left-by-sandbox", b"x", 1, -3)
+cleared = libc.syscall(T["keyctl"], 7, -3)  # KEYCTL_CLEAR
+print(json.dumps({"seen": "hf_token" in open("/proc/keys").read(), "read": buf.value.decode(errors="replace") if read > 0 else "",
+                  "planted": planted >= 0, "cleared": cleared == 0}))
+'''
+given = json.dumps({"keyctl": keyctl, "add_key": add_key, "key": key})
+out = sandbox.run_python(jail, stdin=given, limits=sandbox.Limits(seconds=5, memory_mb=512, file_mb=4, output_kb=64))
+buf = ctypes.create_string_buffer(256)
+size = libc.syscall(keyctl, 11, ring, buf, 256)  # the keyring's key ids, 4 bytes each
+held = ctypes.create_string_buffer(256)
+libc.syscall(keyctl, 11, key, held, 256)
+print(json.dumps({"jail": out.stdout, "stderr": out.stderr, "keys after": size // 4, "token after": held.value.decode()}))
+"""
+
+
+@NEEDS_BWRAP
+def test_the_trainers_session_keyring_is_not_the_jails(tmp_path):
+    # Attack 2: where the trainer has a session keyring (runc, systemd, PAM), the jail read the token kept there,
+    # planted keys in it or emptied it.
+    tag = f"rlc-test-session-{os.urandom(4).hex()}"
+    done = subprocess.run(
+        [sys.executable, "-c", HOLDER, SECRET, tag], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    if "skip" in said:
+        pytest.skip(said["skip"])
+    assert json.loads(said["jail"]) == {"seen": False, "read": "", "planted": False, "cleared": False}, said
+    assert said["keys after"] == 1 and said["token after"] == SECRET
+
+
+@NEEDS_BWRAP
+def test_vsock_and_netlink_sockets_cannot_be_opened(monkeypatch):
+    # Attacks 4 and 8: the network namespace does not cover AF_VSOCK (the hypervisor, on Firecracker, Kata and Nitro
+    # guests) and a root jail's netlink socket heard the host's uevents.
+    use("bubblewrap", monkeypatch)
+    got = side_doors("vsock", "uevents")
+    assert got["uevents"] == os.strerror(97)  # EAFNOSUPPORT
+    if not trainer_can_open(40, socket.SOCK_STREAM):
+        pytest.skip("this kernel has no AF_VSOCK: nothing to refuse")
+    assert got["vsock"] == os.strerror(97)
+
+
+@NEEDS_BWRAP
+def test_io_uring_and_user_namespaces_are_refused(monkeypatch):
+    # io_uring is kernel attack surface a program does not need; in a user namespace of its own a root jail's
+    # program mounted a 100 GiB tmpfs past file_mb (attack 6).
+    use("bubblewrap", monkeypatch)
+    got = side_doors("io_uring", "user namespace")
+    assert got["user namespace"] in (os.strerror(1), os.strerror(28))  # EPERM (the filter), ENOSPC (no userns)
+    assert got["io_uring"] in (os.strerror(38), os.strerror(1))  # ENOSYS, EPERM (io_uring disabled here)
+
+
+@NEEDS_BWRAP
+def test_a_program_cannot_watch_the_files_it_shares_with_the_trainer(monkeypatch):
+    # Attack 8: inotify on the bound site-packages reported the trainer's (and other sandboxes') reads of them.
+    use("bubblewrap", monkeypatch)
+    assert side_doors("inotify")["inotify"] == os.strerror(1)
+
+
+@NEEDS_BWRAP
+def test_proc_tells_nothing_of_the_machines_keys_or_boot(monkeypatch):
+    # Attack 8: /proc/cmdline showed the host's boot options; a non-root jail viewed its uid's key names in /proc/keys.
+    use("bubblewrap", monkeypatch)
+    assert side_doors("machine")["machine"] == ["", "", ""]
+
+
+@NEEDS_BWRAP
+def test_a_program_cannot_hold_the_machines_file_table(monkeypatch):
+    # Attack 5: the jail inherited the trainer's RLIMIT_NOFILE (20000 on rlc's machine), and two sandboxes of
+    # 64 processes could fill fs.file-max, after which the trainer's own Popen failed.
+    use("bubblewrap", monkeypatch)
+    held, limit = side_doors("open files")["open files"]
+    assert limit == Limits().open_files and held <= limit
+
+
+def test_unisolated_programs_cannot_hold_the_machines_file_table(monkeypatch):
+    use("unisolated", monkeypatch)
+    held, limit = side_doors("open files")["open files"]
+    assert limit == Limits().open_files and held <= limit
+
+
+@pytest.mark.skipif(not CGROUPS, reason="no cgroup can be made here")
+def test_a_sandboxs_cgroup_is_the_trainers_child_with_no_swap_and_a_throttled_disk():
+    # Attack 6: cgroup v1 sandboxes were made at the hierarchy's root, outside the trainer's (or its pod's) cgroup,
+    # without a swap limit and with no I/O throttle.
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        own.update({c: path for c in controllers.split(",")})
+    group = sandbox._Cgroup.make(Limits(memory_mb=128))
+    assert group is not None
+    try:
+        for path in group.dirs:
+            controller = "" if sandbox.probe().limits == "cgroup v2" else path.split("/")[4]
+            parent = f"/sys/fs/cgroup/{controller}{own[controller]}".replace("//", "/").rstrip("/")
+            assert os.path.dirname(path) == parent
+            assert str(os.getpid()) not in os.path.basename(path)  # nothing of the trainer shows through its name
+            for name in ("memory.memsw.limit_in_bytes", "memory.swap.max"):
+                if os.path.exists(f"{path}/{name}"):
+                    assert Path(path, name).read_text().strip() in (str(128 * 2**20), "0")
+            for name in ("blkio.throttle.read_bps_device", "io.max"):
+                if os.path.exists(f"{path}/{name}") and os.listdir("/sys/block"):
+                    assert Path(path, name).read_text().strip()
+    finally:
+        group.close_fds()
+        group.remove()
+
+
+LCB_FUNCTIONAL = [{"input": "[1, 2]", "output": "3", "testtype": "functional", "metadata": {"func_name": "total"}}]
+
+
+def test_a_program_that_makes_its_grader_raise_scores_zero(level):
+    # Attack 7: 200,000 nested brackets made the call-based grader's json.loads raise RecursionError, so the sample
+    # counted as an environment error (no loss) instead of reward 0.
+    pytest.importorskip("skyrl_gym")
+    from rlc.runtime.envs import gym
+    from rlc.runtime.generator import gym_extras
+    from rlc.spec.generation import SkyRLGymConfig
+
+    row = {"prompt": [], "reward_spec": {"ground_truth": json.dumps(LCB_FUNCTIONAL)}}
+    code = (
+        "import os\nclass Solution:\n    def total(self, xs):\n"
+        "        os.write(1, b'\\n' + b'[' * 200000 + b']' * 200000 + b'\\n')\n        os._exit(0)\n"
+    )
+    env = gym.make("lcb", SkyRLGymConfig(), gym_extras(row, 1))
+    assert env.step(f"```python\n{code}\n```")["reward"] == 0.0
+
+
+NO_USERNS = r"""
+import errno, json, pyseccomp as sc
+flt = sc.SyscallFilter(sc.ALLOW)  # a machine (or a container's profile) that gives no user namespace
+flt.add_rule(sc.ERRNO(errno.EPERM), "unshare", sc.Arg(0, sc.MASKED_EQ, 0x10000000, 0x10000000))
+flt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, 0x10000000, 0x10000000))
+flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+flt.load()
+from rlc.runtime.envs import sandbox
+found = sandbox.probe()
+try:
+    sandbox.configure("bubblewrap")
+    refused = ""
+except sandbox.SandboxUnavailable as e:
+    refused = str(e)
+print(json.dumps({"bubblewrap": found.bubblewrap, "refused": refused}))
+"""
+
+
+@NEEDS_BWRAP
+def test_without_user_namespaces_the_jail_is_refused_with_the_fix(tmp_path):
+    # A root trainer's jail needs a user namespace too now (its program's own): where none can be made, at either
+    # level, the job is refused before it starts, and the message says what to change.
+    done = subprocess.run([sys.executable, "-c", NO_USERNS], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["bubblewrap"] is False
+    assert "user.max_user_namespaces" in said["refused"] and "unisolated" in said["refused"]
+
+
+@NEEDS_BWRAP
+def test_the_program_runs_in_a_user_namespace_of_its_own(monkeypatch):
+    # Issue 50's item 2: a root trainer's jail ran its program in the machine's own user namespace, so its keys,
+    # uevent sockets and process counts were the host's; now, at both levels, a namespace mapping one uid only.
+    use("bubblewrap", monkeypatch)
+    out = run_python("print(open('/proc/self/uid_map').read())", limits=FAST)
+    (mapping,) = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    assert mapping[2] == "1", out

@@ -87,3 +87,25 @@ def test_a_verl_row_steps_as_an_environment_reading_reward_model_and_data_source
     assert env.step("3 + 4 = 7\n#### 7")["reward"] == 1.0
     env = gym.make("verl", SkyRLGymConfig(), gym_extras(row, 1))
     assert env.step("#### 8")["reward"] == 0.0
+
+
+HOSTILE = [  # responses written to make a rule raise: each must score as a wrong answer
+    "#### " + "9" * 100_000,
+    "\\boxed{" + "{" * 100_000 + "}" * 100_000 + "}",
+    "\\boxed{" + "1/" + "7" * 5000 + "}",
+    "\\boxed{\\frac}\\boxed{\\sqrt}",
+    "\\boxed{\\text{ a}\\text{ b}}",
+    "Answer: " + "$" * 299,
+    "\x00\udcff" * 1000,
+]
+
+
+@pytest.mark.parametrize("source, floor", [("openai/gsm8k", 0.0), ("lighteval/MATH", 0.0), ("math_dapo", -1.0)])
+def test_a_response_made_to_break_the_rule_scores_as_wrong_not_as_an_error(source, floor):
+    # Issue 50: an exception from the graded output would count as an environment error (no loss), so a wrong
+    # sample would opt out of its negative advantage.
+    row = {"data_source": source, "prompt": [], "reward_model": {"ground_truth": "7"}}
+    for response in HOSTILE:
+        env = gym.make("verl", SkyRLGymConfig(), gym_extras(row, 1))
+        assert env.step(response)["reward"] == floor
+        assert env.correct(response) is False
