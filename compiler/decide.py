@@ -160,6 +160,7 @@ def sandbox(spec: Any) -> SandboxSettings:
         output_kb=s.output_kb,
         python_tool_seconds=float(s.python_tool_seconds),
         runs_model_code=runs_model_code(spec.environment.env_class),
+        concurrent=spec.environment.skyrl_gym.max_env_workers,
     )
 
 

@@ -162,6 +162,7 @@ class SandboxSettings:
     output_kb: int = 1024
     python_tool_seconds: float = 10.0
     runs_model_code: bool = False
+    concurrent: int = 32  # sandboxes that may run at once: the generator's environment workers
 
 
 @dataclass(frozen=True)

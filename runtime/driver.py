@@ -145,7 +145,7 @@ class Driver:
             output_kb=s.output_kb,
         )
         try:
-            found = sandbox.configure(s.isolation, limits, check=s.runs_model_code)
+            found = sandbox.configure(s.isolation, limits, check=s.runs_model_code, concurrent=s.concurrent)
         except sandbox.SandboxUnavailable as exc:
             raise RunError(
                 f"the {self.loop.env_class} environment runs model-written code, and "

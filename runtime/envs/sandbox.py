@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import resource
 import secrets
 import selectors
 import shutil
@@ -97,17 +98,61 @@ class _Policy:
 _policy = _Policy()
 
 
-def configure(level: str, limits: Limits | None = None, *, check: bool = True) -> Probe:
+def configure(level: str, limits: Limits | None = None, *, check: bool = True, concurrent: int = 1) -> Probe:
     """Set this process's isolation level (and default limits) from the job; with `check`, first make sure the machine
-    gives that level (without it, a run that needs the level still refuses to start when the machine lacks it)."""
+    gives that level, and that `concurrent` sandboxes at their process cap leave the trainer processes of its own
+    (without it, a run that needs the level still refuses to start when the machine lacks it)."""
     if level not in ISOLATION_LEVELS:
         raise ValueError(f"unknown sandbox isolation {level!r}; rlc has {', '.join(ISOLATION_LEVELS)}")
     found = probe()
     if check and not found.available(level):
         raise SandboxUnavailable(found.reason)
+    short = process_shortfall(concurrent, limits or Limits()) if check else None
+    if short:
+        raise SandboxUnavailable(short)
     _policy.level = level
     _policy.limits = limits or Limits()
     return found
+
+
+TRAINER_RESERVE = (
+    64  # processes and threads a non-root trainer keeps beyond what it runs, for its own Popen and threads
+)
+
+
+def process_shortfall(concurrent: int, limits: Limits) -> str | None:
+    """Why `concurrent` sandboxes at their process cap could leave a non-root trainer none of its own, or None.
+
+    A non-root trainer's sandboxes run under its uid, in user namespaces that the kernel charges up to the uid's own
+    count, so their processes and threads count against the trainer's RLIMIT_NPROC. A root trainer's each have a
+    fresh uid, and an unlimited RLIMIT_NPROC has nothing to exhaust."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if os.geteuid() == 0 or soft == resource.RLIM_INFINITY:
+        return None
+    used = tasks_of(os.getuid())
+    need = concurrent * limits.processes + TRAINER_RESERVE
+    if soft - used >= need:
+        return None
+    return (
+        f"the trainer's uid may run {soft} processes and threads (ulimit -u) and runs {used}: {concurrent} "
+        f"sandbox(es) of up to {limits.processes} each, with {TRAINER_RESERVE} kept for the trainer, need {need} more "
+        "(a non-root trainer's sandboxes count against its uid). Raise ulimit -u, or lower "
+        "environment.sandbox.max_processes or environment.skyrl_gym.max_env_workers"
+    )
+
+
+def tasks_of(uid: int) -> int:
+    """The processes and threads this machine runs under `uid`: what its RLIMIT_NPROC counts."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid == uid:
+                count += len(os.listdir(f"/proc/{entry.name}/task"))
+        except OSError:  # it ended meanwhile
+            continue
+    return count
 
 
 def default_limits() -> Limits:

@@ -150,12 +150,12 @@ class Listener:
         self.sock.close()
 
 
+CHECKPOINT_BYTES = os.urandom(4096)  # a checkpoint file of the trainer's: the jail must leave it as it is
+
+
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
     """What a trainer has that model code must not reach: secrets, files, checkpoints and the sockets it listens on."""
-    import torch
-    from rlc.runtime.workers.common import read_extra  # noqa: F401  (the loader the resume path uses)
-
     root = tmp_path_factory.mktemp("trainer")
     home = root / "home"
     (home / ".cache" / "huggingface").mkdir(parents=True)
@@ -163,7 +163,7 @@ def trainer(tmp_path_factory):
     (home / ".cache" / "huggingface" / "token").write_text(SECRET)
     ckpt = root / "ckpts" / "global_step_1" / "policy"
     ckpt.mkdir(parents=True)
-    torch.save({"rng": torch.get_rng_state(), "optimizer_steps": 3, "scheduler": None}, ckpt / "extra_rank0.pt")
+    (ckpt / "extra_rank0.pt").write_bytes(CHECKPOINT_BYTES)
     (root / "trainer_owned.txt").write_text("the trainer's\n")
     readonly = root / "readonly.txt"
     readonly.write_text("read-only\n")
@@ -273,15 +273,13 @@ def test_an_attack_gets_nothing_out_of_the_jail(attack, trainer, monkeypatch):
 
 @NEEDS_BWRAP
 def test_the_jail_leaves_no_file_behind_and_the_checkpoint_intact(trainer, monkeypatch):
-    from rlc.runtime.workers.common import read_extra
-
     use("bubblewrap", monkeypatch)
     got, _ = report(trainer, "bubblewrap", monkeypatch)
     assert got["W5 /dev/shm"] == got["W5 /tmp"] == "wrote"  # its own /tmp and /dev/shm work ...
     leftover = trainer["targets"]["leftover"]
     assert not Path("/dev/shm", leftover).exists()  # ... and are gone with it
     assert not Path(tempfile.gettempdir(), leftover).exists()
-    assert read_extra(trainer["targets"]["checkpoint"])["optimizer_steps"] == 3
+    assert Path(trainer["targets"]["checkpoint"]).read_bytes() == CHECKPOINT_BYTES
 
 
 @NEEDS_BWRAP
@@ -314,7 +312,7 @@ class Payload:
 
 
 def test_a_checkpoint_with_a_pickled_payload_is_refused_not_run(tmp_path, monkeypatch):
-    import torch
+    torch = pytest.importorskip("torch")
     from rlc.runtime.workers.common import lr_lambda, read_extra
 
     marker = tmp_path / "PWNED"
@@ -336,7 +334,7 @@ def test_a_checkpoint_with_a_pickled_payload_is_refused_not_run(tmp_path, monkey
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # one process saves the whole checkpoint
 def test_a_sharded_checkpoints_metadata_with_a_payload_is_refused_before_it_is_unpickled(tmp_path, monkeypatch):
-    import torch
+    torch = pytest.importorskip("torch")
     import torch.distributed.checkpoint as dcp
     from rlc.runtime.workers.common import check_metadata
 
@@ -411,6 +409,43 @@ else:
     out = run_python(code, limits=Limits(seconds=5, processes=20))
     made, error = out.stdout.split()
     assert int(made) < 20 and error == "BlockingIOError", out
+
+
+HEADROOM = """
+import os, resource, sys
+from rlc.runtime.envs import sandbox
+if os.geteuid() == 0:  # a root trainer's sandboxes have uids of their own: look as an unprivileged trainer
+    os.setgid(65534)
+    os.setuid(65534)
+used = sandbox.tasks_of(os.getuid())
+soft = used + int(sys.argv[1])
+hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+if hard != resource.RLIM_INFINITY and hard < soft:
+    print("SKIP hard limit", hard)
+    sys.exit(0)
+resource.setrlimit(resource.RLIMIT_NPROC, (soft, hard))
+limits = sandbox.Limits(processes=15)
+try:
+    sandbox.configure("unisolated", limits, concurrent=2)
+except sandbox.SandboxUnavailable as exc:
+    print("REFUSED", exc)
+else:
+    print("STARTED", sandbox.process_shortfall(2, limits))
+"""
+
+
+@pytest.mark.parametrize("headroom", [60, 200])
+def test_sandboxes_that_could_take_a_non_root_trainers_processes_are_refused_before_it_starts(headroom):
+    # A non-root trainer's sandboxes count against its uid's RLIMIT_NPROC: with 50 left, a sandbox of 15 left the
+    # trainer 35 (the review's attack). Two sandboxes of 15 and the trainer's reserve of 64 need 94 more than it runs.
+    out = subprocess.run([sys.executable, "-c", HEADROOM, str(headroom)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.startswith("SKIP"):
+        pytest.skip(f"the hard RLIMIT_NPROC here is too low to set up the case: {out.stdout}")
+    if headroom < 2 * 15 + sandbox.TRAINER_RESERVE:
+        assert out.stdout.startswith("REFUSED") and "ulimit -u" in out.stdout and "max_env_workers" in out.stdout
+    else:
+        assert out.stdout.strip() == "STARTED None", out.stdout
 
 
 def test_what_a_program_prints_is_capped(level):
@@ -572,6 +607,8 @@ def compiled(tmp_path_factory):
 
 
 def test_the_runtime_refuses_before_training_when_the_machine_cannot_give_the_level(compiled, monkeypatch):
+    pytest.importorskip("torch")  # the driver's
+    pytest.importorskip("ray")
     from rlc.runtime.config import load
     from rlc.runtime.driver import Driver
     from rlc.runtime.run_error import RunError
