@@ -7,7 +7,7 @@ from rlc.core.dataclass import dataclass
 from rlc.spec.algorithm import AlgorithmConfig
 from rlc.spec.fields import section, setting
 
-STRATEGIES = ("fsdp2", "fsdp", "megatron")
+STRATEGY_NAMES = ("fsdp2", "fsdp", "megatron")  # the spec's spelling; the runtime's STRATEGIES start each
 DTYPES_SHORT = ("bf16", "fp16", "fp32")
 
 DEFAULT_MEGATRON_OPTIMIZER_KWARGS: dict[str, Any] = {
@@ -330,7 +330,7 @@ class TrainerConfig:
         True, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on the training workers (less fragmentation)."
     )
     sequence_parallel_backend: str = setting("ulysses", "Sequence-parallel implementation.", enum=("ulysses",))
-    strategy: str = setting("fsdp2", "Training backend (fsdp is an alias of fsdp2).", enum=STRATEGIES)
+    strategy: str = setting("fsdp2", "Training backend (fsdp is an alias of fsdp2).", enum=STRATEGY_NAMES)
     policy: PolicyConfig = section(PolicyConfig, "Policy model training.")
     ref: RefConfig = section(RefConfig, "Reference model (used when a KL term needs it).")
     critic: CriticConfig = section(CriticConfig, "Critic model (used when critic.model.path is set).")
