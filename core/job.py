@@ -13,12 +13,9 @@ import dataclasses
 import types
 import typing
 from dataclasses import field
-from pathlib import Path
 from typing import Any
 
 from rlc.core.dataclass import dataclass
-from rlc.core.plan import Plan
-from rlc.spec.root import RlcSpec
 
 DECISIONS_VERSION = 3
 
@@ -264,15 +261,6 @@ class Decisions:
             return _build(cls, {k: v for k, v in data.items() if k != "version"})
         except (KeyError, TypeError, ValueError) as exc:
             raise JobFormatError(f"the runtime decisions are malformed ({exc})") from None
-
-
-@dataclass(frozen=True)
-class CompiledJob:
-    spec: RlcSpec  # resolved: every derived value explicit
-    plan: Plan
-    decisions: Decisions
-    content_hash: str
-    directory: Path
 
 
 def _plain(value: Any) -> Any:

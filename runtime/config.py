@@ -10,13 +10,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlc.core.dataclass import dataclass
 from rlc.core.digest import content_hash
-from rlc.core.job import CompiledJob, Decisions, JobFormatError
+from rlc.core.job import Decisions, JobFormatError
 from rlc.core.plan import Plan, PlanFormatError
 from rlc.spec.model import default_model
+from rlc.spec.root import RlcSpec
 from ruamel.yaml import YAML
 
 __all__ = ["CompiledJob", "CompiledJobError", "load"]
+
+
+@dataclass(frozen=True)
+class CompiledJob:
+    """What the runtime trains from: the resolved spec, its plan and the compiler's decisions, read back together."""
+
+    spec: RlcSpec  # resolved: every derived value explicit
+    plan: Plan
+    decisions: Decisions
+    content_hash: str
+    directory: Path
 
 
 class CompiledJobError(Exception):

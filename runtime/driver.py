@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 from rlc.core.environments import WRITERS
-from rlc.core.job import CompiledJob, Sampling, seed_for
+from rlc.core.job import Sampling, seed_for
 from rlc.core.runtime_facts import runs_model_code
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.advantages import broadcast_to_steps
@@ -29,6 +29,7 @@ from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batches, pad_rows, to_batch, totals
 from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
 from rlc.runtime.colocation import Colocation
+from rlc.runtime.config import CompiledJob
 from rlc.runtime.data import DataError, expand, read_rows, write_dataset
 from rlc.runtime.dumps import dump_training_batch
 from rlc.runtime.envs import sandbox

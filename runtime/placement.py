@@ -19,10 +19,10 @@ from typing import Any
 import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-from rlc.core.job import CompiledJob
 from rlc.core.plan import Engine, RemoteEngine, Role
 from rlc.runtime.batch import TrainBatch, shards
 from rlc.runtime.cluster_gate import device_shortfall
+from rlc.runtime.config import CompiledJob
 from rlc.runtime.data import expand
 from rlc.runtime.inference.hf import HFEngine
 from rlc.runtime.inference.http import EngineHTTPError

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlc.core.job import CompiledJob
+from rlc.runtime.config import CompiledJob
 from rlc.runtime.generator import Settings
 from rlc.spec.algorithm import AlgorithmConfig
 from rlc.spec.training import CriticConfig, PolicyConfig, RefConfig, SkyRLLoraConfig
