@@ -11,8 +11,25 @@ LoRA adapters travel this way.
 
 from __future__ import annotations
 
-from rlc.runtime.placement import Cluster
+from typing import Any, Protocol
+
+from rlc.core.job import Decisions
+from rlc.core.plan import Plan
 from rlc.runtime.run_error import RunError
+
+
+class Cluster(Protocol):
+    """What a transport needs of the started job (runtime.placement.Cluster is one): the policy ranks, the engines,
+    each engine's worker count, which engines take weights, the plan and the compiler's decisions."""
+
+    ray: Any
+    workers: dict[str, list]
+    engines: list
+    engine_workers: list[int]
+    plan: Plan
+    decisions: Decisions
+
+    def weight_engines(self) -> list: ...
 
 
 class Transport:
