@@ -291,7 +291,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         target.write_text(render_svg(layout, result.memory), encoding="utf-8")
     except OSError as exc:
         raise click.BadParameter(f"cannot write {target}: {exc.strerror or exc}", param_hint="--svg") from None
-    from rlc.compiler.timing import estimate_time, render_time
+    from rlc.compiler.estimate import estimate_time, render_time
 
     timing = estimate_time(result.spec, layout, result.memory) if result.spec is not None else None
     if fmt == "json":

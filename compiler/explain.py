@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 
-from rlc.compiler import allocation, memory, timing
+from rlc.compiler import allocation, estimate, memory
 from rlc.compiler.check import rules_for
 from rlc.compiler.importers.skyrl import legacy_target
 from rlc.compiler.targets import TARGETS
@@ -123,12 +123,12 @@ def memory_text() -> str:
 def time_text() -> str:
     """How `rlc plan` estimates a step's time and a run's cost, and the spec keys that set each assumption."""
     lines = ["time", "  How `rlc plan` estimates seconds per step, the run's wall time, GPU-hours and cost:", ""]
-    lines += ["  " + line for line in (timing.__doc__ or "").strip().splitlines()]
+    lines += ["  " + line for line in (estimate.__doc__ or "").strip().splitlines()]
     lines += ["", "  Each assumption, set in the spec or as an override (e.g. estimate.train_mfu=0.45):"]
     model = default_model()
     spec = model.lookup("estimate")
     for child in model.fields_of(spec.section, "estimate") if spec and spec.section else []:
         lines.append(f"    estimate.{child.name:<26} {child.doc} (default {json.dumps(to_plain(child.default()))})")
-    lines += ["", f"  GPU-hour prices ({timing.PRICES_AS_OF}, {timing.PRICE_SOURCE}):"]
-    lines += [f"    {name:<10} ${price:.2f}" for name, price in timing.PRICES.items()]
+    lines += ["", f"  GPU-hour prices ({estimate.PRICES_AS_OF}, {estimate.PRICE_SOURCE}):"]
+    lines += [f"    {name:<10} ${price:.2f}" for name, price in estimate.PRICES.items()]
     return "\n".join(lines)

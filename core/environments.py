@@ -59,7 +59,7 @@ class Environment:
     runs_model_code: bool  # it runs what the model wrote: in the sandbox (rlc.runtime.envs.sandbox)
     description: str
     # Its reward takes two values, right or wrong (1 or 0; aime's 1 or -1), as its scorer's code gives it: a group's
-    # rewards are then all equal with a chance the time estimate counts (compiler/timing.py, `inert`). Graded:
+    # rewards are then all equal with a chance the time estimate counts (compiler/estimate.py, `inert`). Graded:
     # gsm8k_multi_turn (a format score each turn), synthetic (a quarter for the digit first), llm_as_a_judge.
     right_or_wrong: bool = False
     writer: Writer | None = None  # rlc can write its dataset

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES
+from rlc.compiler.estimate import estimate_time
 from rlc.compiler.importers.scripts import import_script
 from rlc.compiler.pipeline import compile_job
-from rlc.compiler.timing import estimate_time
 from rlc.core.overrides import parse_override
 
 SKYRL = Path(__file__).resolve().parents[1] / "fixtures" / "skyrl-scripts" / "examples" / "train"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 from conftest import EXAMPLES, run_rlc
+from rlc.compiler.estimate import CPU, PRICES, _drain, estimate_time, lengths
 from rlc.compiler.pipeline import compile_job
-from rlc.compiler.timing import CPU, PRICES, _drain, estimate_time, lengths
 from rlc.core.overrides import parse_override
 
 GSM8K = str(EXAMPLES / "gsm8k-grpo-8xh100.yaml")
@@ -201,7 +201,7 @@ def test_unstated_inert_rows_are_expected_of_groups_of_a_right_or_wrong_reward()
 def test_the_expected_share_is_the_mean_chance_that_a_group_agrees():
     """2/(n+1) is the mean over a success rate p, uniform on [0, 1], of p^n + (1-p)^n: every sample right or every
     one wrong (the midpoint rule over a fine grid)."""
-    from rlc.compiler.timing import expected_inert
+    from rlc.compiler.estimate import expected_inert
 
     grid = [(i + 0.5) / 20000 for i in range(20000)]
     for n in (2, 5, 8, 16):
