@@ -41,10 +41,10 @@ from dataclasses import field
 
 from rlc.compiler.memory import DTYPE_BYTES, MemoryEstimate, capacity, engine_weights
 from rlc.compiler.roles import critic_on, engine_gpus, ref_on
+from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
 from rlc.core.environments import BY_ID
 from rlc.core.plan import Plan
-from rlc.spec.algorithm import ADVANTAGE_WEIGHTED_LOSSES, GROUP_BASELINE_ESTIMATORS
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def inert(spec) -> float:
     the advantage, with no KL or entropy term every row feeds): estimate.inert_fraction, else what `expected_inert`
     expects of the job."""
     a = spec.trainer.algorithm
-    if a.policy_loss_type not in ADVANTAGE_WEIGHTED_LOSSES or a.use_kl_loss:
+    if not algorithms.policy_loss(a.policy_loss_type).advantage_weighted or a.use_kl_loss:
         return 0.0
     if a.use_entropy_loss and float(a.entropy_loss_coef) != 0:
         return 0.0
@@ -260,7 +260,12 @@ def expected_inert(spec) -> float:
     easy or too hard for the model: set estimate.inert_fraction from its inert_row_fraction)."""
     a, n = spec.trainer.algorithm, int(spec.generator.n_samples_per_prompt)
     env = BY_ID.get(str(spec.environment.env_class))
-    if env is None or not env.right_or_wrong or n < 2 or a.advantage_estimator not in GROUP_BASELINE_ESTIMATORS:
+    if (
+        env is None
+        or not env.right_or_wrong
+        or n < 2
+        or not algorithms.advantage_estimator(a.advantage_estimator).group_baseline
+    ):
         return 0.0
     if a.use_kl_in_reward or a.advantage_batch_normalize or a.dynamic_sampling.type:
         return 0.0  # rewards less each row's KL differ; normalised advantages are not 0; resampled groups agree less

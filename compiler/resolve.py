@@ -32,9 +32,9 @@ from rlc.compiler.roles import (
     put,
     ref_on,
 )
+from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, INFO, WARNING, Diagnostic, Location
-from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES
 from rlc.spec.generation import SamplingParams
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
 
@@ -303,7 +303,7 @@ class _Resolver:
             )
         if (opc.tis_ratio_type or opc.sequence_mask_metric) and g.sampling_params.logprobs is None:
             self.derive("generator.sampling_params.logprobs", 1, ["trainer.algorithm.off_policy_correction"])
-        elif alg.policy_loss_type in ROLLOUT_ANCHORED_LOSSES and g.sampling_params.logprobs is None:
+        elif algorithms.policy_loss(alg.policy_loss_type).rollout_anchored and g.sampling_params.logprobs is None:
             self.derive("generator.sampling_params.logprobs", 1, ["trainer.algorithm.policy_loss_type"])
 
     # -- placement <-> cluster ------------------------------------------------------------------

@@ -1,35 +1,15 @@
 """The RL algorithm section of spec v1 (trainer.algorithm), with SkyRL's names and defaults."""
 
+from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
 from rlc.spec.fields import section, setting
 
-ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++", "maxrl")
-POLICY_LOSSES = (
-    "regular",
-    "dual_clip",
-    "gspo",
-    "clip_cov",
-    "kl_cov",
-    "cispo",
-    "sapo",
-    "rollout_is",
-    "importance_sampling",
-    "cross_entropy",
-    "dppo",  # a known value the compiler refuses as not supported yet (RLC-E815)
-)
-# Losses that do not apply trainer.algorithm.off_policy_correction (as in SkyRL, which ignores it for them).
-LOSSES_WITHOUT_OFF_POLICY_CORRECTION = ("clip_cov", "kl_cov", "importance_sampling", "cross_entropy")
-# Losses whose every token's loss is its advantage times a factor computed from its own row: a row whose advantages
-# are all 0 adds exactly nothing to the loss or its gradient, so the trainer leaves it out (clip_cov and kl_cov centre
-# their covariances over the whole batch, so every row shapes the others' terms; cross_entropy reads no advantage).
-ADVANTAGE_WEIGHTED_LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "importance_sampling")
-# Estimators that measure a row against its own group (the mean of its prompt's samples): a group whose rewards are all
-# equal gets advantage 0 on every row.
-GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "maxrl")
-# Losses whose ratio is against the engine's log-probs: the engines must return them.
-ROLLOUT_ANCHORED_LOSSES = ("rollout_is",)
-LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
-KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+# The accepted values, from the catalog of built-in algorithms (each card's properties are there too); dppo is a
+# known value the compiler refuses as not supported yet (RLC-E815).
+ADVANTAGE_ESTIMATORS = algorithms.ids(algorithms.ADVANTAGE_ESTIMATORS)
+POLICY_LOSSES = algorithms.ids(algorithms.POLICY_LOSSES)
+LOSS_REDUCTIONS = algorithms.ids(algorithms.LOSS_REDUCTIONS)
+KL_ESTIMATORS = algorithms.ids(algorithms.KL_ESTIMATORS)
 
 
 @dataclass

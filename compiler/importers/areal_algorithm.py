@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from rlc.compiler import allocation
 from rlc.compiler.importers.areal_import import ArealImport
+from rlc.core.algorithms import SEQUENCE_RATIO_LOSS
 
 
 def algorithm(imp: ArealImport) -> None:
@@ -49,7 +50,7 @@ def algorithm(imp: ArealImport) -> None:
         imp.put(f"{alg}.policy_loss_type", "dual_clip", "actor.c_clip", reason="dual clipping")
         imp.put(f"{alg}.clip_ratio_c", imp.get("actor.c_clip"), "actor.c_clip")
     elif imp.get("actor.importance_sampling_level") == "sequence":
-        imp.put(f"{alg}.policy_loss_type", "gspo", "actor.importance_sampling_level", reason="GSPO")
+        imp.put(f"{alg}.policy_loss_type", SEQUENCE_RATIO_LOSS, "actor.importance_sampling_level", reason="GSPO")
     else:
         imp.drop("actor.importance_sampling_level", "token-level ratios, as in rlc's regular loss")
         imp.drop("actor.c_clip", "no dual clipping")

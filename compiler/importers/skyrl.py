@@ -17,6 +17,7 @@ from typing import Any
 from rlc.compiler.importers import skyrl_history as legacy_history
 from rlc.compiler.importers.base import Change, show_value
 from rlc.compiler.importers.skyrl_history import inert
+from rlc.core.algorithms import SEQUENCE_RATIO_LOSS
 from rlc.core.dataclass import dataclass
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
@@ -440,7 +441,7 @@ class _Step:
             return
         loss = _get(self.data, "trainer.algorithm.policy_loss_type")
         if value == "sequence" and loss in (_MISSING, "regular"):
-            _ensure_map(self.data, "trainer.algorithm")["policy_loss_type"] = "gspo"
+            _ensure_map(self.data, "trainer.algorithm")["policy_loss_type"] = SEQUENCE_RATIO_LOSS
             self.changes.append(
                 Change(
                     "transformed",
@@ -448,8 +449,8 @@ class _Step:
                     "trainer.algorithm.policy_loss_type",
                     line,
                     value,
-                    "gspo",
-                    reason="sequence-level importance sampling is the gspo loss",
+                    SEQUENCE_RATIO_LOSS,
+                    reason=f"sequence-level importance sampling is the {SEQUENCE_RATIO_LOSS} loss",
                 )
             )
         else:

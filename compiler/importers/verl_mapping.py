@@ -14,6 +14,7 @@ from typing import Any
 from rlc.compiler.importers.parquet_rows import NotParquet, parquet_rows
 from rlc.compiler.importers.verl_record import VerlImport
 from rlc.compiler.megatron_fields import TRANSFORMER_CONFIG_FIELDS
+from rlc.core import algorithms
 
 A, R, REF, M, C, ALG, T = (
     "actor_rollout_ref.actor",
@@ -25,13 +26,11 @@ A, R, REF, M, C, ALG, T = (
     "trainer",
 )
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-ESTIMATORS = {"gae": "gae", "grpo": "grpo", "grpo_vectorized": "grpo", "rloo": "rloo", "rloo_vectorized": "rloo",
-              "reinforce_plus_plus": "reinforce++"}  # fmt: skip
-KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
-LOSS_AGG = {"token-mean": "token_mean", "seq-mean-token-mean": "sequence_mean",
-            "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}  # fmt: skip
-LOSS_MODES = {"vanilla": "dual_clip", "gspo": "gspo", "sapo": "sapo", "cispo": "cispo", "clip_cov": "clip_cov",
-              "kl_cov": "kl_cov"}  # fmt: skip
+# verl's names -> rlc's, from the catalog's cards.
+ESTIMATORS = algorithms.verl_names(algorithms.ADVANTAGE_ESTIMATORS)
+KL_TYPES = algorithms.verl_names(algorithms.KL_ESTIMATORS)
+LOSS_AGG = algorithms.verl_names(algorithms.LOSS_REDUCTIONS)
+LOSS_MODES = algorithms.verl_names(algorithms.POLICY_LOSSES)
 
 # What changes where verl's loss_agg_mode also averages the entropy bonus and the KL loss, and rlc (as SkyRL) takes
 # the entropy's token mean and the KL's mean of per-response token means whatever the loss reduction.
@@ -492,9 +491,9 @@ def _loss(imp: VerlImport) -> None:
     imp.read(pl)
     agg_key = f"{A}.loss_agg_mode"
     agg = str(imp.get(agg_key, "token-mean"))
-    if mode == "gspo":
+    if mode in LOSS_MODES and algorithms.LOSSES[LOSS_MODES[mode]].ratio_level == "sequence":
         imp.put(
-            f"{alg}.loss_reduction", "sequence_mean", agg_key, reason="verl's gspo loss always averages per sequence"
+            f"{alg}.loss_reduction", "sequence_mean", agg_key, reason=f"verl's {mode} loss always averages per sequence"
         )
     elif agg in LOSS_AGG:
         imp.put(f"{alg}.loss_reduction", LOSS_AGG[agg], agg_key)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rlc.compiler.roles import critic_on
 from rlc.compiler.rules.base import Context, num, rule
+from rlc.core import algorithms
 from rlc.core.runtime_facts import CHAT_TEMPLATE_NAMES
-from rlc.spec.algorithm import LOSSES_WITHOUT_OFF_POLICY_CORRECTION
 
 IE = "generator.inference_engine"
 NS = "generator.n_samples_per_prompt"
@@ -14,15 +14,26 @@ NS = "generator.n_samples_per_prompt"
 # -- algorithm ------------------------------------------------------------------
 
 ALG = "trainer.algorithm"
+# The cards' properties these rules refuse or require, by name for their titles.
+CRITIC_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if card.needs_critic)
+PER_TOKEN_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if not card.per_trajectory)
+MAX_SEQ_LEN_REDUCTIONS = tuple(card.id for card in algorithms.LOSS_REDUCTIONS if card.needs_max_seq_len)
+UNCORRECTED_LOSSES = tuple(card.id for card in algorithms.POLICY_LOSSES if not card.off_policy_correction)
 
 
-@rule("RLC-E301", "advantage_estimator gae needs a critic", f"{ALG}.advantage_estimator", "trainer.critic.model.path")
+@rule(
+    "RLC-E301",
+    f"advantage_estimator {algorithms.listed(CRITIC_ESTIMATORS)} needs a critic",
+    f"{ALG}.advantage_estimator",
+    "trainer.critic.model.path",
+)
 def gae_needs_critic(c: Context):
-    if c.alg.advantage_estimator == "gae" and not critic_on(c.s):
+    if algorithms.advantage_estimator(c.alg.advantage_estimator).needs_critic and not critic_on(c.s):
         yield c.error(
             "RLC-E301",
             f"{ALG}.advantage_estimator",
-            "advantage_estimator gae needs a value model, but trainer.critic.model.path is not set",
+            f"advantage_estimator {c.alg.advantage_estimator} needs a value model, but trainer.critic.model.path is "
+            "not set",
             "set trainer.critic.model.path (PPO), or use grpo/rloo/reinforce++",
             ["trainer.critic.model.path"],
         )
@@ -45,29 +56,33 @@ def kl_in_reward_excludes_kl_loss(c: Context):
         )
 
 
-@rule("RLC-E303", "seq_mean_token_sum_norm needs max_seq_len", f"{ALG}.loss_reduction", f"{ALG}.max_seq_len")
+@rule(
+    "RLC-E303",
+    f"{algorithms.listed(MAX_SEQ_LEN_REDUCTIONS)} needs max_seq_len",
+    f"{ALG}.loss_reduction",
+    f"{ALG}.max_seq_len",
+)
 def token_sum_norm_needs_max_seq_len(c: Context):
-    if c.alg.loss_reduction == "seq_mean_token_sum_norm" and c.alg.max_seq_len is None:
+    if c.alg.loss_reduction in MAX_SEQ_LEN_REDUCTIONS and c.alg.max_seq_len is None:
         yield c.error(
             "RLC-E303",
             f"{ALG}.max_seq_len",
-            "loss_reduction seq_mean_token_sum_norm needs max_seq_len",
+            f"loss_reduction {c.alg.loss_reduction} needs max_seq_len",
             "set trainer.algorithm.max_seq_len",
         )
 
 
 @rule(
     "RLC-E304",
-    "off-policy correction does not combine with clip_cov, kl_cov, importance_sampling or cross_entropy",
+    f"off-policy correction does not combine with {algorithms.listed(UNCORRECTED_LOSSES)}",
     f"{ALG}.off_policy_correction.tis_ratio_type",
     f"{ALG}.policy_loss_type",
     "trainer.algorithm.off_policy_correction.sequence_mask_metric",
 )
 def off_policy_correction_excludes_cov_losses(c: Context):
     opc = c.alg.off_policy_correction
-    if (
-        opc.tis_ratio_type or opc.sequence_mask_metric
-    ) and c.alg.policy_loss_type in LOSSES_WITHOUT_OFF_POLICY_CORRECTION:
+    corrected = algorithms.policy_loss(c.alg.policy_loss_type).off_policy_correction
+    if (opc.tis_ratio_type or opc.sequence_mask_metric) and not corrected:
         key = (
             f"{ALG}.off_policy_correction.tis_ratio_type"
             if opc.tis_ratio_type
@@ -118,12 +133,15 @@ def policy_needs_model(c: Context):
 
 @rule(
     "RLC-E307",
-    "step-wise trajectories need a per-trajectory advantage (not gae or reinforce++)",
+    f"step-wise trajectories need a per-trajectory advantage (not {algorithms.listed(PER_TOKEN_ESTIMATORS)})",
     "generator.step_wise_trajectories",
     f"{ALG}.advantage_estimator",
 )
 def step_wise_needs_per_trajectory_advantage(c: Context):
-    if c.s.generator.step_wise_trajectories and c.alg.advantage_estimator in ("gae", "reinforce++"):
+    if (
+        c.s.generator.step_wise_trajectories
+        and not algorithms.advantage_estimator(c.alg.advantage_estimator).per_trajectory
+    ):
         yield c.error(
             "RLC-E307",
             f"{ALG}.advantage_estimator",

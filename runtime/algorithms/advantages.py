@@ -7,7 +7,7 @@ treated as absent, so the same code serves left- and right-padded response windo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import TypeAlias
 
 import torch
@@ -157,15 +157,30 @@ def gae_advantages(
     return _masked_whiten(advantages, mask), returns
 
 
-# Keys are spec v1's `advantage_estimator` values. Outcome estimators take `index`, gae takes
-# `values`; the caller passes each its own keyword arguments.
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "grpo": grpo_advantages,
-    "rloo": rloo_advantages,
-    "maxrl": maxrl_advantages,
-    "reinforce++": reinforce_pp_advantages,
-    "gae": gae_advantages,
-}
+# The estimators in the common calling convention (rlc.runtime.algorithms.registry), which the catalog's cards
+# (rlc.core.algorithms) name: outcome estimators read `index`, gae reads `values`, each its knobs from `algorithm`.
+
+
+def grpo(rewards, mask, *, index, values, algorithm):
+    return grpo_advantages(rewards, mask, index, norm_by_std=algorithm.grpo_norm_by_std)
+
+
+def rloo(rewards, mask, *, index, values, algorithm):
+    return rloo_advantages(rewards, mask, index)
+
+
+def maxrl(rewards, mask, *, index, values, algorithm):
+    return maxrl_advantages(rewards, mask, index)
+
+
+def reinforce_pp(rewards, mask, *, index, values, algorithm):
+    return reinforce_pp_advantages(rewards, mask, gamma=algorithm.gamma)
+
+
+def gae(rewards, mask, *, index, values, algorithm):
+    if values is None:
+        raise ValueError("advantage estimator 'gae' needs critic values (trainer.critic)")
+    return gae_advantages(rewards, values, mask, gamma=algorithm.gamma, lambd=algorithm.lambd)
 
 
 def broadcast_to_steps(per_trajectory: torch.Tensor, last_step: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,8 @@ are all equal has zero GRPO advantage, so it carries no learning signal.
 from __future__ import annotations
 
 import torch
+from rlc.core import algorithms
 from rlc.runtime.batch import TrainBatch
-from rlc.spec.algorithm import ADVANTAGE_WEIGHTED_LOSSES
 
 DYNAMIC_SAMPLING_TYPES = ("filter", "replace")
 
@@ -46,13 +46,13 @@ def zero_variance_groups(
 
 def inert_rows(batch: TrainBatch, algorithm) -> torch.Tensor | None:
     """(rows,) bool: rows whose policy loss and gradient are exactly zero, or None where the objective has a
-    term that every row feeds (a KL or entropy loss, or a loss not in ADVANTAGE_WEIGHTED_LOSSES).
+    term that every row feeds (a KL or entropy loss, or a loss whose card is not advantage_weighted).
 
     A row is inert when each of its tokens is out of the loss mask or has advantage 0: a GRPO group whose
     rewards are all equal, say (every sample right, or every one wrong).
     """
     a = algorithm
-    if a.policy_loss_type not in ADVANTAGE_WEIGHTED_LOSSES:
+    if not algorithms.policy_loss(a.policy_loss_type).advantage_weighted:
         return None
     if (a.use_kl_loss and batch.ref_logprobs is not None) or (a.use_entropy_loss and a.entropy_loss_coef != 0):
         return None

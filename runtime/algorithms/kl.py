@@ -8,11 +8,11 @@ k3 = exp(-delta) + delta - 1.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from rlc.runtime.algorithms.registry import get_kl_estimator
 
 
 def k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
@@ -37,14 +37,6 @@ def abs_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor
     return (log_probs - ref_log_probs).abs()
 
 
-KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "k1": k1,
-    "k2": k2,
-    "k3": k3,
-    "abs": abs_kl,
-}
-
-
 def token_kl(
     log_probs: torch.Tensor,
     ref_log_probs: torch.Tensor,
@@ -52,7 +44,7 @@ def token_kl(
     estimator: str = "k3",
 ) -> torch.Tensor:
     """Per-token KL by the named estimator, exactly 0 outside `mask` (even where the log-probs are inf/NaN)."""
-    kl = KL_ESTIMATORS[estimator](log_probs, ref_log_probs)
+    kl = get_kl_estimator(estimator)(log_probs, ref_log_probs)
     if mask is None:
         return kl
     return torch.where(mask.bool(), kl * mask.to(kl.dtype), 0.0)

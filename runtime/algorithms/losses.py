@@ -3,19 +3,18 @@
 Token tensors are (batch, response_len) with `mask` marking the tokens that carry loss; masked
 positions never reach the result, even when they hold inf or NaN. Every policy loss is per token:
 `fn(log_probs, old_log_probs, advantages, mask, **options) -> (token_loss, metrics)`, with the
-options read from trainer.algorithm by `policy_loss_options`.
+options read from trainer.algorithm as the loss's card says (rlc.core.algorithms, `registry.policy_loss_options`).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from rlc.core import algorithms
 from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS
-
-LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
+from rlc.runtime.algorithms.registry import resolve
 
 # Log-ratios are clamped before exp so a stale token cannot overflow the ratio (SkyRL's safe_exp_delta).
 _MAX_LOG_RATIO = 20.0
@@ -235,7 +234,11 @@ def reduce_loss(
         if max_seq_len is None or max_seq_len < 1:
             raise ValueError("seq_mean_token_sum_norm needs max_seq_len >= 1")
         return (masked.sum(dim=-1) / max_seq_len).mean()
-    raise ValueError(f"unknown loss_reduction {loss_reduction!r}; expected one of {', '.join(LOSS_REDUCTIONS)}")
+    raise ValueError(_unknown_reduction(loss_reduction))
+
+
+def _unknown_reduction(name: str) -> str:
+    return f"unknown loss_reduction {name!r}; expected one of {', '.join(algorithms.REDUCTIONS)}"
 
 
 def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -362,21 +365,34 @@ def token_weights(
     total_sequences: float,
     max_seq_len: int | None = None,
 ) -> torch.Tensor:
-    """Per-token weights w with sum(token_loss * w) over a whole mini-batch == reduce_loss of it.
+    """Per-token weights w with sum(token_loss * w) over a whole mini-batch == reduce_loss of it, by the loss
+    reduction's card (rlc.core.algorithms).
 
     A worker sees only its micro-batches of its shard; the totals are the mini-batch's (all ranks), so
     micro-batch and rank losses add up to the mini-batch loss whatever the split.
     """
-    mask = mask.to(torch.float32)
-    if loss_reduction == "token_mean":
-        return mask / max(total_tokens, 1.0)
-    if loss_reduction == "sequence_mean":
-        return mask / mask.sum(dim=-1, keepdim=True).clamp(min=1) / max(total_sequences, 1.0)
-    if loss_reduction == "seq_mean_token_sum_norm":
-        if max_seq_len is None or max_seq_len < 1:
-            raise ValueError("seq_mean_token_sum_norm needs max_seq_len >= 1")
-        return mask / max_seq_len / max(total_sequences, 1.0)
-    raise ValueError(f"unknown loss_reduction {loss_reduction!r}; expected one of {', '.join(LOSS_REDUCTIONS)}")
+    card = algorithms.REDUCTIONS.get(loss_reduction)
+    if card is None:
+        raise ValueError(_unknown_reduction(loss_reduction))
+    weights = resolve(card.function)
+    return weights(
+        mask.to(torch.float32), total_tokens=total_tokens, total_sequences=total_sequences, max_seq_len=max_seq_len
+    )
+
+
+# Each loss reduction's weights, which its card names (the same reductions as `reduce_loss`'s).
+def token_mean_weights(mask, *, total_tokens, total_sequences, max_seq_len):
+    return mask / max(total_tokens, 1.0)
+
+
+def sequence_mean_weights(mask, *, total_tokens, total_sequences, max_seq_len):
+    return mask / mask.sum(dim=-1, keepdim=True).clamp(min=1) / max(total_sequences, 1.0)
+
+
+def seq_mean_token_sum_norm_weights(mask, *, total_tokens, total_sequences, max_seq_len):
+    if max_seq_len is None or max_seq_len < 1:
+        raise ValueError("seq_mean_token_sum_norm needs max_seq_len >= 1")
+    return mask / max_seq_len / max(total_sequences, 1.0)
 
 
 def gspo_token_loss(
@@ -606,47 +622,3 @@ def kl_cov_token_loss(
         "kl_cov_fraction": _token_mean(penalized.float(), keep),
     }
     return torch.where(keep, token_loss, 0.0), metrics
-
-
-# Keys are spec v1's `policy_loss_type` values.
-POLICY_TOKEN_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
-    "regular": regular_token_loss,
-    "dual_clip": dual_clip_token_loss,
-    "gspo": gspo_token_loss,
-    "clip_cov": clip_cov_token_loss,
-    "kl_cov": kl_cov_token_loss,
-    "cispo": cispo_token_loss,
-    "sapo": sapo_token_loss,
-    "rollout_is": rollout_is_token_loss,
-    "importance_sampling": importance_sampling_token_loss,
-    "cross_entropy": cross_entropy_token_loss,
-}
-# Scalar-loss forms of regular and dual_clip, which share one signature with the reduction options.
-POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
-    "regular": regular_policy_loss,
-    "dual_clip": dual_clip_policy_loss,
-}
-
-# Each built-in loss's keyword options as attribute paths into trainer.algorithm; the keyword is the last part.
-_PPO_CLIP = ("eps_clip_low", "eps_clip_high")
-_LOSS_OPTIONS: dict[str, tuple[str, ...]] = {
-    "regular": (*_PPO_CLIP, "clip_ratio_c"),
-    "dual_clip": (*_PPO_CLIP, "clip_ratio_c"),
-    "gspo": _PPO_CLIP,
-    "clip_cov": (*_PPO_CLIP, "clip_cov.clip_ratio", "clip_cov.clip_cov_lb", "clip_cov.clip_cov_ub"),
-    "kl_cov": ("kl_cov.kl_cov_frac", "kl_cov.ppo_kl_coef"),
-    "cispo": ("cispo.cispo_eps_clip_low", "cispo.cispo_eps_clip_high"),
-    "sapo": ("sapo.tau_pos", "sapo.tau_neg"),
-    "rollout_is": _PPO_CLIP,
-    "importance_sampling": (),
-    "cross_entropy": (),
-}
-
-
-def policy_loss_options(name: str, algorithm: Any) -> dict[str, Any]:
-    """Keyword options of built-in policy loss `name`, read from a trainer.algorithm config."""
-    if name not in _LOSS_OPTIONS:
-        raise KeyError(f"{name!r} is not a built-in policy loss; built-ins: {', '.join(_LOSS_OPTIONS)}")
-    return {
-        path.rpartition(".")[2]: functools.reduce(getattr, path.split("."), algorithm) for path in _LOSS_OPTIONS[name]
-    }

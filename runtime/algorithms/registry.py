@@ -1,7 +1,8 @@
-"""Policy losses and advantage estimators by their spec name, built-in or from an extension.
+"""Policy losses, advantage estimators and KL estimators by their spec name, built-in or from an extension.
 
-A name is looked up in rlc's built-ins, then among functions registered in this process, then in
-the installed entry points of the groups below (entry-point name = spec value, object = function).
+A name is looked up in rlc's built-ins (the catalog's cards, rlc.core.algorithms, each naming its function as
+"module:function"), then among functions registered in this process, then in the installed entry points of the
+groups below (entry-point name = spec value, object = function).
 An extension package makes a new value usable in two parts, the spec value and the function::
 
     [project.entry-points."rlc.extensions"]
@@ -14,7 +15,7 @@ Calling conventions (tensors are (batch, response_len); see losses.py and advant
 
 * policy loss: ``fn(log_probs, old_log_probs, advantages, mask, **options) -> (token_loss, metrics)``,
   token_loss per token (zero outside `mask`), metrics detached 0-d tensors that are masked token
-  means. ``options`` come from ``get_policy_loss_options``: for a custom loss, its options callable
+  means. ``options`` come from ``get_policy_loss_options``: a built-in's card's options; for a custom loss, its options callable
   ``(algorithm) -> dict`` (``register_policy_loss(options=...)``, or an ``rlc_options`` attribute
   on an entry-point function), else eps_clip_low, eps_clip_high and clip_ratio_c.
 * advantage estimator: ``fn(rewards, mask, *, index, values, algorithm) -> (advantages, returns)``:
@@ -28,13 +29,14 @@ what code it imports registers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import importlib
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from typing import Any
 
 import torch
-from rlc.runtime.algorithms import advantages as adv
-from rlc.runtime.algorithms.losses import POLICY_TOKEN_LOSSES, policy_loss_options
+from rlc.core import algorithms
 
 POLICY_LOSS_GROUP = "rlc.policy_losses"
 ADVANTAGE_ESTIMATOR_GROUP = "rlc.advantage_estimators"
@@ -42,6 +44,11 @@ ADVANTAGE_ESTIMATOR_GROUP = "rlc.advantage_estimators"
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 LossOptions = Callable[[Any], dict[str, Any]]
 AdvantageEstimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+KLEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+# The built-ins a name is looked up in first: the cards with a function (dppo's has none: the compiler refuses it).
+BUILTIN_POLICY_LOSSES = {card.id: card for card in algorithms.POLICY_LOSSES if card.function}
+BUILTIN_ADVANTAGE_ESTIMATORS = algorithms.ESTIMATORS
 
 
 class UnknownNameError(KeyError):
@@ -51,36 +58,32 @@ class UnknownNameError(KeyError):
         return str(self.args[0])
 
 
-def _grpo(rewards, mask, *, index, values, algorithm):
-    return adv.grpo_advantages(rewards, mask, index, norm_by_std=algorithm.grpo_norm_by_std)
+@functools.cache
+def resolve(path: str) -> Callable:
+    """The function a card names, "module:function": cards are strings, so that core never imports torch."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def _rloo(rewards, mask, *, index, values, algorithm):
-    return adv.rloo_advantages(rewards, mask, index)
+def functions(cards: Iterable) -> dict[str, Callable]:
+    """Each card's function by the card's id, the cards without one left out."""
+    return {card.id: resolve(card.function) for card in cards if card.function}
 
 
-def _maxrl(rewards, mask, *, index, values, algorithm):
-    return adv.maxrl_advantages(rewards, mask, index)
+def policy_loss_options(name: str, algorithm: Any) -> dict[str, Any]:
+    """Keyword options of built-in policy loss `name`, read from a trainer.algorithm config by its card."""
+    if name not in BUILTIN_POLICY_LOSSES:
+        raise KeyError(f"{name!r} is not a built-in policy loss; built-ins: {', '.join(BUILTIN_POLICY_LOSSES)}")
+    return {
+        path.rpartition(".")[2]: functools.reduce(getattr, path.split("."), algorithm)
+        for path in BUILTIN_POLICY_LOSSES[name].options
+    }
 
 
-def _reinforce_pp(rewards, mask, *, index, values, algorithm):
-    return adv.reinforce_pp_advantages(rewards, mask, gamma=algorithm.gamma)
+def get_kl_estimator(name: str) -> KLEstimator:
+    """The per-token KL estimator for spec value `name` (KeyError for a name without a card)."""
+    return resolve(algorithms.KLS[name].function)
 
-
-def _gae(rewards, mask, *, index, values, algorithm):
-    if values is None:
-        raise ValueError("advantage estimator 'gae' needs critic values (trainer.critic)")
-    return adv.gae_advantages(rewards, values, mask, gamma=algorithm.gamma, lambd=algorithm.lambd)
-
-
-# The built-in estimators in the common calling convention.
-BUILTIN_ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
-    "grpo": _grpo,
-    "rloo": _rloo,
-    "maxrl": _maxrl,
-    "reinforce++": _reinforce_pp,
-    "gae": _gae,
-}
 
 _losses: dict[str, tuple[PolicyLoss, LossOptions | None]] = {}
 _estimators: dict[str, AdvantageEstimator] = {}
@@ -91,7 +94,7 @@ def register_policy_loss(name: str, fn: PolicyLoss, options: LossOptions | None 
 
     Registering a name again replaces it; a built-in name cannot be replaced.
     """
-    _check_new("policy loss", name, POLICY_TOKEN_LOSSES, fn)
+    _check_new("policy loss", name, BUILTIN_POLICY_LOSSES, fn)
     if options is not None and not callable(options):
         raise TypeError(f"options for policy loss {name!r} must be a callable (algorithm) -> dict")
     _losses[name] = (fn, options)
@@ -107,15 +110,15 @@ def register_advantage_estimator(name: str, fn: AdvantageEstimator) -> Advantage
 
 def get_policy_loss(name: str) -> PolicyLoss:
     """The per-token policy loss for spec value `name`."""
-    if name in POLICY_TOKEN_LOSSES:
-        return POLICY_TOKEN_LOSSES[name]
+    if name in BUILTIN_POLICY_LOSSES:
+        return resolve(BUILTIN_POLICY_LOSSES[name].function)
     if name not in _losses:
         fn = _load(
             "policy loss",
             POLICY_LOSS_GROUP,
             "trainer.algorithm.policy_loss_type",
             name,
-            [*POLICY_TOKEN_LOSSES, *_losses],
+            [*BUILTIN_POLICY_LOSSES, *_losses],
         )
         _losses[name] = (fn, getattr(fn, "rlc_options", None))
     return _losses[name][0]
@@ -123,7 +126,7 @@ def get_policy_loss(name: str) -> PolicyLoss:
 
 def get_policy_loss_options(name: str, algorithm: Any) -> dict[str, Any]:
     """Keyword options for policy loss `name`, read from the trainer.algorithm config."""
-    if name in POLICY_TOKEN_LOSSES:
+    if name in BUILTIN_POLICY_LOSSES:
         return policy_loss_options(name, algorithm)
     get_policy_loss(name)
     options = _losses[name][1]
@@ -133,7 +136,7 @@ def get_policy_loss_options(name: str, algorithm: Any) -> dict[str, Any]:
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
     """The advantage estimator for spec value `name`, in the common calling convention."""
     if name in BUILTIN_ADVANTAGE_ESTIMATORS:
-        return BUILTIN_ADVANTAGE_ESTIMATORS[name]
+        return resolve(BUILTIN_ADVANTAGE_ESTIMATORS[name].function)
     if name not in _estimators:
         _estimators[name] = _load(
             "advantage estimator",

@@ -20,6 +20,7 @@ from typing import Any
 import ray
 import torch
 import torch.distributed as dist
+from rlc.core import algorithms
 from rlc.core.job import WorkerSettings  # noqa: F401  (re-exported for the workers)
 from rlc.runtime.algorithms.kl import token_kl
 from rlc.runtime.algorithms.losses import token_weights
@@ -28,7 +29,6 @@ from rlc.runtime.batch import TrainBatch
 from rlc.runtime.host import cpu_threads, pin_gloo_interface
 from rlc.runtime.weights.broadcast import init_group
 from rlc.runtime.weights.payload import pack
-from rlc.spec.algorithm import ROLLOUT_ANCHORED_LOSSES  # the engines return their log-probs for these
 
 ROLES = ("policy", "ref", "critic")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -188,7 +188,7 @@ def policy_objective(
     # No old log-probs: this is the only update on the batch, so the old policy is the current one.
     old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
     options = get_policy_loss_options(a.policy_loss_type, a)
-    if a.policy_loss_type in ROLLOUT_ANCHORED_LOSSES:
+    if algorithms.policy_loss(a.policy_loss_type).rollout_anchored:  # the engines returned their log-probs
         options["rollout_log_probs"] = mb.rollout_logprobs.to(logp.device)
     token_loss, parts = get_policy_loss(a.policy_loss_type)(logp, old, mb.advantages, mask, **options)
     token_loss = torch.where(mask.bool(), token_loss, 0.0)  # NaN * 0 would still be NaN

@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from rlc.core import algorithms  # noqa: E402
 from rlc.runtime.algorithms.filtering import DynamicSampler, zero_variance_groups  # noqa: E402
 from rlc.spec.algorithm import DynamicSamplingConfig  # noqa: E402
 
@@ -226,8 +227,8 @@ def test_inert_rows_have_no_advantage_inside_their_mask():
     assert inert_rows(batch, _algorithm(use_entropy_loss=True, entropy_loss_coef=0.0)) is not None
 
 
-@pytest.mark.parametrize("loss", ["regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "importance_sampling"])
-@pytest.mark.parametrize("reduction", ["token_mean", "sequence_mean", "seq_mean_token_sum_norm"])
+@pytest.mark.parametrize("loss", [card.id for card in algorithms.POLICY_LOSSES if card.advantage_weighted])
+@pytest.mark.parametrize("reduction", [card.id for card in algorithms.LOSS_REDUCTIONS])
 def test_leaving_inert_rows_out_gives_the_same_loss_and_gradient(loss, reduction):
     from rlc.runtime.algorithms.filtering import rows_that_train
     from rlc.runtime.batch import totals

@@ -9,20 +9,22 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from rlc.core import algorithms  # noqa: E402
 from rlc.runtime.algorithms import registry  # noqa: E402
-from rlc.runtime.algorithms.advantages import ADVANTAGE_ESTIMATORS, gae_advantages, grpo_advantages  # noqa: E402
+from rlc.runtime.algorithms.advantages import gae_advantages, grpo_advantages  # noqa: E402
 from rlc.runtime.algorithms.losses import (  # noqa: E402  # noqa: E402  # noqa: E402
-    POLICY_TOKEN_LOSSES,
     cispo_token_loss,
     clip_cov_token_loss,
     gspo_token_loss,
     kl_cov_token_loss,
-    policy_loss_options,
     regular_token_loss,
     sapo_token_loss,
     token_weights,
 )
+from rlc.runtime.algorithms.registry import policy_loss_options  # noqa: E402
 from rlc.spec import algorithm as spec  # noqa: E402
+
+POLICY_TOKEN_LOSSES = registry.functions(algorithms.POLICY_LOSSES)
 
 F64 = torch.float64
 NAN, INF = math.nan, math.inf
@@ -47,15 +49,6 @@ def defaults(name: str) -> dict:
 
 
 # ---- options --------------------------------------------------------------------------------------
-
-
-def test_every_spec_loss_has_a_token_loss():
-    """Every value the spec accepts runs, except the ones the compiler refuses as not supported yet."""
-    from rlc.compiler.rules.upstream import UNSUPPORTED
-
-    refused = {v for g in UNSUPPORTED for k, v in g.refused_values if k == "trainer.algorithm.policy_loss_type"}
-    assert refused == {"dppo"}
-    assert set(POLICY_TOKEN_LOSSES) == set(spec.POLICY_LOSSES) - refused
 
 
 def test_options_read_from_the_algorithm_config():
@@ -83,7 +76,7 @@ def test_worker_call_shape_for_every_loss(name):
     # As the worker calls it: the loss from the table, options from the config.
     logp = t([[-1.0, -2.0], [-0.5, -0.1]], grad=True)
     options = defaults(name)
-    if name in spec.ROLLOUT_ANCHORED_LOSSES:  # the worker adds the engine's log-probs
+    if algorithms.LOSSES[name].rollout_anchored:  # the worker adds the engine's log-probs
         options["rollout_log_probs"] = logp.detach() - 0.05
     token_loss, metrics = POLICY_TOKEN_LOSSES[name](
         logp, logp.detach() + 0.05, t([[1.0, 1.0], [-1.0, -1.0]]), t([[1, 1], [1, 0]]), **options
@@ -352,7 +345,6 @@ def test_registry_finds_the_built_ins():
         assert registry.get_policy_loss(name) is fn
     a = spec.AlgorithmConfig()
     assert registry.get_policy_loss_options("sapo", a) == {"tau_pos": 1.0, "tau_neg": 1.05}
-    assert set(registry.BUILTIN_ADVANTAGE_ESTIMATORS) == set(ADVANTAGE_ESTIMATORS)
 
 
 def test_built_in_estimators_share_the_custom_calling_convention():

@@ -15,11 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rlc.runtime.algorithms.losses import LOSS_REDUCTIONS, reduce_loss, token_weights  # noqa: E402
+from rlc.runtime.algorithms.losses import reduce_loss, token_weights  # noqa: E402
 from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals  # noqa: E402
 from rlc.runtime.inference.base import Sampling  # noqa: E402
 from rlc.runtime.inference.hf import HFEngine, _draw, _filter_logits  # noqa: E402
 from rlc.runtime.models import ModelPathError, local_path  # noqa: E402
+from rlc.spec.algorithm import LOSS_REDUCTIONS  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 TEXTS = ("copy the digit 7:", "what is 3 plus 4?", "Question: how many apples")

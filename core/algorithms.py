@@ -1,0 +1,272 @@
+"""The built-in algorithms, one card each: every policy loss, advantage estimator, KL estimator and loss reduction,
+with the runtime function that computes it and the properties the compiler and the importers reason with. The spec's
+accepted values (`rlc.spec.algorithm`), the compiler's rules, the importers' name maps and the runtime's registries
+(`rlc.runtime.algorithms.registry`) all derive from these cards. A new algorithm is a function in
+`runtime/algorithms/` and one card here.
+
+The cards are plain data in core, as the environments are (`core.environments`), because both sides read them: the
+compiler checks a spec without importing torch, and the runtime needs of each function only its import path,
+"module:function". A value an extension adds (`ext.add_values`) has no card: rlc assumes of it what a card's
+defaults say, and its function comes from an entry point (docs/extensions.md).
+"""
+
+from __future__ import annotations
+
+from rlc.core.dataclass import dataclass
+
+_LOSSES = "rlc.runtime.algorithms.losses"
+_ADVANTAGES = "rlc.runtime.algorithms.advantages"
+_KL = "rlc.runtime.algorithms.kl"
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A `trainer.algorithm.policy_loss_type`; the defaults are what rlc assumes of an extension's loss."""
+
+    id: str
+    # The per-token loss, "module:function", called (log_probs, old_log_probs, advantages, mask, **options) ->
+    # (token_loss, metrics); None: a value the spec knows and the compiler refuses as not supported yet (RLC-E815).
+    function: str | None
+    doc: str
+    # Its keyword options, as attribute paths into trainer.algorithm; the keyword is the last part.
+    options: tuple[str, ...] = ()
+    # It applies trainer.algorithm.off_policy_correction (SkyRL ignores the correction for the others; RLC-E304).
+    off_policy_correction: bool = True
+    # Every token's loss is its advantage times a factor computed from its own row: a row whose advantages are all 0
+    # adds exactly nothing to the loss or its gradient, so the trainer leaves it out (clip_cov and kl_cov centre
+    # their covariances over the whole batch, so every row shapes the others' terms; cross_entropy reads no
+    # advantage).
+    advantage_weighted: bool = False
+    # Its ratio is against the engine's log-probs: the engines must return them, and the worker passes them on as
+    # `rollout_log_probs`.
+    rollout_anchored: bool = False
+    # What its importance ratio is taken over: each token, or the whole sequence (SkyRL's and AReaL's
+    # importance_sampling_level).
+    ratio_level: str = "token"
+    verl: tuple[str, ...] = ()  # verl's actor.policy_loss.loss_mode names for it
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A `trainer.algorithm.advantage_estimator`; the defaults are what rlc assumes of an extension's estimator."""
+
+    id: str
+    # "module:function", called (rewards, mask, *, index, values, algorithm) -> (advantages, returns)
+    function: str
+    doc: str
+    needs_critic: bool = False  # it reads the critic's values (RLC-E301)
+    # One advantage per trajectory, which step-wise trajectories broadcast to each step (RLC-E307); else per token.
+    per_trajectory: bool = True
+    # It measures a row against its own group (the mean of its prompt's samples): a group whose rewards are all
+    # equal gets advantage 0 on every row.
+    group_baseline: bool = False
+    verl: tuple[str, ...] = ()  # verl's algorithm.adv_estimator names for it
+
+
+@dataclass(frozen=True)
+class KLEstimator:
+    """A `trainer.algorithm.kl_estimator_type`."""
+
+    id: str
+    function: str  # "module:function", called (log_probs, ref_log_probs) -> per-token KL
+    doc: str
+    verl: tuple[str, ...] = ()  # verl's kl_loss_type / kl_penalty names for it
+
+
+@dataclass(frozen=True)
+class LossReduction:
+    """A `trainer.algorithm.loss_reduction`: how token losses reduce to a scalar."""
+
+    id: str
+    # "module:function", called (mask, *, total_tokens, total_sequences, max_seq_len) -> per-token weights whose
+    # sum with the token losses over a mini-batch is the reduced loss.
+    function: str
+    doc: str
+    needs_max_seq_len: bool = False  # it divides by trainer.algorithm.max_seq_len (RLC-E303)
+    verl: tuple[str, ...] = ()  # verl's actor.loss_agg_mode names for it
+
+
+_PPO_CLIP = ("eps_clip_low", "eps_clip_high")
+
+# In the order the spec and `rlc explain` list them.
+POLICY_LOSSES: tuple[PolicyLoss, ...] = (
+    PolicyLoss(
+        "regular",
+        f"{_LOSSES}:regular_token_loss",
+        "PPO's clipped surrogate",
+        options=(*_PPO_CLIP, "clip_ratio_c"),
+        advantage_weighted=True,
+    ),
+    PolicyLoss(
+        "dual_clip",
+        f"{_LOSSES}:dual_clip_token_loss",
+        "PPO's clipped surrogate, capped at -clip_ratio_c * A for negative advantages",
+        options=(*_PPO_CLIP, "clip_ratio_c"),
+        advantage_weighted=True,
+        verl=("vanilla",),
+    ),
+    PolicyLoss(
+        "gspo",
+        f"{_LOSSES}:gspo_token_loss",
+        "GSPO: the PPO clip on a sequence-level ratio",
+        options=_PPO_CLIP,
+        advantage_weighted=True,
+        ratio_level="sequence",
+        verl=("gspo",),
+    ),
+    PolicyLoss(
+        "clip_cov",
+        f"{_LOSSES}:clip_cov_token_loss",
+        "Clip-Cov: the PPO loss with a few high-covariance tokens dropped",
+        options=(*_PPO_CLIP, "clip_cov.clip_ratio", "clip_cov.clip_cov_lb", "clip_cov.clip_cov_ub"),
+        off_policy_correction=False,
+        verl=("clip_cov",),
+    ),
+    PolicyLoss(
+        "kl_cov",
+        f"{_LOSSES}:kl_cov_token_loss",
+        "KL-Cov: -r*A with a KL penalty on the top-covariance tokens",
+        options=("kl_cov.kl_cov_frac", "kl_cov.ppo_kl_coef"),
+        off_policy_correction=False,
+        verl=("kl_cov",),
+    ),
+    PolicyLoss(
+        "cispo",
+        f"{_LOSSES}:cispo_token_loss",
+        "CISPO: a clipped ratio weighting a REINFORCE gradient",
+        options=("cispo.cispo_eps_clip_low", "cispo.cispo_eps_clip_high"),
+        advantage_weighted=True,
+        verl=("cispo",),
+    ),
+    PolicyLoss(
+        "sapo",
+        f"{_LOSSES}:sapo_token_loss",
+        "SAPO: a soft sigmoid gate instead of a hard clip",
+        options=("sapo.tau_pos", "sapo.tau_neg"),
+        advantage_weighted=True,
+        verl=("sapo",),
+    ),
+    PolicyLoss(
+        "rollout_is",
+        f"{_LOSSES}:rollout_is_token_loss",
+        "importance sampling against the engine's log-probs, zero outside the clip band",
+        options=_PPO_CLIP,
+        advantage_weighted=True,
+        rollout_anchored=True,
+    ),
+    PolicyLoss(
+        "importance_sampling",
+        f"{_LOSSES}:importance_sampling_token_loss",
+        "the importance-sampled policy gradient -r * A, unclipped",
+        off_policy_correction=False,
+        advantage_weighted=True,
+    ),
+    PolicyLoss(
+        "cross_entropy",
+        f"{_LOSSES}:cross_entropy_token_loss",
+        "the sampled tokens' negative log-likelihood (SFT)",
+        off_policy_correction=False,
+    ),
+    PolicyLoss("dppo", None, "SkyRL 0.4's DPPO, not supported yet (RLC-E815)"),
+)
+
+ADVANTAGE_ESTIMATORS: tuple[AdvantageEstimator, ...] = (
+    AdvantageEstimator(
+        "grpo",
+        f"{_ADVANTAGES}:grpo",
+        "a sequence's score against its group's mean, over the group's std (grpo_norm_by_std)",
+        group_baseline=True,
+        verl=("grpo", "grpo_vectorized"),
+    ),
+    AdvantageEstimator(
+        "gae",
+        f"{_ADVANTAGES}:gae",
+        "GAE(gamma, lambd) from per-token rewards and the critic's values",
+        needs_critic=True,
+        per_trajectory=False,
+        verl=("gae",),
+    ),
+    AdvantageEstimator(
+        "rloo",
+        f"{_ADVANTAGES}:rloo",
+        "a sequence's score against the mean of its prompt's other samples",
+        group_baseline=True,
+        verl=("rloo", "rloo_vectorized"),
+    ),
+    AdvantageEstimator(
+        "reinforce++",
+        f"{_ADVANTAGES}:reinforce_pp",
+        "the discounted return-to-go per token, whitened over the batch",
+        per_trajectory=False,
+        verl=("reinforce_plus_plus",),
+    ),
+    AdvantageEstimator(
+        "maxrl",
+        f"{_ADVANTAGES}:maxrl",
+        "a sequence's score against its group's mean, over that mean",
+        group_baseline=True,
+    ),
+)
+
+KL_ESTIMATORS: tuple[KLEstimator, ...] = (
+    KLEstimator("k1", f"{_KL}:k1", "the log-ratio: unbiased, can be negative per token", verl=("kl", "k1")),
+    KLEstimator("k2", f"{_KL}:k2", "half the squared log-ratio: biased, non-negative", verl=("mse", "k2")),
+    KLEstimator("k3", f"{_KL}:k3", "exp(-d) + d - 1: unbiased and non-negative", verl=("low_var_kl", "k3")),
+    KLEstimator("abs", f"{_KL}:abs_kl", "the absolute log-ratio", verl=("abs",)),
+)
+
+LOSS_REDUCTIONS: tuple[LossReduction, ...] = (
+    LossReduction(
+        "token_mean",
+        f"{_LOSSES}:token_mean_weights",
+        "the mean over every token of the batch",
+        verl=("token-mean",),
+    ),
+    LossReduction(
+        "sequence_mean",
+        f"{_LOSSES}:sequence_mean_weights",
+        "the mean over sequences of each one's token mean",
+        verl=("seq-mean-token-mean",),
+    ),
+    LossReduction(
+        "seq_mean_token_sum_norm",
+        f"{_LOSSES}:seq_mean_token_sum_norm_weights",
+        "the mean over sequences of each one's token sum over max_seq_len (Dr. GRPO)",
+        needs_max_seq_len=True,
+        verl=("seq-mean-token-sum-norm",),
+    ),
+)
+
+# The loss SkyRL's legacy and AReaL's `importance_sampling_level: sequence` asks for.
+SEQUENCE_RATIO_LOSS = next(card.id for card in POLICY_LOSSES if card.ratio_level == "sequence")
+
+LOSSES = {card.id: card for card in POLICY_LOSSES}
+ESTIMATORS = {card.id: card for card in ADVANTAGE_ESTIMATORS}
+KLS = {card.id: card for card in KL_ESTIMATORS}
+REDUCTIONS = {card.id: card for card in LOSS_REDUCTIONS}
+
+
+def policy_loss(name: str) -> PolicyLoss:
+    """The card of policy loss `name`; an extension's loss gets the defaults' card."""
+    return LOSSES.get(name) or PolicyLoss(name, None, "an extension's policy loss")
+
+
+def advantage_estimator(name: str) -> AdvantageEstimator:
+    """The card of advantage estimator `name`; an extension's estimator gets the defaults' card."""
+    return ESTIMATORS.get(name) or AdvantageEstimator(name, "", "an extension's advantage estimator")
+
+
+def ids(cards) -> tuple[str, ...]:
+    """The ids of `cards`, in their order."""
+    return tuple(card.id for card in cards)
+
+
+def listed(names) -> str:
+    """'a, b or c': names as a rule's title lists them."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def verl_names(cards) -> dict[str, str]:
+    """verl's name -> the card's id, for each name a card lists."""
+    return {name: card.id for card in cards for name in card.verl}
