@@ -8,9 +8,9 @@ importing one importer (as every command does the legacy SkyRL one) does not imp
 
 from __future__ import annotations
 
-from rlc.compiler.importers.areal import AReaL
+from rlc.compiler.importers.areal.importer import AReaL
 from rlc.compiler.importers.base import Importer
-from rlc.compiler.importers.verl import Verl
+from rlc.compiler.importers.verl.importer import Verl
 from rlc.compiler.importers.versions import SkyRL
 
 IMPORTERS: tuple[Importer, ...] = (SkyRL(), AReaL(), Verl())

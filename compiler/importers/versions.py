@@ -34,7 +34,7 @@ class Migration:
 def _from_legacy(data: Any) -> list:
     # deferred (here and in _is_legacy_key): SkyRL's legacy tables, skyrl and skyrl_history, the largest modules on
     # `rlc validate`'s way, are read only for a document or an override that has a legacy key
-    from rlc.compiler.importers import skyrl as legacy
+    from rlc.compiler.importers.skyrl import legacy
 
     return legacy.migrate(data)
 
@@ -170,7 +170,7 @@ def _is_legacy_key(key: str) -> bool:
     if default_model().lookup(key) is not None:
         return False  # a key spec v1 has (SkyRL 0.4 brought back some legacy names) means what v1 says
     top = key.split(".")[0]
-    from rlc.compiler.importers import skyrl as legacy  # deferred: see _from_legacy
+    from rlc.compiler.importers.skyrl import legacy  # deferred: see _from_legacy
 
     if key in legacy.MOVES or key in legacy.SPLITS or legacy.legacy_target(key):
         return True

@@ -14,9 +14,9 @@ from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
-from rlc.compiler.importers import skyrl_history as legacy_history
 from rlc.compiler.importers.base import Change, show_value
-from rlc.compiler.importers.skyrl_history import inert
+from rlc.compiler.importers.skyrl import history as legacy_history
+from rlc.compiler.importers.skyrl.history import inert
 from rlc.core.dataclass import dataclass
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.

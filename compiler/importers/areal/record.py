@@ -1,5 +1,5 @@
 """One AReaL file being imported: its values read with `${...}` references resolved, and the spec v1 keys written so
-far, each with the AReaL keys it came from (rlc.compiler.importers.areal runs the import)."""
+far, each with the AReaL keys it came from (rlc.compiler.importers.areal.importer runs the import)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ the environment's (`${oc.env:NAME}`, resolved where the job runs) unless --env g
 
 from __future__ import annotations
 
-from rlc.compiler.importers.areal_import import leaves
+from rlc.compiler.importers.areal.record import leaves
 from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
 from rlc.compiler.importers.shell import Launch, Script, Unknown, Word
 from rlc.compiler.load import Document
