@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 from rlc.compiler.load import Document
 from rlc.core.dataclass import dataclass
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
 
 
 @dataclass
@@ -88,9 +90,6 @@ class Importer(Protocol):
 def spec_text(spec: dict[str, Any], comments: dict[str, str], header: str) -> str:
     """Spec v1 YAML from dotted paths and values (in writing order), each value with its comment (where it came
     from), under a header comment."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.comments import CommentedMap
-
     root = CommentedMap()
     root["version"] = 1
     for section in ("name", "cluster", "launch", "data", "trainer", "generator", "environment"):

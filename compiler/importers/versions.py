@@ -17,7 +17,9 @@ from rlc.compiler.load import Document
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.overrides import Override, apply_overrides
+from rlc.spec.model import default_model
 from rlc.spec.root import CURRENT_VERSION
+from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 LEGACY = 0  # the version number given to documents that have no `version` key
@@ -32,8 +34,8 @@ class Migration:
 
 
 def _from_legacy(data: Any) -> list:
-    # deferred (here and in _is_legacy_key): SkyRL's legacy tables, skyrl and skyrl_history, the largest modules on
-    # `rlc validate`'s way, are read only for a document or an override that has a legacy key
+    # deferred: SkyRL's legacy tables (skyrl.legacy and skyrl.history, the largest modules on `rlc validate`'s way)
+    # are read only for a document or an override that has a legacy key, here and in _is_legacy_key
     from rlc.compiler.importers.skyrl import legacy
 
     return legacy.migrate(data)
@@ -165,12 +167,10 @@ def upgrade(doc, overrides: list) -> MigrationReport | None:
 
 
 def _is_legacy_key(key: str) -> bool:
-    from rlc.spec.model import default_model
-
     if default_model().lookup(key) is not None:
         return False  # a key spec v1 has (SkyRL 0.4 brought back some legacy names) means what v1 says
     top = key.split(".")[0]
-    from rlc.compiler.importers.skyrl import legacy  # deferred: see _from_legacy
+    from rlc.compiler.importers.skyrl import legacy  # deferred: SkyRL's legacy tables, as in _from_legacy
 
     if key in legacy.MOVES or key in legacy.SPLITS or legacy.legacy_target(key):
         return True
@@ -211,8 +211,6 @@ def _indentation(text: str) -> tuple[int, int]:
 
 
 def _dumper(text: str):
-    from ruamel.yaml import YAML
-
     y = YAML(typ="rt")
     y.preserve_quotes = True
     y.width = 4096  # never re-wrap long lines the user wrote

@@ -12,10 +12,12 @@ from __future__ import annotations
 from rlc.compiler.importers.areal.record import leaves
 from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
 from rlc.compiler.importers.shell import Launch, Script, Unknown, Word
+from rlc.compiler.importers.versions import upgrade
 from rlc.compiler.load import Document
 from rlc.core.diagnostics import COMMAND_LINE
 from rlc.core.overrides import Override, OverrideError, parse_override
 from rlc.core.plain import plain_yaml
+from ruamel.yaml.comments import CommentedMap
 
 MAIN_BASE = "skyrl.train.entrypoints.main_base"
 
@@ -63,9 +65,6 @@ def _where(word: Word, script: str = "") -> str:
 
 
 def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]) -> Imported:
-    from rlc.compiler.importers.versions import upgrade
-    from ruamel.yaml.comments import CommentedMap
-
     doc = Document(script.name, "", CommentedMap([("version", 1)]))
     report = upgrade(doc, [o for o, _ in overrides])
     migrated = report.changes if report is not None else []

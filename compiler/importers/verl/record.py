@@ -9,12 +9,11 @@ from rlc.compiler.importers.areal.record import ImportResult
 from rlc.compiler.importers.base import Change
 from rlc.compiler.importers.verl.compose import Composed
 from rlc.compiler.importers.verl.hydra_overrides import MISSING, lookup
+from rlc.spec.model import default_model, to_plain
 
 
 def rlc_default(path: str) -> Any:
     """The spec's default of a dotted key (MISSING when it has none, e.g. a derived count)."""
-    from rlc.spec.model import default_model, to_plain
-
     spec = default_model().lookup(path)
     if spec is None or spec.section is not None:
         return MISSING
