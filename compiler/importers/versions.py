@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-from rlc.compiler.importers.base import Imported, NotImportable
-from rlc.compiler.load import Document
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.overrides import Override, apply_overrides
@@ -224,26 +222,3 @@ def migrated_text(doc) -> str:
     buf = io.StringIO()
     _dumper(doc.text).dump(doc.data, buf)
     return buf.getvalue()
-
-
-class SkyRL:
-    """SkyRL's legacy YAML (a file without `version`) brought to the current version, comments and layout kept."""
-
-    name = "skyrl"
-    what = "legacy SkyRL config"
-    rewrites = True  # the file is edited as it stands: --in-place, --check and --diff apply
-
-    def convert(self, doc: Document) -> Imported | None:
-        try:
-            report = migrate_data(doc.data)
-        except VersionError as exc:
-            raise NotImportable(str(exc)) from None
-        if report is None:
-            return None
-        return Imported(
-            migrated_text(doc),
-            " then ".join(report.steps),
-            report.changes,
-            [f"  {line}" for line in report.lines()],
-            f"{len(report.errors)} change(s) alter what runs; review them before launching",
-        )

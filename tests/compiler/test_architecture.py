@@ -1,8 +1,9 @@
 """The architecture's arrows, read from every module's imports (function-level ones included): the spec knows nothing
 of the compiler or the runtime, core is the bottom layer, the compiler starts the runtime only from the CLI's
 commands that run it, no light part imports a heavy library, and no two modules import each other round a circle.
-The driver and placement act on the compiler's decisions and read no spec field themselves. The importers say why an
-import waits in a function."""
+The driver and placement act on the compiler's decisions and read no spec field themselves. Each source format's
+importers (a folder of compiler/importers/) import no other format's modules, and say why an import waits in a
+function."""
 
 from __future__ import annotations
 
@@ -218,6 +219,30 @@ def test_no_import_cycle_among_rlc_modules(imports):
     assert cycles(module_graph(imports)) == []
 
 
+def formats() -> list[str]:
+    """The source formats: the folders of compiler/importers (SkyRL, AReaL, verl)."""
+    return sorted(p.parent.name for p in IMPORTERS.glob("*/__init__.py"))
+
+
+def cross_format(imports: list[Import], names: list[str]) -> list[Import]:
+    """The imports by which one format's module reaches into another format's folder."""
+
+    def format_of(module: str) -> str | None:
+        return next((n for n in names if within(module, f"rlc.compiler.importers.{n}")), None)
+
+    return [i for i in imports if format_of(i.module) and format_of(i.target) not in (None, format_of(i.module))]
+
+
+def test_no_importer_format_imports_another(imports):
+    """What two formats share (ImportResult, leaves, environment_reference, ...) is in importers/base.py; a format
+    builds on it, the shell reader and the spec versions, never on another format's modules."""
+    assert {"skyrl", "areal", "verl"} <= set(formats())
+    wrong = cross_format(imports, formats())
+    assert not wrong, "\n".join(
+        f"{i.module} imports {i.target}: move what they share to importers/base.py" for i in wrong
+    )
+
+
 def unmarked_deferred(source: str) -> list[int]:
     """The lines of the imports inside functions that have no `# deferred: <reason>` comment on their line or on
     the comment lines just above (one comment may head a run of imports)."""
@@ -291,6 +316,13 @@ def test_the_checks_see_what_they_look_for():
     assert Import("rlc.spec.a", "torch", "f") in found
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+    crossing = [
+        Import("rlc.compiler.importers.verl.script", "rlc.compiler.importers.skyrl.script", "f"),
+        Import("rlc.compiler.importers.verl.script", "rlc.compiler.importers.verl.importer", None),
+        Import("rlc.compiler.importers.verl.script", "rlc.compiler.importers.base", None),
+        Import("rlc.compiler.importers.scripts", "rlc.compiler.importers.skyrl.script", None),
+    ]
+    assert cross_format(crossing, ["skyrl", "verl"]) == crossing[:1]
     source = (
         "def f():\n    import a  # deferred: a\n    # deferred: b and c\n    import b\n    import c\n\n    import d\n"
     )

@@ -9,9 +9,8 @@ the environment's (`${oc.env:NAME}`, resolved where the job runs) unless --env g
 
 from __future__ import annotations
 
-from rlc.compiler.importers.areal.record import leaves
-from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
-from rlc.compiler.importers.shell import Launch, Script, Unknown, Word
+from rlc.compiler.importers.base import Change, Imported, NotImportable, environment_reference, leaves, spec_text
+from rlc.compiler.importers.shell import Launch, Script, Word
 from rlc.compiler.importers.versions import upgrade
 from rlc.compiler.load import Document
 from rlc.core.diagnostics import COMMAND_LINE
@@ -20,11 +19,6 @@ from rlc.core.plain import plain_yaml
 from ruamel.yaml.comments import CommentedMap
 
 MAIN_BASE = "skyrl.train.entrypoints.main_base"
-
-
-def environment_reference(u: Unknown) -> str:
-    """How a spec value spells a variable read from the environment where the job runs."""
-    return "${oc.env:" + u.name + "}" if u.kind == "env" else u.source
 
 
 class SkyRLScript:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlc.compiler.importers.areal.record import ImportResult
-from rlc.compiler.importers.base import Change
+from rlc.compiler.importers.base import Change, ImportResult
 from rlc.compiler.importers.verl.compose import Composed
 from rlc.compiler.importers.verl.hydra_overrides import MISSING, lookup
 from rlc.spec.model import default_model, to_plain

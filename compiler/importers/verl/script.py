@@ -15,9 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlc.compiler.importers.base import Imported, NotImportable
+from rlc.compiler.importers.base import Imported, NotImportable, environment_reference
 from rlc.compiler.importers.shell import Launch, Script, Unknown
-from rlc.compiler.importers.skyrl.script import environment_reference
 from rlc.compiler.importers.verl.compose import CONFIG_NAMES, ComposeError, compose_overrides, compose_yaml
 from rlc.compiler.importers.verl.hydra_overrides import Override
 from rlc.compiler.importers.verl.importer import compose_failure, import_composed, refusal
