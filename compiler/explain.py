@@ -7,7 +7,7 @@ import json
 
 from rlc.compiler import allocation, estimate, memory
 from rlc.compiler.check import rules_for
-from rlc.compiler.importers.skyrl import legacy_target
+from rlc.compiler.importers.skyrl.legacy import legacy_target
 from rlc.compiler.targets import TARGETS
 from rlc.spec.model import default_model, to_plain, type_label
 from rlc.spec.skyrl_release import default_change

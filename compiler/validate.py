@@ -301,7 +301,7 @@ class _Walker:
 
 def _legacy_hint(path: str) -> str | None:
     # deferred: SkyRL's legacy tables are read for a key the schema refuses, never for a valid spec
-    from rlc.compiler.importers.skyrl import legacy_target
+    from rlc.compiler.importers.skyrl.legacy import legacy_target
 
     target = legacy_target(path)
     return (

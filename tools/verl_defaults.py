@@ -1,4 +1,4 @@
-"""Write the verl defaults rlc's verl importer composes on: compiler/importers/verl_defaults/<release>.json.
+"""Write the verl defaults rlc's verl importer composes on: compiler/importers/verl/defaults/<release>.json.
 
 Usage: python tools/verl_defaults.py MIRROR   (MIRROR: a git clone of verl-project/verl with its tags)
 
@@ -34,7 +34,7 @@ RELEASES = (
     ("main", "1dda039b9"),
 )
 CONFIG = "verl/trainer/config"
-OUT = Path(__file__).resolve().parent.parent / "compiler" / "importers" / "verl_defaults"
+OUT = Path(__file__).resolve().parent.parent / "compiler" / "importers" / "verl" / "defaults"
 
 
 def show(mirror: Path, rev: str, path: str) -> str | None:

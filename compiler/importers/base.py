@@ -1,5 +1,6 @@
 """The one shape of an importer of a foreign config format (SkyRL's legacy YAML, AReaL's experiment configs): it
-turns a loaded file into spec v1 text and reports every change it made, flagging those that alter what runs.
+turns a loaded file into spec v1 text and reports every change it made, flagging those that alter what runs; and
+what the importers of the formats share (each format's folder imports this module, never another format's).
 
 `rlc migrate --from NAME` runs the importer of that name (the registry is rlc.compiler.importers.registry.IMPORTERS).
 """
@@ -7,10 +8,16 @@ turns a loaded file into spec v1 text and reports every change it made, flagging
 from __future__ import annotations
 
 import io
-from typing import Any, Protocol
+from dataclasses import field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlc.compiler.load import Document
 from rlc.core.dataclass import dataclass
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+if TYPE_CHECKING:
+    from rlc.compiler.importers.shell_words import Unknown
 
 
 @dataclass
@@ -75,6 +82,33 @@ class Imported:
         return [c for c in self.changes if c.severity == "error"]
 
 
+@dataclass
+class ImportResult:
+    """The spec v1 keys an import wrote, each with the foreign keys it came from, and the changes it reported."""
+
+    spec: dict[str, Any]  # dotted spec path -> value, in writing order
+    sources: dict[str, list[str]]  # dotted spec path -> the foreign keys it came from
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Change]:
+        return [c for c in self.changes if c.severity == "error"]
+
+
+def leaves(node: Any, prefix: str = ""):
+    """(dotted path, value) of every leaf of nested mappings; an empty mapping is a leaf."""
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            yield from leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    elif prefix:
+        yield prefix, node
+
+
+def environment_reference(u: Unknown) -> str:
+    """How a spec value spells a variable a launch script reads from the environment where the job runs."""
+    return "${oc.env:" + u.name + "}" if u.kind == "env" else u.source
+
+
 class Importer(Protocol):
     name: str  # the value of `rlc migrate --from`
     what: str  # what it reads, as a message names it ("AReaL config")
@@ -88,9 +122,6 @@ class Importer(Protocol):
 def spec_text(spec: dict[str, Any], comments: dict[str, str], header: str) -> str:
     """Spec v1 YAML from dotted paths and values (in writing order), each value with its comment (where it came
     from), under a header comment."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.comments import CommentedMap
-
     root = CommentedMap()
     root["version"] = 1
     for section in ("name", "cluster", "launch", "data", "trainer", "generator", "environment"):

@@ -14,8 +14,8 @@ from typing import Protocol
 
 from rlc.compiler.importers.base import Imported, NotImportable
 from rlc.compiler.importers.shell import Launch, Script, read_script
-from rlc.compiler.importers.skyrl_script import SkyRLScript
-from rlc.compiler.importers.verl_script import VerlScript
+from rlc.compiler.importers.skyrl.script import SkyRLScript
+from rlc.compiler.importers.verl.script import VerlScript
 from rlc.core.diagnostics import Diagnostic
 
 SCRIPT_SUFFIXES = (".sh", ".bash")

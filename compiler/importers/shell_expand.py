@@ -620,6 +620,7 @@ def is_text(value: Any) -> bool:
 
 
 def bash_parser():
+    # deferred: tree-sitter and its bash grammar (native libraries) load only when a launch script is read
     import tree_sitter
     import tree_sitter_bash
 

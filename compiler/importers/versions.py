@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-from rlc.compiler.importers.base import Imported, NotImportable
-from rlc.compiler.load import Document
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.overrides import Override, apply_overrides
+from rlc.spec.model import default_model
 from rlc.spec.root import CURRENT_VERSION
+from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 LEGACY = 0  # the version number given to documents that have no `version` key
@@ -32,9 +32,9 @@ class Migration:
 
 
 def _from_legacy(data: Any) -> list:
-    # deferred (here and in _is_legacy_key): SkyRL's legacy tables, skyrl and skyrl_history, the largest modules on
-    # `rlc validate`'s way, are read only for a document or an override that has a legacy key
-    from rlc.compiler.importers import skyrl as legacy
+    # deferred: SkyRL's legacy tables (skyrl.legacy and skyrl.history, the largest modules on `rlc validate`'s way)
+    # are read only for a document or an override that has a legacy key, here and in _is_legacy_key
+    from rlc.compiler.importers.skyrl import legacy
 
     return legacy.migrate(data)
 
@@ -165,12 +165,10 @@ def upgrade(doc, overrides: list) -> MigrationReport | None:
 
 
 def _is_legacy_key(key: str) -> bool:
-    from rlc.spec.model import default_model
-
     if default_model().lookup(key) is not None:
         return False  # a key spec v1 has (SkyRL 0.4 brought back some legacy names) means what v1 says
     top = key.split(".")[0]
-    from rlc.compiler.importers import skyrl as legacy  # deferred: see _from_legacy
+    from rlc.compiler.importers.skyrl import legacy  # deferred: SkyRL's legacy tables, as in _from_legacy
 
     if key in legacy.MOVES or key in legacy.SPLITS or legacy.legacy_target(key):
         return True
@@ -211,8 +209,6 @@ def _indentation(text: str) -> tuple[int, int]:
 
 
 def _dumper(text: str):
-    from ruamel.yaml import YAML
-
     y = YAML(typ="rt")
     y.preserve_quotes = True
     y.width = 4096  # never re-wrap long lines the user wrote
@@ -226,26 +222,3 @@ def migrated_text(doc) -> str:
     buf = io.StringIO()
     _dumper(doc.text).dump(doc.data, buf)
     return buf.getvalue()
-
-
-class SkyRL:
-    """SkyRL's legacy YAML (a file without `version`) brought to the current version, comments and layout kept."""
-
-    name = "skyrl"
-    what = "legacy SkyRL config"
-    rewrites = True  # the file is edited as it stands: --in-place, --check and --diff apply
-
-    def convert(self, doc: Document) -> Imported | None:
-        try:
-            report = migrate_data(doc.data)
-        except VersionError as exc:
-            raise NotImportable(str(exc)) from None
-        if report is None:
-            return None
-        return Imported(
-            migrated_text(doc),
-            " then ".join(report.steps),
-            report.changes,
-            [f"  {line}" for line in report.lines()],
-            f"{len(report.errors)} change(s) alter what runs; review them before launching",
-        )

@@ -15,7 +15,7 @@ from rlc.compiler.explain import explain_key
 from rlc.compiler.fit import proposals as fit_proposals
 from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.registry import IMPORTERS, importer
-from rlc.compiler.importers.skyrl import legacy_target
+from rlc.compiler.importers.skyrl.legacy import legacy_target
 from rlc.compiler.load import LoadError, document_from_text
 from rlc.compiler.lsp.outline import key_line, path_at, siblings, typing_at
 from rlc.compiler.memory import GiB

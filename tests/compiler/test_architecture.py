@@ -1,7 +1,9 @@
 """The architecture's arrows, read from every module's imports (function-level ones included): the spec knows nothing
 of the compiler or the runtime, core is the bottom layer, the compiler starts the runtime only from the CLI's
 commands that run it, no light part imports a heavy library, and no two modules import each other round a circle.
-The driver and placement act on the compiler's decisions and read no spec field themselves."""
+The driver and placement act on the compiler's decisions and read no spec field themselves. Each source format's
+importers (a folder of compiler/importers/) import no other format's modules, and say why an import waits in a
+function."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ RUNTIME_COMMANDS = {"run", "plot", "data_write", "data_gsm8k"}
 # The runtime's modules that decide nothing: what they act on comes in the job's decisions (compiler/decide.py), the
 # sub-configs they hand on in runtime/sections.py.
 NO_SPEC_READS = ("runtime/driver.py", "runtime/placement.py")
+IMPORTERS = ROOT / "compiler" / "importers"
+DEFERRED = "# deferred:"
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,74 @@ def test_no_import_cycle_among_rlc_modules(imports):
     assert cycles(module_graph(imports)) == []
 
 
+def formats() -> list[str]:
+    """The source formats: the folders of compiler/importers (SkyRL, AReaL, verl)."""
+    return sorted(p.parent.name for p in IMPORTERS.glob("*/__init__.py"))
+
+
+def cross_format(imports: list[Import], names: list[str]) -> list[Import]:
+    """The imports by which one format's module reaches into another format's folder."""
+
+    def format_of(module: str) -> str | None:
+        return next((n for n in names if within(module, f"rlc.compiler.importers.{n}")), None)
+
+    return [i for i in imports if format_of(i.module) and format_of(i.target) not in (None, format_of(i.module))]
+
+
+def test_no_importer_format_imports_another(imports):
+    """What two formats share (ImportResult, leaves, environment_reference, ...) is in importers/base.py; a format
+    builds on it, the shell reader and the spec versions, never on another format's modules."""
+    assert {"skyrl", "areal", "verl"} <= set(formats())
+    wrong = cross_format(imports, formats())
+    assert not wrong, "\n".join(
+        f"{i.module} imports {i.target}: move what they share to importers/base.py" for i in wrong
+    )
+
+
+def unmarked_deferred(source: str) -> list[int]:
+    """The lines of the imports inside functions that have no `# deferred: <reason>` comment on their line or on
+    the comment lines just above (one comment may head a run of imports)."""
+    lines = source.splitlines()
+    found = []
+
+    def marked(node: ast.stmt, ends: dict[int | None, ast.stmt]) -> bool:
+        if any(DEFERRED in line for line in lines[node.lineno - 1 : node.end_lineno]):
+            return True
+        n = node.lineno - 1  # the line above, 1-based
+        while n >= 1:
+            text = lines[n - 1].strip()
+            if text.startswith(DEFERRED):
+                return True
+            if text.startswith("#"):
+                n -= 1
+            elif n in ends and DEFERRED not in lines[ends[n].lineno - 1]:  # an import above, without its own reason
+                n = ends[n].lineno - 1
+            else:
+                return False
+        return False
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        ends = {c.end_lineno: c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.Import, ast.ImportFrom))}
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)) and not marked(child, ends):
+                found.append(child.lineno)
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def test_every_deferred_import_of_the_importers_says_why():
+    """An import waits in a function to keep a heavy or rarely needed part (tree-sitter, omegaconf, SkyRL's legacy
+    tables) out of `rlc validate`'s start-up, and says which; any other import is at the module top."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted(IMPORTERS.rglob("*.py"))
+        for line in unmarked_deferred(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, f"imports in a function without a `{DEFERRED} <reason>` comment: " + ", ".join(found)
+
+
 def spec_reads(source: str) -> list[str]:
     """Every place a source reaches into a spec: a name `spec` (a parameter, a local) or an attribute `.spec`
     (`self.spec`, `job.spec`), whatever is read through it then."""
@@ -245,6 +317,18 @@ def test_the_checks_see_what_they_look_for():
     assert Import("rlc.spec.a", "torch", "f") in found
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+    crossing = [
+        Import("rlc.compiler.importers.verl.script", "rlc.compiler.importers.skyrl.script", "f"),
+        Import("rlc.compiler.importers.verl.script", "rlc.compiler.importers.verl.importer", None),
+        Import("rlc.compiler.importers.verl.script", "rlc.compiler.importers.base", None),
+        Import("rlc.compiler.importers.scripts", "rlc.compiler.importers.skyrl.script", None),
+    ]
+    assert cross_format(crossing, ["skyrl", "verl"]) == crossing[:1]
+    source = (
+        "def f():\n    import a  # deferred: a\n    # deferred: b and c\n    import b\n    import c\n\n    import d\n"
+    )
+    assert unmarked_deferred(source) == [7]
+    assert unmarked_deferred("def f():\n    import a  # deferred: a\n    import b\n") == [3]
     source = "def f(job, spec):\n    a = self.spec.trainer.seed\n    b = job.spec.data\n    c = spec.x\n    d = find_spec('x')\n"
     assert spec_reads(source) == [
         "line 1: spec",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_rlc
-from rlc.compiler.importers.areal import ImportRefused, areal_text, import_areal
+from rlc.compiler.importers.areal.importer import ImportRefused, areal_text, import_areal
 from rlc.compiler.load import document_from_text, load_document
 from rlc.compiler.pipeline import analyze_document
 from rlc.core.plain import plain_yaml

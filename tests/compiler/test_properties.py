@@ -26,7 +26,7 @@ import pytest
 from conftest import EXAMPLES, run_rlc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlc.compiler.importers import skyrl as legacy
+from rlc.compiler.importers.skyrl import legacy
 from rlc.compiler.pipeline import analyze
 from rlc.core.diagnostics import render_json, render_text
 from rlc.core.overrides import OverrideError, parse_override

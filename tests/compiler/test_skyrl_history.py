@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml_helpers
 from conftest import ROOT
-from rlc.compiler.importers import skyrl_history as legacy_history
+from rlc.compiler.importers.skyrl import history as legacy_history
 from rlc.compiler.importers.versions import migrate_data, migrated_text
 from rlc.compiler.load import document_from_text
 from rlc.compiler.pipeline import analyze

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from conftest import ROOT, run_rlc
 from rlc.compiler.importers.base import NotImportable
-from rlc.compiler.importers.hydra_overrides import Override, OverrideError, value
-from rlc.compiler.importers.verl import Verl, import_composed, import_overrides
-from rlc.compiler.importers.verl_compose import ComposeError, compose_overrides, defaults
+from rlc.compiler.importers.verl.compose import ComposeError, compose_overrides, defaults
+from rlc.compiler.importers.verl.hydra_overrides import Override, OverrideError, value
+from rlc.compiler.importers.verl.importer import Verl, import_composed, import_overrides
 from rlc.compiler.load import document_from_text
 from rlc.compiler.pipeline import analyze_document
 
@@ -217,7 +217,7 @@ def _parquet(path, rows: int) -> str:
 
 
 def test_the_parquet_row_count_is_read_from_the_footer_as_pyarrow_reads_it(tmp_path):
-    from rlc.compiler.importers.parquet_rows import NotParquet, parquet_rows
+    from rlc.compiler.importers.verl.parquet_rows import NotParquet, parquet_rows
 
     assert parquet_rows(_parquet(tmp_path / "a.parquet", 53)) == 53
     (tmp_path / "b.parquet").write_text("not parquet at all")
@@ -387,7 +387,7 @@ def test_a_verl_yaml_with_its_own_defaults_list(tmp_path):
 
 def test_the_interpolations_resolve_as_omegaconf_resolves_them():
     from omegaconf import OmegaConf
-    from rlc.compiler.importers.hydra_overrides import resolve
+    from rlc.compiler.importers.verl.hydra_overrides import resolve
 
     for engine, tree in defaults("main")["engines"].items():
         tree = json.loads(json.dumps(tree))

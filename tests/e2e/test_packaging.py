@@ -28,6 +28,7 @@ def test_editable_install_maps_folders_to_rlc_namespace():
 def test_compiler_imports_no_heavy_runtime_dependencies():
     code = (
         "import sys, rlc.compiler.pipeline, rlc.compiler.check, rlc.compiler.cli, rlc.compiler.importers.versions;"
+        "import rlc.compiler.importers.registry, rlc.compiler.importers.scripts;"
         "heavy = [m for m in ('torch', 'ray', 'vllm', 'transformers') if m in sys.modules];"
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
@@ -55,6 +56,10 @@ def test_built_wheel_contains_only_the_rlc_namespace(tmp_path):
         "rlc/spec/schema/rlc-spec-v1.schema.json",
         "rlc/templates/__init__.py",
         "rlc/runtime/__init__.py",
+        "rlc/compiler/importers/skyrl/legacy.py",
+        "rlc/compiler/importers/areal/importer.py",
+        "rlc/compiler/importers/verl/importer.py",
+        "rlc/compiler/importers/verl/defaults/main.json",  # the verl defaults travel with the verl importer
     ):
         assert needed in names
     # Installed into a bare venv, the namespace imports and its package data reads.
@@ -70,6 +75,7 @@ def test_built_wheel_contains_only_the_rlc_namespace(tmp_path):
         "from importlib.resources import files;"
         "s = json.loads((files('rlc.spec') / 'schema' / 'rlc-spec-v1.schema.json').read_text());"
         "assert s['title'] == 'rlc spec v1';"
+        "assert (files('rlc.compiler.importers.verl') / 'defaults' / 'v0.9.0.json').is_file();"
         "import importlib.util as u; assert u.find_spec('spec') is None and u.find_spec('compiler') is None"
     )
     run = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)

@@ -1,4 +1,4 @@
-"""Keys SkyRL's base config carried on branches and releases, beyond the mainline renames in `skyrl`.
+"""Keys SkyRL's base config carried on branches and releases, beyond the mainline renames in `legacy`.
 
 Each entry says what the key did in SkyRL, when dropping it changes nothing, and which finding it gets when
 dropping it would change what runs. Written from the history of SkyRL's `ppo_base_config.yaml` on every

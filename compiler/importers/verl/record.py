@@ -1,20 +1,18 @@
 """One verl job being imported: its composed config read key by key, and the spec v1 keys written from it, each
-with the verl keys (and launch-script lines) it came from (rlc.compiler.importers.verl runs the import)."""
+with the verl keys (and launch-script lines) it came from (rlc.compiler.importers.verl.importer runs the import)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlc.compiler.importers.areal_import import ImportResult
-from rlc.compiler.importers.base import Change
-from rlc.compiler.importers.hydra_overrides import MISSING, lookup
-from rlc.compiler.importers.verl_compose import Composed
+from rlc.compiler.importers.base import Change, ImportResult
+from rlc.compiler.importers.verl.compose import Composed
+from rlc.compiler.importers.verl.hydra_overrides import MISSING, lookup
+from rlc.spec.model import default_model, to_plain
 
 
 def rlc_default(path: str) -> Any:
     """The spec's default of a dotted key (MISSING when it has none, e.g. a derived count)."""
-    from rlc.spec.model import default_model, to_plain
-
     spec = default_model().lookup(path)
     if spec is None or spec.section is not None:
         return MISSING

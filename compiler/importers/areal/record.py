@@ -1,36 +1,15 @@
 """One AReaL file being imported: its values read with `${...}` references resolved, and the spec v1 keys written so
-far, each with the AReaL keys it came from (rlc.compiler.importers.areal runs the import)."""
+far, each with the AReaL keys it came from (rlc.compiler.importers.areal.importer runs the import)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import field
 from typing import Any
 
-from rlc.compiler.importers.base import Change
-from rlc.core.dataclass import dataclass
+from rlc.compiler.importers.base import Change, ImportResult, leaves
 
 REF = re.compile(r"\$\{([^{}]+)\}")
 MISSING = object()
-
-
-@dataclass
-class ImportResult:
-    spec: dict[str, Any]  # dotted spec path -> value, in writing order
-    sources: dict[str, list[str]]  # dotted spec path -> the AReaL keys it came from
-    changes: list[Change] = field(default_factory=list)
-
-    @property
-    def errors(self) -> list[Change]:
-        return [c for c in self.changes if c.severity == "error"]
-
-
-def leaves(node: Any, prefix: str = ""):
-    if isinstance(node, dict) and node:
-        for k, v in node.items():
-            yield from leaves(v, f"{prefix}.{k}" if prefix else str(k))
-    elif prefix:
-        yield prefix, node
 
 
 class ArealImport:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlc.compiler.importers.areal_import import ArealImport, ImportResult, leaves
-from rlc.compiler.importers.areal_sections import map_sections
-from rlc.compiler.importers.base import Imported, NotImportable, spec_text
+from rlc.compiler.importers.areal.record import ArealImport
+from rlc.compiler.importers.areal.sections import map_sections
+from rlc.compiler.importers.base import Imported, ImportResult, NotImportable, leaves, spec_text
 from rlc.compiler.load import Document
 from rlc.core.plain import plain_yaml
 

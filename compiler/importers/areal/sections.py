@@ -1,4 +1,5 @@
-"""The section-by-section mapping of an AReaL experiment config to spec v1 (see rlc.compiler.importers.areal)."""
+"""The section-by-section mapping of an AReaL experiment config to spec v1 (see
+rlc.compiler.importers.areal.importer)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import re
 from typing import Any
 
 from rlc.compiler import allocation
-from rlc.compiler.importers.areal_algorithm import algorithm, critic_and_ref
-from rlc.compiler.importers.areal_import import ArealImport
+from rlc.compiler.importers.areal.algorithm import algorithm, critic_and_ref
+from rlc.compiler.importers.areal.record import ArealImport
 from rlc.compiler.importers.base import Change
 
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")

@@ -14,11 +14,15 @@ from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
-from rlc.compiler.importers import skyrl_history as legacy_history
 from rlc.compiler.importers.base import Change, show_value
-from rlc.compiler.importers.skyrl_history import inert
+from rlc.compiler.importers.skyrl import history as legacy_history
+from rlc.compiler.importers.skyrl.history import inert
 from rlc.core.algorithms import SEQUENCE_RATIO_LOSS
 from rlc.core.dataclass import dataclass
+from rlc.spec.model import SpecModel
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import CommentMark
+from ruamel.yaml.tokens import CommentToken
 
 # Flat generator.* engine keys that moved under generator.inference_engine (2026-02-25), with renames.
 ENGINE_KEYS = {
@@ -236,9 +240,6 @@ def _trailing_lines(block) -> str:
 
 
 def _comment(text: str, column: int = 0):
-    from ruamel.yaml.error import CommentMark
-    from ruamel.yaml.tokens import CommentToken
-
     return CommentToken(text, CommentMark(column), None)
 
 
@@ -260,8 +261,6 @@ def _keep_comment(parent, prev, lines: str) -> None:
 
 def _ensure_map(data, path: str, anchor: tuple | None = None):
     """The map at `path`, created (after `anchor` = (parent_path, sibling_key) when given) if absent."""
-    from ruamel.yaml.comments import CommentedMap
-
     node = data
     parts = path.split(".") if path else []
     for i, part in enumerate(parts):
@@ -499,7 +498,7 @@ class _Step:
 
     def unknown_inert(self) -> None:
         """Keys spec v1 does not know whose values turn nothing on are dropped; others stay for validation to report."""
-        import difflib
+        import difflib  # deferred: difflib, only for a key spec v1 does not know (start-up, as in validate.py)
 
         model = _v1_model()
 
@@ -938,8 +937,6 @@ class _Step:
 @lru_cache(maxsize=1)
 def _v1_model():
     """Spec v1 without extensions: what a legacy file is migrated to."""
-    from rlc.spec.model import SpecModel
-
     return SpecModel()
 
 

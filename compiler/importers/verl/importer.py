@@ -1,8 +1,8 @@
 """`rlc migrate --from verl`: a verl PPO/GRPO job (`python3 -m verl.trainer.main_ppo` overrides, a Hydra run
 directory, or a verl YAML with its own `defaults:`) turned into spec v1, every written key accounted for.
 
-The job is composed as verl composes it (rlc.compiler.importers.verl_compose), then mapped key by key
-(rlc.compiler.importers.verl_mapping): what verl reads is carried with its provenance, what verl accepts but its
+The job is composed as verl composes it (rlc.compiler.importers.verl.compose), then mapped key by key
+(rlc.compiler.importers.verl.mapping): what verl reads is carried with its provenance, what verl accepts but its
 main_ppo never reads is reported as such, and what rlc cannot run is refused by name before anything is written.
 """
 
@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
-from rlc.compiler.importers.hydra_overrides import MISSING, Override, lookup
-from rlc.compiler.importers.verl_compose import (
+from rlc.compiler.importers.verl.compose import (
     Composed,
     ComposeError,
     compose_overrides,
     compose_run_dir,
     compose_yaml,
 )
-from rlc.compiler.importers.verl_mapping import ALG, A, M, R, T, map_config
-from rlc.compiler.importers.verl_record import VerlImport
+from rlc.compiler.importers.verl.hydra_overrides import MISSING, Override, lookup
+from rlc.compiler.importers.verl.mapping import ALG, A, M, R, T, map_config
+from rlc.compiler.importers.verl.record import VerlImport
 from rlc.compiler.load import Document, document_from_text, parse, read_text
 from rlc.core.plain import plain_yaml
 

@@ -288,6 +288,7 @@ def resolve(tree: dict) -> dict:
         return _Resolver(tree).node(tree, ())
     except _Unsupported:
         pass
+    # deferred: omegaconf, only for an interpolation rlc's own resolver does not take
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 

@@ -9,20 +9,16 @@ the environment's (`${oc.env:NAME}`, resolved where the job runs) unless --env g
 
 from __future__ import annotations
 
-from rlc.compiler.importers.areal_import import leaves
-from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
-from rlc.compiler.importers.shell import Launch, Script, Unknown, Word
+from rlc.compiler.importers.base import Change, Imported, NotImportable, environment_reference, leaves, spec_text
+from rlc.compiler.importers.shell import Launch, Script, Word
+from rlc.compiler.importers.versions import upgrade
 from rlc.compiler.load import Document
 from rlc.core.diagnostics import COMMAND_LINE
 from rlc.core.overrides import Override, OverrideError, parse_override
 from rlc.core.plain import plain_yaml
+from ruamel.yaml.comments import CommentedMap
 
 MAIN_BASE = "skyrl.train.entrypoints.main_base"
-
-
-def environment_reference(u: Unknown) -> str:
-    """How a spec value spells a variable read from the environment where the job runs."""
-    return "${oc.env:" + u.name + "}" if u.kind == "env" else u.source
 
 
 class SkyRLScript:
@@ -63,9 +59,6 @@ def _where(word: Word, script: str = "") -> str:
 
 
 def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]) -> Imported:
-    from rlc.compiler.importers.versions import upgrade
-    from ruamel.yaml.comments import CommentedMap
-
     doc = Document(script.name, "", CommentedMap([("version", 1)]))
     report = upgrade(doc, [o for o, _ in overrides])
     migrated = report.changes if report is not None else []

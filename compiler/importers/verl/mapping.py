@@ -1,4 +1,5 @@
-"""The mapping of a composed verl `main_ppo` config to spec v1, section by section (rlc.compiler.importers.verl).
+"""The mapping of a composed verl `main_ppo` config to spec v1, section by section
+(rlc.compiler.importers.verl.importer).
 
 Only what verl's main_ppo reads is mapped; each value keeps its verl keys, and a conversion says why it is not a
 copy: verl's `vanilla` loss is always dual-clip, its LR warm-up counts training steps where rlc counts optimizer
@@ -11,8 +12,8 @@ import os
 import re
 from typing import Any
 
-from rlc.compiler.importers.parquet_rows import NotParquet, parquet_rows
-from rlc.compiler.importers.verl_record import VerlImport
+from rlc.compiler.importers.verl.parquet_rows import NotParquet, parquet_rows
+from rlc.compiler.importers.verl.record import VerlImport
 from rlc.compiler.megatron_fields import TRANSFORMER_CONFIG_FIELDS
 from rlc.core import algorithms
 

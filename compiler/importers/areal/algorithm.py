@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlc.compiler import allocation
-from rlc.compiler.importers.areal_import import ArealImport
+from rlc.compiler.importers.areal.record import ArealImport
 from rlc.core.algorithms import SEQUENCE_RATIO_LOSS
 
 

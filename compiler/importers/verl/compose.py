@@ -1,6 +1,6 @@
 """verl's config as verl composes it: a release's flattened defaults, Hydra's overrides, then the interpolations.
 
-The defaults are vendored per release in `verl_defaults/<release>.json` (written by tools/verl_defaults.py from
+The defaults are vendored per release in `defaults/<release>.json` (written by tools/verl_defaults.py from
 verl's own `_generated_ppo_*trainer.yaml`, or the flat `ppo_*trainer.yaml` before v0.5). A job names no release,
 so the newest release on which every override composes is taken, and the report says which. Three inputs:
 overrides (a launch command's arguments), a Hydra run directory (`.hydra/config.yaml`, the exact composed config,
@@ -16,7 +16,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from rlc.compiler.importers.hydra_overrides import (
+from rlc.compiler.importers.verl.hydra_overrides import (
     MISSING,
     Override,
     OverrideError,
@@ -64,7 +64,7 @@ class Composed:
 
 @cache
 def defaults(release: str) -> dict:
-    text = resources.files("rlc.compiler.importers").joinpath(f"verl_defaults/{release}.json").read_text("utf-8")
+    text = resources.files("rlc.compiler.importers.verl").joinpath(f"defaults/{release}.json").read_text("utf-8")
     return json.loads(text)
 
 

@@ -1,6 +1,6 @@
 """A verl launch script imported: its training command found by the static reader (rlc.compiler.importers.shell,
 through rlc.compiler.importers.scripts), its Hydra arguments composed and mapped as any verl job
-(rlc.compiler.importers.verl). Nothing is run.
+(rlc.compiler.importers.verl.importer). Nothing is run.
 
 `--config-name`/`--config-path` are read as Hydra reads them: `ppo_trainer` and `ppo_megatron_trainer` are verl's
 own; another name is the script's own YAML (`<config-path>/<name>.yaml`, relative to the script), composed with
@@ -15,12 +15,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlc.compiler.importers.base import Imported, NotImportable
-from rlc.compiler.importers.hydra_overrides import Override
+from rlc.compiler.importers.base import Imported, NotImportable, environment_reference
 from rlc.compiler.importers.shell import Launch, Script, Unknown
-from rlc.compiler.importers.skyrl_script import environment_reference
-from rlc.compiler.importers.verl import compose_failure, import_composed, refusal
-from rlc.compiler.importers.verl_compose import CONFIG_NAMES, ComposeError, compose_overrides, compose_yaml
+from rlc.compiler.importers.verl.compose import CONFIG_NAMES, ComposeError, compose_overrides, compose_yaml
+from rlc.compiler.importers.verl.hydra_overrides import Override
+from rlc.compiler.importers.verl.importer import compose_failure, import_composed, refusal
 from rlc.compiler.load import LoadError, parse, read_text
 from rlc.core.plain import plain_yaml
 
