@@ -197,7 +197,7 @@ class _Parser:
             )
         if head == "archon":
             self.fail(BACKEND, "the archon training backend is not supported", "use fsdp or megatron", at=at)
-        import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+        import difflib  # deferred: only a wrong name needs a close match
 
         close = difflib.get_close_matches(head, INFERENCE_BACKENDS + TRAINING_BACKENDS, n=1)
         hint = f"did you mean {close[0]}?" if close else "backends: vllm (inference), fsdp, megatron (training)"

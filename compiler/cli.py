@@ -21,6 +21,7 @@ def _color(stream) -> bool:
 
 
 def _parse_overrides(values: tuple[str, ...]):
+    # deferred: overrides are parsed only when a command line has some (start-up)
     from rlc.core.overrides import OverrideError, parse_override
 
     try:
@@ -33,6 +34,7 @@ def _parse_overrides(values: tuple[str, ...]):
 def _compile(spec: str, ovs):
     """The one pipeline every command runs; an override that cannot apply to this spec (e.g. below a scalar) is a
     usage error."""
+    # deferred: as in _parse_overrides
     from rlc.core.overrides import OverrideError
 
     try:
@@ -46,14 +48,17 @@ def _pipeline():
     built frozen (gc.freeze). Modules, classes, functions and tables live until the process exits: a collection while
     they are built finds nothing to free, and once frozen no later collection, the one at exit included, walks them
     again: about 13 ms of the 105 `rlc validate` took without it (bench/RESULTS.md)."""
+    # deferred: gc only for the pipeline's first import (start-up)
     import gc
 
     if "rlc.compiler.pipeline" in sys.modules or not gc.isenabled():
+        # deferred: the pipeline, imported once with the collector paused (see above)
         from rlc.compiler import pipeline
 
         return pipeline
     gc.disable()
     try:
+        # deferred: the pipeline, imported once with the collector paused (see above)
         from rlc.compiler import pipeline
     finally:
         gc.freeze()
@@ -62,6 +67,7 @@ def _pipeline():
 
 
 def _emit(diags, fmt: str, ok_line: str, **extra) -> int:
+    # deferred: the renderers only when there is something to print (start-up)
     from rlc.core.diagnostics import has_errors, render_json, render_text
 
     if fmt == "json":
@@ -76,6 +82,7 @@ def _emit(diags, fmt: str, ok_line: str, **extra) -> int:
 
 def _warn(diags) -> None:
     """Warnings of a spec that compiles, on stderr, before a command's own output."""
+    # deferred: the renderers only when there is something to print (start-up)
     from rlc.core.diagnostics import render_text
 
     if diags:
@@ -106,12 +113,14 @@ class RegistryChoice(click.Choice):
 
 
 def _target_names() -> tuple[str, ...]:
+    # deferred: the targets' registry only when --target is parsed (start-up)
     from rlc.compiler.targets import TARGETS
 
     return tuple(t.name for t in TARGETS)
 
 
 def _importer_names() -> tuple[str, ...]:
+    # deferred: the importers' registry only when --from is parsed (start-up)
     from rlc.compiler.importers.registry import IMPORTERS
 
     return tuple(i.name for i in IMPORTERS)
@@ -140,6 +149,7 @@ def validate(spec: str, overrides: tuple[str, ...], fmt: str) -> None:
 @cli.command()
 def schema() -> None:
     """Print the JSON Schema of spec v1 (with installed extensions)."""
+    # deferred: only `rlc schema` needs it: kept out of the other commands' start-up
     from rlc.spec.model import default_model
     from rlc.spec.schema import build_schema, dumps
 
@@ -150,6 +160,7 @@ def schema() -> None:
 @click.argument("key")
 def explain(key: str) -> None:
     """Describe KEY: its type, default, doc, accepted values and the rules that involve it."""
+    # deferred: only `rlc explain` needs it: kept out of the other commands' start-up
     from rlc.compiler.explain import explain_key
 
     text, ok = explain_key(key)
@@ -203,6 +214,7 @@ def migrate(
     commented with its script line; ARGS fill its "$@". Without -o/--in-place
     the result goes to stdout and no file is touched.
     """
+    # deferred: only `rlc migrate` needs it: kept out of the other commands' start-up; tree-sitter only for a script
     from rlc.compiler.importers.registry import importer
     from rlc.compiler.importers.scripts import is_script
     from rlc.compiler.migration import OUT, MigrateUsageError, migrate_file, migrate_script
@@ -268,6 +280,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
     or not it fits. Exit 0 when the job fits, 1 when the spec has errors or the placement or memory does not fit,
     2 on a usage error.
     """
+    # deferred: only `rlc plan` needs it: kept out of the other commands' start-up
     import json
     from pathlib import Path
 
@@ -291,6 +304,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         target.write_text(render_svg(layout, result.memory), encoding="utf-8")
     except OSError as exc:
         raise click.BadParameter(f"cannot write {target}: {exc.strerror or exc}", param_hint="--svg") from None
+    # deferred: the time estimate only when `rlc plan` shows it
     from rlc.compiler.estimate import estimate_time, render_time
 
     timing = estimate_time(result.spec, layout, result.memory) if result.spec is not None else None
@@ -304,6 +318,7 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         data.update(json.loads(render_json(diags)))  # ok, errors, warnings and the diagnostics beside the plan
         click.echo(json.dumps(data, indent=2))
     else:
+        # deferred: the memory and sandbox renderers only for text output
         from rlc.compiler.plan_svg import render_memory, render_sandbox
 
         click.echo(render_table(layout, _color(sys.stdout)))
@@ -334,6 +349,7 @@ def fit(spec: str, overrides: tuple[str, ...], write: bool, largest: bool, headr
 
     Exit 0 when it fits or a proposal was found, 1 when the spec has other errors or nothing tried fits.
     """
+    # deferred: only `rlc fit` needs it: kept out of the other commands' start-up
     from rlc.compiler.fit import fit as find_fit
     from rlc.compiler.fit_report import render
 
@@ -364,6 +380,7 @@ def compile(spec: str, overrides: tuple[str, ...], out_dir: str | None, target: 
     Writes resolved.yaml (every field explicit, provenance as comments, content hash), plan.json, and the
     launch files: sky.yaml (SkyPilot), ray/runtime_env.yaml + ray/submit.sh, kuberay/rayjob.yaml, slurm/job.sbatch.
     """
+    # deferred: only `rlc compile` needs it: kept out of the other commands' start-up
     from pathlib import Path
 
     from rlc.compiler.emit import build, write
@@ -392,6 +409,7 @@ def diff(a: str, b: str, overrides: tuple[str, ...], fmt: str) -> None:
     OVERRIDES apply to both sides. Exit 0 when they resolve to the same job, 1 when they differ (or
     a spec has errors).
     """
+    # deferred: only `rlc diff` needs it: kept out of the other commands' start-up
     import json
 
     from rlc.compiler.diff import compare, render_text
@@ -442,6 +460,7 @@ def launch(
     kuberay: `kubectl apply` of the RayJob; slurm: `sbatch` of the batch script, which prints the job id; local:
     trains here, as `rlc run` does.
     """
+    # deferred: only `rlc launch` needs it: kept out of the other commands' start-up
     import shutil
     import subprocess
     from pathlib import Path
@@ -474,6 +493,7 @@ def launch(
 
 def _need_runtime(command: str, names: tuple[str, ...] = ("ray", "torch", "transformers")) -> None:
     """A usage error unless this Python has rlc's runtime and what `command` imports of it."""
+    # deferred: only the commands that start the runtime need it (start-up)
     import importlib.util
 
     for name in names:
@@ -495,6 +515,7 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
 
     Needs the runtime (`pip install 'rlc[runtime]'`). Metrics go to {trainer.log_path}/{trainer.run_name}.
     """
+    # deferred: only `rlc run` needs it: kept out of the other commands' start-up
     from pathlib import Path
 
     from rlc.compiler.emit import build, write
@@ -507,6 +528,7 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
     out = Path(out_dir) if out_dir else Path("build") / result.spec.name
     write(build(result, (named("ray"),), str(out)), out)
     _need_runtime("run")
+    # deferred: the runtime (torch, Ray, transformers), only for `rlc run`, once its packages are known to be there
     from rlc.runtime.__main__ import run_job
     from rlc.runtime.config import load
 
@@ -519,9 +541,11 @@ def run(spec: str, overrides: tuple[str, ...], out_dir: str | None, address: str
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="PNG to write [default: RUN_DIR/curves.png].")
 def plot(run_dir: str, output: str | None) -> None:
     """Draw the reward and loss curves of a run (its metrics.jsonl) into a PNG."""
+    # deferred: only `rlc plot` needs it: kept out of the other commands' start-up; matplotlib below
     from pathlib import Path
 
     try:
+        # deferred: matplotlib and the runtime's plot, only for `rlc plot`
         from rlc.runtime.plot import PlotError, plot_run
     except ImportError as exc:
         click.echo(f"rlc plot: needs matplotlib ({exc}); pip install 'rlc[runtime]'", err=True)
@@ -539,11 +563,13 @@ class DataGroup(click.Group):
     when a command line reaches `rlc data`), beside the converters written here."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        # deferred: the environments' table only when `rlc data` is parsed (start-up)
         from rlc.core.environments import WRITERS
 
         return sorted({*super().list_commands(ctx), *WRITERS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        # deferred: the environments' table only when `rlc data` is parsed (start-up)
         from rlc.core.environments import WRITERS
 
         writer = WRITERS.get(cmd_name)
@@ -555,9 +581,11 @@ def _writer_command(env_id: str, writer: Writer) -> click.Command:
     default_out = f"~/.cache/rlc/data/{env_id}"
 
     def data_write(out_dir: str, train_rows: int, val_rows: int, seed: int, **options: Any) -> None:
+        # deferred: only `rlc data` needs it: kept out of the other commands' start-up; pyarrow below
         from pathlib import Path
 
         _need_runtime("data", ("pyarrow",))
+        # deferred: pyarrow and the runtime's writers, only for `rlc data`
         from rlc.runtime.data import write_dataset
 
         for option in writer.options:
@@ -621,9 +649,11 @@ def data() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 def data_gsm8k(source: str, out_dir: str, name: str, val_rows: int, seed: int) -> None:
     """Convert GSM8K records (JSON lines, a JSON list or CSV with question / answer) to parquet."""
+    # deferred: only `rlc data gsm8k` needs it: kept out of the other commands' start-up; pyarrow below
     from pathlib import Path
 
     _need_runtime("data", ("pyarrow",))
+    # deferred: pyarrow and the runtime's readers, only for `rlc data gsm8k`
     from rlc.runtime.data import DataError, gsm8k
 
     try:
@@ -642,6 +672,7 @@ def lsp(stdio: bool) -> None:
 
     Speaks the Language Server Protocol on stdin/stdout; an editor starts it (docs/editors.md).
     """
+    # deferred: only `rlc lsp` needs it: kept out of the other commands' start-up (pygls)
     from rlc.compiler.lsp.server import serve
 
     serve()

@@ -281,6 +281,7 @@ def cpu_kv_cache_bytes(spec: Any, engines: int) -> int:
     plus the one block vLLM keeps for itself (its null block, block 0): without it the last sequence waits for the
     others and the batch takes twice the decode steps. A larger cache would only hold host memory; a smaller one
     still works, vLLM then runs fewer sequences at once."""
+    # deferred: model_size's shape tables, only when a model's size is asked
     from rlc.compiler.model_size import model_info
 
     t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import field
 from typing import Any
 
@@ -114,6 +115,5 @@ def render_text(diff: Difference, a: str, b: str) -> str:
 
 
 def _show(value: Any) -> str:
-    import json
 
     return json.dumps(value, default=str)

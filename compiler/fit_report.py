@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 
 from rlc.compiler.fit import FitResult
+from rlc.compiler.importers.versions import migrated_text
+from rlc.compiler.load import load_document
 from rlc.compiler.memory import GiB, MemoryEstimate
+from rlc.compiler.migration import write_atomic
 from rlc.compiler.plan import node_ranges
 from rlc.core.diagnostics import render_json, render_text
-from rlc.core.overrides import parse_override
+from rlc.core.overrides import apply_overrides, parse_override
 
 
 def render(source: str, result: FitResult, write: bool, fmt: str) -> tuple[str, int]:
@@ -26,7 +29,6 @@ def render(source: str, result: FitResult, write: bool, fmt: str) -> tuple[str, 
     if write and result.changes:
         if new_text is None:
             return f"{source}: a legacy SkyRL file: `rlc migrate --in-place` it first, then `rlc fit --write`", 2
-        from rlc.compiler.migration import write_atomic
 
         write_atomic(Path(source), new_text)
         wrote = source
@@ -113,9 +115,6 @@ def peaks(before: MemoryEstimate, after: MemoryEstimate | None, single: bool = F
 def written_text(source: str, result: FitResult) -> str | None:
     """The spec file with the command line's overrides and the changes written in, comments and layout kept (None
     for a legacy file, which is migrated first)."""
-    from rlc.compiler.importers.versions import migrated_text
-    from rlc.compiler.load import load_document
-    from rlc.core.overrides import apply_overrides
 
     doc = load_document(source)
     if not isinstance(doc.data, dict) or "version" not in doc.data:

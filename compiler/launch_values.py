@@ -134,7 +134,7 @@ def infra(text: str) -> str:
             raise Unreadable(
                 f"cluster.infra = {text!r}: SkyPilot separates cloud, region and zone with '/'", f"write {better}"
             )
-        import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+        import difflib  # deferred: only a wrong name needs a close match
 
         close = difflib.get_close_matches(cloud, [*CLOUDS, *KUBERNETES], n=1)
         raise Unreadable(

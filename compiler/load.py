@@ -103,6 +103,7 @@ def _child_pos(node: Any, part: Any, key: bool) -> tuple[int, int] | None:
 
 
 def _yaml():
+    # deferred: ruamel.yaml's round-trip loader, which the language server's libyaml parse does not need
     from ruamel.yaml import YAML
 
     y = YAML(typ="rt")
@@ -258,6 +259,7 @@ def _too_deep(name: str, line: int, col: int, text: str) -> LoadError:
 def parse(text: str, name: str, comments: bool = True) -> Any:
     """Parse YAML text into a round-trip tree; LoadError on any YAML-level problem. comments=False: the tree without
     its comments, parsed by libyaml where it can (`libyaml.py`), for what reads a spec only for its findings."""
+    # deferred: ruamel.yaml's errors, as above
     from ruamel.yaml.constructor import DuplicateKeyError
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
@@ -331,6 +333,7 @@ def _first_occurrence(lines: list[str], exc, line: int, col: int) -> int | None:
 
 
 def _check_tags_and_size(data: Any, name: str, lines: list[str]) -> None:
+    # deferred: ruamel.yaml's node types, as above
     from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 
     sizes: dict[int, int] = {}

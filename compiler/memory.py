@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import field
 
 from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
+from rlc.compiler.plan import node_ranges
 from rlc.compiler.roles import critic_on, ref_on
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
@@ -463,7 +464,6 @@ def _gpu_list(gpus: list[GpuMemory]) -> str:
     by_node: dict[int, list[int]] = {}
     for g in gpus:
         by_node.setdefault(g.node, []).append(g.gpu)
-    from rlc.compiler.plan import node_ranges
 
     return "; ".join(f"node {n} GPU {node_ranges(sorted(gs))}" for n, gs in by_node.items())
 

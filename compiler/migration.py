@@ -86,6 +86,7 @@ def migrate_file(
 
 def migrate_script(old: str, env: dict[str, str], argv: list[str], output: str | None, force: bool) -> Outcome:
     """Import the launch script OLD (read, never run; `"$@"` is ARGV, the environment ENV) as a new spec."""
+    # deferred: tree-sitter's bash grammar, only for a launch script
     from rlc.compiler.importers.scripts import import_script
 
     out = Outcome(0)

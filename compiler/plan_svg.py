@@ -81,6 +81,7 @@ def summary(plan: Plan) -> list[str]:
 
 def render_table(plan: Plan, color: bool = False) -> str:
     """The summary, then one row per node and one column per GPU listing what runs there."""
+    # deferred: rich, only to render a plan's tables
     import io
 
     from rich import box

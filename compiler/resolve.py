@@ -35,7 +35,9 @@ from rlc.compiler.roles import (
 from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, INFO, WARNING, Diagnostic, Location
+from rlc.spec import fields as meta
 from rlc.spec.generation import SamplingParams
+from rlc.spec.model import default_model
 from rlc.spec.training import DEFAULT_MEGATRON_OPTIMIZER_KWARGS, DEFAULT_TRANSFORMER_CONFIG_KWARGS
 
 REF = re.compile(r"\$\{([^{}]+)\}")
@@ -517,8 +519,6 @@ def _fits(value: Any, wanted: Any) -> bool:
 
 def _outside(path: str, value: Any) -> str | None:
     """What an interpolated value breaks of its field's accepted values and bounds, or None."""
-    from rlc.spec import fields as meta
-    from rlc.spec.model import default_model
 
     model = default_model()
     field = model.lookup(path)

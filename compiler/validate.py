@@ -139,6 +139,7 @@ class _Walker:
         allowed = self.model.allowed_values(spec)
         if allowed is not None:
             if value not in allowed or isinstance(value, bool):
+                # deferred: difflib, only a misspelt key needs a close match
                 import difflib
 
                 close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.5)
@@ -261,6 +262,7 @@ class _Walker:
     def unknown_key(self, path: list, key: Any, props: list[str]) -> Diagnostic:
         full = dotted(path + [key])
         loc = self.doc.locate(tuple(path + [key]), key=True)
+        # deferred: difflib, only a misspelt value needs a close match
         import difflib
 
         if not isinstance(key, str):

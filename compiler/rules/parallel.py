@@ -83,7 +83,7 @@ def megatron_expert_layout_divides_world(c: Context):
 
 def _closest(names: list[str], fields: frozenset[str], config: str) -> str:
     """A fix for unknown keyword names: the field each most likely means, else their removal."""
-    import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+    import difflib  # deferred: only a wrong name needs a close match
 
     guesses = [f"{n} -> {m[0]}" for n in names if (m := difflib.get_close_matches(n, fields, n=1, cutoff=0.75))]
     if guesses:
@@ -119,6 +119,7 @@ MEGATRON_OPTIMIZER_SET_BY_RLC = {
 def megatron_config_kwargs_known(c: Context):
     # The megatron worker builds TransformerConfig(**...) and OptimizerConfig(**...) with these; a name the dataclass
     # lacks, or one the worker already sets from the spec, is a TypeError at start-up.
+    # deferred: Megatron-Core's field tables, only for a megatron job's kwargs
     from rlc.compiler.megatron_fields import MEGATRON_CORE, OPTIMIZER_CONFIG_FIELDS, TRANSFORMER_CONFIG_FIELDS
 
     if not c.megatron:
@@ -245,6 +246,7 @@ def fsdp_size_divides_world(c: Context):
 def sequence_parallel_divides_heads(c: Context):
     # Ulysses gives each GPU of a sequence-parallel group whole attention heads. Key/value heads need not divide:
     # the fsdp2 worker repeats them up to lcm(kv heads, sp).
+    # deferred: model_size's shape tables, only when a model's shape is checked
     from rlc.compiler.model_size import find_config
 
     for role in fsdp_roles(c.s):
@@ -342,6 +344,7 @@ def megatron_heads_divide_by_tensor_parallel(c: Context):
 def num_hidden_layers(path: object) -> int | None:
     """The model's decoder layer count when rlc can read its config (a local directory, the Hugging Face cache, an
     embedded `rlc:` model or rlc's table of common hub ids); None otherwise."""
+    # deferred: model_size's shape tables, only when a model's shape is checked
     from rlc.compiler.model_size import find_config
 
     if not isinstance(path, str) or not path:
@@ -432,6 +435,7 @@ VLLM_MAX_LORA_RANK = 512
 def vllm_lora_rank_supported(c: Context):
     # Under fsdp2 the vLLM engines load the policy's adapters themselves (enable_lora); under megatron they run the
     # merged model and the rank does not reach them.
+    # deferred: an import cycle (decide imports the rules' helpers)
     from rlc.compiler.decide import VLLM_LORA_RANKS
 
     rank = c.t.policy.model.lora.rank

@@ -16,6 +16,7 @@ ALG = "trainer.algorithm"
 def _extension_envs() -> set[str]:
     """Environment ids installed extensions declare (ext.add_environment, or a section under
     environment.skyrl_gym, as extensions declared them before)."""
+    # deferred: an import cycle (the spec model's extensions load the rules' facts)
     from rlc.spec.model import default_model
 
     ext = default_model().extensions
@@ -32,7 +33,7 @@ def environment_exists(c: Context):
     env_class = c.s.environment.env_class
     if not isinstance(env_class, str) or env_class in BUILTIN_ENVS or env_class in _extension_envs():
         return
-    import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+    import difflib  # deferred: only a wrong name needs a close match
 
     close = difflib.get_close_matches(env_class, [*BUILTIN_ENVS, *_extension_envs()], n=1)
     yield c.error(

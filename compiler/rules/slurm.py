@@ -138,7 +138,7 @@ def slurm_args_known(c: Context):
         longer = sorted(o for o in SBATCH_OPTIONS if o.startswith(name))
         if name in SBATCH_OPTIONS or len(longer) == 1:
             continue
-        import difflib  # deferred, as in validate.py: only a wrong name needs a close match
+        import difflib  # deferred: only a wrong name needs a close match
 
         close = difflib.get_close_matches(name, sorted(SBATCH_OPTIONS), n=1)
         if longer:

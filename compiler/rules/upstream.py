@@ -81,6 +81,7 @@ def _text_model_unknown(key: str) -> tuple[Condition, ...]:
     path = f"trainer.{role}.model.path"
 
     def multimodal_or_unknown(path_value: Any) -> bool:
+        # deferred: model_size's shape tables, only when a model's shape is checked
         from rlc.compiler.model_size import KNOWN_TYPES, model_info
 
         shape = model_info(path_value, None).shape if isinstance(path_value, str) and path_value else None

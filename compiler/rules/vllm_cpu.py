@@ -29,6 +29,7 @@ def _vllm_on_cpu(c: Context) -> bool:
     f"{IE}.run_engines_locally",
 )
 def vllm_cpu_head_size(c: Context):
+    # deferred: model_size's shape tables, only when a model's shape is checked
     from rlc.compiler.model_size import model_info
 
     if not _vllm_on_cpu(c):

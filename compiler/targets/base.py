@@ -63,7 +63,8 @@ def render(template: str, **context: Any) -> str:
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """The templates of rlc.templates, rendered strictly (an unknown name is an error), with the quoting filters."""
-    import jinja2  # here, not at the top: `rlc explain` and `--help` read the registry without rendering anything
+    # deferred: jinja2, only to render: `rlc explain` and `--help` read the registry without rendering anything
+    import jinja2
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rlc.templates", ""),
@@ -79,6 +80,7 @@ def environment() -> jinja2.Environment:
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates cached per user (compiling them costs more than the rest of `rlc compile`)."""
+    # deferred: jinja2, only to render (as above)
     import jinja2
 
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

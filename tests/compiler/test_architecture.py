@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from deferred_imports import MARK, deferred_comment, function_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"core": "rlc.core", "spec": "rlc.spec", "compiler": "rlc.compiler", "runtime": "rlc.runtime"}
@@ -22,7 +23,6 @@ RUNTIME_COMMANDS = {"run", "plot", "data_write", "data_gsm8k"}
 # sub-configs they hand on in runtime/sections.py.
 NO_SPEC_READS = ("runtime/driver.py", "runtime/placement.py")
 IMPORTERS = ROOT / "compiler" / "importers"
-DEFERRED = "# deferred:"
 
 
 @dataclass(frozen=True)
@@ -248,44 +248,20 @@ def unmarked_deferred(source: str) -> list[int]:
     """The lines of the imports inside functions that have no `# deferred: <reason>` comment on their line or on
     the comment lines just above (one comment may head a run of imports)."""
     lines = source.splitlines()
-    found = []
-
-    def marked(node: ast.stmt, ends: dict[int | None, ast.stmt]) -> bool:
-        if any(DEFERRED in line for line in lines[node.lineno - 1 : node.end_lineno]):
-            return True
-        n = node.lineno - 1  # the line above, 1-based
-        while n >= 1:
-            text = lines[n - 1].strip()
-            if text.startswith(DEFERRED):
-                return True
-            if text.startswith("#"):
-                n -= 1
-            elif n in ends and DEFERRED not in lines[ends[n].lineno - 1]:  # an import above, without its own reason
-                n = ends[n].lineno - 1
-            else:
-                return False
-        return False
-
-    def visit(node: ast.AST, in_function: bool) -> None:
-        ends = {c.end_lineno: c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.Import, ast.ImportFrom))}
-        for child in ast.iter_child_nodes(node):
-            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)) and not marked(child, ends):
-                found.append(child.lineno)
-            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
-
-    visit(ast.parse(source), False)
-    return found
+    imports = function_imports(ast.parse(source))
+    return [node.lineno for node in imports if not (deferred_comment(lines, node, imports) or "").strip(MARK + " ")]
 
 
-def test_every_deferred_import_of_the_importers_says_why():
-    """An import waits in a function to keep a heavy or rarely needed part (tree-sitter, omegaconf, SkyRL's legacy
-    tables) out of `rlc validate`'s start-up, and says which; any other import is at the module top."""
+def test_every_deferred_import_of_the_compiler_says_why():
+    """An import waits in a function to keep a heavy or rarely needed part (jinja2, rich, tree-sitter, omegaconf,
+    SkyRL's legacy tables, a command's own modules in the CLI) out of another command's start-up, and says which;
+    any other import is at the module top."""
     found = [
         f"{path.relative_to(ROOT)}:{line}"
-        for path in sorted(IMPORTERS.rglob("*.py"))
+        for path in sorted((ROOT / "compiler").rglob("*.py"))
         for line in unmarked_deferred(path.read_text(encoding="utf-8"))
     ]
-    assert not found, f"imports in a function without a `{DEFERRED} <reason>` comment: " + ", ".join(found)
+    assert not found, f"imports in a function without a `{MARK} <reason>` comment: " + ", ".join(found)
 
 
 def spec_reads(source: str) -> list[str]:
@@ -324,10 +300,8 @@ def test_the_checks_see_what_they_look_for():
         Import("rlc.compiler.importers.scripts", "rlc.compiler.importers.skyrl.script", None),
     ]
     assert cross_format(crossing, ["skyrl", "verl"]) == crossing[:1]
-    source = (
-        "def f():\n    import a  # deferred: a\n    # deferred: b and c\n    import b\n    import c\n\n    import d\n"
-    )
-    assert unmarked_deferred(source) == [7]
+    source = "def f():\n    import a  # deferred: a\n    # deferred: b and c\n    import b\n\n    import c\n    x = 1\n    import d\n"
+    assert unmarked_deferred(source) == [8]
     assert unmarked_deferred("def f():\n    import a  # deferred: a\n    import b\n") == [3]
     source = "def f(job, spec):\n    a = self.spec.trainer.seed\n    b = job.spec.data\n    c = spec.x\n    d = find_spec('x')\n"
     assert spec_reads(source) == [

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deferred_imports import MARK, deferred_comment, function_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 # Slow to import, or not installed for every job: the packages a deferred import may keep out.
@@ -32,44 +33,6 @@ HEAVY = (
     "rich",
     "psutil",
 )
-MARK = "# deferred:"
-
-
-def _function_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def walk(node: ast.AST, in_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
-                found.append(child)
-            walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
-
-    walk(tree, False)
-    return found
-
-
-def _comment(lines: list[str], node: ast.stmt, imports: list[ast.Import | ast.ImportFrom]) -> str | None:
-    """The `# deferred:` comment of an import: on one of its lines, or on the comment lines above it, reading up
-    through a run of function-level imports (one comment may head the run)."""
-    for line in lines[node.lineno - 1 : node.end_lineno]:
-        if MARK in line:
-            return line[line.index(MARK) :]
-    ends = {i.end_lineno: i for i in imports}
-    n = node.lineno - 1  # the line above, 1-based
-    while n >= 1:
-        text = lines[n - 1].strip()
-        if text.startswith(MARK):
-            return text
-        if text.startswith("#"):
-            n -= 1
-        elif n in ends:
-            above = ends[n]
-            if MARK in lines[above.lineno - 1]:
-                return None  # that import's own comment, not the run's
-            n = above.lineno - 1
-        else:
-            return None
-    return None
 
 
 def _named(comment: str, package: str) -> bool:
@@ -87,11 +50,11 @@ def problems(path: Path, source: str) -> list[str]:
     """What is wrong with the function-level imports of one module, each as `path:line: ...`."""
     tree = ast.parse(source)
     lines = source.splitlines()
-    imports = _function_imports(tree)
+    imports = function_imports(tree)
     found = []
     for node in imports:
         where = f"{path}:{node.lineno}"
-        comment = _comment(lines, node, imports)
+        comment = deferred_comment(lines, node, imports)
         relative = isinstance(node, ast.ImportFrom) and node.level > 0
         for module in _modules(node):
             parts = module.split(".")
