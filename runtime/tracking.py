@@ -6,10 +6,13 @@ wandb and tensorboard are imported only when `trainer.logger` names them.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from rlc.core.job import TrackingSettings
 
 
 class TrackerError(Exception):
@@ -24,7 +27,26 @@ SHOWN = (
 )
 
 
+def run_dir(settings: TrackingSettings) -> Path:
+    """`{log_path}/{run_name}`, the run's directory (expanded on the node that runs the driver)."""
+    return Path(os.path.expandvars(os.path.expanduser(settings.log_path))) / settings.run_name
+
+
 class Tracker:
+    @classmethod
+    def of(cls, settings: TrackingSettings, *, config: dict, total_steps: int, start_step: int, progress: bool):
+        """The tracker `settings` name, writing into the run's directory."""
+        return cls(
+            run_dir(settings),
+            logger=settings.logger,
+            project=settings.project_name,
+            run_name=settings.run_name,
+            config=config,
+            total_steps=total_steps,
+            start_step=start_step,
+            progress=progress,
+        )
+
     def __init__(
         self,
         run_dir: Path,
