@@ -36,7 +36,7 @@ from rlc.runtime.rollouts import Ahead, RayEngines, Synchronous
 from rlc.runtime.run_error import RunError
 from rlc.runtime.scoring import Scoring
 from rlc.runtime.sections import Sections
-from rlc.runtime.tracking import Tracker, TrackerError, run_dir
+from rlc.runtime.tracking import RunCpu, Tracker, TrackerError, run_dir
 from rlc.runtime.weights.updates import transport
 from transformers import AutoTokenizer
 
@@ -65,41 +65,17 @@ def planned_steps(steps_per_epoch: int, epochs: int, max_training_steps: int | N
     return total if max_training_steps is None else min(total, max_training_steps)
 
 
+def tokenizer_of(path: str):
+    """The policy's tokenizer, padding with its end-of-sequence token when it has no pad token."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def encode_prompt(tokenizer, prompt) -> list[int]:
     """Token ids of a text prompt, or of chat messages through the chat template (plain text without one)."""
     return Templater(tokenizer).prompt_ids(prompt)
-
-
-class RunCpu:
-    """CPU seconds (user + system) the run's processes on this machine have used: the driver and what it started
-    (a local Ray instance, its actors). Taken once per phase of a step as `timing/cpu/...`: unlike wall time, a busy
-    machine does not inflate it. The processes are listed once, at the first step; without psutil (or with actors
-    on another machine) it counts what it can see, the driver at least."""
-
-    def __init__(self) -> None:
-        self.procs: list | None = None
-        self.gone: dict[int, float] = {}  # last reading of processes that have ended
-
-    def __call__(self) -> float:
-        if self.procs is None:
-            try:
-                import psutil  # deferred: psutil is optional; without it the driver counts its own CPU time
-
-                me = psutil.Process()
-                self.procs = [me, *me.children(recursive=True)]
-            except ImportError:
-                self.procs = []
-        if not self.procs:
-            return time.process_time()
-        total = 0.0
-        for p in self.procs:
-            try:
-                c = p.cpu_times()
-                self.gone[p.pid] = c.user + c.system
-            except Exception:  # ended since: its last reading stands
-                pass
-            total += self.gone.get(p.pid, 0.0)
-        return total
 
 
 class Driver:
@@ -156,9 +132,7 @@ class Driver:
     def run(self) -> RunResult:
         loop = self.loop
         self.policy_path = local_model_path(self.decisions.workers["policy"].model_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer = tokenizer_of(self.policy_path)
         prompts = Prompts(self.decisions.data, self.tokenizer)
         self.templater, self.train, val = prompts.templater, prompts.train(), prompts.validation()
         self.steps_per_epoch = len(self.train) // loop.train_batch_size
@@ -183,9 +157,7 @@ class Driver:
         try:
             self._start(ray, total_steps * mini_per_step * loop.update_epochs_per_batch)
             if resume_dir is not None:
-                self.checkpoints.load(resume_dir)
-                self.scoring.kl.value = float(resume_state.get("kl_coef", self.scoring.kl.value))
-                tracker.message(f"rlc: resumed from {resume_dir} at step {start_step}")
+                self._resume(tracker, resume_dir, resume_state, start_step)
             self._apply(ray, self.colocation.start())
             self.weights.join()
             self.cluster.write_placement(self.run_dir)
@@ -227,6 +199,12 @@ class Driver:
             offload_after_step=dict(self.loop.offload_after_step),
             prefix_cache=self.decisions.engines.prefix_cache,
         )
+
+    def _resume(self, tracker, directory, state: dict, step: int) -> None:
+        """The trained roles' state and the KL coefficient from the checkpoint the run resumes from."""
+        self.checkpoints.load(directory)
+        self.scoring.kl.value = float(state.get("kl_coef", self.scoring.kl.value))
+        tracker.message(f"rlc: resumed from {directory} at step {step}")
 
     def _mid_run_error(self, ray, exc: Exception) -> RunError:
         """A worker's or engine's call that failed (a collective whose peer died fails this way too), told by its own

@@ -1,4 +1,4 @@
-"""What a user sees of a run: a progress bar, `metrics.jsonl` in the run directory, and a tracker.
+"""What a user sees of a run: a progress bar, `metrics.jsonl` in the run directory, a tracker, its CPU time.
 
 wandb and tensorboard are imported only when `trainer.logger` names them.
 """
@@ -25,6 +25,38 @@ SHOWN = (
     ("kl", "kl {:.4f}"),
     ("tokens_per_s", "{:.0f} tok/s"),
 )
+
+
+class RunCpu:
+    """CPU seconds (user + system) the run's processes on this machine have used: the driver and what it started
+    (a local Ray instance, its actors). Taken once per phase of a step as `timing/cpu/...`: unlike wall time, a busy
+    machine does not inflate it. The processes are listed once, at the first step; without psutil (or with actors
+    on another machine) it counts what it can see, the driver at least."""
+
+    def __init__(self) -> None:
+        self.procs: list | None = None
+        self.gone: dict[int, float] = {}  # last reading of processes that have ended
+
+    def __call__(self) -> float:
+        if self.procs is None:
+            try:
+                import psutil  # deferred: psutil is optional; without it the driver counts its own CPU time
+
+                me = psutil.Process()
+                self.procs = [me, *me.children(recursive=True)]
+            except ImportError:
+                self.procs = []
+        if not self.procs:
+            return time.process_time()
+        total = 0.0
+        for p in self.procs:
+            try:
+                c = p.cpu_times()
+                self.gone[p.pid] = c.user + c.system
+            except Exception:  # ended since: its last reading stands
+                pass
+            total += self.gone.get(p.pid, 0.0)
+        return total
 
 
 def run_dir(settings: TrackingSettings) -> Path:
