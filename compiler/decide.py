@@ -9,13 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from rlc.core.job import (
+    AheadSettings,
+    CheckpointSettings,
+    DataSettings,
     Decisions,
     EngineSettings,
+    EvalSettings,
+    GeneratorSettings,
     KLControl,
     LoopSettings,
     ProcessEnvs,
     Sampling,
     SandboxSettings,
+    ScoringSettings,
+    TrackingSettings,
     VLLMArgs,
     WeightSync,
     WorkerSettings,
@@ -35,7 +42,7 @@ STRATEGY_NAMES = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
 
 
 def decide(spec: Any, plan: Plan) -> Decisions:
-    t, g = spec.trainer, spec.generator
+    g = spec.generator
     device = "cpu" if plan.device == "CPU" else "cuda"
     cpu_slots = plan.gpus_per_node if device == "cpu" else None
     workers = {role.name: worker_settings(spec, role.name, device, cpu_slots) for role in plan.roles}
@@ -45,34 +52,26 @@ def decide(spec: Any, plan: Plan) -> Decisions:
         engines=engine_settings(spec, device, cpu_slots, plan),
         weight_sync=weight_sync(spec, device),
         train_sampling=sampling(g.sampling_params),
-        eval_sampling=sampling(g.eval_sampling_params or g.sampling_params),
-        kl=KLControl(
-            t.algorithm.kl_ctrl.type,
-            float(t.algorithm.kl_loss_coef),
-            float(t.algorithm.kl_ctrl.kl_target),
-            int(t.algorithm.kl_ctrl.horizon),
-        ),
         node_wait_timeout_s=float(spec.launch.node_wait_timeout_s),
         offload_between_phases=offload_between_phases(spec, device),
         loop=loop_settings(spec, plan),
+        data=data_settings(spec),
+        tracking=tracking_settings(spec),
+        checkpoints=checkpoint_settings(spec),
+        evaluation=eval_settings(spec),
+        ahead=ahead_settings(spec),
+        scoring=scoring_settings(spec),
+        generator=generator_settings(spec),
         envs=process_envs(spec),
         sandbox=sandbox(spec),
     )
 
 
 def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
-    """The driver's share: trainer.*, data.*, the generator's batch and scoring keys, environment.env_class."""
-    t, g, a, d = spec.trainer, spec.generator, spec.trainer.algorithm, spec.data
-    fa = t.fully_async
+    """The step loop's own share: trainer.*'s sizes, length and per-step dumps, the generator's batch keys."""
+    t, g = spec.trainer, spec.generator
     return LoopSettings(
         seed=int(t.seed),
-        train_data=tuple(d.train_data),
-        val_data=tuple(d.val_data),
-        env_class=str(spec.environment.env_class),
-        max_prompt_length=int(t.max_prompt_length),
-        chat_template_source=str(g.chat_template.source),
-        chat_template=g.chat_template.name_or_path,
-        chat_template_kwargs=dict(g.chat_template_kwargs or {}),
         train_batch_size=int(t.train_batch_size),
         n_samples_per_prompt=int(g.n_samples_per_prompt),
         policy_mini_batch_size=int(t.policy_mini_batch_size),
@@ -80,42 +79,113 @@ def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
         update_epochs_per_batch=int(t.update_epochs_per_batch),
         epochs=int(t.epochs),
         max_training_steps=t.max_training_steps,
-        eval_interval=int(t.eval_interval),
-        eval_before_train=bool(t.eval_before_train),
-        eval_batch_size=int(t.eval_batch_size),
-        eval_n_samples_per_prompt=int(g.eval_n_samples_per_prompt),
-        ckpt_interval=int(t.ckpt_interval),
-        hf_save_interval=int(t.hf_save_interval),
-        max_ckpts_to_keep=int(t.max_ckpts_to_keep),
-        fully_async=bool(fa.enabled),
-        max_staleness_steps=int(fa.max_staleness_steps),
-        num_parallel_generation_workers=int(fa.num_parallel_generation_workers),
+        step_wise=bool(g.step_wise_trajectories),
+        dynamic_sampling=bool(t.algorithm.dynamic_sampling.type),
+        fully_async=bool(t.fully_async.enabled),
         offload_after_step={
             r.name: bool(getattr(t, r.name).optimizer_config.offload_after_step) for r in plan.roles if r.name != "ref"
         },
-        log_path=str(t.log_path),
-        run_name=str(t.run_name),
+        dump_data_batch_to=str(t.export_path) if t.dump_data_batch else None,
+    )
+
+
+def data_settings(spec: Any) -> DataSettings:
+    """data.*, the prompt limit and the chat template; the validation rows are read only by a run that evaluates."""
+    t, g, d = spec.trainer, spec.generator, spec.data
+    evaluates = int(t.eval_interval) > 0 or bool(t.eval_before_train)
+    return DataSettings(
+        train_data=tuple(d.train_data),
+        val_data=tuple(d.val_data) if evaluates else (),
+        env_class=str(spec.environment.env_class),
+        max_prompt_length=int(t.max_prompt_length),
+        chat_template_source=str(g.chat_template.source),
+        chat_template=g.chat_template.name_or_path,
+        chat_template_kwargs=dict(g.chat_template_kwargs or {}),
+        seed=int(t.seed),
+        isolation=spec.environment.sandbox.isolation,
+    )
+
+
+def tracking_settings(spec: Any) -> TrackingSettings:
+    t = spec.trainer
+    return TrackingSettings(
+        log_path=str(t.log_path), run_name=str(t.run_name), logger=str(t.logger), project_name=str(t.project_name)
+    )
+
+
+def checkpoint_settings(spec: Any) -> CheckpointSettings:
+    t = spec.trainer
+    return CheckpointSettings(
         ckpt_path=str(t.ckpt_path),
         export_path=str(t.export_path),
+        ckpt_interval=int(t.ckpt_interval),
+        hf_save_interval=int(t.hf_save_interval),
+        max_ckpts_to_keep=int(t.max_ckpts_to_keep),
         resume_mode=t.resume_mode,
         resume_path=t.resume_path,
-        logger=str(t.logger),
-        project_name=str(t.project_name),
-        dump_data_batch=bool(t.dump_data_batch),
-        dump_eval_results=bool(t.dump_eval_results),
+    )
+
+
+def eval_settings(spec: Any) -> EvalSettings:
+    """Evaluation samples with generator.eval_sampling_params, else as training does."""
+    t, g = spec.trainer, spec.generator
+    return EvalSettings(
+        interval=int(t.eval_interval),
+        before_train=bool(t.eval_before_train),
+        batch_size=int(t.eval_batch_size),
+        n_samples_per_prompt=int(g.eval_n_samples_per_prompt),
+        sampling=sampling(g.eval_sampling_params or g.sampling_params),
+        env_class=str(spec.environment.env_class),
+        dump_to=str(t.export_path) if t.dump_eval_results else None,
+    )
+
+
+def ahead_settings(spec: Any) -> AheadSettings:
+    t, g = spec.trainer, spec.generator
+    fa = t.fully_async
+    return AheadSettings(
+        max_staleness_steps=int(fa.max_staleness_steps),
+        num_parallel_generation_workers=int(fa.num_parallel_generation_workers),
+        train_batch_size=int(t.train_batch_size),
+        n_samples_per_prompt=int(g.n_samples_per_prompt),
+        sampling=sampling(g.sampling_params),
+    )
+
+
+def scoring_settings(spec: Any) -> ScoringSettings:
+    """The generator's and trainer.algorithm's scoring keys, and where the old log-probs come from."""
+    t, g, a = spec.trainer, spec.generator, spec.trainer.algorithm
+    return ScoringSettings(
         multi_turn=g.max_turns > 1,
         step_wise=bool(g.step_wise_trajectories),
+        fully_async=bool(t.fully_async.enabled),
         apply_overlong_filtering=bool(g.apply_overlong_filtering),
         zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
         zero_variance_filter=bool(a.zero_variance_filter),
         zero_variance_filter_tol=float(a.zero_variance_filter_tol),
-        dynamic_sampling=bool(a.dynamic_sampling.type),
         off_policy_correction=off_policy_section_corrects(a.off_policy_correction),
         kl_in_reward=bool(a.use_kl_in_reward),
         kl_estimator=str(a.kl_estimator_type),
+        kl=KLControl(a.kl_ctrl.type, float(a.kl_loss_coef), float(a.kl_ctrl.kl_target), int(a.kl_ctrl.horizon)),
         advantage_estimator=str(a.advantage_estimator),
         advantage_batch_normalize=bool(a.advantage_batch_normalize),
         old_logprob_pass=old_logprob_pass(spec),
+    )
+
+
+def generator_settings(spec: Any) -> GeneratorSettings:
+    """The generator's multi-turn keys; a turn's input is bounded by generator.max_input_length, else the prompt's."""
+    g, e = spec.generator, spec.environment
+    return GeneratorSettings(
+        default_env=str(e.env_class),
+        max_turns=int(g.max_turns),
+        max_input_length=int(g.max_input_length or spec.trainer.max_prompt_length),
+        conversation=bool(g.use_conversation_multi_turn),
+        append_eos_after_stop=bool(g.append_eos_token_after_stop_str_in_multi_turn),
+        step_wise=bool(g.step_wise_trajectories),
+        batched=bool(g.batched),
+        zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
+        env_workers=int(e.skyrl_gym.max_env_workers),
     )
 
 
@@ -159,6 +229,7 @@ def sandbox(spec: Any) -> SandboxSettings:
         file_mb=s.file_mb,
         output_kb=s.output_kb,
         python_tool_seconds=float(s.python_tool_seconds),
+        env_class=str(spec.environment.env_class),
         runs_model_code=runs_model_code(spec.environment.env_class),
         concurrent=spec.environment.skyrl_gym.max_env_workers,
     )

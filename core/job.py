@@ -17,7 +17,7 @@ from typing import Any
 
 from rlc.core.dataclass import dataclass
 
-DECISIONS_VERSION = 3
+DECISIONS_VERSION = 4
 
 
 def seed_for(seed: int, step: int, engine: int) -> int:
@@ -158,25 +158,120 @@ class SandboxSettings:
     file_mb: int = 64
     output_kb: int = 1024
     python_tool_seconds: float = 10.0
+    env_class: str = ""  # the job's default environment
     runs_model_code: bool = False
     concurrent: int = 32  # sandboxes that may run at once: the generator's environment workers
 
 
 @dataclass(frozen=True)
-class LoopSettings:
-    """The driver's share of the job: the data it reads, the step loop's sizes and intervals, where its outputs go,
-    and what scoring a batch takes (the old log-probs' source included), as the compiler settled them."""
+class DataSettings:
+    """The prompts a run reads (data.*): rows without an env_class of their own take `env_class`; prompts longer
+    than `max_prompt_length` tokens are left out."""
 
-    seed: int
-    # the data: rows without an env_class of their own take env_class; longer prompts are left out
     train_data: tuple[str, ...]
-    val_data: tuple[str, ...]
+    val_data: tuple[str, ...]  # () when the run never evaluates
     env_class: str
     max_prompt_length: int
     chat_template_source: str  # generator.chat_template: name | file
     chat_template: str | None  # its name_or_path; None keeps the tokenizer's own
     chat_template_kwargs: dict[str, Any]
-    # the loop
+    seed: int  # trainer.seed: a missing dataset whose writer draws from it is written with it
+    isolation: str  # environment.sandbox.isolation: rows naming an environment that runs model code need it
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """Where a run's metrics go: `{log_path}/{run_name}/metrics.jsonl` and the tracker (trainer.logger)."""
+
+    log_path: str  # expanded on the node that runs the driver
+    run_name: str
+    logger: str
+    project_name: str
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """A run's checkpoints and Hugging Face exports, and the checkpoint it resumes from."""
+
+    ckpt_path: str  # expanded on the node that runs the driver
+    export_path: str
+    ckpt_interval: int  # -1: never
+    hf_save_interval: int  # -1: never
+    max_ckpts_to_keep: int
+    resume_mode: str | None  # none | latest | from_path
+    resume_path: str | None
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """When and how the run evaluates over the validation rows."""
+
+    interval: int  # trainer.eval_interval; -1: never
+    before_train: bool
+    batch_size: int
+    n_samples_per_prompt: int
+    sampling: Sampling  # generator.eval_sampling_params, else the train sampling
+    env_class: str  # the environment of rows that name none
+    dump_to: str | None  # trainer.export_path when trainer.dump_eval_results, else None
+
+
+@dataclass(frozen=True)
+class AheadSettings:
+    """What fully async generation needs: trainer.fully_async's bounds, the batch size and the train sampling."""
+
+    max_staleness_steps: int
+    num_parallel_generation_workers: int
+    train_batch_size: int
+    n_samples_per_prompt: int
+    sampling: Sampling
+
+
+@dataclass(frozen=True)
+class ScoringSettings:
+    """What scoring a batch takes: its masks and filters, the old log-probs' source, the KL in the reward, the
+    advantages, and the rollout metrics' reading of them."""
+
+    multi_turn: bool  # generator.max_turns > 1: the loss mask, not the attention mask, marks generated tokens
+    step_wise: bool  # a row per turn (generator.step_wise_trajectories)
+    fully_async: bool  # generated ahead with older weights: the rollouts' own log-probs are the old ones
+    apply_overlong_filtering: bool
+    zero_reward_on_non_stop: bool
+    zero_variance_filter: bool
+    zero_variance_filter_tol: float
+    off_policy_correction: bool  # trainer.algorithm.off_policy_correction changes anything
+    kl_in_reward: bool
+    kl_estimator: str
+    kl: KLControl  # the coefficient of the KL in the reward
+    advantage_estimator: str
+    advantage_batch_normalize: bool
+    # A forward pass of the policy gives the old log-probs; without it they are the rollouts' own (fully async) or
+    # the current policy's, which then needs no pass of its own (one optimizer step per batch: ratio 1).
+    old_logprob_pass: bool
+
+
+@dataclass(frozen=True)
+class GeneratorSettings:
+    """The generator's share: `generator`'s multi-turn keys and the environments' defaults (environment.*); the
+    environments take environment.skyrl_gym whole."""
+
+    default_env: str  # environment.env_class, for rows without their own
+    max_turns: int = 1
+    max_input_length: int = 1 << 30  # generator.max_input_length, else trainer.max_prompt_length
+    conversation: bool = True  # use_conversation_multi_turn
+    append_eos_after_stop: bool = True
+    step_wise: bool = False
+    batched: bool = False
+    zero_reward_on_non_stop: bool = False
+    env_workers: int = 32  # environment.skyrl_gym.max_env_workers
+    env_timeout_s: float = 600.0  # an environment call (make, init, step) that takes longer ends its trajectory
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The step loop's own share of the job: its sizes and length, how it splits a batch for the updates, and what
+    it writes of each step; each component's share is in its own settings."""
+
+    seed: int
     train_batch_size: int
     n_samples_per_prompt: int
     policy_mini_batch_size: int
@@ -184,44 +279,11 @@ class LoopSettings:
     update_epochs_per_batch: int
     epochs: int
     max_training_steps: int | None
-    eval_interval: int  # -1: never
-    eval_before_train: bool
-    eval_batch_size: int
-    eval_n_samples_per_prompt: int
-    ckpt_interval: int  # -1: never
-    hf_save_interval: int  # -1: never
-    max_ckpts_to_keep: int
-    fully_async: bool  # generation runs ahead of training (trainer.fully_async)
-    max_staleness_steps: int
-    num_parallel_generation_workers: int
-    offload_after_step: dict[str, bool]  # by trained role: its optimizer state leaves the GPU after each step
-    # where the run's files go (expanded on the node that runs the driver)
-    log_path: str
-    run_name: str
-    ckpt_path: str
-    export_path: str
-    resume_mode: str | None  # none | latest | from_path
-    resume_path: str | None
-    logger: str
-    project_name: str
-    dump_data_batch: bool
-    dump_eval_results: bool
-    # scoring a batch
-    multi_turn: bool  # generator.max_turns > 1: the loss mask, not the attention mask, marks generated tokens
-    step_wise: bool  # a row per turn (generator.step_wise_trajectories)
-    apply_overlong_filtering: bool
-    zero_reward_on_non_stop: bool
-    zero_variance_filter: bool
-    zero_variance_filter_tol: float
+    step_wise: bool  # a row per turn: mini-batches of whole prompts
     dynamic_sampling: bool  # trainer.algorithm.dynamic_sampling has a type
-    off_policy_correction: bool  # trainer.algorithm.off_policy_correction changes anything
-    kl_in_reward: bool
-    kl_estimator: str
-    advantage_estimator: str
-    advantage_batch_normalize: bool
-    # A forward pass of the policy gives the old log-probs; without it they are the rollouts' own (fully async) or
-    # the current policy's, which then needs no pass of its own (one optimizer step per batch: ratio 1).
-    old_logprob_pass: bool
+    fully_async: bool  # generation runs ahead of training (trainer.fully_async)
+    offload_after_step: dict[str, bool]  # by trained role: its optimizer state leaves the GPU after each step
+    dump_data_batch_to: str | None  # trainer.export_path when trainer.dump_data_batch, else None
 
 
 @dataclass(frozen=True)
@@ -242,11 +304,16 @@ class Decisions:
     engines: EngineSettings
     weight_sync: WeightSync
     train_sampling: Sampling
-    eval_sampling: Sampling
-    kl: KLControl
     node_wait_timeout_s: float  # how long a placement group may take to be granted
     offload_between_phases: bool  # weights, optimizer state and engines move on and off the GPUs around each phase
     loop: LoopSettings
+    data: DataSettings
+    tracking: TrackingSettings
+    checkpoints: CheckpointSettings
+    evaluation: EvalSettings
+    ahead: AheadSettings
+    scoring: ScoringSettings
+    generator: GeneratorSettings
     envs: ProcessEnvs
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 

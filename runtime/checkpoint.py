@@ -19,6 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from rlc.core.job import CheckpointSettings
+from rlc.runtime.data import expand
 from rlc.runtime.run_error import RunError
 
 MARKER = "latest_ckpt_global_step.txt"
@@ -124,11 +126,37 @@ def prune(root: Path, keep: int, current: int | None = None) -> list[Path]:
 
 class Checkpoints:
     """A run's checkpoints (every role but the ref, then the trainer state) and Hugging Face exports, which the role
-    workers (Ray actors) write; `workers` maps each role to its ranks."""
+    workers (Ray actors) write at the intervals `settings` gives; `workers` maps each role to its ranks."""
 
-    def __init__(self, ray, workers: dict, root: Path, export_root: Path, keep: int, content_hash: str, model: str):
-        self.ray, self.workers, self.root, self.export_root = ray, workers, root, export_root
-        self.keep, self.content_hash, self.model = keep, content_hash, model
+    def __init__(self, ray, workers: dict, settings: CheckpointSettings, content_hash: str, model: str):
+        self.ray, self.workers, self.settings = ray, workers, settings
+        self.root, self.export_root = expand(settings.ckpt_path), expand(settings.export_path)
+        self.content_hash, self.model = content_hash, model
+        self.last_saved = self.last_exported = 0
+
+    def load(self, directory: Path) -> None:
+        """Every trained role's state from a checkpoint directory (the ref's never changes)."""
+        for name, workers in self.workers.items():
+            if name != "ref":
+                self.ray.get([w.load_checkpoint.remote(str(directory / name)) for w in workers])
+
+    def after_step(self, step: int, epoch: int, kl_coef: float) -> Path | None:
+        """A checkpoint every ckpt_interval steps, an export every hf_save_interval; the checkpoint written, if any."""
+        saved = None
+        if self.settings.ckpt_interval > 0 and step % self.settings.ckpt_interval == 0:
+            saved = self.save(step, epoch, kl_coef)
+        if self.settings.hf_save_interval > 0 and step % self.settings.hf_save_interval == 0:
+            self.export(step)
+        return saved
+
+    def at_end(self, step: int, epoch: int, kl_coef: float) -> Path | None:
+        """The final weights, checkpointed and exported (where the intervals ask for any) unless the last step was."""
+        saved = None
+        if self.settings.ckpt_interval > 0 and self.last_saved != step:
+            saved = self.save(step, epoch, kl_coef)
+        if self.settings.hf_save_interval > 0 and self.last_exported != step:
+            self.export(step)
+        return saved
 
     def save(self, step: int, epoch: int, kl_coef: float) -> Path:
         staging = staging_dir(self.root, step)
@@ -143,7 +171,8 @@ class Checkpoints:
             "world_sizes": {k: len(v) for k, v in self.workers.items()},
         }
         final = commit(self.root, staging, step, state)
-        prune(self.root, self.keep, current=step)
+        prune(self.root, self.settings.max_ckpts_to_keep, current=step)
+        self.last_saved = step
         return final
 
     def export(self, step: int) -> None:
@@ -151,6 +180,20 @@ class Checkpoints:
         for name in ("policy", "critic"):
             if name in self.workers:
                 self.ray.get([w.export_hf.remote(str(target / name), self.model) for w in self.workers[name]])
+        self.last_exported = step
+
+
+def resume_from(settings: CheckpointSettings, content_hash: str) -> tuple[int, dict, Path | None]:
+    """`resume_point` of a run's checkpoint settings."""
+    path = expand(settings.resume_path) if settings.resume_path else None
+    return resume_point(settings.resume_mode, path, expand(settings.ckpt_path), content_hash)
+
+
+def resume_hint(settings: CheckpointSettings) -> str:
+    """What a failed run tells its user of where to continue from."""
+    last = latest(expand(settings.ckpt_path))
+    where = f"the last complete checkpoint is {last}" if last else "no checkpoint was written yet"
+    return f"{where}; rerun with trainer.resume_mode=latest to continue from it"
 
 
 def resume_point(

@@ -4,8 +4,10 @@
     -> critic and policy updates over mini-batches x update_epochs_per_batch -> weight sync
     -> eval every eval_interval -> checkpoint every ckpt_interval (and HF export every hf_save_interval)
 
-The driver acts on the compiler's decisions (`job.decisions`: its own share is `decisions.loop`) and hands each
-component its own settings or sub-config (`sections.Sections`); it reads no spec field itself.
+The driver runs the step loop on its own share of the compiler's decisions (`decisions.loop`) and hands each component
+its own settings whole (`decisions.data`, `.tracking`, `.checkpoints`, `.evaluation`, `.ahead`, `.scoring`,
+`.generator`) or its sub-config (`sections.Sections`); the components decide their own part, and the driver reads no
+spec field itself.
 """
 
 from __future__ import annotations
@@ -17,30 +19,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from rlc.core.environments import WRITERS
 from rlc.core.job import Sampling, seed_for
-from rlc.core.runtime_facts import runs_model_code
 from rlc.runtime import checkpoint as ckpt
-from rlc.runtime.algorithms.advantages import broadcast_to_steps
-from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train, zero_variance_groups
-from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
-from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
-from rlc.runtime.algorithms.registry import get_advantage_estimator
-from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batches, pad_rows, to_batch, totals
-from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
+from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train
+from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batches, pad_rows, totals
+from rlc.runtime.chat import Templater
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.config import CompiledJob
-from rlc.runtime.data import DataError, expand, read_rows, write_dataset
+from rlc.runtime.data import expand
 from rlc.runtime.dumps import dump_training_batch
 from rlc.runtime.envs import sandbox
-from rlc.runtime.envs.gym import registered
 from rlc.runtime.evaluation import Evaluation
-from rlc.runtime.generator import Generator, rollout_metrics
+from rlc.runtime.generator import Generator
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
-from rlc.runtime.rollouts import Ahead, AheadSettings, RayEngines, Synchronous
+from rlc.runtime.prompts import Prompts
+from rlc.runtime.rollouts import Ahead, RayEngines, Synchronous
 from rlc.runtime.run_error import RunError
+from rlc.runtime.scoring import Scoring
 from rlc.runtime.sections import Sections
-from rlc.runtime.tracking import Tracker, TrackerError
+from rlc.runtime.tracking import RunCpu, Tracker, TrackerError, run_dir
 from rlc.runtime.weights.updates import transport
 from transformers import AutoTokenizer
 
@@ -69,41 +66,17 @@ def planned_steps(steps_per_epoch: int, epochs: int, max_training_steps: int | N
     return total if max_training_steps is None else min(total, max_training_steps)
 
 
+def tokenizer_of(path: str):
+    """The policy's tokenizer, padding with its end-of-sequence token when it has no pad token."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def encode_prompt(tokenizer, prompt) -> list[int]:
     """Token ids of a text prompt, or of chat messages through the chat template (plain text without one)."""
     return Templater(tokenizer).prompt_ids(prompt)
-
-
-class RunCpu:
-    """CPU seconds (user + system) the run's processes on this machine have used: the driver and what it started
-    (a local Ray instance, its actors). Taken once per phase of a step as `timing/cpu/...`: unlike wall time, a busy
-    machine does not inflate it. The processes are listed once, at the first step; without psutil (or with actors
-    on another machine) it counts what it can see, the driver at least."""
-
-    def __init__(self) -> None:
-        self.procs: list | None = None
-        self.gone: dict[int, float] = {}  # last reading of processes that have ended
-
-    def __call__(self) -> float:
-        if self.procs is None:
-            try:
-                import psutil  # deferred: psutil is optional; without it the driver counts its own CPU time
-
-                me = psutil.Process()
-                self.procs = [me, *me.children(recursive=True)]
-            except ImportError:
-                self.procs = []
-        if not self.procs:
-            return time.process_time()
-        total = 0.0
-        for p in self.procs:
-            try:
-                c = p.cpu_times()
-                self.gone[p.pid] = c.user + c.system
-            except Exception:  # ended since: its last reading stands
-                pass
-            total += self.gone.get(p.pid, 0.0)
-        return total
 
 
 class Driver:
@@ -113,8 +86,7 @@ class Driver:
         self.address, self.progress = address, progress
         self.device = job.decisions.device
         self.cpu = self.device == "cpu"
-        self.run_dir = expand(self.loop.log_path) / self.loop.run_name
-        self.ckpt_root = expand(self.loop.ckpt_path)
+        self.run_dir = run_dir(job.decisions.tracking)
         self._preflight()
         self.generator: Generator | None = None
         self.run_cpu = RunCpu()
@@ -149,88 +121,32 @@ class Driver:
             found = sandbox.configure(s.isolation, limits, check=s.runs_model_code, concurrent=s.concurrent)
         except sandbox.SandboxUnavailable as exc:
             raise RunError(
-                f"the {self.loop.env_class} environment runs model-written code, and "
+                f"the {s.env_class} environment runs model-written code, and "
                 f"environment.sandbox.isolation: {s.isolation} cannot be had on this machine: {exc}"
             ) from None
         if s.runs_model_code:
             loud = "UNISOLATED, as environment.sandbox.isolation asks: " if s.isolation == "unisolated" else ""
             print(f"rlc: model-written code runs {loud}{found.describe(s.isolation)}", flush=True)
 
-    def _sandbox_for(self, env_classes: set[str], paths: list[str]) -> None:
-        """Refuse, before training, rows that name an environment running model-written code at a level this machine
-        cannot give (the default environment was checked at start)."""
-        coders = sorted(e for e in env_classes if runs_model_code(e))
-        level = self.decisions.sandbox.isolation
-        if coders and not sandbox.probe().available(level):
-            raise RunError(
-                f"{paths} name the environment(s) {', '.join(coders)}, which run model-written code, and "
-                f"environment.sandbox.isolation: {level} cannot be had on this machine: {sandbox.probe().reason}"
-            )
-
-    # -- data ---------------------------------------------------------------------------------------------
-
-    def _rows(self, paths: list[str]) -> list[tuple[dict, list[int]]]:
-        env_class = self.loop.env_class
-        writer = WRITERS.get(env_class)
-        if writer is not None and paths and not all(expand(p).exists() for p in paths):
-            directory = expand(paths[0]).parent
-            write_dataset(writer, directory, seed=self.loop.seed if writer.run_seed else 0)
-            print(f"rlc: wrote the {writer.title} dataset to {directory}", flush=True)
-        try:
-            rows = read_rows(paths)
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-        known = set(registered())
-        unknown = sorted({r.get("env_class") or env_class for r in rows} - known)
-        if unknown:
-            raise RunError(
-                f"{paths} name the environment(s) {', '.join(unknown)}, which no installed package registers "
-                f"(there are {', '.join(sorted(known))})"
-            )
-        self._sandbox_for({r.get("env_class") or env_class for r in rows}, paths)
-        limit = self.loop.max_prompt_length
-        kept = []
-        for row in rows:
-            ids = self.templater.prompt_ids(row["prompt"])
-            if len(ids) <= limit:
-                kept.append((row, ids))
-        if rows and not kept:
-            raise RunError(f"every prompt of {paths} is longer than trainer.max_prompt_length={limit} tokens")
-        return kept
-
     # -- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
         loop = self.loop
         self.policy_path = local_model_path(self.decisions.workers["policy"].model_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.policy_path)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        try:
-            template = custom_template(loop.chat_template_source, loop.chat_template)
-        except ChatTemplateError as exc:
-            raise RunError(str(exc)) from None
-        self.templater = Templater(self.tokenizer, template, loop.chat_template_kwargs)
-        train = self._rows(list(loop.train_data))
-        val = self._rows(list(loop.val_data)) if (loop.eval_interval > 0 or loop.eval_before_train) else []
-        steps_per_epoch = len(train) // loop.train_batch_size
-        self.train, self.steps_per_epoch = train, steps_per_epoch
-        if steps_per_epoch == 0:
+        self.tokenizer = tokenizer_of(self.policy_path)
+        prompts = Prompts(self.decisions.data, self.tokenizer)
+        self.templater, self.train, val = prompts.templater, prompts.train(), prompts.validation()
+        self.steps_per_epoch = len(self.train) // loop.train_batch_size
+        if self.steps_per_epoch == 0:
             raise RunError(
-                f"{len(train)} usable training prompts are fewer than train_batch_size={loop.train_batch_size}"
+                f"{len(self.train)} usable training prompts are fewer than train_batch_size={loop.train_batch_size}"
             )
-        total_steps = planned_steps(steps_per_epoch, loop.epochs, loop.max_training_steps)
+        total_steps = planned_steps(self.steps_per_epoch, loop.epochs, loop.max_training_steps)
         mini_per_step = max(1, loop.train_batch_size // loop.policy_mini_batch_size)
-        resume_path = expand(loop.resume_path) if loop.resume_path else None
-        start_step, resume_state, resume_dir = ckpt.resume_point(
-            loop.resume_mode, resume_path, self.ckpt_root, self.job.content_hash
-        )
+        start_step, resume_state, resume_dir = ckpt.resume_from(self.decisions.checkpoints, self.job.content_hash)
         try:  # before Ray and the models: a tracker that cannot start stops the run at once
-            tracker = Tracker(
-                self.run_dir,
-                logger=loop.logger,
-                project=loop.project_name,
-                run_name=loop.run_name,
+            tracker = Tracker.of(
+                self.decisions.tracking,
                 config={"content_hash": self.job.content_hash},
                 total_steps=total_steps,
                 start_step=start_step,
@@ -240,87 +156,82 @@ class Driver:
             raise RunError(str(exc)) from None
         ray = start_ray(self.job, self.address)
         try:
-            self.cluster = Cluster(self.job, self.sections, ray, self.tokenizer, self.policy_path)
-            self.cluster.start(total_steps * mini_per_step * loop.update_epochs_per_batch)
-            self.workers, self.engines, self.layouts = self.cluster.workers, self.cluster.engines, self.cluster.layouts
-            self.generator = Generator(
-                self.sections.generator,
-                self.tokenizer,
-                self.templater,
-                RayEngines(ray, self.engines, loop.seed),
-            )
-            self.weights = transport(self.cluster)
-            self.kl = KLController.from_decision(self.decisions.kl)
-            self.checkpoints = ckpt.Checkpoints(
-                ray,
-                self.workers,
-                self.ckpt_root,
-                expand(loop.export_path),
-                loop.max_ckpts_to_keep,
-                self.job.content_hash,
-                self.policy_path,
-            )
-            self.evaluation = Evaluation(
-                sampling=self.decisions.eval_sampling,
-                batch_size=loop.eval_batch_size,
-                n=loop.eval_n_samples_per_prompt,
-                env_class=loop.env_class,
-                dump_to=expand(loop.export_path) if loop.dump_eval_results else None,
-                generate=self._generate,
-                decode=self._decode,
-                tokenizer=self.tokenizer,
-            )
+            self._start(ray, total_steps * mini_per_step * loop.update_epochs_per_batch)
             if resume_dir is not None:
-                for name, workers in self.workers.items():
-                    if name != "ref":
-                        ray.get([w.load_checkpoint.remote(str(resume_dir / name)) for w in workers])
-                self.kl.value = float(resume_state.get("kl_coef", self.kl.value))
-                tracker.message(f"rlc: resumed from {resume_dir} at step {start_step}")
-            self.colocation = Colocation(
-                roles={name: name != "ref" for name in self.workers},
-                colocated=self.decisions.offload_between_phases,
-                offload_after_step=dict(loop.offload_after_step),
-                prefix_cache=self.decisions.engines.prefix_cache,
-            )
+                self._resume(tracker, resume_dir, resume_state, start_step)
             self._apply(ray, self.colocation.start())
             self.weights.join()
             self.cluster.write_placement(self.run_dir)
             self._sync_weights(ray, version=start_step)
-            return self._loop(ray, tracker, train, val, start_step, total_steps, steps_per_epoch)
-        except ray.exceptions.RayTaskError as exc:
-            # A worker's or engine's call failed (a collective whose peer died fails this way too): its own error,
-            # without Ray's traceback around it.
-            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-            first = str(cause).strip().splitlines()[0][:500] if str(cause).strip() else ""
-            raise RunError(
-                f"a worker or engine call failed mid-run: {type(cause).__name__}: {first}; {self._resume_hint()}"
-            ) from None
-        except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
-            # A worker, an engine or a whole node went away: no step can finish any more.
-            raise RunError(
-                f"a training or inference process died mid-run ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:300]}); {self._resume_hint()}"
-            ) from None
+            return self._loop(ray, tracker, val, start_step, total_steps)
+        except (
+            ray.exceptions.RayTaskError,
+            ray.exceptions.RayActorError,
+            ray.exceptions.NodeDiedError,
+            ray.exceptions.ObjectLostError,
+        ) as exc:
+            raise self._mid_run_error(ray, exc) from None
         finally:
             tracker.close()
             ray.shutdown()
 
-    def _loop(self, ray, tracker, train, val, start_step: int, total_steps: int, steps_per_epoch: int) -> RunResult:
-        loop = self.loop
+    def _start(self, ray, optimizer_steps: int) -> None:
+        """The workers and engines on their bundles, then each component on them with its own settings."""
+        self.cluster = Cluster(self.job, self.sections, ray, self.tokenizer, self.policy_path)
+        self.cluster.start(optimizer_steps)
+        self.workers, self.engines, self.layouts = self.cluster.workers, self.cluster.engines, self.cluster.layouts
+        engines = RayEngines(ray, self.engines, self.loop.seed)
+        self.generator = Generator(self.decisions.generator, self.sections.gym, self.tokenizer, self.templater, engines)
+        self.weights = transport(self.cluster)
+        self.scoring = Scoring(
+            self.decisions.scoring,
+            self.sections.algorithm,
+            self.tokenizer.pad_token_id,
+            set(self.workers),
+            lambda role, batch: self._forward(ray, role, batch),
+        )
+        self.checkpoints = ckpt.Checkpoints(
+            ray, self.workers, self.decisions.checkpoints, self.job.content_hash, self.policy_path
+        )
+        self.evaluation = Evaluation(self.decisions.evaluation, self._generate, self._decode, self.tokenizer)
+        self.colocation = Colocation(
+            roles={name: name != "ref" for name in self.workers},
+            colocated=self.decisions.offload_between_phases,
+            offload_after_step=dict(self.loop.offload_after_step),
+            prefix_cache=self.decisions.engines.prefix_cache,
+        )
+
+    def _resume(self, tracker, directory, state: dict, step: int) -> None:
+        """The trained roles' state and the KL coefficient from the checkpoint the run resumes from."""
+        self.checkpoints.load(directory)
+        self.scoring.kl.value = float(state.get("kl_coef", self.scoring.kl.value))
+        tracker.message(f"rlc: resumed from {directory} at step {step}")
+
+    def _mid_run_error(self, ray, exc: Exception) -> RunError:
+        """A worker's or engine's call that failed (a collective whose peer died fails this way too), told by its own
+        error without Ray's traceback around it; or a worker, engine or node that went away: no step can finish."""
+        hint = ckpt.resume_hint(self.decisions.checkpoints)
+        if isinstance(exc, ray.exceptions.RayTaskError):
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            first = str(cause).strip().splitlines()[0][:500] if str(cause).strip() else ""
+            return RunError(f"a worker or engine call failed mid-run: {type(cause).__name__}: {first}; {hint}")
+        return RunError(
+            f"a training or inference process died mid-run ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300]}); {hint}"
+        )
+
+    def _loop(self, ray, tracker, val, start_step: int, total_steps: int) -> RunResult:
         result = RunResult(self.run_dir, start_step)
-        if loop.eval_before_train and val and start_step == 0:
+        if self.evaluation.before_training(start_step) and val:
             tracker.log(0, self.evaluation.run(val, 0, tracker))
-        last_saved = last_exported = start_step
         source = self._rollout_source(total_steps)
         try:
             for step in range(start_step + 1, total_steps + 1):
-                epoch = (step - 1) // steps_per_epoch
                 rows, rollouts, staleness = source.batch_for(step)
                 metrics = self._step(ray, step, rows, rollouts)
                 if staleness is not None:
                     metrics["async/staleness"] = staleness
-                # Every eval_interval steps and after the last one (SkyRL's order), so a run ends with its final accuracy.
-                if loop.eval_interval > 0 and val and (step % loop.eval_interval == 0 or step == total_steps):
+                if val and self.evaluation.due(step, total_steps):
                     metrics.update(self.evaluation.run(val, step, tracker))
                 if self.env_errors:
                     tracker.message(
@@ -333,20 +244,17 @@ class Driver:
                 if result.first_reward is None:
                     result.first_reward, result.first_step = metrics["reward"], step
                 result.recent_rewards = [*result.recent_rewards, metrics["reward"]][-REWARD_WINDOW:]
-                if loop.ckpt_interval > 0 and step % loop.ckpt_interval == 0:
-                    result.checkpoints.append(str(self.checkpoints.save(step, epoch, self.kl.value)))
-                    last_saved = step
-                if loop.hf_save_interval > 0 and step % loop.hf_save_interval == 0:
-                    self.checkpoints.export(step)
-                    last_exported = step
+                saved = self.checkpoints.after_step(step, (step - 1) // self.steps_per_epoch, self.scoring.kl.value)
+                if saved is not None:
+                    result.checkpoints.append(str(saved))
         finally:
             source.close()
-        if loop.ckpt_interval > 0 and last_saved != total_steps and total_steps > start_step:
-            epoch = (total_steps - 1) // steps_per_epoch
-            result.checkpoints.append(str(self.checkpoints.save(total_steps, epoch, self.kl.value)))
-        if loop.hf_save_interval > 0 and last_exported != total_steps and total_steps > start_step:
-            self.checkpoints.export(total_steps)  # the final weights, as the final checkpoint
-        if start_step >= total_steps:
+        if total_steps > start_step:
+            epoch = (total_steps - 1) // self.steps_per_epoch
+            saved = self.checkpoints.at_end(total_steps, epoch, self.scoring.kl.value)
+            if saved is not None:
+                result.checkpoints.append(str(saved))
+        else:
             tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
         return result
 
@@ -356,15 +264,8 @@ class Driver:
         synchronous = Synchronous(self.train, loop.train_batch_size, self.steps_per_epoch, loop.seed, self._checked)
         if not loop.fully_async:
             return synchronous
-        settings = AheadSettings(
-            max_staleness_steps=loop.max_staleness_steps,
-            num_parallel_generation_workers=loop.num_parallel_generation_workers,
-            train_batch_size=loop.train_batch_size,
-            n_samples_per_prompt=loop.n_samples_per_prompt,
-            sampling=self.decisions.train_sampling,
-        )
         assert self.generator is not None, "the generator starts with the engines"
-        return Ahead(synchronous, self.generator, settings, total_steps)
+        return Ahead(synchronous, self.generator, self.decisions.ahead, total_steps)
 
     def _extra_rows(self, step: int, draw: int) -> list[tuple[dict, list[int]]]:
         """Another batch of prompts for dynamic sampling: drawn at random, seeded by step and draw.
@@ -444,11 +345,11 @@ class Driver:
         rollouts = self._rollouts(ray, step, rows, rollouts, metrics)
         generated = time.monotonic()
         cpu.append(self.run_cpu())
-        batch = self._scored_batch(ray, rollouts, metrics)
+        batch = self.scoring.batch(rollouts, metrics)
         scored = time.monotonic()
         cpu.append(self.run_cpu())
-        if self.loop.dump_data_batch:
-            dump_training_batch(expand(self.loop.export_path), step, batch)
+        if self.loop.dump_data_batch_to is not None:
+            dump_training_batch(expand(self.loop.dump_data_batch_to), step, batch)
         train_started = time.monotonic()
         self._update(ray, batch, metrics)
         trained = time.monotonic()
@@ -456,7 +357,7 @@ class Driver:
         self._sync_weights(ray, version=step)
         done = time.monotonic()
         cpu.append(self.run_cpu())
-        metrics.update(self._rollout_metrics(rollouts, batch))
+        metrics.update(self.scoring.rollout_metrics(rollouts, batch))
         # Generated ahead (fully async), the step's own generation time is only the wait for it.
         gen_span = (done if self.loop.fully_async else generated) - started
         metrics.update(
@@ -493,54 +394,6 @@ class Driver:
             metrics.update(sampled)
         self._apply(ray, self.colocation.after_generate())
         return rollouts
-
-    def _scored_batch(self, ray, rollouts: list[Rollout], metrics: dict) -> TrainBatch:
-        """The batch with what the updates need: masks, values, reference and old log-probs, off-policy weights,
-        rewards (KL-penalized when asked) and advantages."""
-        loop = self.loop
-        batch = to_batch(rollouts, self.tokenizer.pad_token_id, mask_truncated=loop.apply_overlong_filtering)
-        if loop.zero_reward_on_non_stop:
-            metrics["zeroed_non_stop_fraction"] = sum(r.zeroed for r in rollouts) / len(rollouts)
-        if loop.apply_overlong_filtering:
-            metrics["overlong_filtered_fraction"] = sum(r.finish_reason != "stop" for r in rollouts) / len(rollouts)
-        if loop.zero_variance_filter:
-            flat = zero_variance_groups(
-                torch.tensor(outcomes(rollouts)),
-                batch.group,
-                mask=batch.loss_mask,
-                tol=loop.zero_variance_filter_tol,
-            )
-            batch.loss_mask = batch.loss_mask * (~flat).float()[:, None]
-            metrics["zero_variance_fraction"] = float(flat.float().mean())
-        mask = batch.loss_mask
-        if "critic" in self.workers:
-            batch.old_values = self._forward(ray, "critic", batch)
-        if "ref" in self.workers:
-            batch.ref_logprobs = self._forward(ray, "ref", batch)
-        if loop.fully_async:  # generated ahead with older weights: the engine's log-probs anchor the importance ratio
-            batch.old_logprobs = batch.rollout_logprobs.clone()
-        elif loop.old_logprob_pass:  # else the current policy's, which the update starts from (decide.old_logprob_pass)
-            batch.old_logprobs = self._forward(ray, "policy", batch)
-        if loop.off_policy_correction:
-            assert batch.old_logprobs is not None  # a correction always has them (decide.old_logprob_pass)
-            weight, mask, corrected = off_policy_correction(
-                batch.old_logprobs,
-                batch.rollout_logprobs,
-                mask,
-                **options_from_config(self.sections.algorithm.off_policy_correction),
-            )
-            batch.is_weight, batch.loss_mask = weight, mask
-            metrics.update({f"off_policy/{k}": float(v) for k, v in corrected.items()})
-        rewards = batch.token_rewards
-        if loop.kl_in_reward and batch.ref_logprobs is not None and batch.old_logprobs is not None:
-            kl = token_kl(batch.old_logprobs, batch.ref_logprobs, mask, loop.kl_estimator)
-            rewards = kl_penalized_rewards(rewards, kl, self.kl.value)
-            mean_kl = float((kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean())
-            metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl.value
-            self.kl.update(mean_kl, len(rollouts))
-        last_step = torch.tensor([r.last_step for r in rollouts]) if loop.step_wise else None
-        batch.advantages, batch.returns = self._advantages(rewards, mask, batch, last_step)
-        return batch
 
     def _update(self, ray, batch: TrainBatch, metrics: dict) -> None:
         """Training: the critic, then the policy, over mini-batches x update_epochs_per_batch."""
@@ -585,56 +438,9 @@ class Driver:
         if policy_rows:  # the share of the policy's rows left out of its updates (their loss and gradient are 0)
             metrics["inert_row_fraction"] = inert_rows / policy_rows
 
-    def _rollout_metrics(self, rollouts: list[Rollout], batch: TrainBatch) -> dict:
-        """Per-trajectory figures (a step-wise trajectory counts once) and the engine / trainer log-prob gap."""
-        tokens = sum(len(r.response_ids) for r in rollouts)
-        real = (batch.loss_mask > 0) if self.loop.multi_turn else batch.attention_mask[:, batch.prompt_len :].bool()
-        old = batch.old_logprobs if not self.loop.fully_async else None  # async: the rollout's own
-        diff = (old - batch.rollout_logprobs).abs()[real] if old is not None else torch.empty(0)
-        last = [r for r in rollouts if r.last_step]
-        env = rollout_metrics(rollouts)
-        if not self.loop.multi_turn:
-            env.pop("env/turns", None)
-        return dict(
-            reward=sum(outcomes(last)) / len(last),
-            response_length=tokens / len(rollouts),
-            stop_fraction=sum(r.finish_reason == "stop" for r in last) / len(last),
-            **env,
-            **({"logprob_diff_max": float(diff.max())} if diff.numel() else {}),
-        )
-
-    def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: TrainBatch, last_step=None):
-        """The estimator's advantages and returns; step-wise rows (`last_step` marks each trajectory's last) share
-        the advantage their trajectory's last turn gets, as SkyRL broadcasts it."""
-        a = self.sections.algorithm
-        try:
-            estimator = get_advantage_estimator(self.loop.advantage_estimator)
-        except (KeyError, ValueError) as exc:
-            raise RunError(str(exc)) from None
-        if last_step is not None:
-            values = batch.old_values[last_step] if batch.old_values is not None else None
-            ones = torch.ones_like(mask[last_step])
-            per_trajectory, trajectory_returns = estimator(
-                rewards[last_step], ones, index=batch.group[last_step], values=values, algorithm=a
-            )
-            advantages = broadcast_to_steps(per_trajectory, last_step, mask)
-            returns = broadcast_to_steps(trajectory_returns, last_step, mask)
-        else:
-            advantages, returns = estimator(rewards, mask, index=batch.group, values=batch.old_values, algorithm=a)
-        if self.loop.advantage_batch_normalize:
-            m = mask.bool()
-            values = advantages[m]
-            advantages = torch.where(m, (advantages - values.mean()) / (values.std() + 1e-8), 0.0)
-        return advantages, returns
-
     def _sync_weights(self, ray, version: int) -> None:
         """The policy's weights into every engine, in the order the colocation state machine gives."""
         self._apply(ray, self.colocation.sync_weights(), version)
-
-    def _resume_hint(self) -> str:
-        last = ckpt.latest(self.ckpt_root)
-        where = f"the last complete checkpoint is {last}" if last else "no checkpoint was written yet"
-        return f"{where}; rerun with trainer.resume_mode=latest to continue from it"
 
     def _apply(self, ray, actions, version: int | None = None) -> None:
         """Carry out the colocation state machine's actions, in order (each waits for all ranks / engines)."""
@@ -656,21 +462,6 @@ class Driver:
                         for w in self.workers[act.target]
                     ]
                 )
-
-    # -- eval, checkpoints, export ---------------------------------------------------------------------
-
-
-def outcomes(rollouts: list[Rollout]) -> list[float]:
-    """Each row's trajectory outcome: its reward, or for step-wise rows their trajectory's last turn's (what the
-    advantage is computed from)."""
-    out, pending = [0.0] * len(rollouts), []
-    for i, r in enumerate(rollouts):
-        pending.append(i)
-        if r.last_step:
-            for j in pending:
-                out[j] = r.reward
-            pending = []
-    return out
 
 
 def generated_tokens(r: Rollout) -> int:

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import skyrl_gym
+from rlc.core.job import GeneratorSettings
 from rlc.runtime.batch import Rollout
 from rlc.runtime.chat import Templater
 from rlc.runtime.envs import gym
 
-ENV_TIMEOUT_S = 600.0  # an environment call (make, init, step) that takes longer ends its trajectory
 ERROR_CHARS = 300
 
 
@@ -48,39 +48,6 @@ class Engines(Protocol):
     def result(self, handle: Any) -> list[list[Any]]:
         """The completions (token_ids, logprobs, finish_reason) of a submitted call, in prompt order."""
         ...
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The generator's share of the spec: `generator.*` multi-turn keys and the environment section."""
-
-    default_env: str  # environment.env_class, for rows without their own
-    gym_config: Any  # environment.skyrl_gym
-    max_turns: int = 1
-    max_input_length: int = 1 << 30
-    conversation: bool = True  # use_conversation_multi_turn
-    append_eos_after_stop: bool = True
-    step_wise: bool = False
-    batched: bool = False
-    zero_reward_on_non_stop: bool = False
-    env_workers: int = 32
-    env_timeout_s: float = ENV_TIMEOUT_S
-
-    @staticmethod
-    def from_spec(spec) -> Settings:
-        g, e = spec.generator, spec.environment
-        return Settings(
-            default_env=e.env_class,
-            gym_config=e.skyrl_gym,
-            max_turns=g.max_turns,
-            max_input_length=g.max_input_length or spec.trainer.max_prompt_length,
-            conversation=g.use_conversation_multi_turn,
-            append_eos_after_stop=g.append_eos_token_after_stop_str_in_multi_turn,
-            step_wise=g.step_wise_trajectories,
-            batched=g.batched,
-            zero_reward_on_non_stop=g.zero_reward_on_non_stop,
-            env_workers=e.skyrl_gym.max_env_workers,
-        )
 
 
 @dataclass
@@ -137,8 +104,9 @@ class _Trajectory:
 class Generator:
     """Trajectories for a batch of rows: `start` samples the first turn, `finish` takes the remaining turns."""
 
-    def __init__(self, settings: Settings, tokenizer, templater: Templater, engines: Engines):
+    def __init__(self, settings: GeneratorSettings, gym_config, tokenizer, templater: Templater, engines: Engines):
         self.s, self.tok, self.tpl, self.engines = settings, tokenizer, templater, engines
+        self.gym_config = gym_config  # environment.skyrl_gym, which every environment takes whole
         self.eos = tokenizer.eos_token_id
         self.workers = EnvWorkers(settings.env_workers, settings.env_timeout_s)
         self.retokenize = settings.conversation and templater.custom is not None
@@ -218,7 +186,7 @@ class Generator:
 
     def _open(self, t: _Trajectory) -> None:
         """Make the trajectory's environment and let it give the first prompt (on a worker thread)."""
-        t.env = gym.make(t.env_class, self.s.gym_config, gym_extras(t.row, self.s.max_turns))
+        t.env = gym.make(t.env_class, self.gym_config, gym_extras(t.row, self.s.max_turns))
         chat, _ = t.env.init(_copy(t.row.get("prompt")))
         if (self.retokenize or self.s.step_wise) and not isinstance(chat, list):
             raise ValueError("step_wise_trajectories and a custom chat template need chat prompts (lists of messages)")

@@ -11,10 +11,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-from rlc.core.job import Sampling, seed_for
+from rlc.core.job import AheadSettings, Sampling, seed_for
 from rlc.runtime.batch import Rollout
 from rlc.runtime.generator import Generator
 
@@ -82,17 +81,6 @@ class Synchronous:
 
     def close(self) -> None:
         """Nothing runs in the background."""
-
-
-@dataclass(frozen=True)
-class AheadSettings:
-    """What fully async generation needs: trainer.fully_async's bounds, the batch size and the train sampling."""
-
-    max_staleness_steps: int
-    num_parallel_generation_workers: int
-    train_batch_size: int
-    n_samples_per_prompt: int
-    sampling: Sampling
 
 
 class Ahead:

@@ -2,7 +2,7 @@
 
 A component takes its own sub-config (STYLE.md): a training rank `trainer.<role>` with `trainer.algorithm`, the
 advantage estimators, loss filters and samplers `trainer.algorithm`, an engine taking LoRA adapters the policy's
-`model.lora`, the generator its share of `generator` and `environment`. The driver and placement hand these on and
+`model.lora`, the environments `environment.skyrl_gym`. The driver and placement hand these on and
 act on the compiler's decisions (`job.decisions`); neither reads a spec field (tests/compiler/test_architecture.py).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlc.runtime.config import CompiledJob
-from rlc.runtime.generator import Settings
 from rlc.spec.algorithm import AlgorithmConfig
+from rlc.spec.generation import SkyRLGymConfig
 from rlc.spec.training import CriticConfig, PolicyConfig, RefConfig, SkyRLLoraConfig
 
 
@@ -21,7 +21,7 @@ class Sections:
     algorithm: AlgorithmConfig  # trainer.algorithm
     roles: dict[str, PolicyConfig | RefConfig | CriticConfig]  # trainer.<role>, for every role the plan places
     lora: SkyRLLoraConfig  # trainer.policy.model.lora
-    generator: Settings
+    gym: SkyRLGymConfig  # environment.skyrl_gym, which every environment takes
 
     @staticmethod
     def of(job: CompiledJob) -> Sections:
@@ -30,5 +30,5 @@ class Sections:
             algorithm=t.algorithm,
             roles={role.name: getattr(t, role.name) for role in job.plan.roles},
             lora=t.policy.model.lora,
-            generator=Settings.from_spec(job.spec),
+            gym=job.spec.environment.skyrl_gym,
         )

@@ -1,4 +1,4 @@
-"""What a user sees of a run: a progress bar, `metrics.jsonl` in the run directory, and a tracker.
+"""What a user sees of a run: a progress bar, `metrics.jsonl` in the run directory, a tracker, its CPU time.
 
 wandb and tensorboard are imported only when `trainer.logger` names them.
 """
@@ -6,10 +6,13 @@ wandb and tensorboard are imported only when `trainer.logger` names them.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from rlc.core.job import TrackingSettings
 
 
 class TrackerError(Exception):
@@ -24,7 +27,58 @@ SHOWN = (
 )
 
 
+class RunCpu:
+    """CPU seconds (user + system) the run's processes on this machine have used: the driver and what it started
+    (a local Ray instance, its actors). Taken once per phase of a step as `timing/cpu/...`: unlike wall time, a busy
+    machine does not inflate it. The processes are listed once, at the first step; without psutil (or with actors
+    on another machine) it counts what it can see, the driver at least."""
+
+    def __init__(self) -> None:
+        self.procs: list | None = None
+        self.gone: dict[int, float] = {}  # last reading of processes that have ended
+
+    def __call__(self) -> float:
+        if self.procs is None:
+            try:
+                import psutil  # deferred: psutil is optional; without it the driver counts its own CPU time
+
+                me = psutil.Process()
+                self.procs = [me, *me.children(recursive=True)]
+            except ImportError:
+                self.procs = []
+        if not self.procs:
+            return time.process_time()
+        total = 0.0
+        for p in self.procs:
+            try:
+                c = p.cpu_times()
+                self.gone[p.pid] = c.user + c.system
+            except Exception:  # ended since: its last reading stands
+                pass
+            total += self.gone.get(p.pid, 0.0)
+        return total
+
+
+def run_dir(settings: TrackingSettings) -> Path:
+    """`{log_path}/{run_name}`, the run's directory (expanded on the node that runs the driver)."""
+    return Path(os.path.expandvars(os.path.expanduser(settings.log_path))) / settings.run_name
+
+
 class Tracker:
+    @classmethod
+    def of(cls, settings: TrackingSettings, *, config: dict, total_steps: int, start_step: int, progress: bool):
+        """The tracker `settings` name, writing into the run's directory."""
+        return cls(
+            run_dir(settings),
+            logger=settings.logger,
+            project=settings.project_name,
+            run_name=settings.run_name,
+            config=config,
+            total_steps=total_steps,
+            start_step=start_step,
+            progress=progress,
+        )
+
     def __init__(
         self,
         run_dir: Path,

@@ -8,11 +8,13 @@ function."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from deferred_imports import MARK, deferred_comment, function_imports
+from rlc.core.job import LoopSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"core": "rlc.core", "spec": "rlc.spec", "compiler": "rlc.compiler", "runtime": "rlc.runtime"}
@@ -282,6 +284,40 @@ def test_the_driver_and_placement_read_no_spec_field(path):
     decided once in compiler/decide.py."""
     found = spec_reads((ROOT / path).read_text(encoding="utf-8"))
     assert not found, f"{path} reads the spec (decide it in compiler/decide.py instead): " + "; ".join(found)
+
+
+# The settings of the loop's components, each decided in compiler/decide.py and handed on whole by the driver.
+COMPONENT_SETTINGS = ("data", "tracking", "checkpoints", "evaluation", "ahead", "scoring", "generator")
+
+
+def relayed_reads(source: str, loop_fields: set[str]) -> list[str]:
+    """Where a source reads a field of a component's settings (`decisions.scoring.kl`) instead of handing the
+    settings on whole, or a field of `loop` (`self.loop.x`, `loop.x`) that the loop's own settings do not have."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = ast.unparse(node.value)
+        if node.attr in COMPONENT_SETTINGS and owner.split(".")[-1] == "decisions":
+            parent = parents.get(node)
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                found.append(f"line {node.lineno}: {ast.unparse(parent)}")
+        elif owner.split(".")[-1] == "loop" and node.attr not in loop_fields:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return sorted(found, key=lambda place: int(place.split(":")[0].split()[1]))
+
+
+def test_the_driver_hands_each_component_its_settings_whole():
+    """The driver reads the loop's own settings only: a component's values reach it in its own settings."""
+    fields = {f.name for f in dataclasses.fields(LoopSettings)}
+    found = relayed_reads((ROOT / "runtime/driver.py").read_text(encoding="utf-8"), fields)
+    assert not found, "runtime/driver.py relays a component's settings (hand them on whole): " + "; ".join(found)
+    assert relayed_reads("a = self.decisions.scoring.kl\nb = job.decisions.data\nc = self.loop.nope\n", {"seed"}) == [
+        "line 1: self.decisions.scoring.kl",
+        "line 3: self.loop.nope",
+    ]
 
 
 def test_the_checks_see_what_they_look_for():

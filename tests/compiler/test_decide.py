@@ -127,9 +127,10 @@ def test_values_the_runtime_used_to_derive():
     )
     assert d.engines.max_model_len == 128
     assert d.train_sampling.temperature == 0.7
-    assert d.eval_sampling == d.train_sampling  # no eval_sampling_params: evaluation samples as training does
+    assert d.evaluation.sampling == d.train_sampling  # no eval_sampling_params: evaluation samples as training does
+    assert d.ahead.sampling == d.train_sampling
     greedy = _decisions(extra={"generator.eval_sampling_params": {"temperature": 0.0, "max_generate_length": 4}})
-    assert greedy.eval_sampling.temperature == 0.0 and greedy.eval_sampling.max_generate_length == 4
+    assert greedy.evaluation.sampling.temperature == 0.0 and greedy.evaluation.sampling.max_generate_length == 4
 
 
 def test_worker_settings_name_the_model_and_strategy_each_role_runs():
@@ -369,9 +370,9 @@ SINGLE_UPDATE = {"trainer.train_batch_size": 16, "trainer.policy_mini_batch_size
     ],
 )
 def test_the_old_log_probs_get_a_forward_pass_only_when_an_update_or_the_reward_reads_them(extra, forward):
-    loop = _decisions(colocate=False, extra={**SINGLE_UPDATE, **extra}).loop
-    assert loop.old_logprob_pass is forward
-    assert loop.off_policy_correction is ("trainer.algorithm.off_policy_correction.tis_ratio_type" in extra)
+    scoring = _decisions(colocate=False, extra={**SINGLE_UPDATE, **extra}).scoring
+    assert scoring.old_logprob_pass is forward
+    assert scoring.off_policy_correction is ("trainer.algorithm.off_policy_correction.tis_ratio_type" in extra)
 
 
 def test_the_driver_and_its_processes_get_their_values_decided():
@@ -383,6 +384,28 @@ def test_the_driver_and_its_processes_get_their_values_decided():
             "launch.inference_envs": {"B": "x"},
         }
     )
-    assert (d.loop.seed, d.loop.multi_turn, d.loop.fully_async) == (7, True, False)
+    assert (d.loop.seed, d.scoring.multi_turn, d.loop.fully_async, d.data.seed) == (7, True, False, 7)
     assert (d.envs.every, d.envs.engines) == ({"A": "1"}, {"B": "x"})
     assert d.envs.trainer == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_each_component_of_the_loop_gets_its_own_settings():
+    d = _decisions(
+        extra={
+            "trainer.eval_interval": -1,
+            "trainer.eval_before_train": False,
+            "trainer.dump_eval_results": True,
+            "trainer.dump_data_batch": True,
+            "trainer.export_path": "/x/exports",
+            "trainer.ckpt_interval": 3,
+            "trainer.algorithm.kl_ctrl.type": "adaptive",
+        }
+    )
+    assert d.data.val_data == ()  # a run that never evaluates reads no validation rows
+    assert d.evaluation.dump_to == d.loop.dump_data_batch_to == "/x/exports"
+    assert (d.checkpoints.ckpt_interval, d.checkpoints.export_path) == (3, "/x/exports")
+    assert d.scoring.kl.kind == "adaptive"
+    plain = _decisions(
+        extra={"trainer.eval_interval": 2, "trainer.dump_eval_results": False, "trainer.dump_data_batch": False}
+    )
+    assert plain.data.val_data and plain.evaluation.dump_to is None and plain.loop.dump_data_batch_to is None

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from conftest import run_rlc
+from rlc.core.job import CheckpointSettings
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.tracking import Tracker, read_metrics
 
@@ -286,3 +288,24 @@ def test_rlc_plot(tmp_path):
     assert empty.returncode == 1
     assert empty.stderr.startswith("rlc plot:") and "no metrics.jsonl" in empty.stderr
     assert "Traceback" not in empty.stderr
+
+
+def _checkpoint_settings(root: Path, ckpt_interval: int) -> CheckpointSettings:
+    return CheckpointSettings(
+        ckpt_path=str(root / "ckpts"),
+        export_path=str(root / "exports"),
+        ckpt_interval=ckpt_interval,
+        hf_save_interval=-1,
+        max_ckpts_to_keep=-1,
+        resume_mode=None,
+        resume_path=None,
+    )
+
+
+@pytest.mark.parametrize(("interval", "saved"), [(2, [2, 4, 5]), (5, [5]), (-1, [])])
+def test_a_run_checkpoints_every_interval_and_at_its_end(tmp_path, interval, saved):
+    checkpoints = ckpt.Checkpoints(None, {}, _checkpoint_settings(tmp_path, interval), "hash", "model")
+    written = [checkpoints.after_step(step, 0, 0.0) for step in range(1, 6)]
+    written.append(checkpoints.at_end(5, 0, 0.0))
+    assert [p.name for p in written if p is not None] == [f"global_step_{step}" for step in saved]
+    assert sorted(int(p.name.split("_")[-1]) for p in (tmp_path / "ckpts").glob("global_step_*")) == saved

@@ -12,10 +12,10 @@ pytest.importorskip("skyrl_gym")
 pytest.importorskip("transformers")
 
 import skyrl_gym  # noqa: E402
-from rlc.core.job import Sampling, seed_for  # noqa: E402
+from rlc.core.job import GeneratorSettings, Sampling, seed_for  # noqa: E402
 from rlc.runtime.chat import Templater  # noqa: E402
 from rlc.runtime.envs import gym  # noqa: E402
-from rlc.runtime.generator import Generator, Settings, rollout_metrics  # noqa: E402
+from rlc.runtime.generator import Generator, rollout_metrics  # noqa: E402
 from rlc.spec.generation import SkyRLGymConfig  # noqa: E402
 from skyrl_gym.envs.base_text_env import BaseTextEnv  # noqa: E402
 
@@ -95,8 +95,13 @@ def model(tiny_chat_model):
 def generator(model, *, custom: str | None = None, **settings):
     tok, engine = model
     engines = RecordingEngines(engine)
-    defaults = dict(default_env="countdown_test", gym_config=SkyRLGymConfig(), max_turns=5, max_input_length=4096)
-    return Generator(Settings(**{**defaults, **settings}), tok, Templater(tok, custom), engines), engines
+    defaults = dict(default_env="countdown_test", max_turns=5, max_input_length=4096)
+    return (
+        Generator(
+            GeneratorSettings(**{**defaults, **settings}), SkyRLGymConfig(), tok, Templater(tok, custom), engines
+        ),
+        engines,
+    )
 
 
 def rows(tok, *extras: dict, prompt: str = "what is 2 plus 3?"):

@@ -611,6 +611,7 @@ def test_the_runtime_refuses_before_training_when_the_machine_cannot_give_the_le
     pytest.importorskip("ray")
     from rlc.runtime.config import load
     from rlc.runtime.driver import Driver
+    from rlc.runtime.prompts import refuse_unsandboxed
     from rlc.runtime.run_error import RunError
 
     missing = sandbox.Probe(False, "bubblewrap (bwrap) is not installed on this machine", "rlimits", "-")
@@ -618,9 +619,10 @@ def test_the_runtime_refuses_before_training_when_the_machine_cannot_give_the_le
     monkeypatch.setattr(sandbox, "_policy", sandbox._Policy())
     with pytest.raises(RunError, match="lcb environment runs model-written code.*bwrap. is not installed"):
         Driver(load(compiled / "lcb" / "resolved.yaml"), progress=False)
-    driver = Driver(load(compiled / "plain" / "resolved.yaml"), progress=False)  # runs no model code: not refused
-    with pytest.raises(RunError, match="name the environment.s. lcb, which run model-written code"):
-        driver._sandbox_for({"synthetic", "lcb"}, ["rows.parquet"])
+    job = load(compiled / "plain" / "resolved.yaml")
+    Driver(job, progress=False)  # runs no model code: not refused
+    with pytest.raises(RunError, match="name the environment.s. lcb, which run model-written code"):  # its rows may
+        refuse_unsandboxed({"synthetic", "lcb"}, ["rows.parquet"], job.decisions.data.isolation)
 
 
 # -- the kernel's side doors (issue 50): keyrings, address families, io_uring, user namespaces, open files ---------
