@@ -313,11 +313,19 @@ class _Resolver:
     def placement(self) -> None:
         s = self.spec
         c, p, ie = s.cluster, s.trainer.placement, s.generator.inference_engine
-        if isinstance(c.gpus_per_node, int) and c.num_nodes is None and p.colocate_all and not self._counts_written():
+        if (
+            isinstance(c.gpus_per_node, int)
+            and c.num_nodes is None
+            and p.colocate_all
+            and not self._counts_written()
+            and self._batches_divide(c.gpus_per_node)
+        ):
             # A cluster named by its node alone (`H100:8`): the job takes that node, as with `num_nodes: 1`
             # written, not SkyRL's one-GPU default placement that would leave the rest of it idle. Only where every
             # role shares every GPU: separate groups split the node unevenly (7 policy GPUs and 1 engine), which
-            # SkyRL's default batch sizes do not divide, and SkyRL runs that job on its default counts.
+            # SkyRL's default batch sizes do not divide, and SkyRL runs that job on its default counts. Likewise a
+            # node whose GPU count the batch sizes do not divide (3 GPUs, 1024 prompts): SkyRL runs it on one GPU,
+            # and W202 says what is idle.
             self.derive("cluster.num_nodes", 1, ["cluster.gpus_per_node"])
             self.one_node = True
         G, N = c.gpus_per_node, c.num_nodes
@@ -361,6 +369,14 @@ class _Resolver:
                 self.derive(
                     f"trainer.placement.ref_{dim}", getattr(p, f"policy_{dim}"), [f"trainer.placement.policy_{dim}"]
                 )
+
+    def _batches_divide(self, gpus: int) -> bool:
+        """Whether the batch sizes split evenly over `gpus` data-parallel ranks (RLC-E105-E107 would refuse else)."""
+        t = self.spec.trainer
+        sizes = [t.train_batch_size, t.policy_mini_batch_size] + (
+            [t.critic_mini_batch_size] if critic_on(self.spec) else []
+        )
+        return all(isinstance(n, int) and n % gpus == 0 for n in sizes)
 
     def _counts_written(self) -> list[str]:
         """The placement counts the spec sets (in the file, an override or the allocation string)."""

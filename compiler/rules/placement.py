@@ -298,6 +298,9 @@ def engine_tensor_parallel_spans_nodes(c: Context):
     "trainer.placement.policy_num_nodes",
     "trainer.placement.ref_num_gpus_per_node",
     "trainer.placement.ref_num_nodes",
+    "trainer.train_batch_size",
+    "trainer.policy_mini_batch_size",
+    "trainer.critic_mini_batch_size",
 )
 def placement_leaves_gpus_idle(c: Context):
     g, n = num(c.s.cluster.gpus_per_node), num(c.s.cluster.num_nodes)
@@ -305,7 +308,14 @@ def placement_leaves_gpus_idle(c: Context):
         return
     demand = gpu_demand(c.s)
     if demand < g * n:
-        use = _use_the_cluster(c)
+        t = c.s.trainer
+        batches = [t.train_batch_size, t.policy_mini_batch_size] + (
+            [t.critic_mini_batch_size] if critic_on(c.s) else []
+        )
+        # Under colocate_all every GPU is a data-parallel rank: a proposal the batch sizes do not divide would only
+        # trade W202 for E107.
+        divides = all(isinstance(b, int) and b % (g * n) == 0 for b in batches)
+        use = _use_the_cluster(c) if divides or not c.s.trainer.placement.colocate_all else None
         shrink = _smaller_cluster(c, demand)
         fixes = []
         if use:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from conftest import run_rlc
 from rlc.compiler.pipeline import analyze
 
 
@@ -329,3 +332,22 @@ def test_separate_groups_on_a_node_named_alone_keep_skyrls_counts(spec_file):
     p = a.spec.trainer.placement
     assert (p.policy_num_gpus_per_node, a.spec.generator.inference_engine.num_engines) == (1, 1)
     assert [d.code for d in a.diagnostics] == ["RLC-W202"]
+
+
+def test_a_node_the_batch_sizes_do_not_divide_keeps_skyrls_placement_and_says_what_is_idle(spec_file):
+    # SkyRL runs this job on one GPU; three policy ranks would split 1024 prompts unevenly (RLC-E107).
+    path = spec_file(
+        """
+        version: 1
+        name: three
+        cluster: {accelerator: H100, gpus_per_node: 3}
+        trainer: {logger: console, policy: {model: {path: Qwen/Qwen2.5-0.5B-Instruct}}}
+        """
+    )
+    done = run_rlc("validate", str(path), "--format", "json")
+    assert done.returncode == 0, done.stdout
+    codes = {d["code"]: d for d in json.loads(done.stdout)["diagnostics"]}
+    assert "RLC-I201" not in codes and "RLC-E107" not in codes
+    idle = codes["RLC-W202"]
+    assert "2 stay idle" in idle["message"] and "cluster.gpus_per_node: 1" in idle["hint"]
+    assert "to use all 3 GPUs" not in idle["hint"]
