@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from rlc.core.job import CheckpointSettings
-from rlc.runtime.data import expand
+from rlc.runtime.paths import expand
 from rlc.runtime.run_error import RunError
 
 MARKER = "latest_ckpt_global_step.txt"

@@ -24,14 +24,11 @@ from rlc.core.environments import Writer
 from rlc.runtime.envs.arithmetic import rows as arithmetic_rows
 from rlc.runtime.envs.gsm8k import INSTRUCTION, extract_answer
 from rlc.runtime.envs.synthetic import rows as synthetic_rows
+from rlc.runtime.paths import expand
 
 
 class DataError(Exception):
     """A dataset is missing or malformed."""
-
-
-def expand(path: str) -> Path:
-    return Path(os.path.expandvars(os.path.expanduser(path)))
 
 
 def read_rows(paths: list[str]) -> list[dict]:

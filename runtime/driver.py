@@ -26,11 +26,11 @@ from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batc
 from rlc.runtime.chat import Templater
 from rlc.runtime.colocation import Colocation
 from rlc.runtime.config import CompiledJob
-from rlc.runtime.data import expand
 from rlc.runtime.dumps import dump_training_batch
 from rlc.runtime.envs import sandbox
 from rlc.runtime.evaluation import Evaluation
 from rlc.runtime.generator import Generator
+from rlc.runtime.paths import expand
 from rlc.runtime.placement import Cluster, local_model_path, start_ray
 from rlc.runtime.prompts import Prompts
 from rlc.runtime.rollouts import Ahead, RayEngines, Synchronous

@@ -8,8 +8,8 @@ from typing import Any
 
 from rlc.core.job import EvalSettings, Sampling
 from rlc.runtime.batch import Rollout
-from rlc.runtime.data import expand
 from rlc.runtime.dumps import dump_eval_results
+from rlc.runtime.paths import expand
 
 EVAL_SAMPLES_SHOWN = 3  # decoded completions printed per evaluation
 

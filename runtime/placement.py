@@ -23,12 +23,12 @@ from rlc.core.plan import Engine, RemoteEngine, Role
 from rlc.runtime.batch import TrainBatch, shards
 from rlc.runtime.cluster_gate import device_shortfall
 from rlc.runtime.config import CompiledJob
-from rlc.runtime.data import expand
 from rlc.runtime.inference.hf import HFEngine
 from rlc.runtime.inference.http import EngineHTTPError
 from rlc.runtime.inference.http import RemoteEngine as RemoteEngineClient
 from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
 from rlc.runtime.models import ModelPathError, local_path
+from rlc.runtime.paths import expand
 from rlc.runtime.run_error import RunError
 from rlc.runtime.sections import Sections
 from rlc.runtime.workers.fsdp import FSDPWorker

@@ -7,9 +7,10 @@ from rlc.core.environments import WRITERS
 from rlc.core.job import DataSettings
 from rlc.core.runtime_facts import runs_model_code
 from rlc.runtime.chat import ChatTemplateError, Templater, custom_template
-from rlc.runtime.data import DataError, expand, read_rows, write_dataset
+from rlc.runtime.data import DataError, read_rows, write_dataset
 from rlc.runtime.envs import sandbox
 from rlc.runtime.envs.gym import registered
+from rlc.runtime.paths import expand
 from rlc.runtime.run_error import RunError
 
 Rows = list[tuple[dict, list[int]]]  # (dataset row, prompt token ids)
