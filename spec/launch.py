@@ -1,10 +1,14 @@
 """rlc's own sections: `cluster` (what to run on) and `launch` (how to start it)."""
 
+from typing import Any
+
 from rlc.core.dataclass import dataclass
 from rlc.spec.fields import section, setting
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 LAUNCH_TARGETS = ("skypilot", "ray", "kuberay", "local", "slurm")
+# Which trainer the compiled job runs: rlc's own runtime, or SkyRL's or verl's trainer fed from the same spec.
+TRAINER_NAMES = ("rlc", "skyrl", "verl")
 # A value on a `#SBATCH` line must stay one option there: sbatch splits the line on whitespace and reads quotes, '#'
 # and backslashes as syntax, and a newline would end the line and start a shell command. These patterns admit none.
 SLURM_NAME = r"^[A-Za-z0-9_.+-]+$"
@@ -130,6 +134,25 @@ class SlurmConfig:
 @dataclass
 class LaunchConfig:
     target: str = setting("skypilot", "Launcher the compiled files are meant for.", enum=LAUNCH_TARGETS)
+    trainer: str = setting(
+        "rlc",
+        "Which trainer runs the job: rlc (rlc's runtime), skyrl (SkyRL's main_base entrypoint) or verl (verl's "
+        "main_ppo), each given every value of the resolved spec.",
+        enum=TRAINER_NAMES,
+    )
+    trainer_version: str | None = setting(
+        None,
+        "Release of the chosen trainer the nodes install; null: the release rlc checks its commands against "
+        "(SkyRL 0.4.0, verl 0.9.1; rlc: this rlc).",
+        pattern=r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?$",
+        pattern_hint="write a release number, e.g. 0.4.0",
+    )
+    trainer_settings: dict[str, dict[str, Any]] = setting(
+        doc="Settings the spec has no place for, per trainer (skyrl, verl), as that trainer's own dotted keys "
+        "(data.filter_overlong_prompts: true); passed to that trainer only, checked against its config.",
+        factory=dict,
+        passthrough=True,
+    )
     workdir: str | None = setting(
         ".", "Local directory synced to every node (where data and code live); null syncs nothing."
     )
