@@ -179,5 +179,11 @@ class LaunchConfig:
         6479, "Port of the job's own Ray head (SkyPilot's Ray holds 6380).", minimum=1024, maximum=65535
     )
     node_wait_timeout_s: int = setting(600, "Seconds the head waits for all nodes and GPUs before failing.", minimum=1)
+    grace_period_s: int = setting(
+        120,
+        "Seconds the job has, from SIGTERM (scancel, a spot notice, a cancel), to save a checkpoint of its last "
+        "finished step and exit; the targets ask for them (Slurm's --signal, Kubernetes' grace period).",
+        minimum=5,
+    )
     kuberay: KubeRayConfig = section(KubeRayConfig, "KubeRay RayJob settings.")
     slurm: SlurmConfig = section(SlurmConfig, "Slurm batch job settings (target slurm).")
