@@ -22,6 +22,7 @@ from rlc.compiler.rules import (
     vllm_cpu,
 )
 from rlc.compiler.rules.base import Context, Rule
+from rlc.compiler.trainers import TRAINERS
 from rlc.core.diagnostics import ERROR, Diagnostic
 
 RULES: tuple[Rule, ...] = (
@@ -34,6 +35,7 @@ RULES: tuple[Rule, ...] = (
     *slurm.RULES,
     *upstream.RULES,
     *vllm_cpu.RULES,
+    *(r for t in TRAINERS for r in t.rules()),  # each trainer's refusals, in its own terms
 )
 INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics
 
@@ -46,7 +48,10 @@ def check(
 ) -> list[Diagnostic]:
     ctx = Context(spec, locate, env, origin)
     out: list[Diagnostic] = []
+    chosen = getattr(getattr(spec, "launch", None), "trainer", "rlc")
     for r in RULES:
+        if not r.applies_to(chosen):  # a rule about another trainer than the one the spec runs
+            continue
         try:
             out.extend(r.fn(ctx))
         except Exception as exc:  # noqa: BLE001 - a crashing rule is rlc's bug, reported as data, never a traceback

@@ -119,6 +119,13 @@ def _target_names() -> tuple[str, ...]:
     return tuple(t.name for t in TARGETS)
 
 
+def _trainer_names() -> tuple[str, ...]:
+    # deferred: the trainers' registry only when --trainer is parsed (start-up)
+    from rlc.compiler.trainers import TRAINERS
+
+    return tuple(t.name for t in TRAINERS)
+
+
 def _importer_names() -> tuple[str, ...]:
     # deferred: the importers' registry only when --from is parsed (start-up)
     from rlc.compiler.importers.registry import IMPORTERS
@@ -193,6 +200,13 @@ def explain(key: str) -> None:
     help="A launch script's environment variable (repeatable); it also stands for a value the script computes "
     "with $(...).",
 )
+@click.option(
+    "--trainer",
+    type=RegistryChoice(_trainer_names),
+    default=None,
+    help="Run the imported job on this trainer (sets launch.trainer): keep SkyRL's or verl's own trainer, with "
+    "rlc's checks and launch files.",
+)
 def migrate(
     old: str,
     args: tuple[str, ...],
@@ -203,6 +217,7 @@ def migrate(
     force: bool,
     source: str | None,
     env: tuple[str, ...],
+    trainer: str | None,
 ) -> None:
     """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
 
@@ -244,9 +259,9 @@ def migrate(
         )
     try:
         if script:
-            outcome = migrate_script(old, environment, list(args), output, force)
+            outcome = migrate_script(old, environment, list(args), output, force, trainer)
         else:
-            outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force)
+            outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force, trainer)
     except MigrateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     if outcome.diagnostics:
@@ -254,6 +269,15 @@ def migrate(
     for stream, text in outcome.shown:
         click.echo(text, nl=False, err=stream != OUT)
     sys.exit(outcome.code)
+
+
+def _trainer_line(spec) -> str:
+    """Which trainer runs the job, and its release: `rlc plan`'s first line."""
+    # deferred: the trainer registry only for the commands that show it
+    from rlc.compiler.trainers import trainer, version_of
+
+    chosen = trainer(spec.launch.trainer)
+    return f"{chosen.name} {version_of(spec)}: {chosen.summary}"
 
 
 @cli.command()
@@ -315,12 +339,16 @@ def plan(spec: str, overrides: tuple[str, ...], svg_path: str | None, fmt: str) 
         data["time"] = timing.to_json() if timing else None
         if result.decisions is not None:
             data["sandbox"] = result.decisions.to_json()["sandbox"]
+        if result.spec is not None:
+            data["trainer"] = _trainer_line(result.spec)
         data.update(json.loads(render_json(diags)))  # ok, errors, warnings and the diagnostics beside the plan
         click.echo(json.dumps(data, indent=2))
     else:
         # deferred: the memory and sandbox renderers only for text output
         from rlc.compiler.plan_svg import render_memory, render_sandbox
 
+        if result.spec is not None:
+            click.echo(f"trainer: {_trainer_line(result.spec)}")
         click.echo(render_table(layout, _color(sys.stdout)))
         if result.memory is not None:
             click.echo(render_memory(result.memory))

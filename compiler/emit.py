@@ -1,4 +1,5 @@
-"""Emit: the compiled job written to a directory (resolved.yaml and plan.json; launch targets add theirs).
+"""Emit: the compiled job written to a directory (resolved.yaml and plan.json, train.sh for a trainer other than
+rlc's; launch targets add theirs).
 
 Files are written whole to a temporary name and renamed into place, so a reader never sees half a file;
 the same input gives the same bytes (no timestamps, no absolute paths of the compiling machine).
@@ -16,6 +17,7 @@ from rlc.compiler.emit_resolved import render
 from rlc.compiler.pipeline import CompileResult
 from rlc.compiler.provenance import trace
 from rlc.compiler.targets.base import Target, TargetInput
+from rlc.compiler.trainers import TRAIN_SCRIPT, train_script
 from rlc.core.dataclass import dataclass
 from rlc.core.digest import content_hash
 
@@ -42,6 +44,9 @@ def build(result: CompileResult, targets: Sequence[Target], out_dir: str) -> Com
     resolved = render(spec, trace(resolution, analysis.doc, analysis.migration, label), label)
     plan_json = {**plan.to_json(), "content_hash": digest, "runtime": decisions.to_json()}
     files = {RESOLVED: resolved, PLAN: json.dumps(plan_json, indent=2, sort_keys=False) + "\n"}
+    script = train_script(spec, plan_json, label, digest)
+    if script is not None:  # a trainer other than rlc's: the command every target runs on the head
+        files[TRAIN_SCRIPT] = script
     job = TargetInput(spec, plan_json, dict(files), label, digest, out_dir)
     for target in targets:
         files.update(target.files(job))

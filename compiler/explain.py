@@ -9,6 +9,7 @@ from rlc.compiler import allocation, estimate, memory
 from rlc.compiler.check import rules_for
 from rlc.compiler.importers.skyrl.legacy import legacy_target
 from rlc.compiler.targets import TARGETS
+from rlc.compiler.trainers import TRAINERS
 from rlc.spec.model import default_model, to_plain, type_label
 from rlc.spec.skyrl_release import default_change
 
@@ -67,6 +68,9 @@ def explain_key(key: str) -> tuple[str, bool]:
     if key == "launch.target":
         lines.append("  targets:")
         lines.extend(f"    {t.name:<9} {t.summary}" for t in TARGETS)
+    if key == "launch.trainer":
+        lines.append("  trainers (the release each one's commands are checked against):")
+        lines.extend(f"    {t.name:<6} {t.release:<9} {t.summary}" for t in TRAINERS)
     grammar = GRAMMARS.get(key)
     if grammar:
         lines.append("  grammar:")

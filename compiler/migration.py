@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import field
 from pathlib import Path
 
-from rlc.compiler.importers.base import Imported, Importer, NotImportable
+from rlc.compiler.importers.base import Change, Imported, Importer, NotImportable
 from rlc.compiler.load import LoadError, load_document
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import Diagnostic
@@ -54,8 +54,10 @@ def migrate_file(
     check: bool,
     show_diff: bool,
     force: bool,
+    trainer: str | None = None,
 ) -> Outcome:
-    """Convert the file OLD with `importer`: to stdout, to -o OUTPUT or in place, or only check or diff it."""
+    """Convert the file OLD with `importer`: to stdout, to -o OUTPUT or in place, or only check or diff it; with
+    `trainer`, the spec runs on that trainer (launch.trainer)."""
     reads_path = getattr(importer, "convert_path", None)  # an importer of directories and non-YAML files
     if os.path.isdir(old) and reads_path is None:
         raise MigrateUsageError(f"{old} is a directory; --from {importer.name} reads a file")
@@ -79,12 +81,16 @@ def migrate_file(
             out.say(doc.text, OUT)
         return out
     text = doc.text if doc is not None else ""
+    if trainer is not None:
+        imported = with_trainer(imported, trainer)
     return _deliver(
         out, old, text, imported, (importer.what, importer.rewrites), output, in_place, check, show_diff, force
     )
 
 
-def migrate_script(old: str, env: dict[str, str], argv: list[str], output: str | None, force: bool) -> Outcome:
+def migrate_script(
+    old: str, env: dict[str, str], argv: list[str], output: str | None, force: bool, trainer: str | None = None
+) -> Outcome:
     """Import the launch script OLD (read, never run; `"$@"` is ARGV, the environment ENV) as a new spec."""
     # deferred: tree-sitter's bash grammar, only for a launch script
     from rlc.compiler.importers.scripts import import_script
@@ -103,7 +109,43 @@ def migrate_script(old: str, env: dict[str, str], argv: list[str], output: str |
         )
         out.code = 1
         return out
+    if trainer is not None:
+        imported = with_trainer(imported, trainer)
     return _deliver(out, old, "", imported, ("launch script", False), output, False, False, False, force)
+
+
+def with_trainer(imported: Imported, trainer: str) -> Imported:
+    """The imported spec run on `trainer` (`rlc migrate --trainer`): launch.trainer set first in launch, every
+    comment kept, and the change reported."""
+    # deferred: ruamel's round trip, only for --trainer
+    import io
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML(typ="rt")
+    yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    root = yaml.load(imported.text)
+    launch = root.get("launch")
+    if not isinstance(launch, CommentedMap):
+        launch = CommentedMap()
+        keys = list(root)
+        root.insert(keys.index("data") if "data" in keys else len(keys), "launch", launch)
+    if "trainer" in launch:
+        launch["trainer"] = trainer
+    else:
+        launch.insert(0, "trainer", trainer)
+    buf = io.StringIO()
+    yaml.dump(root, buf)
+    change = Change("added", None, "launch.trainer", new_value=trainer, reason="rlc migrate --trainer")
+    return Imported(
+        buf.getvalue(),
+        imported.title,
+        [*imported.changes, change],
+        [*imported.lines, change.describe()],
+        imported.alters,
+    )
 
 
 def _deliver(

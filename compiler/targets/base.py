@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rlc.compiler.trainers import TRAIN_SCRIPT, command_of
+from rlc.compiler.trainers.rlc import RLC
 from rlc.core.dataclass import dataclass
 from rlc.spec.root import RlcSpec
 
@@ -92,12 +94,33 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     return jinja2.FileSystemBytecodeCache(directory)
 
 
-def install_requirement(spec: RlcSpec) -> str:
+def install_requirements(spec: RlcSpec, plan: dict) -> list[str]:
+    """What the nodes pip-install: rlc with the runtime extras the job needs, or, for another trainer, rlc itself
+    (the head's wait for every node) and the trainer's release with its extras. launch.install replaces rlc's."""
+    command = command_of(spec, plan)
+    if command is not None:
+        return [spec.launch.install or "rlc", *command.requirements]
     if spec.launch.install:
-        return spec.launch.install
+        return [spec.launch.install]
     extras = ["runtime"] + (["vllm"] if spec.generator.inference_engine.backend == "vllm" else [])
     extras += ["megatron"] if spec.trainer.strategy == "megatron" else []
-    return f"rlc[{','.join(extras)}]"
+    return [f"rlc[{','.join(extras)}]"]
+
+
+def train_line(spec: RlcSpec, job_directory: str, python: str = "python") -> str:
+    """The head node's training command, as a shell line, with the job directory given as a shell word: rlc's
+    runtime on resolved.yaml, or train.sh of another trainer."""
+    if spec.launch.trainer == RLC.name:
+        return f'{python} -m rlc.runtime run "{job_directory}/resolved.yaml"'
+    return f'bash "{job_directory}/{TRAIN_SCRIPT}"'
+
+
+def imports_needed(spec: RlcSpec, plan: dict) -> list[str]:
+    """The top-level packages the head must import to train: Ray and rlc's runtime, or the trainer's own."""
+    command = command_of(spec, plan)
+    if command is None:
+        return ["ray", "rlc.runtime"]
+    return ["ray", "rlc.runtime.cluster_gate", command.module.split(".")[0]]
 
 
 def job_dir(spec: RlcSpec) -> str:
@@ -115,6 +138,8 @@ def node_context(spec: RlcSpec, plan: dict) -> dict:
         "devices": cluster["nodes"] * cluster["gpus_per_node"],
         "device_kind": cluster["device"],
         "wait_s": spec.launch.node_wait_timeout_s,
+        "train": train_line(spec, "$RLC_JOB_DIR"),
+        "imports": imports_needed(spec, plan),
     }
 
 

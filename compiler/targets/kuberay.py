@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlc.compiler.targets.base import Launch, TargetInput, install_requirement, job_envs, render
+from rlc.compiler.targets.base import Launch, TargetInput, install_requirements, job_envs, render, train_line
+from rlc.compiler.trainers import TRAIN_SCRIPT
 
 DEFAULT_RAY_IMAGE = "rayproject/ray:2.49.0-py311-gpu"
 
@@ -71,8 +72,9 @@ def rayjob(job: TargetInput) -> str:
         labels={"app.kubernetes.io/managed-by": "rlc", "rlc.dev/content-hash": job.digest.split(":")[-1][:12]},
         resolved=job.files["resolved.yaml"],
         plan=job.files["plan.json"],
-        entrypoint="python -m rlc.runtime run /rlc/job/resolved.yaml",
-        runtime_env=json.dumps({"pip": [install_requirement(spec)]}),
+        train_script=job.files.get(TRAIN_SCRIPT),
+        entrypoint=train_line(spec, "/rlc/job"),
+        runtime_env=json.dumps({"pip": install_requirements(spec, job.plan)}),
         ttl=kuberay.ttl_seconds_after_finished,
         deadline=kuberay.active_deadline_seconds,
         image=kuberay.ray_image or spec.cluster.image or DEFAULT_RAY_IMAGE,

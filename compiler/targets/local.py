@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from rlc.compiler.targets.base import Launch, TargetInput
+from rlc.compiler.trainers import TRAIN_SCRIPT
 
 
 class Local:
@@ -16,4 +17,6 @@ class Local:
         return {}
 
     def launch(self, out_dir: Path, job: TargetInput) -> Launch:
+        if TRAIN_SCRIPT in job.files:  # another trainer: its command, which starts a Ray instance of its own
+            return Launch(["bash", str(out_dir / TRAIN_SCRIPT)], needs="bash")
         return Launch([sys.executable, "-m", "rlc.runtime", "run", str(out_dir / "resolved.yaml")])

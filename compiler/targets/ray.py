@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlc.compiler.targets.base import Launch, TargetInput, job_envs, render
+from rlc.compiler.trainers import TRAIN_SCRIPT
 from rlc.spec.root import RlcSpec
 
 
@@ -19,6 +20,7 @@ class RayJob:
             "digest": job.digest,
             "env_vars": sorted((k, str(v)) for k, v in job_envs(job.spec).items()),
             "submission_id": submission_id(job.spec, job.digest),
+            "train_script": TRAIN_SCRIPT in job.files,
         }
         return {
             "ray/runtime_env.yaml": render("runtime_env.yaml.j2", **context),

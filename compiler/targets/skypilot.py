@@ -9,13 +9,14 @@ from rlc.compiler.targets.base import (
     Launch,
     TargetInput,
     heredoc_end,
-    install_requirement,
+    install_requirements,
     job_dir,
     job_envs,
     node_context,
     render,
     setup_line,
 )
+from rlc.compiler.trainers import TRAIN_SCRIPT
 
 
 class SkyPilot:
@@ -75,11 +76,12 @@ def task(job: TargetInput) -> str:
         workdir=spec.launch.workdir,
         envs=sorted((k, str(v)) for k, v in job_envs(spec).items()),
         secrets=sorted(spec.launch.secrets),
-        install=install_requirement(spec),
+        install=install_requirements(spec, plan),
         job_dir=job_dir(spec),
         resolved=resolved.rstrip("\n"),
         plan=plan_text.rstrip("\n"),
+        train_script=job.files.get(TRAIN_SCRIPT, "").rstrip("\n"),
         setup=[setup_line(line) for line in spec.launch.setup],
         node_script=node.rstrip("\n"),
-        eof=heredoc_end(job.digest, resolved + plan_text),
+        eof=heredoc_end(job.digest, resolved + plan_text + job.files.get(TRAIN_SCRIPT, "")),
     )

@@ -15,11 +15,14 @@ from rlc.compiler.targets.base import (
     Launch,
     TargetInput,
     heredoc_end,
+    install_requirements,
     job_envs,
     node_context,
     render,
     setup_line,
+    train_line,
 )
+from rlc.compiler.trainers import TRAIN_SCRIPT
 from rlc.spec.root import RlcSpec
 
 SCRIPT = "slurm/job.sbatch"
@@ -97,6 +100,7 @@ class Slurm:
         node = node_context(spec, job.plan)
         setup = [setup_line(line) for line in spec.launch.setup]
         resolved, plan = job.files["resolved.yaml"].rstrip("\n"), job.files["plan.json"].rstrip("\n")
+        train = job.files.get(TRAIN_SCRIPT, "").rstrip("\n")
         ctx = {
             **node,
             "source": job.source,
@@ -109,7 +113,10 @@ class Slurm:
             "setup": setup,
             "resolved": resolved,
             "plan": plan,
-            "eof": heredoc_end(job.digest, "\n".join([resolved, plan, *setup])),
+            "train_script": train,
+            "train": train_line(spec, "$RLC_JOB_DIR", python="python3"),
+            "install": install_requirements(spec, job.plan),
+            "eof": heredoc_end(job.digest, "\n".join([resolved, plan, train, *setup])),
         }
         return {SCRIPT: render("slurm.sbatch.j2", **ctx)}
 
