@@ -277,7 +277,8 @@ def _trainer_line(spec) -> str:
     from rlc.compiler.trainers import trainer, version_of
 
     chosen = trainer(spec.launch.trainer)
-    return f"{chosen.name} {version_of(spec)}: {chosen.summary}"
+    version = version_of(spec)
+    return f"{chosen.name}{' ' + version if version else ''} ({chosen.summary})"
 
 
 @cli.command()

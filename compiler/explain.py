@@ -70,7 +70,7 @@ def explain_key(key: str) -> tuple[str, bool]:
         lines.extend(f"    {t.name:<9} {t.summary}" for t in TARGETS)
     if key == "launch.trainer":
         lines.append("  trainers (the release each one's commands are checked against):")
-        lines.extend(f"    {t.name:<6} {t.release:<9} {t.summary}" for t in TRAINERS)
+        lines.extend(f"    {t.name:<6} {t.release or '-':<6} {t.summary}" for t in TRAINERS)
     grammar = GRAMMARS.get(key)
     if grammar:
         lines.append("  grammar:")

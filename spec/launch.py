@@ -73,6 +73,13 @@ class KubeRayConfig:
     )
     ttl_seconds_after_finished: int = setting(3600, "Seconds the finished RayJob and its cluster are kept.", minimum=0)
     active_deadline_seconds: int | None = setting(None, "Kill the job after this many seconds; null never.", minimum=1)
+    checkpoint_volume_claim: str | None = setting(
+        None,
+        "A PersistentVolumeClaim mounted at trainer.ckpt_path in every pod (ReadWriteMany for more than one node), "
+        "where a retried job finds its checkpoints; null: the pods' own disks, gone with them.",
+        pattern=DNS_LABEL,
+        pattern_hint="write the claim's name: lowercase letters, digits and '-'",
+    )
 
 
 @dataclass
@@ -122,12 +129,42 @@ class SlurmConfig:
         "select/cons_tres).",
         enum=("gres", "gpus-per-node"),
     )
+    requeue: bool = setting(
+        True,
+        "sbatch --requeue, and, grace_period_s before the time limit, a checkpoint then `scontrol requeue`: a "
+        "preempted job or one out of time goes back to the queue and resumes from its checkpoint.",
+    )
     sbatch_args: list[str] = setting(
         doc="More #SBATCH options, one --name or --name=value per item (e.g. --mail-type=END); rlc quotes values.",
         factory=list,
         pattern=SLURM_OPTION,
         pattern_hint="write one long option per item, --name or --name=value (e.g. --exclusive, --mail-type=END), on "
         "one line",
+    )
+
+
+# A bucket SkyPilot mounts: its stores' URL schemes (s3, gs, r2, cos, oci, nebius) or an Azure blob container's URL.
+BUCKET_URL = r"^((s3|gs|r2|cos|oci|nebius)://[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._/-]*)?|https://[a-z0-9]+\.blob\.core\.windows\.net/[a-z0-9][a-z0-9-]*(/[A-Za-z0-9._/-]*)?)$"
+
+
+@dataclass
+class RecoveryConfig:
+    managed: bool | None = setting(
+        None,
+        "SkyPilot: run as a managed job (`sky jobs launch`), which SkyPilot restarts on new nodes after a preemption "
+        "and which resumes from its last checkpoint; null: on when cluster.use_spot.",
+    )
+    max_restarts_on_errors: int = setting(
+        0,
+        "Restarts after the job fails by itself rather than by a preemption: SkyPilot's "
+        "job_recovery.max_restarts_on_errors (managed jobs), KubeRay's RayJob backoffLimit.",
+        minimum=0,
+    )
+    strategy: str | None = setting(
+        None,
+        "SkyPilot's recovery strategy of a managed job: FAILOVER (the same region first) or EAGER_NEXT_REGION; null: "
+        "SkyPilot's default.",
+        enum=("FAILOVER", "EAGER_NEXT_REGION"),
     )
 
 
@@ -184,6 +221,15 @@ class LaunchConfig:
         "Seconds the job has, from SIGTERM (scancel, a spot notice, a cancel), to save a checkpoint of its last "
         "finished step and exit; the targets ask for them (Slurm's --signal, Kubernetes' grace period).",
         minimum=5,
+    )
+    recovery: RecoveryConfig = section(RecoveryConfig, "What restarts the job after a preemption or a failure.")
+    checkpoint_bucket: str | None = setting(
+        None,
+        "SkyPilot: a bucket (s3://, gs://, r2://, ... or an Azure blob container's https URL) mounted at "
+        "trainer.ckpt_path on every node (file_mounts, MOUNT_CACHED), where a restarted job finds its checkpoints; "
+        "null: each node's own disk.",
+        pattern=BUCKET_URL,
+        pattern_hint="write a bucket URL SkyPilot mounts, e.g. s3://my-bucket/checkpoints or gs://my-bucket",
     )
     kuberay: KubeRayConfig = section(KubeRayConfig, "KubeRay RayJob settings.")
     slurm: SlurmConfig = section(SlurmConfig, "Slurm batch job settings (target slurm).")

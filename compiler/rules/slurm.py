@@ -56,6 +56,8 @@ def _written(c: Context) -> dict[str, str]:
         )
     if s.cluster.memory_per_node is not None:
         out.update(dict.fromkeys(("mem", "mem-per-cpu", "mem-per-gpu"), "cluster.memory_per_node"))
+    if s.launch.slurm.requeue:
+        out.update(dict.fromkeys(("requeue", "no-requeue", "signal", "open-mode"), "launch.slurm.requeue"))
     for flag, key in (("time", "time_limit"), *((k, k) for k in ("partition", "account", "qos", "constraint"))):
         if getattr(s.launch.slurm, key) is not None:
             out[flag] = f"launch.slurm.{key}"

@@ -61,6 +61,13 @@ def rayjob(job: TargetInput) -> str:
         {"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}} for k in sorted(spec.launch.secrets)
     ]
     kuberay = spec.launch.kuberay
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if kuberay.checkpoint_volume_claim:  # every pod writes its ranks' shards where a retried job finds them
+        volumes.append(
+            {"name": "rlc-checkpoints", "persistentVolumeClaim": {"claimName": kuberay.checkpoint_volume_claim}}
+        )
+        mounts.append({"name": "rlc-checkpoints", "mountPath": str(spec.trainer.ckpt_path).rstrip("/") or "/"})
     return render(
         "rayjob.yaml.j2",
         name=spec.name,
@@ -83,4 +90,10 @@ def rayjob(job: TargetInput) -> str:
         workers=cluster["nodes"] - 1,
         secret_name=secret_name,
         secrets=sorted(spec.launch.secrets),
+        grace=spec.launch.grace_period_s,
+        backoff=spec.launch.recovery.max_restarts_on_errors,
+        head_volumes=[{"name": "rlc-job", "configMap": {"name": f"{name}-job"[:63]}}, *volumes],
+        head_mounts=[{"name": "rlc-job", "mountPath": "/rlc/job", "readOnly": True}, *mounts],
+        volumes=volumes,
+        mounts=mounts,
     )

@@ -27,12 +27,31 @@ class SkyPilot:
         return {"sky.yaml": task(job)}
 
     def launch(self, out_dir: Path, job: TargetInput) -> Launch:
+        if managed(job.spec):  # SkyPilot restarts it after a preemption, on new nodes, from its checkpoints
+            argv = ["sky", "jobs", "launch", str(out_dir / "sky.yaml"), "--name", job.spec.name]
+        else:
+            argv = ["sky", "launch", str(out_dir / "sky.yaml"), "--cluster", job.spec.name]
         return Launch(
-            ["sky", "launch", str(out_dir / "sky.yaml"), "--cluster", job.spec.name],
+            argv,
             needs="sky",
             install_hint="install it with `pip install 'rlc[launch]'` (in its own environment: SkyPilot pins "
             "click < 8.2) or run `sky launch` on the compiled sky.yaml",
         )
+
+
+def managed(spec) -> bool:
+    """A SkyPilot managed job: asked for in launch.recovery.managed, else whenever the nodes are spot instances."""
+    asked = spec.launch.recovery.managed
+    return spec.cluster.use_spot if asked is None else asked
+
+
+def checkpoint_mounts(spec) -> dict[str, dict[str, str]]:
+    """launch.checkpoint_bucket mounted at trainer.ckpt_path, in SkyPilot's file_mounts syntax (MOUNT_CACHED: writes
+    go to the local disk first and are uploaded behind, which suits checkpoints)."""
+    if not spec.launch.checkpoint_bucket:
+        return {}
+    path = str(spec.trainer.ckpt_path).rstrip("/") or "/"
+    return {path: {"source": spec.launch.checkpoint_bucket, "mode": "MOUNT_CACHED"}}
 
 
 def task(job: TargetInput) -> str:
@@ -58,6 +77,12 @@ def task(job: TargetInput) -> str:
             resources.append((key, str(value) if key == "memory" else value))
     if c.use_spot:
         resources.append(("use_spot", True))
+    if managed(spec):  # what SkyPilot's managed job does after a failure that is not a preemption, and where to
+        recovery = spec.launch.recovery
+        job_recovery: dict[str, Any] = {"max_restarts_on_errors": recovery.max_restarts_on_errors}
+        if recovery.strategy:
+            job_recovery["strategy"] = recovery.strategy
+        resources.append(("job_recovery", job_recovery))
     if c.image:
         resources.append(("image_id", f"docker:{c.image}"))
     if spec.launch.ports:
@@ -74,6 +99,8 @@ def task(job: TargetInput) -> str:
         nodes=plan["cluster"]["nodes"],
         resources=resources,
         workdir=spec.launch.workdir,
+        file_mounts=checkpoint_mounts(spec),
+        managed=managed(spec),
         envs=sorted((k, str(v)) for k, v in job_envs(spec).items()),
         secrets=sorted(spec.launch.secrets),
         install=install_requirements(spec, plan),

@@ -81,6 +81,10 @@ def sbatch_lines(spec: RlcSpec, plan: dict) -> list[str]:
         value = getattr(slurm, key)
         if value is not None:
             add(f"--{flag}=", f"launch.slurm.{key}", value, sbatch_word(value))
+    if slurm.requeue:  # back to the queue when preempted; before the time limit, the batch shell saves and requeues
+        add("--requeue")
+        add(f"--signal=B:USR1@{spec.launch.grace_period_s}")
+        add("--open-mode=append")  # a requeued run's output follows the earlier one's
     if spec.launch.workdir not in (None, "."):
         add("--chdir=", "launch.workdir", spec.launch.workdir, sbatch_word(spec.launch.workdir))
     for i, option in enumerate(slurm.sbatch_args):
@@ -116,6 +120,8 @@ class Slurm:
             "train_script": train,
             "train": train_line(spec, "$RLC_JOB_DIR", python="python3"),
             "install": install_requirements(spec, job.plan),
+            "requeue": spec.launch.slurm.requeue,
+            "grace": spec.launch.grace_period_s,
             "eof": heredoc_end(job.digest, "\n".join([resolved, plan, train, *setup])),
         }
         return {SCRIPT: render("slurm.sbatch.j2", **ctx)}

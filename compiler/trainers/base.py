@@ -37,7 +37,7 @@ class TrainerCommand:
 
 class Trainer(Protocol):
     name: str  # the value of launch.trainer
-    release: str  # the release rlc checks its commands against (launch.trainer_version's default)
+    release: str  # the release rlc checks its commands against (launch.trainer_version's default); "" for rlc
     summary: str  # one line: what runs (rlc explain launch.trainer, rlc plan)
 
     def command(self, spec: RlcSpec, plan: dict, version: str) -> TrainerCommand | None:

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 class RlcTrainer:
     name = "rlc"
-    release = "this rlc"
-    summary = "rlc's runtime (FSDP2 or Megatron-Core, vLLM or hf engines), started on the compiled job as is"
+    release = ""  # the rlc that compiled the job
+    summary = "rlc's runtime: FSDP2 or Megatron-Core, vLLM or hf engines, on the compiled job as it is"
 
     def command(self, spec: RlcSpec, plan: dict, version: str) -> TrainerCommand | None:
         return None

@@ -685,6 +685,32 @@ CASES = {
             name_or_path: qwen4  # <-
         """,
     ),
+    "RLC-W970": (
+        "launch.recovery.managed",
+        """
+        cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1, use_spot: true}
+        launch:
+          recovery: {managed: false}  # <-
+        """,
+    ),
+    "RLC-W971": (
+        "trainer.ckpt_path",
+        """
+        cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1, use_spot: true}
+        trainer:
+          ckpt_path: /ckpts  # <-
+        """,
+    ),
+    "RLC-E970": (
+        "trainer.ckpt_path",
+        """
+        launch:
+          target: kuberay
+          kuberay: {checkpoint_volume_claim: ckpts}
+        trainer:
+          ckpt_path: ~/ckpts  # <-
+        """,
+    ),
 }
 
 CASES.update(UPSTREAM_CASES)  # RLC-E801..E849: SkyRL 0.4 settings the runtime does not run yet

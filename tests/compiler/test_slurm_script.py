@@ -65,6 +65,9 @@ def test_the_script_is_sized_from_the_plan_with_every_slurm_setting(tmp_path):
         "--account=rl-lab",
         "--qos=high",
         "--constraint=[rack1|rack2]&ib",
+        "--requeue",
+        "--signal=B:USR1@120",
+        "--open-mode=append",
         "--exclusive",
         "--mail-type=END",
     ]
@@ -78,7 +81,8 @@ def test_the_script_is_sized_from_the_plan_with_every_slurm_setting(tmp_path):
 
 def test_defaults_ask_for_gres_gpus_and_cpu_slots(tmp_path):
     text, _ = _script(tmp_path, "gsm8k-grpo-8xh100.yaml", "launch.slurm.time_limit=90")
-    assert _sbatch_lines(text)[1:] == ["--nodes=1", "--ntasks-per-node=1", "--gres=gpu:8", "--time=90"]
+    requeue = ["--requeue", "--signal=B:USR1@120", "--open-mode=append"]
+    assert _sbatch_lines(text)[1:] == ["--nodes=1", "--ntasks-per-node=1", "--gres=gpu:8", "--time=90", *requeue]
     text, _ = _script(
         tmp_path,
         "local-cpu.yaml",
@@ -87,7 +91,7 @@ def test_defaults_ask_for_gres_gpus_and_cpu_slots(tmp_path):
         "trainer.micro_forward_batch_size_per_gpu=64",
         "cluster.memory_per_node='7.5+'",
     )
-    assert _sbatch_lines(text)[1:] == ["--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=2", "--mem=7680M"]
+    assert _sbatch_lines(text)[1:] == ["--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=2", "--mem=7680M", *requeue]
     assert "--num-cpus" in text and "--gres" not in text
 
 
@@ -107,7 +111,7 @@ def test_a_size_in_skypilots_units_reaches_sbatch_as_slurm_reads_it(tmp_path):
     """SkyPilot's `64GB` (2**30 bytes a GB) is Slurm's --mem=64G; a size no launcher reads is refused for every target
     (RLC-E921), not left out of one file."""
     text, _ = _script(tmp_path, "gsm8k-grpo-8xh100.yaml", "cluster.memory_per_node=512MB", "cluster.cpus_per_node=16+")
-    assert _sbatch_lines(text)[3:] == ["--cpus-per-task=16", "--gres=gpu:8", "--mem=512M"]
+    assert _sbatch_lines(text)[3:6] == ["--cpus-per-task=16", "--gres=gpu:8", "--mem=512M"]
     result = run_rlc(
         "compile", str(EXAMPLES / "gsm8k-grpo-8xh100.yaml"), "-o", str(tmp_path / "o"), "cluster.cpus_per_node=lots"
     )

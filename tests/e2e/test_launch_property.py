@@ -108,7 +108,11 @@ def _spec(draw) -> dict:
             )
         ),
     }
+    # --requeue and --signal are rlc's own lines while launch.slurm.requeue is on
+    own = any(a.split("=")[0] in ("--requeue", "--signal") for a in slurm["sbatch_args"])
+    slurm["requeue"] = False if own else draw(st.booleans())
     base["name"] = draw(_names)
+    base.setdefault("trainer", {})["ckpt_path"] = draw(st.sampled_from(["/ckpts/run", "~/ckpts", "/mnt/shared/c"]))
     base["launch"] = {
         "target": draw(st.sampled_from(["skypilot", "ray", "kuberay", "slurm", "local"])),
         "workdir": draw(st.none() | st.just(".") | _text.filter(lambda t: t.strip() and "\n" not in t)),
@@ -121,7 +125,15 @@ def _spec(draw) -> dict:
             "namespace": draw(st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True)),
             "ttl_seconds_after_finished": draw(st.integers(0, 10**6)),
             "active_deadline_seconds": draw(st.none() | st.integers(1, 10**6)),
+            "checkpoint_volume_claim": draw(st.none() | st.just("rlc-checkpoints")),
         },
+        "grace_period_s": draw(st.integers(5, 3600)),
+        "recovery": {
+            "managed": draw(st.none() | st.booleans()),
+            "max_restarts_on_errors": draw(st.integers(0, 5)),
+            "strategy": draw(st.none() | st.sampled_from(["FAILOVER", "EAGER_NEXT_REGION"])),
+        },
+        "checkpoint_bucket": draw(st.none() | st.sampled_from(["s3://my-bucket/ckpts", "gs://bucket", "r2://b/x"])),
         "slurm": {k: v for k, v in slurm.items() if v is not None},
     }
     return base
