@@ -56,15 +56,23 @@ def main(argv: list[str] | None = None) -> int:
 def run_job(job, address: str | None = None, progress: bool = True) -> int:
     """Run a loaded job; a RunError or a bad dataset is a message and exit 1, never a traceback."""
     # deferred: torch, Ray and transformers, not needed to parse arguments or wait for the cluster
+    from rlc.runtime.checkpoint import resume_hint
     from rlc.runtime.driver import RunError, run
+    from rlc.runtime.stopping import Stopped
 
     try:
         result = run(job, address=address, progress=progress)
     except RunError as exc:
         print(f"rlc.runtime: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("rlc.runtime: interrupted; resume with trainer.resume_mode=latest", file=sys.stderr)
+    except Stopped as stop:  # SIGTERM or SIGINT: the last finished step saved (docs/faults.md)
+        settings = job.decisions.checkpoints
+        after = f" after step {stop.step}" if stop.step is not None else ""
+        kept = " (trainer.ckpt_interval -1: no checkpoint is kept)" if settings.ckpt_interval <= 0 else ""
+        print(f"rlc.runtime: stopped by {stop}{after}{kept}; {resume_hint(settings)}", file=sys.stderr)
+        return stop.exit_code
+    except KeyboardInterrupt:  # before the run's own handlers are in place
+        print(f"rlc.runtime: interrupted; {resume_hint(job.decisions.checkpoints)}", file=sys.stderr)
         return 130
     summary = f"{job.spec.name}: trained to step {result.steps}"
     if result.first_reward is not None and result.closing_reward is not None:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.models import cache_keyword
+from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.ipc import gpu_uuid, ipc_buckets, ipc_handle
 from rlc.runtime.weights.lora import with_lora
@@ -90,6 +91,7 @@ class FSDPWorker(TrainWorker):
     def __init__(self, settings: WorkerSettings, config: Any, algorithm: Any, rank: int, world_size: int):
         if settings.role not in ROLES:
             raise ValueError(f"unknown role {settings.role!r}")
+        leave_sigterm_to_the_driver()
         self.s, self.config, self.algorithm = settings, config, algorithm
         self.rank, self.world_size = rank, world_size
         lora = getattr(getattr(config, "model", None), "lora", None)
