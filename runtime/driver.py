@@ -31,7 +31,7 @@ from rlc.runtime.envs import sandbox
 from rlc.runtime.evaluation import Evaluation
 from rlc.runtime.generator import Generator
 from rlc.runtime.paths import expand
-from rlc.runtime.placement import Cluster, local_model_path, start_ray
+from rlc.runtime.placement import Cluster, local_model_path, start_ray, stop_ray
 from rlc.runtime.prompts import Prompts
 from rlc.runtime.rollouts import Ahead, RayEngines, Synchronous
 from rlc.runtime.run_error import RunError
@@ -187,7 +187,7 @@ class Driver:
             raise self._mid_run_error(ray, exc) from None
         finally:
             tracker.close()
-            ray.shutdown()
+            stop_ray(ray)
 
     def _start(self, ray, optimizer_steps: int) -> None:
         """The workers and engines on their bundles, then each component on them with its own settings."""

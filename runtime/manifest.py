@@ -1,9 +1,9 @@
 """A checkpoint's manifest: the size and SHA-256 of every file in it, written once the files are, checked on resume.
 
 A checksum proves the bytes are the ones written (a bit flip, a truncated copy, a half-synced bucket); it says nothing
-of what was written, so the values a shard holds are the trainer's (docs/faults.md). SHA-256 runs in OpenSSL and
-releases the GIL, so the files are hashed on a few threads at once: about 1-2 GB/s on one core of a recent x86 CPU,
-a few seconds for a 7B model's full checkpoint (bench figures in docs/faults.md).
+of what was written, so the values a shard holds are the trainer's (docs/faults.md). SHA-256 (hashlib's, in OpenSSL,
+with the CPU's SHA instructions where it has them) releases the GIL, so the files are hashed on up to 8 threads at
+once; what it costs against other digests is measured in docs/faults.md.
 """
 
 from __future__ import annotations
