@@ -244,6 +244,8 @@ class Driver:
         ]
         actors += [(f"engine {i}", e) for i, e in enumerate(getattr(self, "engines", []))]
         pings = {a.__ray_ready__.remote(): name for name, a in actors}
+        if not pings:
+            return []
         ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=timeout_s)
         dead = []
         for ref in ready:
