@@ -7,6 +7,7 @@ import sys
 
 from rlc.runtime.cluster_gate import wait_cluster
 from rlc.runtime.config import CompiledJobError, load
+from rlc.runtime.stopping import exec_holding_sigterm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument(
         "--expect-ips", default="", help="comma-separated node addresses, to name the ones that never joined"
     )
+    hold = sub.add_parser(
+        "hold-sigterm",
+        help="run a command with SIGTERM blocked for it and what it starts (`ray start` on a node: docs/faults.md)",
+    )
+    hold.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND ...")
     args = parser.parse_args(argv)
+    if args.command == "hold-sigterm":
+        if not args.argv:
+            parser.error("hold-sigterm needs a command")
+        exec_holding_sigterm(args.argv)
     if args.command == "wait-cluster":
         return wait_cluster(
             args.address,

@@ -135,3 +135,12 @@ def leave_sigterm_to_the_driver() -> None:
     stops Ray, and a worker whose driver is gone is ended by Ray."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def exec_holding_sigterm(argv: list[str]) -> None:
+    """Become `argv` with SIGTERM blocked, which it and every process it starts inherit: how a launch script starts
+    `ray start` on a node, so that a SIGTERM to every process of the job (scancel, a machine shutting down) leaves the
+    raylet and GCS running while the driver saves. They are ended with SIGKILL (`ray stop --force`), or go with the
+    job."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    os.execvp(argv[0], argv)

@@ -74,3 +74,19 @@ def test_a_second_signal_or_the_grace_period_ends_the_process_with_the_signals_c
     assert ended.stderr.splitlines()[-1] == (
         f"rlc.runtime: {why} before a checkpoint was saved; the newest complete checkpoint is /c/global_step_2"
     )
+
+
+def test_hold_sigterm_runs_a_command_that_and_whose_children_outlive_a_sigterm():
+    """`python -m rlc.runtime hold-sigterm ray start ...`: a job-wide SIGTERM leaves the node's Ray to the driver."""
+    child = "import os, signal; os.kill(os.getpid(), signal.SIGTERM); print('child alive')"
+    command = (
+        "import os, signal, subprocess, sys; os.kill(os.getpid(), signal.SIGTERM); "
+        f"subprocess.run([sys.executable, '-c', {child!r}], check=True); print('alive')"
+    )
+    held = subprocess.run(
+        [sys.executable, "-m", "rlc.runtime", "hold-sigterm", sys.executable, "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (held.returncode, held.stdout) == (0, "child alive\nalive\n"), held.stderr
