@@ -125,7 +125,18 @@ class StopSignals:
         except Exception as exc:  # the message must not keep the process from ending
             told = f"(where to resume from is unknown: {exc})"
         print(f"rlc.runtime: {why} before a checkpoint was saved; {told}", file=sys.stderr, flush=True)
+        _kill_descendants()  # the local Ray instance and all it started: nothing of the run outlives it
         os._exit(code)
+
+
+def _kill_descendants() -> None:
+    try:
+        import psutil  # deferred: psutil is optional in the runtime (Ray's own extras bring it)
+    except ImportError:
+        return
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
 
 
 def leave_sigterm_to_the_driver() -> None:
