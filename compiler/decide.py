@@ -68,7 +68,8 @@ def decide(spec: Any, plan: Plan) -> Decisions:
 
 
 def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
-    """The step loop's own share: trainer.*'s sizes, length and per-step dumps, the generator's batch keys."""
+    """The step loop's own share: trainer.*'s sizes, length and per-step dumps, the generator's batch keys, and the
+    seconds the loop has to stop on a signal (launch.grace_period_s)."""
     t, g = spec.trainer, spec.generator
     return LoopSettings(
         seed=int(t.seed),
@@ -86,6 +87,7 @@ def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
             r.name: bool(getattr(t, r.name).optimizer_config.offload_after_step) for r in plan.roles if r.name != "ref"
         },
         dump_data_batch_to=str(t.export_path) if t.dump_data_batch else None,
+        grace_period_s=float(spec.launch.grace_period_s),
     )
 
 

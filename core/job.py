@@ -17,7 +17,7 @@ from typing import Any
 
 from rlc.core.dataclass import dataclass
 
-DECISIONS_VERSION = 4
+DECISIONS_VERSION = 5
 
 
 def seed_for(seed: int, step: int, engine: int) -> int:
@@ -284,6 +284,7 @@ class LoopSettings:
     fully_async: bool  # generation runs ahead of training (trainer.fully_async)
     offload_after_step: dict[str, bool]  # by trained role: its optimizer state leaves the GPU after each step
     dump_data_batch_to: str | None  # trainer.export_path when trainer.dump_data_batch, else None
+    grace_period_s: float  # launch.grace_period_s: from SIGTERM or SIGINT to exit, the last finished step saved in it
 
 
 @dataclass(frozen=True)

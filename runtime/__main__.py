@@ -7,6 +7,7 @@ import sys
 
 from rlc.runtime.cluster_gate import wait_cluster
 from rlc.runtime.config import CompiledJobError, load
+from rlc.runtime.stopping import exec_holding_sigterm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument(
         "--expect-ips", default="", help="comma-separated node addresses, to name the ones that never joined"
     )
+    hold = sub.add_parser(
+        "hold-sigterm",
+        help="run a command with SIGTERM blocked for it and what it starts (`ray start` on a node: docs/faults.md)",
+    )
+    hold.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND ...")
     args = parser.parse_args(argv)
+    if args.command == "hold-sigterm":
+        if not args.argv:
+            parser.error("hold-sigterm needs a command")
+        exec_holding_sigterm(args.argv)
     if args.command == "wait-cluster":
         return wait_cluster(
             args.address,
@@ -56,15 +66,23 @@ def main(argv: list[str] | None = None) -> int:
 def run_job(job, address: str | None = None, progress: bool = True) -> int:
     """Run a loaded job; a RunError or a bad dataset is a message and exit 1, never a traceback."""
     # deferred: torch, Ray and transformers, not needed to parse arguments or wait for the cluster
+    from rlc.runtime.checkpoint import resume_hint
     from rlc.runtime.driver import RunError, run
+    from rlc.runtime.stopping import Stopped
 
     try:
         result = run(job, address=address, progress=progress)
     except RunError as exc:
         print(f"rlc.runtime: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("rlc.runtime: interrupted; resume with trainer.resume_mode=latest", file=sys.stderr)
+    except Stopped as stop:  # SIGTERM or SIGINT: the last finished step saved (docs/faults.md)
+        settings = job.decisions.checkpoints
+        after = f" after step {stop.step}" if stop.step is not None else ""
+        kept = " (trainer.ckpt_interval -1: no checkpoint is kept)" if settings.ckpt_interval <= 0 else ""
+        print(f"rlc.runtime: stopped by {stop}{after}{kept}; {resume_hint(settings)}", file=sys.stderr)
+        return stop.exit_code
+    except KeyboardInterrupt:  # before the run's own handlers are in place
+        print(f"rlc.runtime: interrupted; {resume_hint(job.decisions.checkpoints)}", file=sys.stderr)
         return 130
     summary = f"{job.spec.name}: trained to step {result.steps}"
     if result.first_reward is not None and result.closing_reward is not None:

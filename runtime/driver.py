@@ -31,12 +31,13 @@ from rlc.runtime.envs import sandbox
 from rlc.runtime.evaluation import Evaluation
 from rlc.runtime.generator import Generator
 from rlc.runtime.paths import expand
-from rlc.runtime.placement import Cluster, local_model_path, start_ray
+from rlc.runtime.placement import Cluster, local_model_path, start_ray, stop_ray
 from rlc.runtime.prompts import Prompts
 from rlc.runtime.rollouts import Ahead, RayEngines, Synchronous
 from rlc.runtime.run_error import RunError
 from rlc.runtime.scoring import Scoring
 from rlc.runtime.sections import Sections
+from rlc.runtime.stopping import Stopped, StopSignals
 from rlc.runtime.tracking import RunCpu, Tracker, TrackerError, run_dir
 from rlc.runtime.weights.updates import transport
 from transformers import AutoTokenizer
@@ -154,15 +155,28 @@ class Driver:
             )
         except TrackerError as exc:
             raise RunError(str(exc)) from None
-        ray = start_ray(self.job, self.address)
+        self.stop = StopSignals(loop.grace_period_s, lambda: ckpt.resume_hint(self.decisions.checkpoints))
+        with self.stop:
+            return self._run(tracker, val, start_step, resume_state, resume_dir, total_steps, mini_per_step)
+
+    def _run(self, tracker, val, start_step: int, resume_state: dict, resume_dir, total_steps: int, mini: int):
+        """Ray, the workers and engines, the resumed state, then the loop; a signal before the loop stops it at once."""
+        loop = self.loop
         try:
-            self._start(ray, total_steps * mini_per_step * loop.update_epochs_per_batch)
-            if resume_dir is not None:
-                self._resume(tracker, resume_dir, resume_state, start_step)
-            self._apply(ray, self.colocation.start())
-            self.weights.join()
-            self.cluster.write_placement(self.run_dir)
-            self._sync_weights(ray, version=start_step)
+            with self.stop.starting_ray(), self.stop.abandonable():
+                ray = start_ray(self.job, self.address)
+        except Stopped:
+            tracker.close()
+            raise
+        try:
+            with self.stop.abandonable():
+                self._start(ray, total_steps * mini * loop.update_epochs_per_batch)
+                if resume_dir is not None:
+                    self._resume(tracker, resume_dir, resume_state, start_step)
+                self._apply(ray, self.colocation.start())
+                self.weights.join()
+                self.cluster.write_placement(self.run_dir)
+                self._sync_weights(ray, version=start_step)
             return self._loop(ray, tracker, val, start_step, total_steps)
         except (
             ray.exceptions.RayTaskError,
@@ -173,7 +187,7 @@ class Driver:
             raise self._mid_run_error(ray, exc) from None
         finally:
             tracker.close()
-            ray.shutdown()
+            stop_ray(ray)
 
     def _start(self, ray, optimizer_steps: int) -> None:
         """The workers and engines on their bundles, then each component on them with its own settings."""
@@ -203,31 +217,54 @@ class Driver:
 
     def _resume(self, tracker, directory, state: dict, step: int) -> None:
         """The trained roles' state and the KL coefficient from the checkpoint the run resumes from."""
-        self.checkpoints.load(directory)
+        self.checkpoints.load(directory, step)
         self.scoring.kl.value = float(state.get("kl_coef", self.scoring.kl.value))
         tracker.message(f"rlc: resumed from {directory} at step {step}")
 
     def _mid_run_error(self, ray, exc: Exception) -> RunError:
         """A worker's or engine's call that failed (a collective whose peer died fails this way too), told by its own
-        error without Ray's traceback around it; or a worker, engine or node that went away: no step can finish."""
+        error without Ray's traceback around it; or a worker, engine or node that went away: no step can finish. The
+        ranks and engines that no longer answer are named."""
         hint = ckpt.resume_hint(self.decisions.checkpoints)
+        dead = self._dead(ray)
+        gone = f"; {', '.join(dead)} died" if dead else ""
         if isinstance(exc, ray.exceptions.RayTaskError):
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             first = str(cause).strip().splitlines()[0][:500] if str(cause).strip() else ""
-            return RunError(f"a worker or engine call failed mid-run: {type(cause).__name__}: {first}; {hint}")
+            return RunError(f"a worker or engine call failed mid-run: {type(cause).__name__}: {first}{gone}; {hint}")
         return RunError(
             f"a training or inference process died mid-run ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:300]}); {hint}"
+            f"{str(exc).splitlines()[0][:300]}){gone}; {hint}"
         )
+
+    def _dead(self, ray, timeout_s: float = 10.0) -> list[str]:
+        """The role ranks and engines whose actor no longer answers (each is asked for nothing but a reply)."""
+        actors = [
+            (f"{role} rank {i}", w) for role, ws in getattr(self, "workers", {}).items() for i, w in enumerate(ws)
+        ]
+        actors += [(f"engine {i}", e) for i, e in enumerate(getattr(self, "engines", []))]
+        pings = {a.__ray_ready__.remote(): name for name, a in actors}
+        if not pings:
+            return []
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=timeout_s)
+        dead = []
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError:
+                dead.append(pings[ref])
+        return sorted(dead, key=[name for name, _ in actors].index)
 
     def _loop(self, ray, tracker, val, start_step: int, total_steps: int) -> RunResult:
         result = RunResult(self.run_dir, start_step)
         if self.evaluation.before_training(start_step) and val:
             tracker.log(0, self.evaluation.run(val, 0, tracker))
         source = self._rollout_source(total_steps)
+        kl_coef = self.scoring.kl.value  # as of the last finished step: what a checkpoint on a signal holds
         try:
             for step in range(start_step + 1, total_steps + 1):
-                rows, rollouts, staleness = source.batch_for(step)
+                with self.stop.abandonable():  # until the update, a signal drops the step
+                    rows, rollouts, staleness = source.batch_for(step)
                 metrics = self._step(ray, step, rows, rollouts)
                 if staleness is not None:
                     metrics["async/staleness"] = staleness
@@ -240,23 +277,31 @@ class Driver:
                     )
                     self.env_errors = []
                 tracker.log(step, metrics)
-                result.steps = step
+                result.steps, kl_coef = step, self.scoring.kl.value
                 if result.first_reward is None:
                     result.first_reward, result.first_step = metrics["reward"], step
                 result.recent_rewards = [*result.recent_rewards, metrics["reward"]][-REWARD_WINDOW:]
                 saved = self.checkpoints.after_step(step, (step - 1) // self.steps_per_epoch, self.scoring.kl.value)
                 if saved is not None:
                     result.checkpoints.append(str(saved))
+                self.stop.check()
+        except Stopped as stopped:
+            source.close()
+            stopped.step = result.steps
+            stopped.saved = self.checkpoints.on_stop(result.steps, self._epoch_of(result.steps), kl_coef)
+            raise
         finally:
             source.close()
         if total_steps > start_step:
-            epoch = (total_steps - 1) // self.steps_per_epoch
-            saved = self.checkpoints.at_end(total_steps, epoch, self.scoring.kl.value)
+            saved = self.checkpoints.at_end(total_steps, self._epoch_of(total_steps), self.scoring.kl.value)
             if saved is not None:
                 result.checkpoints.append(str(saved))
         else:
             tracker.message(f"rlc: the checkpoint is at step {start_step} of {total_steps}; nothing left to train")
-        return result
+        return result  # a signal during the last save changes nothing: the run is complete
+
+    def _epoch_of(self, step: int) -> int:
+        return max(0, step - 1) // self.steps_per_epoch
 
     def _rollout_source(self, total_steps: int) -> Synchronous | Ahead:
         """Where each step's rollouts come from: generated in the step, or ahead of it (trainer.fully_async)."""
@@ -342,10 +387,11 @@ class Driver:
         metrics: dict[str, float] = {}
         cpu = [self.run_cpu()]
         started, driver_started = time.monotonic(), time.process_time()
-        rollouts = self._rollouts(ray, step, rows, rollouts, metrics)
-        generated = time.monotonic()
-        cpu.append(self.run_cpu())
-        batch = self.scoring.batch(rollouts, metrics)
+        with self.stop.abandonable():  # no trained weight changes before the update: a signal drops the step
+            rollouts = self._rollouts(ray, step, rows, rollouts, metrics)
+            generated = time.monotonic()
+            cpu.append(self.run_cpu())
+            batch = self.scoring.batch(rollouts, metrics)
         scored = time.monotonic()
         cpu.append(self.run_cpu())
         if self.loop.dump_data_batch_to is not None:

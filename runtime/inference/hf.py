@@ -15,6 +15,7 @@ from rlc.runtime.host import cpu_threads, pin_gloo_interface
 from rlc.runtime.inference.base import Completion, Sampling
 from rlc.runtime.inference.decode import LeanDecoder, unsupported
 from rlc.runtime.models import accepts, cache_keyword, returned_cache
+from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import GroupSeat, group_device, receive_weights
 from rlc.runtime.weights.ipc import open_bucket
 from rlc.runtime.weights.lora import adapter_names, with_lora
@@ -77,6 +78,7 @@ class HFEngine:
         lora=None,
         prompt_cache_bytes: int = 0,
     ):
+        leave_sigterm_to_the_driver()
         self.device = torch.device(device)
         if cpu_slots_per_node and self.device.type == "cpu":
             cpu_threads(cpu_slots_per_node)

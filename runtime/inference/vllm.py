@@ -25,6 +25,7 @@ from rlc.core.job import VLLMArgs
 from rlc.runtime.host import cpu_threads
 from rlc.runtime.inference.base import Completion, Sampling
 from rlc.runtime.inference.vllm_worker import WEIGHT_GROUP, WeightSyncExtension
+from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import GroupSeat
 from rlc.runtime.weights.lora import save_adapter
 from rlc.runtime.weights.payload import unpack
@@ -156,6 +157,7 @@ class VLLMEngine:
         unused). On a CPU (`device`), the engine takes its slot's share of the cores, as the hf engine does.
         `lora` (the policy's `model.lora`, with adapter sync): weight updates carry the adapters only, which every
         request then uses (the engine needs `enable_lora`)."""
+        leave_sigterm_to_the_driver()
         os.environ.update(env or {})
         if device == "cpu" and cpu_slots_per_node:
             cpu_threads(cpu_slots_per_node)  # before vLLM's CPU worker stops torch.set_num_threads working

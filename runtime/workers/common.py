@@ -46,6 +46,27 @@ def free_address() -> tuple[str, int]:
     return host, port
 
 
+def first_non_finite(state: dict) -> str | None:
+    """The name of the first weight holding a NaN or an infinity in this rank's shard of `state`, "a weight on another
+    rank" when only another rank's has one, None when all are finite. Every rank must call it (the ranks agree through
+    a collective on a CPU flag, gloo's on CUDA too), so that all of them refuse together."""
+    bad = next(
+        (
+            name
+            for name, t in state.items()
+            if isinstance(t, torch.Tensor)
+            and (local := t.to_local() if hasattr(t, "to_local") else t).is_floating_point()
+            and not bool(torch.isfinite(local).all())
+        ),
+        None,
+    )
+    if not dist.is_initialized():
+        return bad
+    flag = torch.tensor([0 if bad is None else 1], dtype=torch.int32)
+    dist.all_reduce(flag)
+    return bad if bad is not None or int(flag) == 0 else "a weight on another rank"
+
+
 def read_extra(path) -> dict:
     """A rank's extra checkpoint state (RNG, step count, scheduler), read as data only: a checkpoint directory is
     something model-written code might once have reached, so nothing in it may run code on resume."""

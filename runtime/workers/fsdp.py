@@ -20,6 +20,7 @@ import torch.distributed as dist
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.models import cache_keyword
+from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.ipc import gpu_uuid, ipc_buckets, ipc_handle
 from rlc.runtime.weights.lora import with_lora
@@ -33,6 +34,7 @@ from rlc.runtime.workers.common import (
     WorkerSettings,
     check_metadata,
     critic_objective,
+    first_non_finite,
     free_address,
     lr_lambda,
     policy_objective,
@@ -90,6 +92,7 @@ class FSDPWorker(TrainWorker):
     def __init__(self, settings: WorkerSettings, config: Any, algorithm: Any, rank: int, world_size: int):
         if settings.role not in ROLES:
             raise ValueError(f"unknown role {settings.role!r}")
+        leave_sigterm_to_the_driver()
         self.s, self.config, self.algorithm = settings, config, algorithm
         self.rank, self.world_size = rank, world_size
         lora = getattr(getattr(config, "model", None), "lora", None)
@@ -521,6 +524,9 @@ class FSDPWorker(TrainWorker):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
         state = {"model": get_model_state_dict(self.model)}
+        bad = first_non_finite(state["model"])
+        if bad is not None:  # a diverged model must not rotate the good checkpoints out (max_ckpts_to_keep)
+            raise ValueError(f"the {self.s.role}'s weight {bad} is NaN or infinite (training diverged): not saved")
         if self.optimizer is not None:
             state["optim"] = get_optimizer_state_dict(self.model, self.optimizer)
         dcp.save(state, checkpoint_id=directory)
@@ -555,6 +561,9 @@ class FSDPWorker(TrainWorker):
             state["optim"] = get_optimizer_state_dict(self.model, self.optimizer)
         check_metadata(directory)
         dcp.load(state, checkpoint_id=directory)
+        bad = first_non_finite(state["model"])
+        if bad is not None:
+            raise ValueError(f"{directory} holds NaN or infinite values in {bad}: resume from an older checkpoint")
         set_model_state_dict(self.model, state["model"])
         if self.optimizer is not None:
             set_optimizer_state_dict(self.model, self.optimizer, state["optim"])

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
+from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
@@ -140,6 +141,7 @@ class MegatronWorker(TrainWorker):
     def __init__(self, settings: WorkerSettings, config: Any, algorithm: Any, rank: int, world_size: int):
         if settings.role not in ("policy", "ref"):
             raise ValueError(f"the megatron strategy trains no {settings.role!r} (policy and ref only)")
+        leave_sigterm_to_the_driver()
         _quiet()
         # Megatron's tensor-parallel layers overlap their gradient all-reduce with compute only when kernels queue
         # in order on one CUDA connection; it must be set before CUDA starts.

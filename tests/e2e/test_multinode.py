@@ -122,7 +122,7 @@ def test_the_sky_task_across_two_hosts_a_missing_and_a_killed_host_a_resume_and_
         code = skysim.wait_all({0: head}, 300)[0]
         log = _log(work, "run", 0)
         assert code not in (0, None), log[-3000:]
-        assert "mid-run" in log and "rerun with trainer.resume_mode=latest to continue from it" in log, log[-3000:]
+        assert "mid-run" in log and "run the same command again to resume from it" in log, log[-3000:]
         last = int(marker.read_text())
         assert saved <= last < steps
 

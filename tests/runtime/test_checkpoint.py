@@ -14,6 +14,7 @@ import pytest
 from conftest import run_rlc
 from rlc.core.job import CheckpointSettings
 from rlc.runtime import checkpoint as ckpt
+from rlc.runtime.run_error import RunError, os_cause
 from rlc.runtime.tracking import Tracker, read_metrics
 
 
@@ -51,8 +52,9 @@ def test_commit_moves_the_step_into_place_and_marks_it(tmp_path):
     assert final == tmp_path / "global_step_2" and not s.exists()
     assert (tmp_path / ckpt.MARKER).read_text().strip() == "2"
     assert ckpt.latest(tmp_path) == final
-    assert ckpt.read_state(final) == {"global_step": 2, "epoch": 0, "kl_coef": 0.1}
+    assert ckpt.read_state(final) == {"global_step": 2, "epoch": 0, "kl_coef": 0.1, "manifest": "manifest.json"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_2", ckpt.MARKER]
+    assert sorted(p.name for p in final.iterdir()) == ["manifest.json", "policy", "trainer_state.json"]
 
 
 def test_commit_replaces_a_step_an_older_run_saved(tmp_path):
@@ -304,8 +306,180 @@ def _checkpoint_settings(root: Path, ckpt_interval: int) -> CheckpointSettings:
 
 @pytest.mark.parametrize(("interval", "saved"), [(2, [2, 4, 5]), (5, [5]), (-1, [])])
 def test_a_run_checkpoints_every_interval_and_at_its_end(tmp_path, interval, saved):
-    checkpoints = ckpt.Checkpoints(None, {}, _checkpoint_settings(tmp_path, interval), "hash", "model")
+    checkpoints = ckpt.Checkpoints(
+        _Pool(None), {"policy": [_Rank()]}, _checkpoint_settings(tmp_path, interval), "h", "m"
+    )
     written = [checkpoints.after_step(step, 0, 0.0) for step in range(1, 6)]
     written.append(checkpoints.at_end(5, 0, 0.0))
     assert [p.name for p in written if p is not None] == [f"global_step_{step}" for step in saved]
     assert sorted(int(p.name.split("_")[-1]) for p in (tmp_path / "ckpts").glob("global_step_*")) == saved
+
+
+# -- faults: broken checkpoints, leftovers, failed saves (docs/faults.md) ------------------------------------------
+
+
+def committed(root, step: int, shard: bytes = b"weights" * 100) -> Path:
+    """A step as a run commits it: a shard and the policy's metadata, its manifest, the trainer state, the marker."""
+    s = staged(root, step)
+    (s / "policy" / "__0_0.distcp").write_bytes(shard)
+    (s / "policy" / "extra_rank0.pt").write_bytes(b"rng")
+    return ckpt.commit(root, s, step, {"global_step": step})
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_committed_step_lists_every_file_in_its_manifest(tmp_path):
+    final = committed(tmp_path, 1)
+    listed = json.loads((final / "manifest.json").read_text())["files"]
+    assert sorted(listed) == ["policy/.metadata", "policy/__0_0.distcp", "policy/extra_rank0.pt"]
+    assert listed["policy/__0_0.distcp"]["size"] == 700
+    assert ckpt.problems(final) == []
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda d: flip_a_byte(d / "policy" / "__0_0.distcp"), "__0_0.distcp: its SHA-256 differs"),
+        (lambda d: (d / "policy" / "__0_0.distcp").write_bytes(b"weights"), "__0_0.distcp has 7 bytes"),
+        (lambda d: (d / "policy" / "extra_rank0.pt").unlink(), "extra_rank0.pt is missing"),
+        (lambda d: (d / "manifest.json").unlink(), "manifest.json is missing"),
+        (lambda d: (d / "trainer_state.json").unlink(), "no complete trainer_state.json"),
+    ],
+    ids=["random-bytes", "truncated-shard", "missing-extra", "missing-manifest", "missing-completion-marker"],
+)
+def test_a_resume_falls_back_past_a_broken_step_and_names_it(tmp_path, capsys, damage, said):
+    committed(tmp_path, 2)
+    newest = committed(tmp_path, 4)
+    damage(newest)
+    step, state, found = ckpt.resume_point("latest", None, tmp_path, "hash")
+    assert (step, found) == (2, tmp_path / "global_step_2")
+    out = capsys.readouterr().out
+    assert f"checkpoint {newest}: " in out and said in out
+    assert f"resuming from {tmp_path / 'global_step_2'}, the newest intact checkpoint" in out
+
+
+def test_a_resume_with_every_step_broken_names_each_and_refuses(tmp_path):
+    for step in (1, 2):
+        flip_a_byte(committed(tmp_path, step) / "policy" / "__0_0.distcp")
+    with pytest.raises(RunError) as refused:
+        ckpt.resume_point("latest", None, tmp_path, "hash")
+    message = str(refused.value)
+    assert "global_step_1" in message and "global_step_2" in message and "SHA-256 differs" in message
+
+
+def test_a_broken_resume_path_is_refused_with_what_is_wrong(tmp_path):
+    d = committed(tmp_path, 3)
+    (d / "policy" / "extra_rank0.pt").write_bytes(b"")
+    with pytest.raises(RunError, match="extra_rank0.pt has 0 bytes"):
+        ckpt.resume_point("from_path", d, tmp_path, "hash")
+
+
+def test_a_step_whose_files_are_cut_short_is_not_the_newest_complete_one(tmp_path):
+    """What a stopped run's message names: a step whose files are not all there at their sizes is never it."""
+    committed(tmp_path, 1)
+    (committed(tmp_path, 2) / "policy" / "__0_0.distcp").write_bytes(b"")
+    settings = CheckpointSettings(str(tmp_path), str(tmp_path / "x"), 1, -1, 2, "latest", None)
+    assert ckpt.resume_hint(settings) == (
+        f"the newest complete checkpoint is {tmp_path / 'global_step_1'}; run the same command again to resume from it"
+    )
+
+
+def test_cleanup_removes_what_cut_short_runs_left(tmp_path):
+    committed(tmp_path, 1)
+    committed(tmp_path, 3)
+    staged(tmp_path, 5)  # a save cut short
+    (tmp_path / ".deleting.global_step_0.123" / "policy").mkdir(parents=True)  # a deletion cut short
+    (tmp_path / f".{ckpt.MARKER}.x1y2").write_text("3")  # the marker's temporary file
+    make_step(tmp_path, 2, state=None)  # deleted by an older rlc, cut short: no trainer state left
+    make_step(tmp_path, 9, state=None)  # above this run's step: an older run's, not this one's to judge
+    ckpt.prune(tmp_path, keep=2, current=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "global_step_1",
+        "global_step_3",
+        "global_step_9",
+        ckpt.MARKER,
+    ]
+
+
+def test_a_deletion_cut_short_leaves_no_global_step_folder(tmp_path, monkeypatch):
+    for step in (1, 2, 3):
+        committed(tmp_path, step)
+
+    def killed(path, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.prune(tmp_path, keep=1, current=3)
+    monkeypatch.undo()
+    assert not (tmp_path / "global_step_1").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".deleting.")]
+    ckpt.clean_leftovers(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_2", "global_step_3", ckpt.MARKER]
+
+
+class _Pool:
+    """Ray's `get` and a rank whose save fails as torch.distributed.checkpoint fails a save: every rank's error
+    gathered into a CheckpointException."""
+
+    def __init__(self, error: BaseException | None):
+        self.error = error
+
+    def get(self, refs):
+        if self.error is not None:
+            raise self.error
+        return refs
+
+
+class _Rank:
+    """A rank's `save_checkpoint.remote`: its metadata and a shard (half of one, when the disk then fills up)."""
+
+    def __init__(self):
+        self.save_checkpoint = self
+
+    def remote(self, directory):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        (Path(directory) / ".metadata").write_bytes(b"dcp")
+        (Path(directory) / "__0_0.distcp").write_bytes(b"half")
+
+
+def _full_disk() -> BaseException:
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        raise OSError(28, "No space left on device", "/ckpts/.global_step_2.x/policy/__0_0.distcp")
+    except OSError as exc:
+        return CheckpointException("failed", {0: (exc, None)})
+
+
+def test_a_full_disk_is_said_in_a_line_and_leaves_the_previous_checkpoint(tmp_path):
+    pytest.importorskip("torch")
+    settings = _checkpoint_settings(tmp_path, 1)
+    first = committed(tmp_path / "ckpts", 1)
+    checkpoints = ckpt.Checkpoints(_Pool(_full_disk()), {"policy": [_Rank()]}, settings, "hash", "model")
+    with pytest.raises(RunError) as failed:
+        checkpoints.save(2, 0, 0.0)
+    message = str(failed.value)
+    assert message.startswith("the checkpoint of step 2 could not be written: No space left on device [ENOSPC]")
+    assert f"free space under {tmp_path / 'ckpts'}" in message
+    assert f"the newest complete checkpoint is {first}" in message
+    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == ["global_step_1", ckpt.MARKER]
+    assert ckpt.problems(first) == []
+
+
+def test_os_cause_finds_the_errno_inside_a_ray_error_around_a_checkpoint_exception():
+    pytest.importorskip("torch")
+    wrapped = _full_disk()
+    try:
+        try:
+            raise wrapped
+        except BaseException as inner:
+            raise RuntimeError("ray task failed") from inner
+    except RuntimeError as outer:
+        cause = os_cause(outer)
+    assert cause is not None and cause.errno == 28
+    assert os_cause(RuntimeError("no OS error here")) is None

@@ -130,3 +130,14 @@ def test_getattr_of_any_other_allowed_name_is_refused(tmp_path, target):
     (tmp_path / "step" / ".metadata").write_bytes(pickle.dumps({"state": Attribute(found, "__class__")}))
     with pytest.raises(pickle.UnpicklingError, match="no enum member"):
         check_metadata(tmp_path / "step")
+
+
+def test_weights_with_a_nan_or_an_infinity_are_named_and_finite_ones_pass():
+    """What a rank checks before it saves a checkpoint and after it loads one (docs/faults.md): a NaN or an infinity
+    (a model that diverged) is named; a huge but finite value is a value like any other."""
+    from rlc.runtime.workers.common import first_non_finite
+
+    ok = {"a.weight": torch.tensor([1.0, 3e38]), "steps": torch.tensor([7]), "note": "not a tensor"}
+    assert first_non_finite(ok) is None
+    assert first_non_finite({**ok, "b.bias": torch.tensor([0.0, float("nan")])}) == "b.bias"
+    assert first_non_finite({"c": torch.tensor([float("-inf")]), "b": torch.tensor([float("nan")])}) == "c"
