@@ -3,7 +3,8 @@
 
 The driver's main thread takes both signals. The first asks the run to stop: at once while the current step has not
 changed any trained weights yet (generation, scoring: that step is dropped and run again on resume), else once the
-step is finished. A second signal, or the grace period running out, ends the process at once with the same exit code;
+step is finished. A SIGINT after it, or the grace period running out, ends the process at once with the same exit code
+(a SIGTERM again is the same request, which schedulers send more than one way);
 the message then names the newest complete checkpoint. Exit codes are the shell's for a death by that signal (143 for
 SIGTERM, 130 for SIGINT) whether or not a checkpoint was saved: schedulers read them as "stopped", not "failed", and
 the message says which checkpoint a restart resumes from.
@@ -98,12 +99,17 @@ class StopSignals:
 
     def _handle(self, signum: int, frame) -> None:
         if self.requested is not None:
-            self._end_now(f"a second {signal.Signals(signum).name}")
+            # A SIGTERM again is the same request: schedulers send it more than one way (Slurm to every process of
+            # the job and the batch shell passing it on, a pod's preStop and its kill); the grace period bounds the
+            # save. A SIGINT (Ctrl-C again) is a person who will not wait.
+            if signum == signal.SIGINT:
+                self._end_now(f"a second {signal.Signals(signum).name}")
+            return
         self.requested = signum
         name = signal.Signals(signum).name
         print(
             f"rlc: {name} received: saving the last finished step within launch.grace_period_s="
-            f"{self.grace_period_s:g}s (a second {name} stops at once)",
+            f"{self.grace_period_s:g}s (SIGINT, Ctrl-C, stops at once)",
             file=sys.stderr,
             flush=True,
         )

@@ -85,7 +85,9 @@ def test_head_and_worker_branches(tmp_path):
     head, calls = _run_script("run", task, tmp_path, 0)
     assert head.returncode == 0, head.stderr
     assert any(
-        c.startswith("ray start --head --node-ip-address 10.0.0.1 --port 6479") and "--num-gpus 8" in c for c in calls
+        c.startswith("python -m rlc.runtime hold-sigterm ray start --head --node-ip-address 10.0.0.1 --port 6479")
+        and "--num-gpus 8" in c
+        for c in calls
     )
     assert (
         "python -m rlc.runtime wait-cluster --address 10.0.0.1:6479 --nodes 2 --devices 16 --kind GPU --timeout 600 "
@@ -97,7 +99,8 @@ def test_head_and_worker_branches(tmp_path):
     )
     worker, calls = _run_script("run", task, tmp_path, 1)
     assert worker.returncode == 0, worker.stderr
-    assert calls == ["ray start --address 10.0.0.1:6479 --disable-usage-stats --num-gpus 8"]
+    hold = "python -m rlc.runtime hold-sigterm "  # Ray's processes outlive a SIGTERM to every process (the save)
+    assert calls == [hold + "ray start --address 10.0.0.1:6479 --disable-usage-stats --num-gpus 8"]
 
 
 def test_setup_writes_the_compiled_job_on_every_node(tmp_path):

@@ -151,6 +151,39 @@ def test_launch_trains_on_every_node_a_cancel_leaves_nothing_and_a_rerun_resumes
     assert len(ips) == HOSTS and (HOSTS == 1 or ips == {n.addr for n in slurm.nodes})
 
 
+def test_before_its_time_limit_the_job_saves_its_last_step_requeues_itself_and_resumes(slurm, tmp_path, job_env):
+    """Slurm's warning before the time limit (`--signal=B:USR1@grace`, sent here at once with scancel): the trainer
+    saves its last finished step though no checkpoint was due, the job goes back to the queue, and when it runs
+    again it resumes from that step and trains to the end, no step lost or run twice."""
+    steps, name = 4, "slurm-requeue"
+    extra = ["trainer.ckpt_interval=100", "trainer.resume_mode=latest"]  # no checkpoint falls due by itself
+    script = _compile(tmp_path, name, steps, *extra)
+    job = _submit(slurm, script, job_env)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not _metrics(tmp_path, name):
+        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING"), _output(script.parent, job)
+        time.sleep(0.2)
+    assert slurm.run("scancel", "--batch", "--signal=USR1", job).returncode == 0
+    deadline, state = time.monotonic() + 600, {}
+    while time.monotonic() < deadline:
+        state = slurm.job(job)
+        if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            break
+        if state.get("JobState") == "PENDING" and "BeginTime" in state:  # a requeued job may wait for its begin time
+            slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        time.sleep(0.5)
+    log = _output(script.parent, job)  # --open-mode=append: both runs' output in one file
+    assert state.get("JobState") == "COMPLETED" and int(state.get("Restarts", "0")) >= 1, (state, log[-3000:])
+    _gone(job)
+    saved = re.search(
+        r"stopped by SIGTERM after step (\d+); the newest complete checkpoint is \S+/global_step_(\d+)", log
+    )
+    assert saved and saved.group(1) == saved.group(2) and "back in the queue" in log, log[-3000:]
+    step = int(saved.group(1))
+    assert f"resumed from {tmp_path / 'ckpts' / name / f'global_step_{step}'} at step {step}" in log, log[-3000:]
+    assert [m["step"] for m in _metrics(tmp_path, name)] == list(range(1, steps + 1))
+
+
 @pytest.mark.skipif(HOSTS < 2, reason=f"one Slurm node only: {TWO_HOSTS_REASON}")
 @pytest.mark.parametrize("fault", ["hangs", "fails"])
 def test_a_node_whose_ray_never_joins_fails_the_job_clearly(slurm, tmp_path, job_env, fault):
