@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlc.compiler.targets.base import Launch, TargetInput, install_requirements, job_envs, render, train_line
+from rlc.compiler.targets.ray import stop_wait
 from rlc.compiler.trainers import TRAIN_SCRIPT
 
 DEFAULT_RAY_IMAGE = "rayproject/ray:2.49.0-py311-gpu"
@@ -81,7 +82,9 @@ def rayjob(job: TargetInput) -> str:
         plan=job.files["plan.json"],
         train_script=job.files.get(TRAIN_SCRIPT),
         entrypoint=train_line(spec, "/rlc/job"),
-        runtime_env=json.dumps({"pip": install_requirements(spec, job.plan)}),
+        runtime_env=json.dumps(
+            {"pip": install_requirements(spec, job.plan), "env_vars": stop_wait(spec, {})},
+        ),
         ttl=kuberay.ttl_seconds_after_finished,
         deadline=kuberay.active_deadline_seconds,
         image=kuberay.ray_image or spec.cluster.image or DEFAULT_RAY_IMAGE,

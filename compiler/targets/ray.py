@@ -18,7 +18,7 @@ class RayJob:
             "name": job.spec.name,
             "source": job.source,
             "digest": job.digest,
-            "env_vars": sorted((k, str(v)) for k, v in job_envs(job.spec).items()),
+            "env_vars": sorted((k, str(v)) for k, v in stop_wait(job.spec, job_envs(job.spec)).items()),
             "submission_id": submission_id(job.spec, job.digest),
             "train_script": TRAIN_SCRIPT in job.files,
         }
@@ -33,6 +33,12 @@ class RayJob:
             needs="ray",
             install_hint="install Ray's command line with `pip install 'ray[default]'`, or run ray/submit.sh where it is",
         )
+
+
+def stop_wait(spec: RlcSpec, envs: dict) -> dict:
+    """The job's environment with the seconds `ray job stop` waits between its SIGTERM and SIGKILL (Ray's default, 3 s,
+    is no time for a save): launch.grace_period_s, unless the spec sets Ray's variable itself."""
+    return {"RAY_JOB_STOP_WAIT_TIME_S": str(spec.launch.grace_period_s), **envs}
 
 
 def submission_id(spec: RlcSpec, digest: str) -> str:
