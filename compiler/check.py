@@ -17,6 +17,7 @@ from rlc.compiler.rules import (
     parallel,
     placement,
     runtime,
+    skyrl_trainer,
     slurm,
     upstream,
     vllm_cpu,
@@ -31,10 +32,20 @@ RULES: tuple[Rule, ...] = (
     *parallel.RULES,
     *placement.RULES,
     *runtime.RULES,
+    *skyrl_trainer.RULES,
     *slurm.RULES,
     *upstream.RULES,
     *vllm_cpu.RULES,
 )
+# Rules about what rlc's own runtime runs, not about the job: with SkyRL's trainer (launch.trainer: skyrl) they would
+# refuse what SkyRL runs (SkyRL 0.4's features rlc has not built yet, rlc's environments, engines and LoRA layers),
+# and rules/skyrl_trainer.py refuses in SkyRL's terms what it lacks instead.
+RLC_RUNTIME_RULES = frozenset(
+    r.code
+    for r in (*upstream.RULES, *runtime.RULES, *vllm_cpu.RULES)
+    if r.code != "RLC-E904"  # an environment's service (retrieval URL, judge key) is needed under any trainer
+) | {"RLC-E510"}  # the layers rlc's Megatron LoRA puts adapters on
+NOT_FOR_TRAINER: dict[str, frozenset[str]] = {"skyrl": RLC_RUNTIME_RULES}
 INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics
 
 
@@ -46,7 +57,10 @@ def check(
 ) -> list[Diagnostic]:
     ctx = Context(spec, locate, env, origin)
     out: list[Diagnostic] = []
+    skipped = NOT_FOR_TRAINER.get(getattr(spec.launch, "trainer", "rlc"), frozenset())
     for r in RULES:
+        if r.code in skipped:
+            continue
         try:
             out.extend(r.fn(ctx))
         except Exception as exc:  # noqa: BLE001 - a crashing rule is rlc's bug, reported as data, never a traceback
