@@ -45,7 +45,7 @@ def _show(value: Any) -> str:
 @rule(
     "RLC-E640",
     f"a setting {SKYRL}'s trainer has no key for is left at its default",
-    *(key for key in lacking_keys() if key != ISOLATION),
+    *lacking_keys(),
     TRAINER,
 )
 def settings_skyrl_lacks(c: Context):
@@ -191,7 +191,6 @@ def trainer_settings_are_skyrl_keys(c: Context):
                 where,
                 f"{key!r} is not a key of {SKYRL}'s config: SkyRLTrainConfig.from_cli_overrides would refuse it",
                 f"did you mean {close[0]!r}?" if close else "use a dotted key of SkyRL's config",
-                [TRAINER],
             )
 
 
@@ -211,7 +210,6 @@ def trainer_settings_of_another_release(c: Context):
                 f"{key!r} is not a key of {SKYRL}'s config, the release rlc checks; it is passed as written to "
                 f"SkyRL {c.s.launch.trainer_version}",
                 f"check it against SkyRL {c.s.launch.trainer_version}'s config",
-                ["launch.trainer_version"],
             )
 
 
@@ -227,9 +225,9 @@ def trainer_settings_not_in_spec(c: Context):
             yield c.error(
                 "RLC-E645",
                 where,
-                f"{key} has its place in the spec ({place}); in launch.trainer_settings it would be set twice",
+                f"{key} has its place in the spec ({place}), where {SKYRL}'s command takes it from; in "
+                "launch.trainer_settings it would be set twice",
                 f"move it to {place} in the spec",
-                [TRAINER],
             )
 
 
@@ -281,10 +279,13 @@ MODEL_PATHS = tuple(f"trainer.{role}.model.path" for role in ("policy", "ref", "
 def models_skyrl_loads(c: Context):
     if not _chosen(c):
         return
+    policy = c.s.trainer.policy.model.path
     for key in MODEL_PATHS:
         path: Any = c.s
         for part in key.split("."):
             path = getattr(path, part)
+        if key != MODEL_PATHS[0] and path == policy:
+            continue  # the policy's model, refused at its own key
         if isinstance(path, str) and path.startswith("rlc:"):
             yield c.error(
                 "RLC-E648",

@@ -167,21 +167,19 @@ def lacking_keys() -> tuple[str, ...]:
 
 def lacking(spec: Any) -> list[tuple[str, Any, Any]]:
     """(key, value, default) of every spec key SkyRL 0.4.0 lacks that the spec sets to a value other than its
-    default: rlc's own settings, an extension's, and older SkyRL's."""
+    default: rlc's own settings and older SkyRL's. (An extension's fields go with its environment or algorithm,
+    which SkyRL's trainer refuses by name, RLC-E641 and RLC-E643; without them nothing reads the fields.)"""
+    model = _base_model()
     out = []
-    for path, value in _leaves(spec):
-        if path in WRITES_SKYRL_KEYS or path == "trainer.use_sample_packing" or has_key(path):
-            continue
-        field = _base_model().lookup(path)
-        default = to_plain(field.default()) if field is not None else _extension_default(path)
-        if value != default:
-            out.append((path, value, default))
+    for path in lacking_keys():
+        value: Any = spec
+        for part in path.split("."):
+            value = getattr(value, part)
+        field = model.lookup(path)
+        default = to_plain(field.default()) if field is not None else None
+        if to_plain(value) != default:
+            out.append((path, to_plain(value), default))
     return out
-
-
-def _extension_default(path: str) -> Any:
-    field = _model().lookup(path)
-    return to_plain(field.default()) if field is not None else None
 
 
 def _leaves(spec: Any, model: SpecModel | None = None) -> list[tuple[str, Any]]:
