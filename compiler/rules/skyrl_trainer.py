@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rlc.compiler.roles import get
 from rlc.compiler.rules.base import Context, rule
 from rlc.compiler.trainers.skyrl_config import (
     ALGORITHM_NAMES,
@@ -142,9 +143,7 @@ def algorithms_skyrl_has(c: Context):
     if not _chosen(c):
         return
     for key, names in ALGORITHM_NAMES.items():
-        value: Any = c.s
-        for part in key.split("."):
-            value = getattr(value, part)
+        value = get(c.s, key)
         if isinstance(value, str) and value not in names:
             yield c.error(
                 "RLC-E643",
@@ -281,9 +280,7 @@ def models_skyrl_loads(c: Context):
         return
     policy = c.s.trainer.policy.model.path
     for key in MODEL_PATHS:
-        path: Any = c.s
-        for part in key.split("."):
-            path = getattr(path, part)
+        path = get(c.s, key)
         if key != MODEL_PATHS[0] and path == policy:
             continue  # the policy's model, refused at its own key
         if isinstance(path, str) and path.startswith("rlc:"):

@@ -13,6 +13,7 @@ import re
 from functools import cache
 from typing import Any
 
+from rlc.compiler.roles import get
 from rlc.spec import fields as meta
 from rlc.spec.model import SpecModel, default_model, to_plain
 from rlc.spec.skyrl_release import DEFAULT_CHANGES
@@ -172,9 +173,7 @@ def lacking(spec: Any) -> list[tuple[str, Any, Any]]:
     model = _base_model()
     out = []
     for path in lacking_keys():
-        value: Any = spec
-        for part in path.split("."):
-            value = getattr(value, part)
+        value = get(spec, path)
         field = model.lookup(path)
         default = to_plain(field.default()) if field is not None else None
         if to_plain(value) != default:
@@ -194,9 +193,7 @@ def _leaves(spec: Any, model: SpecModel | None = None) -> list[tuple[str, Any]]:
             continue
         if any(path.startswith(s + ".") for s in null_sections):
             continue
-        value: Any = spec
-        for part in path.split("."):
-            value = getattr(value, part)
+        value = get(spec, path)
         if field.section is None:
             out.append((path, to_plain(value)))
         elif value is None:
@@ -284,17 +281,10 @@ def requirement_extras(spec: Any) -> tuple[str, ...]:
     paths = [
         p
         for key in PATH_KEYS
-        for p in (lambda v: v if isinstance(v, list) else [v])(_plain_get(spec, key))
+        for p in (lambda v: v if isinstance(v, list) else [v])(to_plain(get(spec, key)))
         if isinstance(p, str)
     ]
     for scheme, extra in (("s3://", "aws"), ("gs://", "gcp"), ("az://", "azure"), ("abfs://", "azure")):
         if any(p.startswith(scheme) for p in paths) and extra not in extras:
             extras.append(extra)
     return tuple(extras)
-
-
-def _plain_get(spec: Any, key: str) -> Any:
-    obj = spec
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return to_plain(obj)

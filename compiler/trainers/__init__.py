@@ -1,0 +1,1 @@
+"""The trainers a compiled job can run (launch.trainer): rlc's own runtime, SkyRL's (skyrl.py) and verl's."""
