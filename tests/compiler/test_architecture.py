@@ -18,7 +18,8 @@ from rlc.core.job import LoopSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"core": "rlc.core", "spec": "rlc.spec", "compiler": "rlc.compiler", "runtime": "rlc.runtime"}
-HEAVY = ("torch", "ray", "vllm", "transformers", "pandas")
+# skyrl: a trainer the compiler writes commands for (compiler/trainers/skyrl.py), never imports
+HEAVY = ("torch", "ray", "vllm", "transformers", "pandas", "skyrl")
 # The CLI commands that start the runtime (lazily, so that `rlc` starts without it).
 RUNTIME_COMMANDS = {"run", "plot", "data_write", "data_gsm8k"}
 # The runtime's modules that decide nothing: what they act on comes in the job's decisions (compiler/decide.py), the

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rlc.compiler.check import RULES
 from rlc.compiler.pipeline import analyze
+from skyrl_trainer_cases import SKYRL_TRAINER_CASES
 from upstream_cases import UPSTREAM_CASES
 
 BASE_CLUSTER = "cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
@@ -714,6 +715,7 @@ CASES = {
 }
 
 CASES.update(UPSTREAM_CASES)  # RLC-E801..E849: SkyRL 0.4 settings the runtime does not run yet
+CASES.update(SKYRL_TRAINER_CASES)  # RLC-E640..E649, W640..W649: what SkyRL's trainer does not run
 
 
 def _write(tmp_path, body: str):

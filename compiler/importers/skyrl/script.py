@@ -16,6 +16,7 @@ from rlc.compiler.load import Document
 from rlc.core.diagnostics import COMMAND_LINE
 from rlc.core.overrides import Override, OverrideError, parse_override
 from rlc.core.plain import plain_yaml
+from rlc.spec.skyrl_release import DEFAULT_CHANGES, SKYRL_RELEASE
 from ruamel.yaml.comments import CommentedMap
 
 MAIN_BASE = "skyrl.train.entrypoints.main_base"
@@ -91,6 +92,10 @@ def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]
     data.pop("version", None)
     spec = dict(leaves(data))
     comments = {path: _origin(path, origin) for path in spec}
+    for key, value in _release_defaults(spec).items():
+        spec[key] = value
+        comments[key] = f"SkyRL {SKYRL_RELEASE}'s default; spec v1's is not"
+        changes.append(Change("added", None, key, 0, new_value=value, reason=f"SkyRL {SKYRL_RELEASE}'s default"))
     text = spec_text(
         spec,
         comments,
@@ -105,6 +110,17 @@ def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]
         f"{len([c for c in changes if c.severity == 'error'])} change(s) alter what runs (marked !!); "
         "review them before launching",
     )
+
+
+def _release_defaults(spec: dict) -> dict:
+    """SkyRL's defaults where spec v1 keeps its own (spec/skyrl_release.py) and the script sets nothing: written, so
+    that the spec means what the script ran (CUDA graphs on, vLLM's metrics exported, 0.4.0's CISPO clip range).
+    The strategy is left out: fsdp2 and SkyRL's fsdp are the same backend."""
+    return {
+        key: value
+        for key, (value, _why) in DEFAULT_CHANGES.items()
+        if key != "trainer.strategy" and not any(p == key or p.startswith(key + ".") for p in spec)
+    }
 
 
 def _where_launch(script: Script, launch: Launch) -> str:
