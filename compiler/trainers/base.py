@@ -30,9 +30,9 @@ class TrainerCommand:
         return [python, "-m", self.module, *self.overrides]
 
     def script(self, python: str = "python3") -> str:
-        """The command as a bash line, one argument a line, each quoted for the shell."""
-        words = [shlex.quote(w) for w in self.argv(python)]
-        return " \\\n  ".join(words) + "\n"
+        """The command as a bash line, one override a line, each quoted for the shell."""
+        head = f"{python} -m {shlex.quote(self.module)}"
+        return " \\\n  ".join([head, *(shlex.quote(w) for w in self.overrides)]) + "\n"
 
 
 class Trainer(Protocol):
