@@ -107,7 +107,15 @@ CONFIG_DEPS = ("omegaconf", "pyyaml", "pandas", "requests", "loguru")
 
 
 def _venv_with_skyrl(tmp_root: Path) -> Path:
-    """A venv with skyrl==SKYRL_RELEASE (no dependencies of its own): cached under ~/.cache/rlc/test-venvs."""
+    """A Python with skyrl==SKYRL_RELEASE: this one where `make venv` installed it (the referee of the SkyRL trainer's
+    commands), else a venv of its own (no dependencies of its own) cached under ~/.cache/rlc/test-venvs."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        if version("skyrl") == SKYRL_RELEASE:
+            return Path(sys.executable)
+    except PackageNotFoundError:
+        pass
     cache = (
         Path.home()
         / ".cache"
