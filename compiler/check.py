@@ -22,6 +22,7 @@ from rlc.compiler.rules import (
     vllm_cpu,
 )
 from rlc.compiler.rules.base import Context, Rule
+from rlc.compiler.trainers.verl import VERL
 from rlc.core.diagnostics import ERROR, Diagnostic
 
 RULES: tuple[Rule, ...] = (
@@ -34,6 +35,7 @@ RULES: tuple[Rule, ...] = (
     *slurm.RULES,
     *upstream.RULES,
     *vllm_cpu.RULES,
+    *VERL.rules(),  # verl's refusals, for launch.trainer: verl only
 )
 INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics
 
