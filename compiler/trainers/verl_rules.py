@@ -150,7 +150,7 @@ def warmup(c: Context):
 @rule(
     "RLC-E666",
     "launch.trainer_settings.verl holds verl's own keys the spec has no place for",
-    SETTINGS,
+    "launch.trainer_settings",
     "launch.trainer",
     "cluster",
     "data",
