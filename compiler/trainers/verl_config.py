@@ -49,6 +49,7 @@ ALWAYS = (f"{R}.name", f"{M}.path", "data.train_files")
 # where the spec has one value (the importer keeps a job's own there).
 REFINED = (
     f"{T}.logger",
+    f"{R}.name",  # verl also rolls out with SGLang, where rlc runs vLLM
     f"{A}.ppo_micro_batch_size_per_gpu",
     f"{R}.log_prob_micro_batch_size_per_gpu",
     f"{REF}.log_prob_micro_batch_size_per_gpu",
@@ -385,7 +386,8 @@ def _override(tree: dict, key: str, value: Any) -> str:
 def requirements(spec: RlcSpec, version: str) -> tuple[str, ...]:
     """verl's release with the extras of the job's engine and strategy (verl's own extras: vllm or sglang, fsdp or
     megatron)."""
-    backend = spec.generator.inference_engine.backend
+    settings = flat(dict((spec.launch.trainer_settings or {}).get("verl") or {}))
+    backend = settings.get(f"{R}.name", spec.generator.inference_engine.backend)
     extras = [
         "sglang" if backend == "sglang" else "vllm",
         "megatron" if spec.trainer.strategy == "megatron" else "fsdp",

@@ -628,7 +628,8 @@ def _rollout(imp: VerlImport) -> None:
     elif name == "sglang":
         imp.put(f"{ie}.backend", "vllm", f"{R}.name", severity="warning",
                 reason="rlc generates with vLLM; the samples follow the same sampling settings, SGLang's own "
-                "engine_kwargs are not carried")  # fmt: skip
+                "engine_kwargs are not carried; verl's trainer keeps SGLang")  # fmt: skip
+        imp.keep(f"{R}.name", name)
     elif name == "???":
         imp.problem(f"{R}.name", "verl requires it (vllm or sglang); rlc's vllm is assumed", "warning")
         imp.put(f"{ie}.backend", "vllm")
@@ -707,8 +708,10 @@ def _trainer(imp: VerlImport) -> None:
     chosen = next((x for x in ("wandb", "mlflow", "tensorboard") if x in loggers), "console")
     imp.put("trainer.logger", chosen, f"{T}.logger",
             reason="rlc logs to one tracker (and always to the console)" if len(loggers) > 1 else "")  # fmt: skip
-    if imp.written(f"{T}.logger") and loggers != (["console", chosen] if chosen != "console" else ["console"]):
-        imp.keep(f"{T}.logger", loggers)  # verl's trainer logs to each
+    if imp.written(f"{T}.logger") and imp.get(f"{T}.logger") != (
+        ["console", chosen] if chosen != "console" else ["console"]
+    ):
+        imp.keep(f"{T}.logger", imp.get(f"{T}.logger"))  # verl's trainer logs to each, as written
     imp.put("trainer.ckpt_interval", imp.get(f"{T}.save_freq", -1), f"{T}.save_freq")
     imp.put("trainer.eval_interval", imp.get(f"{T}.test_freq", -1), f"{T}.test_freq")
     imp.put("trainer.eval_before_train", bool(imp.get(f"{T}.val_before_train", True)), f"{T}.val_before_train")
@@ -721,7 +724,8 @@ def _trainer(imp: VerlImport) -> None:
         imp.put("trainer.resume_path", str(imp.get(f"{T}.resume_from_path")), f"{T}.resume_from_path")
     keep = imp.get(f"{T}.max_actor_ckpt_to_keep")
     imp.put("trainer.max_ckpts_to_keep", -1 if keep is None else keep, f"{T}.max_actor_ckpt_to_keep")
-    imp.read(f"{T}.max_critic_ckpt_to_keep", f"{T}.use_v1", f"{T}.v1")
+    imp.keep_written(f"{T}.max_critic_ckpt_to_keep")
+    imp.read(f"{T}.use_v1", f"{T}.v1")
     if imp.get(f"{T}.val_only", False):
         imp.problem(f"{T}.val_only", "an evaluation-only run; rlc trains (use rlc eval on a checkpoint)")
     for key, why in (
