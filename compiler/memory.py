@@ -248,7 +248,9 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool, fractio
     lora = cfg.model.lora.rank if role != "ref" and hasattr(cfg.model, "lora") else 0
     trainable = shape.lora_params(lora) + (shape.hidden + 1 if role == "critic" and lora else 0) if lora else params
     total = params + (shape.lora_params(lora) if lora else 0)
-    offload = fsdp.cpu_offload and gpu
+    # verl's FSDP2 reference keeps its weights on the CPU whatever the spec says (CPUOffloadPolicy, forward only)
+    verl_ref = role == "ref" and spec.launch.trainer == "verl"
+    offload = (fsdp.cpu_offload or verl_ref) and gpu
     state = {"weights": 0 if offload else -(-4 * total // shard)}
     optimizer = {} if role == "ref" else {"optimizer": 0 if offload else -(-8 * trainable // shard)}
     plain = world == 1 and not gpu and not t.bf16  # one CPU rank without a dtype policy trains the plain module

@@ -31,6 +31,7 @@ RELEASES = (
     ("v0.7.1", "v0.7.1"),
     ("v0.8.0", "v0.8.0"),
     ("v0.9.0", "v0.9.0"),
+    ("v0.9.1", "v0.9.1"),  # the release verl's trainer commands are written against (compiler/trainers/verl_config.py)
     ("main", "1dda039b9"),
 )
 CONFIG = "verl/trainer/config"

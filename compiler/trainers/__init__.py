@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 from rlc.compiler.trainers.base import Trainer, TrainerCommand
 from rlc.compiler.trainers.rlc import RLC
 from rlc.compiler.trainers.skyrl import SKYRL
+from rlc.compiler.trainers.verl import VERL
 
 if TYPE_CHECKING:
     from rlc.spec.root import RlcSpec
 
-TRAINERS: tuple[Trainer, ...] = (RLC, SKYRL)
+TRAINERS: tuple[Trainer, ...] = (RLC, SKYRL, VERL)
 
 
 def trainer(name: str) -> Trainer:

@@ -22,7 +22,7 @@ from rlc.compiler.importers.verl.compose import (
 )
 from rlc.compiler.importers.verl.hydra_overrides import MISSING, Override, lookup
 from rlc.compiler.importers.verl.mapping import ALG, A, M, R, T, map_config
-from rlc.compiler.importers.verl.record import VerlImport
+from rlc.compiler.importers.verl.record import SETTINGS, VerlImport
 from rlc.compiler.load import Document, document_from_text, parse, read_text
 from rlc.core.plain import plain_yaml
 
@@ -99,6 +99,10 @@ def import_composed(c: Composed, source: str) -> Imported:
     map_config(imp)
     _reward(imp)
     _leftovers(imp)
+    if imp.settings:
+        imp.result.spec[SETTINGS] = dict(imp.settings)
+        imp.result.sources[SETTINGS] = ["verl's own settings the spec has no place for: they apply when "
+                                        "launch.trainer is verl"]  # fmt: skip
     changes = imp.result.changes
     header = (
         f"Imported from the verl job {source} by `rlc migrate --from verl`:\n{c.how} (verl-project/verl@"

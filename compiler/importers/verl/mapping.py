@@ -139,6 +139,7 @@ def _data(imp: VerlImport) -> None:
         )
     if imp.get("data.shuffle", True) is False:
         imp.problem("data.shuffle", "rlc shuffles the training data each epoch", "warning")
+        imp.keep("data.shuffle", False)
     for key, why in (
         ("data.filter_overlong_prompts", "rlc leaves out prompts longer than max_prompt_length"),
         ("data.filter_overlong_prompts_workers", "a data-loading detail"),
@@ -239,6 +240,9 @@ def _batches(imp: VerlImport) -> None:
                 reason = f"larger than the per-GPU mini-batch ({per_gpu}), which verl then runs in one pass"
             imp.put(target, size, *[k for k in keys if k in found], reason=reason,
                     severity="warning" if differ else "info")  # fmt: skip
+            for key, value in found.items():  # each role's own size, for verl's trainer
+                if value != size:
+                    imp.keep(key, value)
             imp.read(*keys)
         else:
             imp.read(*keys)
@@ -258,7 +262,9 @@ def _batches(imp: VerlImport) -> None:
         others = {k: imp.get(k) for k in budgets if imp.get(k) not in (None, budget)}
         reason = "verl's token-budget micro-batches (use_dynamic_bsz); rlc's one budget for training and forward passes"
         if others:
-            reason += f"; the different budgets of {', '.join(others)} are not kept"
+            reason += f"; the different budgets of {', '.join(others)} are kept for verl's trainer only"
+            for key, value in others.items():
+                imp.keep(key, value)
         imp.put("trainer.max_tokens_per_microbatch", budget, f"{A}.ppo_max_token_len_per_gpu", f"{A}.use_dynamic_bsz",
                 reason=reason, severity="warning" if others else "info")  # fmt: skip
     for key in (
@@ -404,11 +410,14 @@ def _fsdp(imp: VerlImport) -> None:
                     f"{fc}.reshard_after_forward")  # fmt: skip
         imp.put("trainer.ref.fsdp_config.cpu_offload", True, f"{REF}.fsdp_config.param_offload",
                 reason="verl's FSDP2 reference model always keeps its weights on the CPU (CPUOffloadPolicy)")  # fmt: skip
+        if imp.written(f"{REF}.fsdp_config.param_offload"):  # verl's FSDP1 reference reads it
+            imp.keep(f"{REF}.fsdp_config.param_offload", imp.get(f"{REF}.fsdp_config.param_offload"))
     imp.put("trainer.policy.optimizer_config.offload_after_step", bool(imp.get(f"{fc}.optimizer_offload", False)),
             f"{fc}.optimizer_offload")  # fmt: skip
     if imp.get(f"{fc}.param_offload", False):
         imp.drop(f"{fc}.param_offload", "rlc's colocated trainer moves the policy to the CPU for every rollout anyway")
-    imp.read(f"{fc}.param_offload", f"{REF}.fsdp_config", f"{C}.model.fsdp_config")
+    imp.read(f"{fc}.param_offload")
+    imp.keep_written(f"{REF}.fsdp_config", f"{C}.model.fsdp_config")  # the other roles' FSDP details, for verl
     sp_key = first_of(imp, f"{A}.ulysses_sequence_parallel_size", f"{fc}.ulysses_sequence_parallel_size")
     sp = int(imp.get(sp_key, 1) or 1)
     imp.put("trainer.policy.sequence_parallel_size", sp, sp_key)
@@ -436,7 +445,7 @@ def _fsdp(imp: VerlImport) -> None:
         for key in ("param_offload", "grad_offload", "optimizer_offload", "use_mbridge", "use_dist_checkpointing",
                     "dist_checkpointing_path", "seed", "sequence_parallel", "use_distributed_optimizer", "dtype"):  # fmt: skip
             imp.drop(f"{mg}.{key}", "rlc's Megatron worker decides this itself")
-        imp.read(f"{REF}.megatron", f"{C}.megatron")
+        imp.keep_written(f"{REF}.megatron", f"{C}.megatron")
 
 
 def _loss(imp: VerlImport) -> None:
@@ -567,12 +576,21 @@ def _algorithm(imp: VerlImport) -> None:
                 reason="rlc has one KL estimator for the loss and the reward")  # fmt: skip
     else:
         imp.problem(type_key, f"rlc has no {kl_type!r} KL estimator; not carried")
+    # the KL settings of the use verl does not make (in the loss, or in the reward), for verl's trainer
+    imp.keep_written(
+        *(
+            (f"{ALG}.kl_penalty", f"{ALG}.kl_ctrl")
+            if type_key == f"{A}.kl_loss_type"
+            else (f"{A}.kl_loss_type", f"{A}.kl_loss_coef")
+        )
+    )
     imp.read(f"{A}.kl_loss_type", f"{A}.kl_loss_coef", f"{ALG}.kl_penalty", f"{ALG}.kl_ctrl")
     if imp.get(f"{ALG}.filter_groups.enable", False):
         imp.put(f"{alg}.dynamic_sampling.type", "filter", f"{ALG}.filter_groups.enable",
                 reason="rlc keeps the groups whose rewards differ; verl filters on the metric it names", severity="warning")  # fmt: skip
         imp.put(f"{alg}.dynamic_sampling.max_sample_batches", imp.get(f"{ALG}.filter_groups.max_num_gen_batches", 0) or 30,
                 f"{ALG}.filter_groups.max_num_gen_batches")  # fmt: skip
+    imp.keep_written(f"{ALG}.filter_groups.metric")  # verl filters on the metric it names
     imp.read(f"{ALG}.filter_groups")
     if imp.get(f"{ALG}.use_pf_ppo", False):
         imp.problem(f"{ALG}.use_pf_ppo", "rlc has no PF-PPO reweighting; not carried")
@@ -610,7 +628,8 @@ def _rollout(imp: VerlImport) -> None:
     elif name == "sglang":
         imp.put(f"{ie}.backend", "vllm", f"{R}.name", severity="warning",
                 reason="rlc generates with vLLM; the samples follow the same sampling settings, SGLang's own "
-                "engine_kwargs are not carried")  # fmt: skip
+                "engine_kwargs are not carried; verl's trainer keeps SGLang")  # fmt: skip
+        imp.keep(f"{R}.name", name)
     elif name == "???":
         imp.problem(f"{R}.name", "verl requires it (vllm or sglang); rlc's vllm is assumed", "warning")
         imp.put(f"{ie}.backend", "vllm")
@@ -689,6 +708,10 @@ def _trainer(imp: VerlImport) -> None:
     chosen = next((x for x in ("wandb", "mlflow", "tensorboard") if x in loggers), "console")
     imp.put("trainer.logger", chosen, f"{T}.logger",
             reason="rlc logs to one tracker (and always to the console)" if len(loggers) > 1 else "")  # fmt: skip
+    if imp.written(f"{T}.logger") and imp.get(f"{T}.logger") != (
+        ["console", chosen] if chosen != "console" else ["console"]
+    ):
+        imp.keep(f"{T}.logger", imp.get(f"{T}.logger"))  # verl's trainer logs to each, as written
     imp.put("trainer.ckpt_interval", imp.get(f"{T}.save_freq", -1), f"{T}.save_freq")
     imp.put("trainer.eval_interval", imp.get(f"{T}.test_freq", -1), f"{T}.test_freq")
     imp.put("trainer.eval_before_train", bool(imp.get(f"{T}.val_before_train", True)), f"{T}.val_before_train")
@@ -701,7 +724,8 @@ def _trainer(imp: VerlImport) -> None:
         imp.put("trainer.resume_path", str(imp.get(f"{T}.resume_from_path")), f"{T}.resume_from_path")
     keep = imp.get(f"{T}.max_actor_ckpt_to_keep")
     imp.put("trainer.max_ckpts_to_keep", -1 if keep is None else keep, f"{T}.max_actor_ckpt_to_keep")
-    imp.read(f"{T}.max_critic_ckpt_to_keep", f"{T}.use_v1", f"{T}.v1")
+    imp.keep_written(f"{T}.max_critic_ckpt_to_keep")
+    imp.read(f"{T}.use_v1", f"{T}.v1")
     if imp.get(f"{T}.val_only", False):
         imp.problem(f"{T}.val_only", "an evaluation-only run; rlc trains (use rlc eval on a checkpoint)")
     for key, why in (

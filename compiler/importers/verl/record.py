@@ -10,6 +10,8 @@ from rlc.compiler.importers.verl.compose import Composed
 from rlc.compiler.importers.verl.hydra_overrides import MISSING, lookup
 from rlc.spec.model import default_model, to_plain
 
+SETTINGS = "launch.trainer_settings.verl"
+
 
 def rlc_default(path: str) -> Any:
     """The spec's default of a dotted key (MISSING when it has none, e.g. a derived count)."""
@@ -26,6 +28,12 @@ class VerlImport:
         self.c = composed
         self.used: set[str] = set()
         self.result = ImportResult({}, {})
+        # verl's own settings the spec has no place for, kept for verl's trainer (launch.trainer_settings.verl)
+        self.settings: dict[str, Any] = {}
+
+    def keep(self, key: str, value: Any) -> None:
+        """Keep a verl setting for verl's trainer: it applies when launch.trainer is verl."""
+        self.settings[key] = value
 
     def get(self, key: str, default: Any = None) -> Any:
         value = lookup(self.c.config, key)
@@ -42,6 +50,18 @@ class VerlImport:
         for key in keys:
             self.used.add(key)
             self.used.update(k for k in self.c.written if k.startswith(key + "."))
+
+    def keep_written(self, *keys: str) -> None:
+        """Keep every written leaf under `keys` no section has read, for verl's trainer, and mark them read."""
+        for key in keys:
+            for k in sorted(self.c.written):
+                if (k == key or k.startswith(key + ".")) and k not in self.used and self._leaf(k):
+                    if lookup(self.c.config, k) is not MISSING:
+                        self.keep(k, lookup(self.c.config, k))
+            self.read(key)
+
+    def _leaf(self, key: str) -> bool:
+        return not any(k.startswith(key + ".") for k in self.c.written)
 
     def put(self, new: str, value: Any, *old: str, reason: str = "", severity: str = "info") -> None:
         """Write spec key `new` from verl keys `old`; verl's own defaults are reported where rlc's differ."""
@@ -67,13 +87,26 @@ class VerlImport:
         kind = "moved" if not reason and before == value else "transformed"
         self.result.changes.append(Change(kind, first, new, self.c.line(first), before, value, reason, severity))
 
-    def drop(self, old: str, reason: str, severity: str = "info") -> None:
-        """Report a written verl key (or every written key under it) as not carried, with the reason."""
+    def drop(self, old: str, reason: str, severity: str = "info", kept: bool = True) -> None:
+        """Report a written verl key (or every written key under it) as not carried by the spec, with the reason;
+        `kept`: its value is kept for verl's trainer (launch.trainer_settings.verl), as it is none of the spec's."""
         for key in sorted(k for k in self.c.written if k == old or k.startswith(old + ".")):
             if key in self.used or any(key.startswith(u + ".") for u in self.used if u in self.c.written):
                 continue
             self.used.add(key)
-            self.result.changes.append(Change("dropped", key, None, self.c.line(key), reason=reason, severity=severity))
+            leaf = self._leaf(key)
+            why = reason
+            # "read as X": carried by the spec after all, not a setting of verl's own
+            if (
+                kept
+                and leaf
+                and not reason.startswith("read ")
+                and not key.startswith("hydra.")
+                and lookup(self.c.config, key) is not MISSING
+            ):
+                self.keep(key, lookup(self.c.config, key))
+                why += f"; kept in {SETTINGS} (it applies when launch.trainer is verl)"
+            self.result.changes.append(Change("dropped", key, None, self.c.line(key), reason=why, severity=severity))
 
     def problem(self, key: str, reason: str, severity: str = "error") -> None:
         """A finding on a verl key whatever was written (a default of verl's that rlc cannot run as verl does)."""
