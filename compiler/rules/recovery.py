@@ -7,6 +7,7 @@ a file system every node shares). These rules say when either is missing, with t
 
 from __future__ import annotations
 
+from rlc.compiler.roles import critic_on
 from rlc.compiler.rules.base import Context, rule
 
 CKPT = "trainer.ckpt_path"
@@ -15,7 +16,14 @@ NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/scratch/local", "/local"
 
 
 def _nodes(c: Context) -> int:
-    return c.s.cluster.num_nodes or 1
+    """The nodes whose disks hold a checkpoint's shards: the policy's (and the critic's, when the job has one)."""
+    p = c.s.trainer.placement
+    nodes = p.policy_num_nodes or 1
+    if critic_on(c.s):
+        nodes = max(nodes, p.critic_num_nodes or 1)
+        if not p.colocate_all and (c.s.cluster.num_nodes or 1) > 1:
+            nodes = max(nodes, 2)  # the critic's shards may sit on another node than the policy's
+    return nodes
 
 
 def _managed(c: Context) -> bool:
@@ -57,6 +65,8 @@ def _node_local(path: str) -> bool:
     "launch.recovery",
     "cluster.num_nodes",
     "cluster.use_spot",
+    "trainer.placement",
+    "trainer.critic.model.path",
 )
 def checkpoints_outlive_the_nodes(c: Context):
     s, nodes = c.s, _nodes(c)

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from conftest import EXAMPLES, ROOT, rlc_executable, run_rlc
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from rlc.compiler.pipeline import compile_job
-
-from tests.conftest import EXAMPLES, ROOT, rlc_executable, run_rlc
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -4,11 +4,10 @@ actions."""
 
 from __future__ import annotations
 
+from conftest import EXAMPLES
 from lsprotocol import types as lsp
 from rlc.compiler.lsp import features
 from rlc.compiler.pipeline import compile_text
-
-from tests.conftest import EXAMPLES
 
 URI = "file:///job.yaml"
 TEXT = (EXAMPLES / "gsm8k-grpo-2node.yaml").read_text(encoding="utf-8")

@@ -14,6 +14,7 @@ from rlc.compiler.check import RULES
 from rlc.compiler.pipeline import analyze
 from skyrl_trainer_cases import SKYRL_TRAINER_CASES
 from upstream_cases import UPSTREAM_CASES
+from verl_trainer_cases import VERL_TRAINER_CASES
 
 BASE_CLUSTER = "cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
 
@@ -717,6 +718,7 @@ CASES = {
 
 CASES.update(UPSTREAM_CASES)  # RLC-E801..E849: SkyRL 0.4 settings the runtime does not run yet
 CASES.update(SKYRL_TRAINER_CASES)  # RLC-E640..E649, W640..W649: what SkyRL's trainer does not run
+CASES.update(VERL_TRAINER_CASES)  # RLC-E660..E669, W660..W669: what verl's trainer does not run
 
 
 def _write(tmp_path, body: str):

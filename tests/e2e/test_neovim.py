@@ -11,8 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import EXAMPLES, rlc_executable, run_rlc
+from conftest import EXAMPLES, rlc_executable, run_rlc
 
 NVIM = shutil.which("nvim")
 SCRIPT = Path(__file__).with_name("neovim_lsp.lua")
