@@ -4,8 +4,7 @@ from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
 from rlc.spec.fields import section, setting
 
-# The accepted values, from the catalog of built-in algorithms (each card's properties are there too); dppo is a
-# known value the compiler refuses as not supported yet (RLC-E815).
+# The accepted values, from the catalog of built-in algorithms (each card's properties are there too).
 ADVANTAGE_ESTIMATORS = algorithms.ids(algorithms.ADVANTAGE_ESTIMATORS)
 POLICY_LOSSES = algorithms.ids(algorithms.POLICY_LOSSES)
 LOSS_REDUCTIONS = algorithms.ids(algorithms.LOSS_REDUCTIONS)
