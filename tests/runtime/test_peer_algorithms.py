@@ -1,5 +1,5 @@
-"""Every advantage estimator and policy loss verl 0.9.1 and SkyRL 0.4.0 register, against rlc's, on the same random
-tensors: ragged masks (right padding, a row of one token, a hole in a row), groups of several samples and of one,
+"""Every advantage estimator and policy loss verl 0.9.1 and SkyRL 0.4.0 register, and AReaL 1.0.4's policy losses,
+against rlc's, on the same random tensors: ragged masks (right padding, a row of one token, a hole in a row), groups of several samples and of one,
 float64, every loss reduction rlc has. The peers' own functions are imported from the installed packages; a test
 whose package is missing is skipped with the reason.
 
@@ -257,6 +257,43 @@ def test_skyrl_kl_cov_sums_its_penalty_where_rlc_and_verl_reduce_it():
     (theirs, ours), (theirs0, ours0) = penalty(0.7), penalty(0.0)
     assert float(ours - ours0) > 0
     torch.testing.assert_close(theirs - theirs0, (ours - ours0) * mask.sum(), rtol=1e-6, atol=1e-9)
+
+
+# ---- AReaL's policy losses ---------------------------------------------------------------------------------
+
+# AReaL's setting -> (rlc's card, rlc's options, AReaL's function and its arguments beyond the tensors). AReaL's
+# losses are token means over the batch; its sequence-level ratio averages each sequence's advantages, so that case
+# is compared on outcome advantages (one per sequence), where it is GSPO's.
+_AREAL = {"eps_clip": 0.2, "eps_clip_higher": 0.28}
+AREAL_LOSSES = {
+    "ppo": ("regular", {**_PPO, "clip_ratio_c": 3.0}, "ppo_actor_loss_fn", _AREAL),
+    "ppo-c_clip": ("dual_clip", {**_PPO, "clip_ratio_c": 3.0}, "ppo_actor_loss_fn", {**_AREAL, "c_clip": 3.0}),
+    "ppo-sequence": (
+        "gspo",
+        _PPO,
+        "ppo_actor_loss_fn",
+        {**_AREAL, "importance_sampling_level": "sequence"},
+    ),
+    "sapo": ("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}, "sapo_loss_fn", {"tau_pos": 1.0, "tau_neg": 1.05}),
+}
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("name", sorted(AREAL_LOSSES))
+def test_areal_policy_loss(name, holes):
+    functional = pytest.importorskip("areal.utils.functional.functional", reason="AReaL 1.0.4 is not installed")
+    card_id, options, function, arguments = AREAL_LOSSES[name]
+    mask = _mask(holes)
+    logp, old, _, advantages = _tensors()
+    if name == "ppo-sequence":
+        advantages = advantages[:, :1].expand_as(advantages).contiguous()
+    ours = _rlc_loss(card_id, logp, old, advantages, mask, "token_mean", options)
+    fn = getattr(functional, function)
+    if function == "ppo_actor_loss_fn":
+        loss, _ = fn(logp, old, old, advantages, loss_mask=mask.bool(), **arguments)
+    else:
+        loss, _ = fn(logp, old, advantages, loss_mask=mask.bool(), **arguments)
+    _assert_equal(ours, _value_and_grad(loss, logp), f"AReaL {name}")
 
 
 # ---- advantage estimators ----------------------------------------------------------------------------------
