@@ -132,3 +132,11 @@ def test_an_extensions_value_gets_the_defaults_card():
     assert not algorithms.policy_loss("my_loss").advantage_weighted  # its rows are never left out
     assert algorithms.advantage_estimator("my_adv").per_trajectory
     assert not algorithms.advantage_estimator("my_adv").group_baseline
+
+
+def test_docs_algorithms_lists_every_estimator_and_loss_with_its_source():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "algorithms.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
+    assert rows == {card.id for card in (*algorithms.ADVANTAGE_ESTIMATORS, *algorithms.POLICY_LOSSES)}
