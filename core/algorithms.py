@@ -202,6 +202,13 @@ POLICY_LOSSES: tuple[PolicyLoss, ...] = (
         verl=("gpg",),
     ),
     PolicyLoss(
+        "dro",
+        f"{_LOSSES}:dro_token_loss",
+        "verl's DRO: -(A * log p - beta/2 * (log r)^2), a quadratic penalty on the log-ratio (dro.beta)",
+        options=("dro.beta",),
+        verl=("dro",),
+    ),
+    PolicyLoss(
         "geo_mean",
         f"{_LOSSES}:geo_mean_token_loss",
         "verl's GMPO: a sequence's -A times the geometric mean of its clipped token ratios",

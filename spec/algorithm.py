@@ -63,6 +63,15 @@ class DPPOConfig:
 
 
 @dataclass
+class DROConfig:
+    beta: float | None = setting(
+        None,
+        "verl: DRO's quadratic log-ratio penalty (policy_loss_type=dro); verl has no default.",
+        exclusive_minimum=0,
+    )
+
+
+@dataclass
 class OffPolicyCorrectionConfig:
     tis_ratio_type: str | None = setting(
         None,
@@ -121,6 +130,7 @@ class AlgorithmConfig:
     kl_cov: KLCovConfig = section(KLCovConfig, "KL-Cov settings (policy_loss_type=kl_cov).")
     cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
     dppo: DPPOConfig = section(DPPOConfig, "SkyRL 0.4: DPPO settings.")
+    dro: DROConfig = section(DROConfig, "verl's DRO settings (policy_loss_type=dro).")
     enable_sample_support_replay: bool = setting(False, "SkyRL 0.4: replay the engines' sampling support set.")
     max_seq_len: int | None = setting(
         None,

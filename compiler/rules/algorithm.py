@@ -72,6 +72,17 @@ def token_sum_norm_needs_max_seq_len(c: Context):
         )
 
 
+@rule("RLC-E315", "the dro loss needs dro.beta", f"{ALG}.policy_loss_type", f"{ALG}.dro.beta")
+def dro_needs_beta(c: Context):
+    if c.alg.policy_loss_type == "dro" and c.alg.dro.beta is None:
+        yield c.error(
+            "RLC-E315",
+            f"{ALG}.dro.beta",
+            "policy_loss_type dro needs dro.beta, the weight of its log-ratio penalty (verl has no default either)",
+            "set trainer.algorithm.dro.beta, e.g. verl's actor_rollout_ref.actor.policy_loss.dro_beta",
+        )
+
+
 @rule(
     "RLC-E304",
     f"off-policy correction does not combine with {algorithms.listed(UNCORRECTED_LOSSES)}",
@@ -589,6 +600,7 @@ RULES = (
     gae_needs_critic,
     kl_in_reward_excludes_kl_loss,
     token_sum_norm_needs_max_seq_len,
+    dro_needs_beta,
     off_policy_correction_excludes_cov_losses,
     max_ckpts_to_keep_valid,
     resume_from_path_needs_path,

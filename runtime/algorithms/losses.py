@@ -760,3 +760,24 @@ def dppo_token_loss(
         dropped = ((advantages > 0) & up) | ((advantages < 0) & down)
     metrics = {"clip_fraction": _token_mean(dropped.float(), keep), "ratio_mean": _token_mean(ratio, keep)}
     return torch.where(keep & ~dropped, -ratio * advantages, 0.0), metrics
+
+
+def dro_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    beta: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token DRO loss (Richemond et al., 2024; verl's `dro`): -(A * log p - beta/2 * (log p - log p_old)^2).
+
+    The penalty feeds every token, whatever its advantage; `beta` has no default (RLC-E315 asks for it).
+    """
+    if beta is None or beta <= 0:
+        raise ValueError(f"the dro loss needs trainer.algorithm.dro.beta > 0, got {beta}")
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    log_ratio = log_probs - old_log_probs
+    token_loss = -(advantages * log_probs - 0.5 * beta * log_ratio.square())
+    metrics = {"approx_kl": _token_mean(-log_ratio, keep), "log_ratio_square": _token_mean(log_ratio.square(), keep)}
+    return torch.where(keep, token_loss, 0.0), metrics

@@ -233,6 +233,14 @@ CASES = {
             use_kl_loss: true
         """,
     ),
+    "RLC-E315": (
+        "trainer.algorithm.dro.beta",
+        """
+        trainer:
+          algorithm:
+            policy_loss_type: dro  # <-
+        """,
+    ),
     "RLC-E303": (
         "trainer.algorithm.max_seq_len",
         """

@@ -320,6 +320,17 @@ def test_verls_estimators_and_losses_import_as_the_card_that_computes_them_as_ve
     assert not [c for c in imported.errors if "estimator" in (c.old or "") or "loss_mode" in (c.old or "")]
 
 
+def test_dro_takes_verls_beta_and_without_it_is_an_error_as_in_verl():
+    imported, spec = _import(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=dro", "actor_rollout_ref.actor.policy_loss.dro_beta=0.1"
+    )
+    assert _get(spec, "trainer.algorithm.policy_loss_type") == "dro"
+    assert _get(spec, "trainer.algorithm.dro.beta") == 0.1
+    imported, _ = _import("actor_rollout_ref.actor.policy_loss.loss_mode=dro")
+    analysis = analyze_document(document_from_text(imported.text, "imported.yaml"), env={})
+    assert "RLC-E315" in [d.code for d in analysis.diagnostics]
+
+
 def test_gdpos_reward_components_are_not_carried_aloud():
     imported, spec = _import("algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,format]")
     assert _get(spec, "trainer.algorithm.advantage_estimator") == "gdpo"

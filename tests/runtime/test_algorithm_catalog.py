@@ -75,6 +75,7 @@ def test_every_loss_reads_its_options_from_the_spec():
 
 def _loss(card, log_probs, advantages):
     options = registry.get_policy_loss_options(card.id, spec.AlgorithmConfig())
+    options = {k: 0.1 if v is None else v for k, v in options.items()}  # an option without a default (dro.beta)
     if card.rollout_anchored:
         options["rollout_log_probs"] = log_probs.detach()
     mask = torch.ones_like(log_probs)

@@ -37,7 +37,6 @@ VERL_AGG = {card.id: card.verl[0] for card in algorithms.LOSS_REDUCTIONS}
 # here nor compared below fails test_every_peer_name_is_compared: a new upstream name needs a card or a reason.
 NOT_RUN = {
     ("verl", "loss", "bypass_mode"): "verl's rollout-correction family (old log-probs := rollout's), not in rlc yet",
-    ("verl", "loss", "dro"): "needs a spec field for verl's policy_loss.dro_beta, not added yet",
     ("verl", "estimator", "remax"): "needs a greedy baseline rollout per prompt, which rlc's runtime does not make",
     ("verl", "estimator", "optimal_token_baseline"): "needs the policy's sum of squared probabilities per token",
     ("verl", "estimator", "tir_optimal_token_baseline"): "needs the policy's sum of squared probabilities per token",
@@ -149,6 +148,7 @@ VERL_LOSSES = {
         REDUCTIONS,
     ),
     "geo_mean": ("geo_mean", _PPO, {}, ("sequence_mean",)),
+    "dro": ("dro", {"beta": 0.3}, {"dro_beta": 0.3}, REDUCTIONS),
     "cispo": ("cispo", {"cispo_eps_clip_low": 0.2, "cispo_eps_clip_high": 0.28}, {}, REDUCTIONS),
 }
 

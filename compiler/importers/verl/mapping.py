@@ -486,6 +486,8 @@ def _loss(imp: VerlImport) -> None:
             ("clip_cov_ub", "clip_cov_ub"),
         ):
             imp.put(f"{alg}.clip_cov.{ours}", imp.get(f"{pl}.{theirs}"), f"{pl}.{theirs}")
+    if mode == "dro":
+        imp.put(f"{alg}.dro.beta", imp.get(f"{pl}.dro_beta"), f"{pl}.dro_beta")
     if mode == "kl_cov":
         imp.put(f"{alg}.kl_cov.kl_cov_frac", imp.get(f"{pl}.kl_cov_ratio"), f"{pl}.kl_cov_ratio")
         imp.put(f"{alg}.kl_cov.ppo_kl_coef", imp.get(f"{pl}.ppo_kl_coef"), f"{pl}.ppo_kl_coef")
