@@ -60,6 +60,7 @@ class AdvantageEstimator:
     # It measures a row against its own group (the mean of its prompt's samples): a group whose rewards are all
     # equal gets advantage 0 on every row.
     group_baseline: bool = False
+    min_group_size: int = 1  # the samples of a prompt it needs (generator.n_samples_per_prompt, RLC-E316)
     verl: tuple[str, ...] = ()  # verl's algorithm.adv_estimator names for it
 
 
@@ -290,6 +291,7 @@ ADVANTAGE_ESTIMATORS: tuple[AdvantageEstimator, ...] = (
         "verl's pass@k GRPO: a group's best sample by its lead over the second best, over the group's std "
         "(grpo_norm_by_std); the others 0",
         group_baseline=True,
+        min_group_size=2,
         verl=("grpo_passk",),
     ),
     AdvantageEstimator(

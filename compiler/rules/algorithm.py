@@ -16,6 +16,7 @@ NS = "generator.n_samples_per_prompt"
 ALG = "trainer.algorithm"
 # The cards' properties these rules refuse or require, by name for their titles.
 CRITIC_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if card.needs_critic)
+GROUP_ESTIMATORS = tuple(card for card in algorithms.ADVANTAGE_ESTIMATORS if card.min_group_size > 1)
 PER_TOKEN_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if not card.per_trajectory)
 MAX_SEQ_LEN_REDUCTIONS = tuple(card.id for card in algorithms.LOSS_REDUCTIONS if card.needs_max_seq_len)
 UNCORRECTED_LOSSES = tuple(card.id for card in algorithms.POLICY_LOSSES if not card.off_policy_correction)
@@ -233,6 +234,25 @@ def dynamic_sampling_replace_needs_group(c: Context):
             f"{ALG}.dynamic_sampling.type",
             "dynamic sampling filters groups by reward variance, which needs n_samples_per_prompt >= 2",
             "raise generator.n_samples_per_prompt",
+            [NS],
+        )
+
+
+@rule(
+    "RLC-E316",
+    "; ".join(f"{card.id} needs n_samples_per_prompt >= {card.min_group_size}" for card in GROUP_ESTIMATORS),
+    f"{ALG}.advantage_estimator",
+    NS,
+)
+def estimator_has_its_group(c: Context):
+    need = algorithms.advantage_estimator(c.alg.advantage_estimator).min_group_size
+    if c.s.generator.n_samples_per_prompt < need:
+        yield c.error(
+            "RLC-E316",
+            f"{ALG}.advantage_estimator",
+            f"advantage_estimator {c.alg.advantage_estimator} compares each prompt's samples with one another and "
+            f"needs n_samples_per_prompt >= {need}, got {c.s.generator.n_samples_per_prompt}",
+            f"raise generator.n_samples_per_prompt to {need} or more",
             [NS],
         )
 
@@ -609,6 +629,7 @@ RULES = (
     off_policy_correction_in_range,
     loss_temperature_positive,
     dynamic_sampling_replace_needs_group,
+    estimator_has_its_group,
     fully_async_needs_separate_engines,
     fully_async_one_step_per_batch,
     fully_async_generation_workers_in_range,

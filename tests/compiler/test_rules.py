@@ -233,6 +233,16 @@ CASES = {
             use_kl_loss: true
         """,
     ),
+    "RLC-E316": (
+        "trainer.algorithm.advantage_estimator",
+        """
+        trainer:
+          algorithm:
+            advantage_estimator: grpo_passk  # <-
+        generator:
+          n_samples_per_prompt: 1
+        """,
+    ),
     "RLC-E315": (
         "trainer.algorithm.dro.beta",
         """
