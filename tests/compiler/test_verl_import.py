@@ -331,6 +331,14 @@ def test_dro_takes_verls_beta_and_without_it_is_an_error_as_in_verl():
     assert "RLC-E315" in [d.code for d in analysis.diagnostics]
 
 
+@pytest.mark.parametrize("estimator", ["grpo_vectorized", "gdpo"])
+def test_verls_estimators_that_always_divide_by_the_std_import_so(estimator):
+    _, spec = _import(f"algorithm.adv_estimator={estimator}", "algorithm.norm_adv_by_std_in_grpo=False")
+    assert _get(spec, "trainer.algorithm.grpo_norm_by_std") is True
+    _, spec = _import("algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=False")
+    assert _get(spec, "trainer.algorithm.grpo_norm_by_std") is False
+
+
 def test_gdpos_reward_components_are_not_carried_aloud():
     imported, spec = _import("algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,format]")
     assert _get(spec, "trainer.algorithm.advantage_estimator") == "gdpo"

@@ -312,9 +312,8 @@ def _rewards(seed: int = 1, outcome: bool = True):
 
 
 def _algorithm(norm_by_std=True, gamma=1.0, lambd=1.0):
-    from types import SimpleNamespace
-
-    return SimpleNamespace(grpo_norm_by_std=norm_by_std, gamma=gamma, lambd=lambd)
+    """The trainer.algorithm fields the estimators read."""
+    return types.SimpleNamespace(grpo_norm_by_std=norm_by_std, gamma=gamma, lambd=lambd)
 
 
 def _rlc_advantages(card_id, rewards, mask, index, values=None, **algorithm):
@@ -332,8 +331,9 @@ def _values(seed=2):
     return torch.randn(ROWS, LENGTH, generator=torch.Generator().manual_seed(seed), dtype=F64) * _mask()
 
 
-# verl's name -> (rlc's card, how verl's function is called beyond rewards and mask, what rlc's gets)
 def _verl_call(name, core, rewards, mask, norm_by_std, holes_gamma):
+    """verl's estimator `name`, called with the normalisation by std as an argument where it takes one (verl's
+    trainer leaves it at True for grpo_vectorized and gdpo; the importer says so)."""
     fn = core.get_adv_estimator_fn(name)
     config = _verl_algo_config(norm_by_std, gamma=holes_gamma, lam=0.9)
     if name == "gae":

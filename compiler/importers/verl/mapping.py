@@ -536,11 +536,16 @@ def _algorithm(imp: VerlImport) -> None:
         imp.drop(f"{ALG}.gdpo_reward_weights", "the weights of gdpo_reward_keys' components", severity="error")
     imp.put(f"{alg}.gamma", imp.get(f"{ALG}.gamma", 1.0), f"{ALG}.gamma")
     imp.put(f"{alg}.lambd", imp.get(f"{ALG}.lam", 1.0), f"{ALG}.lam")
-    imp.put(
-        f"{alg}.grpo_norm_by_std",
-        bool(imp.get(f"{ALG}.norm_adv_by_std_in_grpo", True)),
-        f"{ALG}.norm_adv_by_std_in_grpo",
-    )
+    if est in ("grpo_vectorized", "gdpo"):  # verl's trainer calls them without the flag: their default, True
+        imp.put(f"{alg}.grpo_norm_by_std", True, f"{ALG}.adv_estimator",
+                reason=f"verl's {est} divides by the group's std whatever norm_adv_by_std_in_grpo says")  # fmt: skip
+        imp.read(f"{ALG}.norm_adv_by_std_in_grpo")
+    else:
+        imp.put(
+            f"{alg}.grpo_norm_by_std",
+            bool(imp.get(f"{ALG}.norm_adv_by_std_in_grpo", True)),
+            f"{ALG}.norm_adv_by_std_in_grpo",
+        )
     in_loss = bool(imp.get(f"{A}.use_kl_loss", False))
     in_reward = bool(imp.get(f"{ALG}.use_kl_in_reward", False))
     agg = aux_agg(imp)
