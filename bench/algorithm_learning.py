@@ -98,7 +98,7 @@ def main() -> None:
             "the warmup cut to 20 steps); rose: the last 20 steps' mean reward at least twice the first 20 steps' and "
             "0.05 above it. The example makes one update per batch, so every ratio is 1 (up to the engine's and the "
             "trainer's log-prob gap): where a loss's gradient there is the regular loss's, -A per token (dppo, dppo_tv, "
-            "dppo_kl, gpg, geo_mean on outcome rewards), the same seed trains the same run as grpo's row.",
+            "dppo_kl, gpg, geo_mean on outcome rewards; dro, whose penalty has no gradient there), the same seed trains the same run as grpo's row.",
         ]
     )
     publish("algorithm-learning", report, write=not args.no_write)
