@@ -25,7 +25,7 @@ class PolicyLoss:
 
     id: str
     # The per-token loss, "module:function", called (log_probs, old_log_probs, advantages, mask, **options) ->
-    # (token_loss, metrics); None: a value the spec knows and the compiler refuses as not supported yet (RLC-E815).
+    # (token_loss, metrics); None only on the card an extension's loss gets.
     function: str | None
     doc: str
     # Its keyword options, as attribute paths into trainer.algorithm; the keyword is the last part.
@@ -60,6 +60,7 @@ class AdvantageEstimator:
     # It measures a row against its own group (the mean of its prompt's samples): a group whose rewards are all
     # equal gets advantage 0 on every row.
     group_baseline: bool = False
+    min_group_size: int = 1  # the samples of a prompt it needs (generator.n_samples_per_prompt, RLC-E316)
     verl: tuple[str, ...] = ()  # verl's algorithm.adv_estimator names for it
 
 
@@ -167,7 +168,56 @@ POLICY_LOSSES: tuple[PolicyLoss, ...] = (
         "the sampled tokens' negative log-likelihood (SFT)",
         off_policy_correction=False,
     ),
-    PolicyLoss("dppo", None, "SkyRL 0.4's DPPO, not supported yet (RLC-E815)"),
+    PolicyLoss(
+        "dppo",
+        f"{_LOSSES}:dppo_token_loss",
+        "SkyRL's DPPO: -r*A against the engine's log-probs, without the tokens whose probability moved past "
+        "dppo.delta_low/high (TV or binary KL); verl's dppo_tv and dppo_kl differ (a REINFORCE form, a truncated "
+        "ratio, the old log-probs)",
+        options=("dppo.dppo_type", "dppo.delta_low", "dppo.delta_high"),
+        advantage_weighted=True,
+        rollout_anchored=True,
+    ),
+    PolicyLoss(
+        "dppo_tv",
+        f"{_LOSSES}:dppo_tv_token_loss",
+        "verl's DPPO Binary-TV: -A * sg(min(r, clip_ratio_c)) * log p, without the tokens whose probability moved "
+        "past eps_clip_low/high in the advantage's direction",
+        options=(*_PPO_CLIP, "clip_ratio_c"),
+        advantage_weighted=True,
+        verl=("dppo_tv",),
+    ),
+    PolicyLoss(
+        "dppo_kl",
+        f"{_LOSSES}:dppo_kl_token_loss",
+        "verl's DPPO Binary-KL: as dppo_tv, the threshold on the binary KL of the token's old and new probability",
+        options=(*_PPO_CLIP, "clip_ratio_c"),
+        advantage_weighted=True,
+        verl=("dppo_kl",),
+    ),
+    PolicyLoss(
+        "gpg",
+        f"{_LOSSES}:gpg_token_loss",
+        "verl's GPG: the plain policy gradient -A * log p",
+        advantage_weighted=True,
+        verl=("gpg",),
+    ),
+    PolicyLoss(
+        "dro",
+        f"{_LOSSES}:dro_token_loss",
+        "verl's DRO: -(A * log p - beta/2 * (log r)^2), a quadratic penalty on the log-ratio (dro.beta)",
+        options=("dro.beta",),
+        verl=("dro",),
+    ),
+    PolicyLoss(
+        "geo_mean",
+        f"{_LOSSES}:geo_mean_token_loss",
+        "verl's GMPO: a sequence's -A times the geometric mean of its clipped token ratios",
+        options=_PPO_CLIP,
+        advantage_weighted=True,
+        ratio_level="sequence",
+        verl=("geo_mean",),
+    ),
 )
 
 ADVANTAGE_ESTIMATORS: tuple[AdvantageEstimator, ...] = (
@@ -191,14 +241,64 @@ ADVANTAGE_ESTIMATORS: tuple[AdvantageEstimator, ...] = (
         f"{_ADVANTAGES}:rloo",
         "a sequence's score against the mean of its prompt's other samples",
         group_baseline=True,
-        verl=("rloo", "rloo_vectorized"),
+        verl=("rloo_vectorized",),
+    ),
+    AdvantageEstimator(
+        "rloo_verl",
+        f"{_ADVANTAGES}:rloo_verl",
+        "verl's rloo: as rloo, but a prompt's only sample keeps its score (SkyRL's rloo and verl's rloo_vectorized "
+        "give it 0)",
+        group_baseline=True,
+        verl=("rloo",),
     ),
     AdvantageEstimator(
         "reinforce++",
         f"{_ADVANTAGES}:reinforce_pp",
-        "the discounted return-to-go per token, whitened over the batch",
+        "the discounted return-to-go per token, whitened over the batch; a masked token ends the return",
+        per_trajectory=False,
+    ),
+    AdvantageEstimator(
+        "reinforce++_verl",
+        f"{_ADVANTAGES}:reinforce_pp_verl",
+        "verl's reinforce_plus_plus: as reinforce++, but the return carries across masked tokens (SkyRL's stops "
+        "there; the two differ only where a mask has holes, as multi-turn observations make)",
         per_trajectory=False,
         verl=("reinforce_plus_plus",),
+    ),
+    AdvantageEstimator(
+        "reinforce_plus_plus_baseline",
+        f"{_ADVANTAGES}:reinforce_pp_baseline",
+        "verl's REINFORCE++ with a baseline: a sequence's score against its group's mean, whitened over the batch",
+        verl=("reinforce_plus_plus_baseline",),
+    ),
+    AdvantageEstimator(
+        "gpg",
+        f"{_ADVANTAGES}:gpg",
+        "verl's GPG: a sequence's score against its group's mean, times batch size over the non-zero scores",
+        group_baseline=True,
+        verl=("gpg",),
+    ),
+    AdvantageEstimator(
+        "opo",
+        f"{_ADVANTAGES}:opo",
+        "verl's OPO: a sequence's score against its group's length-weighted mean score",
+        group_baseline=True,
+        verl=("opo",),
+    ),
+    AdvantageEstimator(
+        "grpo_passk",
+        f"{_ADVANTAGES}:grpo_passk",
+        "verl's pass@k GRPO: a group's best sample by its lead over the second best, over the group's std "
+        "(grpo_norm_by_std); the others 0",
+        group_baseline=True,
+        min_group_size=2,
+        verl=("grpo_passk",),
+    ),
+    AdvantageEstimator(
+        "gdpo",
+        f"{_ADVANTAGES}:gdpo",
+        "verl's GDPO on one reward: the GRPO advantage whitened over the batch",
+        verl=("gdpo",),
     ),
     AdvantageEstimator(
         "maxrl",

@@ -4,8 +4,7 @@ from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
 from rlc.spec.fields import section, setting
 
-# The accepted values, from the catalog of built-in algorithms (each card's properties are there too); dppo is a
-# known value the compiler refuses as not supported yet (RLC-E815).
+# The accepted values, from the catalog of built-in algorithms (each card's properties are there too).
 ADVANTAGE_ESTIMATORS = algorithms.ids(algorithms.ADVANTAGE_ESTIMATORS)
 POLICY_LOSSES = algorithms.ids(algorithms.POLICY_LOSSES)
 LOSS_REDUCTIONS = algorithms.ids(algorithms.LOSS_REDUCTIONS)
@@ -61,6 +60,15 @@ class DPPOConfig:
     dppo_type: str = setting("binary_tv", "SkyRL 0.4: DPPO divergence.", enum=("binary_tv", "binary_kl"))
     delta_low: float = setting(0.2, "SkyRL 0.4: divergence threshold for negative advantages.", minimum=0)
     delta_high: float = setting(0.2, "SkyRL 0.4: divergence threshold for positive advantages.", minimum=0)
+
+
+@dataclass
+class DROConfig:
+    beta: float | None = setting(
+        None,
+        "verl: DRO's quadratic log-ratio penalty (policy_loss_type=dro); verl has no default.",
+        exclusive_minimum=0,
+    )
 
 
 @dataclass
@@ -122,6 +130,7 @@ class AlgorithmConfig:
     kl_cov: KLCovConfig = section(KLCovConfig, "KL-Cov settings (policy_loss_type=kl_cov).")
     cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
     dppo: DPPOConfig = section(DPPOConfig, "SkyRL 0.4: DPPO settings.")
+    dro: DROConfig = section(DROConfig, "verl's DRO settings (policy_loss_type=dro).")
     enable_sample_support_replay: bool = setting(False, "SkyRL 0.4: replay the engines' sampling support set.")
     max_seq_len: int | None = setting(
         None,

@@ -16,6 +16,7 @@ NS = "generator.n_samples_per_prompt"
 ALG = "trainer.algorithm"
 # The cards' properties these rules refuse or require, by name for their titles.
 CRITIC_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if card.needs_critic)
+GROUP_ESTIMATORS = tuple(card for card in algorithms.ADVANTAGE_ESTIMATORS if card.min_group_size > 1)
 PER_TOKEN_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if not card.per_trajectory)
 MAX_SEQ_LEN_REDUCTIONS = tuple(card.id for card in algorithms.LOSS_REDUCTIONS if card.needs_max_seq_len)
 UNCORRECTED_LOSSES = tuple(card.id for card in algorithms.POLICY_LOSSES if not card.off_policy_correction)
@@ -69,6 +70,17 @@ def token_sum_norm_needs_max_seq_len(c: Context):
             f"{ALG}.max_seq_len",
             f"loss_reduction {c.alg.loss_reduction} needs max_seq_len",
             "set trainer.algorithm.max_seq_len",
+        )
+
+
+@rule("RLC-E315", "the dro loss needs dro.beta", f"{ALG}.policy_loss_type", f"{ALG}.dro.beta")
+def dro_needs_beta(c: Context):
+    if c.alg.policy_loss_type == "dro" and c.alg.dro.beta is None:
+        yield c.error(
+            "RLC-E315",
+            f"{ALG}.dro.beta",
+            "policy_loss_type dro needs dro.beta, the weight of its log-ratio penalty (verl has no default either)",
+            "set trainer.algorithm.dro.beta, e.g. verl's actor_rollout_ref.actor.policy_loss.dro_beta",
         )
 
 
@@ -222,6 +234,25 @@ def dynamic_sampling_replace_needs_group(c: Context):
             f"{ALG}.dynamic_sampling.type",
             "dynamic sampling filters groups by reward variance, which needs n_samples_per_prompt >= 2",
             "raise generator.n_samples_per_prompt",
+            [NS],
+        )
+
+
+@rule(
+    "RLC-E316",
+    "; ".join(f"{card.id} needs n_samples_per_prompt >= {card.min_group_size}" for card in GROUP_ESTIMATORS),
+    f"{ALG}.advantage_estimator",
+    NS,
+)
+def estimator_has_its_group(c: Context):
+    need = algorithms.advantage_estimator(c.alg.advantage_estimator).min_group_size
+    if c.s.generator.n_samples_per_prompt < need:
+        yield c.error(
+            "RLC-E316",
+            f"{ALG}.advantage_estimator",
+            f"advantage_estimator {c.alg.advantage_estimator} compares each prompt's samples with one another and "
+            f"needs n_samples_per_prompt >= {need}, got {c.s.generator.n_samples_per_prompt}",
+            f"raise generator.n_samples_per_prompt to {need} or more",
             [NS],
         )
 
@@ -589,6 +620,7 @@ RULES = (
     gae_needs_critic,
     kl_in_reward_excludes_kl_loss,
     token_sum_norm_needs_max_seq_len,
+    dro_needs_beta,
     off_policy_correction_excludes_cov_losses,
     max_ckpts_to_keep_valid,
     resume_from_path_needs_path,
@@ -597,6 +629,7 @@ RULES = (
     off_policy_correction_in_range,
     loss_temperature_positive,
     dynamic_sampling_replace_needs_group,
+    estimator_has_its_group,
     fully_async_needs_separate_engines,
     fully_async_one_step_per_batch,
     fully_async_generation_workers_in_range,

@@ -259,20 +259,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         when=lambda key: (equals("trainer.algorithm.policy_loss_type", "cispo", off="regular"),),
     ),
     Unsupported(
-        "RLC-E815",
-        "the DPPO loss",
-        (
-            "trainer.algorithm.policy_loss_type",
-            "trainer.algorithm.dppo.dppo_type",
-            "trainer.algorithm.dppo.delta_low",
-            "trainer.algorithm.dppo.delta_high",
-        ),
-        when=lambda key: (
-            () if key.endswith("policy_loss_type") else (equals("trainer.algorithm.policy_loss_type", "dppo"),)
-        ),
-        refused_values=(("trainer.algorithm.policy_loss_type", "dppo"),),
-    ),
-    Unsupported(
         "RLC-E816",
         "fully-async full-batch sampling, KV-cache clearing on sync and simulated training",
         tuple(

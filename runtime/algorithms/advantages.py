@@ -1,4 +1,6 @@
-"""Advantage estimators (`trainer.algorithm.advantage_estimator`): grpo, rloo, maxrl, reinforce++, gae.
+"""Advantage estimators (`trainer.algorithm.advantage_estimator`): SkyRL's grpo, rloo, maxrl, reinforce++ and gae,
+and verl's gpg, opo, grpo_passk, gdpo and reinforce_plus_plus_baseline, with verl's own rloo and reinforce++ where
+they differ from SkyRL's (`rloo_verl`, `reinforce++_verl`).
 
 Tensors are (batch, response_len) with `mask` marking response tokens; every estimator returns
 `(advantages, returns)` of that shape, zero outside the mask. Positions outside the mask are
@@ -69,13 +71,16 @@ def grpo_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO: each sequence's score minus its group mean, over (group std + eps) when `norm_by_std`.
 
-    `rewards` is (batch,) or (batch, response_len) (summed); a group of one sample gets 0.
+    `rewards` is (batch,) or (batch, response_len) (summed); a group of one sample gets its score (over 1 + eps).
     """
     scores = _outcome_scores(rewards)
     count, mean, std = _group_stats(scores, index)
-    centred = scores - mean
-    advantages = centred / (std + eps) if norm_by_std else centred
-    return _per_token(advantages, count, mask)
+    # As SkyRL and verl: a group of one sample has mean 0 and std 1, so it keeps its score.
+    alone = count < 2
+    centred = scores - torch.where(alone, 0.0, mean)
+    advantages = centred / (torch.where(alone, 1.0, std) + eps) if norm_by_std else centred
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
 
 
 @torch.no_grad()
@@ -119,16 +124,106 @@ def reinforce_pp_advantages(
     rewards: torch.Tensor,
     mask: torch.Tensor,
     gamma: float = 1.0,
+    carry_across_masked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++: discounted return-to-go per token, whitened over all response tokens of the batch."""
+    """REINFORCE++: discounted return-to-go per token, whitened over all response tokens of the batch.
+
+    A masked position ends the return (SkyRL's), or, with `carry_across_masked`, is skipped with the return passed
+    on unchanged (verl's): the two differ only for masks with holes, such as multi-turn observation tokens.
+    """
     mask = mask.to(rewards.dtype)
     returns = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.shape[1])):
-        # A masked position ends the return, so nothing flows across padding.
-        running = (rewards[:, t] + gamma * running) * mask[:, t]
-        returns[:, t] = running
+        step = rewards[:, t] + gamma * running
+        returns[:, t] = step * mask[:, t]
+        running = torch.where(mask[:, t].bool(), step, running if carry_across_masked else 0.0)
     return _masked_whiten(returns, mask), returns
+
+
+def _alone_as_zero(mean: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """The group mean, 0 for a group of one sample (verl's baseline for it)."""
+    return torch.where(count > 1, mean, 0.0)
+
+
+@torch.no_grad()
+def rloo_verl_advantages(
+    rewards: torch.Tensor, mask: torch.Tensor, index: GroupIndex
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's RLOO: as `rloo_advantages`, but a group of one sample keeps its score (SkyRL's gets 0)."""
+    scores = _outcome_scores(rewards)
+    count, mean, _ = _group_stats(scores, index)
+    advantages = torch.where(count > 1, (scores - mean) * count / (count - 1).clamp(min=1), scores)
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
+
+
+@torch.no_grad()
+def gpg_advantages(rewards: torch.Tensor, mask: torch.Tensor, index: GroupIndex) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG (Chu et al., 2025): the score minus its group mean (0 for a group of one), times batch size over the
+    number of non-zero scores, which scales a batch of mostly failed samples up."""
+    scores = _outcome_scores(rewards)
+    count, mean, _ = _group_stats(scores, index)
+    alpha = scores.numel() / max(int(torch.count_nonzero(scores)), 1)
+    advantages = alpha * (scores - _alone_as_zero(mean, count))
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
+
+
+@torch.no_grad()
+def opo_advantages(rewards: torch.Tensor, mask: torch.Tensor, index: GroupIndex) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO (Hao et al., 2025): the score minus its group's length-weighted mean score (0 for a group of one)."""
+    scores = _outcome_scores(rewards)
+    lengths = mask.to(scores.dtype).sum(-1)
+    count, weighted, _ = _group_stats(scores * lengths, index)
+    _, mean_length, _ = _group_stats(lengths, index)
+    baseline = weighted / mean_length.clamp(min=torch.finfo(scores.dtype).tiny)
+    advantages = scores - _alone_as_zero(baseline, count)
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
+
+
+@torch.no_grad()
+def reinforce_pp_baseline_advantages(
+    rewards: torch.Tensor, mask: torch.Tensor, index: GroupIndex
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a baseline (verl's reinforce_plus_plus_baseline): the score minus its group mean (0 for a
+    group of one) on every token, whitened over all response tokens of the batch."""
+    scores = _outcome_scores(rewards)
+    count, mean, _ = _group_stats(scores, index)
+    centred = (scores - _alone_as_zero(mean, count))[:, None] * mask.to(scores.dtype)
+    advantages = _masked_whiten(centred, mask.to(scores.dtype))
+    return advantages, advantages
+
+
+@torch.no_grad()
+def gdpo_advantages(
+    rewards: torch.Tensor, mask: torch.Tensor, index: GroupIndex, norm_by_std: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GDPO (verl's, one reward component): the GRPO advantage, whitened over all response tokens of the batch."""
+    grpo, _ = grpo_advantages(rewards, mask, index, norm_by_std=norm_by_std)
+    advantages = _masked_whiten(grpo, mask.to(grpo.dtype))
+    return advantages, advantages
+
+
+@torch.no_grad()
+def grpo_passk_advantages(
+    rewards: torch.Tensor, mask: torch.Tensor, index: GroupIndex, norm_by_std: bool = True, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k GRPO (Chen et al., 2025): only each group's best sample learns, by its lead over the second best
+    (over the group's std + eps when `norm_by_std`); every group needs two samples or more."""
+    scores = _outcome_scores(rewards)
+    groups = _group_ids(index, scores.device)
+    advantages = torch.zeros_like(scores)
+    for group in torch.unique(groups):
+        members = (groups == group).nonzero().squeeze(-1)
+        if members.numel() < 2:
+            raise ValueError(f"grpo_passk needs two samples or more per prompt; a prompt has {members.numel()}")
+        top, at = torch.topk(scores[members], 2)
+        lead = top[0] - top[1]
+        advantages[members[at[0]]] = lead / (scores[members].std() + eps) if norm_by_std else lead
+    advantages = advantages[:, None] * mask.to(advantages.dtype)
+    return advantages, advantages
 
 
 @torch.no_grad()
@@ -141,7 +236,8 @@ def gae_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE(gamma, lambda) from per-token rewards and critic values; advantages are whitened, returns are not.
 
-    The value after the last response token is 0 (the episode ends with the response).
+    The value after the last response token is 0 (the episode ends with the response). A masked token (padding, an
+    observation inside a multi-turn response) is skipped: the recursion passes over it, as verl's does.
     """
     mask = mask.to(rewards.dtype)
     rewards, values = rewards * mask, values.to(rewards.dtype) * mask
@@ -149,10 +245,12 @@ def gae_advantages(
     running = torch.zeros_like(rewards[:, 0])
     next_value = torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.shape[1])):
+        present = mask[:, t].bool()
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        running = delta + gamma * lambd * running
+        running = torch.where(present, delta + gamma * lambd * running, running)
+        next_value = torch.where(present, values[:, t], next_value)
         advantages[:, t] = running
-        next_value = values[:, t]
+    advantages = advantages * mask
     returns = (advantages + values) * mask
     return _masked_whiten(advantages, mask), returns
 
@@ -175,6 +273,34 @@ def maxrl(rewards, mask, *, index, values, algorithm):
 
 def reinforce_pp(rewards, mask, *, index, values, algorithm):
     return reinforce_pp_advantages(rewards, mask, gamma=algorithm.gamma)
+
+
+def reinforce_pp_verl(rewards, mask, *, index, values, algorithm):
+    return reinforce_pp_advantages(rewards, mask, gamma=algorithm.gamma, carry_across_masked=True)
+
+
+def rloo_verl(rewards, mask, *, index, values, algorithm):
+    return rloo_verl_advantages(rewards, mask, index)
+
+
+def gpg(rewards, mask, *, index, values, algorithm):
+    return gpg_advantages(rewards, mask, index)
+
+
+def opo(rewards, mask, *, index, values, algorithm):
+    return opo_advantages(rewards, mask, index)
+
+
+def reinforce_pp_baseline(rewards, mask, *, index, values, algorithm):
+    return reinforce_pp_baseline_advantages(rewards, mask, index)
+
+
+def gdpo(rewards, mask, *, index, values, algorithm):
+    return gdpo_advantages(rewards, mask, index, norm_by_std=algorithm.grpo_norm_by_std)
+
+
+def grpo_passk(rewards, mask, *, index, values, algorithm):
+    return grpo_passk_advantages(rewards, mask, index, norm_by_std=algorithm.grpo_norm_by_std)
 
 
 def gae(rewards, mask, *, index, values, algorithm):

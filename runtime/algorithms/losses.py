@@ -622,3 +622,162 @@ def kl_cov_token_loss(
         "kl_cov_fraction": _token_mean(penalized.float(), keep),
     }
     return torch.where(keep, token_loss, 0.0), metrics
+
+
+def gpg_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token GPG loss (verl's `gpg`): the plain policy gradient -A * log p, with no ratio and no clip."""
+    keep, (log_probs, advantages) = _present(mask, log_probs, advantages)
+    return torch.where(keep, -advantages * log_probs, 0.0), {}
+
+
+def geo_mean_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token GMPO loss (Zhao et al., 2025; verl's `geo_mean`): a sequence's -A * r, with r the geometric mean of
+    its tokens' ratios, each log-ratio clipped to (-low, high) on the side its advantage's sign would exploit.
+
+    Every token of a sequence carries the sequence's loss, so `sequence_mean` gives verl's value (verl always
+    averages it over sequences) and A is the sequence's mean token advantage.
+    """
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    weight = keep.to(log_probs.dtype)
+    log_ratio = log_probs - old_log_probs
+    sign = torch.sign(advantages)
+    clipped = log_ratio.clamp(-eps_clip_low, eps_clip_high)
+    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clipped)
+    lengths = weight.sum(-1)
+    ratio = torch.exp((pessimistic * weight).sum(-1) / (lengths + 1e-8))
+    advantage = (advantages * weight).sum(-1) / (lengths + 1e-8)
+    outside = log_ratio != clipped
+    metrics = {
+        "clip_fraction": _token_mean((outside & (advantages > 0)).float(), keep),
+        "clip_fraction_lower": _token_mean((outside & (advantages < 0)).float(), keep),
+        "approx_kl": _token_mean(-log_ratio, keep),
+    }
+    return torch.where(keep, (-advantage * ratio)[:, None], 0.0), metrics
+
+
+def _dppo_verl_loss(log_probs, old_log_probs, advantages, mask, valid, clip_ratio_c):
+    """verl's DPPO: -A * sg(min(r, c)) * log p on the tokens `valid(p, p_old)` keeps."""
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    log_ratio = log_probs - old_log_probs
+    ratio = _safe_exp(log_ratio.detach()).to(log_probs.dtype)
+    with torch.no_grad():
+        kept = valid(log_probs.detach(), old_log_probs, advantages)
+    token_loss = -advantages * ratio.clamp(max=clip_ratio_c) * log_probs * kept
+    metrics = {
+        "clip_fraction": _token_mean((~kept).float(), keep),
+        "truncated_fraction": _token_mean(((ratio > clip_ratio_c) & kept).float(), keep),
+        "approx_kl": _token_mean(-log_ratio, keep),
+    }
+    return torch.where(keep, token_loss, 0.0), metrics
+
+
+def dppo_tv_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token DPPO Binary-TV loss (Qi et al., 2026; verl's `dppo_tv`): -A * sg(min(r, clip_ratio_c)) * log p,
+    without the tokens whose probability moved past the threshold in the advantage's direction (p - p_old above
+    eps_clip_high for A > 0, below -eps_clip_low otherwise)."""
+
+    def valid(log_probs, old_log_probs, advantages):
+        moved = log_probs.exp() - old_log_probs.exp()
+        return torch.where(advantages > 0, moved <= eps_clip_high, moved >= -eps_clip_low)
+
+    return _dppo_verl_loss(log_probs, old_log_probs, advantages, mask, valid, clip_ratio_c)
+
+
+def _binary_kl(log_probs: torch.Tensor, anchor_log_probs: torch.Tensor) -> torch.Tensor:
+    """KL(anchor || new) of the two-outcome distribution (the sampled token, or any other)."""
+    p, q = log_probs.exp(), anchor_log_probs.exp()
+    return q * (anchor_log_probs - log_probs) + (1 - q) * torch.log((1 - q + 1e-8) / (1 - p + 1e-8))
+
+
+def dppo_kl_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token DPPO Binary-KL loss (verl's `dppo_kl`): as dppo_tv, the threshold on the binary KL between the old
+    and new probability of the token instead of their difference."""
+
+    def valid(log_probs, old_log_probs, advantages):
+        kl = _binary_kl(log_probs, old_log_probs)
+        up, down = log_probs > old_log_probs, log_probs < old_log_probs
+        return torch.where(advantages > 0, (kl <= eps_clip_high) | ~up, (kl <= eps_clip_low) | ~down)
+
+    return _dppo_verl_loss(log_probs, old_log_probs, advantages, mask, valid, clip_ratio_c)
+
+
+def dppo_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    rollout_log_probs: torch.Tensor,
+    dppo_type: str = "binary_tv",
+    delta_low: float = 0.2,
+    delta_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token DPPO loss (SkyRL's `dppo`): -r * A with r against the engine's log-probs, without the tokens whose
+    divergence from the engine's distribution passed delta_high (A > 0) or delta_low (A < 0) in the advantage's
+    direction: the probability difference (binary_tv) or the binary KL (binary_kl)."""
+    keep, (log_probs, rollout, advantages) = _present(mask, log_probs, rollout_log_probs, advantages)
+    ratio = _safe_exp(log_probs - rollout).to(log_probs.dtype)
+    with torch.no_grad():
+        moved = log_probs.exp() - rollout.exp()
+        if dppo_type == "binary_tv":
+            up, down = moved > delta_high, -moved > delta_low
+        elif dppo_type == "binary_kl":
+            kl = _binary_kl(log_probs, rollout)
+            up, down = (moved > 0) & (kl > delta_high), (moved < 0) & (kl > delta_low)
+        else:
+            raise ValueError(f"unknown dppo_type {dppo_type!r}; expected binary_tv or binary_kl")
+        dropped = ((advantages > 0) & up) | ((advantages < 0) & down)
+    metrics = {"clip_fraction": _token_mean(dropped.float(), keep), "ratio_mean": _token_mean(ratio, keep)}
+    return torch.where(keep & ~dropped, -ratio * advantages, 0.0), metrics
+
+
+def dro_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    beta: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token DRO loss (Richemond et al., 2024; verl's `dro`): -(A * log p - beta/2 * (log p - log p_old)^2).
+
+    The penalty feeds every token, whatever its advantage; `beta` has no default (RLC-E315 asks for it).
+    """
+    if beta is None or beta <= 0:
+        raise ValueError(f"the dro loss needs trainer.algorithm.dro.beta > 0, got {beta}")
+    keep, (log_probs, old_log_probs, advantages) = _present(mask, log_probs, old_log_probs, advantages)
+    log_ratio = log_probs - old_log_probs
+    token_loss = -(advantages * log_probs - 0.5 * beta * log_ratio.square())
+    metrics = {"approx_kl": _token_mean(-log_ratio, keep), "log_ratio_square": _token_mean(log_ratio.square(), keep)}
+    return torch.where(keep, token_loss, 0.0), metrics

@@ -46,7 +46,7 @@ LossOptions = Callable[[Any], dict[str, Any]]
 AdvantageEstimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 KLEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-# The built-ins a name is looked up in first: the cards with a function (dppo's has none: the compiler refuses it).
+# The built-ins a name is looked up in first: the cards with a function (an extension's has none).
 BUILTIN_POLICY_LOSSES = {card.id: card for card in algorithms.POLICY_LOSSES if card.function}
 BUILTIN_ADVANTAGE_ESTIMATORS = algorithms.ESTIMATORS
 

@@ -236,6 +236,24 @@ CASES = {
             use_kl_loss: true
         """,
     ),
+    "RLC-E316": (
+        "trainer.algorithm.advantage_estimator",
+        """
+        trainer:
+          algorithm:
+            advantage_estimator: grpo_passk  # <-
+        generator:
+          n_samples_per_prompt: 1
+        """,
+    ),
+    "RLC-E315": (
+        "trainer.algorithm.dro.beta",
+        """
+        trainer:
+          algorithm:
+            policy_loss_type: dro  # <-
+        """,
+    ),
     "RLC-E303": (
         "trainer.algorithm.max_seq_len",
         """

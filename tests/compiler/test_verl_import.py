@@ -301,6 +301,50 @@ def test_gspo_averages_per_sequence_and_an_unknown_estimator_is_not_carried():
     assert [c.severity for c in _change(imported, "algorithm.adv_estimator")] == ["error"]
 
 
+@pytest.mark.parametrize(
+    "extra, path, expected",
+    [
+        ("algorithm.adv_estimator=gpg", "advantage_estimator", "gpg"),
+        ("algorithm.adv_estimator=opo", "advantage_estimator", "opo"),
+        ("algorithm.adv_estimator=grpo_passk", "advantage_estimator", "grpo_passk"),
+        ("algorithm.adv_estimator=reinforce_plus_plus", "advantage_estimator", "reinforce++_verl"),
+        ("algorithm.adv_estimator=rloo", "advantage_estimator", "rloo_verl"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl", "policy_loss_type", "dppo_kl"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=gpg", "policy_loss_type", "gpg"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean", "loss_reduction", "sequence_mean"),
+    ],
+)
+def test_verls_estimators_and_losses_import_as_the_card_that_computes_them_as_verl_does(extra, path, expected):
+    imported, spec = _import(extra)
+    assert _get(spec, f"trainer.algorithm.{path}") == expected
+    assert not [c for c in imported.errors if "estimator" in (c.old or "") or "loss_mode" in (c.old or "")]
+
+
+def test_dro_takes_verls_beta_and_without_it_is_an_error_as_in_verl():
+    imported, spec = _import(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=dro", "actor_rollout_ref.actor.policy_loss.dro_beta=0.1"
+    )
+    assert _get(spec, "trainer.algorithm.policy_loss_type") == "dro"
+    assert _get(spec, "trainer.algorithm.dro.beta") == 0.1
+    imported, _ = _import("actor_rollout_ref.actor.policy_loss.loss_mode=dro")
+    analysis = analyze_document(document_from_text(imported.text, "imported.yaml"), env={})
+    assert "RLC-E315" in [d.code for d in analysis.diagnostics]
+
+
+@pytest.mark.parametrize("estimator", ["grpo_vectorized", "gdpo"])
+def test_verls_estimators_that_always_divide_by_the_std_import_so(estimator):
+    _, spec = _import(f"algorithm.adv_estimator={estimator}", "algorithm.norm_adv_by_std_in_grpo=False")
+    assert _get(spec, "trainer.algorithm.grpo_norm_by_std") is True
+    _, spec = _import("algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=False")
+    assert _get(spec, "trainer.algorithm.grpo_norm_by_std") is False
+
+
+def test_gdpos_reward_components_are_not_carried_aloud():
+    imported, spec = _import("algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,format]")
+    assert _get(spec, "trainer.algorithm.advantage_estimator") == "gdpo"
+    assert [c.severity for c in _change(imported, "algorithm.gdpo_reward_keys")] == ["error"]
+
+
 def test_what_verl_accepts_but_never_reads_is_reported_as_such():
     imported, spec = _import("actor_rollout_ref.actor.clip_ratio=0.3", "reward_model.reward_manager=dapo")
     assert _get(spec, "trainer.algorithm.eps_clip_high") == 0.2  # clip_ratio_high wins, as in verl

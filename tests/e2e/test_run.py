@@ -58,6 +58,27 @@ def test_local_example_learns(tmp_path, run_env):
     assert (tmp_path / "runs" / "local-cpu-grpo" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+# Estimators and losses taken from verl and SkyRL through the whole run: one of each path a new card takes (the engine's
+# log-probs handed to the loss, a sequence-level ratio, an estimator whitening over the batch). Their math is held to
+# the peers' by tests/runtime/test_peer_algorithms.py; whether each of them learns is bench/algorithm_learning.py's.
+PEER_ALGORITHMS = [
+    "trainer.algorithm.policy_loss_type=dppo",
+    "trainer.algorithm.policy_loss_type=geo_mean",
+    "trainer.algorithm.advantage_estimator=gdpo",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", PEER_ALGORITHMS, ids=lambda s: s.rpartition("=")[2])
+def test_peer_algorithm_trains_the_local_example(tmp_path, run_env, setting):
+    steps = 2
+    result = run_rlc("run", *_args(tmp_path, steps * 16, "trainer.ckpt_interval=-1", setting), env=run_env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = _metrics(tmp_path)
+    assert len(metrics) == steps
+    assert all(m["grad_norm"] == m["grad_norm"] and abs(m["policy_loss"]) < 1e3 for m in metrics), metrics
+
+
 def _weights(step_dir: Path) -> dict:
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 

@@ -75,6 +75,7 @@ def test_every_loss_reads_its_options_from_the_spec():
 
 def _loss(card, log_probs, advantages):
     options = registry.get_policy_loss_options(card.id, spec.AlgorithmConfig())
+    options = {k: 0.1 if v is None else v for k, v in options.items()}  # an option without a default (dro.beta)
     if card.rollout_anchored:
         options["rollout_log_probs"] = log_probs.detach()
     mask = torch.ones_like(log_probs)
@@ -97,6 +98,7 @@ def test_an_advantage_weighted_loss_gives_a_row_of_zero_advantages_no_loss_and_n
 def test_a_group_baseline_estimator_gives_a_group_of_equal_rewards_zero_advantages():
     a = spec.AlgorithmConfig()
     mask = torch.ones(4, 2, dtype=F64)
+    mask[3, 0] = 0  # the other group's tokens do not average to 0: whitening over the batch moves the equal group
     for card in algorithms.ADVANTAGE_ESTIMATORS:
         if card.needs_critic:
             continue
@@ -131,3 +133,11 @@ def test_an_extensions_value_gets_the_defaults_card():
     assert not algorithms.policy_loss("my_loss").advantage_weighted  # its rows are never left out
     assert algorithms.advantage_estimator("my_adv").per_trajectory
     assert not algorithms.advantage_estimator("my_adv").group_baseline
+
+
+def test_docs_algorithms_lists_every_estimator_and_loss_with_its_source():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "algorithms.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
+    assert rows == {card.id for card in (*algorithms.ADVANTAGE_ESTIMATORS, *algorithms.POLICY_LOSSES)}

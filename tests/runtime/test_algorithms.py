@@ -59,11 +59,14 @@ def test_grpo_groups_by_prompt_key_and_sums_token_rewards():
     close(adv[:, 0], [1.0, 0.0, -1.0, 0.0, 0.0])
 
 
-def test_grpo_equal_rewards_and_single_samples_give_zero():
+def test_grpo_equal_rewards_give_zero_and_a_single_sample_keeps_its_score():
     rewards = t([1.0, 1.0, 1.0, 7.0])  # prompt 0 all equal, prompt 1 a single sample
     adv, _ = grpo_advantages(rewards, torch.ones(4, 2), index=torch.tensor([0, 0, 0, 1]))
     assert not adv.isnan().any()
-    close(adv, torch.zeros(4, 2))
+    close(adv[:3], torch.zeros(3, 2))
+    close(adv[3], [7.0 / (1 + 1e-6)] * 2)  # mean 0 and std 1 for a group of one, as SkyRL and verl
+    adv, _ = grpo_advantages(rewards, torch.ones(4, 2), index=torch.tensor([0, 0, 0, 1]), norm_by_std=False)
+    close(adv[3], [7.0, 7.0])
 
 
 def test_rloo_leave_one_out_baseline():

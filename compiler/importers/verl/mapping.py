@@ -495,6 +495,8 @@ def _loss(imp: VerlImport) -> None:
             ("clip_cov_ub", "clip_cov_ub"),
         ):
             imp.put(f"{alg}.clip_cov.{ours}", imp.get(f"{pl}.{theirs}"), f"{pl}.{theirs}")
+    if mode == "dro":
+        imp.put(f"{alg}.dro.beta", imp.get(f"{pl}.dro_beta"), f"{pl}.dro_beta")
     if mode == "kl_cov":
         imp.put(f"{alg}.kl_cov.kl_cov_frac", imp.get(f"{pl}.kl_cov_ratio"), f"{pl}.kl_cov_ratio")
         imp.put(f"{alg}.kl_cov.ppo_kl_coef", imp.get(f"{pl}.ppo_kl_coef"), f"{pl}.ppo_kl_coef")
@@ -537,13 +539,22 @@ def _algorithm(imp: VerlImport) -> None:
         imp.put(f"{alg}.advantage_estimator", ESTIMATORS[est], f"{ALG}.adv_estimator")
     else:
         imp.problem(f"{ALG}.adv_estimator", f"rlc has no {est!r} advantage estimator; not carried")
+    if est == "gdpo":  # verl's gdpo normalises each named reward component apart; rlc's the one reward there is
+        imp.drop(f"{ALG}.gdpo_reward_keys", "rlc's gdpo normalises the one reward an environment gives, not "
+                 "separate reward components; the components are not carried", severity="error")  # fmt: skip
+        imp.drop(f"{ALG}.gdpo_reward_weights", "the weights of gdpo_reward_keys' components", severity="error")
     imp.put(f"{alg}.gamma", imp.get(f"{ALG}.gamma", 1.0), f"{ALG}.gamma")
     imp.put(f"{alg}.lambd", imp.get(f"{ALG}.lam", 1.0), f"{ALG}.lam")
-    imp.put(
-        f"{alg}.grpo_norm_by_std",
-        bool(imp.get(f"{ALG}.norm_adv_by_std_in_grpo", True)),
-        f"{ALG}.norm_adv_by_std_in_grpo",
-    )
+    if est in ("grpo_vectorized", "gdpo"):  # verl's trainer calls them without the flag: their default, True
+        imp.put(f"{alg}.grpo_norm_by_std", True, f"{ALG}.adv_estimator",
+                reason=f"verl's {est} divides by the group's std whatever norm_adv_by_std_in_grpo says")  # fmt: skip
+        imp.read(f"{ALG}.norm_adv_by_std_in_grpo")
+    else:
+        imp.put(
+            f"{alg}.grpo_norm_by_std",
+            bool(imp.get(f"{ALG}.norm_adv_by_std_in_grpo", True)),
+            f"{ALG}.norm_adv_by_std_in_grpo",
+        )
     in_loss = bool(imp.get(f"{A}.use_kl_loss", False))
     in_reward = bool(imp.get(f"{ALG}.use_kl_in_reward", False))
     agg = aux_agg(imp)

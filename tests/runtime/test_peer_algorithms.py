@@ -1,0 +1,454 @@
+"""Every advantage estimator and policy loss verl 0.9.1 and SkyRL 0.4.0 register, and AReaL 1.0.4's policy losses,
+against rlc's, on the same random tensors: ragged masks (right padding, a row of one token, a hole in a row), groups of several samples and of one,
+float64, every loss reduction rlc has. The peers' own functions are imported from the installed packages; a test
+whose package is missing is skipped with the reason.
+
+A loss is compared by its value and its gradient with respect to the log-probs. rlc computes per-token losses and
+weights them by the loss reduction (`token_weights`); verl aggregates its loss matrix (`agg_loss`), SkyRL scales the
+advantages by the reduction and sums (`apply_loss_reduction_to_advantages_minibatch`). Where a peer fixes the
+aggregation whatever it is asked (verl's sapo and geo_mean: per sequence), the comparison is at that reduction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import pathlib
+import sys
+import types
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rlc.core import algorithms  # noqa: E402
+from rlc.runtime.algorithms import registry  # noqa: E402
+from rlc.runtime.algorithms.losses import token_weights  # noqa: E402
+
+F64 = torch.float64
+ROWS, LENGTH = 8, 7
+LENGTHS = (7, 5, 3, 6, 1, 7, 4, 2)  # every row has a token: verl leaves empty rows out of a per-sequence mean
+GROUPS = np.array([0, 0, 0, 1, 1, 1, 2, 3])  # groups of three and the lone samples 6 and 7
+REDUCTIONS = algorithms.ids(algorithms.LOSS_REDUCTIONS)
+VERL_AGG = {card.id: card.verl[0] for card in algorithms.LOSS_REDUCTIONS}
+
+# verl's and SkyRL's names that rlc does not run, each with the reason. A name in a peer's registry that is neither
+# here nor compared below fails test_every_peer_name_is_compared: a new upstream name needs a card or a reason.
+NOT_RUN = {
+    ("verl", "loss", "bypass_mode"): "verl's rollout-correction family (old log-probs := rollout's), not in rlc yet",
+    ("verl", "estimator", "remax"): "needs a greedy baseline rollout per prompt, which rlc's runtime does not make",
+    ("verl", "estimator", "optimal_token_baseline"): "needs the policy's sum of squared probabilities per token",
+    ("verl", "estimator", "tir_optimal_token_baseline"): "needs the policy's sum of squared probabilities per token",
+}
+
+
+def _verl():
+    return pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl 0.9.1 is not installed (make venv)")
+
+
+def _skyrl():
+    """SkyRL's ppo_utils. SkyRL 0.4.0 asks for Python 3.12: on an older Python its `skyrl.backends` package's
+    __init__ (the Tinker API types, which pydantic builds only on 3.12) does not import, so the package is entered
+    without it; ppo_utils itself needs none of it."""
+    found = importlib.util.find_spec("skyrl")
+    if found is None or found.submodule_search_locations is None:
+        pytest.skip("skyrl 0.4.0 is not installed (make venv)")
+    if sys.version_info < (3, 12) and "skyrl.backends" not in sys.modules:
+        package = types.ModuleType("skyrl.backends")
+        package.__path__ = [str(pathlib.Path(found.submodule_search_locations[0]) / "backends")]
+        sys.modules["skyrl.backends"] = package
+    return pytest.importorskip("skyrl.backends.skyrl_train.utils.ppo_utils", reason="SkyRL's ppo_utils did not import")
+
+
+def _mask(holes: bool = False) -> torch.Tensor:
+    mask = (torch.arange(LENGTH)[None, :] < torch.tensor(LENGTHS)[:, None]).to(F64)
+    if holes:
+        mask[0, 2:4] = 0  # an observation inside a multi-turn response
+        mask[5, 1] = 0
+    return mask
+
+
+def _tensors(seed: int = 0):
+    """log-probs (a leaf), old and rollout log-probs, advantages: ratios both inside and well outside 0.8-1.2,
+    probabilities that move by more than 0.2, advantages of both signs and some exactly 0."""
+    g = torch.Generator().manual_seed(seed)
+    logp = -(torch.rand(ROWS, LENGTH, generator=g, dtype=F64) * 2.5 + 0.02)
+    old = (logp + 0.4 * torch.randn(ROWS, LENGTH, generator=g, dtype=F64)).clamp(max=-1e-3)
+    rollout = (old + 0.1 * torch.randn(ROWS, LENGTH, generator=g, dtype=F64)).clamp(max=-1e-3)
+    advantages = torch.randn(ROWS, LENGTH, generator=g, dtype=F64)
+    advantages[1, :2] = 0.0
+    return logp.requires_grad_(), old, rollout, advantages
+
+
+def _value_and_grad(loss: torch.Tensor, logp: torch.Tensor):
+    (grad,) = torch.autograd.grad(loss, logp)
+    return loss.detach(), grad
+
+
+def _rlc_loss(card_id, logp, old, advantages, mask, reduction, options, rollout=None):
+    fn = registry.get_policy_loss(card_id)
+    if algorithms.LOSSES[card_id].rollout_anchored:
+        options = {**options, "rollout_log_probs": rollout}
+    token_loss, _ = fn(logp, old, advantages, mask, **options)
+    weights = token_weights(
+        mask, reduction, total_tokens=float(mask.sum()), total_sequences=float(ROWS), max_seq_len=LENGTH
+    )
+    return _value_and_grad((token_loss * weights.to(F64)).sum(), logp)
+
+
+def _assert_equal(ours, theirs, what):
+    # rlc's reduction weights are float32 (token_weights), so agreement is to float32's precision
+    for name, a, b in zip(("loss", "gradient"), ours, theirs):
+        torch.testing.assert_close(
+            a, b.to(a.dtype), rtol=1e-6, atol=1e-9, msg=lambda m, part=name: f"{what} {part}: {m}"
+        )
+
+
+# ---- verl's policy losses ----------------------------------------------------------------------------------
+
+
+def _verl_config(**policy_loss):
+    from verl.workers.config import ActorConfig, PolicyLossConfig
+
+    return ActorConfig(
+        strategy="fsdp",
+        rollout_n=3,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio=0.2,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+        clip_ratio_c=3.0,
+        tau_pos=1.0,
+        tau_neg=1.05,
+        policy_loss=PolicyLossConfig(**policy_loss),
+    )
+
+
+_PPO = {"eps_clip_low": 0.2, "eps_clip_high": 0.28}
+# verl's name -> (rlc's card, rlc's options, verl's policy_loss settings, the reductions verl honours)
+VERL_LOSSES = {
+    "vanilla": ("dual_clip", {**_PPO, "clip_ratio_c": 3.0}, {}, REDUCTIONS),
+    "dppo_tv": ("dppo_tv", {**_PPO, "clip_ratio_c": 3.0}, {}, REDUCTIONS),
+    "dppo_kl": ("dppo_kl", {**_PPO, "clip_ratio_c": 3.0}, {}, REDUCTIONS),
+    "gspo": ("gspo", _PPO, {}, REDUCTIONS),
+    "sapo": ("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}, {}, ("sequence_mean",)),
+    "gpg": ("gpg", {}, {}, REDUCTIONS),
+    # every token a candidate and all of them dropped: the draw at random is the same whatever the generator
+    "clip_cov": (
+        "clip_cov",
+        {**_PPO, "clip_ratio": 1.0, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9},
+        {"clip_cov_ratio": 1.0, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9},
+        REDUCTIONS,
+    ),
+    "kl_cov": (
+        "kl_cov",
+        {"kl_cov_frac": 0.3, "ppo_kl_coef": 0.7},
+        {"kl_cov_ratio": 0.3, "ppo_kl_coef": 0.7},
+        REDUCTIONS,
+    ),
+    "geo_mean": ("geo_mean", _PPO, {}, ("sequence_mean",)),
+    "dro": ("dro", {"beta": 0.3}, {"dro_beta": 0.3}, REDUCTIONS),
+    "cispo": ("cispo", {"cispo_eps_clip_low": 0.2, "cispo_eps_clip_high": 0.28}, {}, REDUCTIONS),
+}
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("name", sorted(VERL_LOSSES))
+def test_verl_policy_loss(name, holes):
+    core = _verl()
+    card_id, options, policy_loss, reductions = VERL_LOSSES[name]
+    assert algorithms.verl_names(algorithms.POLICY_LOSSES)[name] == card_id
+    config = _verl_config(**policy_loss)
+    mask = _mask(holes)
+    for reduction in reductions:
+        logp, old, rollout, advantages = _tensors()
+        ours = _rlc_loss(card_id, logp, old, advantages, mask, reduction, options, rollout)
+        loss, _ = core.get_policy_loss_fn(name)(
+            old, logp, advantages, mask, loss_agg_mode=VERL_AGG[reduction], config=config
+        )
+        _assert_equal(ours, _value_and_grad(loss, logp), f"verl {name} ({reduction})")
+
+
+# ---- SkyRL's policy losses ---------------------------------------------------------------------------------
+
+
+def _skyrl_config(policy_loss_type, reduction, **sections):
+    from skyrl.train.config import AlgorithmConfig
+
+    config = AlgorithmConfig(policy_loss_type=policy_loss_type, loss_reduction=reduction, max_seq_len=LENGTH)
+    config.eps_clip_low, config.eps_clip_high, config.clip_ratio_c = 0.2, 0.28, 3.0
+    for section, values in sections.items():
+        setattr(config, section, dataclasses.replace(getattr(config, section), **values))
+    return config
+
+
+# SkyRL's name -> (rlc's card, rlc's options, SkyRL's config sections)
+SKYRL_LOSSES = {
+    "regular": ("regular", {**_PPO, "clip_ratio_c": 3.0}, {}),
+    "dual_clip": ("dual_clip", {**_PPO, "clip_ratio_c": 3.0}, {}),
+    "gspo": ("gspo", _PPO, {}),
+    "sapo": ("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}, {}),
+    "cispo": (
+        "cispo",
+        {"cispo_eps_clip_low": 0.2, "cispo_eps_clip_high": 0.28},
+        {"cispo": {"cispo_eps_clip_low": 0.2, "cispo_eps_clip_high": 0.28}},
+    ),
+    "rollout_is": ("rollout_is", _PPO, {}),
+    "importance_sampling": ("importance_sampling", {}, {}),
+    "cross_entropy": ("cross_entropy", {}, {}),
+    "dppo": ("dppo", {"dppo_type": "binary_tv", "delta_low": 0.2, "delta_high": 0.15}, {}),
+    "dppo-binary_kl": ("dppo", {"dppo_type": "binary_kl", "delta_low": 0.05, "delta_high": 0.03}, {}),
+    "clip_cov": (
+        "clip_cov",
+        {**_PPO, "clip_ratio": 1.0, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9},
+        {"clip_cov": {"clip_ratio": 1.0, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9}},
+    ),
+    # SkyRL sums the KL penalty over the tokens instead of reducing it with the loss: compared without it (below)
+    "kl_cov": (
+        "kl_cov",
+        {"kl_cov_frac": 0.3, "ppo_kl_coef": 0.0},
+        {"kl_cov": {"kl_cov_frac": 0.3, "ppo_kl_coef": 0.0}},
+    ),
+}
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("name", sorted(SKYRL_LOSSES))
+def test_skyrl_policy_loss(name, holes, reduction):
+    ppo = _skyrl()
+    card_id, options, sections = SKYRL_LOSSES[name]
+    skyrl_name = name.partition("-")[0]
+    if card_id == "dppo":
+        sections = {"dppo": {k: v for k, v in options.items()}}
+    config = _skyrl_config(skyrl_name, reduction, **sections)
+    mask = _mask(holes)
+    logp, old, rollout, advantages = _tensors()
+    ours = _rlc_loss(card_id, logp, old, advantages, mask, reduction, options, rollout)
+    scaled = ppo.apply_loss_reduction_to_advantages_minibatch(advantages, mask, reduction, ROWS, LENGTH)
+    loss_mask = mask
+    if name == "cross_entropy":  # SkyRL's SFT batches carry the loss mask over the batch's tokens: a token mean
+        if reduction != "token_mean":
+            pytest.skip("SkyRL's SFT loss is a token mean only")
+        loss_mask = mask / mask.sum()
+    loss, _ = ppo.PolicyLossRegistry.get(skyrl_name)(
+        logp, old, scaled, config, loss_mask=loss_mask, rollout_logprobs=rollout
+    )
+    _assert_equal(ours, _value_and_grad(loss, logp), f"SkyRL {name} ({reduction})")
+
+
+def test_skyrl_kl_cov_sums_its_penalty_where_rlc_and_verl_reduce_it():
+    """The one known difference: SkyRL's KL-Cov penalty is not scaled by the loss reduction (only the advantages
+    are), so under token_mean its weight is the batch's token count times rlc's and verl's."""
+    ppo = _skyrl()
+    mask = _mask()
+    logp, old, _, advantages = _tensors()
+    scaled = ppo.apply_loss_reduction_to_advantages_minibatch(advantages, mask, "token_mean", ROWS, LENGTH)
+
+    def penalty(coef):
+        config = _skyrl_config("kl_cov", "token_mean", kl_cov={"kl_cov_frac": 0.3, "ppo_kl_coef": coef})
+        theirs, _ = ppo.PolicyLossRegistry.get("kl_cov")(logp, old, scaled, config, loss_mask=mask)
+        ours, _ = _rlc_loss(
+            "kl_cov", logp, old, advantages, mask, "token_mean", {"kl_cov_frac": 0.3, "ppo_kl_coef": coef}
+        )
+        return theirs.detach(), ours
+
+    (theirs, ours), (theirs0, ours0) = penalty(0.7), penalty(0.0)
+    assert float(ours - ours0) > 0
+    torch.testing.assert_close(theirs - theirs0, (ours - ours0) * mask.sum(), rtol=1e-6, atol=1e-9)
+
+
+# ---- AReaL's policy losses ---------------------------------------------------------------------------------
+
+# AReaL's setting -> (rlc's card, rlc's options, AReaL's function and its arguments beyond the tensors). AReaL's
+# losses are token means over the batch; its sequence-level ratio averages each sequence's advantages, so that case
+# is compared on outcome advantages (one per sequence), where it is GSPO's.
+_AREAL = {"eps_clip": 0.2, "eps_clip_higher": 0.28}
+AREAL_LOSSES = {
+    "ppo": ("regular", {**_PPO, "clip_ratio_c": 3.0}, "ppo_actor_loss_fn", _AREAL),
+    "ppo-c_clip": ("dual_clip", {**_PPO, "clip_ratio_c": 3.0}, "ppo_actor_loss_fn", {**_AREAL, "c_clip": 3.0}),
+    "ppo-sequence": (
+        "gspo",
+        _PPO,
+        "ppo_actor_loss_fn",
+        {**_AREAL, "importance_sampling_level": "sequence"},
+    ),
+    "sapo": ("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}, "sapo_loss_fn", {"tau_pos": 1.0, "tau_neg": 1.05}),
+}
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("name", sorted(AREAL_LOSSES))
+def test_areal_policy_loss(name, holes):
+    functional = pytest.importorskip("areal.utils.functional.functional", reason="AReaL 1.0.4 is not installed")
+    card_id, options, function, arguments = AREAL_LOSSES[name]
+    mask = _mask(holes)
+    logp, old, _, advantages = _tensors()
+    if name == "ppo-sequence":
+        advantages = advantages[:, :1].expand_as(advantages).contiguous()
+    ours = _rlc_loss(card_id, logp, old, advantages, mask, "token_mean", options)
+    fn = getattr(functional, function)
+    if function == "ppo_actor_loss_fn":
+        loss, _ = fn(logp, old, old, advantages, loss_mask=mask.bool(), **arguments)
+    else:
+        loss, _ = fn(logp, old, advantages, loss_mask=mask.bool(), **arguments)
+    _assert_equal(ours, _value_and_grad(loss, logp), f"AReaL {name}")
+
+
+# ---- advantage estimators ----------------------------------------------------------------------------------
+
+
+def _rewards(seed: int = 1, outcome: bool = True):
+    """Per-token rewards: an outcome on each row's last token (scores 0/1 and fractions, a tie), or dense."""
+    g = torch.Generator().manual_seed(seed)
+    mask = _mask()
+    if not outcome:
+        return torch.randn(ROWS, LENGTH, generator=g, dtype=F64) * mask
+    scores = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0, 0.75, 1.0, 0.0], dtype=F64)
+    rewards = torch.zeros(ROWS, LENGTH, dtype=F64)
+    rewards[torch.arange(ROWS), torch.tensor(LENGTHS) - 1] = scores
+    return rewards
+
+
+def _algorithm(norm_by_std=True, gamma=1.0, lambd=1.0):
+    """The trainer.algorithm fields the estimators read."""
+    return types.SimpleNamespace(grpo_norm_by_std=norm_by_std, gamma=gamma, lambd=lambd)
+
+
+def _rlc_advantages(card_id, rewards, mask, index, values=None, **algorithm):
+    fn = registry.get_advantage_estimator(card_id)
+    return fn(rewards, mask, index=index, values=values, algorithm=_algorithm(**algorithm))
+
+
+def _verl_algo_config(norm_by_std=True, gamma=1.0, lam=1.0):
+    from verl.trainer.config import AlgoConfig
+
+    return AlgoConfig(norm_adv_by_std_in_grpo=norm_by_std, gamma=gamma, lam=lam)
+
+
+def _values(seed=2):
+    return torch.randn(ROWS, LENGTH, generator=torch.Generator().manual_seed(seed), dtype=F64) * _mask()
+
+
+def _verl_call(name, core, rewards, mask, norm_by_std, holes_gamma):
+    """verl's estimator `name`, called with the normalisation by std as an argument where it takes one (verl's
+    trainer leaves it at True for grpo_vectorized and gdpo; the importer says so)."""
+    fn = core.get_adv_estimator_fn(name)
+    config = _verl_algo_config(norm_by_std, gamma=holes_gamma, lam=0.9)
+    if name == "gae":
+        return fn(token_level_rewards=rewards, values=_values(), response_mask=mask, gamma=holes_gamma, lam=0.9)
+    if name in ("grpo", "grpo_vectorized", "gdpo"):
+        return fn(rewards, mask, GROUPS, norm_adv_by_std_in_grpo=norm_by_std, config=config)
+    if name == "reinforce_plus_plus":
+        return fn(rewards, mask, config=config)
+    return fn(rewards, mask, GROUPS, config=config)
+
+
+VERL_ESTIMATORS = (
+    "gae",
+    "grpo",
+    "grpo_vectorized",
+    "gdpo",
+    "grpo_passk",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "rloo",
+    "rloo_vectorized",
+    "opo",
+    "gpg",
+)
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False], ids=["std", "no-std"])
+@pytest.mark.parametrize("name", VERL_ESTIMATORS)
+def test_verl_advantage_estimator(name, norm_by_std):
+    core = _verl()
+    card_id = algorithms.verl_names(algorithms.ADVANTAGE_ESTIMATORS)[name]
+    cases = [(_rewards(), _mask(), 1.0)]
+    if not algorithms.ESTIMATORS[card_id].per_trajectory:  # per-token: dense rewards, holes, a discount
+        cases += [(_rewards(outcome=False), _mask(), 0.9), (_rewards(outcome=False), _mask(holes=True), 0.9)]
+    for rewards, mask, gamma in cases:
+        if name == "grpo_passk":  # it refuses a group of one sample
+            index = np.array([0, 0, 0, 1, 1, 1, 2, 2])
+            theirs = core.get_adv_estimator_fn(name)(
+                rewards.clone(), mask, index, config=_verl_algo_config(norm_by_std)
+            )
+        else:
+            index = GROUPS
+            theirs = _verl_call(name, core, rewards.clone(), mask, norm_by_std, gamma)
+        values = _values() if name == "gae" else None
+        ours = _rlc_advantages(card_id, rewards, mask, index, values, norm_by_std=norm_by_std, gamma=gamma, lambd=0.9)
+        # verl's vectorized estimators work in float32
+        tol = {"rtol": 1e-6, "atol": 1e-6} if name.endswith("vectorized") or name == "gpg" else {}
+        for what, a, b in zip(("advantages", "returns"), ours, theirs):
+            torch.testing.assert_close(
+                a, b.to(a.dtype) * mask, **tol, msg=lambda m, part=what: f"verl {name} {part}: {m}"
+            )
+
+
+def _skyrl_estimator(ppo, name, rewards, mask, index, norm_by_std, gamma):
+    fn = ppo.AdvantageEstimatorRegistry.get(name)
+    return fn(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=index,
+        values=_values(),
+        gamma=gamma,
+        lambd=0.9,
+        grpo_norm_by_std=norm_by_std,
+        config=None,
+    )
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False], ids=["std", "no-std"])
+@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce++", "maxrl"])
+def test_skyrl_advantage_estimator(name, norm_by_std):
+    ppo = _skyrl()
+    cases = [(_rewards(), _mask(), 1.0)]
+    if not algorithms.ESTIMATORS[name].per_trajectory:
+        cases += [(_rewards(outcome=False), _mask(), 0.9)]
+        if name != "gae":  # SkyRL's GAE reads the values of masked tokens (rlc's, as verl's, skips them)
+            cases += [(_rewards(outcome=False), _mask(holes=True), 0.9)]
+    index = [str(i) for i in GROUPS]
+    for rewards, mask, gamma in cases:
+        theirs = _skyrl_estimator(ppo, name, rewards.clone(), mask, index, norm_by_std, gamma)
+        values = _values() if name == "gae" else None
+        ours = _rlc_advantages(name, rewards, mask, index, values, norm_by_std=norm_by_std, gamma=gamma, lambd=0.9)
+        for what, a, b in zip(("advantages", "returns"), ours, theirs):
+            torch.testing.assert_close(a, b.to(a.dtype) * mask, msg=lambda m, part=what: f"SkyRL {name} {part}: {m}")
+
+
+# ---- every name is compared ---------------------------------------------------------------------------------
+
+
+def test_every_peer_name_is_compared():
+    """Each name in verl's and SkyRL's registries is compared above or listed in NOT_RUN with its reason."""
+    core, ppo = _verl(), _skyrl()
+    skyrl_losses = {name.partition("-")[0] for name in SKYRL_LOSSES}
+    compared = {
+        ("verl", "loss"): set(VERL_LOSSES),
+        ("verl", "estimator"): set(VERL_ESTIMATORS),
+        ("skyrl", "loss"): skyrl_losses,
+        ("skyrl", "estimator"): {"gae", "grpo", "rloo", "reinforce++", "maxrl"},
+    }
+    registries = {
+        ("verl", "loss"): set(core.POLICY_LOSS_REGISTRY),
+        ("verl", "estimator"): set(core.ADV_ESTIMATOR_REGISTRY),
+        ("skyrl", "loss"): set(ppo.PolicyLossRegistry.list_available()),
+        ("skyrl", "estimator"): set(ppo.AdvantageEstimatorRegistry.list_available()),
+    }
+    for key, names in registries.items():
+        skipped = {name for (peer, kind, name) in NOT_RUN if (peer, kind) == key}
+        assert names - compared[key] - skipped == set(), f"{key}: names neither compared nor in NOT_RUN"
+        assert compared[key] - names == set(), f"{key}: compared names the peer no longer registers"
+        assert skipped <= names, f"{key}: NOT_RUN names the peer no longer registers"
+    # every compared name is selectable in rlc, by a card
+    for name in registries["verl", "loss"] - {n for (_, _, n) in NOT_RUN}:
+        assert name in algorithms.verl_names(algorithms.POLICY_LOSSES), name
+    for name in registries["verl", "estimator"] - {n for (_, _, n) in NOT_RUN}:
+        assert name in algorithms.verl_names(algorithms.ADVANTAGE_ESTIMATORS), name
+    for name in registries["skyrl", "loss"]:
+        assert name in algorithms.LOSSES, name
+    for name in registries["skyrl", "estimator"]:
+        assert name in algorithms.ESTIMATORS, name
