@@ -68,6 +68,7 @@ class DROConfig:
         None,
         "verl: DRO's quadratic log-ratio penalty (policy_loss_type=dro); verl has no default.",
         exclusive_minimum=0,
+        rlc_only=True,
     )
 
 

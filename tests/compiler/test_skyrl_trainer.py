@@ -348,7 +348,6 @@ def test_warnings_name_what_runs_differently(tmp_path):
 def test_what_only_rlcs_runtime_lacks_is_not_refused_under_skyrl(tmp_path):
     """SkyRL 0.4's features rlc's runtime has not built yet run under SkyRL's trainer."""
     overrides = (
-        "trainer.algorithm.policy_loss_type=dppo",
         "generator.inference_engine.enable_return_routed_experts=true",
         "trainer.policy.torch_profiler_config.enable=true",
         "data.dataloader.num_workers=4",
@@ -357,7 +356,7 @@ def test_what_only_rlcs_runtime_lacks_is_not_refused_under_skyrl(tmp_path):
     under_skyrl = _diagnostics(tmp_path, BASE, *overrides)
     assert not [d for d in under_skyrl if d.is_error], [(d.code, d.message) for d in under_skyrl if d.is_error]
     under_rlc = _diagnostics(tmp_path, BASE, *overrides, "launch.trainer=rlc")
-    assert {"RLC-E815", "RLC-E813", "RLC-E804", "RLC-E801", "RLC-E903"} <= {d.code for d in under_rlc}
+    assert {"RLC-E813", "RLC-E804", "RLC-E801", "RLC-E903"} <= {d.code for d in under_rlc}
 
 
 def test_the_command_names_skyrls_entrypoint_and_the_extras_the_job_needs():
