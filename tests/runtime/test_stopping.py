@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from rlc.runtime.stopping import Stopped, StopSignals
@@ -43,7 +44,9 @@ def test_ray_init_handlers_give_way_and_a_signal_meanwhile_waits(capsys):
     with StopSignals(60, lambda: "nowhere") as stop:
         with stop.starting_ray():
             signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))  # what ray.init installs in the driver
-            _signal_self(signal.SIGTERM)  # blocked until the span ends, as in the processes Ray starts in it
+            # blocked until the span ends, as in the processes Ray starts in it (they inherit this thread's mask);
+            # sent to this thread, since a process-wide signal may go to another thread (pytest-xdist's) instead
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
             assert stop.requested is None
         assert stop.requested == signal.SIGTERM
     assert (

@@ -317,7 +317,7 @@ RETIRED: list[Retired] = [
         "injects context-usage messages into multi-turn conversations; rlc's generator does not",
         _off,
     ),
-    Retired("trainer.algorithm.dro", "the DRO policy loss; not one of rlc's policy losses", _block_off),
+    # trainer.algorithm.dro, the DRO policy loss of SkyRL's history, is spec v1's own again (verl's dro, dro.beta)
     Retired(
         "trainer.loss_chunk_size",
         "computes the loss in chunks of this many tokens to save memory (same result); rlc computes it whole",
