@@ -211,7 +211,7 @@ def test_skypilot_reads_every_task(compiled, sky_python, tmp_path):
 def test_sbatch_accepts_every_batch_script(compiled, tmp_path):
     errors = {}
     with slurmsim.SlurmCluster(
-        1, tmp_path / "slurm", cpus=256, gpus=8, gpu_type=SLURM_GPU, memory_mb=4_000_000, features=SLURM_FEATURES
+        1, tmp_path / "slurm", cpus=256, gpus=8, gpu_type=SLURM_GPU, memory_mb=1_100_000_000, features=SLURM_FEATURES
     ) as cluster:
         for _, out in compiled:
             script = out / "slurm" / "job.sbatch"

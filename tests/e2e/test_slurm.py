@@ -251,5 +251,5 @@ def test_an_environment_without_rlc_fails_the_job_saying_so(slurm, tmp_path, job
     state = slurm.wait(job, 120)
     log = _output(script.parent, job)
     assert state["JobState"] == "FAILED", log
-    assert "cannot import rlc's runtime and Ray" in log and "Ray runtime started" not in log, log
+    assert "cannot import ray, rlc.runtime" in log and "Ray runtime started" not in log, log
     _gone(job)

@@ -17,10 +17,10 @@ import pathlib
 import sys
 import types
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")  # torch's own dependency: present wherever torch is
 
 from rlc.core import algorithms  # noqa: E402
 from rlc.runtime.algorithms import registry  # noqa: E402
