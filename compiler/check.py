@@ -21,10 +21,10 @@ from rlc.compiler.rules import (
     skyrl_trainer,
     slurm,
     upstream,
+    verl_trainer,
     vllm_cpu,
 )
 from rlc.compiler.rules.base import Context, Rule
-from rlc.compiler.trainers.verl import VERL
 from rlc.core.diagnostics import ERROR, Diagnostic
 
 RULES: tuple[Rule, ...] = (
@@ -38,8 +38,8 @@ RULES: tuple[Rule, ...] = (
     *skyrl_trainer.RULES,
     *slurm.RULES,
     *upstream.RULES,
+    *verl_trainer.RULES,  # verl's refusals, for launch.trainer: verl only
     *vllm_cpu.RULES,
-    *VERL.rules(),  # verl's refusals, for launch.trainer: verl only
 )
 # Rules about what rlc's own runtime runs, not about the job: with SkyRL's trainer (launch.trainer: skyrl) they would
 # refuse what SkyRL runs (SkyRL 0.4's features rlc has not built yet, rlc's environments, engines and LoRA layers),

@@ -1,8 +1,9 @@
 """Trainers: the program a compiled job runs (`launch.trainer`), each fed every value of the resolved spec.
 
 TRAINERS is every trainer: the one list the spec's accepted values (rlc.spec.launch.TRAINER_NAMES, which a test holds
-equal to these names), the check stage (each trainer's refusals), emit (train.sh), the targets, `rlc plan` and
-`rlc explain launch.trainer` read. A new trainer is a module here and one entry below.
+equal to these names), emit (train.sh), the targets, `rlc plan` and `rlc explain launch.trainer` read. A new trainer
+is a module here and one entry below, and its refusals a module of compiler/rules/ that check.RULES lists (the
+trainer's `rules()` returns them).
 """
 
 from __future__ import annotations

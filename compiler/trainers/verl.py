@@ -1,11 +1,11 @@
 """verl's trainer (launch.trainer: verl): `python3 -m verl.trainer.main_ppo` with the resolved spec as its Hydra
 overrides (rlc.compiler.trainers.verl_config), and the rules that refuse what verl does not run
-(rlc.compiler.trainers.verl_rules)."""
+(rlc.compiler.rules.verl_trainer)."""
 
 from __future__ import annotations
 
+from rlc.compiler.rules import verl_trainer
 from rlc.compiler.rules.base import Rule
-from rlc.compiler.trainers import verl_rules
 from rlc.compiler.trainers.base import TrainerCommand
 from rlc.compiler.trainers.verl_config import MODULE, RELEASE, overrides, requirements
 from rlc.spec.root import RlcSpec
@@ -22,7 +22,7 @@ class VerlTrainer:
         return TrainerCommand(MODULE, overrides(spec), requirements(spec, version or RELEASE))
 
     def rules(self) -> tuple[Rule, ...]:
-        return verl_rules.RULES
+        return verl_trainer.RULES
 
 
 VERL = VerlTrainer()

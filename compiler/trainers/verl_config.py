@@ -6,7 +6,7 @@ spec in verl's keys and units, only what differs from verl's defaults written (a
 `launch.trainer_settings.verl`. Where verl reads a value differently, the verl setting that gives rlc's meaning is
 written: rlc's regular loss is verl's vanilla loss with a dual clip that never bites, rlc's warm-up counts
 optimizer steps, the one micro-batch knob goes to each role's, and so on. What verl cannot mean, its rules refuse
-(rlc.compiler.trainers.verl_rules).
+(rlc.compiler.rules.verl_trainer).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One failing spec per rule of compiler/trainers/verl_rules.py (launch.trainer: verl), in the shape
+"""One failing spec per rule of compiler/rules/verl_trainer.py (launch.trainer: verl), in the shape
 tests/compiler/test_rules.py uses: code -> (the key it names, the spec body with the line it points at marked)."""
 
 VERL = "launch:\n  trainer: verl\n"
