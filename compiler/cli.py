@@ -201,6 +201,13 @@ def explain(key: str) -> None:
     "with $(...).",
 )
 @click.option(
+    "--cwd",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="The folder a launch script runs in, which its $(pwd) and $PWD stand for (default: for verl's scripts, "
+    "the folder above the script holding its --config-path, verl's repository root).",
+)
+@click.option(
     "--trainer",
     type=RegistryChoice(_trainer_names),
     default=None,
@@ -217,6 +224,7 @@ def migrate(
     force: bool,
     source: str | None,
     env: tuple[str, ...],
+    cwd: str | None,
     trainer: str | None,
 ) -> None:
     """Rewrite a legacy SkyRL config OLD as the current spec, keeping comments, and report each change.
@@ -244,10 +252,11 @@ def migrate(
             raise click.BadParameter(f"'{item}' is not NAME=VALUE", param_hint="--env")
         environment[name] = value
     script = source in (None, "verl") and os.path.isfile(old) and is_script(old)
-    if not script and (args or env):
-        raise click.UsageError(
-            f"{'ARGS' if args else '--env'} applies to a launch script only; {old} is read as a YAML config"
-        )
+    if not script and (args or env or cwd):
+        given = "ARGS" if args else "--env" if env else "--cwd"
+        raise click.UsageError(f"{given} applies to a launch script only; {old} is read as a YAML config")
+    if cwd is not None and "PWD" in environment:
+        raise click.UsageError("--cwd and --env PWD=... both say where the script runs: give one")
     if script and (in_place or check or show_diff):
         raise click.UsageError(
             "a launch script is imported as a new spec: use -o NEW (or stdout), not --in-place/--check/--diff"
@@ -259,7 +268,7 @@ def migrate(
         )
     try:
         if script:
-            outcome = migrate_script(old, environment, list(args), output, force, trainer)
+            outcome = migrate_script(old, environment, list(args), output, force, trainer, cwd)
         else:
             outcome = migrate_file(old, chosen, output, in_place, check, show_diff, force, trainer)
     except MigrateUsageError as exc:

@@ -89,15 +89,22 @@ def migrate_file(
 
 
 def migrate_script(
-    old: str, env: dict[str, str], argv: list[str], output: str | None, force: bool, trainer: str | None = None
+    old: str,
+    env: dict[str, str],
+    argv: list[str],
+    output: str | None,
+    force: bool,
+    trainer: str | None = None,
+    cwd: str | None = None,
 ) -> Outcome:
-    """Import the launch script OLD (read, never run; `"$@"` is ARGV, the environment ENV) as a new spec."""
+    """Import the launch script OLD (read, never run; `"$@"` is ARGV, the environment ENV, `$(pwd)` CWD) as a new
+    spec."""
     # deferred: tree-sitter's bash grammar, only for a launch script
     from rlc.compiler.importers.scripts import import_script
 
     out = Outcome(0)
     try:
-        imported, errors, warnings = import_script(old, env, argv)
+        imported, errors, warnings = import_script(old, env, argv, cwd)
     except NotImportable as exc:
         out.say(f"rlc migrate: {old}: {exc}")
         out.code = 1

@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 if TYPE_CHECKING:
-    from rlc.compiler.importers.shell_words import Unknown
+    from rlc.compiler.importers.shell_words import Unknown, Word
 
 
 @dataclass
@@ -105,8 +105,17 @@ def leaves(node: Any, prefix: str = ""):
 
 
 def environment_reference(u: Unknown) -> str:
-    """How a spec value spells a variable a launch script reads from the environment where the job runs."""
+    """How a spec value spells a variable a launch script reads from the environment where the job runs (and a
+    `$(date +FORMAT)`: the import's date, taken where it only names the run)."""
+    if u.kind == "clock":
+        return u.why
     return "${oc.env:" + u.name + "}" if u.kind == "env" else u.source
+
+
+def names_run(word: Word, keys: frozenset[str]) -> bool:
+    """Whether a `key=value` word sets one of `keys`: a value that names the run, its logs or its checkpoints, and
+    changes nothing of what runs."""
+    return word.text.split("=", 1)[0].lstrip("+~") in keys
 
 
 class Importer(Protocol):

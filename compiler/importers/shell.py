@@ -20,11 +20,13 @@ from rlc.compiler.importers.shell_expand import Exit
 from rlc.compiler.importers.shell_read import Reader
 from rlc.compiler.importers.shell_words import (
     BRANCH,
+    DATED,
     FROM_ENV,
     NEEDS_ENV,
     NO_LAUNCH,
     NOT_BASH,
     NOT_STATIC,
+    WORKDIR,
     Launch,
     Piece,
     Unknown,
@@ -39,11 +41,13 @@ from rlc.core.diagnostics import COMMAND_LINE, ERROR, Diagnostic, Location
 
 __all__ = [
     "BRANCH",
+    "DATED",
     "FROM_ENV",
     "NEEDS_ENV",
     "NOT_BASH",
     "NOT_STATIC",
     "NO_LAUNCH",
+    "WORKDIR",
     "Launch",
     "Piece",
     "Script",
@@ -65,9 +69,14 @@ class Script:
     lines: list[str] = field(default_factory=list)
     unknown_programs: list[Diagnostic] = field(default_factory=list)  # commands whose program is unknown
 
-    def command(self, accept: Callable[[Launch], bool] | None = None) -> tuple[Launch | None, list[Diagnostic]]:
+    def command(
+        self,
+        accept: Callable[[Launch], bool] | None = None,
+        naming: Callable[[Launch, Word], bool] = lambda launch, word: False,
+    ) -> tuple[Launch | None, list[Diagnostic]]:
         """The training command (the last launch `accept` takes; by default the last Python launch) and every
-        problem that bears on it: the script's own, then each unknown part of its words."""
+        problem that bears on it: the script's own, then each unknown part of its words (a date in a word that
+        `naming` says only names the run is a warning)."""
         chosen = [x for x in self.launches if accept is None or accept(x)]
         if not chosen:
             where = f"; the script exits at line {self.exit_line} first" if self.exit_line else ""
@@ -81,7 +90,7 @@ class Script:
             )
             return None, [*self.diagnostics, *self.unknown_programs, diag]
         launch = chosen[-1]
-        return launch, [*self.diagnostics, *launch_diagnostics(launch, self._line)]
+        return launch, [*self.diagnostics, *launch_diagnostics(launch, self._line, lambda w: naming(launch, w))]
 
     def _line(self, line: int) -> str | None:
         return self.lines[line - 1] if 0 < line <= len(self.lines) else None

@@ -9,6 +9,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +204,8 @@ class Expander:
 
     def substitution(self, node) -> tuple[Piece, ...]:
         """`$(...)` is never run; a few pure path functions of known words are evaluated (dirname, basename,
-        pwd, `cd D && pwd`), everything else is an unknown the user gives with --env."""
+        pwd, `cd D && pwd`), `date +FORMAT` is the import's time (a "clock" unknown), everything else is an unknown
+        the user gives with --env."""
         text = node.text
         if text.startswith(b"$((") and text.endswith(b"))"):
             # tree-sitter-bash reads `$((...))` inside `${V:=...}` as a command substitution of a subshell
@@ -218,7 +220,23 @@ class Expander:
         value = self.pure_command(body[0]) if len(body) == 1 else None
         if value is not None:
             return value
-        return (Unknown("command", self.src(node), self.assigning, self.line(node), self.frame.file),)
+        now = self.date(body[0]) if len(body) == 1 else ""
+        kind = "clock" if now else "command"
+        return (Unknown(kind, self.src(node), self.assigning, self.line(node), self.frame.file, now),)
+
+    def date(self, node) -> str:
+        """`date +FORMAT` (or `date -u +FORMAT`): the time of the import in that format; "" for any other command.
+        The importer takes it where it only names the run (rlc.compiler.importers.shell_words.launch_diagnostics)."""
+        words = self.command_words(node)
+        if not words or not all(w.known for w in words) or words[0].text != "date":
+            return ""
+        args = [w.text for w in words[1:]]
+        utc = bool(args) and args[0] in ("-u", "--utc", "--universal")
+        args = args[1:] if utc else args
+        if len(args) != 1 or not args[0].startswith("+"):
+            return ""
+        now = datetime.now(timezone.utc) if utc else datetime.now().astimezone()
+        return now.strftime(args[0][1:])
 
     def pure_command(self, node) -> tuple[Piece, ...] | None:
         """dirname, basename, pwd and `cd D && pwd` of known words (redirections aside); None for anything else."""
@@ -372,7 +390,10 @@ class Expander:
                 else (var.value[0].pieces if isinstance(var.value, list) and var.value else flat(var.value))
             )
         if prefix == "#":
-            return [Field([str(len("".join(value)))])] if value is None or is_text(value) else unsupported  # type: ignore[arg-type]
+            if value is None:  # the environment's, or set by a command rlc does not run (`read -a V`)
+                why = f"{name} is not set by the script"
+                return [Field([Unknown("unsupported", source, "", self.line(node), self.frame.file, why)])]
+            return [Field([str(len("".join(value)))])] if is_text(value) else unsupported  # type: ignore[arg-type]
         if not rest:
             if value is None:
                 return [Field(list(self.lookup(name, source)))] if name not in ("@", "*") else []

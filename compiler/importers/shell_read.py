@@ -354,6 +354,8 @@ class Reader(Expander):
         return ", ".join(names) or "a file or a command the reader does not run"
 
     def command(self, node) -> bool | None:
+        if self.split_assignment(node):
+            return True
         groups = self.glued(node)
         prefix = [g for g in groups if g[0].type == "variable_assignment"]
         words: list[Word] = []
@@ -415,6 +417,26 @@ class Reader(Expander):
             self.launches.append(
                 Launch(program, module, words[first:], file, ln, col, launcher, env, self.frame.condition)
             )
+        return True
+
+    def split_assignment(self, node) -> bool:
+        """`X=$A/b/$C/$D`, one assignment to bash, which tree-sitter-bash may read as an assignment `X=$A/b/$`
+        glued to a command `C/$D`: read again as the assignment it is (its value as double-quoted text, which an
+        assignment's value is to bash: neither split nor globbed). False for any other command."""
+        kids = [
+            c for i, c in enumerate(node.children) if c.type == "variable_assignment" or node.field_name_for_child(i)
+        ]
+        if len(kids) != 2 or kids[0].type != "variable_assignment" or kids[1].type != "command_name":
+            return False
+        if kids[0].end_byte != kids[1].start_byte or kids[1].end_byte != node.end_byte:
+            return False
+        name, eq, value = node.text.partition(b"=")
+        if not eq or not name.decode().isidentifier() or any(q in value for q in b"\"'\\`"):
+            return False
+        string = self.reparse(node.start_byte + len(name), b'"' + value + b'"', "string")
+        if string is None:
+            return False
+        self.set(name.decode(), self.scalar(string, assigning=name.decode()))
         return True
 
     def call(self, name: str, args: list[Word], line: int) -> bool | None:

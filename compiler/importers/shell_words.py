@@ -1,6 +1,6 @@
 """The words a launch script's static reading produces (rlc.compiler.importers.shell): literal text with unknown
 parts, each word with its file, line and column; the Python launches found and the findings about their words;
-and how a command line's launcher (`uv run`, `python3 -m`, `torchrun`, `ray job submit --`, `env`, `nohup`) is
+and how a command line's launcher (`uv run`, `python3 -m`, `torchrun`, `ray job submit --`, `srun`, `env`, `nohup`) is
 told from the program it starts."""
 
 from __future__ import annotations
@@ -24,18 +24,21 @@ BRANCH = "RLC-E062"  # a value (or the launch itself) depends on a condition tha
 NOT_STATIC = "RLC-E063"  # an expansion or statement the reader does not evaluate statically
 NO_LAUNCH = "RLC-E064"  # no training command found, or the script exits before it
 FROM_ENV = "RLC-W060"  # a variable the script reads but never sets: its value is the environment's
+WORKDIR = "RLC-W062"  # `$(pwd)`/$PWD read as the folder the script is documented to run from (rlc migrate --cwd)
+DATED = "RLC-W061"  # `$(date +FORMAT)` in a value that only names the run (its name, its logs' and checkpoints' paths)
 
 
 @dataclass(frozen=True)
 class Unknown:
     """A part of a word no static reading can know, and why."""
 
-    kind: str  # env | command | required | branch | unsupported
+    kind: str  # env | command | clock (`$(date +FORMAT)`) | required | branch | unsupported
     source: str  # as the script writes it: "$HOME", "$(date +%s)", "${A/x/y}"
     name: str = ""  # the variable --env would fix ("" when none would)
     line: int = 0  # where it arises
     file: str = ""
-    why: str = ""  # for required: the script's message; for branch: the condition's variables
+    why: str = ""  # for required: the script's message; for branch: the condition's variables; for clock: the
+    # import's time in the script's format
 
 
 Piece = str | Unknown
@@ -83,10 +86,16 @@ class Launch:
     condition: Unknown | None = None  # set when it runs only on a branch whose condition is not known
 
 
-def launch_diagnostics(launch: Launch, line_text: Callable[[int], str | None]) -> list[Diagnostic]:
-    """One diagnostic for each distinct unknown in the launch's words, at the first word that holds it."""
+def launch_diagnostics(
+    launch: Launch, line_text: Callable[[int], str | None], naming: Callable[[Word], bool] = lambda w: False
+) -> list[Diagnostic]:
+    """One diagnostic for each distinct unknown in the launch's words, at the first word that holds it. A date
+    (`$(date +%Y%m%d)`) in a word that only names the run (`naming`) is the import's date, with a warning; in any
+    other word it is an error, as every value a command computes is."""
     out: list[Diagnostic] = []
     seen: set[tuple[str, str, int]] = set()
+    # a date that reaches any word other than a name is an error wherever it is met
+    runs = {_ident(u) for w in launch.args if not naming(w) for u in w.unknowns if u.kind == "clock"}
     if launch.condition is not None:
         c = launch.condition
         out.append(
@@ -102,7 +111,7 @@ def launch_diagnostics(launch: Launch, line_text: Callable[[int], str | None]) -
         for u in word.unknowns:
             if u.kind == "required":
                 continue  # the script's own diagnostic (bash stops there)
-            ident = (u.kind, u.name or u.source, u.line)
+            ident = _ident(u)
             if ident in seen:
                 continue
             seen.add(ident)
@@ -113,8 +122,28 @@ def launch_diagnostics(launch: Launch, line_text: Callable[[int], str | None]) -
                     word.file, word.line, word.column, line_text(word.line) if word.file == launch.file else None
                 )
             )
-            out.append(unknown_diagnostic(u, where))
+            if u.kind == "clock" and ident not in runs:
+                out.append(_dated(u, word, where))
+            else:
+                out.append(unknown_diagnostic(u, where))
     return out
+
+
+def _ident(u: Unknown) -> tuple[str, str, int]:
+    return (u.kind, u.name or u.source, u.line)
+
+
+def _dated(u: Unknown, word: Word, where: Location) -> Diagnostic:
+    what = f"{u.name}, set from `{u.source}` (line {u.line})," if u.name else f"`{u.source}`"
+    key = word.text.split("=", 1)[0].lstrip("+~")
+    return Diagnostic(
+        DATED,
+        WARNING,
+        f"{what} is read as the date of the import, {u.why}: {key} names the run or its files, and changes "
+        "nothing of what runs",
+        location=where,
+        hint=f"pass --env {u.name}=VALUE to choose it" if u.name else "write the name into the script to choose it",
+    )
 
 
 def _env_hint(names: str) -> str:
@@ -132,7 +161,7 @@ def unknown_diagnostic(u: Unknown, where: Location) -> Diagnostic:
             location=where,
             hint=f"pass --env {u.name}=VALUE to fix it",
         )
-    if u.kind == "command":
+    if u.kind in ("command", "clock"):
         what = f"{u.name}, set from `{u.source}`{at}," if u.name else f"`{u.source}`{at}"
         return Diagnostic(
             NEEDS_ENV,
@@ -207,11 +236,19 @@ _UV_VALUE_OPTIONS = {
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path"}
 _PY_VALUE_OPTIONS = {"-X", "-W", "-Q"}
 _WRAPPERS = {"nohup", "exec", "time", "command", "builtin"}
+# Slurm's srun options written `-w NODE` / `--nodes N` (a value in the next word); `--opt=value` is one word.
+_SRUN_VALUE_OPTIONS = {
+    "-N", "-n", "-w", "-c", "-p", "-t", "-J", "-o", "-e", "-G", "-A", "-q", "-C", "-x", "-D", "-m", "-d", "-i",
+    "--nodes", "--ntasks", "--nodelist", "--cpus-per-task", "--partition", "--time", "--job-name", "--output",
+    "--error", "--gpus", "--gres", "--account", "--qos", "--constraint", "--exclude", "--chdir", "--distribution",
+    "--dependency", "--input", "--ntasks-per-node", "--gpus-per-node", "--gpus-per-task", "--mem", "--mem-per-cpu",
+    "--mem-per-gpu", "--container-image", "--container-mounts", "--export", "--mpi", "--cpu-bind", "--het-group",
+}  # fmt: skip
 
 
 def find_program(words: list[Word]) -> tuple[str, bool, int, list[str]] | None:
     """(program, is a module, index of its first argument, launcher words) when the words start a Python program
-    (through `uv run`, `python -m`, `torchrun`, `ray job submit --`, `env`, `nohup`), else None."""
+    (through `uv run`, `python -m`, `torchrun`, `ray job submit --`, `srun`, `env`, `nohup`), else None."""
     texts = [w.text for w in words]
     i = 0
     python_seen = False
@@ -220,6 +257,10 @@ def find_program(words: list[Word]) -> tuple[str, bool, int, list[str]] | None:
         base = head.rsplit("/", 1)[-1]
         if base in _WRAPPERS:
             i += 1
+        elif base == "srun":
+            i += 1
+            while i < len(texts) and texts[i].startswith("-"):
+                i += 2 if texts[i] in _SRUN_VALUE_OPTIONS else 1
         elif base == "env":
             i += 1
             while i < len(texts) and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", texts[i]) or texts[i].startswith("-")):

@@ -5,6 +5,7 @@ judges it as SkyRL 0.4.0's own validation does."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,13 +104,29 @@ def load_document_text(text: str):
 
 
 def test_a_value_only_running_the_script_gives_is_named():
-    imported, errors, _ = import_script(
-        str(ROOT / "examples/train/delta_weight_sync/run_gsm8k_qwen1p5b_gcs.sh"), {}, []
-    )
+    script = str(ROOT / "examples/train/delta_weight_sync/run_gsm8k_qwen1p5b_gcs.sh")
+    imported, errors, warnings = import_script(script, {}, [])
     assert imported is None
-    assert [d.code for d in errors] == ["RLC-E061", "RLC-E061"]
+    assert [d.code for d in errors] == ["RLC-E061"]
     assert "SYNC_DIR" in errors[0].message and errors[0].hint == "pass --env SYNC_DIR=VALUE"
-    assert "RUN_ID" in errors[1].message and "$(date +%Y%m%d_%H%M%S)" in errors[1].message
+    # RUN_ID=$(date ...) only names the run and its files: the import's date, said so
+    dated = [d for d in warnings if d.code == "RLC-W061"]
+    assert len(dated) == 1 and "RUN_ID" in dated[0].message and "$(date +%Y%m%d_%H%M%S)" in dated[0].message
+    imported, errors, _ = import_script(script, {"SYNC_DIR": "gs://bucket/run"}, [])
+    assert imported is not None and not errors
+    run_name = plain_yaml(load_document_text(imported.text))["trainer"]["run_name"]
+    assert re.fullmatch(r"gsm8k-qwen1p5b-delta-gcs-\d{8}_\d{6}", run_name), run_name
+
+
+def test_a_date_that_changes_what_runs_is_still_an_error(tmp_path):
+    script = tmp_path / "seeded.sh"
+    script.write_text(
+        "STAMP=$(date +%s)\nuv run -m skyrl.train.entrypoints.main_base trainer.seed=$STAMP "
+        "trainer.run_name=run-$STAMP\n"
+    )
+    imported, errors, warnings = import_script(str(script), {}, [])
+    assert imported is None and [d.code for d in errors] == ["RLC-E061"] and "STAMP" in errors[0].message
+    assert not [d for d in warnings if d.code == "RLC-W061"]
 
 
 def test_other_entrypoints_are_refused_by_name(tmp_path):

@@ -13,8 +13,9 @@ from rlc.compiler.load import document_from_text
 from rlc.compiler.pipeline import analyze_document
 
 FIXTURES = ROOT / "tests" / "fixtures" / "verl"
-# What a user passes with --env: the device probe's answer, and what the scripts compute with `$(date ...)`.
-ENV = {"HOME": "/home/user", "PWD": "/work", "DEVICE": "gpu", "NOW": "20260101", "EXPERIMENT_NAME": "run"}
+# What a user passes with --env: the device probe's answer. What the scripts compute with `$(date ...)` names the
+# run (the import's date), and `$(pwd)` is verl's repository root, found from the script.
+ENV = {"HOME": "/home/user", "DEVICE": "gpu"}
 
 
 # How many scripts of each set import and validate (the others are refused, each for its reason).
@@ -58,3 +59,19 @@ def test_what_rlc_cannot_run_is_refused_in_verls_terms(outcomes):
         assert any(words in v for v in found.values()), words
     sft = {k: v for k, v in found.items() if "/sft/" in k}
     assert sft and all("supervised fine-tuning (SFT)" in v or "mlite" in v for v in sft.values()), sft
+
+
+@pytest.mark.parametrize("release", ["v0.7.0", "v0.7.1"])
+def test_verls_sapo_slurm_script_imports_with_the_actors_temperatures(release):
+    slurm = {"SLURM_GPUS_PER_NODE": "8", "SLURM_JOB_NUM_NODES": "1"}  # what Slurm sets where the job runs
+    imported, errors, _ = import_script(str(FIXTURES / f"sapo-{release}" / "run_qwen30b_sapo.sh"), ENV | slurm, [])
+    assert imported is not None and not errors, [d.message for d in errors]
+    analysis = analyze_document(document_from_text(imported.text, "imported.yaml"), env={})
+    assert not [d.message for d in analysis.diagnostics if d.severity == "error"]
+    data = analysis.spec.trainer.algorithm
+    assert data.policy_loss_type == "sapo" and (data.sapo.tau_pos, data.sapo.tau_neg) == (1.0, 1.05)
+    # verl v0.7 reads SAPO's temperatures from the actor's config (later releases from policy_loss)
+    assert "tau_neg: 1.05  # verl: actor_rollout_ref.actor.tau_neg (line 370)" in imported.text
+    # `default_local_dir=$DATA_ROOT/checkpoint/$project_name/$experiment_name` is one assignment (tree-sitter-bash
+    # reads it as an assignment and a command)
+    assert "ckpt_path: ${oc.env:PWD}/checkpoint/RL4LLM/qwen3-30B-base-vanilla-fsdp" in imported.text

@@ -9,7 +9,15 @@ the environment's (`${oc.env:NAME}`, resolved where the job runs) unless --env g
 
 from __future__ import annotations
 
-from rlc.compiler.importers.base import Change, Imported, NotImportable, environment_reference, leaves, spec_text
+from rlc.compiler.importers.base import (
+    Change,
+    Imported,
+    NotImportable,
+    environment_reference,
+    leaves,
+    names_run,
+    spec_text,
+)
 from rlc.compiler.importers.shell import Launch, Script, Word
 from rlc.compiler.importers.versions import upgrade
 from rlc.compiler.load import Document
@@ -20,6 +28,14 @@ from rlc.spec.skyrl_release import DEFAULT_CHANGES, SKYRL_RELEASE
 from ruamel.yaml.comments import CommentedMap
 
 MAIN_BASE = "skyrl.train.entrypoints.main_base"
+# The settings that name the run and where its logs, checkpoints and exports go: a date in them changes nothing
+# of what runs.
+RUN_NAMES = frozenset(
+    [
+        *(f"trainer.{k}" for k in ("run_name", "project_name", "log_path", "ckpt_path", "export_path")),
+        "generator.inference_engine.delta_weight_sync.local_checkpoint_dir",
+    ]
+)
 
 
 class SkyRLScript:
@@ -30,6 +46,9 @@ class SkyRLScript:
 
     def accepts(self, launch: Launch) -> bool:
         return launch.module and launch.program == MAIN_BASE
+
+    def names_run(self, word: Word) -> bool:
+        return names_run(word, RUN_NAMES)
 
     def convert_launch(self, script: Script, launch: Launch) -> Imported:
         overrides: list[tuple[Override, Word]] = []

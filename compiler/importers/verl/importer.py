@@ -42,7 +42,7 @@ def refusal(c: Composed) -> str | None:
     if str(get(f"{T}.device") or "cuda") == "npu":
         return f"Ascend NPUs ({T}.device=npu, torch_npu); rlc runs on NVIDIA GPUs or the CPU"
     search = get("hydra.searchpath")
-    if search or c.is_written("hydra.searchpath"):
+    if not _verls_own(search) and (search or c.is_written("hydra.searchpath")):
         what = "the mlite engine" if "mlite" in str(search) else "configs from an external search path"
         return f"{what} (hydra.searchpath); rlc composes verl's own configs only"
     choices = get("hydra.group_choices")
@@ -168,6 +168,16 @@ def import_overrides(overrides: list[Override], source: str, config_name: str = 
     except ComposeError as exc:
         raise NotImportable(compose_failure(exc, overrides)) from None
     return import_composed(composed, source)
+
+
+def _verls_own(search) -> bool:
+    """A search path naming verl's own trainer configs only (`file://verl/trainer/config`, which verl's
+    sglang_multiturn configs name from its repository root): those are the configs rlc composes."""
+    paths = search if isinstance(search, list) else [search]
+    return bool(search) and all(
+        str(p).rstrip("/").replace("pkg://verl.trainer.config", "verl/trainer/config").endswith("verl/trainer/config")
+        for p in paths
+    )
 
 
 def unvendored(overrides: list[Override]) -> str | None:

@@ -482,9 +482,10 @@ def _loss(imp: VerlImport) -> None:
     else:
         imp.problem(mode_key, f"rlc has no {mode!r} policy loss; not carried")
     pl = f"{A}.policy_loss"
-    if mode == "sapo":
-        imp.put(f"{alg}.sapo.tau_pos", imp.get(f"{pl}.tau_pos", 1.0), f"{pl}.tau_pos")
-        imp.put(f"{alg}.sapo.tau_neg", imp.get(f"{pl}.tau_neg", 1.05), f"{pl}.tau_neg")
+    if mode == "sapo":  # verl v0.7/v0.8 read SAPO's temperatures from the actor's config, later ones from policy_loss
+        tau = pl if imp.has(f"{pl}.tau_pos") or not imp.has(f"{A}.tau_pos") else A
+        imp.put(f"{alg}.sapo.tau_pos", imp.get(f"{tau}.tau_pos", 1.0), f"{tau}.tau_pos")
+        imp.put(f"{alg}.sapo.tau_neg", imp.get(f"{tau}.tau_neg", 1.05), f"{tau}.tau_neg")
     if mode == "cispo":
         imp.put(f"{alg}.cispo.cispo_eps_clip_low", imp.get(f"{A}.clip_ratio_low"), f"{A}.clip_ratio_low")
         imp.put(f"{alg}.cispo.cispo_eps_clip_high", imp.get(f"{A}.clip_ratio_high"), f"{A}.clip_ratio_high")
