@@ -88,6 +88,7 @@ def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
         },
         dump_data_batch_to=str(t.export_path) if t.dump_data_batch else None,
         grace_period_s=float(spec.launch.grace_period_s),
+        micro_train_batch_size=int(t.micro_train_batch_size_per_gpu),
     )
 
 

@@ -80,11 +80,15 @@ class LossReduction:
 
     id: str
     # "module:function", called (mask, *, total_tokens, total_sequences, max_seq_len) -> per-token weights whose
-    # sum with the token losses over a mini-batch is the reduced loss.
+    # sum with the token losses over a mini-batch is the reduced loss; for a reduction `over_mini_batch`, called
+    # (mask, group, *, micro_batch_size, max_seq_len) with the whole mini-batch's rows, in its order.
     function: str
     doc: str
     needs_max_seq_len: bool = False  # it divides by trainer.algorithm.max_seq_len (RLC-E303)
     verl: tuple[str, ...] = ()  # verl's actor.loss_agg_mode names for it
+    # its weights depend on the mini-batch's rows beyond a count (their prompts, their order): the driver computes
+    # them over the whole mini-batch, and the ranks take them as given
+    over_mini_batch: bool = False
 
 
 _PPO_CLIP = ("eps_clip_low", "eps_clip_high")
@@ -334,6 +338,19 @@ LOSS_REDUCTIONS: tuple[LossReduction, ...] = (
         "the mean over sequences of each one's token sum over max_seq_len (Dr. GRPO)",
         needs_max_seq_len=True,
         verl=("seq-mean-token-sum-norm",),
+    ),
+    LossReduction(
+        "token_mean_legacy",
+        f"{_LOSSES}:token_mean_legacy_weights",
+        "the mean over micro-batches (micro_train_batch_size_per_gpu rows of the mini-batch, in order) of each "
+        "one's token mean: SkyRL's token mean before 0.4",
+        over_mini_batch=True,
+    ),
+    LossReduction(
+        "prompt_mean",
+        f"{_LOSSES}:prompt_mean_weights",
+        "the mean over prompts of the token mean of each prompt's samples",
+        over_mini_batch=True,
     ),
 )
 

@@ -285,6 +285,8 @@ class LoopSettings:
     offload_after_step: dict[str, bool]  # by trained role: its optimizer state leaves the GPU after each step
     dump_data_batch_to: str | None  # trainer.export_path when trainer.dump_data_batch, else None
     grace_period_s: float  # launch.grace_period_s: from SIGTERM or SIGINT to exit, the last finished step saved in it
+    # trainer.micro_train_batch_size_per_gpu: the runs of rows token_mean_legacy averages (SkyRL's micro-batches)
+    micro_train_batch_size: int = 1
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,9 @@ class TrainBatch:
     is_weight: torch.Tensor | None = None  # off-policy correction: truncated importance weights per token
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None  # the critic's regression targets
+    # (rows, response_len): the loss reduction's per-token weights, set by the driver on a mini-batch when the
+    # reduction is one over the whole mini-batch (prompt_mean, token_mean_legacy); else the ranks compute them
+    loss_weights: torch.Tensor | None = None
     padding_rows: int = 0  # rows at the end that only fill a fixed shape (Megatron pipeline stages); no loss
 
     @property

@@ -22,6 +22,7 @@ import torch
 from rlc.core.job import Sampling, seed_for
 from rlc.runtime import checkpoint as ckpt
 from rlc.runtime.algorithms.filtering import DynamicSampler, rows_that_train
+from rlc.runtime.algorithms.losses import mini_batch_weights
 from rlc.runtime.batch import Rollout, TrainBatch, group_mini_batches, mini_batches, pad_rows, totals
 from rlc.runtime.chat import Templater
 from rlc.runtime.colocation import Colocation
@@ -461,6 +462,10 @@ class Driver:
                 )
                 for mb in split:
                     tot = totals(mb)
+                    if role == "policy":  # a reduction over the whole mini-batch weighs its rows here
+                        mb.loss_weights = mini_batch_weights(
+                            self.sections.algorithm, mb.loss_mask, mb.group, loop.micro_train_batch_size
+                        )
                     if role == "policy":  # rows whose loss and gradient are exactly 0 are not run
                         policy_rows += mb.rows
                         mb, tot, left_out = rows_that_train(mb, tot, self.sections.algorithm, dp)

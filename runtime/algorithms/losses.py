@@ -374,10 +374,46 @@ def token_weights(
     card = algorithms.REDUCTIONS.get(loss_reduction)
     if card is None:
         raise ValueError(_unknown_reduction(loss_reduction))
+    if card.over_mini_batch:
+        raise ValueError(f"{loss_reduction}'s weights are the mini-batch's (mini_batch_weights), not a micro-batch's")
     weights = resolve(card.function)
     return weights(
         mask.to(torch.float32), total_tokens=total_tokens, total_sequences=total_sequences, max_seq_len=max_seq_len
     )
+
+
+def mini_batch_weights(
+    algorithm, mask: torch.Tensor, group: torch.Tensor, micro_batch_size: int
+) -> torch.Tensor | None:
+    """Per-token weights of `trainer.algorithm.loss_reduction` when it is one over the mini-batch (its card), from
+    the whole mini-batch's rows in order: the driver computes them, and each rank sums its rows' token losses times
+    them. None for a reduction each rank weighs from the totals (`token_weights`)."""
+    card = algorithms.REDUCTIONS.get(algorithm.loss_reduction)
+    if card is None:
+        raise ValueError(_unknown_reduction(algorithm.loss_reduction))
+    if not card.over_mini_batch:
+        return None
+    weights = resolve(card.function)
+    return weights(mask.to(torch.float32), group, micro_batch_size=micro_batch_size, max_seq_len=algorithm.max_seq_len)
+
+
+def token_mean_legacy_weights(mask, group, *, micro_batch_size, max_seq_len):
+    """Each run of `micro_batch_size` rows a token mean, the runs averaged (rows past the last whole run, which
+    SkyRL's split never makes, weigh nothing)."""
+    size = max(int(micro_batch_size), 1)
+    runs = max(mask.shape[0] // size, 1)
+    weights = torch.zeros_like(mask)
+    for start in range(0, runs * size, size):
+        part = mask[start : start + size]
+        weights[start : start + size] = part / part.sum().clamp(min=1) / runs
+    return weights
+
+
+def prompt_mean_weights(mask, group, *, micro_batch_size, max_seq_len):
+    """Each prompt's samples (the rows sharing its `group`) a token mean, the prompts averaged."""
+    prompts, index = torch.unique(group, return_inverse=True)
+    tokens = torch.zeros(len(prompts), dtype=mask.dtype, device=mask.device).index_add_(0, index, mask.sum(dim=-1))
+    return mask / (len(prompts) * tokens.clamp(min=1))[index].unsqueeze(-1)
 
 
 # Each loss reduction's weights, which its card names (the same reductions as `reduce_loss`'s).

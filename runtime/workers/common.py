@@ -215,12 +215,16 @@ def policy_objective(
     token_loss = torch.where(mask.bool(), token_loss, 0.0)  # NaN * 0 would still be NaN
     if mb.is_weight is not None:  # off-policy correction: truncated importance weights, decided by the driver
         token_loss = token_loss * mb.is_weight
-    w = token_weights(
-        mask,
-        a.loss_reduction,
-        total_tokens=totals["tokens"],
-        total_sequences=totals["sequences"],
-        max_seq_len=max_seq_len,
+    w = (
+        mb.loss_weights.to(token_loss.dtype)  # a reduction over the mini-batch: the driver's weights
+        if mb.loss_weights is not None
+        else token_weights(
+            mask,
+            a.loss_reduction,
+            total_tokens=totals["tokens"],
+            total_sequences=totals["sequences"],
+            max_seq_len=max_seq_len,
+        )
     )
     policy = (token_loss * w).sum()
     loss = policy

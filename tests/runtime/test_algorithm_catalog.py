@@ -62,7 +62,10 @@ def test_every_function_resolves_and_takes_its_calling_convention():
     for card in algorithms.KL_ESTIMATORS:
         takes(registry.resolve(card.function), "log_probs", "ref_log_probs")
     for card in algorithms.LOSS_REDUCTIONS:
-        takes(registry.resolve(card.function), "mask", "total_tokens", "total_sequences", "max_seq_len")
+        if card.over_mini_batch:  # the driver's, over the whole mini-batch's rows
+            takes(registry.resolve(card.function), "mask", "group", "micro_batch_size", "max_seq_len")
+        else:
+            takes(registry.resolve(card.function), "mask", "total_tokens", "total_sequences", "max_seq_len")
 
 
 def test_every_loss_reads_its_options_from_the_spec():
@@ -121,7 +124,10 @@ def test_a_reduction_needing_max_seq_len_refuses_to_run_without_it():
     for card in algorithms.LOSS_REDUCTIONS:
         weights = registry.resolve(card.function)
         mask = torch.ones(1, 2)
-        if card.needs_max_seq_len:
+        if card.over_mini_batch:  # weights over one row of one prompt: the token mean
+            one = weights(mask, torch.zeros(1, dtype=torch.long), micro_batch_size=1, max_seq_len=None)
+            assert one.sum() == pytest.approx(1.0)
+        elif card.needs_max_seq_len:
             with pytest.raises(ValueError, match="max_seq_len"):
                 weights(mask, total_tokens=2, total_sequences=1, max_seq_len=None)
         else:
@@ -140,4 +146,5 @@ def test_docs_algorithms_lists_every_estimator_and_loss_with_its_source():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "algorithms.md").read_text()
     rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
-    assert rows == {card.id for card in (*algorithms.ADVANTAGE_ESTIMATORS, *algorithms.POLICY_LOSSES)}
+    cards = (*algorithms.ADVANTAGE_ESTIMATORS, *algorithms.POLICY_LOSSES, *algorithms.LOSS_REDUCTIONS)
+    assert rows == {card.id for card in cards}

@@ -24,14 +24,17 @@ np = pytest.importorskip("numpy")  # torch's own dependency: present wherever to
 
 from rlc.core import algorithms  # noqa: E402
 from rlc.runtime.algorithms import registry  # noqa: E402
-from rlc.runtime.algorithms.losses import token_weights  # noqa: E402
+from rlc.runtime.algorithms.losses import mini_batch_weights, token_weights  # noqa: E402
 
 F64 = torch.float64
 ROWS, LENGTH = 8, 7
 LENGTHS = (7, 5, 3, 6, 1, 7, 4, 2)  # every row has a token: verl leaves empty rows out of a per-sequence mean
 GROUPS = np.array([0, 0, 0, 1, 1, 1, 2, 3])  # groups of three and the lone samples 6 and 7
-REDUCTIONS = algorithms.ids(algorithms.LOSS_REDUCTIONS)
-VERL_AGG = {card.id: card.verl[0] for card in algorithms.LOSS_REDUCTIONS}
+# The reductions each rank weighs from the mini-batch's totals; those over the whole mini-batch (prompt_mean,
+# token_mean_legacy: SkyRL's only) are compared on their own below.
+REDUCTIONS = tuple(card.id for card in algorithms.LOSS_REDUCTIONS if not card.over_mini_batch)
+MINI_BATCH_REDUCTIONS = tuple(card.id for card in algorithms.LOSS_REDUCTIONS if card.over_mini_batch)
+VERL_AGG = {card.id: card.verl[0] for card in algorithms.LOSS_REDUCTIONS if card.verl}
 
 # verl's and SkyRL's names that rlc does not run, each with the reason. A name in a peer's registry that is neither
 # here nor compared below fails test_every_peer_name_is_compared: a new upstream name needs a card or a reason.
@@ -236,6 +239,29 @@ def test_skyrl_policy_loss(name, holes, reduction):
         logp, old, scaled, config, loss_mask=loss_mask, rollout_logprobs=rollout
     )
     _assert_equal(ours, _value_and_grad(loss, logp), f"SkyRL {name} ({reduction})")
+
+
+@pytest.mark.parametrize("micro", [2, 4])
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("reduction", MINI_BATCH_REDUCTIONS)
+def test_skyrl_reduction_over_the_mini_batch(reduction, holes, micro):
+    """SkyRL's prompt_mean and token_mean_legacy against rlc's weights, which the driver computes over the
+    mini-batch (`mini_batch_weights`): the same loss and gradient under SkyRL's regular loss."""
+    ppo = _skyrl()
+    mask = _mask(holes)
+    logp, old, _, advantages = _tensors()
+    group = torch.as_tensor(GROUPS)
+    bounds = [(int(i), int(i) + int((group == g).sum())) for g, i in zip(*np.unique(GROUPS, return_index=True))]
+    algorithm = types.SimpleNamespace(loss_reduction=reduction, max_seq_len=LENGTH)
+    weights = mini_batch_weights(algorithm, mask, group, micro)
+    token_loss, _ = registry.get_policy_loss("regular")(logp, old, advantages, mask, **_PPO)
+    ours = _value_and_grad((token_loss * weights.to(F64)).sum(), logp)
+    scaled = ppo.apply_loss_reduction_to_advantages_minibatch(
+        advantages, mask, reduction, micro, LENGTH, prompt_boundaries=bounds
+    )
+    config = _skyrl_config("regular", reduction)
+    loss, _ = ppo.PolicyLossRegistry.get("regular")(logp, old, scaled, config, loss_mask=mask)
+    _assert_equal(ours, _value_and_grad(loss, logp), f"SkyRL regular ({reduction}, micro-batches of {micro})")
 
 
 def test_skyrl_kl_cov_sums_its_penalty_where_rlc_and_verl_reduce_it():

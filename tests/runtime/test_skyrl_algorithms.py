@@ -193,3 +193,44 @@ def test_lr_factor_is_hugging_faces_schedule(scheduler, warmup, total):
 def test_cosine_reaches_zero_at_the_last_step():
     assert lr_lambda("cosine", 2, 10)(10) == pytest.approx(0.0, abs=1e-12)
     assert lr_lambda("cosine", 2, 10)(6) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+
+
+# ---- a loss reduction over the whole mini-batch ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduction", ["prompt_mean", "token_mean_legacy"])
+def test_the_driver_weights_of_a_mini_batch_reduction_add_up_over_ranks(reduction):
+    """prompt_mean and token_mean_legacy are weighed over the whole mini-batch by the driver (`mini_batch_weights`):
+    each rank's loss on its rows, with those weights, sums to the loss of the mini-batch in one piece, which is
+    SkyRL's (the mean over prompts, or over runs of micro_train_batch_size rows, of their token means)."""
+    from rlc.runtime.algorithms.losses import mini_batch_weights
+
+    _, old, rollout, advantages, mask = _tensors()
+    group = torch.arange(ROWS) // 2  # prompts of two samples, in order
+    a = _algorithm(policy_loss_type="regular", loss_reduction=reduction, eps_clip_low=0.2, eps_clip_high=0.2)
+    batch = TrainBatch(
+        input_ids=torch.zeros(ROWS, 1, dtype=torch.long),
+        attention_mask=torch.ones(ROWS, 1, dtype=torch.long),
+        response_ids=torch.zeros(ROWS, LENGTH, dtype=torch.long),
+        loss_mask=mask,
+        rollout_logprobs=rollout,
+        token_rewards=torch.zeros(ROWS, LENGTH, dtype=F64),
+        group=group,
+        prompt_len=1,
+        old_logprobs=old,
+        advantages=advantages,
+    )
+    batch.loss_weights = mini_batch_weights(a, mask, group, 2)
+    half = ROWS // 2
+    shards = [batch.select(slice(0, half)), batch.select(slice(half, ROWS))]
+    ranks = sum(
+        policy_objective(a, old[s], torch.zeros_like(old[s]), shard, totals(batch), MAX_SEQ_LEN)[0]
+        for s, shard in zip((slice(0, half), slice(half, ROWS)), shards)
+    )
+    # the regular loss at ratio 1 is -A per token: the reduction of -A by its definition
+    token = -advantages * mask
+    parts = [token[i : i + 2].sum() / mask[i : i + 2].sum().clamp(min=1) for i in range(0, ROWS, 2)]
+    expected = sum(parts) / len(parts)
+    whole = policy_objective(a, old, torch.zeros_like(old), batch, totals(batch), MAX_SEQ_LEN)[0]
+    torch.testing.assert_close(ranks, whole.to(ranks.dtype))
+    torch.testing.assert_close(whole, expected.to(whole.dtype), rtol=1e-6, atol=1e-8)
