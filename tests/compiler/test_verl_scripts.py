@@ -75,3 +75,50 @@ def test_verls_sapo_slurm_script_imports_with_the_actors_temperatures(release):
     # `default_local_dir=$DATA_ROOT/checkpoint/$project_name/$experiment_name` is one assignment (tree-sitter-bash
     # reads it as an assignment and a command)
     assert "ckpt_path: ${oc.env:PWD}/checkpoint/RL4LLM/qwen3-30B-base-vanilla-fsdp" in imported.text
+
+
+@pytest.fixture(scope="module")
+def v041(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verl-v0.4.1-multiturn")
+    with tarfile.open(FIXTURES / "verl-examples-v0.4.1.tar.xz") as tar:
+        tar.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return root
+
+
+def test_multi_turn_scripts_read_their_configs_from_verls_root_and_name_their_tools(v041):
+    """`--config-path="$(pwd)/examples/sglang_multiturn/config"`: `$(pwd)` is the folder above the script holding
+    that path (verl's repository root, where verl's docs run the scripts), said in a warning; the config and its
+    tool config are read, and the tool, which no rlc environment matches, is named in verl's terms."""
+    script = v041 / "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh"
+    with pytest.raises(NotImportable) as refused:
+        import_script(str(script), ENV, [])
+    assert "Gsm8kTool (the model submits its answer to a tool (calc_gsm8k_reward)" in str(refused.value)
+    assert "gsm8k_multi_turn" in str(refused.value)
+    search = v041 / "examples/sglang_multiturn/search_r1_like/run_qwen2.5-3b_instruct_search_multiturn.sh"
+    with pytest.raises(NotImportable, match=r"SearchTool \(a retrieval server called with hermes"):
+        import_script(str(search), ENV, [])
+    with pytest.raises(NotImportable, match=r"Gsm8kInteraction \(a simulated user"):
+        import_script(
+            str(v041 / "examples/sglang_multiturn/run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction.sh"), ENV, []
+        )
+    # --cwd elsewhere: the config is not there, and the message says which file
+    with pytest.raises(NotImportable, match="cannot read .*/nowhere/examples/sglang_multiturn/config/gsm8k_multiturn"):
+        import_script(str(script), ENV, [], cwd=str(v041 / "nowhere"))
+
+
+def test_the_found_root_is_said_and_a_loop_with_nothing_to_answer_imports(v041):
+    """A multi-turn config with no tool and no interaction imports: one assistant turn, as verl runs it; the
+    folder `$(pwd)` was read as is a warning (RLC-W062)."""
+    script = v041 / "examples/sglang_multiturn/run_plain.sh"  # verl's config, without the tool the scripts add
+    script.write_text(
+        'python3 -m verl.trainer.main_ppo --config-path="$(pwd)/examples/sglang_multiturn/config" '
+        "--config-name=gsm8k_multiturn_grpo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct "
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5\n"
+    )
+    imported, errors, warnings = import_script(str(script), ENV, [])
+    assert imported is not None and not errors, [d.message for d in errors]
+    found = [d for d in warnings if d.code == "RLC-W062"]
+    assert found and str(v041) in found[0].message and found[0].hint == "pass --cwd DIR to choose it"
+    assert "max_turns: 1  # verl: actor_rollout_ref.rollout.multi_turn.enable" in imported.text
+    analysis = analyze_document(document_from_text(imported.text, "imported.yaml"), env={})
+    assert not [d.message for d in analysis.diagnostics if d.severity == "error"]

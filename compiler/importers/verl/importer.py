@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlc.compiler.importers.base import Change, Imported, NotImportable, spec_text
+from rlc.compiler.importers.verl import multiturn
 from rlc.compiler.importers.verl.compose import (
     Composed,
     ComposeError,
@@ -50,7 +51,9 @@ def refusal(c: Composed) -> str | None:
         shown = ", ".join(f"{k}={v}" for k, v in choices.items())
         return f"a config group choice ({shown}) of configs rlc does not vendor; rlc composes verl's own defaults"
     if get(f"{R}.multi_turn.enable"):
-        return f"multi-turn agent loops ({R}.multi_turn.enable=true); rlc's multi-turn rollouts come from environments"
+        why = multiturn.refusal(get, R)
+        if why:
+            return f"{why}; rlc's multi-turn rollouts step SkyRL-Gym environments (docs/multiturn.md)"
     loop = get(f"{R}.agent.default_agent_loop")
     if get(f"{R}.agent.agent_loop_config_path") or loop not in (None, "single_turn_agent"):
         return f"agent loops ({R}.agent.*); rlc's multi-turn rollouts come from environments"

@@ -632,7 +632,22 @@ def _critic(imp: VerlImport) -> None:
         imp.problem(f"{C}.ppo_epochs", "rlc runs the actor's update_epochs_per_batch for the critic too")
 
 
+def _multi_turn(imp: VerlImport) -> None:
+    """verl's agent loop with no tool and no interaction (refused otherwise, rlc.compiler.importers.verl.multiturn):
+    nothing answers the model, so each trajectory is one assistant turn, whatever the turn limits say."""
+    mt = f"{R}.multi_turn"
+    if not imp.get(f"{mt}.enable"):
+        return
+    imp.put("generator.max_turns", 1, f"{mt}.enable", reason="verl's multi-turn loop with no tool or interaction ends "
+            "after the model's first turn: nothing answers it")  # fmt: skip
+    imp.keep(f"{mt}.enable", True)  # verl's trainer runs its own loop
+    for key in ("max_assistant_turns", "max_user_turns", "max_parallel_calls", "max_tool_response_length",
+                "tool_response_truncate_side", "format"):  # fmt: skip
+        imp.drop(f"{mt}.{key}", "a bound or format of the turns tools and users answer, and none is configured")
+
+
 def _rollout(imp: VerlImport) -> None:
+    _multi_turn(imp)
     ie = "generator.inference_engine"
     name = str(imp.get(f"{R}.name", "vllm"))
     if name in ("vllm", "hf"):
