@@ -375,7 +375,7 @@ def test_no_written_key_is_dropped_silently():
         ("model_engine=veomni", "veomni engine"),
         ("trainer.device=npu", "Ascend NPUs"),
         ("actor_rollout_ref.actor.strategy=fsdp_turbo", "fsdp_turbo"),
-        ("actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn agent loops"),
+        ("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", "agent loops"),
         ("data.image_key=images", "vision-language data"),
         ("distillation.enabled=True", "distillation"),
         ("+hydra.searchpath=[pkg://verl_mlite.config]", "mlite engine"),
@@ -384,6 +384,19 @@ def test_no_written_key_is_dropped_silently():
 def test_what_rlc_cannot_run_is_refused_by_name(extra, words):
     with pytest.raises(NotImportable, match=words):
         _import(extra)
+
+
+def test_a_multi_turn_loop_names_its_tools_or_runs_as_one_turn(tmp_path):
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools:\n  - class_name: verl.tools.sandbox_fusion_tools.SandboxFusionTool\n    config: {}\n")
+    mt = "actor_rollout_ref.rollout.multi_turn"
+    with pytest.raises(NotImportable, match=r"SandboxFusionTool \(code run by a SandboxFusion server"):
+        _import(f"{mt}.enable=True", f"{mt}.tool_config_path={tools}")
+    tools.write_text("tools:\n  - class_name: my_tools.Calculator\n")
+    with pytest.raises(NotImportable, match=r"Calculator \(a tool or user rlc has no counterpart for\)"):
+        _import(f"{mt}.enable=True", f"{mt}.tool_config_path={tools}")
+    imported, spec = _import(f"{mt}.enable=True")  # nothing answers the model: one turn, as verl runs it
+    assert _get(spec, "generator.max_turns") == 1
 
 
 # -- the other inputs: a Hydra run directory, a verl YAML, through the command ---------------------------------------
