@@ -210,12 +210,17 @@ def old_logprob_pass(spec: Any) -> bool:
 def process_envs(spec: Any) -> ProcessEnvs:
     """launch.envs, launch.trainer_envs and launch.inference_envs as strings, and PyTorch's expandable-segments
     allocator for the training ranks when trainer.use_expandable_segments asks for it: fewer fragmented GPU blocks
-    between the phases (a PYTORCH_CUDA_ALLOC_CONF the user set, for the trainer or every process, wins)."""
+    between the phases (a PYTORCH_CUDA_ALLOC_CONF the user set, for the trainer or every process, wins); cuBLAS's
+    deterministic workspace under trainer.deterministic (likewise)."""
     launch = spec.launch
     every = {k: str(v) for k, v in (launch.envs or {}).items()}
     trainer = {k: str(v) for k, v in (launch.trainer_envs or {}).items()}
     if spec.trainer.use_expandable_segments and "PYTORCH_CUDA_ALLOC_CONF" not in {**every, **trainer}:
         trainer["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if spec.trainer.deterministic and "CUBLAS_WORKSPACE_CONFIG" not in {**every, **trainer}:
+        # cuBLAS's deterministic workspace, which torch.use_deterministic_algorithms requires on CUDA; read as the
+        # rank starts, so set in its environment (a CPU rank never reads it)
+        trainer["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     return ProcessEnvs(
         every=every, trainer=trainer, engines={k: str(v) for k, v in (launch.inference_envs or {}).items()}
     )
@@ -286,6 +291,7 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         micro_forward_batch_size=int(t.micro_forward_batch_size_per_gpu),
         temperature=temperature(spec),
         seed=int(t.seed),
+        deterministic=bool(t.deterministic),
         max_seq_len=max_seq_len(spec),
         cpu_slots_per_node=cpu_slots,
         memory_snapshot_dir=f"{t.ckpt_path.rstrip('/')}/memory_snapshots",

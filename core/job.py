@@ -59,6 +59,7 @@ class WorkerSettings:
     micro_forward_batch_size: int = 1
     temperature: float = 1.0  # the logits' divisor in log-probs: the sampling temperature
     seed: int = 42
+    deterministic: bool = False  # trainer.deterministic: torch.use_deterministic_algorithms in the rank
     max_seq_len: int = 0  # prompt plus response tokens of one row
     cpu_slots_per_node: int | None = None  # CPU runs: the node's cores are shared by this many slots
     memory_snapshot_dir: str | None = None  # record_memory on CUDA: snapshots written at every checkpoint

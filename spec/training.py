@@ -340,6 +340,13 @@ class TrainerConfig:
     gradient_checkpointing: bool = setting(True, "Recompute activations in backward to save memory.")
     gradient_checkpointing_use_reentrant: bool = setting(False, "Use reentrant activation checkpointing.")
     seed: int = setting(42, "Random seed.")
+    deterministic: bool = setting(
+        False,
+        "Deterministic kernels in the training ranks (torch.use_deterministic_algorithms; CUBLAS_WORKSPACE_CONFIG on "
+        "CUDA), so a run repeats its losses exactly; the engines' sampling is seeded by trainer.seed either way. "
+        "Slower. SkyRL had it before 0.4.",
+        rlc_only=True,
+    )
     resume_mode: str | None = setting(
         "latest", "Resume from: none, latest checkpoint, or resume_path.", enum=("none", "latest", "from_path")
     )

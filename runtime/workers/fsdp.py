@@ -113,6 +113,8 @@ class FSDPWorker(TrainWorker):
 
     def setup(self, master_addr: str, master_port: int) -> None:
         torch.manual_seed(self.s.seed)
+        if self.s.deterministic:  # trainer.deterministic: a kernel without a deterministic version raises
+            torch.use_deterministic_algorithms(True)
         self._join_process_group(master_addr, master_port)
         if self.s.device == "cuda" and getattr(self.config, "record_memory", False) and self.s.memory_snapshot_dir:
             torch.cuda.memory._record_memory_history(max_entries=100_000)

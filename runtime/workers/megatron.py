@@ -167,6 +167,8 @@ class MegatronWorker(TrainWorker):
 
     def setup(self, master_addr: str, master_port: int) -> None:
         torch.manual_seed(self.s.seed)
+        if self.s.deterministic:  # trainer.deterministic: a kernel without a deterministic version raises
+            torch.use_deterministic_algorithms(True)
         if self.s.device == "cpu":
             megatron_cpu.enable()
         self._join_process_group(master_addr, master_port)

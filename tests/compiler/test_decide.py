@@ -389,6 +389,22 @@ def test_the_driver_and_its_processes_get_their_values_decided():
     assert d.envs.trainer == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
+def test_deterministic_kernels_reach_every_rank_and_cublas():
+    from rlc.compiler.decide import worker_settings
+    from rlc.spec.model import default_model
+
+    for on in (True, False):
+        spec = default_model().to_typed({"version": 1, "trainer": {"deterministic": on}})
+        assert worker_settings(spec, "policy", "cuda", None).deterministic is on
+    d = _decisions(extra={"trainer.deterministic": True})
+    assert d.envs.trainer["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    mine = _decisions(
+        extra={"trainer.deterministic": True, "launch.trainer_envs": {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}}
+    )
+    assert mine.envs.trainer["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"  # the user's own wins
+    assert "CUBLAS_WORKSPACE_CONFIG" not in _decisions().envs.trainer
+
+
 def test_each_component_of_the_loop_gets_its_own_settings():
     d = _decisions(
         extra={

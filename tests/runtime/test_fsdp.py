@@ -279,3 +279,35 @@ def test_warmup_starts_at_zero_and_a_skipped_step_does_not_advance_the_schedule(
     assert all(torch.equal(first[n], before[n]) for n in first)  # lr 0
     assert all(torch.equal(second[n], first[n]) for n in first)  # skipped
     assert any(not torch.equal(third[n], second[n]) for n in first)
+
+
+def _deterministic_rank(rank: int, world: int, port: int, q, model_path: str, deterministic: bool) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import shards, totals
+    from rlc.runtime.workers.fsdp import FSDPWorker, WorkerSettings
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": {"deterministic": deterministic}})
+    settings = WorkerSettings("policy", model_path, micro_train_batch_size=2, deterministic=deterministic)
+    worker = FSDPWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    batch, noise = _batch_and_noise(worker.model.config.vocab_size)
+    mine = shards(batch, world)[rank]
+    steps = []
+    for _ in range(2):  # two optimizer steps, the second from the weights the first left
+        mine.old_logprobs = worker.forward(mine) + noise.chunk(world)[rank]
+        steps.append(worker.train_mini_batch(mine, totals(batch)))
+    weights = worker.full_state_dict()
+    q.put((rank, (torch.are_deterministic_algorithms_enabled(), steps, weights if rank == 0 else None)))
+    worker.shutdown()
+
+
+def test_trainer_deterministic_makes_two_runs_of_two_steps_equal_bit_for_bit(tiny_model):
+    """trainer.deterministic turns on torch's deterministic algorithms in the rank, and two runs of two steps give
+    the same metrics and weights exactly (the engines' sampling is seeded either way)."""
+    first = run_ranks(_deterministic_rank, 1, tiny_model, True)
+    second = run_ranks(_deterministic_rank, 1, tiny_model, True)
+    assert all(flag for flag, _, _ in first)
+    assert [steps for _, steps, _ in first] == [steps for _, steps, _ in second]
+    for name, tensor in first[0][2].items():
+        assert torch.equal(tensor, second[0][2][name]), name

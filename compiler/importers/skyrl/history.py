@@ -326,7 +326,7 @@ RETIRED: list[Retired] = [
     ),
     Retired("trainer.off_policy", "an off-policy training block; rlc's knobs are trainer.fully_async", _block_off),
     Retired("trainer.replay", "a replay buffer of past rollouts; rlc trains on fresh rollouts only", _block_off),
-    Retired("trainer.deterministic", "forces deterministic kernels; rlc does not", _off),
+    # trainer.deterministic, deterministic kernels in SkyRL's history, is spec v1's own (rlc_only)
     Retired(
         "generator.retokenize",
         "re-tokenizes generated text before training; rlc trains on the token ids the engine returned",
