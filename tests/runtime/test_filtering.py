@@ -231,11 +231,14 @@ def test_inert_rows_have_no_advantage_inside_their_mask():
 @pytest.mark.parametrize("reduction", [card.id for card in algorithms.LOSS_REDUCTIONS])
 def test_leaving_inert_rows_out_gives_the_same_loss_and_gradient(loss, reduction):
     from rlc.runtime.algorithms.filtering import rows_that_train
+    from rlc.runtime.algorithms.losses import mini_batch_weights
     from rlc.runtime.batch import totals
     from rlc.runtime.workers.common import policy_objective
 
     a = _algorithm(policy_loss_type=loss, loss_reduction=reduction)
     batch = _policy_batch()
+    # a reduction over the whole mini-batch is weighed by the driver before rows are left out, as the driver does
+    batch.loss_weights = mini_batch_weights(a, batch.loss_mask, batch.group, 2)
     logp = batch.old_logprobs + torch.randn(batch.old_logprobs.shape, generator=torch.Generator().manual_seed(1)) * 0.3
 
     def run(mb, tot):

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from rlc.core import algorithms  # noqa: E402
 from rlc.runtime.algorithms.losses import reduce_loss, token_weights  # noqa: E402
 from rlc.runtime.batch import Rollout, mini_batches, shards, to_batch, totals  # noqa: E402
 from rlc.runtime.inference.base import Sampling  # noqa: E402
@@ -511,7 +512,9 @@ def test_mini_batches_and_totals():
 SPLITS = [[8], [4, 4], [2, 2, 2, 2], [1, 3, 4], [5, 3], [1] * 8]
 
 
-@pytest.mark.parametrize("reduction", LOSS_REDUCTIONS)
+# A reduction over the whole mini-batch is weighed by the driver, not from totals: the ranks' shares of those add up
+# in test_skyrl_algorithms.py (test_the_driver_weights_of_a_mini_batch_reduction_add_up_over_ranks).
+@pytest.mark.parametrize("reduction", [r for r in LOSS_REDUCTIONS if not algorithms.REDUCTIONS[r].over_mini_batch])
 def test_token_weights_add_up_to_the_whole_batch_loss(reduction):
     g = torch.Generator().manual_seed(0)
     rows, length, max_len = 8, 6, 10
