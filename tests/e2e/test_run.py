@@ -65,6 +65,8 @@ PEER_ALGORITHMS = [
     "trainer.algorithm.policy_loss_type=dppo",
     "trainer.algorithm.policy_loss_type=geo_mean",
     "trainer.algorithm.advantage_estimator=gdpo",
+    # the driver weighs the mini-batch for the ranks (mini_batch_weights): SkyRL's prompt_mean
+    "trainer.algorithm.loss_reduction=prompt_mean",
 ]
 
 
