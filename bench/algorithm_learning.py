@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Does each advantage estimator and policy loss taken from verl and SkyRL learn? examples/local-cpu.yaml run by
-`rlc run` once per name, the name swapped in (an estimator with the example's loss, a loss with its estimator), the
+"""Does each advantage estimator, policy loss and loss reduction taken from verl and SkyRL learn?
+examples/local-cpu.yaml run by `rlc run` once per name, the name swapped in (an estimator with the example's loss, a
+loss with its estimator, a reduction with both), the
 same seed, and the mean reward of its first and last 20 steps compared with the example's own (grpo, regular).
 
     .venv/bin/python bench/algorithm_learning.py                      # every name, 100 steps; updates RESULTS.md
@@ -23,7 +24,8 @@ from pathlib import Path
 from results import cpu_model, loadavg, nproc, publish, require_rlc, run_example
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "local-cpu.yaml"
-# (kind, name): the estimators and losses added from verl and SkyRL (issue 54), and the example's own as the baseline
+# (kind, name): the estimators, losses and reductions added from verl and SkyRL (issue 54), and the example's own as
+# the baseline
 NAMES = {
     "grpo": "advantage_estimator",
     "gpg": "advantage_estimator",
@@ -39,6 +41,8 @@ NAMES = {
     "gpg-loss": "policy_loss_type",
     "geo_mean": "policy_loss_type",
     "dro": "policy_loss_type",
+    "token_mean_legacy": "loss_reduction",
+    "prompt_mean": "loss_reduction",
 }
 # What a setting needs besides its name: dro's beta has no default (RLC-E315); 0.1 here.
 EXTRA = {"dro": ("trainer.algorithm.dro.beta=0.1",)}
