@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import skyrl_gym
 from rlc.core.job import GeneratorSettings
+from rlc.runtime.algorithms.shaping import overlong_penalty
 from rlc.runtime.batch import Rollout
 from rlc.runtime.chat import Templater
 from rlc.runtime.envs import gym
@@ -338,6 +339,12 @@ class Generator:
         zeroed = self.s.zero_reward_on_non_stop and finish_reason != "stop" and any(rewards)
         if zeroed:
             rewards = [0.0] * len(rewards)
+        buffer = self.s.overlong_buffer
+        if buffer is not None and response:  # after the zeroing, as SkyRL's main_dapo shapes the generator's output
+            rewards = list(rewards)
+            rewards[-1] += overlong_penalty(
+                len(response), buffer.max_response_length, buffer.length, buffer.penalty_factor
+            )
         if t.error is not None:
             mask = [0.0] * len(mask)  # the environment failed, not the model: nothing of it trains
         return Rollout(
