@@ -669,6 +669,15 @@ CASES = {
             search: {search_url: ""}  # <-
         """,
     ),
+    "RLC-E905": (
+        "environment.skyrl_gym.reward_function.path",
+        """
+        environment:
+          env_class: reward_function
+          skyrl_gym:
+            reward_function: {path: no_such_reward_file.py}  # <-
+        """,
+    ),
     "RLC-W905": (
         "environment.sandbox.isolation",
         """

@@ -18,7 +18,10 @@ ENV = {"HOME": "/home/user", "PWD": "/work", "DEVICE": "gpu", "NOW": "20260101",
 
 
 # How many scripts of each set import and validate (the others are refused, each for its reason).
-IMPORTED = {"main": 45, "v0.4.1": 41}
+IMPORTED = {"main": 44, "v0.4.1": 41}
+# Imported, then invalid for a reason of this machine's: GDPO's reward function file lies in verl's repository
+# ($REPO_ROOT/verl/utils/reward_score/rlla.py), which the fixture does not hold (RLC-E905: no such file).
+INVALID = {"examples/gdpo_trainer/run_qwen3_8b_fsdp.sh": "RLC-E905"}
 
 
 @pytest.fixture(scope="module", params=sorted(IMPORTED))
@@ -46,7 +49,8 @@ def outcomes(request, tmp_path_factory) -> tuple[str, dict[str, str]]:
 
 def test_every_script_imports_and_validates_or_is_refused_by_name(outcomes):
     release, found = outcomes
-    assert not [f"{k}: {v}" for k, v in found.items() if v.startswith("invalid")]
+    invalid = {k: v for k, v in found.items() if v.startswith("invalid")}
+    assert {k for k in invalid if INVALID.get(k, "-") not in invalid[k]} == set(), invalid
     assert sum(v == "ok" for v in found.values()) == IMPORTED[release]
     for name, outcome in found.items():
         assert outcome == "ok" or len(outcome) > len("refused: ") + 20, name

@@ -521,7 +521,7 @@ VERL_REWARD_MANAGERS = {
     "prime": "the same scores, computed in parallel processes (a row past 300 s scores 0)",
     "gdpo": "the naive manager's score (its components are the gdpo estimator's, which rlc runs on one reward)",
     "rate_limited": "the naive manager's scores, its calls throttled",
-    "remote": "scoring by a remote server; refused at import",
+    "remote": "scoring by a remote reward server: not carried (the importer marks it !!)",
 }
 
 
