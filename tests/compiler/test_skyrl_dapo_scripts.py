@@ -70,7 +70,10 @@ def test_each_dapo_script_imports_with_its_overlong_penalty_and_validates(name, 
     assert imported is not None and not errors, [d.message for d in errors]
     algorithm = yaml.safe_load(imported.text)["trainer"]["algorithm"]
     assert "trainer.algorithm.overlong_buffer_len=$OVERLONG_BUFFER_LEN" in text  # every one sets its buffer
-    assert (algorithm["overlong_buffer_len"], algorithm["overlong_buffer_penalty_factor"]) == (BUFFERS.get(name, 4096), 1)
+    assert (algorithm["overlong_buffer_len"], algorithm["overlong_buffer_penalty_factor"]) == (
+        BUFFERS.get(name, 4096),
+        1,
+    )
     spec = tmp_path / "spec.yaml"
     spec.write_text(imported.text)
     result = compile_job(spec)
