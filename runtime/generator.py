@@ -100,6 +100,14 @@ class _Trajectory:
     last_observations: list = field(default_factory=list)
     steps: list[_Step] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
+    components: dict = field(default_factory=dict)  # the last step's numeric metadata
+
+
+def _numbers(metadata: Any) -> dict[str, float]:
+    """A step's metadata entries that are numbers (a reward function's components: gdpo_reward_keys)."""
+    if not isinstance(metadata, dict):
+        return {}
+    return {str(k): float(v) for k, v in metadata.items() if isinstance(v, (int, float))}
 
 
 class Generator:
@@ -242,6 +250,7 @@ class Generator:
         t, out, logprobs = turn.trajectory, turn.out, turn.logprobs
         observations = list(turn.result.get("observations") or [])
         reward, t.done = float(turn.result.get("reward") or 0.0), bool(turn.result.get("done"))
+        t.components = _numbers(turn.result.get("metadata"))
         t.turns += 1
         t.finish_reason = turn.finish_reason
         t.last_observations = observations
@@ -362,6 +371,7 @@ class Generator:
             env_error=t.error,
             correct=t.correct,
             env_metrics=t.metrics,
+            reward_components=dict(t.components),
         )
 
 

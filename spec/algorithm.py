@@ -143,6 +143,15 @@ class AlgorithmConfig:
     overlong_buffer_penalty_factor: float = setting(
         1.0, "The most reward the overlong buffer takes away (at max_generate_length).", minimum=0, rlc_only=True
     )
+    gdpo_reward_keys: list[str] = setting(
+        doc="verl's GDPO (advantage_estimator gdpo): the entries of the reward function's dict (env_class "
+        "reward_function) normalised within each group apart, then summed; empty: the one reward.",
+        factory=list,
+        rlc_only=True,
+    )
+    gdpo_reward_weights: list[float] | None = setting(
+        None, "verl's GDPO: each of gdpo_reward_keys' weight in the sum; null: 1 each.", rlc_only=True
+    )
     enable_sample_support_replay: bool = setting(False, "SkyRL 0.4: replay the engines' sampling support set.")
     max_seq_len: int | None = setting(
         None,

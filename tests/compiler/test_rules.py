@@ -669,6 +669,17 @@ CASES = {
             search: {search_url: ""}  # <-
         """,
     ),
+    "RLC-E319": (
+        "environment.env_class",
+        """
+        trainer:
+          algorithm:
+            advantage_estimator: gdpo
+            gdpo_reward_keys: [accuracy, format]
+        environment:
+          env_class: gsm8k  # <-
+        """,
+    ),
     "RLC-E905": (
         "environment.skyrl_gym.reward_function.path",
         """

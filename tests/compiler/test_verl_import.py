@@ -339,10 +339,26 @@ def test_verls_estimators_that_always_divide_by_the_std_import_so(estimator):
     assert _get(spec, "trainer.algorithm.grpo_norm_by_std") is False
 
 
-def test_gdpos_reward_components_are_not_carried_aloud():
-    imported, spec = _import("algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,format]")
-    assert _get(spec, "trainer.algorithm.advantage_estimator") == "gdpo"
-    assert [c.severity for c in _change(imported, "algorithm.gdpo_reward_keys")] == ["error"]
+def test_gdpos_reward_components_are_carried_with_the_reward_function(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rlla.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                      "    return {'score': 1.0, 'acc': 1.0, 'format': 0.5}\n")  # fmt: skip
+    imported, spec = _import(
+        "algorithm.adv_estimator=gdpo",
+        "+algorithm.gdpo_reward_keys=[acc,format]",
+        "+algorithm.gdpo_reward_weights=[1.0,0.5]",
+        "reward.custom_reward_function.path=rlla.py",
+        "reward.reward_manager.name=gdpo",
+    )
+    algorithm = _get(spec, "trainer.algorithm")
+    assert algorithm["advantage_estimator"] == "gdpo" and algorithm["gdpo_reward_keys"] == ["acc", "format"]
+    assert algorithm["gdpo_reward_weights"] == [1.0, 0.5]
+    assert not [c for c in imported.changes if c.severity == "error"], imported.lines
+    _validates(imported.text)
+    # without a reward function of the user's, the components have no source: RLC-E319 says so
+    alone, _ = _import("algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,format]")
+    analysis = analyze_document(document_from_text(alone.text, "imported.yaml"), env={})
+    assert "RLC-E319" in {d.code for d in analysis.diagnostics if d.severity == "error"}
 
 
 def test_what_verl_accepts_but_never_reads_is_reported_as_such():

@@ -80,10 +80,12 @@ def test_peer_algorithm_trains_the_local_example(tmp_path, run_env, setting):
     assert all(m["grad_norm"] == m["grad_norm"] and abs(m["policy_loss"]) < 1e3 for m in metrics), metrics
 
 
-# A reward file of the user's, in verl's signature: its own score, then DAPO's overlong penalty on top.
+# A reward file of the user's, in verl's signature: its own score, then DAPO's overlong penalty on top; two
+# components of its dict for GDPO to normalise apart.
 REWARD_FILE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, right=1.0, **kwargs):
-    return {"score": right if solution_str[:1] == str(ground_truth) else 0.25, "first": solution_str[:1]}
+    same = solution_str[:1] == str(ground_truth)
+    return {"score": right if same else 0.25, "same": same, "digit": float(solution_str[:1].isdigit())}
 """
 
 
@@ -91,7 +93,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, righ
 def test_a_users_reward_file_and_the_overlong_penalty_train_the_local_example(tmp_path, run_env):
     """env_class reward_function through `rlc run` (the file's text carried in resolved.yaml, loaded in the run's
     workers) with trainer.algorithm.overlong_buffer_len: each row's reward is the function's score plus the penalty
-    of its length, exactly."""
+    of its length, exactly; GDPO takes two entries of the function's dict as its components (a row without them
+    would stop the run)."""
     steps = 2
     (tmp_path / "my_reward.py").write_text(REWARD_FILE)
     setting = (
@@ -100,6 +103,8 @@ def test_a_users_reward_file_and_the_overlong_penalty_train_the_local_example(tm
         "environment.skyrl_gym.reward_function.kwargs={right: 2.0}",
         "trainer.algorithm.overlong_buffer_len=1",
         "trainer.algorithm.overlong_buffer_penalty_factor=0.5",
+        "trainer.algorithm.advantage_estimator=gdpo",
+        "trainer.algorithm.gdpo_reward_keys=[same, digit]",
         "trainer.dump_data_batch=true",
     )
     args = _args(tmp_path, steps * 16, "trainer.ckpt_interval=-1", *setting)
@@ -117,6 +122,7 @@ def test_a_users_reward_file_and_the_overlong_penalty_train_the_local_example(tm
         penalty = torch.clamp(-(lengths - 1) / 1 * 0.5, max=0.0)  # max_generate_length 2, a buffer of 1
         scores = batch["token_rewards"].sum(-1) - penalty
         assert set(scores.tolist()) <= {2.0, 0.25} and (penalty < 0).any(), (scores, lengths)
+        assert torch.isfinite(batch["advantages"]).all()
 
 
 def _weights(step_dir: Path) -> dict:

@@ -519,7 +519,7 @@ VERL_REWARD_MANAGERS = {
     "batch": "the same scores, the scoring function called on the batch at once",
     "dapo": "compared above: the overlong penalty is trainer.algorithm.overlong_buffer_len",
     "prime": "the same scores, computed in parallel processes (a row past 300 s scores 0)",
-    "gdpo": "the naive manager's score (its components are the gdpo estimator's, which rlc runs on one reward)",
+    "gdpo": "the naive manager's score; its dict's components are gdpo_reward_keys' (test_verl_gdpo_reward_components)",
     "rate_limited": "the naive manager's scores, its calls throttled",
     "remote": "scoring by a remote reward server: not carried (the importer marks it !!)",
 }
@@ -534,3 +534,45 @@ def test_every_verl_reward_manager_is_accounted_for():
 
     names = set(REWARD_MANAGER) | set(REWARD_MANAGER_REGISTRY)
     assert names == set(VERL_REWARD_MANAGERS), names ^ set(VERL_REWARD_MANAGERS)
+
+
+@pytest.mark.parametrize("weights", [None, [0.7, 1.5, 0.2]], ids=["equal", "weighted"])
+@pytest.mark.parametrize("norm_by_std", [True, False], ids=["std", "no-std"])
+def test_verl_gdpo_reward_components(weights, norm_by_std):
+    """verl's gdpo with algorithm.gdpo_reward_keys (each component of the reward function's dict normalised within
+    its group apart, weighted, summed, whitened) against rlc's, the components on each row's last token."""
+    core = _verl()
+    from verl.trainer.config import AlgoConfig
+
+    keys = ["accuracy", "format", "length"]
+    g = torch.Generator().manual_seed(3)
+    scores = {k: torch.randint(0, 3, (ROWS,), generator=g).to(F64) / 2 for k in keys}
+    scores["format"][3:6] = 1.0  # a group where one component is all equal
+    mask = _mask()
+    last = torch.tensor(LENGTHS) - 1
+    parts = []
+    for k in keys:
+        part = torch.zeros(ROWS, LENGTH, dtype=F64)
+        part[torch.arange(ROWS), last] = scores[k]
+        parts.append(part)
+    prompt = 2
+    batch = {
+        "prompts": torch.zeros(ROWS, prompt, dtype=torch.long),
+        "attention_mask": torch.cat([torch.ones(ROWS, prompt), mask], dim=1).long(),  # verl: an integer mask
+    }
+    config = AlgoConfig(norm_adv_by_std_in_grpo=norm_by_std, gdpo_reward_keys=keys, gdpo_reward_weights=weights)
+    theirs, _ = core.get_adv_estimator_fn("gdpo")(
+        torch.zeros(ROWS, LENGTH, dtype=F64),
+        mask,
+        GROUPS,
+        norm_adv_by_std_in_grpo=norm_by_std,
+        config=config,
+        non_tensor_batch={k: scores[k].numpy() for k in keys},
+        batch=batch,
+    )
+    algorithm = types.SimpleNamespace(grpo_norm_by_std=norm_by_std, gdpo_reward_weights=weights)
+    ours, _ = registry.get_advantage_estimator("gdpo")(
+        torch.zeros(ROWS, LENGTH, dtype=F64), mask, index=GROUPS, values=None, algorithm=algorithm, components=parts
+    )
+    # verl reads the components as float32
+    torch.testing.assert_close(ours, theirs.to(F64) * mask, rtol=1e-5, atol=1e-6)

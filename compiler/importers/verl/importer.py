@@ -133,8 +133,8 @@ SAME_SCORES = {
     "environment call past 600 s ends its trajectory): the same scores",
     "rate_limited": "verl's rate_limited reward manager scores as the naive one does, its calls throttled; rlc "
     "does not throttle them: the same scores",
-    "gdpo": "verl's gdpo reward manager scores as the naive one does (its score's other entries feed "
-    "algorithm.gdpo_reward_keys, reported there): the same score",
+    "gdpo": "verl's gdpo reward manager scores as the naive one does, its dict's entries feeding "
+    "algorithm.gdpo_reward_keys (carried as trainer.algorithm.gdpo_reward_keys): the same scores",
 }
 
 
