@@ -250,6 +250,12 @@ class RewardFunctionConfig:
         passthrough=True,
         rlc_only=True,
     )
+    experiment_name: str | None = setting(
+        None,
+        "Added to each row's extra_info as experiment_name, as verl's gdpo reward manager adds its "
+        "trainer.experiment_name (a function may read it); null adds nothing.",
+        rlc_only=True,
+    )
     source: str | None = setting(
         None,
         "The file's text, written into resolved.yaml by the compiler so that every launch target carries it; "

@@ -57,15 +57,21 @@ def _load(path: str, name: str, source: str | None) -> Callable[..., Any]:
     return fn
 
 
-def score(fn: Callable[..., Any], path: str, row: dict, response: str, kwargs: dict) -> tuple[float, dict]:
-    """The reward of `response` for `row` (a verl row), and the dict's other entries when the function gives one."""
+def score(
+    fn: Callable[..., Any], path: str, row: dict, response: str, kwargs: dict, experiment_name: str | None = None
+) -> tuple[float, dict]:
+    """The reward of `response` for `row` (a verl row), and the dict's other entries when the function gives one;
+    `experiment_name` joins the row's extra_info, as verl's gdpo reward manager adds it."""
     reward_model = row.get("reward_model") or row.get("reward_spec") or {}
+    extra_info = row.get("extra_info")
+    if experiment_name is not None:
+        extra_info = {**(extra_info or {}), "experiment_name": experiment_name}
     try:
         result = fn(
             data_source=row.get("data_source", ""),
             solution_str=response,
             ground_truth=reward_model.get("ground_truth"),
-            extra_info=row.get("extra_info"),
+            extra_info=extra_info,
             **kwargs,
         )
     except Exception as exc:
@@ -108,9 +114,10 @@ class RewardFunctionEnv(BaseTextEnv):
             raise RewardFunctionError("env_class reward_function needs environment.skyrl_gym.reward_function.path")
         self.path = str(path)
         self.kwargs = dict(getattr(env_config, "kwargs", None) or {})
+        self.experiment_name = getattr(env_config, "experiment_name", None)
         self.fn = load(self.path, getattr(env_config, "name", "compute_score"), getattr(env_config, "source", None))
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
-        reward, extra = score(self.fn, self.path, self.row, action, self.kwargs)
+        reward, extra = score(self.fn, self.path, self.row, action, self.kwargs, self.experiment_name)
         metadata = {"data_source": self.row.get("data_source", ""), **extra}
         return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata=metadata)

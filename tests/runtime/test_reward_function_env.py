@@ -31,6 +31,10 @@ def plain(data_source, solution_str, ground_truth, extra_info=None):
     return len(solution_str) / 10
 
 
+def named(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": 1.0, "name": extra_info.get("experiment_name", ""), "index": extra_info["index"]}
+
+
 def broken(data_source, solution_str, ground_truth, extra_info=None):
     parts = solution_str.split()
     return 1.0 / len(parts)
@@ -46,12 +50,11 @@ def _row(truth: str) -> dict:
     }
 
 
-def _env(tmp_path, name="compute_score", **kwargs):
+def _env(tmp_path, name="compute_score", experiment_name=None, **kwargs):
     path = tmp_path / "my_reward.py"
     path.write_text(REWARD_FILE)
-    config = dataclasses.replace(
-        SkyRLGymConfig(), reward_function=RewardFunctionConfig(path=str(path), name=name, kwargs=kwargs)
-    )
+    rf = RewardFunctionConfig(path=str(path), name=name, kwargs=kwargs, experiment_name=experiment_name)
+    config = dataclasses.replace(SkyRLGymConfig(), reward_function=rf)
     return path, lambda row: gym.make("reward_function", config, gym_extras(row, 1))
 
 
@@ -63,6 +66,14 @@ def test_the_users_function_scores_verl_rows(tmp_path):
     assert make(_row("7")).step("so the answer is 7 at the end")["reward"] == 1.0  # no bonus past 20 characters
     _, make = _env(tmp_path, name="plain")
     assert make(_row("7")).step("abcde")["reward"] == 0.5
+
+
+def test_experiment_name_joins_extra_info_as_verls_gdpo_manager_adds_it(tmp_path):
+    _, make = _env(tmp_path, name="named", experiment_name="qwen3_8b_gdpo")
+    out = make(_row("7")).step("7")
+    assert out["metadata"]["name"] == "qwen3_8b_gdpo" and out["metadata"]["index"] == 3
+    _, make = _env(tmp_path, name="named")
+    assert make(_row("7")).step("7")["metadata"]["name"] == ""
 
 
 def test_an_exception_in_the_function_names_the_file_and_line(tmp_path):

@@ -133,8 +133,9 @@ SAME_SCORES = {
     "environment call past 600 s ends its trajectory): the same scores",
     "rate_limited": "verl's rate_limited reward manager scores as the naive one does, its calls throttled; rlc "
     "does not throttle them: the same scores",
-    "gdpo": "verl's gdpo reward manager scores as the naive one does, its dict's entries feeding "
-    "algorithm.gdpo_reward_keys (carried as trainer.algorithm.gdpo_reward_keys): the same scores",
+    "gdpo": "verl's gdpo reward manager scores as the naive one does, with trainer.experiment_name in each row's "
+    "extra_info (carried as environment.skyrl_gym.reward_function.experiment_name with a reward function) and its "
+    "dict's entries feeding algorithm.gdpo_reward_keys (carried as trainer.algorithm.gdpo_reward_keys)",
 }
 
 
@@ -160,6 +161,9 @@ def _reward(imp: VerlImport) -> None:
                     "the naive manager does")  # fmt: skip
     if imp.get(f"{custom}.path"):
         _custom_reward_function(imp, custom)
+        if manager == "gdpo":
+            imp.put(f"{RF}.experiment_name", str(imp.get("trainer.experiment_name", "")), "trainer.experiment_name",
+                    reason="verl's gdpo reward manager adds it to each row's extra_info")  # fmt: skip
     imp.read(manager_key, f"{custom}.path", custom, "reward.reward_manager", kwargs_key,
              "reward.num_workers", "reward.sandbox_fusion", "reward.reward_model")  # fmt: skip
     if not live:
