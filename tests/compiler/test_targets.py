@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import yaml
-
 from conftest import EXAMPLES, run_rlc
 from rlc.compiler.targets import TARGETS
 from rlc.spec.launch import LAUNCH_TARGETS
