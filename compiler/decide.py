@@ -18,6 +18,7 @@ from rlc.core.job import (
     GeneratorSettings,
     KLControl,
     LoopSettings,
+    OverlongBuffer,
     ProcessEnvs,
     Sampling,
     SandboxSettings,
@@ -189,6 +190,18 @@ def generator_settings(spec: Any) -> GeneratorSettings:
         batched=bool(g.batched),
         zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
         env_workers=int(e.skyrl_gym.max_env_workers),
+        overlong_buffer=overlong_buffer(spec),
+    )
+
+
+def overlong_buffer(spec: Any) -> OverlongBuffer | None:
+    a = spec.trainer.algorithm
+    if a.overlong_buffer_len is None:
+        return None
+    return OverlongBuffer(
+        int(a.overlong_buffer_len),
+        float(a.overlong_buffer_penalty_factor),
+        int(spec.generator.sampling_params.max_generate_length),
     )
 
 

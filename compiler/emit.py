@@ -7,11 +7,13 @@ the same input gives the same bytes (no timestamps, no absolute paths of the com
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rlc.compiler.emit_resolved import render
 from rlc.compiler.pipeline import CompileResult
@@ -39,6 +41,7 @@ def build(result: CompileResult, targets: Sequence[Target], out_dir: str) -> Com
     analysis, plan, decisions = result.analysis, result.plan, result.decisions
     spec, resolution = analysis.spec, analysis.resolution
     assert spec is not None and resolution is not None and plan is not None and decisions is not None, "not compiled"
+    spec = with_reward_source(spec)
     digest = content_hash(spec)
     label = Path(result.source).name  # not the compiling machine's path: the bytes must not depend on it
     resolved = render(spec, trace(resolution, analysis.doc, analysis.migration, label), label)
@@ -51,6 +54,18 @@ def build(result: CompileResult, targets: Sequence[Target], out_dir: str) -> Com
     for target in targets:
         files.update(target.files(job))
     return Compiled(spec.name, files, digest, job)
+
+
+def with_reward_source(spec: Any) -> Any:
+    """The spec with the user's reward file's text in environment.skyrl_gym.reward_function.source: every target
+    carries resolved.yaml to the nodes, so the file travels with the job (RLC-E905 has checked it reads)."""
+    env = spec.environment
+    rf = env.skyrl_gym.reward_function
+    if env.env_class != "reward_function" or not rf.path or rf.source is not None or "${" in rf.path:
+        return spec
+    text = Path(rf.path).expanduser().read_text(encoding="utf-8")
+    gym = dataclasses.replace(env.skyrl_gym, reward_function=dataclasses.replace(rf, source=text))
+    return dataclasses.replace(spec, environment=dataclasses.replace(env, skyrl_gym=gym))
 
 
 def write(compiled: Compiled, out_dir: Path) -> list[Path]:

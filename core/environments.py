@@ -215,6 +215,14 @@ ENVIRONMENTS: tuple[Environment, ...] = (
         description="a verl dataset scored as verl's default reward scores its data source",
         right_or_wrong=True,
     ),
+    Environment(
+        "reward_function",
+        "rlc.runtime.envs.reward_function:RewardFunctionEnv",
+        skyrl_gym=False,
+        multi_turn=False,
+        runs_model_code=False,
+        description="verl's rows scored by your own compute_score (environment.skyrl_gym.reward_function)",
+    ),
 )
 
 BY_ID = {env.id: env for env in ENVIRONMENTS}

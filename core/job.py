@@ -251,6 +251,16 @@ class ScoringSettings:
 
 
 @dataclass(frozen=True)
+class OverlongBuffer:
+    """DAPO's soft overlong penalty: the last `length` tokens before `max_response_length` cost up to
+    `penalty_factor` of the reward (trainer.algorithm.overlong_buffer_*, generator.sampling_params.max_generate_length)."""
+
+    length: int
+    penalty_factor: float
+    max_response_length: int
+
+
+@dataclass(frozen=True)
 class GeneratorSettings:
     """The generator's share: `generator`'s multi-turn keys and the environments' defaults (environment.*); the
     environments take environment.skyrl_gym whole."""
@@ -265,6 +275,7 @@ class GeneratorSettings:
     zero_reward_on_non_stop: bool = False
     env_workers: int = 32  # environment.skyrl_gym.max_env_workers
     env_timeout_s: float = 600.0  # an environment call (make, init, step) that takes longer ends its trajectory
+    overlong_buffer: OverlongBuffer | None = None  # DAPO's soft overlong penalty, when trainer.algorithm asks for it
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class Rollout:
     env_error: str | None = None  # why the environment failed this trajectory (it then has no loss)
     correct: bool | None = None  # the environment's judgement of the final answer, when it has one
     env_metrics: dict | None = None
+    reward_components: dict[str, float] | None = None  # the last step's numeric metadata (a reward function's dict)
 
 
 @dataclass

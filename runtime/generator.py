@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import skyrl_gym
 from rlc.core.job import GeneratorSettings
+from rlc.runtime.algorithms.shaping import overlong_penalty
 from rlc.runtime.batch import Rollout
 from rlc.runtime.chat import Templater
 from rlc.runtime.envs import gym
@@ -99,6 +100,14 @@ class _Trajectory:
     last_observations: list = field(default_factory=list)
     steps: list[_Step] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
+    components: dict = field(default_factory=dict)  # the last step's numeric metadata
+
+
+def _numbers(metadata: Any) -> dict[str, float]:
+    """A step's metadata entries that are numbers (a reward function's components: gdpo_reward_keys)."""
+    if not isinstance(metadata, dict):
+        return {}
+    return {str(k): float(v) for k, v in metadata.items() if isinstance(v, (int, float))}
 
 
 class Generator:
@@ -241,6 +250,7 @@ class Generator:
         t, out, logprobs = turn.trajectory, turn.out, turn.logprobs
         observations = list(turn.result.get("observations") or [])
         reward, t.done = float(turn.result.get("reward") or 0.0), bool(turn.result.get("done"))
+        t.components = _numbers(turn.result.get("metadata"))
         t.turns += 1
         t.finish_reason = turn.finish_reason
         t.last_observations = observations
@@ -338,6 +348,12 @@ class Generator:
         zeroed = self.s.zero_reward_on_non_stop and finish_reason != "stop" and any(rewards)
         if zeroed:
             rewards = [0.0] * len(rewards)
+        buffer = self.s.overlong_buffer
+        if buffer is not None and response:  # after the zeroing, as SkyRL's main_dapo shapes the generator's output
+            rewards = list(rewards)
+            rewards[-1] += overlong_penalty(
+                len(response), buffer.max_response_length, buffer.length, buffer.penalty_factor
+            )
         if t.error is not None:
             mask = [0.0] * len(mask)  # the environment failed, not the model: nothing of it trains
         return Rollout(
@@ -355,6 +371,7 @@ class Generator:
             env_error=t.error,
             correct=t.correct,
             env_metrics=t.metrics,
+            reward_components=dict(t.components),
         )
 
 

@@ -82,10 +82,33 @@ class Scoring:
             metrics["kl_in_reward"], metrics["kl_coef"] = mean_kl, self.kl.value
             self.kl.update(mean_kl, len(rollouts))
         last_step = torch.tensor([r.last_step for r in rollouts]) if s.step_wise else None
-        batch.advantages, batch.returns = self.advantages(rewards, mask, batch, last_step)
+        components = self.components(rollouts, batch, rewards) if self.algorithm.gdpo_reward_keys else None
+        batch.advantages, batch.returns = self.advantages(rewards, mask, batch, last_step, components)
         return batch
 
-    def advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: TrainBatch, last_step=None):
+    def components(self, rollouts: list[Rollout], batch: TrainBatch, rewards: torch.Tensor) -> list[torch.Tensor]:
+        """Each of gdpo_reward_keys as per-token rewards: the reward function's entry on the row's last response
+        token, where verl puts it (a row whose environment failed has none: 0, and no loss)."""
+        last = (batch.attention_mask[:, batch.prompt_len :].sum(-1) - 1).clamp(min=0)
+        rows = torch.arange(len(rollouts))
+        out = []
+        for key in self.algorithm.gdpo_reward_keys:
+            values = []
+            for r in rollouts:
+                found = (r.reward_components or {}).get(key)
+                if found is None and r.env_error is None:
+                    given = ", ".join(sorted(r.reward_components or {})) or "none"
+                    raise RunError(
+                        f"gdpo_reward_keys names {key!r}, which the reward function's dict does not hold (its "
+                        f"numeric entries: {given}); return it from the function, or remove it from the keys"
+                    )
+                values.append(found or 0.0)
+            part = torch.zeros_like(rewards)
+            part[rows, last] = torch.tensor(values, dtype=rewards.dtype)
+            out.append(part)
+        return out
+
+    def advantages(self, rewards: torch.Tensor, mask: torch.Tensor, batch: TrainBatch, last_step=None, components=None):
         """The estimator's advantages and returns; step-wise rows (`last_step` marks each trajectory's last) share
         the advantage their trajectory's last turn gets, as SkyRL broadcasts it."""
         a = self.algorithm
@@ -102,7 +125,10 @@ class Scoring:
             advantages = broadcast_to_steps(per_trajectory, last_step, mask)
             returns = broadcast_to_steps(trajectory_returns, last_step, mask)
         else:
-            advantages, returns = estimator(rewards, mask, index=batch.group, values=batch.old_values, algorithm=a)
+            extra = {"components": components} if components is not None else {}
+            advantages, returns = estimator(
+                rewards, mask, index=batch.group, values=batch.old_values, algorithm=a, **extra
+            )
         if self.settings.advantage_batch_normalize:
             advantages = batch_normalize(advantages, mask)
         return advantages, returns

@@ -132,6 +132,26 @@ class AlgorithmConfig:
     cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
     dppo: DPPOConfig = section(DPPOConfig, "SkyRL 0.4: DPPO settings.")
     dro: DROConfig = section(DROConfig, "verl's DRO settings (policy_loss_type=dro).")
+    overlong_buffer_len: int | None = setting(
+        None,
+        "DAPO's soft overlong penalty: a response in the last N tokens before generator.sampling_params."
+        "max_generate_length loses up to overlong_buffer_penalty_factor of its reward, in proportion to how far in "
+        "it reaches (SkyRL's main_dapo, verl's dapo reward manager); null disables.",
+        minimum=1,
+        rlc_only=True,
+    )
+    overlong_buffer_penalty_factor: float = setting(
+        1.0, "The most reward the overlong buffer takes away (at max_generate_length).", minimum=0, rlc_only=True
+    )
+    gdpo_reward_keys: list[str] = setting(
+        doc="verl's GDPO (advantage_estimator gdpo): the entries of the reward function's dict (env_class "
+        "reward_function) normalised within each group apart, then summed; empty: the one reward.",
+        factory=list,
+        rlc_only=True,
+    )
+    gdpo_reward_weights: list[float] | None = setting(
+        None, "verl's GDPO: each of gdpo_reward_keys' weight in the sum; null: 1 each.", rlc_only=True
+    )
     enable_sample_support_replay: bool = setting(False, "SkyRL 0.4: replay the engines' sampling support set.")
     max_seq_len: int | None = setting(
         None,

@@ -229,6 +229,42 @@ class SearchEnvConfig:
 
 
 @dataclass
+class RewardFunctionConfig:
+    path: str | None = setting(
+        None,
+        "Python file of your reward function (env_class reward_function), as verl's custom_reward_function.path; "
+        "relative to the directory rlc runs in. It runs in the trainer, not the sandbox: your code, trusted.",
+        rlc_only=True,
+    )
+    name: str = setting(
+        "compute_score",
+        "The function: compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> a "
+        "float, or a dict with the float under 'score'.",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        pattern_hint="write a Python function name, e.g. compute_score",
+        rlc_only=True,
+    )
+    kwargs: dict[str, Any] = setting(
+        doc="Keyword arguments added to every call (verl's custom_reward_function.reward_kwargs).",
+        factory=dict,
+        passthrough=True,
+        rlc_only=True,
+    )
+    experiment_name: str | None = setting(
+        None,
+        "Added to each row's extra_info as experiment_name, as verl's gdpo reward manager adds its "
+        "trainer.experiment_name (a function may read it); null adds nothing.",
+        rlc_only=True,
+    )
+    source: str | None = setting(
+        None,
+        "The file's text, written into resolved.yaml by the compiler so that every launch target carries it; "
+        "leave it unset.",
+        rlc_only=True,
+    )
+
+
+@dataclass
 class SkyRLGymConfig:
     max_env_workers: int = setting(
         32, "Threads stepping environments in parallel (tool calls, queries, code runs).", minimum=1
@@ -236,6 +272,9 @@ class SkyRLGymConfig:
     text2sql: Text2SQLEnvConfig = section(Text2SQLEnvConfig, "text2sql environment.")
     llm_as_a_judge: GSM8kLLMJudgeEnvConfig = section(GSM8kLLMJudgeEnvConfig, "LLM-as-a-judge environment.")
     search: SearchEnvConfig = section(SearchEnvConfig, "search environment.")
+    reward_function: RewardFunctionConfig = section(
+        RewardFunctionConfig, "reward_function environment: rows scored by your own Python function (rlc's)."
+    )
 
 
 SANDBOX_ISOLATION = ("bubblewrap", "unisolated")  # rlc.runtime.envs.sandbox.ISOLATION_LEVELS holds the same

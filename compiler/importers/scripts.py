@@ -38,7 +38,10 @@ class ScriptImporter(Protocol):
 SCRIPT_IMPORTERS: tuple[ScriptImporter, ...] = (SkyRLScript(), VerlScript())
 
 # What each importer reads, as a refusal names it.
-READS = {"skyrl": "skyrl.train.entrypoints.main_base (SkyRL)", "verl": "verl.trainer.main_ppo (verl)"}
+READS = {
+    "skyrl": "skyrl.train.entrypoints.main_base or its DAPO entrypoints (SkyRL)",
+    "verl": "verl.trainer.main_ppo (verl)",
+}
 
 
 def is_script(path: str) -> bool:

@@ -257,6 +257,60 @@ def estimator_has_its_group(c: Context):
         )
 
 
+@rule(
+    "RLC-E319",
+    "gdpo_reward_keys are read by advantage_estimator gdpo, from env_class reward_function's dict, one weight a key",
+    f"{ALG}.gdpo_reward_keys",
+    f"{ALG}.gdpo_reward_weights",
+    f"{ALG}.advantage_estimator",
+    "environment.env_class",
+    "generator.step_wise_trajectories",
+)
+def gdpo_components_have_their_source(c: Context):
+    keys, weights = c.alg.gdpo_reward_keys, c.alg.gdpo_reward_weights
+    if not keys:
+        if weights:
+            yield c.error("RLC-E319", f"{ALG}.gdpo_reward_weights", "gdpo_reward_weights weigh gdpo_reward_keys, "
+                          "which are not set", f"set {ALG}.gdpo_reward_keys, or remove the weights")  # fmt: skip
+        return
+    problems = []
+    if c.alg.advantage_estimator != "gdpo":
+        problems.append(
+            (
+                f"{ALG}.advantage_estimator",
+                f"advantage_estimator is {c.alg.advantage_estimator}, which reads none",
+                f"set {ALG}.advantage_estimator: gdpo, or remove gdpo_reward_keys",
+            )  # fmt: skip
+        )
+    if c.s.environment.env_class != "reward_function":
+        problems.append(
+            (
+                "environment.env_class",
+                f"env_class is {c.s.environment.env_class}, whose reward is one number",
+                "score with env_class reward_function, whose function returns a dict holding each key",
+            )  # fmt: skip
+        )
+    if weights is not None and len(weights) != len(keys):
+        problems.append(
+            (
+                f"{ALG}.gdpo_reward_weights",
+                f"{len(weights)} weight(s) for {len(keys)} key(s)",
+                "give one weight per key, in the keys' order",
+            )  # fmt: skip
+        )
+    if c.s.generator.step_wise_trajectories:
+        problems.append(("generator.step_wise_trajectories", "step-wise rows take their trajectory's advantage",
+                         "turn step_wise_trajectories off"))  # fmt: skip
+    for key, what, fix in problems:
+        yield c.error(
+            "RLC-E319",
+            key,
+            f"gdpo_reward_keys {list(keys)} normalise the reward function's entries apart, but {what}",
+            fix,
+            [f"{ALG}.gdpo_reward_keys"],
+        )
+
+
 FA = "trainer.fully_async"
 
 
@@ -630,6 +684,7 @@ RULES = (
     loss_temperature_positive,
     dynamic_sampling_replace_needs_group,
     estimator_has_its_group,
+    gdpo_components_have_their_source,
     fully_async_needs_separate_engines,
     fully_async_one_step_per_batch,
     fully_async_generation_workers_in_range,

@@ -7,6 +7,8 @@ their launch files are still worth checking, and the runtime stops at start-up, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core.runtime_facts import BUILTIN_ENVS, MODEL_CODE_ENVS, RLC_ENVS, SKYRL_GYM_ENVS, runs_model_code
 
@@ -112,6 +114,65 @@ def environment_service_named(c: Context):
             )
 
 
+RF = "environment.skyrl_gym.reward_function"
+
+
+@rule(
+    "RLC-E905",
+    "env_class reward_function names a readable Python file that defines the function",
+    "environment.env_class",
+    f"{RF}.path",
+    f"{RF}.name",
+)
+def reward_function_file(c: Context):
+    if c.s.environment.env_class != "reward_function":
+        return
+    config = c.s.environment.skyrl_gym.reward_function
+    path, name = config.path, config.name
+    if not isinstance(path, str) or not path:
+        yield c.error(
+            "RLC-E905",
+            f"{RF}.path",
+            "env_class reward_function scores each row with your function, but no file is named",
+            f"set {RF}.path to your Python file (and {RF}.name to its function, compute_score by default)",
+            ["environment.env_class"],
+        )
+        return
+    if "${" in path:
+        return  # resolved where the job runs
+    why = _defines(Path(path).expanduser(), str(name))
+    if why:
+        key = f"{RF}.name" if why.startswith("it defines no") else f"{RF}.path"
+        yield c.error(
+            "RLC-E905",
+            key,
+            f"the reward function file {path}: {why}",
+            "name a file that exists here (relative to the directory rlc runs in) and a function it defines at "
+            "its top level, compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)",
+            [f"{RF}.path"],
+        )
+
+
+def _defines(path: Path, name: str) -> str | None:
+    """Why `path` is no Python file defining `name` at its top level (read, never run), or None."""
+    import ast  # deferred: only a spec with a reward file reads one
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        return f"it is not valid Python ({getattr(exc, 'msg', exc)}{f', line {line}' if line else ''})"
+    defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    imported = {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}  # fmt: skip
+    if name in defined or name in assigned or name in imported:
+        return None
+    return f"it defines no function {name!r} (its functions: {', '.join(defined) or 'none'})"
+
+
 def _unsupported(c: Context):
     """(key, what is set, fix) for every feature the runtime does not execute yet."""
     t, g = c.t, c.s.generator
@@ -180,6 +241,7 @@ def runtime_executes_features(c: Context):
 RULES = (
     environment_exists,
     environment_service_named,
+    reward_function_file,
     model_code_unisolated,
     runtime_executes_features,
 )

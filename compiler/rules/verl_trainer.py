@@ -65,18 +65,33 @@ def one_pool(c: Context):
 
 @rule(
     "RLC-E662",
-    "verl scores rows by their data_source (environment verl), one turn",
+    "verl scores rows by their data_source (environment verl) or your reward function (reward_function), one turn",
     "environment.env_class",
     "generator.max_turns",
+    "environment.skyrl_gym.reward_function.experiment_name",
+    "trainer.algorithm.overlong_buffer_len",
+    "trainer.run_name",
     "launch.trainer",
 )
 def environment(c: Context):
     env = c.s.environment.env_class
-    if _verl(c) and env != "verl":
+    if _verl(c) and env not in ("verl", "reward_function"):
         yield c.error("RLC-E662", "environment.env_class",
                       f"{VERL} scores each row by its data_source with its own reward functions; rlc's "
                       f"environment {env!r} runs only in rlc's runtime",
-                      "set environment.env_class: verl (verl's data and reward), or keep launch.trainer: rlc")  # fmt: skip
+                      "set environment.env_class: verl (verl's data and reward) or reward_function (your function, "
+                      "verl's custom_reward_function), or keep launch.trainer: rlc")  # fmt: skip
+    named = c.s.environment.skyrl_gym.reward_function.experiment_name
+    if _verl(c) and env == "reward_function" and named is not None:
+        key = "environment.skyrl_gym.reward_function.experiment_name"
+        if c.alg.overlong_buffer_len is not None:
+            yield c.error("RLC-E662", key, f"{VERL} adds experiment_name to extra_info in its gdpo reward manager "
+                          "and the overlong penalty in its dapo one; a job has one manager",
+                          "remove experiment_name or overlong_buffer_len, or keep launch.trainer: rlc")  # fmt: skip
+        elif named != c.t.run_name:
+            yield c.error("RLC-E662", key, f"{VERL}'s gdpo reward manager adds its trainer.experiment_name "
+                          f"({c.t.run_name!r}, from trainer.run_name), not {named!r}",
+                          f"set experiment_name to trainer.run_name ({c.t.run_name!r})")  # fmt: skip
     if _verl(c) and c.s.generator.max_turns > 1:
         yield c.error("RLC-E662", "generator.max_turns", f"{VERL}'s main_ppo generates one turn from "
                       "environments; multi-turn rollouts there are verl's agent loops, which the spec does not set",
@@ -156,6 +171,7 @@ def warmup(c: Context):
     "data",
     "trainer",
     "generator",
+    "environment",
 )
 def settings(c: Context):
     given = flat(dict((c.s.launch.trainer_settings or {}).get("verl") or {}))

@@ -65,7 +65,21 @@ REFINED = (
 def verl_values(spec: RlcSpec) -> dict[str, Any]:
     """What the resolved spec says, as verl's dotted keys and values (rlc's meaning, verl's units)."""
     values: dict[str, Any] = {}
-    for part in (_job, _data, _model, _batches, _optimizer, _strategy, _loss, _algorithm, _critic, _rollout, _trainer):
+    parts = (
+        _job,
+        _data,
+        _model,
+        _batches,
+        _optimizer,
+        _strategy,
+        _loss,
+        _algorithm,
+        _reward,
+        _critic,
+        _rollout,
+        _trainer,
+    )
+    for part in parts:
         values.update(part(spec))
     return values
 
@@ -253,6 +267,30 @@ def _algorithm(spec: RlcSpec) -> dict[str, Any]:
     if alg.dynamic_sampling.type == "filter":
         values.update({f"{ALG}.filter_groups.enable": True,
                        f"{ALG}.filter_groups.max_num_gen_batches": alg.dynamic_sampling.max_sample_batches})  # fmt: skip
+    return values
+
+
+def _reward(spec: RlcSpec) -> dict[str, Any]:
+    """env_class reward_function is verl's custom_reward_function (with trainer.experiment_name in extra_info: its
+    gdpo reward manager); DAPO's overlong penalty is its dapo reward manager's overlong buffer, counted back from
+    the longest response; GDPO's components are the same keys of the function's dict (RLC-E662 refuses the rest)."""
+    alg, rf = spec.trainer.algorithm, spec.environment.skyrl_gym.reward_function
+    values: dict[str, Any] = {}
+    if spec.environment.env_class == "reward_function":
+        values.update({"reward.custom_reward_function.path": rf.path, "reward.custom_reward_function.name": rf.name})
+        if rf.kwargs:
+            values["reward.custom_reward_function.reward_kwargs"] = dict(rf.kwargs)
+        if rf.experiment_name is not None:
+            values["reward.reward_manager.name"] = "gdpo"
+    if alg.gdpo_reward_keys:
+        values[f"{ALG}.gdpo_reward_keys"] = list(alg.gdpo_reward_keys)
+        if alg.gdpo_reward_weights is not None:
+            values[f"{ALG}.gdpo_reward_weights"] = list(alg.gdpo_reward_weights)
+    if alg.overlong_buffer_len is not None:
+        buffer = {"enable": True, "len": alg.overlong_buffer_len,
+                  "penalty_factor": alg.overlong_buffer_penalty_factor, "log": False}  # fmt: skip
+        values.update({"reward.reward_manager.name": "dapo", "reward.reward_kwargs.overlong_buffer_cfg": buffer,
+                       "reward.reward_kwargs.max_resp_len": spec.generator.sampling_params.max_generate_length})  # fmt: skip
     return values
 
 

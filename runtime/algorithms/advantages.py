@@ -206,11 +206,21 @@ def reinforce_pp_baseline_advantages(
 
 @torch.no_grad()
 def gdpo_advantages(
-    rewards: torch.Tensor, mask: torch.Tensor, index: GroupIndex, norm_by_std: bool = True
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: GroupIndex,
+    norm_by_std: bool = True,
+    components: list[torch.Tensor] | None = None,
+    weights: list[float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GDPO (verl's, one reward component): the GRPO advantage, whitened over all response tokens of the batch."""
-    grpo, _ = grpo_advantages(rewards, mask, index, norm_by_std=norm_by_std)
-    advantages = _masked_whiten(grpo, mask.to(grpo.dtype))
+    """GDPO (verl's): each reward component's GRPO advantage (its own group normalisation), their weighted sum,
+    whitened over all response tokens of the batch. `components` are per-token rewards like `rewards` (each
+    component's score on the row's last token); without them the one reward is the one component."""
+    parts = components or [rewards]
+    weights = list(weights) if weights is not None else [1.0] * len(parts)
+    total = sum(w * grpo_advantages(part, mask, index, norm_by_std=norm_by_std)[0] for w, part in zip(weights, parts))
+    assert isinstance(total, torch.Tensor)
+    advantages = _masked_whiten(total, mask.to(total.dtype))
     return advantages, advantages
 
 
@@ -303,8 +313,9 @@ def reinforce_pp_baseline(rewards, mask, *, index, values, algorithm):
     return reinforce_pp_baseline_advantages(rewards, mask, index)
 
 
-def gdpo(rewards, mask, *, index, values, algorithm):
-    return gdpo_advantages(rewards, mask, index, norm_by_std=algorithm.grpo_norm_by_std)
+def gdpo(rewards, mask, *, index, values, algorithm, components=None):
+    weights = getattr(algorithm, "gdpo_reward_weights", None)
+    return gdpo_advantages(rewards, mask, index, algorithm.grpo_norm_by_std, components, weights)
 
 
 def grpo_passk(rewards, mask, *, index, values, algorithm):

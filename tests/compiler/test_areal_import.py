@@ -154,8 +154,11 @@ def test_lora_megatron_and_placement_details():
     assert ppo.spec["trainer.placement.allocation"] == "vllm:d4p1t1+fsdp:d2p1t1+fsdp[critic]:d2p1t1"
     assert {c.new for c in ppo.errors} >= {"trainer.strategy", "trainer.placement.allocation"}
     _, dapo = _import("gsm8k_dapo_dynamic_bs.yaml")
-    assert {c.old for c in dapo.errors} >= {"actor.overlong_reward_penalty", "rollout.max_head_offpolicyness"}
+    assert {c.old for c in dapo.errors} >= {"rollout.max_head_offpolicyness"}
+    assert not {c.old for c in dapo.errors} & {"actor.overlong_reward_penalty", "actor.overlong_tokens"}
     assert dapo.spec["trainer.algorithm.dynamic_sampling.type"] == "filter"
+    assert dapo.spec["trainer.algorithm.overlong_buffer_len"] == 512  # DAPO's soft overlong penalty, verl's arithmetic
+    assert dapo.spec["trainer.algorithm.overlong_buffer_penalty_factor"] == 1.0
 
 
 @pytest.mark.parametrize("name,what", sorted(REFUSED.items()))

@@ -669,6 +669,26 @@ CASES = {
             search: {search_url: ""}  # <-
         """,
     ),
+    "RLC-E319": (
+        "environment.env_class",
+        """
+        trainer:
+          algorithm:
+            advantage_estimator: gdpo
+            gdpo_reward_keys: [accuracy, format]
+        environment:
+          env_class: gsm8k  # <-
+        """,
+    ),
+    "RLC-E905": (
+        "environment.skyrl_gym.reward_function.path",
+        """
+        environment:
+          env_class: reward_function
+          skyrl_gym:
+            reward_function: {path: no_such_reward_file.py}  # <-
+        """,
+    ),
     "RLC-W905": (
         "environment.sandbox.isolation",
         """

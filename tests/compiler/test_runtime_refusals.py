@@ -49,6 +49,20 @@ REFUSALS = [
     ("gsm8k-grpo-8xh100.yaml", "environment.env_class=gsm8k_multiturn", "RLC-E902", "environment.env_class"),
     # envs/judge.py:LLMJudgeEnv: the judge's key is not on the node
     ("gsm8k-grpo-8xh100.yaml", "environment.env_class=llm_as_a_judge", "RLC-E904", "environment.env_class"),
+    # envs/reward_function.py:RewardFunctionEnv: a reward function without its file
+    (
+        "gsm8k-grpo-8xh100.yaml",
+        "environment.env_class=reward_function",
+        "RLC-E905",
+        "environment.skyrl_gym.reward_function.path",
+    ),  # fmt: skip
+    # scoring.py:Scoring.components: GDPO's components from an environment whose reward is one number
+    (
+        "gsm8k-grpo-8xh100.yaml",
+        "trainer.algorithm.gdpo_reward_keys=[acc]",
+        "RLC-E319",
+        "trainer.algorithm.advantage_estimator",
+    ),  # fmt: skip
     # chat.py:custom_template: a template name rlc does not have
     (
         "gsm8k-grpo-8xh100.yaml",

@@ -45,7 +45,8 @@ NO_CONFIG = {
         if name.startswith("integrations/arctic_rl/")
     },
     # SkyRL 0.4.0 refuses the script itself; rlc's import keeps what runs (and says what it dropped)
-    "examples/train/megatron/run_megatron_dapo_qwen3_235b_a22b_lora.sh": "Invalid fields",  # main_dapo's fields
+    # main_dapo's fields on main_base: rlc's import refuses them too
+    "examples/train/megatron/run_megatron_dapo_qwen3_235b_a22b_lora.sh": "Invalid fields",
     "examples/train/text_to_sql/run_sql_fsdp_2node.sh": "Invalid fields {'reward_num_nodes'}",  # a legacy key
 }
 # Refused alike by SkyRL's validation and by rlc (RLC-E106): the same batch arithmetic.

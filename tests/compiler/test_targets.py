@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
 from conftest import EXAMPLES, run_rlc
 from rlc.compiler.targets import TARGETS
 from rlc.spec.launch import LAUNCH_TARGETS
@@ -73,3 +74,29 @@ def test_sky_arguments_are_refused_for_another_target(tmp_path):
     result = run_rlc("launch", SPEC, "--target", "ray", "--sky-arg=--yes", cwd=tmp_path)
     assert result.returncode == 2 and "--sky-arg is for the skypilot target" in result.stderr
     assert not (tmp_path / "build").exists()
+
+
+def test_every_target_carries_the_reward_function_file_with_the_job(tmp_path):
+    """env_class reward_function: the file's text travels inside resolved.yaml, which every target carries to the
+    nodes (a heredoc, a ConfigMap, the submitted directory), so no node needs the user's copy."""
+    source = (
+        'def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0  # "$HOME" \\n\n'
+    )
+    (tmp_path / "my_reward.py").write_text(source)
+    out = tmp_path / "out"
+    overrides = ("environment.env_class=reward_function", "environment.skyrl_gym.reward_function.path=my_reward.py")
+    result = run_rlc("compile", SPEC, *overrides, "--target", "all", "-o", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    resolved = (out / "resolved.yaml").read_text()
+    assert _reward_source(resolved) == source
+    kuberay = [d for d in yaml.safe_load_all((out / "kuberay" / "rayjob.yaml").read_text()) if d]
+    [carried] = [d["data"]["resolved.yaml"] for d in kuberay if "resolved.yaml" in (d.get("data") or {})]
+    assert _reward_source(carried) == source
+    body = resolved.split("\n", 3)[3]  # resolved.yaml verbatim in a quoted heredoc (after its header)
+    assert body in yaml.safe_load((out / "sky.yaml").read_text())["setup"]
+    [sbatch] = (out / "slurm").glob("*.sbatch")
+    assert body in sbatch.read_text()
+
+
+def _reward_source(resolved: str) -> str:
+    return yaml.safe_load(resolved)["environment"]["skyrl_gym"]["reward_function"]["source"]

@@ -339,10 +339,26 @@ def test_verls_estimators_that_always_divide_by_the_std_import_so(estimator):
     assert _get(spec, "trainer.algorithm.grpo_norm_by_std") is False
 
 
-def test_gdpos_reward_components_are_not_carried_aloud():
-    imported, spec = _import("algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,format]")
-    assert _get(spec, "trainer.algorithm.advantage_estimator") == "gdpo"
-    assert [c.severity for c in _change(imported, "algorithm.gdpo_reward_keys")] == ["error"]
+def test_gdpos_reward_components_are_carried_with_the_reward_function(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rlla.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                      "    return {'score': 1.0, 'acc': 1.0, 'format': 0.5}\n")  # fmt: skip
+    imported, spec = _import(
+        "algorithm.adv_estimator=gdpo",
+        "+algorithm.gdpo_reward_keys=[acc,format]",
+        "+algorithm.gdpo_reward_weights=[1.0,0.5]",
+        "reward.custom_reward_function.path=rlla.py",
+        "reward.reward_manager.name=gdpo",
+    )
+    algorithm = _get(spec, "trainer.algorithm")
+    assert algorithm["advantage_estimator"] == "gdpo" and algorithm["gdpo_reward_keys"] == ["acc", "format"]
+    assert algorithm["gdpo_reward_weights"] == [1.0, 0.5]
+    assert not [c for c in imported.changes if c.severity == "error"], imported.lines
+    _validates(imported.text)
+    # without a reward function of the user's, the components have no source: RLC-E319 says so
+    alone, _ = _import("algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,format]")
+    analysis = analyze_document(document_from_text(alone.text, "imported.yaml"), env={})
+    assert "RLC-E319" in {d.code for d in analysis.diagnostics if d.severity == "error"}
 
 
 def test_what_verl_accepts_but_never_reads_is_reported_as_such():
@@ -352,8 +368,60 @@ def test_what_verl_accepts_but_never_reads_is_reported_as_such():
     assert shadow and "changes nothing in verl" in shadow[0].reason
     [legacy] = _change(imported, "reward_model.reward_manager")
     assert legacy.severity == "warning" and "never reads it" in legacy.reason
-    active, _ = _import("reward.reward_manager.name=dapo")
-    assert [c.severity for c in _change(active, "reward.reward_manager.name")] == ["error"]
+    active, _ = _import("reward.reward_manager.name=dapo")  # without its overlong buffer: the naive scores
+    assert [c.severity for c in _change(active, "reward.reward_manager.name")] == ["info"]
+    remote, _ = _import("reward.reward_manager.name=remote")
+    assert [c.severity for c in _change(remote, "reward.reward_manager.name")] == ["error"]
+
+
+BUFFER = "reward_kwargs.overlong_buffer_cfg"
+
+
+def _import_at(release: str, *extra: str):
+    imported = import_composed(compose_overrides(_ov(*GRPO, *extra), release=release), "run.sh")
+    return imported, yaml.safe_load(imported.text)
+
+
+@pytest.mark.parametrize("section", ["reward", "reward_model"], ids=["main", "v0.4.1"])
+def test_dapos_overlong_buffer_is_carried(section):
+    manager = "reward.reward_manager.name" if section == "reward" else "reward_model.reward_manager"
+    release = "main" if section == "reward" else "v0.4.1"
+    imported, spec = _import_at(
+        release,
+        f"{manager}=dapo",
+        f"+{section}.{BUFFER}.enable=True",
+        f"+{section}.{BUFFER}.len=4096",
+        f"+{section}.{BUFFER}.penalty_factor=0.5",
+        f"+{section}.{BUFFER}.log=False",
+        f"+{section}.reward_kwargs.max_resp_len=8192",
+        "data.max_response_length=8192",
+    )
+    assert _get(spec, "trainer.algorithm.overlong_buffer_len") == 4096
+    assert _get(spec, "trainer.algorithm.overlong_buffer_penalty_factor") == 0.5
+    assert not [c for c in imported.changes if c.severity == "error" and "reward" in (c.old or "")]
+    _validates(imported.text)
+    shorter, _ = _import_at(release, f"{manager}=dapo", f"+{section}.{BUFFER}.enable=True", f"+{section}.{BUFFER}.len=512",
+                         f"+{section}.reward_kwargs.max_resp_len=2048", "data.max_response_length=1024")  # fmt: skip
+    assert [c.severity for c in _change(shorter, f"{section}.reward_kwargs.max_resp_len")] == ["error"]
+
+
+def test_prime_scores_as_the_naive_manager_with_a_plain_note():
+    imported, _ = _import("reward.reward_manager.name=prime")
+    [note] = _change(imported, "reward.reward_manager.name")
+    assert note.severity == "info" and "the same scores" in note.reason
+
+
+@pytest.mark.parametrize("section", ["reward.custom_reward_function", "custom_reward_function"])
+def test_a_custom_reward_function_is_carried_as_env_class_reward_function(section, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_reward.py").write_text("def judge(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                           "    return 1.0\n")  # fmt: skip
+    release = "main" if section.startswith("reward.") else "v0.4.1"
+    imported, spec = _import_at(release, f"{section}.path=my_reward.py", f"{section}.name=judge")
+    assert _get(spec, "environment.env_class") == "reward_function"
+    assert _get(spec, "environment.skyrl_gym.reward_function") == {"path": "my_reward.py", "name": "judge"}
+    assert not [c for c in imported.changes if c.severity == "error" and "custom_reward" in (c.old or "")]
+    _validates(imported.text)
 
 
 def test_sglang_is_switched_to_vllm_aloud():

@@ -6,13 +6,12 @@ from __future__ import annotations
 import tarfile
 
 import pytest
-from conftest import ROOT
 from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.scripts import import_script
 from rlc.compiler.load import document_from_text
 from rlc.compiler.pipeline import analyze_document
+from verl_examples import FIXTURES, extract
 
-FIXTURES = ROOT / "tests" / "fixtures" / "verl"
 # What a user passes with --env: the device probe's answer. What the scripts compute with `$(date ...)` names the
 # run (the import's date), and `$(pwd)` is verl's repository root, found from the script.
 ENV = {"HOME": "/home/user", "DEVICE": "gpu"}
@@ -25,9 +24,7 @@ IMPORTED = {"main": 45, "v0.4.1": 41}
 @pytest.fixture(scope="module", params=sorted(IMPORTED))
 def outcomes(request, tmp_path_factory) -> tuple[str, dict[str, str]]:
     root = tmp_path_factory.mktemp(f"verl-{request.param}")
-    with tarfile.open(FIXTURES / f"verl-examples-{request.param}.tar.xz") as tar:
-        # The fixture is the repository's own; the 'data' filter where the Python has it (not Debian 12's 3.11.2).
-        tar.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    extract(request.param, root)
     found: dict[str, str] = {}
     for script in sorted(root.rglob("*.sh")):
         name = str(script.relative_to(root))

@@ -9,17 +9,16 @@ import functools
 import importlib.util
 import os
 import re
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.scripts import SCRIPT_IMPORTERS, import_script
 from rlc.compiler.importers.shell import read_script
 from rlc.compiler.importers.verl.script import _arguments
 from rlc.compiler.pipeline import compile_job
 from rlc.compiler.trainers.verl import VERL
+from verl_examples import extract
 
 pytest.importorskip("hydra")
 pytest.importorskip("omegaconf")
@@ -37,12 +36,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa:
 from omegaconf import OmegaConf  # noqa: E402
 
 CONFIG_DIR = Path(next(iter(VERL_SPEC.submodule_search_locations))) / "trainer" / "config"
-FIXTURES = ROOT / "tests" / "fixtures" / "verl"
 ENV = {"HOME": "/home/user", "PWD": "/work", "DEVICE": "gpu", "NOW": "20260101", "EXPERIMENT_NAME": "run"}
 ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
 # How many of verl's example scripts round-trip: imported with no change that alters what runs, composed by verl
 # 0.9.1, compiled back for verl, composed again: the same config on every key the script changes.
-ROUND_TRIPS = {"main": 23, "v0.4.1": 19}
+ROUND_TRIPS = {"main": 24, "v0.4.1": 19}
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +188,31 @@ def test_a_spec_becomes_a_main_ppo_command_verl_composes_and_checks(tmp_path, ve
     assert {k: values[k] for k in expected} == expected
 
 
+def test_the_overlong_penalty_becomes_verls_dapo_reward_manager(tmp_path, verl_compose, verl_checks):
+    """trainer.algorithm.overlong_buffer_* is verl's dapo reward manager's overlong buffer, from the longest
+    response."""
+    spec = _with_algorithm(SPEC.format(settings="", reduction="token_mean"), overlong_buffer_len=256,
+                           overlong_buffer_penalty_factor=0.5)  # fmt: skip
+    result = compiled(tmp_path, spec)
+    assert result.ok, [d.message for d in result.diagnostics if d.severity == "error"]
+    cfg = verl_compose(VERL.command(result.spec, {}, VERL.release).overrides)
+    assert verl_checks(cfg) == ""
+    values = flat(plain(cfg))
+    assert values["reward.reward_manager.name"] == "dapo"
+    buffer = {k.rpartition(".")[2]: v for k, v in values.items() if ".overlong_buffer_cfg." in k}
+    assert buffer == {"enable": True, "len": 256, "penalty_factor": 0.5, "log": False}
+    assert values["reward.reward_kwargs.max_resp_len"] == result.spec.generator.sampling_params.max_generate_length
+
+
+def _with_algorithm(text: str, **fields) -> str:
+    """The spec with trainer.algorithm's `fields` set."""
+    import yaml as pyyaml
+
+    data = pyyaml.safe_load(text)
+    data["trainer"].setdefault("algorithm", {}).update(fields)
+    return pyyaml.safe_dump(data, sort_keys=False)
+
+
 def test_trainer_settings_pass_to_verl_and_wrong_ones_are_refused_in_verls_terms(tmp_path, verl_compose):
     ok = ", trainer_settings: {verl: {data.filter_overlong_prompts: true, trainer.logger: [console, wandb]}}"
     result = compiled(tmp_path, SPEC.format(settings=ok, reduction="sequence_mean"))
@@ -215,8 +238,7 @@ def test_what_verl_lacks_is_refused_only_for_verl(tmp_path):
 def _scripts(tmp_path_factory, release: str) -> dict[str, Path]:
     """The example scripts of a release, by their path in verl's repository (several share a file name)."""
     root = tmp_path_factory.mktemp(f"verl-{release}")
-    with tarfile.open(FIXTURES / f"verl-examples-{release}.tar.xz") as tar:
-        tar.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    extract(release, root)
     return {str(p.relative_to(root)): p for p in sorted(root.rglob("*.sh"))}
 
 

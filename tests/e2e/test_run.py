@@ -17,6 +17,7 @@ from conftest import EXAMPLES, rlc_executable, run_rlc
 pytest.importorskip("ray")
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
+pq = pytest.importorskip("pyarrow.parquet")
 
 
 def _args(tmp_path: Path, rows: int, *extra: str) -> list[str]:
@@ -79,6 +80,51 @@ def test_peer_algorithm_trains_the_local_example(tmp_path, run_env, setting):
     metrics = _metrics(tmp_path)
     assert len(metrics) == steps
     assert all(m["grad_norm"] == m["grad_norm"] and abs(m["policy_loss"]) < 1e3 for m in metrics), metrics
+
+
+# A reward file of the user's, in verl's signature: its own score, then DAPO's overlong penalty on top; two
+# components of its dict for GDPO to normalise apart.
+REWARD_FILE = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, right=1.0, **kwargs):
+    same = solution_str[:1] == str(ground_truth)
+    return {"score": right if same else 0.25, "same": same, "digit": float(solution_str[:1].isdigit())}
+"""
+
+
+@pytest.mark.slow
+def test_a_users_reward_file_and_the_overlong_penalty_train_the_local_example(tmp_path, run_env):
+    """env_class reward_function through `rlc run` (the file's text carried in resolved.yaml, loaded in the run's
+    workers) with trainer.algorithm.overlong_buffer_len: each row's reward is the function's score plus the penalty
+    of its length, exactly; GDPO takes two entries of the function's dict as its components (a row without them
+    would stop the run)."""
+    steps = 2
+    (tmp_path / "my_reward.py").write_text(REWARD_FILE)
+    setting = (
+        "environment.env_class=reward_function",
+        "environment.skyrl_gym.reward_function.path=my_reward.py",
+        "environment.skyrl_gym.reward_function.kwargs={right: 2.0}",
+        "trainer.algorithm.overlong_buffer_len=1",
+        "trainer.algorithm.overlong_buffer_penalty_factor=0.5",
+        "trainer.algorithm.advantage_estimator=gdpo",
+        "trainer.algorithm.gdpo_reward_keys=[same, digit]",
+        "trainer.dump_data_batch=true",
+    )
+    args = _args(tmp_path, steps * 16, "trainer.ckpt_interval=-1", *setting)
+    for split in ("train", "validation"):  # the rows without their env_class column: environment.env_class scores
+        path = tmp_path / "data" / f"{split}.parquet"
+        pq.write_table(pq.read_table(path).drop_columns(["env_class"]), path)
+    result = run_rlc("run", *args, env=run_env, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "def compute_score" in (tmp_path / "build" / "resolved.yaml").read_text()
+    assert len(_metrics(tmp_path)) == steps
+    for step in range(1, steps + 1):
+        with (tmp_path / "exports" / "dumped_data" / f"global_step_{step}_training_input.pkl").open("rb") as f:
+            batch = pickle.load(f)
+        lengths = batch["attention_mask"][:, batch["prompt_len"] :].sum(-1)
+        penalty = torch.clamp(-(lengths - 1) / 1 * 0.5, max=0.0)  # max_generate_length 2, a buffer of 1
+        scores = batch["token_rewards"].sum(-1) - penalty
+        assert set(scores.tolist()) <= {2.0, 0.25} and (penalty < 0).any(), (scores, lengths)
+        assert torch.isfinite(batch["advantages"]).all()
 
 
 def _weights(step_dir: Path) -> dict:

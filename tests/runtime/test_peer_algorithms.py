@@ -604,3 +604,127 @@ def test_every_peer_name_is_compared():
         assert name in algorithms.LOSSES, name
     for name in registries["skyrl", "estimator"]:
         assert name in algorithms.ESTIMATORS, name
+
+
+# ---- reward shaping: DAPO's overlong penalty -----------------------------------------------------------------
+
+# (response length, verl's overlong_buffer_cfg.len, penalty_factor) at max_resp_len 12: before the buffer, at its
+# first token, inside it, at the maximum; a buffer as long as the whole response.
+OVERLONG_CASES = [(3, 4, 1.0), (8, 4, 1.0), (9, 4, 1.0), (11, 4, 0.5), (12, 4, 1.0), (12, 12, 2.0), (1, 12, 2.0)]
+OVERLONG_MAX = 12
+
+
+def test_verl_dapo_reward_manager_overlong_penalty(tiny_model):
+    """verl's dapo reward manager (its legacy class, the arithmetic the reward loop's repeats) on real token rows
+    scored by verl's default GSM8K rule, against rlc's GSM8K score plus rlc's overlong penalty."""
+    pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl 0.9.1 is not installed (make venv)")
+    from omegaconf import OmegaConf
+    from rlc.runtime.algorithms.shaping import overlong_penalty
+    from rlc.runtime.envs.verl import score
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.workers.reward_manager.dapo import DAPORewardManager
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    answer = tok.encode("#### 7", add_special_tokens=False)
+    filler = tok.encode(" a", add_special_tokens=False)[-1:]
+    prompt_len = 3
+    for length, buffer_len, factor in OVERLONG_CASES:
+        rows = []
+        for right in (True, False):
+            ids = (filler * OVERLONG_MAX + answer)[-length:] if right else (filler * length)
+            ids = ids[:length]
+            rows.append(ids)
+        responses = torch.full((len(rows), OVERLONG_MAX), tok.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros(len(rows), prompt_len + OVERLONG_MAX, dtype=torch.long)
+        mask[:, :prompt_len] = 1
+        for i, ids in enumerate(rows):
+            responses[i, : len(ids)] = torch.tensor(ids)
+            mask[i, prompt_len : prompt_len + len(ids)] = 1
+        prompts = torch.full((len(rows), prompt_len), filler[0], dtype=torch.long)
+        data = DataProto.from_dict(
+            tensors={"prompts": prompts, "responses": responses, "attention_mask": mask},
+            non_tensors={
+                "data_source": np.array(["openai/gsm8k"] * len(rows), dtype=object),
+                "reward_model": np.array([{"ground_truth": "7"}] * len(rows), dtype=object),
+            },
+        )
+        cfg = OmegaConf.create({"enable": True, "len": buffer_len, "penalty_factor": factor, "log": False})
+        manager = DAPORewardManager(tok, num_examine=0, max_resp_len=OVERLONG_MAX, overlong_buffer_cfg=cfg)
+        theirs = manager(data).sum(-1).to(F64)
+        ours = torch.tensor(
+            [
+                score("openai/gsm8k", tok.decode(ids, skip_special_tokens=True), "7")
+                + overlong_penalty(len(ids), OVERLONG_MAX, buffer_len, factor)
+                for ids in rows
+            ],
+            dtype=F64,
+        )
+        torch.testing.assert_close(ours, theirs, msg=lambda m, c=(length, buffer_len, factor): f"{c}: {m}")
+    assert overlong_penalty(12, OVERLONG_MAX, 4, 1.0) == -1.0 and overlong_penalty(8, OVERLONG_MAX, 4, 1.0) == 0.0
+
+
+# verl's reward managers (its legacy registry and the reward loop's), each with what rlc makes of it: the importer
+# (compiler/importers/verl/importer.py) says the same in its notes.
+VERL_REWARD_MANAGERS = {
+    "naive": "the environment scores each row as the manager does",
+    "batch": "the same scores, the scoring function called on the batch at once",
+    "dapo": "compared above: the overlong penalty is trainer.algorithm.overlong_buffer_len",
+    "prime": "the same scores, computed in parallel processes (a row past 300 s scores 0)",
+    "gdpo": "the naive manager's score; its dict's components are gdpo_reward_keys' (test_verl_gdpo_reward_components)",
+    "rate_limited": "the naive manager's scores, its calls throttled",
+    "remote": "scoring by a remote reward server: not carried (the importer marks it !!)",
+}
+
+
+def test_every_verl_reward_manager_is_accounted_for():
+    pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl 0.9.1 is not installed (make venv)")
+    import verl.experimental.reward_loop.reward_manager  # noqa: F401  (its managers register on import)
+    import verl.workers.reward_manager  # noqa: F401
+    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+    from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY
+
+    names = set(REWARD_MANAGER) | set(REWARD_MANAGER_REGISTRY)
+    assert names == set(VERL_REWARD_MANAGERS), names ^ set(VERL_REWARD_MANAGERS)
+
+
+@pytest.mark.parametrize("weights", [None, [0.7, 1.5, 0.2]], ids=["equal", "weighted"])
+@pytest.mark.parametrize("norm_by_std", [True, False], ids=["std", "no-std"])
+def test_verl_gdpo_reward_components(weights, norm_by_std):
+    """verl's gdpo with algorithm.gdpo_reward_keys (each component of the reward function's dict normalised within
+    its group apart, weighted, summed, whitened) against rlc's, the components on each row's last token."""
+    core = _verl()
+    from verl.trainer.config import AlgoConfig
+
+    keys = ["accuracy", "format", "length"]
+    g = torch.Generator().manual_seed(3)
+    scores = {k: torch.randint(0, 3, (ROWS,), generator=g).to(F64) / 2 for k in keys}
+    scores["format"][3:6] = 1.0  # a group where one component is all equal
+    mask = _mask()
+    last = torch.tensor(LENGTHS) - 1
+    parts = []
+    for k in keys:
+        part = torch.zeros(ROWS, LENGTH, dtype=F64)
+        part[torch.arange(ROWS), last] = scores[k]
+        parts.append(part)
+    prompt = 2
+    batch = {
+        "prompts": torch.zeros(ROWS, prompt, dtype=torch.long),
+        "attention_mask": torch.cat([torch.ones(ROWS, prompt), mask], dim=1).long(),  # verl: an integer mask
+    }
+    config = AlgoConfig(norm_adv_by_std_in_grpo=norm_by_std, gdpo_reward_keys=keys, gdpo_reward_weights=weights)
+    theirs, _ = core.get_adv_estimator_fn("gdpo")(
+        torch.zeros(ROWS, LENGTH, dtype=F64),
+        mask,
+        GROUPS,
+        norm_adv_by_std_in_grpo=norm_by_std,
+        config=config,
+        non_tensor_batch={k: scores[k].numpy() for k in keys},
+        batch=batch,
+    )
+    algorithm = types.SimpleNamespace(grpo_norm_by_std=norm_by_std, gdpo_reward_weights=weights)
+    ours, _ = registry.get_advantage_estimator("gdpo")(
+        torch.zeros(ROWS, LENGTH, dtype=F64), mask, index=GROUPS, values=None, algorithm=algorithm, components=parts
+    )
+    # verl reads the components as float32
+    torch.testing.assert_close(ours, theirs.to(F64) * mask, rtol=1e-5, atol=1e-6)

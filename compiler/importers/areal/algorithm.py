@@ -87,9 +87,15 @@ def algorithm(imp: ArealImport) -> None:
         imp.put(f"{alg}.dynamic_sampling.type", "filter", "actor.dynamic_sampling", reason="DAPO's group filter")
     else:
         imp.drop("actor.dynamic_sampling", "false: off")
-    if imp.get("actor.overlong_reward_penalty") is True:
-        for key in ("overlong_reward_penalty", "overlong_tokens", "overlong_penalty_factor"):
-            imp.drop(f"actor.{key}", "rlc has no overlong reward penalty (DAPO's soft length penalty)", "error")
+    if imp.get("actor.overlong_reward_penalty") is True:  # verl's dapo arithmetic (reward_overlong_penalty)
+        imp.put(f"{alg}.overlong_buffer_len", imp.get("actor.overlong_tokens"), "actor.overlong_tokens",
+                "actor.overlong_reward_penalty")  # fmt: skip
+        imp.put(f"{alg}.overlong_buffer_penalty_factor", imp.get("actor.overlong_penalty_factor", 1.0),
+                "actor.overlong_penalty_factor")  # fmt: skip
+        most, longest = imp.get("actor.max_new_tokens"), imp.get("gconfig.max_new_tokens")
+        if most is not None and longest is not None and most != longest:
+            imp.drop("actor.max_new_tokens", f"AReaL counts the overlong buffer back from actor.max_new_tokens={most}; "
+                     f"rlc from max_generate_length={longest} (gconfig.max_new_tokens)", "error")  # fmt: skip
     else:
         for key in ("overlong_reward_penalty", "overlong_tokens", "overlong_penalty_factor"):
             imp.drop(f"actor.{key}", "the overlong penalty is off")

@@ -36,6 +36,20 @@ RUN_NAMES = frozenset(
         "generator.inference_engine.delta_weight_sync.local_checkpoint_dir",
     ]
 )
+ALG = "trainer.algorithm"
+# SkyRL's DAPO entrypoints: main_base's trainer with DAPO's soft overlong penalty added to the rewards, read from two
+# fields their config adds to main_base's (spec v1 has both), each with what rlc does differently, if anything.
+DAPO_ENTRYPOINTS = {
+    "examples.train.algorithms.dapo.main_dapo": "",
+    "examples.train.algorithms.dapo.main_dapo_fully_async": "",
+    "examples.train.tis_correction.main_tis_dapo": (
+        "main_tis_dapo counts the overlong buffer back from the context's end (max_input_length + "
+        "max_generate_length, less the prompt's length); rlc counts it back from max_generate_length, as main_dapo "
+        "does, so a response to a prompt shorter than max_input_length is penalised from fewer tokens on"
+    ),
+}
+# main_dapo's defaults of its two fields (DAPOAlgorithmConfig), written where a script leaves them unset.
+DAPO_DEFAULTS = {f"{ALG}.overlong_buffer_len": 512, f"{ALG}.overlong_buffer_penalty_factor": 1.0}
 
 
 class SkyRLScript:
@@ -45,7 +59,7 @@ class SkyRLScript:
     what = "SkyRL launch script"
 
     def accepts(self, launch: Launch) -> bool:
-        return launch.module and launch.program == MAIN_BASE
+        return launch.module and (launch.program == MAIN_BASE or launch.program in DAPO_ENTRYPOINTS)
 
     def names_run(self, word: Word) -> bool:
         return names_run(word, RUN_NAMES)
@@ -68,6 +82,12 @@ class SkyRLScript:
                     "'+' prefix is refused by SkyRL too (SkyRLTrainConfig.from_cli_overrides)",
                 )
                 raise NotImportable(f"{_where(word, script.name)}: {why}; nothing was written") from None
+            if launch.program == MAIN_BASE and overrides[-1][0].key in DAPO_DEFAULTS:
+                raise NotImportable(
+                    f"{_where(word, script.name)}: {overrides[-1][0].key} is a field of SkyRL's DAPO entrypoint "
+                    f"(examples.train.algorithms.dapo.main_dapo), which {MAIN_BASE}'s strict config parse refuses: "
+                    "SkyRL would stop at start; launch the script with main_dapo, so nothing was written"
+                )
         return _spec(script, launch, overrides)
 
 
@@ -115,6 +135,8 @@ def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]
         spec[key] = value
         comments[key] = f"SkyRL {SKYRL_RELEASE}'s default; spec v1's is not"
         changes.append(Change("added", None, key, 0, new_value=value, reason=f"SkyRL {SKYRL_RELEASE}'s default"))
+    if launch.program in DAPO_ENTRYPOINTS:
+        changes += _dapo(spec, comments, launch.program)
     text = spec_text(
         spec,
         comments,
@@ -129,6 +151,23 @@ def _spec(script: Script, launch: Launch, overrides: list[tuple[Override, Word]]
         f"{len([c for c in changes if c.severity == 'error'])} change(s) alter what runs (marked !!); "
         "review them before launching",
     )
+
+
+def _dapo(spec: dict, comments: dict, program: str) -> list[Change]:
+    """A DAPO entrypoint's overlong penalty: main_dapo's defaults where the script sets none (spec v1's is off), and
+    what rlc counts differently from this entrypoint, if anything."""
+    changes = []
+    name = program.rsplit(".", 1)[-1]
+    for key, value in DAPO_DEFAULTS.items():
+        if key not in spec:
+            spec[key] = value
+            comments[key] = f"{name}'s default; spec v1's is not"
+            changes.append(Change("added", None, key, 0, new_value=value, reason=f"{name}'s default"))
+    if DAPO_ENTRYPOINTS[program]:
+        key = f"{ALG}.overlong_buffer_len"
+        value = spec[key]
+        changes.append(Change("transformed", key, key, 0, value, value, DAPO_ENTRYPOINTS[program], "error"))
+    return changes
 
 
 def _release_defaults(spec: dict) -> dict:

@@ -126,26 +126,88 @@ def _comments(sources: dict[str, list[str]]) -> dict[str, str]:
     return {path: f"verl: {', '.join(s for s in found if s)}" for path, found in sources.items() if any(found)}
 
 
+RF = "environment.skyrl_gym.reward_function"
+# verl's reward managers that score each row as the naive one does, with what else each does (none changes a value).
+SAME_SCORES = {
+    "naive": "",
+    "batch": "",
+    "prime": "verl's prime reward manager scores each row as the naive one does, in parallel processes with 300 s "
+    "a row (0 past it); rlc's environments score on environment.skyrl_gym.max_env_workers threads (an "
+    "environment call past 600 s ends its trajectory): the same scores",
+    "rate_limited": "verl's rate_limited reward manager scores as the naive one does, its calls throttled; rlc "
+    "does not throttle them: the same scores",
+    "gdpo": "verl's gdpo reward manager scores as the naive one does, with trainer.experiment_name in each row's "
+    "extra_info (carried as environment.skyrl_gym.reward_function.experiment_name with a reward function) and its "
+    "dict's entries feeding algorithm.gdpo_reward_keys (carried as trainer.algorithm.gdpo_reward_keys)",
+}
+
+
 def _reward(imp: VerlImport) -> None:
     """verl's reward: HEAD reads `reward.*` on main_ppo (the legacy sections only on the fully-async path);
     older releases read the legacy sections."""
     live = "reward" if imp.has("reward.reward_manager") else ""
     manager_key = "reward.reward_manager.name" if live else "reward_model.reward_manager"
-    custom_key = "reward.custom_reward_function.path" if live else "custom_reward_function.path"
+    kwargs_key = "reward.reward_kwargs" if live else "reward_model.reward_kwargs"
+    custom = "reward.custom_reward_function" if live else "custom_reward_function"
     manager = imp.get(manager_key, "naive")
-    if manager not in ("naive", "batch"):
-        imp.problem(manager_key, f"verl's {manager!r} reward manager (its extra shaping, e.g. DAPO's overlong "
-                    "penalty) is not carried; the environment scores as the naive manager does")  # fmt: skip
-    if imp.get(custom_key):
-        imp.problem(custom_key, "a custom reward function; write it as an rlc environment (entry point "
-                    "rlc.environments) and set environment.env_class; not carried")  # fmt: skip
-    imp.read(manager_key, custom_key, "reward.custom_reward_function", "reward.reward_manager", "reward.reward_kwargs",
+    if live and imp.get("reward.reward_manager.source", "register") != "register":
+        imp.problem(manager_key, "a reward manager class of your own (reward.reward_manager.source: importlib); "
+                    "not carried: write its scoring as a reward function file (environment.skyrl_gym."
+                    "reward_function)")  # fmt: skip
+    elif manager == "dapo":
+        _overlong_buffer(imp, manager_key, kwargs_key)
+    elif manager in SAME_SCORES:
+        if SAME_SCORES[manager]:
+            imp.problem(manager_key, SAME_SCORES[manager], severity="info")
+    else:
+        imp.problem(manager_key, f"verl's {manager!r} reward manager is not carried; the environment scores as "
+                    "the naive manager does")  # fmt: skip
+    if imp.get(f"{custom}.path"):
+        _custom_reward_function(imp, custom)
+        if manager == "gdpo":
+            imp.put(f"{RF}.experiment_name", str(imp.get("trainer.experiment_name", "")), "trainer.experiment_name",
+                    reason="verl's gdpo reward manager adds it to each row's extra_info")  # fmt: skip
+    imp.read(manager_key, f"{custom}.path", custom, "reward.reward_manager", kwargs_key,
              "reward.num_workers", "reward.sandbox_fusion", "reward.reward_model")  # fmt: skip
     if not live:
         imp.read("reward_model.reward_manager", "custom_reward_function", "reward_model.enable")
     for section in LEGACY_REWARD if live else ():
         imp.drop(section, "verl accepts it but its main_ppo never reads it (only the fully-async trainer migrates "
                  "the legacy reward keys): it changes nothing in verl either", "warning")  # fmt: skip
+
+
+def _overlong_buffer(imp: VerlImport, manager_key: str, kwargs_key: str) -> None:
+    """verl's dapo reward manager: the naive manager's score plus DAPO's soft overlong penalty when
+    reward_kwargs.overlong_buffer_cfg.enable; rlc's trainer.algorithm.overlong_buffer_* is the same arithmetic."""
+    cfg = f"{kwargs_key}.overlong_buffer_cfg"
+    if not imp.get(f"{cfg}.enable"):
+        imp.problem(manager_key, "verl's dapo reward manager without its overlong buffer scores as the naive one "
+                    "does: the same scores", severity="info")  # fmt: skip
+        return
+    length, factor = imp.get(f"{cfg}.len"), imp.get(f"{cfg}.penalty_factor", 1.0)
+    alg = "trainer.algorithm"
+    imp.put(f"{alg}.overlong_buffer_len", length, f"{cfg}.len", f"{cfg}.enable", manager_key)
+    imp.put(f"{alg}.overlong_buffer_penalty_factor", factor, f"{cfg}.penalty_factor")
+    imp.read(f"{cfg}.log")  # which metrics verl logs
+    most = imp.get(f"{kwargs_key}.max_resp_len")
+    generated = imp.result.spec.get("generator.sampling_params.max_generate_length")
+    if most is not None and most != generated:
+        imp.problem(f"{kwargs_key}.max_resp_len", f"verl counts the overlong buffer back from max_resp_len={most}; "
+                    f"rlc counts it back from max_generate_length={generated}, the longest response")  # fmt: skip
+    imp.read(f"{kwargs_key}.max_resp_len")
+
+
+def _custom_reward_function(imp: VerlImport, custom: str) -> None:
+    """verl's custom_reward_function (path, name, reward_kwargs) as env_class reward_function: the same function, in
+    verl's signature, scores each row in the trainer."""
+    imp.result.changes = [c for c in imp.result.changes if c.new != "environment.env_class"]
+    imp.put("environment.env_class", "reward_function", f"{custom}.path",
+            reason="each row is scored by your compute_score file, as verl's custom_reward_function scores it")  # fmt: skip
+    imp.put(f"{RF}.path", str(imp.get(f"{custom}.path")), f"{custom}.path")
+    imp.put(f"{RF}.name", str(imp.get(f"{custom}.name", "compute_score")), f"{custom}.name")
+    if imp.get(f"{custom}.reward_kwargs"):
+        imp.put(f"{RF}.kwargs", dict(imp.get(f"{custom}.reward_kwargs")), f"{custom}.reward_kwargs")
+    imp.read(f"{custom}.reward_kwargs")
 
 
 def _leftovers(imp: VerlImport) -> None:

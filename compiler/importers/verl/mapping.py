@@ -540,10 +540,12 @@ def _algorithm(imp: VerlImport) -> None:
         imp.put(f"{alg}.advantage_estimator", ESTIMATORS[est], f"{ALG}.adv_estimator")
     else:
         imp.problem(f"{ALG}.adv_estimator", f"rlc has no {est!r} advantage estimator; not carried")
-    if est == "gdpo":  # verl's gdpo normalises each named reward component apart; rlc's the one reward there is
-        imp.drop(f"{ALG}.gdpo_reward_keys", "rlc's gdpo normalises the one reward an environment gives, not "
-                 "separate reward components; the components are not carried", severity="error")  # fmt: skip
-        imp.drop(f"{ALG}.gdpo_reward_weights", "the weights of gdpo_reward_keys' components", severity="error")
+    if est == "gdpo" and imp.get(f"{ALG}.gdpo_reward_keys"):  # the reward function's dict entries, each apart
+        imp.put(f"{alg}.gdpo_reward_keys", [str(k) for k in imp.get(f"{ALG}.gdpo_reward_keys")],
+                f"{ALG}.gdpo_reward_keys")  # fmt: skip
+        if imp.get(f"{ALG}.gdpo_reward_weights") is not None:
+            imp.put(f"{alg}.gdpo_reward_weights", [float(w) for w in imp.get(f"{ALG}.gdpo_reward_weights")],
+                    f"{ALG}.gdpo_reward_weights")  # fmt: skip
     imp.put(f"{alg}.gamma", imp.get(f"{ALG}.gamma", 1.0), f"{ALG}.gamma")
     imp.put(f"{alg}.lambd", imp.get(f"{ALG}.lam", 1.0), f"{ALG}.lam")
     if est in ("grpo_vectorized", "gdpo"):  # verl's trainer calls them without the flag: their default, True
