@@ -421,9 +421,9 @@ AREAL_SETTINGS = {
     "reward_scaling": "a linear change of the reward, which a std normalisation cancels (the importer refuses it else)",
     "reward_bias": "as reward_scaling",
     "reward_clip": "rlc does not clip rewards (the importer warns)",
-    "overlong_reward_penalty": "rlc has no overlong reward penalty (the importer refuses it)",
-    "overlong_tokens": "as overlong_reward_penalty",
-    "overlong_penalty_factor": "as overlong_reward_penalty",
+    "overlong_reward_penalty": "test_areal_overlong_reward_penalty (trainer.algorithm.overlong_buffer_len)",
+    "overlong_tokens": "test_areal_overlong_reward_penalty",
+    "overlong_penalty_factor": "test_areal_overlong_reward_penalty",
     "mask_no_eos_with_zero": "a mask, not math: generator.apply_overlong_filtering",
     "m2_threshold": "M2PO's second-moment filter: not in rlc",
     "recompute_logprob": "where the old log-probs come from: rlc's trainer recomputes them",
@@ -662,6 +662,28 @@ def test_verl_dapo_reward_manager_overlong_penalty(tiny_model):
         )
         torch.testing.assert_close(ours, theirs, msg=lambda m, c=(length, buffer_len, factor): f"{c}: {m}")
     assert overlong_penalty(12, OVERLONG_MAX, 4, 1.0) == -1.0 and overlong_penalty(8, OVERLONG_MAX, 4, 1.0) == 0.0
+
+
+def test_areal_overlong_reward_penalty():
+    """AReaL's overlong reward penalty (actor.overlong_reward_penalty, the arithmetic its PPO actor applies to the
+    rewards) against rlc's, on rows whose response lengths fall before, at and inside the buffer and at the maximum."""
+    functional = _areal("areal.utils.functional.functional")
+    from rlc.runtime.algorithms.shaping import overlong_penalty
+
+    for length, buffer_len, factor in OVERLONG_CASES:
+        lengths = [length, max(1, length - 2), OVERLONG_MAX]
+        mask = torch.zeros(len(lengths), OVERLONG_MAX + 2, dtype=torch.long)
+        for i, n in enumerate(lengths):
+            mask[i, 2 : 2 + n] = 1
+        rewards = torch.tensor([1.0, 0.0, 0.5], dtype=F64)
+        data = {"rewards": rewards.clone(), "input_ids": torch.zeros_like(mask), "loss_mask": mask}
+        theirs = functional.reward_overlong_penalty(
+            data, overlong_tokens=buffer_len, overlong_penalty_factor=factor, max_response_length=OVERLONG_MAX
+        )["rewards"]
+        ours = rewards + torch.tensor(
+            [overlong_penalty(n, OVERLONG_MAX, buffer_len, factor) for n in lengths], dtype=F64
+        )
+        torch.testing.assert_close(ours, theirs, msg=lambda m, c=(length, buffer_len, factor): f"{c}: {m}")
 
 
 # verl's reward managers (its legacy registry and the reward loop's), each with what rlc makes of it: the importer
