@@ -28,6 +28,7 @@ from rlc.core.job import (
     WorkerSettings,
     seed_for,
 )
+from rlc.core import algorithms
 from rlc.core.plan import Plan
 from rlc.core.runtime_facts import MULTI_TURN_PROMPT_CACHE_BYTES, off_policy_section_corrects, runs_model_code
 
@@ -172,6 +173,7 @@ def scoring_settings(spec: Any) -> ScoringSettings:
         advantage_estimator=str(a.advantage_estimator),
         advantage_batch_normalize=bool(a.advantage_batch_normalize),
         old_logprob_pass=old_logprob_pass(spec),
+        sum_pi_squared=algorithms.advantage_estimator(str(a.advantage_estimator)).needs_sum_pi_squared,
     )
 
 
@@ -188,6 +190,7 @@ def generator_settings(spec: Any) -> GeneratorSettings:
         batched=bool(g.batched),
         zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
         env_workers=int(e.skyrl_gym.max_env_workers),
+        greedy_baseline=algorithms.advantage_estimator(str(spec.trainer.algorithm.advantage_estimator)).needs_greedy_baseline,
     )
 
 
@@ -197,13 +200,19 @@ def old_logprob_pass(spec: Any) -> bool:
     Not under fully async training: generated ahead with older weights, the behaviour policy is the engine's, so the
     rollouts' own log-probs anchor the importance ratio. Not with one optimizer step per batch either: the policy
     being updated is the one that scored the batch, so the old log-probs are the current ones (ratio 1), unless the
-    KL in the reward or an off-policy correction reads them before the update.
+    KL in the reward, an off-policy correction or the advantage estimator (the optimal token baselines) reads them
+    before the update.
     """
     t, a = spec.trainer, spec.trainer.algorithm
     if t.fully_async.enabled:
         return False
     single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
-    return not single_update or bool(a.use_kl_in_reward) or off_policy_section_corrects(a.off_policy_correction)
+    return (
+        not single_update
+        or bool(a.use_kl_in_reward)
+        or off_policy_section_corrects(a.off_policy_correction)
+        or algorithms.advantage_estimator(str(a.advantage_estimator)).needs_sum_pi_squared
+    )
 
 
 def process_envs(spec: Any) -> ProcessEnvs:

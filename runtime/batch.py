@@ -31,6 +31,14 @@ class Rollout:
     env_error: str | None = None  # why the environment failed this trajectory (it then has no loss)
     correct: bool | None = None  # the environment's judgement of the final answer, when it has one
     env_metrics: dict | None = None
+    baseline: float | None = None  # the reward of a greedy response to its prompt (remax), when the job needs it
+
+
+def trajectory_reward(r: Rollout) -> float:
+    """What a row's rewards sum to in the batch (`to_batch`): each turn's reward, or the outcome on the last token."""
+    if r.token_rewards is not None:
+        return float(sum(r.token_rewards))
+    return float(r.reward) if r.response_ids else 0.0
 
 
 @dataclass
@@ -55,6 +63,9 @@ class TrainBatch:
     ref_logprobs: torch.Tensor | None = None  # the reference model's (KL loss or KL in the reward)
     old_values: torch.Tensor | None = None  # the critic's values before this step's updates
     is_weight: torch.Tensor | None = None  # off-policy correction: truncated importance weights per token
+    # What an advantage estimator's card lists in its `inputs` besides the above (rlc.core.algorithms):
+    reward_baselines: torch.Tensor | None = None  # (rows,): the reward of a greedy response to each row's prompt
+    sum_pi_squared: torch.Tensor | None = None  # the policy's sum of squared probabilities at each response token
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None  # the critic's regression targets
     padding_rows: int = 0  # rows at the end that only fill a fixed shape (Megatron pipeline stages); no loss
@@ -113,7 +124,9 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
     input_ids, attention = torch.tensor(ids, dtype=torch.long), torch.tensor(attention, dtype=torch.long)
     response = torch.tensor(response, dtype=torch.long)
     mask, logprobs, rewards = (torch.tensor(x, dtype=torch.float32) for x in (mask, logprobs, rewards))
+    baselines = [r.baseline for r in rollouts]
     return TrainBatch(
+        reward_baselines=None if None in baselines else torch.tensor(baselines, dtype=torch.float32),
         input_ids=input_ids,
         attention_mask=attention,
         response_ids=response,

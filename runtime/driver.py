@@ -202,7 +202,7 @@ class Driver:
             self.sections.algorithm,
             self.tokenizer.pad_token_id,
             set(self.workers),
-            lambda role, batch: self._forward(ray, role, batch),
+            lambda role, batch, **options: self._forward(ray, role, batch, **options),
         )
         self.checkpoints = ckpt.Checkpoints(
             ray, self.workers, self.decisions.checkpoints, self.job.content_hash, self.policy_path
@@ -335,6 +335,10 @@ class Driver:
         """Trajectories of `rows` (n each) on their environments, as many turns as they take."""
         assert self.generator is not None, "the generator starts with the engines"
         rollouts = self.generator.run(rows, sampling, n, (step, draw))
+        if self.decisions.generator.greedy_baseline:
+            baselines = self.generator.greedy_rewards(rows, sampling, (step, draw))
+            for r in rollouts:
+                r.baseline = baselines[r.group]
         return self._checked(rollouts, step, group_offset)
 
     def _decode(self, ids: list[int]) -> str:
@@ -375,11 +379,11 @@ class Driver:
             r.group = renumber.setdefault(r.group, len(renumber))
         return picked, {k: float(v) for k, v in sampler.metrics().items()}
 
-    def _forward(self, ray, role: str, batch: TrainBatch) -> torch.Tensor:
+    def _forward(self, ray, role: str, batch: TrainBatch, **options) -> torch.Tensor:
         self._apply(ray, self.colocation.before_forward(role))
         workers = self.workers[role]
         padded = pad_rows(batch, self.layouts[role][0]["dp_size"])  # step-wise rows need not divide over the ranks
-        outs = ray.get([w.forward.remote(s) for w, s in zip(workers, self.cluster.shards(role, padded))])
+        outs = ray.get([w.forward.remote(s, **options) for w, s in zip(workers, self.cluster.shards(role, padded))])
         return torch.cat(self.cluster.collected(role, outs))[: batch.rows]
 
     def _step(self, ray, step: int, rows, rollouts: list[Rollout] | None = None) -> dict:

@@ -19,6 +19,7 @@ What a trajectory trains on (token in, token out: the sampled ids are kept, neve
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 
 import skyrl_gym
 from rlc.core.job import GeneratorSettings
-from rlc.runtime.batch import Rollout
+from rlc.runtime.batch import Rollout, trajectory_reward
 from rlc.runtime.chat import Templater
 from rlc.runtime.envs import gym
 
@@ -115,6 +116,15 @@ class Generator:
 
     def run(self, rows: Sequence[tuple[dict, list[int]]], sampling, n: int, key: tuple[int, int]) -> list[Rollout]:
         return self.finish(self.start(rows, sampling, n, key))
+
+    def greedy_rewards(self, rows: Sequence[tuple[dict, list[int]]], sampling, key: tuple[int, int]) -> list[float]:
+        """Each row's reward for one greedy response (temperature 0), on its environment over as many turns as it
+        takes: the baseline ReMax measures the sampled responses against (`generator.greedy_baseline`)."""
+        rewards = [0.0] * len(rows)
+        for r in self.run(rows, dataclasses.replace(sampling, temperature=0.0), 1, key):
+            if r.last_step:
+                rewards[r.group] = trajectory_reward(r)
+        return rewards
 
     def start(self, rows: Sequence[tuple[dict, list[int]]], sampling, n: int, key: tuple[int, int]) -> _Pending:
         """Make each trajectory's environment and submit the first turn (every prompt's n samples in one call)."""

@@ -246,6 +246,26 @@ CASES = {
           n_samples_per_prompt: 1
         """,
     ),
+    "RLC-E317": (
+        "trainer.algorithm.advantage_estimator",
+        """
+        trainer:
+          algorithm:
+            advantage_estimator: remax  # <-
+          placement: {colocate_all: false}
+          fully_async:
+            enabled: true
+        """,
+    ),
+    "RLC-E318": (
+        "trainer.algorithm.advantage_estimator",
+        """
+        trainer:
+          strategy: megatron
+          algorithm:
+            advantage_estimator: optimal_token_baseline  # <-
+        """,
+    ),
     "RLC-E315": (
         "trainer.algorithm.dro.beta",
         """
