@@ -539,6 +539,8 @@ def _algorithm(imp: VerlImport) -> None:
         imp.put(f"{alg}.advantage_estimator", ESTIMATORS[est], f"{ALG}.adv_estimator")
     else:
         imp.problem(f"{ALG}.adv_estimator", f"rlc has no {est!r} advantage estimator; not carried")
+    if algorithms.advantage_estimator(ESTIMATORS.get(est, est)).needs_sum_pi_squared:
+        imp.read(f"{A}.calculate_sum_pi_squared")  # what verl's actor must be told, rlc's policy pass does for it
     if est == "gdpo":  # verl's gdpo normalises each named reward component apart; rlc's the one reward there is
         imp.drop(f"{ALG}.gdpo_reward_keys", "rlc's gdpo normalises the one reward an environment gives, not "
                  "separate reward components; the components are not carried", severity="error")  # fmt: skip
