@@ -335,10 +335,6 @@ class Driver:
         """Trajectories of `rows` (n each) on their environments, as many turns as they take."""
         assert self.generator is not None, "the generator starts with the engines"
         rollouts = self.generator.run(rows, sampling, n, (step, draw))
-        if self.decisions.generator.greedy_baseline:
-            baselines = self.generator.greedy_rewards(rows, sampling, (step, draw))
-            for r in rollouts:
-                r.baseline = baselines[r.group]
         return self._checked(rollouts, step, group_offset)
 
     def _decode(self, ids: list[int]) -> str:

@@ -115,13 +115,18 @@ class Generator:
         self.tokenizing = threading.Lock()
 
     def run(self, rows: Sequence[tuple[dict, list[int]]], sampling, n: int, key: tuple[int, int]) -> list[Rollout]:
-        return self.finish(self.start(rows, sampling, n, key))
+        rollouts = self.finish(self.start(rows, sampling, n, key))
+        if self.s.greedy_baseline:
+            baselines = self.greedy_rewards(rows, sampling, key)
+            for r in rollouts:
+                r.baseline = baselines[r.group]
+        return rollouts
 
     def greedy_rewards(self, rows: Sequence[tuple[dict, list[int]]], sampling, key: tuple[int, int]) -> list[float]:
         """Each row's reward for one greedy response (temperature 0), on its environment over as many turns as it
-        takes: the baseline ReMax measures the sampled responses against (`generator.greedy_baseline`)."""
+        takes: the baseline ReMax measures the sampled responses against (`greedy_baseline`)."""
         rewards = [0.0] * len(rows)
-        for r in self.run(rows, dataclasses.replace(sampling, temperature=0.0), 1, key):
+        for r in self.finish(self.start(rows, dataclasses.replace(sampling, temperature=0.0), 1, key)):
             if r.last_step:
                 rewards[r.group] = trajectory_reward(r)
         return rewards
