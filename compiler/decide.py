@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlc.core import algorithms
 from rlc.core.job import (
     AheadSettings,
     CheckpointSettings,
@@ -28,7 +29,6 @@ from rlc.core.job import (
     WorkerSettings,
     seed_for,
 )
-from rlc.core import algorithms
 from rlc.core.plan import Plan
 from rlc.core.runtime_facts import MULTI_TURN_PROMPT_CACHE_BYTES, off_policy_section_corrects, runs_model_code
 
@@ -180,6 +180,7 @@ def scoring_settings(spec: Any) -> ScoringSettings:
 def generator_settings(spec: Any) -> GeneratorSettings:
     """The generator's multi-turn keys; a turn's input is bounded by generator.max_input_length, else the prompt's."""
     g, e = spec.generator, spec.environment
+    estimator = algorithms.advantage_estimator(str(spec.trainer.algorithm.advantage_estimator))
     return GeneratorSettings(
         default_env=str(e.env_class),
         max_turns=int(g.max_turns),
@@ -190,7 +191,7 @@ def generator_settings(spec: Any) -> GeneratorSettings:
         batched=bool(g.batched),
         zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
         env_workers=int(e.skyrl_gym.max_env_workers),
-        greedy_baseline=algorithms.advantage_estimator(str(spec.trainer.algorithm.advantage_estimator)).needs_greedy_baseline,
+        greedy_baseline=estimator.needs_greedy_baseline,
     )
 
 

@@ -99,7 +99,8 @@ class Scoring:
         except (KeyError, ValueError) as exc:
             raise RunError(str(exc)) from None
         # The batch's fields the estimator's card lists, by their names (None where the job computes none).
-        inputs = {name: getattr(batch, name) for name in algorithms.advantage_estimator(self.settings.advantage_estimator).inputs}
+        card = algorithms.advantage_estimator(self.settings.advantage_estimator)
+        inputs = {name: getattr(batch, name) for name in card.inputs}
         if last_step is not None:
             values = batch.old_values[last_step] if batch.old_values is not None else None
             ones = torch.ones_like(mask[last_step])

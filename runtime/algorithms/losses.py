@@ -133,7 +133,9 @@ def _scaled(x: torch.Tensor, temperature: float, valid: int) -> torch.Tensor:
 
 class _ChunkedScores(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, flat, rows, targets, temperature, want_entropy, want_sps, chunk, vocab_start, valid, group, inplace):
+    def forward(
+        ctx, flat, rows, targets, temperature, want_entropy, want_sps, chunk, vocab_start, valid, group, inplace
+    ):
         count = targets.numel()
         dev, wide = flat.device, _wide(flat.dtype)
         width = flat.shape[-1]

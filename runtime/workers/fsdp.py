@@ -268,9 +268,7 @@ class FSDPWorker(TrainWorker):
                 return tuple(_scatter(valid, x) if x is not None else None for x in scores)  # type: ignore[return-value]
             # Scored where they are in the packed row: no (rows, length, vocab) copy of the logits.
             out = self.model(**kwargs)
-            logp, entropy = score_tokens(
-                out.logits, response, self.s.temperature, **second, rows=rows, **_INPLACE
-            )
+            logp, entropy = score_tokens(out.logits, response, self.s.temperature, **second, rows=rows, **_INPLACE)
             fill = ~valid
             return logp.masked_fill(fill, 0.0), (entropy.masked_fill(fill, 0.0) if entropy is not None else None)
         # Response token j is scored at the position before it, so a row's last token is never fed.

@@ -328,7 +328,9 @@ def test_verls_estimators_and_losses_import_as_the_card_that_computes_them_as_ve
 def test_the_optimal_token_baselines_need_no_word_to_the_actor(estimator):
     """verl computes the sum of squared probabilities the baselines read only when its actor is told to
     (calculate_sum_pi_squared); rlc's policy pass computes it for these estimators: the key is read, not kept."""
-    imported, spec = _import(f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.actor.calculate_sum_pi_squared=True")
+    imported, spec = _import(
+        f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.actor.calculate_sum_pi_squared=True"
+    )
     assert _get(spec, "trainer.algorithm.advantage_estimator") == estimator
     assert not _change(imported, "actor_rollout_ref.actor.calculate_sum_pi_squared")
     assert "calculate_sum_pi_squared" not in imported.text

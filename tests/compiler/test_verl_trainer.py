@@ -191,7 +191,9 @@ def test_a_spec_becomes_a_main_ppo_command_verl_composes_and_checks(tmp_path, ve
 
 
 @pytest.mark.parametrize("estimator", ["remax", "optimal_token_baseline", "tir_optimal_token_baseline"])
-def test_the_estimators_with_inputs_of_their_own_reach_verl_by_its_names(tmp_path, verl_compose, verl_checks, estimator):
+def test_the_estimators_with_inputs_of_their_own_reach_verl_by_its_names(
+    tmp_path, verl_compose, verl_checks, estimator
+):
     """remax (verl makes the greedy rollout itself) and the optimal token baselines, whose sum of squared
     probabilities verl's actor computes only when told (its trainer asserts it is there)."""
     text = SPEC.format(settings="", reduction="sequence_mean").replace("estimator: grpo", f"estimator: {estimator}")
