@@ -12,6 +12,7 @@ spec field itself.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import random
 import time
@@ -207,7 +208,9 @@ class Driver:
         self.checkpoints = ckpt.Checkpoints(
             ray, self.workers, self.decisions.checkpoints, self.job.content_hash, self.policy_path
         )
-        self.evaluation = Evaluation(self.decisions.evaluation, self._generate, self._decode, self.tokenizer)
+        self.evaluation = Evaluation(
+            self.decisions.evaluation, functools.partial(self._generate, evaluation=True), self._decode, self.tokenizer
+        )
         self.colocation = Colocation(
             roles={name: name != "ref" for name in self.workers},
             colocated=self.decisions.offload_between_phases,
@@ -331,10 +334,11 @@ class Driver:
         step: int,
         draw: int = 0,
         group_offset: int = 0,
+        evaluation: bool = False,
     ) -> list[Rollout]:
         """Trajectories of `rows` (n each) on their environments, as many turns as they take."""
         assert self.generator is not None, "the generator starts with the engines"
-        rollouts = self.generator.run(rows, sampling, n, (step, draw))
+        rollouts = self.generator.run(rows, sampling, n, (step, draw), evaluation=evaluation)
         return self._checked(rollouts, step, group_offset)
 
     def _decode(self, ids: list[int]) -> str:

@@ -114,9 +114,13 @@ class Generator:
         # Held while tokenizing: fully async runs `finish` on other threads than the driver's.
         self.tokenizing = threading.Lock()
 
-    def run(self, rows: Sequence[tuple[dict, list[int]]], sampling, n: int, key: tuple[int, int]) -> list[Rollout]:
+    def run(
+        self, rows: Sequence[tuple[dict, list[int]]], sampling, n: int, key: tuple[int, int], evaluation: bool = False
+    ) -> list[Rollout]:
+        """`rows`' trajectories, n each; a training batch's with their greedy baselines when the job's estimator
+        reads them (an evaluation's train nothing)."""
         rollouts = self.finish(self.start(rows, sampling, n, key))
-        if self.s.greedy_baseline:
+        if self.s.greedy_baseline and not evaluation:
             baselines = self.greedy_rewards(rows, sampling, key)
             for r in rollouts:
                 r.baseline = baselines[r.group]

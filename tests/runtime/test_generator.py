@@ -314,3 +314,5 @@ def test_a_greedy_baseline_is_each_prompts_greedy_trajectory_scored_by_its_envir
     assert responses[0] == responses[1]
     plain, _ = generator(model)
     assert all(r.baseline is None for r in plain.run(rows(tok, {"turns": 1}), SAMPLING, 2, (1, 0)))
+    evaluated = gen.run(rows(tok, {"turns": 1}), SAMPLING, 2, (1, 0), evaluation=True)  # nothing trains on these
+    assert all(r.baseline is None for r in evaluated)
