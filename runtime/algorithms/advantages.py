@@ -288,38 +288,26 @@ def optimal_token_baseline_advantages(
     old_logprobs: torch.Tensor,
     sum_pi_squared: torch.Tensor,
     is_weight: torch.Tensor | None = None,
+    by_model_token: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The optimal token baseline (verl's optimal_token_baseline): each token's return-to-go minus a baseline of its
-    own position, the group's returns there weighted by each row's accumulated score variance W_t (`_path_weight`)."""
+    own position, the group's returns there weighted by each row's accumulated score variance W_t (`_path_weight`).
+
+    `by_model_token` (verl's tir_optimal_token_baseline): rows are compared by their k-th model token rather than
+    their k-th position, so observations inside a multi-turn response shift nothing; a row without a model token is
+    no member of its group."""
     mask = mask.to(rewards.dtype)
     returns = _returns_to_go(rewards, mask)
     weight = _path_weight(old_logprobs.to(rewards.dtype), sum_pi_squared.to(rewards.dtype), mask, is_weight)
     groups = _group_ids(index, rewards.device)
-    every = torch.ones(rewards.shape[0], dtype=torch.bool, device=rewards.device)
-    baselines = _token_baselines(returns, weight, mask, groups, every)
-    return (returns - baselines) * mask, returns * mask
-
-
-@torch.no_grad()
-def tir_optimal_token_baseline_advantages(
-    rewards: torch.Tensor,
-    mask: torch.Tensor,
-    index: GroupIndex,
-    old_logprobs: torch.Tensor,
-    sum_pi_squared: torch.Tensor,
-    is_weight: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's tir_optimal_token_baseline: as the optimal token baseline, but rows are compared by their k-th model
-    token rather than their k-th position, so observations inside a multi-turn response shift nothing; a row
-    without a model token is no member of its group."""
-    mask = mask.to(rewards.dtype)
-    returns = _returns_to_go(rewards, mask)
-    weight = _path_weight(old_logprobs.to(rewards.dtype), sum_pi_squared.to(rewards.dtype), mask, is_weight)
+    if not by_model_token:
+        every = torch.ones(rewards.shape[0], dtype=torch.bool, device=rewards.device)
+        baselines = _token_baselines(returns, weight, mask, groups, every)
+        return (returns - baselines) * mask, returns * mask
     # Each model token's rank in its row: the packed layout, where the k-th model tokens of a group line up.
     rank = (mask.cumsum(-1) - 1).clamp(min=0).long()
     packed = [torch.zeros_like(returns).scatter_add(1, rank, x * mask) for x in (returns, weight)]
     present = (torch.arange(mask.shape[1], device=mask.device)[None, :] < mask.sum(-1, keepdim=True)).to(mask.dtype)
-    groups = _group_ids(index, rewards.device)
     baselines = _token_baselines(packed[0], packed[1], present, groups, mask.sum(-1) > 0)
     return (returns - baselines.gather(1, rank)) * mask, returns * mask
 
@@ -411,7 +399,9 @@ def optimal_token_baseline(rewards, mask, *, index, values, algorithm, old_logpr
 
 
 def tir_optimal_token_baseline(rewards, mask, *, index, values, algorithm, old_logprobs, sum_pi_squared, is_weight):
-    return tir_optimal_token_baseline_advantages(rewards, mask, index, old_logprobs, sum_pi_squared, is_weight)
+    return optimal_token_baseline_advantages(
+        rewards, mask, index, old_logprobs, sum_pi_squared, is_weight, by_model_token=True
+    )
 
 
 def gae(rewards, mask, *, index, values, algorithm):
