@@ -75,7 +75,7 @@ class AdvantageEstimator:
     @property
     def needs_sum_pi_squared(self) -> bool:
         """The policy's old-log-prob pass also gives each token's sum of squared probabilities, `sum_pi_squared`
-        (RLC-E318)."""
+        (RLC-E317)."""
         return "sum_pi_squared" in self.inputs
 
 

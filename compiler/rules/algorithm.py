@@ -258,56 +258,33 @@ def estimator_has_its_group(c: Context):
 
 
 FA = "trainer.fully_async"
-GREEDY_BASELINE_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if card.needs_greedy_baseline)
-SUM_PI_SQUARED_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if card.needs_sum_pi_squared)
+# Estimators that read what a step makes beside its rollouts (a card's `inputs`): a greedy response per prompt, the
+# policy's pass over the batch.
+STEP_INPUT_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if card.inputs)
 
 
 @rule(
     "RLC-E317",
-    f"advantage_estimator {algorithms.listed(GREEDY_BASELINE_ESTIMATORS)} is not trained fully async",
+    f"advantage_estimator {algorithms.listed(STEP_INPUT_ESTIMATORS)} is not trained fully async",
     f"{ALG}.advantage_estimator",
     f"{FA}.enabled",
 )
-def greedy_baseline_is_synchronous(c: Context):
-    if algorithms.advantage_estimator(c.alg.advantage_estimator).needs_greedy_baseline and c.t.fully_async.enabled:
-        yield c.error(
-            "RLC-E317",
-            f"{ALG}.advantage_estimator",
-            f"advantage_estimator {c.alg.advantage_estimator} measures each sample against a greedy response to its "
-            "prompt, which the generator samples in the step; fully async training generates ahead of the step",
-            "set trainer.fully_async.enabled: false, or use another estimator (e.g. grpo)",
-            [f"{FA}.enabled"],
-        )
-
-
-@rule(
-    "RLC-E318",
-    f"advantage_estimator {algorithms.listed(SUM_PI_SQUARED_ESTIMATORS)} needs the FSDP policy's old-log-prob pass",
-    f"{ALG}.advantage_estimator",
-    "trainer.strategy",
-    f"{FA}.enabled",
-)
-def sum_pi_squared_has_its_pass(c: Context):
-    if not algorithms.advantage_estimator(c.alg.advantage_estimator).needs_sum_pi_squared:
+def step_inputs_are_synchronous(c: Context):
+    card = algorithms.advantage_estimator(c.alg.advantage_estimator)
+    if not (card.inputs and c.t.fully_async.enabled):
         return
-    if c.megatron:
-        yield c.error(
-            "RLC-E318",
-            f"{ALG}.advantage_estimator",
-            f"advantage_estimator {c.alg.advantage_estimator} weights each token by the policy's sum of squared "
-            "probabilities there, which rlc's FSDP worker computes and its Megatron worker does not yet",
-            "set trainer.strategy: fsdp2, or use another estimator (e.g. grpo)",
-            ["trainer.strategy"],
-        )
-    if c.t.fully_async.enabled:
-        yield c.error(
-            "RLC-E318",
-            f"{ALG}.advantage_estimator",
-            f"advantage_estimator {c.alg.advantage_estimator} reads the policy's old log-probs and sum of squared "
-            "probabilities from a pass over the batch; fully async training takes the engine's log-probs instead",
-            "set trainer.fully_async.enabled: false, or use another estimator (e.g. grpo)",
-            [f"{FA}.enabled"],
-        )
+    if card.needs_greedy_baseline:
+        why = "a greedy response to each prompt, which the generator samples in the step"
+    else:
+        why = "the policy's old log-probs and sum of squared probabilities from a pass over the step's batch"
+    yield c.error(
+        "RLC-E317",
+        f"{ALG}.advantage_estimator",
+        f"advantage_estimator {c.alg.advantage_estimator} reads {why}; fully async training generates ahead of the "
+        "step and takes the engine's log-probs as the old ones",
+        "set trainer.fully_async.enabled: false, or use another estimator (e.g. grpo)",
+        [f"{FA}.enabled"],
+    )
 
 
 @rule(
@@ -680,8 +657,7 @@ RULES = (
     loss_temperature_positive,
     dynamic_sampling_replace_needs_group,
     estimator_has_its_group,
-    greedy_baseline_is_synchronous,
-    sum_pi_squared_has_its_pass,
+    step_inputs_are_synchronous,
     fully_async_needs_separate_engines,
     fully_async_one_step_per_batch,
     fully_async_generation_workers_in_range,
