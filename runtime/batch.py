@@ -126,7 +126,6 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
     mask, logprobs, rewards = (torch.tensor(x, dtype=torch.float32) for x in (mask, logprobs, rewards))
     baselines = [r.baseline for r in rollouts]
     return TrainBatch(
-        reward_baselines=None if None in baselines else torch.tensor(baselines, dtype=torch.float32),
         input_ids=input_ids,
         attention_mask=attention,
         response_ids=response,
@@ -135,6 +134,7 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
         token_rewards=rewards,
         group=torch.tensor([r.group for r in rollouts], dtype=torch.long),
         prompt_len=plen,
+        reward_baselines=None if None in baselines else torch.tensor(baselines, dtype=torch.float32),
     )
 
 
