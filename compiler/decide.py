@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlc.core import algorithms
 from rlc.core.job import (
     AheadSettings,
     CheckpointSettings,
@@ -174,12 +175,14 @@ def scoring_settings(spec: Any) -> ScoringSettings:
         advantage_estimator=str(a.advantage_estimator),
         advantage_batch_normalize=bool(a.advantage_batch_normalize),
         old_logprob_pass=old_logprob_pass(spec),
+        sum_pi_squared=algorithms.advantage_estimator(str(a.advantage_estimator)).needs_sum_pi_squared,
     )
 
 
 def generator_settings(spec: Any) -> GeneratorSettings:
     """The generator's multi-turn keys; a turn's input is bounded by generator.max_input_length, else the prompt's."""
     g, e = spec.generator, spec.environment
+    estimator = algorithms.advantage_estimator(str(spec.trainer.algorithm.advantage_estimator))
     return GeneratorSettings(
         default_env=str(e.env_class),
         max_turns=int(g.max_turns),
@@ -190,6 +193,7 @@ def generator_settings(spec: Any) -> GeneratorSettings:
         batched=bool(g.batched),
         zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
         env_workers=int(e.skyrl_gym.max_env_workers),
+        greedy_baseline=estimator.needs_greedy_baseline,
         overlong_buffer=overlong_buffer(spec),
     )
 
@@ -211,13 +215,19 @@ def old_logprob_pass(spec: Any) -> bool:
     Not under fully async training: generated ahead with older weights, the behaviour policy is the engine's, so the
     rollouts' own log-probs anchor the importance ratio. Not with one optimizer step per batch either: the policy
     being updated is the one that scored the batch, so the old log-probs are the current ones (ratio 1), unless the
-    KL in the reward or an off-policy correction reads them before the update.
+    KL in the reward, an off-policy correction or the advantage estimator (the optimal token baselines) reads them
+    before the update.
     """
     t, a = spec.trainer, spec.trainer.algorithm
     if t.fully_async.enabled:
         return False
     single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
-    return not single_update or bool(a.use_kl_in_reward) or off_policy_section_corrects(a.off_policy_correction)
+    return (
+        not single_update
+        or bool(a.use_kl_in_reward)
+        or off_policy_section_corrects(a.off_policy_correction)
+        or algorithms.advantage_estimator(str(a.advantage_estimator)).needs_sum_pi_squared
+    )
 
 
 def process_envs(spec: Any) -> ProcessEnvs:

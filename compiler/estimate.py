@@ -10,8 +10,10 @@ has the derivation and the published jobs it is held against):
   stream through it), for every turn's response, plus decode_step_overhead_ms per step. A turn decodes until its
   longest row ends, fewer rows each step as they end: lengths are taken as spread evenly up to max_generate_length
   around the mean, so the longest of k rows is that spread's k/(k+1) point.
+  remax's greedy response per prompt counts as one more row of each prompt.
 - log-prob forwards: 2 x params x tokens for each model that scores the rows (the reference, the policy's old
-  log-probs when a step takes more than one optimizer step, the critic's values), at train_mfu of its GPUs.
+  log-probs when a step takes more than one optimizer step or the estimator reads them, the critic's values), at
+  train_mfu of its GPUs.
 - train: 6 x params x tokens per update epoch (8 with gradient checkpointing: the forward runs twice), policy and
   critic, at train_mfu of their GPUs.
 - weight sync: the engine's weights (its dtype) over the link the plan chose (CUDA IPC on the GPU itself, NVLink
@@ -172,14 +174,17 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
     share = t.strategy != "megatron" and samples > 1 and int(t.policy.sequence_parallel_size) <= 1
     shared = round(prompts * n.prompt + rows * n.after) if share else tokens
     train_tokens = tokens if t.gradient_checkpointing else shared
-    phases = [_generate(spec, plan, memory, shape, rows, n, flops, bandwidth, decode_ms, e, call)]
+    estimator = algorithms.advantage_estimator(str(t.algorithm.advantage_estimator))
+    generated = rows + (prompts if estimator.needs_greedy_baseline else 0)  # remax: a greedy response per prompt
+    phases = [_generate(spec, plan, memory, shape, generated, n, flops, bandwidth, decode_ms, e, call)]
     role_gpus = {r.name: max(len(r.ranks), 1) for r in plan.roles}
     forwards, trains = [], []
     if ref_on(spec):
         forwards.append(
             ("ref", models["ref"].shape.active_params if models.get("ref") and models["ref"].shape else params)
         )
-    if int(t.train_batch_size) > int(t.policy_mini_batch_size) or int(t.update_epochs_per_batch) > 1:
+    several = int(t.train_batch_size) > int(t.policy_mini_batch_size) or int(t.update_epochs_per_batch) > 1
+    if several or estimator.needs_sum_pi_squared:
         forwards.append(("policy", params))
     trains.append(("policy", params))
     if critic_on(spec) and models.get("critic") and models["critic"].shape:

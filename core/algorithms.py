@@ -61,7 +61,22 @@ class AdvantageEstimator:
     # equal gets advantage 0 on every row.
     group_baseline: bool = False
     min_group_size: int = 1  # the samples of a prompt it needs (generator.n_samples_per_prompt, RLC-E316)
+    # The batch's fields (rlc.runtime.batch.TrainBatch) it reads beyond the rewards, passed as keywords of the same
+    # names; the runtime produces a field only for an estimator that lists it (the properties below).
+    inputs: tuple[str, ...] = ()
     verl: tuple[str, ...] = ()  # verl's algorithm.adv_estimator names for it
+
+    @property
+    def needs_greedy_baseline(self) -> bool:
+        """The generator also samples one greedy response per prompt, whose reward is each row's
+        `reward_baselines` (RLC-E317)."""
+        return "reward_baselines" in self.inputs
+
+    @property
+    def needs_sum_pi_squared(self) -> bool:
+        """The policy's old-log-prob pass also gives each token's sum of squared probabilities, `sum_pi_squared`
+        (RLC-E317)."""
+        return "sum_pi_squared" in self.inputs
 
 
 @dataclass(frozen=True)
@@ -303,6 +318,33 @@ ADVANTAGE_ESTIMATORS: tuple[AdvantageEstimator, ...] = (
         f"{_ADVANTAGES}:gdpo",
         "verl's GDPO on one reward: the GRPO advantage whitened over the batch",
         verl=("gdpo",),
+    ),
+    AdvantageEstimator(
+        "remax",
+        f"{_ADVANTAGES}:remax",
+        "verl's ReMax: each token's return-to-go minus the reward of a greedy response to its prompt, which the "
+        "generator samples beside the rollouts",
+        per_trajectory=False,
+        inputs=("reward_baselines",),
+        verl=("remax",),
+    ),
+    AdvantageEstimator(
+        "optimal_token_baseline",
+        f"{_ADVANTAGES}:optimal_token_baseline",
+        "verl's optimal token baseline: each token's return-to-go minus its group's returns at that position, "
+        "weighted by each sample's accumulated score variance (the policy's sum of squared probabilities)",
+        per_trajectory=False,
+        inputs=("old_logprobs", "sum_pi_squared", "is_weight"),
+        verl=("optimal_token_baseline",),
+    ),
+    AdvantageEstimator(
+        "tir_optimal_token_baseline",
+        f"{_ADVANTAGES}:tir_optimal_token_baseline",
+        "verl's multi-turn optimal token baseline: as optimal_token_baseline, samples compared by their k-th model "
+        "token instead of their k-th position",
+        per_trajectory=False,
+        inputs=("old_logprobs", "sum_pi_squared", "is_weight"),
+        verl=("tir_optimal_token_baseline",),
     ),
     AdvantageEstimator(
         "maxrl",

@@ -248,6 +248,8 @@ class ScoringSettings:
     # A forward pass of the policy gives the old log-probs; without it they are the rollouts' own (fully async) or
     # the current policy's, which then needs no pass of its own (one optimizer step per batch: ratio 1).
     old_logprob_pass: bool
+    # The old-log-prob pass also gives each token's sum of squared probabilities (an estimator's `sum_pi_squared`).
+    sum_pi_squared: bool = False
 
 
 @dataclass(frozen=True)
@@ -276,6 +278,8 @@ class GeneratorSettings:
     env_workers: int = 32  # environment.skyrl_gym.max_env_workers
     env_timeout_s: float = 600.0  # an environment call (make, init, step) that takes longer ends its trajectory
     overlong_buffer: OverlongBuffer | None = None  # DAPO's soft overlong penalty, when trainer.algorithm asks for it
+    # Each batch of prompts also gets one greedy response per prompt, whose reward is its samples' baseline (remax).
+    greedy_baseline: bool = False
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,14 @@ class Rollout:
     correct: bool | None = None  # the environment's judgement of the final answer, when it has one
     env_metrics: dict | None = None
     reward_components: dict[str, float] | None = None  # the last step's numeric metadata (a reward function's dict)
+    baseline: float | None = None  # the reward of a greedy response to its prompt (remax), when the job needs it
+
+
+def trajectory_reward(r: Rollout) -> float:
+    """What a row's rewards sum to in the batch (`to_batch`): each turn's reward, or the outcome on the last token."""
+    if r.token_rewards is not None:
+        return float(sum(r.token_rewards))
+    return float(r.reward) if r.response_ids else 0.0
 
 
 @dataclass
@@ -56,6 +64,9 @@ class TrainBatch:
     ref_logprobs: torch.Tensor | None = None  # the reference model's (KL loss or KL in the reward)
     old_values: torch.Tensor | None = None  # the critic's values before this step's updates
     is_weight: torch.Tensor | None = None  # off-policy correction: truncated importance weights per token
+    # What an advantage estimator's card lists in its `inputs` besides the above (rlc.core.algorithms):
+    reward_baselines: torch.Tensor | None = None  # (rows,): the reward of a greedy response to each row's prompt
+    sum_pi_squared: torch.Tensor | None = None  # the policy's sum of squared probabilities at each response token
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None  # the critic's regression targets
     # (rows, response_len): the loss reduction's per-token weights, set by the driver on a mini-batch when the
@@ -117,6 +128,7 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
     input_ids, attention = torch.tensor(ids, dtype=torch.long), torch.tensor(attention, dtype=torch.long)
     response = torch.tensor(response, dtype=torch.long)
     mask, logprobs, rewards = (torch.tensor(x, dtype=torch.float32) for x in (mask, logprobs, rewards))
+    baselines = [r.baseline for r in rollouts]
     return TrainBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -126,6 +138,7 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
         token_rewards=rewards,
         group=torch.tensor([r.group for r in rollouts], dtype=torch.long),
         prompt_len=plen,
+        reward_baselines=None if None in baselines else torch.tensor(baselines, dtype=torch.float32),
     )
 
 

@@ -12,6 +12,7 @@ spec field itself.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import random
 import time
@@ -203,12 +204,14 @@ class Driver:
             self.sections.algorithm,
             self.tokenizer.pad_token_id,
             set(self.workers),
-            lambda role, batch: self._forward(ray, role, batch),
+            lambda role, batch, **options: self._forward(ray, role, batch, **options),
         )
         self.checkpoints = ckpt.Checkpoints(
             ray, self.workers, self.decisions.checkpoints, self.job.content_hash, self.policy_path
         )
-        self.evaluation = Evaluation(self.decisions.evaluation, self._generate, self._decode, self.tokenizer)
+        self.evaluation = Evaluation(
+            self.decisions.evaluation, functools.partial(self._generate, evaluation=True), self._decode, self.tokenizer
+        )
         self.colocation = Colocation(
             roles={name: name != "ref" for name in self.workers},
             colocated=self.decisions.offload_between_phases,
@@ -332,10 +335,11 @@ class Driver:
         step: int,
         draw: int = 0,
         group_offset: int = 0,
+        evaluation: bool = False,
     ) -> list[Rollout]:
         """Trajectories of `rows` (n each) on their environments, as many turns as they take."""
         assert self.generator is not None, "the generator starts with the engines"
-        rollouts = self.generator.run(rows, sampling, n, (step, draw))
+        rollouts = self.generator.run(rows, sampling, n, (step, draw), evaluation=evaluation)
         return self._checked(rollouts, step, group_offset)
 
     def _decode(self, ids: list[int]) -> str:
@@ -376,11 +380,11 @@ class Driver:
             r.group = renumber.setdefault(r.group, len(renumber))
         return picked, {k: float(v) for k, v in sampler.metrics().items()}
 
-    def _forward(self, ray, role: str, batch: TrainBatch) -> torch.Tensor:
+    def _forward(self, ray, role: str, batch: TrainBatch, **options) -> torch.Tensor:
         self._apply(ray, self.colocation.before_forward(role))
         workers = self.workers[role]
         padded = pad_rows(batch, self.layouts[role][0]["dp_size"])  # step-wise rows need not divide over the ranks
-        outs = ray.get([w.forward.remote(s) for w, s in zip(workers, self.cluster.shards(role, padded))])
+        outs = ray.get([w.forward.remote(s, **options) for w, s in zip(workers, self.cluster.shards(role, padded))])
         return torch.cat(self.cluster.collected(role, outs))[: batch.rows]
 
     def _step(self, ray, step: int, rows, rollouts: list[Rollout] | None = None) -> dict:

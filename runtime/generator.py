@@ -19,6 +19,7 @@ What a trajectory trains on (token in, token out: the sampled ids are kept, neve
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from typing import Any, Protocol
 import skyrl_gym
 from rlc.core.job import GeneratorSettings
 from rlc.runtime.algorithms.shaping import overlong_penalty
-from rlc.runtime.batch import Rollout
+from rlc.runtime.batch import Rollout, trajectory_reward
 from rlc.runtime.chat import Templater
 from rlc.runtime.envs import gym
 
@@ -122,8 +123,26 @@ class Generator:
         # Held while tokenizing: fully async runs `finish` on other threads than the driver's.
         self.tokenizing = threading.Lock()
 
-    def run(self, rows: Sequence[tuple[dict, list[int]]], sampling, n: int, key: tuple[int, int]) -> list[Rollout]:
-        return self.finish(self.start(rows, sampling, n, key))
+    def run(
+        self, rows: Sequence[tuple[dict, list[int]]], sampling, n: int, key: tuple[int, int], evaluation: bool = False
+    ) -> list[Rollout]:
+        """`rows`' trajectories, n each; a training batch's with their greedy baselines when the job's estimator
+        reads them (an evaluation's train nothing)."""
+        rollouts = self.finish(self.start(rows, sampling, n, key))
+        if self.s.greedy_baseline and not evaluation:
+            baselines = self.greedy_rewards(rows, sampling, key)
+            for r in rollouts:
+                r.baseline = baselines[r.group]
+        return rollouts
+
+    def greedy_rewards(self, rows: Sequence[tuple[dict, list[int]]], sampling, key: tuple[int, int]) -> list[float]:
+        """Each row's reward for one greedy response (temperature 0), on its environment over as many turns as it
+        takes: the baseline ReMax measures the sampled responses against (`greedy_baseline`)."""
+        rewards = [0.0] * len(rows)
+        for r in self.finish(self.start(rows, dataclasses.replace(sampling, temperature=0.0), 1, key)):
+            if r.last_step:
+                rewards[r.group] = trajectory_reward(r)
+        return rewards
 
     def start(self, rows: Sequence[tuple[dict, list[int]]], sampling, n: int, key: tuple[int, int]) -> _Pending:
         """Make each trajectory's environment and submit the first turn (every prompt's n samples in one call)."""

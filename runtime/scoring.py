@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from rlc.core import algorithms
 from rlc.core.job import ScoringSettings
 from rlc.runtime.algorithms.advantages import batch_normalize, broadcast_to_steps
 from rlc.runtime.algorithms.filtering import zero_variance_groups
@@ -17,7 +18,9 @@ from rlc.runtime.generator import rollout_metrics
 from rlc.runtime.run_error import RunError
 from rlc.spec.algorithm import AlgorithmConfig
 
-Forward = Callable[[str, TrainBatch], torch.Tensor]  # (role, batch) -> the role's per-token outputs of the batch
+# (role, batch, **options) -> the role's per-token outputs of the batch; with sum_pi_squared=True the policy's are
+# (rows, response_len, 2): log-probs, then the sums of squared probabilities.
+Forward = Callable[..., torch.Tensor]
 
 
 class Scoring:
@@ -62,6 +65,8 @@ class Scoring:
             batch.ref_logprobs = self.forward("ref", batch)
         if s.fully_async:  # generated ahead with older weights: the engine's log-probs anchor the importance ratio
             batch.old_logprobs = batch.rollout_logprobs.clone()
+        elif s.old_logprob_pass and s.sum_pi_squared:  # the optimal token baselines read both
+            batch.old_logprobs, batch.sum_pi_squared = self.forward("policy", batch, sum_pi_squared=True).unbind(-1)
         elif s.old_logprob_pass:  # else the current policy's, which the update starts from (decide.old_logprob_pass)
             batch.old_logprobs = self.forward("policy", batch)
         if s.off_policy_correction:
@@ -116,18 +121,26 @@ class Scoring:
             estimator = get_advantage_estimator(self.settings.advantage_estimator)
         except (KeyError, ValueError) as exc:
             raise RunError(str(exc)) from None
+        # The batch's fields the estimator's card lists, by their names (None where the job computes none).
+        card = algorithms.advantage_estimator(self.settings.advantage_estimator)
+        inputs = {name: getattr(batch, name) for name in card.inputs}
         if last_step is not None:
             values = batch.old_values[last_step] if batch.old_values is not None else None
             ones = torch.ones_like(mask[last_step])
             per_trajectory, trajectory_returns = estimator(
-                rewards[last_step], ones, index=batch.group[last_step], values=values, algorithm=a
+                rewards[last_step],
+                ones,
+                index=batch.group[last_step],
+                values=values,
+                algorithm=a,
+                **{k: v[last_step] if v is not None else None for k, v in inputs.items()},
             )
             advantages = broadcast_to_steps(per_trajectory, last_step, mask)
             returns = broadcast_to_steps(trajectory_returns, last_step, mask)
         else:
             extra = {"components": components} if components is not None else {}
             advantages, returns = estimator(
-                rewards, mask, index=batch.group, values=batch.old_values, algorithm=a, **extra
+                rewards, mask, index=batch.group, values=batch.old_values, algorithm=a, **inputs, **extra
             )
         if self.settings.advantage_batch_normalize:
             advantages = batch_normalize(advantages, mask)
@@ -144,6 +157,8 @@ class Scoring:
         env = rollout_metrics(rollouts)
         if not s.multi_turn:
             env.pop("env/turns", None)
+        if batch.reward_baselines is not None:  # remax: the greedy responses' mean reward
+            env["greedy_reward"] = float(batch.reward_baselines.mean())
         return dict(
             reward=sum(outcomes(last)) / len(last),
             response_length=tokens / len(rollouts),

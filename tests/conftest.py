@@ -213,7 +213,7 @@ def run_ranks(target, world: int, *args, timeout_s: float = 300) -> list:
 # The files go out in this order, longest first (their serial times on 2 cores in the comments), then the rest as
 # collected, so that neither worker is left with a long file at the end. Within a file the order is unchanged.
 LONGEST_FIRST = (
-    "test_run.py",  # ~330 s: end-to-end runs
+    "test_run.py",  # ~365 s: end-to-end runs
     "test_multinode.py",  # ~250 s: the SkyPilot task on two simulated hosts
     "test_run_options.py",  # ~175 s: a short run per algorithm option
     "test_slurm.py",  # ~250 s: batch jobs on a real Slurm of two simulated hosts

@@ -312,6 +312,33 @@ def gdpo_components_have_their_source(c: Context):
 
 
 FA = "trainer.fully_async"
+# Estimators that read what a step makes beside its rollouts (a card's `inputs`): a greedy response per prompt, the
+# policy's pass over the batch.
+STEP_INPUT_ESTIMATORS = tuple(card.id for card in algorithms.ADVANTAGE_ESTIMATORS if card.inputs)
+
+
+@rule(
+    "RLC-E317",
+    f"advantage_estimator {algorithms.listed(STEP_INPUT_ESTIMATORS)} is not trained fully async",
+    f"{ALG}.advantage_estimator",
+    f"{FA}.enabled",
+)
+def step_inputs_are_synchronous(c: Context):
+    card = algorithms.advantage_estimator(c.alg.advantage_estimator)
+    if not (card.inputs and c.t.fully_async.enabled):
+        return
+    if card.needs_greedy_baseline:
+        why = "a greedy response to each prompt, which the generator samples in the step"
+    else:
+        why = "the policy's old log-probs and sum of squared probabilities from a pass over the step's batch"
+    yield c.error(
+        "RLC-E317",
+        f"{ALG}.advantage_estimator",
+        f"advantage_estimator {c.alg.advantage_estimator} reads {why}; fully async training generates ahead of the "
+        "step and takes the engine's log-probs as the old ones",
+        "set trainer.fully_async.enabled: false, or use another estimator (e.g. grpo)",
+        [f"{FA}.enabled"],
+    )
 
 
 @rule(
@@ -684,6 +711,7 @@ RULES = (
     loss_temperature_positive,
     dynamic_sampling_replace_needs_group,
     estimator_has_its_group,
+    step_inputs_are_synchronous,
     gdpo_components_have_their_source,
     fully_async_needs_separate_engines,
     fully_async_one_step_per_batch,

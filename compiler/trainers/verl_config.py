@@ -28,6 +28,7 @@ from rlc.compiler.importers.verl.mapping import (
     R,
     T,
 )
+from rlc.core import algorithms
 from rlc.spec.root import RlcSpec
 
 RELEASE = "0.9.1"
@@ -264,6 +265,8 @@ def _algorithm(spec: RlcSpec) -> dict[str, Any]:
                        f"{ALG}.kl_ctrl.kl_coef": alg.kl_loss_coef, f"{ALG}.kl_ctrl.type": alg.kl_ctrl.type,
                        f"{ALG}.kl_ctrl.horizon": alg.kl_ctrl.horizon,
                        f"{ALG}.kl_ctrl.target_kl": alg.kl_ctrl.kl_target})  # fmt: skip
+    if algorithms.advantage_estimator(alg.advantage_estimator).needs_sum_pi_squared:  # verl's actor computes it
+        values[f"{A}.calculate_sum_pi_squared"] = True  # only when told (its trainer asserts it is there)
     if alg.dynamic_sampling.type == "filter":
         values.update({f"{ALG}.filter_groups.enable": True,
                        f"{ALG}.filter_groups.max_num_gen_batches": alg.dynamic_sampling.max_sample_batches})  # fmt: skip

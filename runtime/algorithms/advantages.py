@@ -1,6 +1,6 @@
 """Advantage estimators (`trainer.algorithm.advantage_estimator`): SkyRL's grpo, rloo, maxrl, reinforce++ and gae,
-and verl's gpg, opo, grpo_passk, gdpo and reinforce_plus_plus_baseline, with verl's own rloo and reinforce++ where
-they differ from SkyRL's (`rloo_verl`, `reinforce++_verl`).
+and verl's gpg, opo, grpo_passk, gdpo, reinforce_plus_plus_baseline, remax and the optimal token baselines, with
+verl's own rloo and reinforce++ where they differ from SkyRL's (`rloo_verl`, `reinforce++_verl`).
 
 Tensors are (batch, response_len) with `mask` marking response tokens; every estimator returns
 `(advantages, returns)` of that shape, zero outside the mask. Positions outside the mask are
@@ -244,6 +244,92 @@ def grpo_passk_advantages(
     return advantages, advantages
 
 
+def _returns_to_go(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The undiscounted sum of the masked rewards from each position to the end of the row."""
+    return (rewards * mask).flip(-1).cumsum(-1).flip(-1)
+
+
+@torch.no_grad()
+def remax_advantages(
+    rewards: torch.Tensor, mask: torch.Tensor, reward_baselines: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (Li et al., 2023): each token's return-to-go minus the reward of a greedy response to its prompt
+    (`reward_baselines`, one per row), which the generator samples beside the step's rollouts."""
+    mask = mask.to(rewards.dtype)
+    returns = _returns_to_go(rewards, mask)
+    advantages = (returns - reward_baselines.to(rewards.dtype)[:, None]) * mask
+    return advantages, returns * mask
+
+
+def _token_baselines(
+    returns: torch.Tensor, path_weight: torch.Tensor, present: torch.Tensor, groups: torch.Tensor, members: torch.Tensor
+) -> torch.Tensor:
+    """Per position, the path-weighted mean return of the group's `members` (rows) present there:
+    sum(G * W) / (sum(W) + 1e-8); 0 for a group of one member. A group's longest row, when it alone is the longest,
+    gets no baseline from the second longest's length on (nothing to compare it with there)."""
+    eps = 1e-8
+    n_groups = int(groups.max()) + 1 if groups.numel() else 0
+    weight = path_weight * present * members[:, None]
+    zeros = returns.new_zeros(n_groups, returns.shape[1])
+    numerator = zeros.index_add(0, groups, returns * weight)
+    denominator = zeros.index_add(0, groups, weight) + eps
+    count = groups.new_zeros(n_groups).index_add(0, groups, members.long())
+    baselines = torch.where((count[groups] > 1)[:, None], (numerator / denominator)[groups], 0.0)
+    # A group's longest row past every other one's length: its baseline there would be its own return.
+    lengths = torch.where(members, present.sum(-1).long(), -1)
+    longest = lengths.new_full((n_groups,), -1).scatter_reduce(0, groups, lengths, "amax")
+    at_longest = members & (lengths == longest[groups])
+    n_longest = groups.new_zeros(n_groups).index_add(0, groups, at_longest.long())
+    others = torch.where(members & ~at_longest, lengths, -1)
+    second = others.new_full((n_groups,), -1).scatter_reduce(0, groups, others, "amax")
+    alone = at_longest & (n_longest[groups] == 1) & (count[groups] > 1)
+    beyond = torch.arange(returns.shape[1], device=returns.device)[None, :] >= second[groups][:, None]
+    return torch.where(alone[:, None] & beyond, 0.0, baselines)
+
+
+def _path_weight(
+    old_logprobs: torch.Tensor, sum_pi_squared: torch.Tensor, mask: torch.Tensor, is_weight: torch.Tensor | None
+) -> torch.Tensor:
+    """W_t: the running sum of each token's squared score norm, 1 - 2 p_t + sum(p^2) (times its squared
+    importance weight under an off-policy correction)."""
+    step = 1 - 2 * old_logprobs.exp() + sum_pi_squared
+    if is_weight is not None:
+        step = step * is_weight**2
+    return (step * mask).cumsum(-1)
+
+
+@torch.no_grad()
+def optimal_token_baseline_advantages(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: GroupIndex,
+    old_logprobs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    is_weight: torch.Tensor | None = None,
+    by_model_token: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The optimal token baseline (verl's optimal_token_baseline): each token's return-to-go minus a baseline of its
+    own position, the group's returns there weighted by each row's accumulated score variance W_t (`_path_weight`).
+
+    `by_model_token` (verl's tir_optimal_token_baseline): rows are compared by their k-th model token rather than
+    their k-th position, so observations inside a multi-turn response shift nothing; a row without a model token is
+    no member of its group."""
+    mask = mask.to(rewards.dtype)
+    returns = _returns_to_go(rewards, mask)
+    weight = _path_weight(old_logprobs.to(rewards.dtype), sum_pi_squared.to(rewards.dtype), mask, is_weight)
+    groups = _group_ids(index, rewards.device)
+    if not by_model_token:
+        every = torch.ones(rewards.shape[0], dtype=torch.bool, device=rewards.device)
+        baselines = _token_baselines(returns, weight, mask, groups, every)
+        return (returns - baselines) * mask, returns * mask
+    # Each model token's rank in its row: the packed layout, where the k-th model tokens of a group line up.
+    rank = (mask.cumsum(-1) - 1).clamp(min=0).long()
+    packed = [torch.zeros_like(returns).scatter_add(1, rank, x * mask) for x in (returns, weight)]
+    present = (torch.arange(mask.shape[1], device=mask.device)[None, :] < mask.sum(-1, keepdim=True)).to(mask.dtype)
+    baselines = _token_baselines(packed[0], packed[1], present, groups, mask.sum(-1) > 0)
+    return (returns - baselines.gather(1, rank)) * mask, returns * mask
+
+
 @torch.no_grad()
 def gae_advantages(
     rewards: torch.Tensor,
@@ -274,7 +360,8 @@ def gae_advantages(
 
 
 # The estimators in the common calling convention (rlc.runtime.algorithms.registry), which the catalog's cards
-# (rlc.core.algorithms) name: outcome estimators read `index`, gae reads `values`, each its knobs from `algorithm`.
+# (rlc.core.algorithms) name: outcome estimators read `index`, gae reads `values`, each its knobs from `algorithm`;
+# the batch's fields a card lists in `inputs` come as keywords of those names.
 
 
 def grpo(rewards, mask, *, index, values, algorithm):
@@ -320,6 +407,20 @@ def gdpo(rewards, mask, *, index, values, algorithm, components=None):
 
 def grpo_passk(rewards, mask, *, index, values, algorithm):
     return grpo_passk_advantages(rewards, mask, index, norm_by_std=algorithm.grpo_norm_by_std)
+
+
+def remax(rewards, mask, *, index, values, algorithm, reward_baselines):
+    return remax_advantages(rewards, mask, reward_baselines)
+
+
+def optimal_token_baseline(rewards, mask, *, index, values, algorithm, old_logprobs, sum_pi_squared, is_weight):
+    return optimal_token_baseline_advantages(rewards, mask, index, old_logprobs, sum_pi_squared, is_weight)
+
+
+def tir_optimal_token_baseline(rewards, mask, *, index, values, algorithm, old_logprobs, sum_pi_squared, is_weight):
+    return optimal_token_baseline_advantages(
+        rewards, mask, index, old_logprobs, sum_pi_squared, is_weight, by_model_token=True
+    )
 
 
 def gae(rewards, mask, *, index, values, algorithm):

@@ -41,6 +41,7 @@ def score_tokens(
     temperature: float = 1.0,
     *,
     entropy: bool = False,
+    sum_pi_squared: bool = False,
     rows: torch.Tensor | None = None,
     chunk: int = LOGPROB_CHUNK_TOKENS,
     vocab_start: int = 0,
@@ -70,7 +71,12 @@ def score_tokens(
     cross-entropy does), so training holds one [tokens, vocab] tensor instead of two. Only for logits nothing else
     reads in backward (a model head's output); another autograd node that saved them then fails loudly (the
     version check) rather than read the gradient. With `rows`, each row may be scored once only.
+
+    `sum_pi_squared`: the second result is each token's sum of squared probabilities instead of its entropy (the
+    optimal token baselines' input; forward passes only: it has no gradient).
     """
+    if entropy and sum_pi_squared:
+        raise ValueError("score_tokens gives the entropy or the sum of squared probabilities, not both")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
     if chunk < 1:
@@ -94,13 +100,14 @@ def score_tokens(
         token_ids.reshape(-1).to(device=logits.device, dtype=torch.long),
         float(temperature),
         bool(entropy),
+        bool(sum_pi_squared),
         int(chunk),
         int(vocab_start),
         valid,
         group,
         bool(inplace_backward),
     )
-    return logp.view(shape), (ent.view(shape) if entropy else None)
+    return logp.view(shape), (ent.view(shape) if entropy or sum_pi_squared else None)
 
 
 # Below this a log-probability's exp is 0 in every float format: clamping there keeps 0 * -inf (a banned token's
@@ -126,7 +133,9 @@ def _scaled(x: torch.Tensor, temperature: float, valid: int) -> torch.Tensor:
 
 class _ChunkedScores(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, flat, rows, targets, temperature, want_entropy, chunk, vocab_start, valid, group, inplace):
+    def forward(
+        ctx, flat, rows, targets, temperature, want_entropy, want_sps, chunk, vocab_start, valid, group, inplace
+    ):
         count = targets.numel()
         dev, wide = flat.device, _wide(flat.dtype)
         width = flat.shape[-1]
@@ -143,8 +152,9 @@ class _ChunkedScores(torch.autograd.Function):
                 top = part[:, :valid].amax(-1) if valid > 0 else torch.full((hi - lo,), float("-inf"), device=dev)
                 peak[lo:hi] = top.to(wide) / temperature if temperature != 1.0 else top.to(wide)
             torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX, group=group)
-        # sum of exp(x - peak), the chosen token's x - peak, and sum of exp(x - peak) * (x - peak) (entropy)
-        sums = torch.zeros((3 if want_entropy else 2, count), dtype=wide, device=dev)
+        # sum of exp(x - peak), the chosen token's x - peak, and sum of exp(x - peak) * (x - peak) (entropy) or of
+        # exp(2 * (x - peak)) (the sum of squared probabilities, over the first sum squared)
+        sums = torch.zeros((3 if want_entropy or want_sps else 2, count), dtype=wide, device=dev)
         for lo in range(0, count, chunk):
             hi = min(lo + chunk, count)
             x = _scaled(_block(flat, rows, lo, hi), temperature, valid)
@@ -158,13 +168,18 @@ class _ChunkedScores(torch.autograd.Function):
             if want_entropy:
                 # exp(-inf) * -inf would be NaN: a banned token's term is 0 * _LOG_FLOOR, i.e. 0.
                 sums[2, lo:hi] = torch.linalg.vecdot(e, x.clamp_(min=_LOG_FLOOR))
+            elif want_sps:
+                sums[2, lo:hi] = torch.linalg.vecdot(e, e)
             del x, e
         if parallel:
             torch.distributed.all_reduce(sums, group=group)
         log_total = sums[0].log()
         logp = sums[1] - log_total
         lse = peak + log_total
-        ent = log_total - sums[2] / sums[0] if want_entropy else logp.new_empty(0)
+        if want_entropy:
+            ent = log_total - sums[2] / sums[0]
+        else:
+            ent = sums[2] / sums[0] ** 2 if want_sps else logp.new_empty(0)
         ctx.save_for_backward(flat, rows, local, mine, lse, ent if want_entropy else None)
         ctx.opts = (temperature, want_entropy, chunk, valid, inplace)
         ctx.set_materialize_grads(False)
@@ -176,7 +191,7 @@ class _ChunkedScores(torch.autograd.Function):
         flat, rows, local, mine, lse, ent = ctx.saved_tensors
         temperature, want_entropy, chunk, valid, inplace = ctx.opts
         if grad_logp is None and (grad_ent is None or not want_entropy):
-            return (None,) * 10
+            return (None,) * 11
         count = local.numel()
         if inplace:  # each block is copied out (`_block`) before its gradient overwrites it
             grad = flat
@@ -209,7 +224,7 @@ class _ChunkedScores(torch.autograd.Function):
             unscored = torch.ones(grad.shape[0], dtype=torch.bool, device=grad.device)
             unscored[rows] = False
             grad[unscored] = 0
-        return grad, None, None, None, None, None, None, None, None, None
+        return grad, None, None, None, None, None, None, None, None, None, None
 
 
 def reduce_loss(

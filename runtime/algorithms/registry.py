@@ -21,6 +21,8 @@ Calling conventions (tensors are (batch, response_len); see losses.py and advant
 * advantage estimator: ``fn(rewards, mask, *, index, values, algorithm) -> (advantages, returns)``:
   rewards (batch,) or (batch, response_len); index the prompt key of each sample (group of
   GRPO/RLOO); values the critic's (None without a critic); algorithm the trainer.algorithm config.
+  A built-in whose card lists `inputs` (remax's greedy `reward_baselines`, the optimal token baselines'
+  `old_logprobs`, `sum_pi_squared`, `is_weight`) gets those batch fields as keywords too.
   Both results are (batch, response_len), zero outside the mask, with no gradient.
 
 Registration is per process: a Ray worker runs in its own process and sees only entry points and

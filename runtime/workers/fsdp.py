@@ -249,10 +249,12 @@ class FSDPWorker(TrainWorker):
         """The selected rows (None: `micro_batches.inert`) on this rank's device, in their narrowest padded layout."""
         return mbs.trimmed(batch.select(rows) if rows is not None else mbs.inert(batch)).to(self.s.device)
 
-    def _outputs(self, mb: TrainBatch, want_entropy: bool = False):
-        """Per response token: log-probs (policy/ref) or values (critic), and entropy when asked."""
+    def _outputs(self, mb: TrainBatch, want_entropy: bool = False, want_sum_pi_squared: bool = False):
+        """Per response token: log-probs (policy/ref) or values (critic), and the entropy or the sum of squared
+        probabilities when asked."""
+        second = {"entropy": want_entropy, "sum_pi_squared": want_sum_pi_squared}
         if self.sp > 1:
-            return self._split_outputs(mb, want_entropy)
+            return self._split_outputs(mb, second)
         ids, attn = mb.input_ids, mb.attention_mask
         plen, length = mb.prompt_len, mb.response_ids.shape[1]
         response = mb.response_ids
@@ -264,13 +266,11 @@ class FSDPWorker(TrainWorker):
             rows, valid = response_rows(packed, length, packed.input_ids.device)
             if self._keep(1):  # the head runs on the positions that predict a response token only
                 kept = self.model(**kwargs, logits_to_keep=rows[valid]).logits[0]
-                scores = score_tokens(kept, response[valid], self.s.temperature, entropy=want_entropy, **_INPLACE)
+                scores = score_tokens(kept, response[valid], self.s.temperature, **second, **_INPLACE)
                 return tuple(_scatter(valid, x) if x is not None else None for x in scores)  # type: ignore[return-value]
             # Scored where they are in the packed row: no (rows, length, vocab) copy of the logits.
             out = self.model(**kwargs)
-            logp, entropy = score_tokens(
-                out.logits, response, self.s.temperature, entropy=want_entropy, rows=rows, **_INPLACE
-            )
+            logp, entropy = score_tokens(out.logits, response, self.s.temperature, **second, rows=rows, **_INPLACE)
             fill = ~valid
             return logp.masked_fill(fill, 0.0), (entropy.masked_fill(fill, 0.0) if entropy is not None else None)
         # Response token j is scored at the position before it, so a row's last token is never fed.
@@ -287,17 +287,17 @@ class FSDPWorker(TrainWorker):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep(length)).logits
         width = logits.shape[1]
         if width == length:
-            return score_tokens(logits, response, self.s.temperature, entropy=want_entropy, **_INPLACE)
+            return score_tokens(logits, response, self.s.temperature, **second, **_INPLACE)
         # The last `length` positions of each row, scored in place (a model without logits_to_keep returns all).
         rows = torch.arange(logits.shape[0], device=logits.device)[:, None] * width + width - length
         rows = rows + torch.arange(length, device=logits.device)
-        return score_tokens(logits, response, self.s.temperature, entropy=want_entropy, rows=rows, **_INPLACE)
+        return score_tokens(logits, response, self.s.temperature, **second, rows=rows, **_INPLACE)
 
     def _varlen(self) -> bool:
         """Whether flash attention runs the packed row (it then takes the sequences' boundaries explicitly)."""
         return getattr(_base(self.model).config, "_attn_implementation", "").startswith("flash")
 
-    def _split_outputs(self, mb: TrainBatch, want_entropy: bool):
+    def _split_outputs(self, mb: TrainBatch, second: dict):
         """`_outputs` with each row's positions split over the sequence-parallel group (`workers/ulysses.py`): this
         rank runs its share of every row and scores the response tokens predicted there; the group sums the
         scores, so every rank returns the whole rows' outputs."""
@@ -333,7 +333,7 @@ class FSDPWorker(TrainWorker):
         logits = self.model(**kwargs, **(self._keep(keep) if keep < step else {})).logits
         keep = logits.shape[1]  # a model without logits_to_keep returns every position
         flat = (row * keep + where - (start + step - keep))[mine]
-        scored = score_tokens(logits, mb.response_ids[mine], self.s.temperature, entropy=want_entropy, rows=flat)
+        scored = score_tokens(logits, mb.response_ids[mine], self.s.temperature, **second, rows=flat)
         outs: list[torch.Tensor | None] = []
         for part in scored:
             if part is None:
@@ -399,15 +399,17 @@ class FSDPWorker(TrainWorker):
         return torch.cat([first.logits[:, -1:][inverse], rest.logits], 1)
 
     @torch.no_grad()
-    def forward(self, batch: TrainBatch) -> torch.Tensor:
-        """Log-probs (policy, ref) or values (critic) of this rank's rows, on the CPU."""
+    def forward(self, batch: TrainBatch, sum_pi_squared: bool = False) -> torch.Tensor:
+        """Log-probs (policy, ref) or values (critic) of this rank's rows, on the CPU; with `sum_pi_squared`,
+        (rows, response_len, 2): the log-probs and each token's sum of squared probabilities."""
         self.model.eval()
-        out = torch.zeros(batch.response_ids.shape)
+        out = torch.zeros(*batch.response_ids.shape, 2 if sum_pi_squared else 1)
         for rows in self._micro_batches(batch, self.s.micro_forward_batch_size):
-            values = self._outputs(self._device_batch(batch, rows))[0]
+            scores = self._outputs(self._device_batch(batch, rows), want_sum_pi_squared=sum_pi_squared)
             if rows is not None:
-                out[rows] = widened(values.float().cpu(), out.shape[1])
-        return out
+                for k in range(out.shape[-1]):
+                    out[rows, :, k] = widened(scores[k].float().cpu(), out.shape[1])
+        return out if sum_pi_squared else out[..., 0]
 
     # -- training -------------------------------------------------------------------------------------
 

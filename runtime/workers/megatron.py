@@ -106,8 +106,10 @@ def vocab_parallel_logprobs(
     vocab_size: int,
     want_entropy: bool = False,
     positions: torch.Tensor | None = None,
+    want_sum_pi_squared: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of `targets` (and the entropy) from this tensor rank's slice of the vocabulary's logits.
+    """Log-probs of `targets` (and the entropy, or the sum of squared probabilities) from this tensor rank's slice of
+    the vocabulary's logits.
 
     `logits` is [rows, seq, vocab / tp]; `positions` (default: every one) are the sequence positions scored, in
     place, `targets` [rows, len(positions)]. The softmax normaliser and the target's logit are summed over the
@@ -127,6 +129,7 @@ def vocab_parallel_logprobs(
         targets,
         temperature,
         entropy=want_entropy,
+        sum_pi_squared=want_sum_pi_squared,
         rows=index,
         vocab_start=ps.get_tensor_model_parallel_rank() * local,
         vocab_size=vocab_size,
@@ -447,9 +450,12 @@ class MegatronWorker(TrainWorker):
         mine = cp_utils.local_positions(ids.shape[1], self.cp, self.cp_rank).to(dev)
         return ids[:, mine], positions[:, mine], cp_utils.attention_mask(attn, self.cp, self.cp_rank)
 
-    def _response_logprobs(self, logits: torch.Tensor, mb: TrainBatch, want_entropy: bool):
-        """Log-probs (and entropies) of the response tokens, [rows, response length]; with context parallelism
-        each rank scores the positions it holds and the group sums them, so every rank has the whole rows."""
+    def _response_logprobs(
+        self, logits: torch.Tensor, mb: TrainBatch, want_entropy: bool, want_sum_pi_squared: bool = False
+    ):
+        """Log-probs (and entropies, or sums of squared probabilities) of the response tokens, [rows, response
+        length]; with context parallelism each rank scores the positions it holds and the group sums them, so every
+        rank has the whole rows."""
         start, length = mb.prompt_len - 1, mb.response_ids.shape[1]
         response = mb.response_ids.to(logits.device)
         if self.cp == 1:
@@ -460,6 +466,7 @@ class MegatronWorker(TrainWorker):
                 self.arch.vocab_size,
                 want_entropy,
                 positions=torch.arange(start, start + length, device=logits.device),
+                want_sum_pi_squared=want_sum_pi_squared,
             )
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
@@ -474,6 +481,7 @@ class MegatronWorker(TrainWorker):
             self.arch.vocab_size,
             want_entropy,
             positions=torch.nonzero(scoring).flatten(),
+            want_sum_pi_squared=want_sum_pi_squared,
         )
         group = ps.get_context_parallel_group()
         logp = cp_utils.response_values(logp, positions, start, length, group)
@@ -501,15 +509,17 @@ class MegatronWorker(TrainWorker):
         )
 
     @torch.no_grad()
-    def forward(self, batch: TrainBatch) -> torch.Tensor:
-        """Log-probs of this data-parallel rank's rows on the collecting ranks; an empty tensor elsewhere."""
+    def forward(self, batch: TrainBatch, sum_pi_squared: bool = False) -> torch.Tensor:
+        """Log-probs of this data-parallel rank's rows on the collecting ranks; an empty tensor elsewhere. With
+        `sum_pi_squared`, (rows, response_len, 2): the log-probs and each token's sum of squared probabilities."""
         with self._device():
             self.model.eval()
             micro = self._micro_batches(batch, self.s.micro_forward_batch_size)
 
             def scored(mb, logits):
-                logp, _ = self._response_logprobs(logits, mb, False)
-                return logp.sum() * 0.0, {"logp": logp[: mb.real_rows].float().cpu()}
+                logp, squares = self._response_logprobs(logits, mb, False, sum_pi_squared)
+                out = torch.stack([logp, squares], -1) if squares is not None else logp
+                return logp.sum() * 0.0, {"logp": out[: mb.real_rows].float().cpu()}
 
             outs = self._schedule_run(micro, scored, forward_only=True)
             self._maybe_empty_cache()

@@ -229,3 +229,16 @@ def test_a_batch_decodes_until_its_longest_row_ends():
     assert "1022 steps (mean 512)" in gen.how
     full = _time("estimate.response_fill=1.0").phases[0].seconds
     assert _time("estimate.response_fill=0.5").phases[0].seconds < full
+
+
+def test_what_an_estimator_reads_is_counted_where_it_is_made():
+    """remax's greedy response per prompt is generated beside the step's rows; the optimal token baselines read the
+    policy's old-log-prob pass, which a step of one optimizer step otherwise skips."""
+    one_step = ("trainer.policy_mini_batch_size=1024",)
+    base = {p.name: p for p in _time(*one_step).phases}
+    remax = {p.name: p for p in _time(*one_step, "trainer.algorithm.advantage_estimator=remax").phases}
+    otb = {p.name: p for p in _time(*one_step, "trainer.algorithm.advantage_estimator=optimal_token_baseline").phases}
+    assert remax["generate"].seconds > base["generate"].seconds
+    assert otb["generate"].seconds == base["generate"].seconds
+    assert "policy" not in base["log-prob forwards"].how and "policy" in otb["log-prob forwards"].how
+    assert otb["log-prob forwards"].seconds > base["log-prob forwards"].seconds

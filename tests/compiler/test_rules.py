@@ -246,6 +246,17 @@ CASES = {
           n_samples_per_prompt: 1
         """,
     ),
+    "RLC-E317": (
+        "trainer.algorithm.advantage_estimator",
+        """
+        trainer:
+          algorithm:
+            advantage_estimator: remax  # <-
+          placement: {colocate_all: false}
+          fully_async:
+            enabled: true
+        """,
+    ),
     "RLC-E315": (
         "trainer.algorithm.dro.beta",
         """
@@ -957,3 +968,30 @@ def test_idle_nodes_get_more_ranks_per_role_or_fewer_nodes(tmp_path):
     )
     assert "generator.inference_engine.num_engines: 16" in w.hint
     assert w.hint.endswith("or to ask for the 8 GPUs the job uses, set cluster.num_nodes: 1")
+
+
+@pytest.mark.parametrize(
+    "estimator, fully_async, refused",
+    [
+        ("optimal_token_baseline", True, True),
+        ("tir_optimal_token_baseline", True, True),
+        ("optimal_token_baseline", False, False),
+        ("remax", False, False),
+        ("grpo", True, False),
+    ],
+)
+def test_an_estimator_reading_what_the_step_makes_is_not_trained_fully_async(tmp_path, estimator, fully_async, refused):
+    """remax's greedy responses and the optimal token baselines' policy pass are made in the step (RLC-E317)."""
+    path, _ = _write(
+        tmp_path,
+        f"""
+        trainer:
+          algorithm:
+            advantage_estimator: {estimator}  # <-
+          placement: {{colocate_all: false}}
+          fully_async:
+            enabled: {str(fully_async).lower()}
+        """,
+    )
+    codes = [d.code for d in analyze(path, env={"WANDB_API_KEY": "set"}).diagnostics]
+    assert ("RLC-E317" in codes) == refused, codes

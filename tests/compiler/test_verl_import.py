@@ -297,7 +297,8 @@ def test_kl_in_the_reward_takes_verls_reward_estimator_and_coefficient():
 def test_gspo_averages_per_sequence_and_an_unknown_estimator_is_not_carried():
     _, spec = _import("actor_rollout_ref.actor.policy_loss.loss_mode=gspo")
     assert _get(spec, "trainer.algorithm.loss_reduction") == "sequence_mean"
-    imported, _ = _import("algorithm.adv_estimator=remax")
+    # A name only the script's own code registers with verl (register_adv_est)
+    imported, _ = _import("algorithm.adv_estimator=my_estimator")
     assert [c.severity for c in _change(imported, "algorithm.adv_estimator")] == ["error"]
 
 
@@ -309,6 +310,9 @@ def test_gspo_averages_per_sequence_and_an_unknown_estimator_is_not_carried():
         ("algorithm.adv_estimator=grpo_passk", "advantage_estimator", "grpo_passk"),
         ("algorithm.adv_estimator=reinforce_plus_plus", "advantage_estimator", "reinforce++_verl"),
         ("algorithm.adv_estimator=rloo", "advantage_estimator", "rloo_verl"),
+        ("algorithm.adv_estimator=remax", "advantage_estimator", "remax"),
+        ("algorithm.adv_estimator=optimal_token_baseline", "advantage_estimator", "optimal_token_baseline"),
+        ("algorithm.adv_estimator=tir_optimal_token_baseline", "advantage_estimator", "tir_optimal_token_baseline"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl", "policy_loss_type", "dppo_kl"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=gpg", "policy_loss_type", "gpg"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean", "loss_reduction", "sequence_mean"),
@@ -318,6 +322,20 @@ def test_verls_estimators_and_losses_import_as_the_card_that_computes_them_as_ve
     imported, spec = _import(extra)
     assert _get(spec, f"trainer.algorithm.{path}") == expected
     assert not [c for c in imported.errors if "estimator" in (c.old or "") or "loss_mode" in (c.old or "")]
+
+
+@pytest.mark.parametrize("estimator", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_the_optimal_token_baselines_need_no_word_to_the_actor(estimator):
+    """verl computes the sum of squared probabilities the baselines read only when its actor is told to
+    (calculate_sum_pi_squared); rlc's policy pass computes it for these estimators: the key is read, not kept."""
+    imported, spec = _import(
+        f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.actor.calculate_sum_pi_squared=True"
+    )
+    assert _get(spec, "trainer.algorithm.advantage_estimator") == estimator
+    assert not _change(imported, "actor_rollout_ref.actor.calculate_sum_pi_squared")
+    assert "calculate_sum_pi_squared" not in imported.text
+    analysis = analyze_document(document_from_text(imported.text, "imported.yaml"), env={})
+    assert not [d.code for d in analysis.diagnostics if d.severity == "error"]
 
 
 def test_dro_takes_verls_beta_and_without_it_is_an_error_as_in_verl():

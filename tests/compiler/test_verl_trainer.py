@@ -40,7 +40,7 @@ ENV = {"HOME": "/home/user", "PWD": "/work", "DEVICE": "gpu", "NOW": "20260101",
 ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
 # How many of verl's example scripts round-trip: imported with no change that alters what runs, composed by verl
 # 0.9.1, compiled back for verl, composed again: the same config on every key the script changes.
-ROUND_TRIPS = {"main": 24, "v0.4.1": 19}
+ROUND_TRIPS = {"main": 26, "v0.4.1": 21}
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +188,22 @@ def test_a_spec_becomes_a_main_ppo_command_verl_composes_and_checks(tmp_path, ve
     assert {k: values[k] for k in expected} == expected
 
 
+@pytest.mark.parametrize("estimator", ["remax", "optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_the_estimators_with_inputs_of_their_own_reach_verl_by_its_names(
+    tmp_path, verl_compose, verl_checks, estimator
+):
+    """remax (verl makes the greedy rollout itself) and the optimal token baselines, whose sum of squared
+    probabilities verl's actor computes only when told (its trainer asserts it is there)."""
+    text = SPEC.format(settings="", reduction="sequence_mean").replace("estimator: grpo", f"estimator: {estimator}")
+    result = compiled(tmp_path, text)
+    assert result.ok, [d.message for d in result.diagnostics if d.severity == "error"]
+    cfg = verl_compose(VERL.command(result.spec, {}, VERL.release).overrides)
+    assert verl_checks(cfg) == ""
+    values = flat(plain(cfg))
+    assert values["algorithm.adv_estimator"] == estimator
+    assert values["actor_rollout_ref.actor.calculate_sum_pi_squared"] is (estimator != "remax")
+
+
 def test_the_overlong_penalty_becomes_verls_dapo_reward_manager(tmp_path, verl_compose, verl_checks):
     """trainer.algorithm.overlong_buffer_* is verl's dapo reward manager's overlong buffer, from the longest
     response."""
@@ -312,3 +328,6 @@ def test_verls_example_scripts_round_trip(release, tmp_path_factory, verl_compos
     differ = {k: v for k, v in found.items() if v.startswith("differs")}
     assert not differ, "\n".join(f"{k}: {v}" for k, v in differ.items())
     assert sum(v == "ok" for v in found.values()) == ROUND_TRIPS[release], found
+    # verl's ReMax and optimal-token-baseline examples among them (main's main_ppo_sync one is no main_ppo job)
+    ours = {k: v for k, v in found.items() if "remax_trainer/" in k or "otb_trainer/" in k}
+    assert ours and all(v == "ok" or k.endswith("_sync_fsdp.sh") for k, v in ours.items()), ours

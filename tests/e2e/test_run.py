@@ -60,7 +60,8 @@ def test_local_example_learns(tmp_path, run_env):
 
 
 # Estimators and losses taken from verl and SkyRL through the whole run: one of each path a new card takes (the engine's
-# log-probs handed to the loss, a sequence-level ratio, an estimator whitening over the batch). Their math is held to
+# log-probs handed to the loss, a sequence-level ratio, an estimator whitening over the batch, a greedy baseline
+# response per prompt that the generator samples and the environment scores). Their math is held to
 # the peers' by tests/runtime/test_peer_algorithms.py; whether each of them learns is bench/algorithm_learning.py's.
 PEER_ALGORITHMS = [
     "trainer.algorithm.policy_loss_type=dppo",
@@ -68,6 +69,7 @@ PEER_ALGORITHMS = [
     "trainer.algorithm.advantage_estimator=gdpo",
     # the driver weighs the mini-batch for the ranks (mini_batch_weights): SkyRL's prompt_mean
     "trainer.algorithm.loss_reduction=prompt_mean",
+    "trainer.algorithm.advantage_estimator=remax",
 ]
 
 
@@ -80,6 +82,8 @@ def test_peer_algorithm_trains_the_local_example(tmp_path, run_env, setting):
     metrics = _metrics(tmp_path)
     assert len(metrics) == steps
     assert all(m["grad_norm"] == m["grad_norm"] and abs(m["policy_loss"]) < 1e3 for m in metrics), metrics
+    if setting.endswith("=remax"):  # each step's greedy responses were scored: their mean reward is reported
+        assert all(0.0 <= m["greedy_reward"] <= 1.0 for m in metrics), metrics
 
 
 # A reward file of the user's, in verl's signature: its own score, then DAPO's overlong penalty on top; two

@@ -102,11 +102,23 @@ def test_a_group_baseline_estimator_gives_a_group_of_equal_rewards_zero_advantag
     a = spec.AlgorithmConfig()
     mask = torch.ones(4, 2, dtype=F64)
     mask[3, 0] = 0  # the other group's tokens do not average to 0: whitening over the batch moves the equal group
+    # What the estimators that read more than the rewards get (each only what its card lists)
+    inputs = {
+        "reward_baselines": torch.zeros(4, dtype=F64),
+        "old_logprobs": torch.full((4, 2), 0.5, dtype=F64).log(),
+        "sum_pi_squared": torch.full((4, 2), 0.5, dtype=F64),
+        "is_weight": None,
+    }
     for card in algorithms.ADVANTAGE_ESTIMATORS:
         if card.needs_critic:
             continue
         advantages, _ = registry.resolve(card.function)(
-            t([[0.0, 1.0], [0.0, 1.0], [0.0, 0.0], [0.0, 1.0]]), mask, index=[0, 0, 1, 1], values=None, algorithm=a
+            t([[0.0, 1.0], [0.0, 1.0], [0.0, 0.0], [0.0, 1.0]]),
+            mask,
+            index=[0, 0, 1, 1],
+            values=None,
+            algorithm=a,
+            **{name: inputs[name] for name in card.inputs},
         )
         assert bool((advantages[:2] == 0).all()) == card.group_baseline, card.id
 

@@ -146,9 +146,16 @@ def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
     worker.setup("127.0.0.1", port)
     batch, noise = _batch_and_noise(worker.model.config.vocab_size)
     padded = worker.forward(batch)
+    # The sum of squared probabilities the optimal token baselines read, from the model's own logits.
+    with torch.no_grad():
+        ids, attn = batch.input_ids[:, :-1], batch.attention_mask[:, :-1]
+        logits = worker.model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0))
+        probs = torch.softmax(logits.logits[:, PROMPT - 1 :].double(), -1)
+    squares = {"expected": (probs**2).sum(-1).float(), "padded": worker.forward(batch, sum_pi_squared=True)}
     chosen = worker.packing  # sdpa on a CPU: packing is not chosen (it would cost more than it saves)
     worker.packing = True  # the packed path, as flash attention takes it
     packed = worker.forward(batch)
+    squares["packed"] = worker.forward(batch, sum_pi_squared=True)
     batch.old_logprobs = padded + noise
     steps = []
     for packing in (False, True):  # a training step each way, from the same weights
@@ -156,15 +163,20 @@ def _packed_rank(rank: int, world: int, port: int, q, model_path: str) -> None:
         before = {k: v.clone() for k, v in worker.model.state_dict().items()}
         steps.append(worker.train_mini_batch(batch, totals(batch)))
         worker.model.load_state_dict(before)
-    q.put((rank, (chosen, padded, packed, steps)))
+    q.put((rank, (chosen, padded, packed, steps, squares)))
     worker.shutdown()
 
 
 def test_packed_micro_batches_give_the_padded_log_probs_and_step(tiny_model):
-    chosen, padded, packed, (padded_step, packed_step) = run_ranks(_packed_rank, 1, tiny_model)[0]
+    chosen, padded, packed, (padded_step, packed_step), squares = run_ranks(_packed_rank, 1, tiny_model)[0]
     assert not chosen
     mask = _batch(64).loss_mask.bool()
     torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
+    # The policy's pass for the optimal token baselines: the same log-probs, and each token's sum of squares.
+    for layout, logp in (("padded", padded), ("packed", packed)):
+        both = squares[layout]
+        torch.testing.assert_close(both[..., 0][mask], logp[mask], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(both[..., 1][mask], squares["expected"][mask], rtol=1e-4, atol=1e-5)
     for key in ("policy_loss", "entropy", "grad_norm"):
         assert packed_step[key] == pytest.approx(padded_step[key], rel=1e-4, abs=1e-6), key
 

@@ -295,3 +295,24 @@ def test_the_engines_prompt_cache_changes_no_trajectory(model, tiny_chat_model):
     for g, w in zip(got, want, strict=True):
         assert (g.response_ids, g.loss_mask, g.turns) == (w.response_ids, w.loss_mask, w.turns)
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+
+
+def test_a_greedy_baseline_is_each_prompts_greedy_trajectory_scored_by_its_environment(model):
+    """remax: beside each prompt's samples, one greedy response, over as many turns as its environment takes; its
+    reward (every turn's) is the baseline of each of the prompt's samples."""
+    tok, _ = model
+    gen, engines = generator(model, greedy_baseline=True)
+    rollouts = gen.run(rows(tok, {"turns": 3}, {"turns": 2}), SAMPLING, 2, (1, 0))
+    assert [r.baseline for r in rollouts] == pytest.approx([0.6, 0.6, 0.3, 0.3])  # 0.1 + 0.2 + 0.3; 0.1 + 0.2
+    greedy_first = engines.calls[3]  # after the samples' three turns, the greedy trajectories' first
+    assert greedy_first[1] == 1 and len(greedy_first[0]) == 2  # one response per prompt
+    # Greedy: another step's seed gives the same responses
+    again, again_engines = generator(model)
+    repeat = again.greedy_rewards(rows(tok, {"turns": 3}, {"turns": 2}), SAMPLING, (9, 4))
+    assert repeat == pytest.approx([0.6, 0.3])
+    responses = [[g[0].token_ids for g in call[2]] for call in (greedy_first, again_engines.calls[0])]
+    assert responses[0] == responses[1]
+    plain, _ = generator(model)
+    assert all(r.baseline is None for r in plain.run(rows(tok, {"turns": 1}), SAMPLING, 2, (1, 0)))
+    evaluated = gen.run(rows(tok, {"turns": 1}), SAMPLING, 2, (1, 0), evaluation=True)  # nothing trains on these
+    assert all(r.baseline is None for r in evaluated)

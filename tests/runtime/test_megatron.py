@@ -93,6 +93,8 @@ def _rank(
     mine = shards(batch, layout["dp_size"])[layout["dp_rank"]]
     mine_noise = noise.chunk(layout["dp_size"])[layout["dp_rank"]]
     result: dict = {"layout": layout}
+    if mode == "step":  # the old-log-prob pass the optimal token baselines ask for (the collecting ranks' rows)
+        result["squares"] = worker.forward(mine, sum_pi_squared=True)
 
     def step() -> dict:
         old = _old_logprobs(worker, mine, world, rank)
@@ -169,6 +171,10 @@ def test_megatron_step_matches_fsdp2(runs, layout, tiny_model):
     old = torch.cat([r["old"] for r in sorted(got, key=lambda r: r["layout"]["dp_rank"])])
     real = _batch(64).loss_mask.bool()  # padding positions score tokens no row has
     torch.testing.assert_close(old[real], by_name["fsdp"][0]["old"][real], rtol=1e-4, atol=1e-5)
+    if "squares" in got[0]:  # the log-probs and each token's sum of squared probabilities, in one pass
+        squares = torch.cat([r["squares"] for r in sorted(got, key=lambda r: r["layout"]["dp_rank"])])
+        torch.testing.assert_close(squares[real], by_name["fsdp"][0]["squares"][real], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(squares[..., 0][real], old[real], rtol=1e-4, atol=1e-5)
     w_ref, w = torch.load(d / "fsdp.pt")["weights"], torch.load(d / f"{layout}.pt")["weights"]
     assert w.keys() == w_ref.keys()
     start = _initial(tiny_model)

@@ -41,9 +41,6 @@ VERL_AGG = {card.id: card.verl[0] for card in algorithms.LOSS_REDUCTIONS if card
 # here nor compared below fails test_every_peer_name_is_compared: a new upstream name needs a card or a reason.
 NOT_RUN = {
     ("verl", "loss", "bypass_mode"): "verl's rollout-correction family (old log-probs := rollout's), not in rlc yet",
-    ("verl", "estimator", "remax"): "needs a greedy baseline rollout per prompt, which rlc's runtime does not make",
-    ("verl", "estimator", "optimal_token_baseline"): "needs the policy's sum of squared probabilities per token",
-    ("verl", "estimator", "tir_optimal_token_baseline"): "needs the policy's sum of squared probabilities per token",
 }
 
 
@@ -571,6 +568,94 @@ def test_skyrl_advantage_estimator(name, norm_by_std):
             torch.testing.assert_close(a, b.to(a.dtype) * mask, msg=lambda m, part=what: f"SkyRL {name} {part}: {m}")
 
 
+def _baseline_inputs(seed: int = 3, lengths=LENGTHS):
+    """What the optimal token baselines read besides the rewards: old log-probs, each token's sum of squared
+    probabilities (a real softmax's, so that 1 - 2p + sum p^2 >= 0 as it is in a run), and truncated importance
+    weights."""
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(torch.randn(ROWS, LENGTH, 11, generator=g, dtype=F64) * 2, -1)
+    picked = probs[..., 0]
+    weights = (torch.rand(ROWS, LENGTH, generator=g, dtype=F64) * 1.5 + 0.25).clamp(max=1.2)
+    return picked.log(), (probs**2).sum(-1), weights
+
+
+# Groups for the token baselines: a lone longest row (its tail gets no baseline), a tie for the longest (it keeps
+# one), a group of one, and a group of two.
+OTB_GROUPS = np.array([0, 0, 0, 1, 1, 2, 3, 3])
+OTB_LENGTHS = (7, 5, 3, 6, 6, 4, 2, 5)
+
+
+def _otb_mask(holes: bool = False, empty: bool = False) -> torch.Tensor:
+    mask = (torch.arange(LENGTH)[None, :] < torch.tensor(OTB_LENGTHS)[:, None]).to(F64)
+    if holes:  # observations inside multi-turn responses
+        mask[0, 2:4] = 0
+        mask[3, 1] = 0
+        mask[7, 2] = 0
+    if empty:  # a row without a model token (verl's multi-turn baseline leaves it out of its group)
+        mask[6] = 0
+    return mask
+
+
+@pytest.mark.parametrize("is_weight", [False, True], ids=["plain", "is-weight"])
+@pytest.mark.parametrize("layout", ["padded", "holes", "empty-row"])
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_verl_optimal_token_baseline(name, layout, is_weight):
+    core = _verl()
+    mask = _otb_mask(holes=layout != "padded", empty=layout == "empty-row")
+    old, sum_pi_squared, weights = _baseline_inputs()
+    rewards = torch.randn(ROWS, LENGTH, generator=torch.Generator().manual_seed(4), dtype=F64) * mask
+    rewards[:, -1] += 1.0  # an outcome on the last position too (masked where the row is shorter)
+    index = OTB_GROUPS
+    theirs = core.get_adv_estimator_fn(name)(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=index,
+        old_log_probs=old,
+        sum_pi_squared=sum_pi_squared,
+        rollout_is_weights=weights if is_weight else None,
+        config=_verl_algo_config(),
+    )
+    card_id = algorithms.verl_names(algorithms.ADVANTAGE_ESTIMATORS)[name]
+    fn = registry.get_advantage_estimator(card_id)
+    inputs = {"old_logprobs": old, "sum_pi_squared": sum_pi_squared, "is_weight": weights if is_weight else None}
+    assert set(inputs) == set(algorithms.ESTIMATORS[card_id].inputs)
+    ours = fn(rewards, mask, index=index, values=None, algorithm=_algorithm(), **inputs)
+    for what, a, b in zip(("advantages", "returns"), ours, theirs):
+        torch.testing.assert_close(a, b.to(a.dtype) * mask, msg=lambda m, part=what: f"verl {name} {part}: {m}")
+
+
+@pytest.mark.parametrize("layout", ["outcome", "dense", "holes"])
+def test_verl_remax(layout):
+    core = _verl()
+    mask = _mask(holes=layout == "holes")
+    rewards = _rewards() if layout == "outcome" else _rewards(outcome=False) * mask
+    # The greedy response's reward of each row's prompt (one per prompt, repeated over its samples).
+    greedy = torch.tensor([0.5, 1.0, 0.0, 0.25], dtype=F64)[torch.as_tensor(GROUPS)]
+    theirs = core.get_adv_estimator_fn("remax")(rewards, greedy, mask, config=_verl_algo_config())
+    card_id = algorithms.verl_names(algorithms.ADVANTAGE_ESTIMATORS)["remax"]
+    assert algorithms.ESTIMATORS[card_id].inputs == ("reward_baselines",)
+    ours = registry.get_advantage_estimator(card_id)(
+        rewards, mask, index=GROUPS, values=None, algorithm=_algorithm(), reward_baselines=greedy
+    )
+    for what, a, b in zip(("advantages", "returns"), ours, theirs):
+        torch.testing.assert_close(a, b.to(a.dtype) * mask, msg=lambda m, part=what: f"verl remax {part}: {m}")
+
+
+def test_sum_pi_squared_is_verls():
+    """The policy's pass computes each token's sum of squared probabilities as verl's actor does, after the
+    temperature, chunk by chunk (`score_tokens`)."""
+    _verl()
+    from rlc.runtime.algorithms.losses import score_tokens
+    from verl.utils.torch_functional import calculate_sum_pi_squared_from_logits
+
+    logits = torch.randn(3, 5, 17, generator=torch.Generator().manual_seed(5), dtype=F64) * 3
+    logits[0, 0, 4] = float("-inf")  # a banned token
+    ids = torch.randint(0, 17, (3, 5), generator=torch.Generator().manual_seed(6))
+    logp, ours = score_tokens(logits, ids, 0.7, sum_pi_squared=True, chunk=4)
+    torch.testing.assert_close(ours, calculate_sum_pi_squared_from_logits(logits / 0.7))
+    torch.testing.assert_close(logp, score_tokens(logits, ids, 0.7)[0])
+
+
 # ---- every name is compared ---------------------------------------------------------------------------------
 
 
@@ -580,7 +665,7 @@ def test_every_peer_name_is_compared():
     skyrl_losses = {name.partition("-")[0] for name in SKYRL_LOSSES}
     compared = {
         ("verl", "loss"): set(VERL_LOSSES),
-        ("verl", "estimator"): set(VERL_ESTIMATORS),
+        ("verl", "estimator"): {*VERL_ESTIMATORS, "remax", "optimal_token_baseline", "tir_optimal_token_baseline"},
         ("skyrl", "loss"): skyrl_losses,
         ("skyrl", "estimator"): {"gae", "grpo", "rloo", "reinforce++", "maxrl"},
     }

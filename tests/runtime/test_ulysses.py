@@ -82,6 +82,7 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, sp: int, budget:
         mine = shards(batch, out["layout"]["dp_size"])[out["layout"]["dp_rank"]]
         if role == "policy":
             out["logp"] = worker.forward(mine)
+            out["squares"] = worker.forward(mine, sum_pi_squared=True)[..., 1]  # the optimal token baselines' pass
             noise = 0.05 * torch.sin(torch.arange(ROWS * RESPONSE, dtype=torch.float32)).view(ROWS, RESPONSE)
             # Old log-probs off the current ones: ratios != 1, so the clipping is exercised.
             mine.old_logprobs = out["logp"] + noise.chunk(out["layout"]["dp_size"])[out["layout"]["dp_rank"]]
@@ -113,7 +114,7 @@ def _run(world: int, model: str, sp: int = 1, budget: int = -1, packing: bool = 
 
     return {
         "initial": AutoModelForCausalLM.from_pretrained(model).state_dict(),
-        **{key: torch.cat([r[key] for r in picked]) for key in ("logp", "values", "ref")},
+        **{key: torch.cat([r[key] for r in picked]) for key in ("logp", "squares", "values", "ref")},
         "policy": _sum([r["policy"] for r in picked]),
         "critic": [_sum([r["critic"][step] for r in picked]) for step in range(2)],
         "weights": results[0]["weights"],
@@ -122,7 +123,7 @@ def _run(world: int, model: str, sp: int = 1, budget: int = -1, packing: bool = 
 
 def _same(run: dict, reference: dict) -> None:
     mask = _batch(64).loss_mask.bool()
-    for key in ("logp", "values", "ref"):
+    for key in ("logp", "squares", "values", "ref"):
         torch.testing.assert_close(run[key][mask], reference[key][mask], rtol=1e-4, atol=1e-5, msg=key)
     for key in ("policy_loss", "kl", "entropy", "clip_fraction", "grad_norm"):
         assert run["policy"][key] == pytest.approx(reference["policy"][key], rel=1e-4, abs=1e-6), key

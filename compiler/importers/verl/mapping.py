@@ -540,6 +540,8 @@ def _algorithm(imp: VerlImport) -> None:
         imp.put(f"{alg}.advantage_estimator", ESTIMATORS[est], f"{ALG}.adv_estimator")
     else:
         imp.problem(f"{ALG}.adv_estimator", f"rlc has no {est!r} advantage estimator; not carried")
+    if algorithms.advantage_estimator(ESTIMATORS.get(est, est)).needs_sum_pi_squared:
+        imp.read(f"{A}.calculate_sum_pi_squared")  # what verl's actor must be told, rlc's policy pass does for it
     if est == "gdpo" and imp.get(f"{ALG}.gdpo_reward_keys"):  # the reward function's dict entries, each apart
         imp.put(f"{alg}.gdpo_reward_keys", [str(k) for k in imp.get(f"{ALG}.gdpo_reward_keys")],
                 f"{ALG}.gdpo_reward_keys")  # fmt: skip
