@@ -337,6 +337,16 @@ LOSS_REDUCTIONS: tuple[LossReduction, ...] = (
     ),
 )
 
+# verl's rollout_rs modes (trainer.algorithm.off_policy_correction.rejection_sampling): a level and a divergence
+# (rlc.runtime.algorithms.rejection).
+REJECTION_MODES: tuple[str, ...] = (
+    *(f"{level}_k{n}" for level in ("token", "seq_sum", "seq_mean") for n in (1, 2, 3)),
+    "seq_max_k2",
+    "seq_max_k3",
+)
+# verl's PF-PPO reweightings (trainer.algorithm.pf_ppo.reweight_method; rlc.runtime.algorithms.pf_ppo).
+PF_PPO_REWEIGHTS: tuple[str, ...] = ("pow", "max_min", "max_random")
+
 # The loss SkyRL's legacy and AReaL's `importance_sampling_level: sequence` asks for.
 SEQUENCE_RATIO_LOSS = next(card.id for card in POLICY_LOSSES if card.ratio_level == "sequence")
 

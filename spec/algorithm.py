@@ -94,6 +94,31 @@ class OffPolicyCorrectionConfig:
     outlier_token_is_threshold_high: float | None = setting(None, "Mask a sequence holding a token ratio above this.")
     token_mask_is_threshold_low: float | None = setting(None, "Mask tokens whose ratio is below this.")
     token_mask_is_threshold_high: float | None = setting(None, "Mask tokens whose ratio is above this.")
+    tis_ratio_clip_low: float | None = setting(
+        None,
+        "verl's IcePop (rollout_is_threshold 'low_high'): a TIS weight outside [this, the clip_high] is 0, not capped.",
+        exclusive_minimum=0,
+        rlc_only=True,
+    )
+    tis_batch_normalize: bool = setting(
+        False, "verl: divide the TIS weights by their batch mean (per sequence for sequence TIS).", rlc_only=True
+    )
+    rejection_sampling: list[str] | None = setting(
+        None,
+        "verl's rollout_rs: drop tokens or sequences whose divergence from the engine passes its bound; modes "
+        "token_k1..3, seq_sum_k1..3, seq_mean_k1..3, seq_max_k2..3, every one must pass.",
+        rlc_only=True,
+    )
+    rejection_threshold_high: list[float] | None = setting(
+        None,
+        "Bound of each rejection_sampling mode (one shared, or one per mode): the ratio's for k1, else the divergence.",
+        rlc_only=True,
+    )
+    rejection_threshold_low: list[float] | None = setting(
+        None,
+        "Lower ratio bound of each k1 mode, placed as rejection_threshold_high (null: 1 / high); read for k1 only.",
+        rlc_only=True,
+    )
 
 
 @dataclass

@@ -170,6 +170,68 @@ def test_verl_policy_loss(name, holes):
         _assert_equal(ours, _value_and_grad(loss, logp), f"verl {name} ({reduction})")
 
 
+# ---- verl's rollout correction (algorithm.rollout_correction) -----------------------------------------------
+
+_RS_MODES = algorithms.REJECTION_MODES  # token_k1..3, seq_sum_k1..3, seq_mean_k1..3, seq_max_k2..3
+# verl's rollout_correction settings -> rlc's off_policy_correction: every IS level and threshold form, every
+# rejection mode (k1 with and without its lower bound), several modes at once.
+ROLLOUT_CORRECTIONS = {
+    **{
+        f"is-{level}-{form}": (
+            {"tis_ratio_type": level, f"{level}_tis_ratio_clip_high": 1.3, "tis_ratio_clip_low": low,
+             "tis_batch_normalize": norm},
+            {"rollout_is": level, "rollout_is_threshold": f"{low}_1.3" if low else 1.3,
+             "rollout_is_batch_normalize": norm},
+        )
+        for level in ("token", "sequence")
+        for form, low, norm in (("tis", None, False), ("icepop", 0.8, False), ("tis-norm", None, True),
+                                ("icepop-norm", 0.8, True))
+    },
+    **{
+        f"rs-{mode}": (
+            {"rejection_sampling": [mode], "rejection_threshold_high": [bound]},
+            {"rollout_rs": mode, "rollout_is": None, "rollout_rs_threshold": bound},
+        )
+        for mode, bound in zip(_RS_MODES, (1.1, 0.004, 0.004, 1.1, 0.02, 0.02, 1.03, 0.004, 0.004, 0.01, 0.01))
+    },
+    "rs-seq_mean_k1-band": (
+        {"rejection_sampling": ["seq_mean_k1"], "rejection_threshold_high": [1.1], "rejection_threshold_low": [0.95]},
+        {"rollout_is": None, "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": "0.95_1.1"},
+    ),
+    "is-rs-several": (
+        {"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 2.0,
+         "rejection_sampling": ["token_k1", "seq_max_k3", "token_k1"], "rejection_threshold_high": [1.5, 0.2],
+         "rejection_threshold_low": [0.7, 0.0]},
+        {"rollout_is": "sequence", "rollout_is_threshold": 2.0, "rollout_rs": "token_k1,seq_max_k3,token_k1",
+         "rollout_rs_threshold": "0.7_1.5,0.2"},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("name", sorted(ROLLOUT_CORRECTIONS))
+def test_verl_rollout_correction(name, holes):
+    """verl's IS weights and rejection mask, from rlc's off_policy_correction with verl's settings."""
+    _verl()
+    from rlc.runtime.algorithms.off_policy import off_policy_correction
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    ours_options, theirs_options = ROLLOUT_CORRECTIONS[name]
+    mask = _mask(holes)
+    _, old, rollout, _ = _tensors()
+    weight, new_mask, _ = off_policy_correction(old, rollout, mask, **ours_options)
+    weights, their_mask, _ = compute_rollout_correction_and_rejection_mask(
+        old, rollout, mask, **{"rollout_is_threshold": 2.0, **theirs_options}
+    )
+    torch.testing.assert_close(new_mask, their_mask.to(new_mask.dtype), msg=f"{name}: mask")
+    assert 0 < new_mask.sum() <= mask.sum() and (name.startswith("is-") or new_mask.sum() < mask.sum()), name
+    if weights is not None:
+        theirs = weights.batch["rollout_is_weights"]
+        present = mask.bool()
+        torch.testing.assert_close(weight[present], theirs[present].to(weight.dtype), msg=f"{name}: weights")
+        assert (weight[present] != 1).any(), name
+
+
 # ---- SkyRL's policy losses ---------------------------------------------------------------------------------
 
 
