@@ -116,9 +116,20 @@ class OffPolicyCorrectionConfig:
     )
     rejection_threshold_low: list[float] | None = setting(
         None,
-        "Lower ratio bound of each k1 mode, placed as rejection_threshold_high (null: 1 / high); read for k1 only.",
+        "Lower ratio bound of the k1 modes (one shared, or one per k1 mode); null: 1 / their high bound.",
         rlc_only=True,
     )
+
+
+@dataclass
+class PFPPOConfig:
+    reweight_method: str | None = setting(
+        None,
+        "verl's PF-PPO: resample the batch by reward-derived weights (pow, max_min, max_random); null disables.",
+        enum=algorithms.PF_PPO_REWEIGHTS,
+        rlc_only=True,
+    )
+    weight_pow: float = setting(2.0, "The power of |reward| that weighs a row (reweight_method pow).", rlc_only=True)
 
 
 @dataclass
@@ -157,6 +168,7 @@ class AlgorithmConfig:
     cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
     dppo: DPPOConfig = section(DPPOConfig, "SkyRL 0.4: DPPO settings.")
     dro: DROConfig = section(DROConfig, "verl's DRO settings (policy_loss_type=dro).")
+    pf_ppo: PFPPOConfig = section(PFPPOConfig, "verl's PF-PPO: the batch resampled by reward before the update.")
     enable_sample_support_replay: bool = setting(False, "SkyRL 0.4: replay the engines' sampling support set.")
     max_seq_len: int | None = setting(
         None,

@@ -17,11 +17,9 @@ from rlc.core.algorithms import REJECTION_MODES
 _MAX_LOG_RATIO = 20.0
 
 
-def bounds(
-    modes: list[str], high: list[float], low: list[float] | None
-) -> list[tuple[str, float | None, float]]:
-    """(mode, low, high) for each distinct mode in order: one high (and low) shared by all, or one per mode; a k1
-    mode's missing low is 1 / its high."""
+def bounds(modes: list[str], high: list[float], low: list[float] | None) -> list[tuple[str, float | None, float]]:
+    """(mode, low, high) for each distinct mode in order. `high` is one bound shared by all modes or one per mode;
+    `low` one shared by the k1 modes or one per k1 mode, and a k1 mode without one takes 1 / its high."""
     distinct = list(dict.fromkeys(modes))
     for mode in distinct:
         if mode not in REJECTION_MODES:
@@ -29,15 +27,14 @@ def bounds(
     if len(high) not in (1, len(distinct)):
         raise ValueError(f"rejection_threshold_high has {len(high)} values; give 1 or one per mode ({len(distinct)})")
     highs = high * len(distinct) if len(high) == 1 else list(high)
-    lows: list[float | None] = [None] * len(distinct)
-    if low:
-        if len(low) not in (1, len(distinct)):
-            raise ValueError(f"rejection_threshold_low has {len(low)} values; give 1 or one per mode ({len(distinct)})")
-        lows = list(low * len(distinct) if len(low) == 1 else low)
-    out = []
-    for mode, lo, hi in zip(distinct, lows, highs, strict=True):
-        out.append((mode, (lo if lo is not None else 1.0 / hi) if mode.endswith("k1") else None, hi))
-    return out
+    k1 = [mode for mode in distinct if mode.endswith("k1")]
+    if low and len(low) not in (1, len(k1)):
+        raise ValueError(f"rejection_threshold_low has {len(low)} values; give 1 or one per k1 mode ({len(k1)})")
+    low_of = dict(zip(k1, low * len(k1) if low and len(low) == 1 else (low or []), strict=False))
+    return [
+        (mode, low_of.get(mode, 1.0 / hi) if mode.endswith("k1") else None, hi)
+        for mode, hi in zip(distinct, highs, strict=True)
+    ]
 
 
 def _divergences(log_ratio: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -319,6 +319,25 @@ CASES = {
               geo_mask_low: 1.02  # <-
         """,
     ),
+    "RLC-E330": (
+        "trainer.algorithm.off_policy_correction.rejection_threshold_high",
+        """
+        trainer:
+          algorithm:
+            off_policy_correction:
+              rejection_sampling: [token_k1, seq_mean_k3]
+              rejection_threshold_high: [2.0, 0.01, 0.5]  # <-
+        """,
+    ),
+    "RLC-E331": (
+        "trainer.algorithm.off_policy_correction.tis_batch_normalize",
+        """
+        trainer:
+          algorithm:
+            off_policy_correction:
+              tis_batch_normalize: true  # <-
+        """,
+    ),
     "RLC-E309": (
         "trainer.algorithm.dynamic_sampling.type",
         """

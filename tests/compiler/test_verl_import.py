@@ -339,6 +339,50 @@ def test_verls_estimators_that_always_divide_by_the_std_import_so(estimator):
     assert _get(spec, "trainer.algorithm.grpo_norm_by_std") is False
 
 
+RC = "algorithm.rollout_correction"
+OPC = "trainer.algorithm.off_policy_correction"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ((f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=3.0"),
+         {"tis_ratio_type": "token", "token_tis_ratio_clip_high": 3.0}),
+        ((f"{RC}.rollout_is=sequence", f"{RC}.rollout_is_threshold='0.5_5.0'", f"{RC}.rollout_is_batch_normalize=True"),
+         {"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 5.0, "tis_ratio_clip_low": 0.5,
+          "tis_batch_normalize": True}),
+        ((f"{RC}.rollout_rs=seq_mean_k3", f"{RC}.rollout_rs_threshold=0.01"),
+         {"rejection_sampling": ["seq_mean_k3"], "rejection_threshold_high": [0.01]}),
+        ((f"{RC}.rollout_rs='token_k1,seq_max_k2,token_k1'", f"{RC}.rollout_rs_threshold='0.5_1.5,0.02'"),
+         {"rejection_sampling": ["token_k1", "seq_max_k2"], "rejection_threshold_high": [1.5, 0.02],
+          "rejection_threshold_low": [0.5]}),
+    ],
+)  # fmt: skip
+def test_verls_rollout_correction_imports_into_off_policy_correction(extra, expected):
+    """Every key is carried (no !!), none kept in trainer_settings, and the spec validates."""
+    imported, spec = _import("actor_rollout_ref.rollout.calculate_log_probs=True", *extra)
+    assert {k: _get(spec, f"{OPC}.{k}") for k in expected} == expected
+    assert not [c for c in imported.changes if c.severity == "error"], [c.describe() for c in imported.errors]
+    kept = spec.get("launch", {}).get("trainer_settings", {}).get("verl", {})
+    assert not [k for k in kept if "rollout_correction" in k or "calculate_log_probs" in k], kept
+    _validates(imported.text)
+
+
+def test_a_rollout_correction_verl_would_refuse_is_not_carried_aloud():
+    imported, spec = _import(f"{RC}.rollout_rs=seq_mean_k3", f"{RC}.rollout_rs_threshold='0.1_0.5'")
+    assert [c.severity for c in _change(imported, f"{RC}.rollout_rs")] == ["error"]
+    assert "rejection_sampling" not in _get(spec, "trainer.algorithm").get("off_policy_correction", {})
+
+
+@pytest.mark.parametrize("method", ["pow", "max_min", "max_random"])
+def test_pf_ppo_imports_with_its_reweighting(method):
+    imported, spec = _import("algorithm.use_pf_ppo=True", f"algorithm.pf_ppo.reweight_method={method}",
+                             "algorithm.pf_ppo.weight_pow=3.0")  # fmt: skip
+    assert _get(spec, "trainer.algorithm.pf_ppo") == {"reweight_method": method, "weight_pow": 3.0}
+    assert not [c for c in imported.changes if c.severity == "error"]
+    _validates(imported.text)
+
+
 def test_gdpos_reward_components_are_not_carried_aloud():
     imported, spec = _import("algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,format]")
     assert _get(spec, "trainer.algorithm.advantage_estimator") == "gdpo"

@@ -290,3 +290,37 @@ def test_verls_example_scripts_round_trip(release, tmp_path_factory, verl_compos
     differ = {k: v for k, v in found.items() if v.startswith("differs")}
     assert not differ, "\n".join(f"{k}: {v}" for k, v in differ.items())
     assert sum(v == "ok" for v in found.values()) == ROUND_TRIPS[release], found
+
+
+ROLLOUT_CORRECTION = """python3 -m verl.trainer.main_ppo \\
+  data.train_files=/data/train.parquet data.val_files=/data/test.parquet \\
+  actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct actor_rollout_ref.rollout.name=vllm \\
+  algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=4 actor_rollout_ref.rollout.calculate_log_probs=True \\
+  data.train_batch_size=64 actor_rollout_ref.actor.ppo_mini_batch_size=16 \\
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 \\
+  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 \\
+  {settings}
+"""
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        "algorithm.rollout_correction.rollout_is=token algorithm.rollout_correction.rollout_is_threshold=3.0",
+        "algorithm.rollout_correction.rollout_is=sequence \"algorithm.rollout_correction.rollout_is_threshold='0.5_5.0'\" "
+        "algorithm.rollout_correction.rollout_is_batch_normalize=True "
+        "\"algorithm.rollout_correction.rollout_rs='token_k1,seq_mean_k3'\" "
+        "\"algorithm.rollout_correction.rollout_rs_threshold='0.8_1.25,0.01'\"",
+        "algorithm.rollout_correction.rollout_rs=seq_max_k2 algorithm.rollout_correction.rollout_rs_threshold=0.05 "
+        "algorithm.use_pf_ppo=True algorithm.pf_ppo.reweight_method=pow algorithm.pf_ppo.weight_pow=3.0",
+    ],
+    ids=["token-tis", "icepop-normalized-rejection", "rejection-pf-ppo"],
+)
+def test_verls_rollout_correction_and_pf_ppo_round_trip(settings, tmp_path, verl_compose, verl_checks):
+    """Imported into the spec's off_policy_correction and pf_ppo, written back as verl's keys, not as
+    trainer_settings: verl composes the same config."""
+    script = tmp_path / "run.sh"
+    script.write_text(ROLLOUT_CORRECTION.format(settings=settings))
+    imported, _, _ = import_script(str(script), ENV, [])
+    assert "rollout_correction" not in imported.text.partition("trainer_settings")[2]
+    assert round_trip(script, tmp_path, verl_compose, verl_checks) == "ok"

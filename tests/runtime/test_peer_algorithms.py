@@ -201,7 +201,7 @@ ROLLOUT_CORRECTIONS = {
     "is-rs-several": (
         {"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 2.0,
          "rejection_sampling": ["token_k1", "seq_max_k3", "token_k1"], "rejection_threshold_high": [1.5, 0.2],
-         "rejection_threshold_low": [0.7, 0.0]},
+         "rejection_threshold_low": [0.7]},
         {"rollout_is": "sequence", "rollout_is_threshold": 2.0, "rollout_rs": "token_k1,seq_max_k3,token_k1",
          "rollout_rs_threshold": "0.7_1.5,0.2"},
     ),

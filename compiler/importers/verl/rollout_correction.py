@@ -1,0 +1,112 @@
+"""verl's `algorithm.rollout_correction` and PF-PPO (`algorithm.use_pf_ppo`) as the spec's
+`trainer.algorithm.off_policy_correction` and `trainer.algorithm.pf_ppo`.
+
+verl's threshold strings are parsed as verl parses them: `rollout_is_threshold` is a ratio cap, or "low_high" for
+IcePop; `rollout_rs_threshold` is one entry per `rollout_rs` mode (or one shared), "low_high" ratio bounds for a k1
+mode. A threshold verl itself would refuse is reported, not carried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlc.compiler.importers.verl.record import VerlImport
+from rlc.core import algorithms
+
+ALG = "algorithm"
+RC = f"{ALG}.rollout_correction"
+OPC = "trainer.algorithm.off_policy_correction"
+
+
+def _number(text: Any) -> float:
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a number")
+    return float(text)
+
+
+def is_threshold(spec: Any) -> tuple[float | None, float]:
+    """(low, high) of verl's rollout_is_threshold: a cap, or "low_high" (IcePop)."""
+    text = str(spec).strip()
+    low, sep, high = text.partition("_")
+    if not sep:
+        return None, _number(text)
+    return _number(low), _number(high)
+
+
+def rs_thresholds(modes: list[str], spec: Any) -> tuple[list[float], list[float] | None]:
+    """The spec's rejection_threshold_high and rejection_threshold_low (one per k1 mode) of verl's
+    rollout_rs_threshold: one entry shared by every mode, or one per mode."""
+    entries = [part.strip() for part in str(spec).split(",") if part.strip()]
+    if len(entries) not in (1, len(modes)):
+        raise ValueError(f"{len(entries)} thresholds for {len(modes)} modes; verl wants 1 or one per mode")
+    entries = entries * len(modes) if len(entries) == 1 else entries
+    high, low, k1_written = [], [], False
+    for mode, entry in zip(modes, entries, strict=True):
+        lo, sep, hi = entry.partition("_")
+        if sep and not mode.endswith("k1"):
+            raise ValueError(f"{mode} takes one upper bound, not {entry!r}")
+        high.append(_number(hi if sep else entry))
+        if mode.endswith("k1"):
+            low.append(_number(lo) if sep else 1.0 / high[-1])
+            k1_written = k1_written or bool(sep)
+    return (high if len(set(high)) > 1 else high[:1]), (low if k1_written else None)
+
+
+def modes(spec: Any) -> list[str]:
+    """verl's comma-separated rollout_rs, duplicates dropped; an unknown mode raises ValueError."""
+    found = list(dict.fromkeys(part.strip() for part in str(spec).split(",") if part.strip()))
+    unknown = [m for m in found if m not in algorithms.REJECTION_MODES]
+    if unknown or not found:
+        raise ValueError(f"unknown rollout_rs mode(s) {unknown}; verl has {', '.join(algorithms.REJECTION_MODES)}")
+    return found
+
+
+def import_rollout_correction(imp: VerlImport) -> None:
+    level = imp.get(f"{RC}.rollout_is")
+    if level is not None:
+        try:
+            low, high = is_threshold(imp.get(f"{RC}.rollout_is_threshold", 2.0))
+        except ValueError as exc:
+            imp.problem(f"{RC}.rollout_is_threshold", f"verl would refuse this threshold ({exc}); not carried")
+        else:
+            imp.put(f"{OPC}.tis_ratio_type", level, f"{RC}.rollout_is")
+            imp.put(f"{OPC}.{level}_tis_ratio_clip_high", high, f"{RC}.rollout_is_threshold")
+            if low is not None:
+                imp.put(f"{OPC}.tis_ratio_clip_low", low, f"{RC}.rollout_is_threshold")
+            if imp.get(f"{RC}.rollout_is_batch_normalize", False):
+                imp.put(f"{OPC}.tis_batch_normalize", True, f"{RC}.rollout_is_batch_normalize")
+    rs = imp.get(f"{RC}.rollout_rs")
+    if rs is not None:
+        try:
+            found = modes(rs)
+            high, low = rs_thresholds(found, imp.get(f"{RC}.rollout_rs_threshold"))
+        except ValueError as exc:
+            imp.problem(f"{RC}.rollout_rs", f"verl would refuse these rejection settings ({exc}); not carried")
+        else:
+            imp.put(f"{OPC}.rejection_sampling", found, f"{RC}.rollout_rs")
+            imp.put(f"{OPC}.rejection_threshold_high", high, f"{RC}.rollout_rs_threshold")
+            if low is not None:
+                imp.put(f"{OPC}.rejection_threshold_low", low, f"{RC}.rollout_rs_threshold")
+    if level is not None or rs is not None:  # the correction asks the engines for their log-probs (resolve)
+        imp.read("actor_rollout_ref.rollout.calculate_log_probs")
+    if imp.get(f"{RC}.bypass_mode", False):
+        imp.problem(f"{RC}.bypass_mode", "rlc has no bypass mode (the loss against the engine's log-probs, "
+                    "corrected per micro-batch); not carried")  # fmt: skip
+    # with rollout_is and rollout_rs null the thresholds are read by nothing, in verl as here; loss_type is
+    # bypass_mode's
+    imp.read(f"{RC}.bypass_mode", f"{RC}.loss_type")
+    imp.read(f"{RC}.rollout_is", f"{RC}.rollout_is_threshold", f"{RC}.rollout_is_batch_normalize")
+    imp.read(f"{RC}.rollout_rs", f"{RC}.rollout_rs_threshold")
+
+
+def import_pf_ppo(imp: VerlImport) -> None:
+    if imp.get(f"{ALG}.use_pf_ppo", False):
+        method = imp.get(f"{ALG}.pf_ppo.reweight_method", "pow")
+        if method not in algorithms.PF_PPO_REWEIGHTS:
+            imp.problem(f"{ALG}.pf_ppo.reweight_method", f"verl has no {method!r} PF-PPO reweighting; not carried")
+        else:
+            imp.put("trainer.algorithm.pf_ppo.reweight_method", method, f"{ALG}.use_pf_ppo",
+                    f"{ALG}.pf_ppo.reweight_method")  # fmt: skip
+            imp.put("trainer.algorithm.pf_ppo.weight_pow", imp.get(f"{ALG}.pf_ppo.weight_pow", 2.0),
+                    f"{ALG}.pf_ppo.weight_pow")  # fmt: skip
+    imp.read(f"{ALG}.use_pf_ppo", f"{ALG}.pf_ppo")
