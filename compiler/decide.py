@@ -172,6 +172,8 @@ def scoring_settings(spec: Any) -> ScoringSettings:
         advantage_estimator=str(a.advantage_estimator),
         advantage_batch_normalize=bool(a.advantage_batch_normalize),
         old_logprob_pass=old_logprob_pass(spec),
+        pf_ppo=a.pf_ppo.reweight_method,
+        pf_ppo_weight_pow=float(a.pf_ppo.weight_pow),
     )
 
 

@@ -247,6 +247,8 @@ class ScoringSettings:
     # A forward pass of the policy gives the old log-probs; without it they are the rollouts' own (fully async) or
     # the current policy's, which then needs no pass of its own (one optimizer step per batch: ratio 1).
     old_logprob_pass: bool
+    pf_ppo: str | None = None  # verl's PF-PPO reweighting (trainer.algorithm.pf_ppo.reweight_method): rows drawn again
+    pf_ppo_weight_pow: float = 2.0
 
 
 @dataclass(frozen=True)

@@ -391,7 +391,7 @@ class Driver:
             rollouts = self._rollouts(ray, step, rows, rollouts, metrics)
             generated = time.monotonic()
             cpu.append(self.run_cpu())
-            batch = self.scoring.batch(rollouts, metrics)
+            batch = self.scoring.batch(rollouts, metrics, seed=seed_for(self.loop.seed, step, 1))
         scored = time.monotonic()
         cpu.append(self.run_cpu())
         if self.loop.dump_data_batch_to is not None:

@@ -125,6 +125,10 @@ def algorithm(c: Context):
     if a.dynamic_sampling.type not in (None, "filter"):
         yield c.error("RLC-E664", f"{ALG}.dynamic_sampling.type", f"{VERL} filters groups (filter_groups); it has no "
                       f"{a.dynamic_sampling.type!r} dynamic sampling", "use type: filter or null")  # fmt: skip
+    if a.pf_ppo.reweight_method is not None and a.advantage_estimator != "gae":
+        yield c.error("RLC-E664", f"{ALG}.pf_ppo.reweight_method", f"{VERL}'s main_ppo resamples with PF-PPO only "
+                      f"under advantage_estimator gae; with {a.advantage_estimator} it would ignore use_pf_ppo",
+                      "use gae, remove pf_ppo, or keep launch.trainer: rlc")  # fmt: skip
     opc = a.off_policy_correction
     for name in SKYRL_MASKS:
         if getattr(opc, name) is not None:

@@ -375,12 +375,15 @@ def test_a_rollout_correction_verl_would_refuse_is_not_carried_aloud():
 
 
 @pytest.mark.parametrize("method", ["pow", "max_min", "max_random"])
-def test_pf_ppo_imports_with_its_reweighting(method):
-    imported, spec = _import("algorithm.use_pf_ppo=True", f"algorithm.pf_ppo.reweight_method={method}",
-                             "algorithm.pf_ppo.weight_pow=3.0")  # fmt: skip
+def test_pf_ppo_imports_with_its_reweighting_where_verl_applies_it(method):
+    pf = ("algorithm.use_pf_ppo=True", f"algorithm.pf_ppo.reweight_method={method}", "algorithm.pf_ppo.weight_pow=3.0")
+    imported, spec = _import("algorithm.adv_estimator=gae", "critic.model.path=Qwen/Qwen3-8B", *pf)
     assert _get(spec, "trainer.algorithm.pf_ppo") == {"reweight_method": method, "weight_pow": 3.0}
     assert not [c for c in imported.changes if c.severity == "error"]
     _validates(imported.text)
+    imported, spec = _import(*pf)  # grpo: verl's compute_advantage resamples under gae only
+    assert "pf_ppo" not in _get(spec, "trainer.algorithm")
+    assert [c.severity for c in _change(imported, "algorithm.use_pf_ppo")] == ["warning"]
 
 
 def test_gdpos_reward_components_are_not_carried_aloud():

@@ -232,6 +232,30 @@ def test_verl_rollout_correction(name, holes):
         assert (weight[present] != 1).any(), name
 
 
+@pytest.mark.parametrize("method", algorithms.PF_PPO_REWEIGHTS)
+def test_verl_pf_ppo(method):
+    """verl's PF-PPO weights, and its resampled batch given the same generator state (verl draws from torch's
+    global generator; rlc from a seeded one)."""
+    core = _verl()
+    from rlc.runtime.algorithms.pf_ppo import pf_ppo_rows, pf_ppo_weights
+    from verl.protocol import DataProto
+
+    rows = 64
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randint(-2, 3, (rows, 1), generator=g).float() * torch.rand(rows, 1, generator=g)
+    token_scores = torch.cat([torch.zeros(rows, 4), scores], dim=1)
+    data = DataProto.from_dict(tensors={"token_level_scores": token_scores, "row": torch.arange(rows)})
+    torch.manual_seed(11)
+    theirs = core.compute_pf_ppo_reweight_data(data, method, 1.5).batch["row"]
+    ours = pf_ppo_rows(token_scores.sum(-1), method, 1.5, torch.Generator().manual_seed(11))
+    assert torch.equal(ours, theirs)
+    assert len(set(ours.tolist())) < rows  # rows were drawn again, some twice
+    expected = {"pow": scores[:, 0].abs() ** 1.5,
+                "max_min": ((scores == scores.max()) | (scores == scores.min()))[:, 0].float(),
+                "max_random": torch.where(scores[:, 0] == scores.max(), 0.4, 0.1)}[method]  # fmt: skip
+    torch.testing.assert_close(pf_ppo_weights(token_scores.sum(-1), method, 1.5), expected + 1e-8)
+
+
 # ---- SkyRL's policy losses ---------------------------------------------------------------------------------
 
 

@@ -100,7 +100,11 @@ def import_rollout_correction(imp: VerlImport) -> None:
 
 
 def import_pf_ppo(imp: VerlImport) -> None:
-    if imp.get(f"{ALG}.use_pf_ppo", False):
+    estimator = imp.get(f"{ALG}.adv_estimator", "gae")
+    if imp.get(f"{ALG}.use_pf_ppo", False) and estimator != "gae":
+        imp.drop(f"{ALG}.use_pf_ppo", f"verl's main_ppo resamples with PF-PPO only under adv_estimator gae, not "
+                 f"{estimator}: it changes nothing in verl either; not carried", "warning", kept=False)  # fmt: skip
+    elif imp.get(f"{ALG}.use_pf_ppo", False):
         method = imp.get(f"{ALG}.pf_ppo.reweight_method", "pow")
         if method not in algorithms.PF_PPO_REWEIGHTS:
             imp.problem(f"{ALG}.pf_ppo.reweight_method", f"verl has no {method!r} PF-PPO reweighting; not carried")
