@@ -88,6 +88,7 @@ def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
         },
         dump_data_batch_to=str(t.export_path) if t.dump_data_batch else None,
         grace_period_s=float(spec.launch.grace_period_s),
+        min_samples_per_env=int(t.min_samples_per_env) if t.use_hybrid_env_sampling else None,
     )
 
 

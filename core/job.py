@@ -287,6 +287,9 @@ class LoopSettings:
     offload_after_step: dict[str, bool]  # by trained role: its optimizer state leaves the GPU after each step
     dump_data_batch_to: str | None  # trainer.export_path when trainer.dump_data_batch, else None
     grace_period_s: float  # launch.grace_period_s: from SIGTERM or SIGINT to exit, the last finished step saved in it
+    # trainer.min_samples_per_env under trainer.use_hybrid_env_sampling: rows of each environment in every batch;
+    # None draws batches uniformly
+    min_samples_per_env: int | None = None
 
 
 @dataclass(frozen=True)

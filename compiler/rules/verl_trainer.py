@@ -108,7 +108,8 @@ SKYRL_MASKS = (
 
 @rule("RLC-E664", "verl has the algorithm", f"{ALG}.advantage_estimator", f"{ALG}.policy_loss_type",
       f"{ALG}.loss_reduction", f"{ALG}.kl_estimator_type", f"{ALG}.dynamic_sampling.type", f"{ALG}.use_tis",
-      f"{ALG}.off_policy_correction.sequence_mask_metric", f"{ALG}.off_policy_correction", "launch.trainer")  # fmt: skip
+      f"{ALG}.off_policy_correction.sequence_mask_metric", f"{ALG}.off_policy_correction", f"{ALG}.pf_ppo",
+      "trainer.use_hybrid_env_sampling", "launch.trainer")  # fmt: skip
 def algorithm(c: Context):
     if not _verl(c):
         return
@@ -125,6 +126,10 @@ def algorithm(c: Context):
     if a.dynamic_sampling.type not in (None, "filter"):
         yield c.error("RLC-E664", f"{ALG}.dynamic_sampling.type", f"{VERL} filters groups (filter_groups); it has no "
                       f"{a.dynamic_sampling.type!r} dynamic sampling", "use type: filter or null")  # fmt: skip
+    if c.s.trainer.use_hybrid_env_sampling:
+        yield c.error("RLC-E664", "trainer.use_hybrid_env_sampling", f"{VERL}'s dataloader has no hybrid environment "
+                      "sampling (a minimum of rows of each environment in every batch)",
+                      "turn it off, or keep launch.trainer: rlc")  # fmt: skip
     if a.pf_ppo.reweight_method is not None and a.advantage_estimator != "gae":
         yield c.error("RLC-E664", f"{ALG}.pf_ppo.reweight_method", f"{VERL}'s main_ppo resamples with PF-PPO only "
                       f"under advantage_estimator gae; with {a.advantage_estimator} it would ignore use_pf_ppo",

@@ -79,14 +79,14 @@ def import_rollout_correction(imp: VerlImport) -> None:
     if rs is not None:
         try:
             found = modes(rs)
-            high, low = rs_thresholds(found, imp.get(f"{RC}.rollout_rs_threshold"))
+            highs, lows = rs_thresholds(found, imp.get(f"{RC}.rollout_rs_threshold"))
         except ValueError as exc:
             imp.problem(f"{RC}.rollout_rs", f"verl would refuse these rejection settings ({exc}); not carried")
         else:
             imp.put(f"{OPC}.rejection_sampling", found, f"{RC}.rollout_rs")
-            imp.put(f"{OPC}.rejection_threshold_high", high, f"{RC}.rollout_rs_threshold")
-            if low is not None:
-                imp.put(f"{OPC}.rejection_threshold_low", low, f"{RC}.rollout_rs_threshold")
+            imp.put(f"{OPC}.rejection_threshold_high", highs, f"{RC}.rollout_rs_threshold")
+            if lows is not None:
+                imp.put(f"{OPC}.rejection_threshold_low", lows, f"{RC}.rollout_rs_threshold")
     if level is not None or rs is not None:  # the correction asks the engines for their log-probs (resolve)
         imp.read("actor_rollout_ref.rollout.calculate_log_probs")
     if imp.get(f"{RC}.bypass_mode", False):
