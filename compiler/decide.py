@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlc.core import algorithms
 from rlc.core.job import (
     AheadSettings,
     CheckpointSettings,
@@ -166,7 +167,7 @@ def scoring_settings(spec: Any) -> ScoringSettings:
         zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
         zero_variance_filter=bool(a.zero_variance_filter),
         zero_variance_filter_tol=float(a.zero_variance_filter_tol),
-        off_policy_correction=off_policy_section_corrects(a.off_policy_correction),
+        off_policy_correction=scores_off_policy(a),
         kl_in_reward=bool(a.use_kl_in_reward),
         kl_estimator=str(a.kl_estimator_type),
         kl=KLControl(a.kl_ctrl.type, float(a.kl_loss_coef), float(a.kl_ctrl.kl_target), int(a.kl_ctrl.horizon)),
@@ -206,7 +207,14 @@ def old_logprob_pass(spec: Any) -> bool:
     if t.fully_async.enabled:
         return False
     single_update = t.update_epochs_per_batch == 1 and t.policy_mini_batch_size >= t.train_batch_size
-    return not single_update or bool(a.use_kl_in_reward) or off_policy_section_corrects(a.off_policy_correction)
+    return not single_update or bool(a.use_kl_in_reward) or scores_off_policy(a)
+
+
+def scores_off_policy(a: Any) -> bool:
+    """Whether scoring applies trainer.algorithm.off_policy_correction to the batch: unless the policy loss applies
+    it itself (verl's bypass mode)."""
+    in_loss = algorithms.policy_loss(a.policy_loss_type).corrects_in_loss
+    return off_policy_section_corrects(a.off_policy_correction) and not in_loss
 
 
 def process_envs(spec: Any) -> ProcessEnvs:

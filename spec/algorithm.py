@@ -122,6 +122,17 @@ class OffPolicyCorrectionConfig:
 
 
 @dataclass
+class BypassConfig:
+    loss_type: str = setting(
+        "ppo_clip",
+        "verl's rollout_correction.loss_type: PPO's clip on the ratio to the engine (ppo_clip) or -w * A * log p "
+        "(reinforce), for policy_loss_type bypass.",
+        enum=("ppo_clip", "reinforce"),
+        rlc_only=True,
+    )
+
+
+@dataclass
 class PFPPOConfig:
     reweight_method: str | None = setting(
         None,
@@ -168,6 +179,7 @@ class AlgorithmConfig:
     cispo: CISPOConfig = section(CISPOConfig, "CISPO settings (policy_loss_type=cispo).")
     dppo: DPPOConfig = section(DPPOConfig, "SkyRL 0.4: DPPO settings.")
     dro: DROConfig = section(DROConfig, "verl's DRO settings (policy_loss_type=dro).")
+    bypass: BypassConfig = section(BypassConfig, "verl's bypass mode (policy_loss_type=bypass).")
     pf_ppo: PFPPOConfig = section(PFPPOConfig, "verl's PF-PPO: the batch resampled by reward before the update.")
     enable_sample_support_replay: bool = setting(False, "SkyRL 0.4: replay the engines' sampling support set.")
     max_seq_len: int | None = setting(

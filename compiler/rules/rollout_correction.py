@@ -73,4 +73,14 @@ def tis_refinements_need_tis(c: Context):
                           f"{opc.tis_ratio_type}_tis_ratio_clip_high")  # fmt: skip
 
 
-RULES = (rejection_sampling_bounded, tis_refinements_need_tis)
+@rule("RLC-E332", "bypass.loss_type needs policy_loss_type bypass", "trainer.algorithm.bypass.loss_type",
+      "trainer.algorithm.policy_loss_type")  # fmt: skip
+def bypass_settings_need_bypass(c: Context):
+    if c.alg.bypass.loss_type != "ppo_clip" and c.alg.policy_loss_type != "bypass":
+        yield c.error("RLC-E332", "trainer.algorithm.bypass.loss_type", f"bypass.loss_type is "
+                      f"{c.alg.bypass.loss_type}, but policy_loss_type is {c.alg.policy_loss_type}: nothing reads it",
+                      "set policy_loss_type: bypass (verl's bypass mode), or remove it",
+                      ["trainer.algorithm.policy_loss_type"])  # fmt: skip
+
+
+RULES = (rejection_sampling_bounded, tis_refinements_need_tis, bypass_settings_need_bypass)

@@ -210,7 +210,8 @@ def _loss(spec: RlcSpec) -> dict[str, Any]:
     kind = alg.policy_loss_type
     if kind == "regular":
         values[f"{A}.clip_ratio_c"] = NO_DUAL_CLIP
-    values[f"{A}.policy_loss.loss_mode"] = TO_LOSS.get(kind, "vanilla" if kind == "regular" else kind)
+    # bypass: verl's trainer puts its bypass_mode loss in place of loss_mode (rollout_correction.bypass_mode)
+    values[f"{A}.policy_loss.loss_mode"] = "vanilla" if kind in ("regular", "bypass") else TO_LOSS.get(kind, kind)
     if kind == "sapo":
         values.update({f"{A}.tau_pos": alg.sapo.tau_pos, f"{A}.tau_neg": alg.sapo.tau_neg})
     elif kind == "cispo":
@@ -256,14 +257,16 @@ def _algorithm(spec: RlcSpec) -> dict[str, Any]:
     if alg.pf_ppo.reweight_method is not None:
         values.update({f"{ALG}.use_pf_ppo": True, f"{ALG}.pf_ppo.reweight_method": alg.pf_ppo.reweight_method,
                        f"{ALG}.pf_ppo.weight_pow": alg.pf_ppo.weight_pow})  # fmt: skip
-    return values | _rollout_correction(alg.off_policy_correction)
+    return values | _rollout_correction(alg)
 
 
-def _rollout_correction(opc) -> dict[str, Any]:
+def _rollout_correction(alg) -> dict[str, Any]:
     """verl's rollout_correction from the TIS weight and the rejection sampling (rules.verl_trainer refuses SkyRL's
-    masks, which verl lacks); the engines then return their log-probs."""
-    rc = f"{ALG}.rollout_correction"
+    masks, which verl lacks), and its bypass mode; the engines then return their log-probs."""
+    rc, opc = f"{ALG}.rollout_correction", alg.off_policy_correction
     values: dict[str, Any] = {}
+    if alg.policy_loss_type == "bypass":
+        values.update({f"{rc}.bypass_mode": True, f"{rc}.loss_type": alg.bypass.loss_type})
     if opc.tis_ratio_type is not None:
         high = getattr(opc, f"{opc.tis_ratio_type}_tis_ratio_clip_high")
         low = opc.tis_ratio_clip_low

@@ -10,6 +10,7 @@ are absent: they count as a log ratio of 0 and never reach a result, even when t
 from __future__ import annotations
 
 import torch
+from rlc.core.algorithms import OFF_POLICY_OPTIONS
 from rlc.core.runtime_facts import corrects_off_policy
 from rlc.runtime.algorithms.rejection import rejection_keep
 
@@ -19,25 +20,7 @@ _MAX_LOG_RATIO = 20.0
 TIS_RATIO_TYPES = ("token", "sequence")
 SEQUENCE_MASK_METRICS = ("geometric", "product")
 
-_OPTIONS = (
-    "tis_ratio_type",
-    "token_tis_ratio_clip_high",
-    "sequence_tis_ratio_clip_high",
-    "sequence_mask_metric",
-    "geo_mask_high",
-    "geo_mask_low",
-    "product_mask_high",
-    "product_mask_low",
-    "outlier_token_is_threshold_low",
-    "outlier_token_is_threshold_high",
-    "token_mask_is_threshold_low",
-    "token_mask_is_threshold_high",
-    "tis_ratio_clip_low",
-    "tis_batch_normalize",
-    "rejection_sampling",
-    "rejection_threshold_high",
-    "rejection_threshold_low",
-)
+_OPTIONS = OFF_POLICY_OPTIONS
 
 
 def options_from_config(opc) -> dict:

@@ -338,6 +338,15 @@ CASES = {
               tis_batch_normalize: true  # <-
         """,
     ),
+    "RLC-E332": (
+        "trainer.algorithm.bypass.loss_type",
+        """
+        trainer:
+          algorithm:
+            bypass:
+              loss_type: reinforce  # <-
+        """,
+    ),
     "RLC-E309": (
         "trainer.algorithm.dynamic_sampling.type",
         """

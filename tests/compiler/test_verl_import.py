@@ -374,6 +374,16 @@ def test_a_rollout_correction_verl_would_refuse_is_not_carried_aloud():
     assert "rejection_sampling" not in _get(spec, "trainer.algorithm").get("off_policy_correction", {})
 
 
+@pytest.mark.parametrize("loss_type", ["ppo_clip", "reinforce"])
+def test_verls_bypass_mode_is_the_bypass_loss(loss_type):
+    imported, spec = _import(f"{RC}.bypass_mode=True", f"{RC}.loss_type={loss_type}", f"{RC}.rollout_is=token")
+    alg = _get(spec, "trainer.algorithm")
+    assert (alg["policy_loss_type"], alg["bypass"]["loss_type"]) == ("bypass", loss_type)
+    assert alg["off_policy_correction"]["tis_ratio_type"] == "token"
+    assert not [c for c in imported.changes if c.severity == "error"], [c.describe() for c in imported.errors]
+    _validates(imported.text)
+
+
 @pytest.mark.parametrize("method", ["pow", "max_min", "max_random"])
 def test_pf_ppo_imports_with_its_reweighting_where_verl_applies_it(method):
     pf = ("algorithm.use_pf_ppo=True", f"algorithm.pf_ppo.reweight_method={method}", "algorithm.pf_ppo.weight_pow=3.0")

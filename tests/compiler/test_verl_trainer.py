@@ -315,8 +315,12 @@ ROLLOUT_CORRECTION = """python3 -m verl.trainer.main_ppo \\
         "algorithm.rollout_correction.rollout_rs=seq_max_k2 algorithm.rollout_correction.rollout_rs_threshold=0.05 "
         "algorithm.adv_estimator=gae critic.model.path=Qwen/Qwen2.5-0.5B-Instruct critic.ppo_micro_batch_size_per_gpu=2 "
         "algorithm.use_pf_ppo=True algorithm.pf_ppo.reweight_method=pow algorithm.pf_ppo.weight_pow=3.0",
+        "algorithm.rollout_correction.bypass_mode=True algorithm.rollout_correction.loss_type=reinforce "
+        "algorithm.rollout_correction.rollout_is=sequence algorithm.rollout_correction.rollout_is_threshold=2.5",
+        "algorithm.rollout_correction.bypass_mode=True actor_rollout_ref.actor.clip_ratio_c=4.0 "
+        "algorithm.rollout_correction.rollout_rs=seq_mean_k3 algorithm.rollout_correction.rollout_rs_threshold=0.02",
     ],
-    ids=["token-tis", "icepop-normalized-rejection", "rejection-pf-ppo"],
+    ids=["token-tis", "icepop-normalized-rejection", "rejection-pf-ppo", "bypass-reinforce", "bypass-ppo-clip"],
 )
 def test_verls_rollout_correction_and_pf_ppo_round_trip(settings, tmp_path, verl_compose, verl_checks):
     """Imported into the spec's off_policy_correction and pf_ppo, written back as verl's keys, not as

@@ -36,7 +36,6 @@ VERL_AGG = {card.id: card.verl[0] for card in algorithms.LOSS_REDUCTIONS}
 # verl's and SkyRL's names that rlc does not run, each with the reason. A name in a peer's registry that is neither
 # here nor compared below fails test_every_peer_name_is_compared: a new upstream name needs a card or a reason.
 NOT_RUN = {
-    ("verl", "loss", "bypass_mode"): "verl's rollout-correction family (old log-probs := rollout's), not in rlc yet",
     ("verl", "estimator", "remax"): "needs a greedy baseline rollout per prompt, which rlc's runtime does not make",
     ("verl", "estimator", "optimal_token_baseline"): "needs the policy's sum of squared probabilities per token",
     ("verl", "estimator", "tir_optimal_token_baseline"): "needs the policy's sum of squared probabilities per token",
@@ -230,6 +229,49 @@ def test_verl_rollout_correction(name, holes):
         present = mask.bool()
         torch.testing.assert_close(weight[present], theirs[present].to(weight.dtype), msg=f"{name}: weights")
         assert (weight[present] != 1).any(), name
+
+
+# verl's bypass_mode loss: rollout_correction settings (rlc's, verl's) and whether a rejection mode drops single
+# tokens (verl's seq-mean-token-mean then averages each row over its kept tokens; rlc's reduction counts the batch's).
+BYPASS = {
+    "plain": ({}, {"rollout_is": None}, False),
+    "token-tis": ({"tis_ratio_type": "token", "token_tis_ratio_clip_high": 1.2},
+                  {"rollout_is": "token", "rollout_is_threshold": 1.2}, False),
+    "sequence-icepop": ({"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 3.0, "tis_ratio_clip_low": 0.3},
+                        {"rollout_is": "sequence", "rollout_is_threshold": "0.3_3.0"}, False),
+    "seq-rejection": ({"rejection_sampling": ["seq_mean_k3"], "rejection_threshold_high": [0.05]},
+                      {"rollout_is": None, "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": 0.05}, False),
+    "token-rejection-tis": ({"tis_ratio_type": "token", "token_tis_ratio_clip_high": 2.0,
+                             "rejection_sampling": ["token_k2"], "rejection_threshold_high": [0.1]},
+                            {"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": "token_k2",
+                             "rollout_rs_threshold": 0.1}, True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("loss_type", ["ppo_clip", "reinforce"])
+@pytest.mark.parametrize("case", sorted(BYPASS))
+def test_verl_bypass_mode(case, loss_type, holes):
+    """verl's bypass_mode loss (old log-probs := the engine's, the correction against the current policy), with
+    the batch's token and sequence counts verl's trainer hands its loss (global_batch_info)."""
+    core = _verl()
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+
+    ours_options, theirs_options, drops_tokens = BYPASS[case]
+    assert algorithms.verl_names(algorithms.POLICY_LOSSES)["bypass_mode"] == "bypass"
+    mask = _mask(holes)
+    correction = RolloutCorrectionConfig(bypass_mode=True, loss_type=loss_type, **theirs_options)
+    config = _verl_config(loss_mode="bypass_mode", rollout_correction=correction)
+    config.global_batch_info.update(dp_size=1, batch_num_tokens=float(mask.sum()), global_batch_size=ROWS)
+    options = {"loss_type": loss_type, **_PPO, "clip_ratio_c": 3.0, **ours_options}
+    reductions = [r for r in REDUCTIONS if not (drops_tokens and r == "sequence_mean")]
+    for reduction in reductions:
+        logp, old, rollout, advantages = _tensors()
+        ours = _rlc_loss("bypass", logp, old, advantages, mask, reduction, options, rollout)
+        loss, _ = core.get_policy_loss_fn("bypass_mode")(
+            rollout, logp, advantages, mask, loss_agg_mode=VERL_AGG[reduction], config=config
+        )
+        _assert_equal(ours, _value_and_grad(loss, logp), f"verl bypass_mode {case} {loss_type} ({reduction})")
 
 
 @pytest.mark.parametrize("method", algorithms.PF_PPO_REWEIGHTS)
@@ -513,7 +555,7 @@ def test_every_peer_name_is_compared():
     core, ppo = _verl(), _skyrl()
     skyrl_losses = {name.partition("-")[0] for name in SKYRL_LOSSES}
     compared = {
-        ("verl", "loss"): set(VERL_LOSSES),
+        ("verl", "loss"): {*VERL_LOSSES, "bypass_mode"},
         ("verl", "estimator"): set(VERL_ESTIMATORS),
         ("skyrl", "loss"): skyrl_losses,
         ("skyrl", "estimator"): {"gae", "grpo", "rloo", "reinforce++", "maxrl"},

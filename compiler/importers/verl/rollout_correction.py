@@ -87,13 +87,19 @@ def import_rollout_correction(imp: VerlImport) -> None:
             imp.put(f"{OPC}.rejection_threshold_high", highs, f"{RC}.rollout_rs_threshold")
             if lows is not None:
                 imp.put(f"{OPC}.rejection_threshold_low", lows, f"{RC}.rollout_rs_threshold")
-    if level is not None or rs is not None:  # the correction asks the engines for their log-probs (resolve)
+    bypass = bool(imp.get(f"{RC}.bypass_mode", False))
+    if level is not None or rs is not None or bypass:  # the engines return their log-probs (resolve asks them)
         imp.read("actor_rollout_ref.rollout.calculate_log_probs")
-    if imp.get(f"{RC}.bypass_mode", False):
-        imp.problem(f"{RC}.bypass_mode", "rlc has no bypass mode (the loss against the engine's log-probs, "
-                    "corrected per micro-batch); not carried")  # fmt: skip
-    # with rollout_is and rollout_rs null the thresholds are read by nothing, in verl as here; loss_type is
-    # bypass_mode's
+    if bypass:
+        imp.put("trainer.algorithm.policy_loss_type", "bypass", f"{RC}.bypass_mode",
+                reason="verl's bypass mode replaces the actor's policy_loss.loss_mode with its bypass_mode loss")  # fmt: skip
+        loss_type = imp.get(f"{RC}.loss_type", "ppo_clip")
+        if loss_type not in ("ppo_clip", "reinforce"):
+            imp.problem(f"{RC}.loss_type", f"verl has no bypass loss_type {loss_type!r}; not carried")
+        else:
+            imp.put("trainer.algorithm.bypass.loss_type", loss_type, f"{RC}.loss_type")
+    # with rollout_is and rollout_rs null the thresholds are read by nothing, in verl as here; loss_type only in
+    # bypass mode
     imp.read(f"{RC}.bypass_mode", f"{RC}.loss_type")
     imp.read(f"{RC}.rollout_is", f"{RC}.rollout_is_threshold", f"{RC}.rollout_is_batch_normalize")
     imp.read(f"{RC}.rollout_rs", f"{RC}.rollout_rs_threshold")
