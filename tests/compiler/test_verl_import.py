@@ -374,6 +374,26 @@ def test_a_rollout_correction_verl_would_refuse_is_not_carried_aloud():
     assert "rejection_sampling" not in _get(spec, "trainer.algorithm").get("off_policy_correction", {})
 
 
+@pytest.mark.parametrize(
+    ("rs", "expected"),
+    [
+        ("token", {"token_mask_is_threshold_low": 0.5, "token_mask_is_threshold_high": 2.0}),
+        ("sequence", {"sequence_mask_metric": "product", "product_mask_low": 0.5, "product_mask_high": 2.0}),
+        ("geometric", {"sequence_mask_metric": "geometric", "geo_mask_low": 0.5, "geo_mask_high": 2.0}),
+    ],
+)
+def test_verl_0_6s_rejection_and_token_veto_are_skyrls_masks(rs, expected):
+    """verl 0.6's ratio-band rejection (lower bound 1 / upper by default) and its token veto (a row with a token
+    ratio below it leaves the loss) mean what SkyRL's token, sequence and outlier masks mean."""
+    imported, spec = _import(f"{RC}.rollout_rs={rs}", f"{RC}.rollout_rs_threshold=2.0",
+                             f"{RC}.rollout_token_veto_threshold=1e-4")  # fmt: skip
+    assert "v0.6" in imported.text.splitlines()[1]
+    opc = _get(spec, OPC)
+    assert {k: opc[k] for k in expected} == expected and opc["outlier_token_is_threshold_low"] == 1e-4
+    assert not [c for c in imported.changes if c.severity == "error"], [c.describe() for c in imported.errors]
+    _validates(imported.text)
+
+
 @pytest.mark.parametrize("loss_type", ["ppo_clip", "reinforce"])
 def test_verls_bypass_mode_is_the_bypass_loss(loss_type):
     imported, spec = _import(f"{RC}.bypass_mode=True", f"{RC}.loss_type={loss_type}", f"{RC}.rollout_is=token")

@@ -76,7 +76,10 @@ def import_rollout_correction(imp: VerlImport) -> None:
             if imp.get(f"{RC}.rollout_is_batch_normalize", False):
                 imp.put(f"{OPC}.tis_batch_normalize", True, f"{RC}.rollout_is_batch_normalize")
     rs = imp.get(f"{RC}.rollout_rs")
-    if rs is not None:
+    legacy = imp.has(f"{RC}.rollout_token_veto_threshold")  # v0.6: ratio-band rejection and the token veto
+    if legacy:
+        _legacy_rejection(imp, rs, level)
+    elif rs is not None:
         try:
             found = modes(rs)
             highs, lows = rs_thresholds(found, imp.get(f"{RC}.rollout_rs_threshold"))
@@ -88,7 +91,10 @@ def import_rollout_correction(imp: VerlImport) -> None:
             if lows is not None:
                 imp.put(f"{OPC}.rejection_threshold_low", lows, f"{RC}.rollout_rs_threshold")
     bypass = bool(imp.get(f"{RC}.bypass_mode", False))
-    if level is not None or rs is not None or bypass:  # the engines return their log-probs (resolve asks them)
+    veto = imp.get(f"{RC}.rollout_token_veto_threshold")
+    if (
+        level is not None or rs is not None or bypass or veto is not None
+    ):  # the engines return their log-probs (resolve asks them)
         imp.read("actor_rollout_ref.rollout.calculate_log_probs")
     if bypass:
         imp.put("trainer.algorithm.policy_loss_type", "bypass", f"{RC}.bypass_mode",
@@ -101,6 +107,49 @@ def import_rollout_correction(imp: VerlImport) -> None:
     # with rollout_is and rollout_rs null the thresholds are read by nothing, in verl as here; loss_type only in
     # bypass mode
     imp.read(f"{RC}.bypass_mode", f"{RC}.loss_type")
+    if imp.get(f"{RC}.use_policy_gradient", False):
+        imp.problem(f"{RC}.use_policy_gradient", "verl 0.6's policy-gradient rollout correction has no rlc "
+                    "counterpart (verl 0.7 made it bypass_mode with loss_type reinforce); not carried")  # fmt: skip
+    imp.read(f"{RC}.use_policy_gradient")
+
+
+# verl 0.6's rollout_rs levels -> SkyRL's masks of the same ratio bands: (its key, the keys of its band)
+LEGACY_RS = {
+    "token": (None, "token_mask_is_threshold_low", "token_mask_is_threshold_high"),
+    "sequence": ("product", "product_mask_low", "product_mask_high"),
+    "geometric": ("geometric", "geo_mask_low", "geo_mask_high"),
+}
+
+
+def _legacy_rejection(imp: VerlImport, rs: Any, level: Any) -> None:
+    """verl 0.6's rejection: a token, product or geometric-mean ratio outside [lower, upper] (lower 1 / upper when
+    unset) is SkyRL's token or sequence mask, and a row holding a token ratio below the veto threshold is SkyRL's
+    outlier mask; verl 0.6 takes the IS weight over every token, rlc after the token and outlier masks."""
+    keys = (f"{RC}.rollout_rs", f"{RC}.rollout_rs_threshold", f"{RC}.rollout_rs_threshold_lower")
+    if rs is not None:
+        high, low = imp.get(keys[1]), imp.get(keys[2])
+        if rs not in LEGACY_RS or high is None or float(high) <= 0:
+            imp.problem(keys[0], f"verl {imp.c.release} would refuse rollout_rs {rs!r} with threshold {high!r}; "
+                        "not carried")  # fmt: skip
+        else:
+            metric, low_key, high_key = LEGACY_RS[rs]
+            if metric is not None:
+                imp.put(f"{OPC}.sequence_mask_metric", metric, keys[0])
+            imp.put(f"{OPC}.{low_key}", float(low) if low is not None else 1.0 / float(high), *keys[1:][::-1])
+            differs = rs == "token" and level == "sequence"
+            imp.put(f"{OPC}.{high_key}", float(high), keys[1], severity="warning" if differs else "info",
+                    reason="verl 0.6 takes the sequence IS weight over every token; rlc leaves out the tokens its "
+                    "token mask drops" if differs else "")  # fmt: skip
+    veto_key = f"{RC}.rollout_token_veto_threshold"
+    veto = imp.get(veto_key)
+    if veto is not None:
+        normalized = bool(imp.get(f"{RC}.rollout_is_batch_normalize", False)) and level is not None
+        reason = "verl 0.6's token veto: a row holding a token ratio below it leaves the loss"
+        if normalized:
+            reason += "; verl 0.6 averages the vetoed rows' IS weights into the batch mean, rlc leaves them out"
+        imp.put(f"{OPC}.outlier_token_is_threshold_low", float(veto), veto_key, reason=reason,
+                severity="warning" if normalized else "info")  # fmt: skip
+    imp.read(*keys, veto_key)
     imp.read(f"{RC}.rollout_is", f"{RC}.rollout_is_threshold", f"{RC}.rollout_is_batch_normalize")
     imp.read(f"{RC}.rollout_rs", f"{RC}.rollout_rs_threshold")
 
