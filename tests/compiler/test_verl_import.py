@@ -368,6 +368,15 @@ def test_verls_rollout_correction_imports_into_off_policy_correction(extra, expe
     _validates(imported.text)
 
 
+def test_settings_verl_reads_by_nothing_are_read_quietly():
+    """verl's own example (examples/rollout_correction): rollout_rs null and its threshold null, is off with its
+    threshold set."""
+    imported, spec = _import(f"{RC}.rollout_rs=null", f"{RC}.rollout_rs_threshold=null",
+                             f"{RC}.rollout_is_threshold=3.0", f"{RC}.rollout_is_batch_normalize=True")  # fmt: skip
+    assert not [c for c in imported.changes if "rollout_correction" in (c.old or "") and c.severity != "info"]
+    assert "off_policy_correction" not in _get(spec, "trainer.algorithm")
+
+
 def test_a_rollout_correction_verl_would_refuse_is_not_carried_aloud():
     imported, spec = _import(f"{RC}.rollout_rs=seq_mean_k3", f"{RC}.rollout_rs_threshold='0.1_0.5'")
     assert [c.severity for c in _change(imported, f"{RC}.rollout_rs")] == ["error"]

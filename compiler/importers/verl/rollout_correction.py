@@ -92,10 +92,8 @@ def import_rollout_correction(imp: VerlImport) -> None:
                 imp.put(f"{OPC}.rejection_threshold_low", lows, f"{RC}.rollout_rs_threshold")
     bypass = bool(imp.get(f"{RC}.bypass_mode", False))
     veto = imp.get(f"{RC}.rollout_token_veto_threshold")
-    if (
-        level is not None or rs is not None or bypass or veto is not None
-    ):  # the engines return their log-probs (resolve asks them)
-        imp.read("actor_rollout_ref.rollout.calculate_log_probs")
+    if level is not None or rs is not None or bypass or veto is not None:
+        imp.read("actor_rollout_ref.rollout.calculate_log_probs")  # the engines return their log-probs (resolve)
     if bypass:
         imp.put("trainer.algorithm.policy_loss_type", "bypass", f"{RC}.bypass_mode",
                 reason="verl's bypass mode replaces the actor's policy_loss.loss_mode with its bypass_mode loss")  # fmt: skip
@@ -106,7 +104,8 @@ def import_rollout_correction(imp: VerlImport) -> None:
             imp.put("trainer.algorithm.bypass.loss_type", loss_type, f"{RC}.loss_type")
     # with rollout_is and rollout_rs null the thresholds are read by nothing, in verl as here; loss_type only in
     # bypass mode
-    imp.read(f"{RC}.bypass_mode", f"{RC}.loss_type")
+    imp.read(f"{RC}.rollout_is", f"{RC}.rollout_is_threshold", f"{RC}.rollout_is_batch_normalize")
+    imp.read(f"{RC}.rollout_rs", f"{RC}.rollout_rs_threshold", f"{RC}.bypass_mode", f"{RC}.loss_type")
     if imp.get(f"{RC}.use_policy_gradient", False):
         imp.problem(f"{RC}.use_policy_gradient", "verl 0.6's policy-gradient rollout correction has no rlc "
                     "counterpart (verl 0.7 made it bypass_mode with loss_type reinforce); not carried")  # fmt: skip
