@@ -1,5 +1,6 @@
 """Rules of verl's rollout correction in `trainer.algorithm.off_policy_correction` (IcePop, batch-normalized TIS
-weights, rejection sampling) and of PF-PPO: what verl itself refuses when it starts, and settings nothing reads."""
+weights, rejection sampling, bypass mode) and of PF-PPO: what verl itself refuses when it starts, and settings
+nothing reads."""
 
 from __future__ import annotations
 
@@ -83,4 +84,13 @@ def bypass_settings_need_bypass(c: Context):
                       ["trainer.algorithm.policy_loss_type"])  # fmt: skip
 
 
-RULES = (rejection_sampling_bounded, tis_refinements_need_tis, bypass_settings_need_bypass)
+@rule("RLC-E333", "pf_ppo.weight_pow is read by reweight_method pow only", "trainer.algorithm.pf_ppo")
+def pf_ppo_power_needs_pow(c: Context):
+    pf = c.alg.pf_ppo
+    if pf.weight_pow != 2.0 and pf.reweight_method != "pow":
+        yield c.error("RLC-E333", "trainer.algorithm.pf_ppo.weight_pow", f"pf_ppo.weight_pow is {pf.weight_pow}, "
+                      f"but reweight_method is {pf.reweight_method}: nothing reads it",
+                      "set reweight_method: pow, or remove weight_pow")  # fmt: skip
+
+
+RULES = (rejection_sampling_bounded, tis_refinements_need_tis, bypass_settings_need_bypass, pf_ppo_power_needs_pow)

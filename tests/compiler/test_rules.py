@@ -347,6 +347,16 @@ CASES = {
               loss_type: reinforce  # <-
         """,
     ),
+    "RLC-E333": (
+        "trainer.algorithm.pf_ppo.weight_pow",
+        """
+        trainer:
+          algorithm:
+            pf_ppo:
+              reweight_method: max_min
+              weight_pow: 3.0  # <-
+        """,
+    ),
     "RLC-E309": (
         "trainer.algorithm.dynamic_sampling.type",
         """

@@ -165,6 +165,7 @@ def import_pf_ppo(imp: VerlImport) -> None:
         else:
             imp.put("trainer.algorithm.pf_ppo.reweight_method", method, f"{ALG}.use_pf_ppo",
                     f"{ALG}.pf_ppo.reweight_method")  # fmt: skip
-            imp.put("trainer.algorithm.pf_ppo.weight_pow", imp.get(f"{ALG}.pf_ppo.weight_pow", 2.0),
-                    f"{ALG}.pf_ppo.weight_pow")  # fmt: skip
+            if method == "pow":  # the other methods read no power
+                imp.put("trainer.algorithm.pf_ppo.weight_pow", imp.get(f"{ALG}.pf_ppo.weight_pow", 2.0),
+                        f"{ALG}.pf_ppo.weight_pow")  # fmt: skip
     imp.read(f"{ALG}.use_pf_ppo", f"{ALG}.pf_ppo")
