@@ -49,12 +49,33 @@ NAMES = {
 }
 # What a setting needs besides its name: dro's beta has no default (RLC-E315); 0.1 here.
 EXTRA = {"dro": ("trainer.algorithm.dro.beta=0.1",)}
+# Settings that are no single card, each a row of its own: verl's rollout correction (decoupled, and in bypass mode),
+# PF-PPO and SkyRL's hybrid environment sampling.
+_OPC = "trainer.algorithm.off_policy_correction"
+SETTINGS = {
+    "verl-rollout-correction": (
+        f"{_OPC}.tis_ratio_type=token",
+        f"{_OPC}.tis_ratio_clip_low=0.5",
+        f"{_OPC}.tis_batch_normalize=true",
+        f"{_OPC}.rejection_sampling=[seq_mean_k3]",
+        f"{_OPC}.rejection_threshold_high=[0.01]",
+    ),
+    "bypass": (
+        "trainer.algorithm.policy_loss_type=bypass",
+        "trainer.algorithm.bypass.loss_type=reinforce",
+        f"{_OPC}.tis_ratio_type=sequence",
+        f"{_OPC}.rejection_sampling=[token_k3]",
+        f"{_OPC}.rejection_threshold_high=[0.5]",
+    ),
+    "pf-ppo": ("trainer.algorithm.pf_ppo.reweight_method=pow",),
+    "hybrid-env-sampling": ("trainer.use_hybrid_env_sampling=true", "trainer.min_samples_per_env=2"),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--names", nargs="*", default=list(NAMES))
+    parser.add_argument("--names", nargs="*", default=[*NAMES, *SETTINGS])
     parser.add_argument("--no-write", action="store_true", help="print the report only")
     args = parser.parse_args()
     rlc = require_rlc("algorithm_learning")
@@ -70,6 +91,11 @@ def main() -> None:
         )
         for name in args.names:
             value = name.removesuffix("-loss")
+            if name in SETTINGS:
+                label, overrides = name, SETTINGS[name]
+            else:
+                label = f"{NAMES[name]}: {value}"
+                overrides = (f"trainer.algorithm.{NAMES[name]}={value}", *EXTRA.get(name, ()))
             wall, metrics, _ = run_example(
                 rlc,
                 EXAMPLE,
@@ -79,15 +105,12 @@ def main() -> None:
                 f"data.val_data=['{data / 'validation.parquet'}']",
                 "trainer.ckpt_interval=-1",
                 "trainer.policy.optimizer_config.num_warmup_steps=20",
-                f"trainer.algorithm.{NAMES[name]}={value}",
-                *EXTRA.get(name, ()),
+                *overrides,
             )
             rewards = [m["reward"] for m in metrics]
             first, last = statistics.mean(rewards[:20]), statistics.mean(rewards[-20:])
             rose = last >= 2 * first and last >= first + 0.05
-            rows.append(
-                f"| `{NAMES[name]}: {value}` | {first:.3f} | {last:.3f} | {'yes' if rose else 'no'} | {wall:.0f} s |"
-            )
+            rows.append(f"| `{label}` | {first:.3f} | {last:.3f} | {'yes' if rose else 'no'} | {wall:.0f} s |")
             print(rows[-1], flush=True)
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     report = "\n".join(

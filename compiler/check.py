@@ -17,6 +17,7 @@ from rlc.compiler.rules import (
     parallel,
     placement,
     recovery,
+    rollout_correction,
     runtime,
     skyrl_trainer,
     slurm,
@@ -29,6 +30,7 @@ from rlc.core.diagnostics import ERROR, Diagnostic
 
 RULES: tuple[Rule, ...] = (
     *algorithm.RULES,
+    *rollout_correction.RULES,
     *batch.RULES,
     *launch_values.RULES,
     *parallel.RULES,

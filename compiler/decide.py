@@ -91,6 +91,7 @@ def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
         dump_data_batch_to=str(t.export_path) if t.dump_data_batch else None,
         grace_period_s=float(spec.launch.grace_period_s),
         micro_train_batch_size=int(t.micro_train_batch_size_per_gpu),
+        min_samples_per_env=int(t.min_samples_per_env) if t.use_hybrid_env_sampling else None,
     )
 
 
@@ -168,7 +169,7 @@ def scoring_settings(spec: Any) -> ScoringSettings:
         zero_reward_on_non_stop=bool(g.zero_reward_on_non_stop),
         zero_variance_filter=bool(a.zero_variance_filter),
         zero_variance_filter_tol=float(a.zero_variance_filter_tol),
-        off_policy_correction=off_policy_section_corrects(a.off_policy_correction),
+        off_policy_correction=scores_off_policy(a),
         kl_in_reward=bool(a.use_kl_in_reward),
         kl_estimator=str(a.kl_estimator_type),
         kl=KLControl(a.kl_ctrl.type, float(a.kl_loss_coef), float(a.kl_ctrl.kl_target), int(a.kl_ctrl.horizon)),
@@ -176,6 +177,8 @@ def scoring_settings(spec: Any) -> ScoringSettings:
         advantage_batch_normalize=bool(a.advantage_batch_normalize),
         old_logprob_pass=old_logprob_pass(spec),
         sum_pi_squared=algorithms.advantage_estimator(str(a.advantage_estimator)).needs_sum_pi_squared,
+        pf_ppo=a.pf_ppo.reweight_method,
+        pf_ppo_weight_pow=float(a.pf_ppo.weight_pow),
     )
 
 
@@ -225,9 +228,16 @@ def old_logprob_pass(spec: Any) -> bool:
     return (
         not single_update
         or bool(a.use_kl_in_reward)
-        or off_policy_section_corrects(a.off_policy_correction)
+        or scores_off_policy(a)
         or algorithms.advantage_estimator(str(a.advantage_estimator)).needs_sum_pi_squared
     )
+
+
+def scores_off_policy(a: Any) -> bool:
+    """Whether scoring applies trainer.algorithm.off_policy_correction to the batch: unless the policy loss applies
+    it itself (verl's bypass mode)."""
+    in_loss = algorithms.policy_loss(a.policy_loss_type).corrects_in_loss
+    return off_policy_section_corrects(a.off_policy_correction) and not in_loss
 
 
 def process_envs(spec: Any) -> ProcessEnvs:

@@ -35,6 +35,7 @@ from rlc.compiler.roles import (
 from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, INFO, WARNING, Diagnostic, Location
+from rlc.core.runtime_facts import off_policy_section_corrects
 from rlc.spec import fields as meta
 from rlc.spec.generation import SamplingParams
 from rlc.spec.model import default_model
@@ -303,7 +304,7 @@ class _Resolver:
                 alg.tis_imp_ratio_cap,
                 ["trainer.algorithm.use_tis", "trainer.algorithm.tis_imp_ratio_cap"],
             )
-        if (opc.tis_ratio_type or opc.sequence_mask_metric) and g.sampling_params.logprobs is None:
+        if off_policy_section_corrects(opc) and g.sampling_params.logprobs is None:
             self.derive("generator.sampling_params.logprobs", 1, ["trainer.algorithm.off_policy_correction"])
         elif algorithms.policy_loss(alg.policy_loss_type).rollout_anchored and g.sampling_params.logprobs is None:
             self.derive("generator.sampling_params.logprobs", 1, ["trainer.algorithm.policy_loss_type"])

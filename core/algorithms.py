@@ -43,6 +43,9 @@ class PolicyLoss:
     # What its importance ratio is taken over: each token, or the whole sequence (SkyRL's and AReaL's
     # importance_sampling_level).
     ratio_level: str = "token"
+    # It applies off_policy_correction itself, per micro-batch against the current log-probs (verl's bypass mode):
+    # the trainer does not apply it to the scored batch.
+    corrects_in_loss: bool = False
     verl: tuple[str, ...] = ()  # verl's actor.policy_loss.loss_mode names for it
 
 
@@ -107,6 +110,26 @@ class LossReduction:
 
 
 _PPO_CLIP = ("eps_clip_low", "eps_clip_high")
+# trainer.algorithm.off_policy_correction's fields (rlc.runtime.algorithms.off_policy's keyword options).
+OFF_POLICY_OPTIONS = (
+    "tis_ratio_type",
+    "token_tis_ratio_clip_high",
+    "sequence_tis_ratio_clip_high",
+    "sequence_mask_metric",
+    "geo_mask_high",
+    "geo_mask_low",
+    "product_mask_high",
+    "product_mask_low",
+    "outlier_token_is_threshold_low",
+    "outlier_token_is_threshold_high",
+    "token_mask_is_threshold_low",
+    "token_mask_is_threshold_high",
+    "tis_ratio_clip_low",
+    "tis_batch_normalize",
+    "rejection_sampling",
+    "rejection_threshold_high",
+    "rejection_threshold_low",
+)
 
 # In the order the spec and `rlc explain` list them.
 POLICY_LOSSES: tuple[PolicyLoss, ...] = (
@@ -173,6 +196,22 @@ POLICY_LOSSES: tuple[PolicyLoss, ...] = (
         options=_PPO_CLIP,
         advantage_weighted=True,
         rollout_anchored=True,
+    ),
+    PolicyLoss(
+        "bypass",
+        "rlc.runtime.algorithms.bypass:bypass_token_loss",
+        "verl's bypass mode: the engine's log-probs are the old ones, off_policy_correction is applied in the loss "
+        "against the current policy, and bypass.loss_type is PPO's clip (ppo_clip) or -w * A * log p (reinforce)",
+        options=(
+            "bypass.loss_type",
+            *_PPO_CLIP,
+            "clip_ratio_c",
+            *(f"off_policy_correction.{name}" for name in OFF_POLICY_OPTIONS),
+        ),
+        advantage_weighted=True,
+        rollout_anchored=True,
+        corrects_in_loss=True,
+        verl=("bypass_mode",),
     ),
     PolicyLoss(
         "importance_sampling",
@@ -395,6 +434,16 @@ LOSS_REDUCTIONS: tuple[LossReduction, ...] = (
         over_mini_batch=True,
     ),
 )
+
+# verl's rollout_rs modes (trainer.algorithm.off_policy_correction.rejection_sampling): a level and a divergence
+# (rlc.runtime.algorithms.rejection).
+REJECTION_MODES: tuple[str, ...] = (
+    *(f"{level}_k{n}" for level in ("token", "seq_sum", "seq_mean") for n in (1, 2, 3)),
+    "seq_max_k2",
+    "seq_max_k3",
+)
+# verl's PF-PPO reweightings (trainer.algorithm.pf_ppo.reweight_method; rlc.runtime.algorithms.pf_ppo).
+PF_PPO_REWEIGHTS: tuple[str, ...] = ("pow", "max_min", "max_random")
 
 # The loss SkyRL's legacy and AReaL's `importance_sampling_level: sequence` asks for.
 SEQUENCE_RATIO_LOSS = next(card.id for card in POLICY_LOSSES if card.ratio_level == "sequence")

@@ -250,6 +250,8 @@ class ScoringSettings:
     old_logprob_pass: bool
     # The old-log-prob pass also gives each token's sum of squared probabilities (an estimator's `sum_pi_squared`).
     sum_pi_squared: bool = False
+    pf_ppo: str | None = None  # verl's PF-PPO reweighting (trainer.algorithm.pf_ppo.reweight_method): rows drawn again
+    pf_ppo_weight_pow: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -303,6 +305,9 @@ class LoopSettings:
     grace_period_s: float  # launch.grace_period_s: from SIGTERM or SIGINT to exit, the last finished step saved in it
     # trainer.micro_train_batch_size_per_gpu: the runs of rows token_mean_legacy averages (SkyRL's micro-batches)
     micro_train_batch_size: int = 1
+    # trainer.min_samples_per_env under trainer.use_hybrid_env_sampling: rows of each environment in every batch;
+    # None draws batches uniformly
+    min_samples_per_env: int | None = None
 
 
 @dataclass(frozen=True)

@@ -50,15 +50,18 @@ def corrects_off_policy(
     outlier_high: float | None,
     token_low: float | None,
     token_high: float | None,
+    rejection_sampling: list[str] | None = None,
 ) -> bool:
     """Whether trainer.algorithm.off_policy_correction changes anything (rlc.runtime.algorithms.off_policy applies
-    it): as SkyRL, one outlier bound is enough, but the token mask needs both of its bounds."""
+    it): as SkyRL, one outlier bound is enough, but the token mask needs both of its bounds; verl's rejection
+    sampling is one more."""
     return (
         tis_ratio_type is not None
         or sequence_mask_metric is not None
         or outlier_low is not None
         or outlier_high is not None
         or (token_low is not None and token_high is not None)
+        or bool(rejection_sampling)
     )
 
 
@@ -71,4 +74,5 @@ def off_policy_section_corrects(opc) -> bool:
         opc.outlier_token_is_threshold_high,
         opc.token_mask_is_threshold_low,
         opc.token_mask_is_threshold_high,
+        opc.rejection_sampling,
     )

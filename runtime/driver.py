@@ -35,7 +35,7 @@ from rlc.runtime.generator import Generator
 from rlc.runtime.paths import expand
 from rlc.runtime.placement import Cluster, local_model_path, start_ray, stop_ray
 from rlc.runtime.prompts import Prompts
-from rlc.runtime.rollouts import Ahead, RayEngines, Synchronous
+from rlc.runtime.rollouts import Ahead, RayEngines, Synchronous, hybrid_plan
 from rlc.runtime.run_error import RunError
 from rlc.runtime.scoring import Scoring
 from rlc.runtime.sections import Sections
@@ -144,6 +144,9 @@ class Driver:
             raise RunError(
                 f"{len(self.train)} usable training prompts are fewer than train_batch_size={loop.train_batch_size}"
             )
+        self.min_per_env = loop.min_samples_per_env
+        if self.min_per_env is not None:
+            self.steps_per_epoch, self.min_per_env = hybrid_plan(self.train, loop.train_batch_size, self.min_per_env)
         total_steps = planned_steps(self.steps_per_epoch, loop.epochs, loop.max_training_steps)
         mini_per_step = max(1, loop.train_batch_size // loop.policy_mini_batch_size)
         start_step, resume_state, resume_dir = ckpt.resume_from(self.decisions.checkpoints, self.job.content_hash)
@@ -310,7 +313,9 @@ class Driver:
     def _rollout_source(self, total_steps: int) -> Synchronous | Ahead:
         """Where each step's rollouts come from: generated in the step, or ahead of it (trainer.fully_async)."""
         loop = self.loop
-        synchronous = Synchronous(self.train, loop.train_batch_size, self.steps_per_epoch, loop.seed, self._checked)
+        synchronous = Synchronous(
+            self.train, loop.train_batch_size, self.steps_per_epoch, loop.seed, self._checked, self.min_per_env
+        )
         if not loop.fully_async:
             return synchronous
         assert self.generator is not None, "the generator starts with the engines"
@@ -396,7 +401,7 @@ class Driver:
             rollouts = self._rollouts(ray, step, rows, rollouts, metrics)
             generated = time.monotonic()
             cpu.append(self.run_cpu())
-            batch = self.scoring.batch(rollouts, metrics)
+            batch = self.scoring.batch(rollouts, metrics, seed=seed_for(self.loop.seed, step, 1))
         scored = time.monotonic()
         cpu.append(self.run_cpu())
         if self.loop.dump_data_batch_to is not None:

@@ -9,6 +9,7 @@ trains. `RayEngines` is the fan-out of one generation call over the job's engine
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from rlc.core.job import AheadSettings, Sampling, seed_for
 from rlc.runtime.batch import Rollout
 from rlc.runtime.generator import Generator
+from rlc.runtime.run_error import RunError
 
 Rows = list[tuple[dict, list[int]]]  # (dataset row, prompt token ids)
 
@@ -62,18 +64,102 @@ class RayEngines:
         return out
 
 
+def environment_of(row: dict) -> str:
+    """The environment a row counts for in hybrid sampling: its data_source, else its env_class (as SkyRL groups)."""
+    return str(row.get("data_source") or row.get("env_class") or "")
+
+
+def hybrid_batch_count(environments: list[str], batch_size: int, min_per_env: int) -> int:
+    """Batches of an epoch under hybrid sampling: as many as the smallest environment fills with its minimum, and
+    the data with whole batches."""
+    sizes = Counter(environments)
+    return min(min(n // min_per_env for n in sizes.values()), len(environments) // batch_size)
+
+
+def hybrid_plan(train: Rows, batch_size: int, min_per_env: int) -> tuple[int, int]:
+    """(batches per epoch, rows of each environment per batch) of hybrid sampling over `train`. As SkyRL, a minimum
+    the batch cannot hold for every environment is lowered to batch_size // environments; more environments than
+    rows in a batch, or an environment too small for one batch, is a RunError."""
+    environments = [environment_of(row) for row, _ in train]
+    count = len(set(environments))
+    if count > batch_size:
+        raise RunError(
+            f"hybrid environment sampling: {count} environments cannot each have a row in a batch of "
+            f"train_batch_size={batch_size}; raise train_batch_size or turn trainer.use_hybrid_env_sampling off"
+        )
+    if count * min_per_env > batch_size:
+        lowered = batch_size // count
+        print(
+            f"rlc: hybrid environment sampling: {count} environments x min_samples_per_env={min_per_env} do not fit "
+            f"a batch of {batch_size}; each batch takes {lowered} row(s) of each environment",
+            flush=True,
+        )
+        min_per_env = lowered
+    batches = hybrid_batch_count(environments, batch_size, min_per_env)
+    if batches == 0:
+        smallest = min(Counter(environments).items(), key=lambda item: item[1])
+        raise RunError(
+            f"hybrid environment sampling: environment {smallest[0] or '(the default)'!r} has {smallest[1]} "
+            f"training row(s), fewer than min_samples_per_env={min_per_env}: no batch can be drawn"
+        )
+    return batches, min_per_env
+
+
+def hybrid_env_batches(environments: list[str], batch_size: int, min_per_env: int, rng: random.Random) -> list:
+    """An epoch's batches (lists of row indices) under SkyRL's hybrid environment sampling: each batch takes
+    `min_per_env` rows of every environment, then fills its other places one row at a time from an environment
+    drawn by its share of the data (among those with rows left beyond the later batches' minimums); each
+    environment's rows come in a shuffled order and each batch is shuffled. The caller makes sure the minimums fit
+    in a batch (hybrid_plan)."""
+    by_env: dict[str, list[int]] = {}
+    for i, env in enumerate(environments):
+        by_env.setdefault(env, []).append(i)
+    share = {env: len(rows) / len(environments) for env, rows in by_env.items()}
+    for rows in by_env.values():
+        rng.shuffle(rows)
+    batches = []
+    count = hybrid_batch_count(environments, batch_size, min_per_env)
+    for n in range(count):
+        batch = [by_env[env].pop() for env in by_env for _ in range(min_per_env)]
+        # the later batches' minimums stay reserved (SkyRL's sampler may spend them, and a later batch then lacks
+        # an environment)
+        reserved = min_per_env * (count - 1 - n)
+        while len(batch) < batch_size:
+            left = [env for env in by_env if len(by_env[env]) > reserved]
+            batch.append(by_env[rng.choices(left, weights=[share[env] for env in left])[0]].pop())
+        rng.shuffle(batch)
+        batches.append(batch)
+    return batches
+
+
 class Synchronous:
     """Each step's prompts, generated when the step runs: its slice of the epoch's seeded order (so a resumed run
-    picks the same ones)."""
+    picks the same ones), or with `min_per_env` its batch of the epoch's hybrid environment sampling."""
 
-    def __init__(self, train: Rows, batch_size: int, steps_per_epoch: int, seed: int, checked: Callable):
+    def __init__(
+        self,
+        train: Rows,
+        batch_size: int,
+        steps_per_epoch: int,
+        seed: int,
+        checked: Callable,
+        min_per_env: int | None = None,
+    ):
         self.train, self.size, self.steps_per_epoch, self.seed = train, batch_size, steps_per_epoch, seed
         self.checked = checked  # (rollouts, step) -> rollouts: numbered into groups, failures noted
+        self.min_per_env = min_per_env
+        self.epoch_batches: tuple[int, list] | None = None  # (epoch, its hybrid batches), the last one drawn
 
     def rows_for(self, step: int) -> Rows:
         epoch, offset = divmod(step - 1, self.steps_per_epoch)
+        rng = random.Random(self.seed * 131 + epoch)
+        if self.min_per_env is not None:
+            if self.epoch_batches is None or self.epoch_batches[0] != epoch:
+                environments = [environment_of(row) for row, _ in self.train]
+                self.epoch_batches = (epoch, hybrid_env_batches(environments, self.size, self.min_per_env, rng))
+            return [self.train[i] for i in self.epoch_batches[1][offset]]
         order = list(range(len(self.train)))
-        random.Random(self.seed * 131 + epoch).shuffle(order)
+        rng.shuffle(order)
         return [self.train[i] for i in order[offset * self.size : (offset + 1) * self.size]]
 
     def batch_for(self, step: int) -> tuple[Rows, list[Rollout] | None, int | None]:

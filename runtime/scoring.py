@@ -12,6 +12,7 @@ from rlc.runtime.algorithms.advantages import batch_normalize, broadcast_to_step
 from rlc.runtime.algorithms.filtering import zero_variance_groups
 from rlc.runtime.algorithms.kl import KLController, kl_penalized_rewards, token_kl
 from rlc.runtime.algorithms.off_policy import off_policy_correction, options_from_config
+from rlc.runtime.algorithms.pf_ppo import pf_ppo_rows
 from rlc.runtime.algorithms.registry import get_advantage_estimator
 from rlc.runtime.batch import Rollout, TrainBatch, to_batch
 from rlc.runtime.generator import rollout_metrics
@@ -40,9 +41,9 @@ class Scoring:
         self.roles, self.forward = roles, forward
         self.kl = KLController.from_decision(settings.kl)
 
-    def batch(self, rollouts: list[Rollout], metrics: dict) -> TrainBatch:
+    def batch(self, rollouts: list[Rollout], metrics: dict, seed: int = 0) -> TrainBatch:
         """The batch with what the updates need: masks, values, reference and old log-probs, off-policy weights,
-        rewards (KL-penalized when asked) and advantages."""
+        rewards (KL-penalized when asked) and advantages; PF-PPO then draws its rows again, seeded by `seed`."""
         s = self.settings
         batch = to_batch(rollouts, self.pad_token_id, mask_truncated=s.apply_overlong_filtering)
         if s.zero_reward_on_non_stop:
@@ -89,6 +90,12 @@ class Scoring:
         last_step = torch.tensor([r.last_step for r in rollouts]) if s.step_wise else None
         components = self.components(rollouts, batch, rewards) if self.algorithm.gdpo_reward_keys else None
         batch.advantages, batch.returns = self.advantages(rewards, mask, batch, last_step, components)
+        if s.pf_ppo is not None:  # as verl, on the scored batch: the rows' advantages were taken before the draw
+            rows = pf_ppo_rows(
+                batch.token_rewards.sum(-1), s.pf_ppo, s.pf_ppo_weight_pow, torch.Generator().manual_seed(seed)
+            )
+            metrics["pf_ppo/distinct_rows_fraction"] = len(set(rows.tolist())) / max(batch.rows, 1)
+            batch = batch.select(rows)
         return batch
 
     def components(self, rollouts: list[Rollout], batch: TrainBatch, rewards: torch.Tensor) -> list[torch.Tensor]:

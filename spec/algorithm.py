@@ -94,6 +94,53 @@ class OffPolicyCorrectionConfig:
     outlier_token_is_threshold_high: float | None = setting(None, "Mask a sequence holding a token ratio above this.")
     token_mask_is_threshold_low: float | None = setting(None, "Mask tokens whose ratio is below this.")
     token_mask_is_threshold_high: float | None = setting(None, "Mask tokens whose ratio is above this.")
+    tis_ratio_clip_low: float | None = setting(
+        None,
+        "verl's IcePop (rollout_is_threshold 'low_high'): a TIS weight outside [this, the clip_high] is 0, not capped.",
+        exclusive_minimum=0,
+        rlc_only=True,
+    )
+    tis_batch_normalize: bool = setting(
+        False, "verl: divide the TIS weights by their batch mean (per sequence for sequence TIS).", rlc_only=True
+    )
+    rejection_sampling: list[str] | None = setting(
+        None,
+        "verl's rollout_rs: drop tokens or sequences whose divergence from the engine passes its bound; modes "
+        "token_k1..3, seq_sum_k1..3, seq_mean_k1..3, seq_max_k2..3, every one must pass.",
+        rlc_only=True,
+    )
+    rejection_threshold_high: list[float] | None = setting(
+        None,
+        "Bound of each rejection_sampling mode (one shared, or one per mode): the ratio's for k1, else the divergence.",
+        rlc_only=True,
+    )
+    rejection_threshold_low: list[float] | None = setting(
+        None,
+        "Lower ratio bound of the k1 modes (one shared, or one per k1 mode); null: 1 / their high bound.",
+        rlc_only=True,
+    )
+
+
+@dataclass
+class BypassConfig:
+    loss_type: str = setting(
+        "ppo_clip",
+        "verl's rollout_correction.loss_type: PPO's clip on the ratio to the engine (ppo_clip) or -w * A * log p "
+        "(reinforce), for policy_loss_type bypass.",
+        enum=("ppo_clip", "reinforce"),
+        rlc_only=True,
+    )
+
+
+@dataclass
+class PFPPOConfig:
+    reweight_method: str | None = setting(
+        None,
+        "verl's PF-PPO: resample the batch by reward-derived weights (pow, max_min, max_random); null disables.",
+        enum=algorithms.PF_PPO_REWEIGHTS,
+        rlc_only=True,
+    )
+    weight_pow: float = setting(2.0, "The power of |reward| that weighs a row (reweight_method pow).", rlc_only=True)
 
 
 @dataclass
@@ -152,6 +199,8 @@ class AlgorithmConfig:
     gdpo_reward_weights: list[float] | None = setting(
         None, "verl's GDPO: each of gdpo_reward_keys' weight in the sum; null: 1 each.", rlc_only=True
     )
+    bypass: BypassConfig = section(BypassConfig, "verl's bypass mode (policy_loss_type=bypass).")
+    pf_ppo: PFPPOConfig = section(PFPPOConfig, "verl's PF-PPO: the batch resampled by reward before the update.")
     enable_sample_support_replay: bool = setting(False, "SkyRL 0.4: replay the engines' sampling support set.")
     max_seq_len: int | None = setting(
         None,

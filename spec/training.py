@@ -364,6 +364,15 @@ class TrainerConfig:
     )
     update_epochs_per_batch: int = setting(1, "Gradient passes over each training batch.", minimum=1)
     train_batch_size: int = setting(1024, "Prompts per training step.")
+    use_hybrid_env_sampling: bool = setting(
+        False,
+        "SkyRL's history: every batch holds min_samples_per_env rows of each environment (a row's data_source, "
+        "else its env_class), the rest drawn by the environments' shares.",
+        rlc_only=True,
+    )
+    min_samples_per_env: int = setting(
+        1, "Rows of each environment in every batch (use_hybrid_env_sampling).", minimum=1, rlc_only=True
+    )
     policy_mini_batch_size: int = setting(256, "Prompts per policy optimizer step.")
     critic_mini_batch_size: int = setting(256, "Prompts per critic optimizer step.")
     micro_train_batch_size_per_gpu: int = setting(1, "Sequences per GPU per forward/backward in training.")

@@ -90,15 +90,18 @@ def dro_needs_beta(c: Context):
     f"{ALG}.off_policy_correction.tis_ratio_type",
     f"{ALG}.policy_loss_type",
     "trainer.algorithm.off_policy_correction.sequence_mask_metric",
+    "trainer.algorithm.off_policy_correction.rejection_sampling",
 )
 def off_policy_correction_excludes_cov_losses(c: Context):
     opc = c.alg.off_policy_correction
     corrected = algorithms.policy_loss(c.alg.policy_loss_type).off_policy_correction
-    if (opc.tis_ratio_type or opc.sequence_mask_metric) and not corrected:
+    if (opc.tis_ratio_type or opc.sequence_mask_metric or opc.rejection_sampling) and not corrected:
         key = (
             f"{ALG}.off_policy_correction.tis_ratio_type"
             if opc.tis_ratio_type
             else f"{ALG}.off_policy_correction.sequence_mask_metric"
+            if opc.sequence_mask_metric
+            else f"{ALG}.off_policy_correction.rejection_sampling"
         )
         yield c.error(
             "RLC-E304",

@@ -110,9 +110,21 @@ def sandbox(c: Context):
                           f"remove environment.sandbox.{f.name}, or keep launch.trainer: rlc")  # fmt: skip
 
 
+# SkyRL's masks in off_policy_correction, which verl's rollout_correction lacks (its TIS weight and rejection modes
+# are written, rlc.compiler.trainers.verl_config).
+SKYRL_MASKS = (
+    "sequence_mask_metric",
+    "outlier_token_is_threshold_low",
+    "outlier_token_is_threshold_high",
+    "token_mask_is_threshold_low",
+    "token_mask_is_threshold_high",
+)
+
+
 @rule("RLC-E664", "verl has the algorithm", f"{ALG}.advantage_estimator", f"{ALG}.policy_loss_type",
       f"{ALG}.loss_reduction", f"{ALG}.kl_estimator_type", f"{ALG}.dynamic_sampling.type", f"{ALG}.use_tis",
-      f"{ALG}.off_policy_correction.tis_ratio_type", "launch.trainer")  # fmt: skip
+      f"{ALG}.off_policy_correction.sequence_mask_metric", f"{ALG}.off_policy_correction", f"{ALG}.pf_ppo",
+      "trainer.use_hybrid_env_sampling", "launch.trainer")  # fmt: skip
 def algorithm(c: Context):
     if not _verl(c):
         return
@@ -129,10 +141,20 @@ def algorithm(c: Context):
     if a.dynamic_sampling.type not in (None, "filter"):
         yield c.error("RLC-E664", f"{ALG}.dynamic_sampling.type", f"{VERL} filters groups (filter_groups); it has no "
                       f"{a.dynamic_sampling.type!r} dynamic sampling", "use type: filter or null")  # fmt: skip
-    if a.use_tis or a.off_policy_correction.tis_ratio_type is not None:
-        key = f"{ALG}.use_tis" if a.use_tis else f"{ALG}.off_policy_correction.tis_ratio_type"
-        yield c.error("RLC-E664", key, f"rlc's off-policy correction is not carried to {VERL}'s rollout_correction, "
-                      "whose thresholds mean other things", "switch it off, or keep launch.trainer: rlc")  # fmt: skip
+    if c.s.trainer.use_hybrid_env_sampling:
+        yield c.error("RLC-E664", "trainer.use_hybrid_env_sampling", f"{VERL}'s dataloader has no hybrid environment "
+                      "sampling (a minimum of rows of each environment in every batch)",
+                      "turn it off, or keep launch.trainer: rlc")  # fmt: skip
+    if a.pf_ppo.reweight_method is not None and a.advantage_estimator != "gae":
+        yield c.error("RLC-E664", f"{ALG}.pf_ppo.reweight_method", f"{VERL}'s main_ppo resamples with PF-PPO only "
+                      f"under advantage_estimator gae; with {a.advantage_estimator} it would ignore use_pf_ppo",
+                      "use gae, remove pf_ppo, or keep launch.trainer: rlc")  # fmt: skip
+    opc = a.off_policy_correction
+    for name in SKYRL_MASKS:
+        if getattr(opc, name) is not None:
+            yield c.error("RLC-E664", f"{ALG}.off_policy_correction.{name}", f"{VERL}'s rollout_correction has no "
+                          "counterpart of SkyRL's sequence, outlier and token masks (it has rejection_sampling's "
+                          "modes)", "remove it, use rejection_sampling, or keep launch.trainer: rlc")  # fmt: skip
 
 
 @rule(

@@ -225,7 +225,8 @@ def _loss(spec: RlcSpec) -> dict[str, Any]:
     kind = alg.policy_loss_type
     if kind == "regular":
         values[f"{A}.clip_ratio_c"] = NO_DUAL_CLIP
-    values[f"{A}.policy_loss.loss_mode"] = TO_LOSS.get(kind, "vanilla" if kind == "regular" else kind)
+    # bypass: verl's trainer puts its bypass_mode loss in place of loss_mode (rollout_correction.bypass_mode)
+    values[f"{A}.policy_loss.loss_mode"] = "vanilla" if kind in ("regular", "bypass") else TO_LOSS.get(kind, kind)
     if kind == "sapo":
         values.update({f"{A}.tau_pos": alg.sapo.tau_pos, f"{A}.tau_neg": alg.sapo.tau_neg})
     elif kind == "cispo":
@@ -270,6 +271,30 @@ def _algorithm(spec: RlcSpec) -> dict[str, Any]:
     if alg.dynamic_sampling.type == "filter":
         values.update({f"{ALG}.filter_groups.enable": True,
                        f"{ALG}.filter_groups.max_num_gen_batches": alg.dynamic_sampling.max_sample_batches})  # fmt: skip
+    if alg.pf_ppo.reweight_method is not None:
+        values.update({f"{ALG}.use_pf_ppo": True, f"{ALG}.pf_ppo.reweight_method": alg.pf_ppo.reweight_method,
+                       f"{ALG}.pf_ppo.weight_pow": alg.pf_ppo.weight_pow})  # fmt: skip
+    return values | _rollout_correction(alg)
+
+
+def _rollout_correction(alg) -> dict[str, Any]:
+    """verl's rollout_correction from the TIS weight and the rejection sampling (rules.verl_trainer refuses SkyRL's
+    masks, which verl lacks), and its bypass mode; the engines then return their log-probs."""
+    rc, opc = f"{ALG}.rollout_correction", alg.off_policy_correction
+    values: dict[str, Any] = {}
+    if alg.policy_loss_type == "bypass":
+        values.update({f"{rc}.bypass_mode": True, f"{rc}.loss_type": alg.bypass.loss_type})
+    if opc.tis_ratio_type is not None:
+        high = getattr(opc, f"{opc.tis_ratio_type}_tis_ratio_clip_high")
+        low = opc.tis_ratio_clip_low
+        values.update({f"{rc}.rollout_is": opc.tis_ratio_type,
+                       f"{rc}.rollout_is_threshold": high if low is None else f"{low}_{high}",
+                       f"{rc}.rollout_is_batch_normalize": opc.tis_batch_normalize})  # fmt: skip
+    if opc.rejection_sampling:
+        values.update({f"{rc}.rollout_rs": ",".join(opc.rejection_sampling),
+                       f"{rc}.rollout_rs_threshold": _rs_threshold(opc)})  # fmt: skip
+    if values:
+        values[f"{R}.calculate_log_probs"] = True
     return values
 
 
@@ -295,6 +320,21 @@ def _reward(spec: RlcSpec) -> dict[str, Any]:
         values.update({"reward.reward_manager.name": "dapo", "reward.reward_kwargs.overlong_buffer_cfg": buffer,
                        "reward.reward_kwargs.max_resp_len": spec.generator.sampling_params.max_generate_length})  # fmt: skip
     return values
+
+
+def _rs_threshold(opc) -> float | str:
+    """verl's rollout_rs_threshold: one entry per mode ("low_high" for a k1 mode with its lower bound), or the one
+    bound all modes share."""
+    modes = list(dict.fromkeys(opc.rejection_sampling))
+    highs = list(opc.rejection_threshold_high or [])
+    if len(highs) == 1 and not opc.rejection_threshold_low:
+        return highs[0]
+    highs = highs * len(modes) if len(highs) == 1 else highs
+    k1 = [m for m in modes if m.endswith("k1")]
+    lows = list(opc.rejection_threshold_low or [])
+    lows = lows * len(k1) if len(lows) == 1 else lows
+    low_of = dict(zip(k1, lows, strict=False))
+    return ",".join(f"{low_of[m]}_{h}" if m in low_of else str(h) for m, h in zip(modes, highs, strict=True))
 
 
 def _critic(spec: RlcSpec) -> dict[str, Any]:

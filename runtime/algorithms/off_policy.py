@@ -10,7 +10,9 @@ are absent: they count as a log ratio of 0 and never reach a result, even when t
 from __future__ import annotations
 
 import torch
+from rlc.core.algorithms import OFF_POLICY_OPTIONS
 from rlc.core.runtime_facts import corrects_off_policy
+from rlc.runtime.algorithms.rejection import rejection_keep
 
 # Clamp of log ratios before exp, shared with the PPO ratio in losses.py.
 _MAX_LOG_RATIO = 20.0
@@ -18,20 +20,7 @@ _MAX_LOG_RATIO = 20.0
 TIS_RATIO_TYPES = ("token", "sequence")
 SEQUENCE_MASK_METRICS = ("geometric", "product")
 
-_OPTIONS = (
-    "tis_ratio_type",
-    "token_tis_ratio_clip_high",
-    "sequence_tis_ratio_clip_high",
-    "sequence_mask_metric",
-    "geo_mask_high",
-    "geo_mask_low",
-    "product_mask_high",
-    "product_mask_low",
-    "outlier_token_is_threshold_low",
-    "outlier_token_is_threshold_high",
-    "token_mask_is_threshold_low",
-    "token_mask_is_threshold_high",
-)
+_OPTIONS = OFF_POLICY_OPTIONS
 
 
 def options_from_config(opc) -> dict:
@@ -62,6 +51,21 @@ def _ratio_stats(ratio: torch.Tensor, valid: torch.Tensor) -> dict[str, torch.Te
     return {name: value.to(torch.float32) for name, value in stats.items()}
 
 
+def _truncate(ratio: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
+    """TIS caps the ratio at `high`; IcePop (a `low`) zeroes a ratio outside [low, high] instead."""
+    if low is None:
+        return ratio.clamp(max=high)
+    return torch.where((ratio >= low) & (ratio <= high), ratio, 0.0)
+
+
+def _mean_normalized(values: torch.Tensor, over: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`values` over their mean where `over` holds, and that mean; a mean of 1e-8 or less leaves them as they are."""
+    mean = torch.where(over, values, 0.0).sum() / over.sum().clamp(min=1)
+    if mean <= 1e-8:
+        return values, torch.ones((), dtype=torch.float32)
+    return values / mean, mean.to(torch.float32)
+
+
 @torch.no_grad()
 def off_policy_correction(
     old_log_probs: torch.Tensor,
@@ -80,6 +84,11 @@ def off_policy_correction(
     outlier_token_is_threshold_high: float | None = None,
     token_mask_is_threshold_low: float | None = None,
     token_mask_is_threshold_high: float | None = None,
+    tis_ratio_clip_low: float | None = None,
+    tis_batch_normalize: bool = False,
+    rejection_sampling: list[str] | None = None,
+    rejection_threshold_high: list[float] | None = None,
+    rejection_threshold_low: list[float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """`(token_weight, new_mask, metrics)`: multiply the per-token policy loss by `token_weight` and
     reduce it with `new_mask`.
@@ -88,10 +97,14 @@ def off_policy_correction(
     1. outlier: a row holding a token ratio < outlier low or > outlier high loses all its tokens;
     2. token mask (only when both bounds are set): tokens whose ratio is outside [low, high] are dropped;
     3. TIS weight: token = min(ratio, token cap); sequence = min(exp(sum of the row's log ratios),
-       sequence cap) on every token of the row; 1 outside `mask` and when `tis_ratio_type` is None;
+       sequence cap) on every token of the row; 1 outside `mask` and when `tis_ratio_type` is None. With
+       `tis_ratio_clip_low` (verl's IcePop) a ratio outside [low, cap] weighs 0 and one inside is not capped;
+       `tis_batch_normalize` then divides by the weights' mean over the kept tokens (sequence: over the rows);
     4. sequence mask: geometric = exp(mean log ratio of the row), product = exp(sum), a row whose value
-       is < low or > high loses all its tokens.
-    A value exactly on a bound is kept. With nothing configured the weight is 1, the mask is returned
+       is < low or > high loses all its tokens;
+    5. rejection sampling (verl's rollout_rs, rlc.runtime.algorithms.rejection) on the tokens kept so far.
+    A value exactly on a bound is kept. Without SkyRL's masks (1, 2, 4) this is verl's
+    compute_rollout_correction_and_rejection_mask. With nothing configured the weight is 1, the mask is returned
     as given and metrics are empty.
     """
     if tis_ratio_type not in (None, *TIS_RATIO_TYPES):
@@ -108,6 +121,7 @@ def off_policy_correction(
         outlier_token_is_threshold_high,
         token_mask_is_threshold_low,
         token_mask_is_threshold_high,
+        rejection_sampling,
     ):
         return torch.ones_like(old_log_probs, dtype=weight_dtype), mask, {}
 
@@ -141,11 +155,17 @@ def off_policy_correction(
     weight = torch.ones_like(ratio)
     if tis_ratio_type == "token":
         metrics["tis_token_clip_high_ratio"] = _share(keep & (ratio > token_tis_ratio_clip_high), keep.sum())
-        weight = torch.where(present, ratio.clamp(max=token_tis_ratio_clip_high), 1.0)
+        token_weight = _truncate(ratio, tis_ratio_clip_low, token_tis_ratio_clip_high)
+        if tis_batch_normalize:
+            token_weight, metrics["tis_batch_norm_factor"] = _mean_normalized(token_weight, keep)
+        weight = torch.where(present, token_weight, 1.0)
     elif tis_ratio_type == "sequence":
         row_ratio = _exp(row_log_ratio)
         metrics["tis_seq_clip_high_ratio"] = _share(row_ratio > sequence_tis_ratio_clip_high, rows)
-        weight = torch.where(present, row_ratio.clamp(max=sequence_tis_ratio_clip_high)[:, None], 1.0)
+        row_weight = _truncate(row_ratio, tis_ratio_clip_low, sequence_tis_ratio_clip_high)
+        if tis_batch_normalize:
+            row_weight, metrics["tis_batch_norm_factor"] = _mean_normalized(row_weight, keep.any(dim=-1))
+        weight = torch.where(present, row_weight[:, None], 1.0)
 
     if sequence_mask_metric is not None:
         if sequence_mask_metric == "geometric":
@@ -160,6 +180,13 @@ def off_policy_correction(
         metrics[f"{prefix}_sequence_mask_over_high_ratio"] = _share(over, rows)
         metrics[f"{prefix}_sequence_mask_under_low_ratio"] = _share(under, rows)
         keep = keep & ~(over | under)[:, None]
+
+    if rejection_sampling:
+        rejected, rejection_metrics = rejection_keep(
+            log_ratio, keep, rejection_sampling, rejection_threshold_high or [], rejection_threshold_low
+        )
+        metrics.update(rejection_metrics)
+        keep = keep & rejected
 
     new_mask = torch.where(keep, mask, torch.zeros_like(mask))
     return weight.to(weight_dtype), new_mask, metrics

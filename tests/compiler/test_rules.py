@@ -330,6 +330,44 @@ CASES = {
               geo_mask_low: 1.02  # <-
         """,
     ),
+    "RLC-E330": (
+        "trainer.algorithm.off_policy_correction.rejection_threshold_high",
+        """
+        trainer:
+          algorithm:
+            off_policy_correction:
+              rejection_sampling: [token_k1, seq_mean_k3]
+              rejection_threshold_high: [2.0, 0.01, 0.5]  # <-
+        """,
+    ),
+    "RLC-E331": (
+        "trainer.algorithm.off_policy_correction.tis_batch_normalize",
+        """
+        trainer:
+          algorithm:
+            off_policy_correction:
+              tis_batch_normalize: true  # <-
+        """,
+    ),
+    "RLC-E332": (
+        "trainer.algorithm.bypass.loss_type",
+        """
+        trainer:
+          algorithm:
+            bypass:
+              loss_type: reinforce  # <-
+        """,
+    ),
+    "RLC-E333": (
+        "trainer.algorithm.pf_ppo.weight_pow",
+        """
+        trainer:
+          algorithm:
+            pf_ppo:
+              reweight_method: max_min
+              weight_pow: 3.0  # <-
+        """,
+    ),
     "RLC-E309": (
         "trainer.algorithm.dynamic_sampling.type",
         """

@@ -43,8 +43,6 @@ def _nest(path: str, value):
 # findings named here, each on its own ALTERS WHAT RUNS line, and nothing else.
 REFUSED = {
     "kanishkg-SkyRL_b4306980f55e.yaml": ["trainer.algorithm.obs_prediction_coef"],
-    "klmckee-fleet-SkyRL_3f8c6093fffc.yaml": ["trainer.min_samples_per_env", "trainer.use_hybrid_env_sampling"],
-    "klmckee-fleet-SkyRL_c14d627df2b2.yaml": ["trainer.min_samples_per_env", "trainer.use_hybrid_env_sampling"],
 }
 
 
@@ -81,7 +79,6 @@ def test_historical_version_migrates_validates_and_round_trips(tmp_path, path):
 # -- each history key: harmless value drops quietly, a value that turns the feature on is a finding --------
 
 ACTIVE = {
-    "trainer.min_samples_per_env": ({"trainer": {"use_hybrid_env_sampling": True}}, 4),
     "generator.enable_child_agents": ({"generator": {"child_openrouter_model": "openai/gpt-4o"}}, True),
     "generator.judge_reward_base_url": ({"generator": {"judge_reward_model": "gpt-4o"}}, "https://api.openai.com/v1"),
     "generator.custom_chat_templates": ({"generator": {"custom_chat_template_key": "t"}}, {"t": "{{ messages }}"}),
@@ -219,7 +216,6 @@ ACTIVE = {
     "generator.disaggregation": ({}, {"mode": "prefill"}),
 }
 HARMLESS = {
-    "trainer.min_samples_per_env": 1,
     "generator.context_warning_threshold": 0.9,
     "trainer.policy.optimizer_config.muon_lr": 0.02,
     "trainer.critic.optimizer_config.muon_lr": 0.02,
@@ -394,3 +390,16 @@ def test_dynamic_batching_migrates_onto_max_tokens_per_microbatch(tmp_path, trai
     # `rlc validate` on the legacy file migrates it the same way, and the budget is one the runtime runs.
     result = _analyze(tmp_path, text)
     assert {d.code for d in result.diagnostics if d.severity == "error"} == codes & {legacy_history.TOKEN_BUDGET}
+
+
+@pytest.mark.parametrize("name", ["klmckee-fleet-SkyRL_3f8c6093fffc.yaml", "klmckee-fleet-SkyRL_c14d627df2b2.yaml"])
+def test_the_fleet_forks_hybrid_environment_sampling_is_carried(tmp_path, name):
+    """The forks' sampler is rlc's (rlc.runtime.rollouts): their keys are the spec's, and the job compiles with it."""
+    path = next(p for p in HISTORY if p.name == name)
+    doc, report, new = _migrate(path.read_text(), name)
+    trainer = to_plain(doc.data)["trainer"]
+    assert (trainer["use_hybrid_env_sampling"], trainer["min_samples_per_env"]) == (True, 1)
+    assert not [
+        c for c in report.changes if c.old in ("trainer.use_hybrid_env_sampling", "trainer.min_samples_per_env")
+    ]
+    assert _analyze(tmp_path, new).ok

@@ -379,6 +379,94 @@ def test_gdpos_reward_components_are_carried_with_the_reward_function(tmp_path, 
     assert "RLC-E319" in {d.code for d in analysis.diagnostics if d.severity == "error"}
 
 
+RC = "algorithm.rollout_correction"
+OPC = "trainer.algorithm.off_policy_correction"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ((f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=3.0"),
+         {"tis_ratio_type": "token", "token_tis_ratio_clip_high": 3.0}),
+        ((f"{RC}.rollout_is=sequence", f"{RC}.rollout_is_threshold='0.5_5.0'", f"{RC}.rollout_is_batch_normalize=True"),
+         {"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 5.0, "tis_ratio_clip_low": 0.5,
+          "tis_batch_normalize": True}),
+        ((f"{RC}.rollout_rs=seq_mean_k3", f"{RC}.rollout_rs_threshold=0.01"),
+         {"rejection_sampling": ["seq_mean_k3"], "rejection_threshold_high": [0.01]}),
+        ((f"{RC}.rollout_rs='token_k1,seq_max_k2,token_k1'", f"{RC}.rollout_rs_threshold='0.5_1.5,0.02'"),
+         {"rejection_sampling": ["token_k1", "seq_max_k2"], "rejection_threshold_high": [1.5, 0.02],
+          "rejection_threshold_low": [0.5]}),
+    ],
+)  # fmt: skip
+def test_verls_rollout_correction_imports_into_off_policy_correction(extra, expected):
+    """Every key is carried (no !!), none kept in trainer_settings, and the spec validates."""
+    imported, spec = _import("actor_rollout_ref.rollout.calculate_log_probs=True", *extra)
+    assert {k: _get(spec, f"{OPC}.{k}") for k in expected} == expected
+    assert not [c for c in imported.changes if c.severity == "error"], [c.describe() for c in imported.errors]
+    kept = spec.get("launch", {}).get("trainer_settings", {}).get("verl", {})
+    assert not [k for k in kept if "rollout_correction" in k or "calculate_log_probs" in k], kept
+    _validates(imported.text)
+
+
+def test_settings_verl_reads_by_nothing_are_read_quietly():
+    """verl's own example (examples/rollout_correction): rollout_rs null and its threshold null, is off with its
+    threshold set."""
+    imported, spec = _import(f"{RC}.rollout_rs=null", f"{RC}.rollout_rs_threshold=null",
+                             f"{RC}.rollout_is_threshold=3.0", f"{RC}.rollout_is_batch_normalize=True")  # fmt: skip
+    assert not [c for c in imported.changes if "rollout_correction" in (c.old or "") and c.severity != "info"]
+    assert "off_policy_correction" not in _get(spec, "trainer.algorithm")
+
+
+def test_a_rollout_correction_verl_would_refuse_is_not_carried_aloud():
+    imported, spec = _import(f"{RC}.rollout_rs=seq_mean_k3", f"{RC}.rollout_rs_threshold='0.1_0.5'")
+    assert [c.severity for c in _change(imported, f"{RC}.rollout_rs")] == ["error"]
+    assert "rejection_sampling" not in _get(spec, "trainer.algorithm").get("off_policy_correction", {})
+
+
+@pytest.mark.parametrize(
+    ("rs", "expected"),
+    [
+        ("token", {"token_mask_is_threshold_low": 0.5, "token_mask_is_threshold_high": 2.0}),
+        ("sequence", {"sequence_mask_metric": "product", "product_mask_low": 0.5, "product_mask_high": 2.0}),
+        ("geometric", {"sequence_mask_metric": "geometric", "geo_mask_low": 0.5, "geo_mask_high": 2.0}),
+    ],
+)
+def test_verl_0_6s_rejection_and_token_veto_are_skyrls_masks(rs, expected):
+    """verl 0.6's ratio-band rejection (lower bound 1 / upper by default) and its token veto (a row with a token
+    ratio below it leaves the loss) mean what SkyRL's token, sequence and outlier masks mean."""
+    imported, spec = _import(f"{RC}.rollout_rs={rs}", f"{RC}.rollout_rs_threshold=2.0",
+                             f"{RC}.rollout_token_veto_threshold=1e-4")  # fmt: skip
+    assert "v0.6" in imported.text.splitlines()[1]
+    opc = _get(spec, OPC)
+    assert {k: opc[k] for k in expected} == expected and opc["outlier_token_is_threshold_low"] == 1e-4
+    assert not [c for c in imported.changes if c.severity == "error"], [c.describe() for c in imported.errors]
+    _validates(imported.text)
+
+
+@pytest.mark.parametrize("loss_type", ["ppo_clip", "reinforce"])
+def test_verls_bypass_mode_is_the_bypass_loss(loss_type):
+    imported, spec = _import(f"{RC}.bypass_mode=True", f"{RC}.loss_type={loss_type}", f"{RC}.rollout_is=token")
+    alg = _get(spec, "trainer.algorithm")
+    assert (alg["policy_loss_type"], alg["bypass"]["loss_type"]) == ("bypass", loss_type)
+    assert alg["off_policy_correction"]["tis_ratio_type"] == "token"
+    assert not [c for c in imported.changes if c.severity == "error"], [c.describe() for c in imported.errors]
+    _validates(imported.text)
+
+
+@pytest.mark.parametrize("method", ["pow", "max_min", "max_random"])
+def test_pf_ppo_imports_with_its_reweighting_where_verl_applies_it(method):
+    pf = ("algorithm.use_pf_ppo=True", f"algorithm.pf_ppo.reweight_method={method}", "algorithm.pf_ppo.weight_pow=3.0")
+    imported, spec = _import("algorithm.adv_estimator=gae", "critic.model.path=Qwen/Qwen3-8B", *pf)
+    expected = {"reweight_method": method, **({"weight_pow": 3.0} if method == "pow" else {})}
+    assert _get(spec, "trainer.algorithm.pf_ppo") == expected  # the other methods read no power
+    assert not [c for c in imported.changes if c.severity == "error"]
+    _validates(imported.text)
+    imported, spec = _import(*pf)  # grpo: verl's compute_advantage resamples under gae only
+    assert "pf_ppo" not in _get(spec, "trainer.algorithm")
+    assert [c.severity for c in _change(imported, "algorithm.use_pf_ppo")] == ["warning"]
+
+
+
 def test_what_verl_accepts_but_never_reads_is_reported_as_such():
     imported, spec = _import("actor_rollout_ref.actor.clip_ratio=0.3", "reward_model.reward_manager=dapo")
     assert _get(spec, "trainer.algorithm.eps_clip_high") == 0.2  # clip_ratio_high wins, as in verl

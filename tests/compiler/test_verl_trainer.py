@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from rlc.compiler.importers.base import NotImportable
 from rlc.compiler.importers.scripts import SCRIPT_IMPORTERS, import_script
 from rlc.compiler.importers.shell import read_script
@@ -40,7 +41,7 @@ ENV = {"HOME": "/home/user", "PWD": "/work", "DEVICE": "gpu", "NOW": "20260101",
 ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
 # How many of verl's example scripts round-trip: imported with no change that alters what runs, composed by verl
 # 0.9.1, compiled back for verl, composed again: the same config on every key the script changes.
-ROUND_TRIPS = {"main": 26, "v0.4.1": 21}
+ROUND_TRIPS = {"main": 28, "v0.4.1": 21}
 
 
 @pytest.fixture(scope="module")
@@ -331,3 +332,43 @@ def test_verls_example_scripts_round_trip(release, tmp_path_factory, verl_compos
     # verl's ReMax and optimal-token-baseline examples among them (main's main_ppo_sync one is no main_ppo job)
     ours = {k: v for k, v in found.items() if "remax_trainer/" in k or "otb_trainer/" in k}
     assert ours and all(v == "ok" or k.endswith("_sync_fsdp.sh") for k, v in ours.items()), ours
+
+
+ROLLOUT_CORRECTION = """python3 -m verl.trainer.main_ppo \\
+  data.train_files=/data/train.parquet data.val_files=/data/test.parquet \\
+  actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct actor_rollout_ref.rollout.name=vllm \\
+  algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=4 actor_rollout_ref.rollout.calculate_log_probs=True \\
+  data.train_batch_size=64 actor_rollout_ref.actor.ppo_mini_batch_size=16 \\
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 \\
+  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 \\
+  {settings}
+"""
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        "algorithm.rollout_correction.rollout_is=token algorithm.rollout_correction.rollout_is_threshold=3.0",
+        "algorithm.rollout_correction.rollout_is=sequence \"algorithm.rollout_correction.rollout_is_threshold='0.5_5.0'\" "
+        "algorithm.rollout_correction.rollout_is_batch_normalize=True "
+        "\"algorithm.rollout_correction.rollout_rs='token_k1,seq_mean_k3'\" "
+        "\"algorithm.rollout_correction.rollout_rs_threshold='0.8_1.25,0.01'\"",
+        "algorithm.rollout_correction.rollout_rs=seq_max_k2 algorithm.rollout_correction.rollout_rs_threshold=0.05 "
+        "algorithm.adv_estimator=gae critic.model.path=Qwen/Qwen2.5-0.5B-Instruct critic.ppo_micro_batch_size_per_gpu=2 "
+        "algorithm.use_pf_ppo=True algorithm.pf_ppo.reweight_method=pow algorithm.pf_ppo.weight_pow=3.0",
+        "algorithm.rollout_correction.bypass_mode=True algorithm.rollout_correction.loss_type=reinforce "
+        "algorithm.rollout_correction.rollout_is=sequence algorithm.rollout_correction.rollout_is_threshold=2.5",
+        "algorithm.rollout_correction.bypass_mode=True actor_rollout_ref.actor.clip_ratio_c=4.0 "
+        "algorithm.rollout_correction.rollout_rs=seq_mean_k3 algorithm.rollout_correction.rollout_rs_threshold=0.02",
+    ],
+    ids=["token-tis", "icepop-normalized-rejection", "rejection-pf-ppo", "bypass-reinforce", "bypass-ppo-clip"],
+)
+def test_verls_rollout_correction_and_pf_ppo_round_trip(settings, tmp_path, verl_compose, verl_checks):
+    """Imported into the spec's off_policy_correction and pf_ppo, written back as verl's keys, not as
+    trainer_settings: verl composes the same config."""
+    script = tmp_path / "run.sh"
+    script.write_text(ROLLOUT_CORRECTION.format(settings=settings))
+    imported, _, _ = import_script(str(script), ENV, [])
+    kept = (yaml.safe_load(imported.text)["launch"].get("trainer_settings") or {}).get("verl", {})
+    assert not [k for k in kept if "rollout_correction" in k or "pf_ppo" in k], kept
+    assert round_trip(script, tmp_path, verl_compose, verl_checks) == "ok"

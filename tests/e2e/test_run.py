@@ -63,6 +63,8 @@ def test_local_example_learns(tmp_path, run_env):
 # log-probs handed to the loss, a sequence-level ratio, an estimator whitening over the batch, a greedy baseline
 # response per prompt that the generator samples and the environment scores). Their math is held to
 # the peers' by tests/runtime/test_peer_algorithms.py; whether each of them learns is bench/algorithm_learning.py's.
+# An entry is one override, or several separated by spaces (named by the first one's value): verl's bypass mode with
+# its sequence TIS weight and a token rejection mode, each computed in the loss against the current policy.
 PEER_ALGORITHMS = [
     "trainer.algorithm.policy_loss_type=dppo",
     "trainer.algorithm.policy_loss_type=geo_mean",
@@ -70,20 +72,28 @@ PEER_ALGORITHMS = [
     # the driver weighs the mini-batch for the ranks (mini_batch_weights): SkyRL's prompt_mean
     "trainer.algorithm.loss_reduction=prompt_mean",
     "trainer.algorithm.advantage_estimator=remax",
+    "trainer.algorithm.policy_loss_type=bypass trainer.algorithm.bypass.loss_type=reinforce "
+    "trainer.algorithm.off_policy_correction.tis_ratio_type=sequence "
+    "trainer.algorithm.off_policy_correction.rejection_sampling=[token_k3] "
+    "trainer.algorithm.off_policy_correction.rejection_threshold_high=[0.5]",
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("setting", PEER_ALGORITHMS, ids=lambda s: s.rpartition("=")[2])
+@pytest.mark.parametrize("setting", PEER_ALGORITHMS, ids=lambda s: s.split()[0].rpartition("=")[2])
 def test_peer_algorithm_trains_the_local_example(tmp_path, run_env, setting):
     steps = 2
-    result = run_rlc("run", *_args(tmp_path, steps * 16, "trainer.ckpt_interval=-1", setting), env=run_env, timeout=600)
+    args = _args(tmp_path, steps * 16, "trainer.ckpt_interval=-1", *setting.split())
+    result = run_rlc("run", *args, env=run_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = _metrics(tmp_path)
     assert len(metrics) == steps
     assert all(m["grad_norm"] == m["grad_norm"] and abs(m["policy_loss"]) < 1e3 for m in metrics), metrics
     if setting.endswith("=remax"):  # each step's greedy responses were scored: their mean reward is reported
         assert all(0.0 <= m["greedy_reward"] <= 1.0 for m in metrics), metrics
+
+    if "bypass" in setting:  # the correction ran in the loss, not in scoring
+        assert all("rejection_token_k3_token_fraction" in m and "rejected_fraction" in m for m in metrics), metrics
 
 
 # A reward file of the user's, in verl's signature: its own score, then DAPO's overlong penalty on top; two

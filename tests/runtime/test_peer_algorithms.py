@@ -39,9 +39,7 @@ VERL_AGG = {card.id: card.verl[0] for card in algorithms.LOSS_REDUCTIONS if card
 
 # verl's and SkyRL's names that rlc does not run, each with the reason. A name in a peer's registry that is neither
 # here nor compared below fails test_every_peer_name_is_compared: a new upstream name needs a card or a reason.
-NOT_RUN = {
-    ("verl", "loss", "bypass_mode"): "verl's rollout-correction family (old log-probs := rollout's), not in rlc yet",
-}
+NOT_RUN: dict[tuple[str, str, str], str] = {}  # every name of both registries runs today
 
 
 def _verl():
@@ -169,6 +167,135 @@ def test_verl_policy_loss(name, holes):
             old, logp, advantages, mask, loss_agg_mode=VERL_AGG[reduction], config=config
         )
         _assert_equal(ours, _value_and_grad(loss, logp), f"verl {name} ({reduction})")
+
+
+# ---- verl's rollout correction (algorithm.rollout_correction) -----------------------------------------------
+
+_RS_MODES = algorithms.REJECTION_MODES  # token_k1..3, seq_sum_k1..3, seq_mean_k1..3, seq_max_k2..3
+# verl's rollout_correction settings -> rlc's off_policy_correction: every IS level and threshold form, every
+# rejection mode (k1 with and without its lower bound), several modes at once.
+ROLLOUT_CORRECTIONS = {
+    **{
+        f"is-{level}-{form}": (
+            {"tis_ratio_type": level, f"{level}_tis_ratio_clip_high": 1.3, "tis_ratio_clip_low": low,
+             "tis_batch_normalize": norm},
+            {"rollout_is": level, "rollout_is_threshold": f"{low}_1.3" if low else 1.3,
+             "rollout_is_batch_normalize": norm},
+        )
+        for level in ("token", "sequence")
+        for form, low, norm in (("tis", None, False), ("icepop", 0.8, False), ("tis-norm", None, True),
+                                ("icepop-norm", 0.8, True))
+    },
+    **{
+        f"rs-{mode}": (
+            {"rejection_sampling": [mode], "rejection_threshold_high": [bound]},
+            {"rollout_rs": mode, "rollout_is": None, "rollout_rs_threshold": bound},
+        )
+        for mode, bound in zip(_RS_MODES, (1.1, 0.004, 0.004, 1.1, 0.02, 0.02, 1.03, 0.004, 0.004, 0.01, 0.01))
+    },
+    "rs-seq_mean_k1-band": (
+        {"rejection_sampling": ["seq_mean_k1"], "rejection_threshold_high": [1.1], "rejection_threshold_low": [0.95]},
+        {"rollout_is": None, "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": "0.95_1.1"},
+    ),
+    "is-rs-several": (
+        {"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 2.0,
+         "rejection_sampling": ["token_k1", "seq_max_k3", "token_k1"], "rejection_threshold_high": [1.5, 0.2],
+         "rejection_threshold_low": [0.7]},
+        {"rollout_is": "sequence", "rollout_is_threshold": 2.0, "rollout_rs": "token_k1,seq_max_k3,token_k1",
+         "rollout_rs_threshold": "0.7_1.5,0.2"},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("name", sorted(ROLLOUT_CORRECTIONS))
+def test_verl_rollout_correction(name, holes):
+    """verl's IS weights and rejection mask, from rlc's off_policy_correction with verl's settings."""
+    _verl()
+    from rlc.runtime.algorithms.off_policy import off_policy_correction
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    ours_options, theirs_options = ROLLOUT_CORRECTIONS[name]
+    mask = _mask(holes)
+    _, old, rollout, _ = _tensors()
+    weight, new_mask, _ = off_policy_correction(old, rollout, mask, **ours_options)
+    weights, their_mask, _ = compute_rollout_correction_and_rejection_mask(
+        old, rollout, mask, **{"rollout_is_threshold": 2.0, **theirs_options}
+    )
+    torch.testing.assert_close(new_mask, their_mask.to(new_mask.dtype), msg=f"{name}: mask")
+    assert 0 < new_mask.sum() <= mask.sum() and (name.startswith("is-") or new_mask.sum() < mask.sum()), name
+    if weights is not None:
+        theirs = weights.batch["rollout_is_weights"]
+        present = mask.bool()
+        torch.testing.assert_close(weight[present], theirs[present].to(weight.dtype), msg=f"{name}: weights")
+        assert (weight[present] != 1).any(), name
+
+
+# verl's bypass_mode loss: rollout_correction settings (rlc's, verl's) and whether a rejection mode drops single
+# tokens (verl's seq-mean-token-mean then averages each row over its kept tokens; rlc's reduction counts the batch's).
+BYPASS = {
+    "plain": ({}, {"rollout_is": None}, False),
+    "token-tis": ({"tis_ratio_type": "token", "token_tis_ratio_clip_high": 1.2},
+                  {"rollout_is": "token", "rollout_is_threshold": 1.2}, False),
+    "sequence-icepop": ({"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 3.0, "tis_ratio_clip_low": 0.3},
+                        {"rollout_is": "sequence", "rollout_is_threshold": "0.3_3.0"}, False),
+    "seq-rejection": ({"rejection_sampling": ["seq_mean_k3"], "rejection_threshold_high": [0.05]},
+                      {"rollout_is": None, "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": 0.05}, False),
+    "token-rejection-tis": ({"tis_ratio_type": "token", "token_tis_ratio_clip_high": 2.0,
+                             "rejection_sampling": ["token_k2"], "rejection_threshold_high": [0.1]},
+                            {"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": "token_k2",
+                             "rollout_rs_threshold": 0.1}, True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+@pytest.mark.parametrize("loss_type", ["ppo_clip", "reinforce"])
+@pytest.mark.parametrize("case", sorted(BYPASS))
+def test_verl_bypass_mode(case, loss_type, holes):
+    """verl's bypass_mode loss (old log-probs := the engine's, the correction against the current policy), with
+    the batch's token and sequence counts verl's trainer hands its loss (global_batch_info)."""
+    core = _verl()
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+
+    ours_options, theirs_options, drops_tokens = BYPASS[case]
+    assert algorithms.verl_names(algorithms.POLICY_LOSSES)["bypass_mode"] == "bypass"
+    mask = _mask(holes)
+    correction = RolloutCorrectionConfig(bypass_mode=True, loss_type=loss_type, **theirs_options)
+    config = _verl_config(loss_mode="bypass_mode", rollout_correction=correction)
+    config.global_batch_info.update(dp_size=1, batch_num_tokens=float(mask.sum()), global_batch_size=ROWS)
+    options = {"loss_type": loss_type, **_PPO, "clip_ratio_c": 3.0, **ours_options}
+    reductions = [r for r in REDUCTIONS if not (drops_tokens and r == "sequence_mean")]
+    for reduction in reductions:
+        logp, old, rollout, advantages = _tensors()
+        ours = _rlc_loss("bypass", logp, old, advantages, mask, reduction, options, rollout)
+        loss, _ = core.get_policy_loss_fn("bypass_mode")(
+            rollout, logp, advantages, mask, loss_agg_mode=VERL_AGG[reduction], config=config
+        )
+        _assert_equal(ours, _value_and_grad(loss, logp), f"verl bypass_mode {case} {loss_type} ({reduction})")
+
+
+@pytest.mark.parametrize("method", algorithms.PF_PPO_REWEIGHTS)
+def test_verl_pf_ppo(method):
+    """verl's PF-PPO weights, and its resampled batch given the same generator state (verl draws from torch's
+    global generator; rlc from a seeded one)."""
+    core = _verl()
+    from rlc.runtime.algorithms.pf_ppo import pf_ppo_rows, pf_ppo_weights
+    from verl.protocol import DataProto
+
+    rows = 64
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randint(-2, 3, (rows, 1), generator=g).float() * torch.rand(rows, 1, generator=g)
+    token_scores = torch.cat([torch.zeros(rows, 4), scores], dim=1)
+    data = DataProto.from_dict(tensors={"token_level_scores": token_scores, "row": torch.arange(rows)})
+    torch.manual_seed(11)
+    theirs = core.compute_pf_ppo_reweight_data(data, method, 1.5).batch["row"]
+    ours = pf_ppo_rows(token_scores.sum(-1), method, 1.5, torch.Generator().manual_seed(11))
+    assert torch.equal(ours, theirs)
+    assert len(set(ours.tolist())) < rows  # rows were drawn again, some twice
+    expected = {"pow": scores[:, 0].abs() ** 1.5,
+                "max_min": ((scores == scores.max()) | (scores == scores.min()))[:, 0].float(),
+                "max_random": torch.where(scores[:, 0] == scores.max(), 0.4, 0.1)}[method]  # fmt: skip
+    torch.testing.assert_close(pf_ppo_weights(token_scores.sum(-1), method, 1.5), expected + 1e-8)
 
 
 # ---- SkyRL's policy losses ---------------------------------------------------------------------------------
@@ -664,7 +791,7 @@ def test_every_peer_name_is_compared():
     core, ppo = _verl(), _skyrl()
     skyrl_losses = {name.partition("-")[0] for name in SKYRL_LOSSES}
     compared = {
-        ("verl", "loss"): set(VERL_LOSSES),
+        ("verl", "loss"): {*VERL_LOSSES, "bypass_mode"},
         ("verl", "estimator"): {*VERL_ESTIMATORS, "remax", "optimal_token_baseline", "tir_optimal_token_baseline"},
         ("skyrl", "loss"): skyrl_losses,
         ("skyrl", "estimator"): {"gae", "grpo", "rloo", "reinforce++", "maxrl"},

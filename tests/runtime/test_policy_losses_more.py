@@ -76,7 +76,7 @@ def test_worker_call_shape_for_every_loss(name):
     # As the worker calls it: the loss from the table, options from the config.
     logp = t([[-1.0, -2.0], [-0.5, -0.1]], grad=True)
     # an option without a default is one the compiler asks for (dro.beta, RLC-E315)
-    options = {k: 0.1 if v is None else v for k, v in defaults(name).items()}
+    options = {k: 0.1 if v is None and k == "beta" else v for k, v in defaults(name).items()}
     if algorithms.LOSSES[name].rollout_anchored:  # the worker adds the engine's log-probs
         options["rollout_log_probs"] = logp.detach() - 0.05
     token_loss, metrics = POLICY_TOKEN_LOSSES[name](

@@ -282,16 +282,6 @@ _PROFILER_SCHEDULE = (
 
 RETIRED: list[Retired] = [
     Retired(
-        "trainer.min_samples_per_env",
-        "minimum samples per environment in hybrid environment sampling",
-        _only_with("trainer.use_hybrid_env_sampling"),
-    ),
-    Retired(
-        "trainer.use_hybrid_env_sampling",
-        "hybrid environment sampling (a floor of samples per environment in each batch); rlc samples batches uniformly",
-        _off,
-    ),
-    Retired(
         "generator.trajectory_timeout_seconds",
         "a wall-clock limit per trajectory; rlc ends trajectories only at their length and turn limits",
         _off,

@@ -14,6 +14,7 @@ from typing import Any
 
 from rlc.compiler.importers.verl.parquet_rows import NotParquet, parquet_rows
 from rlc.compiler.importers.verl.record import VerlImport
+from rlc.compiler.importers.verl.rollout_correction import import_pf_ppo, import_rollout_correction
 from rlc.compiler.megatron_fields import TRANSFORMER_CONFIG_FIELDS
 from rlc.core import algorithms
 
@@ -608,9 +609,8 @@ def _algorithm(imp: VerlImport) -> None:
                 f"{ALG}.filter_groups.max_num_gen_batches")  # fmt: skip
     imp.keep_written(f"{ALG}.filter_groups.metric")  # verl filters on the metric it names
     imp.read(f"{ALG}.filter_groups")
-    if imp.get(f"{ALG}.use_pf_ppo", False):
-        imp.problem(f"{ALG}.use_pf_ppo", "rlc has no PF-PPO reweighting; not carried")
-    imp.read(f"{ALG}.use_pf_ppo", f"{ALG}.pf_ppo")
+    import_pf_ppo(imp)
+    import_rollout_correction(imp)
 
 
 def _critic_enabled(imp: VerlImport) -> bool:
