@@ -466,7 +466,6 @@ def test_pf_ppo_imports_with_its_reweighting_where_verl_applies_it(method):
     assert [c.severity for c in _change(imported, "algorithm.use_pf_ppo")] == ["warning"]
 
 
-
 def test_what_verl_accepts_but_never_reads_is_reported_as_such():
     imported, spec = _import("actor_rollout_ref.actor.clip_ratio=0.3", "reward_model.reward_manager=dapo")
     assert _get(spec, "trainer.algorithm.eps_clip_high") == 0.2  # clip_ratio_high wins, as in verl
