@@ -129,6 +129,7 @@ OFF_POLICY_OPTIONS = (
     "rejection_sampling",
     "rejection_threshold_high",
     "rejection_threshold_low",
+    "m2po_threshold",
 )
 
 # In the order the spec and `rlc explain` list them.

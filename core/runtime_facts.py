@@ -51,10 +51,11 @@ def corrects_off_policy(
     token_low: float | None,
     token_high: float | None,
     rejection_sampling: list[str] | None = None,
+    m2po_threshold: float | None = None,
 ) -> bool:
     """Whether trainer.algorithm.off_policy_correction changes anything (rlc.runtime.algorithms.off_policy applies
     it): as SkyRL, one outlier bound is enough, but the token mask needs both of its bounds; verl's rejection
-    sampling is one more."""
+    sampling and AReaL's M2PO are two more."""
     return (
         tis_ratio_type is not None
         or sequence_mask_metric is not None
@@ -62,6 +63,7 @@ def corrects_off_policy(
         or outlier_high is not None
         or (token_low is not None and token_high is not None)
         or bool(rejection_sampling)
+        or m2po_threshold is not None
     )
 
 
@@ -75,4 +77,5 @@ def off_policy_section_corrects(opc) -> bool:
         opc.token_mask_is_threshold_low,
         opc.token_mask_is_threshold_high,
         opc.rejection_sampling,
+        opc.m2po_threshold,
     )

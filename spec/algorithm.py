@@ -119,6 +119,13 @@ class OffPolicyCorrectionConfig:
         "Lower ratio bound of the k1 modes (one shared, or one per k1 mode); null: 1 / their high bound.",
         rlc_only=True,
     )
+    m2po_threshold: float | None = setting(
+        None,
+        "AReaL's M2PO (actor.m2_threshold): drop the tokens of largest squared log-ratio to the engine until the "
+        "mean of the rest is below this; null disables.",
+        exclusive_minimum=0,
+        rlc_only=True,
+    )
 
 
 @dataclass

@@ -118,6 +118,7 @@ SKYRL_MASKS = (
     "outlier_token_is_threshold_high",
     "token_mask_is_threshold_low",
     "token_mask_is_threshold_high",
+    "m2po_threshold",  # AReaL's M2PO
 )
 
 
@@ -153,8 +154,8 @@ def algorithm(c: Context):
     for name in SKYRL_MASKS:
         if getattr(opc, name) is not None:
             yield c.error("RLC-E664", f"{ALG}.off_policy_correction.{name}", f"{VERL}'s rollout_correction has no "
-                          "counterpart of SkyRL's sequence, outlier and token masks (it has rejection_sampling's "
-                          "modes)", "remove it, use rejection_sampling, or keep launch.trainer: rlc")  # fmt: skip
+                          "counterpart of SkyRL's sequence, outlier and token masks or AReaL's M2PO (it has "
+                          "rejection_sampling's modes)", "remove it, use rejection_sampling, or keep launch.trainer: rlc")  # fmt: skip
 
 
 @rule(

@@ -45,6 +45,7 @@ def bypass_token_loss(
     rejection_sampling: list[str] | None = None,
     rejection_threshold_high: list[float] | None = None,
     rejection_threshold_low: list[float] | None = None,
+    m2po_threshold: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token bypass-mode loss; the options after clip_ratio_c are off_policy_correction's. `old_log_probs` are
     not read: the engine's are the old ones."""

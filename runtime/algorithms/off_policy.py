@@ -66,6 +66,25 @@ def _mean_normalized(values: torch.Tensor, over: torch.Tensor) -> tuple[torch.Te
     return values / mean, mean.to(torch.float32)
 
 
+def m2po_keep(log_ratio: torch.Tensor, keep: torch.Tensor, threshold: float) -> torch.Tensor:
+    """AReaL's M2PO (second-moment) filter: of the kept tokens, drop those of largest squared log ratio, one by one,
+    until the mean squared log ratio of the rest is below `threshold`; at least one token stays."""
+    m2 = log_ratio.square()[keep]
+    n = m2.numel()
+    if n == 0:
+        return keep
+    ordered, order = torch.sort(m2, descending=True)
+    # rest_mean[i]: the mean of ordered[i:], what is left when the i largest are dropped
+    rest_mean = ordered.flip(0).cumsum(0).flip(0) / torch.arange(n, 0, -1, dtype=ordered.dtype, device=m2.device)
+    below = torch.nonzero(rest_mean < threshold)
+    dropped = int(below[0]) if below.numel() else n - 1
+    stays = torch.ones(n, dtype=torch.bool, device=m2.device)
+    stays[order[:dropped]] = False
+    out = keep.clone()
+    out[keep] = stays
+    return out
+
+
 @torch.no_grad()
 def off_policy_correction(
     old_log_probs: torch.Tensor,
@@ -89,6 +108,7 @@ def off_policy_correction(
     rejection_sampling: list[str] | None = None,
     rejection_threshold_high: list[float] | None = None,
     rejection_threshold_low: list[float] | None = None,
+    m2po_threshold: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """`(token_weight, new_mask, metrics)`: multiply the per-token policy loss by `token_weight` and
     reduce it with `new_mask`.
@@ -102,7 +122,8 @@ def off_policy_correction(
        `tis_batch_normalize` then divides by the weights' mean over the kept tokens (sequence: over the rows);
     4. sequence mask: geometric = exp(mean log ratio of the row), product = exp(sum), a row whose value
        is < low or > high loses all its tokens;
-    5. rejection sampling (verl's rollout_rs, rlc.runtime.algorithms.rejection) on the tokens kept so far.
+    5. rejection sampling (verl's rollout_rs, rlc.runtime.algorithms.rejection) on the tokens kept so far;
+    6. M2PO (AReaL's m2_threshold, `m2po_keep`) on the tokens kept so far.
     A value exactly on a bound is kept. Without SkyRL's masks (1, 2, 4) this is verl's
     compute_rollout_correction_and_rejection_mask. With nothing configured the weight is 1, the mask is returned
     as given and metrics are empty.
@@ -122,6 +143,7 @@ def off_policy_correction(
         token_mask_is_threshold_low,
         token_mask_is_threshold_high,
         rejection_sampling,
+        m2po_threshold,
     ):
         return torch.ones_like(old_log_probs, dtype=weight_dtype), mask, {}
 
@@ -187,6 +209,11 @@ def off_policy_correction(
         )
         metrics.update(rejection_metrics)
         keep = keep & rejected
+
+    if m2po_threshold is not None:
+        kept_m2po = m2po_keep(log_ratio, keep, m2po_threshold)
+        metrics["m2po_masked_ratio"] = _share(keep & ~kept_m2po, keep.sum())
+        keep = kept_m2po
 
     new_mask = torch.where(keep, mask, torch.zeros_like(mask))
     return weight.to(weight_dtype), new_mask, metrics

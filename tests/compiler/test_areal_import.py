@@ -263,3 +263,19 @@ def test_a_section_of_another_shape_is_a_finding_that_names_it(tmp_path, old, ne
     report = result.stdout + result.stderr
     assert result.returncode == 1, report
     assert f"!! dropped  {key}" in report and "where AReaL writes a section; not carried" in report
+
+
+def test_m2po_imports_into_the_off_policy_correction_and_validates(tmp_path):
+    """actor.m2_threshold (M2PO) is off_policy_correction.m2po_threshold, carried without a word of change."""
+    text = (FIXTURES / "gsm8k_grpo.yaml").read_text().replace("  use_decoupled_loss: true\n",
+                                                              "  use_decoupled_loss: true\n  m2_threshold: 0.04\n")  # fmt: skip
+    path = tmp_path / "m2po.yaml"
+    path.write_text(text)
+    doc = load_document(path)
+    result = import_areal(plain_yaml(doc.data), lambda p: doc.locate(tuple(p.split("."))).line)
+    assert result.spec["trainer.algorithm.off_policy_correction.m2po_threshold"] == 0.04
+    assert "actor.m2_threshold" not in {c.old for c in result.changes if c.severity != "info"}
+    spec = areal_text("m2po.yaml", result)
+    analysis = analyze_document(document_from_text(spec, "imported.yaml"), env={})
+    assert not [d.message for d in analysis.diagnostics if d.severity == "error"]
+    assert analysis.spec.trainer.algorithm.off_policy_correction.m2po_threshold == 0.04

@@ -451,6 +451,24 @@ def _areal(module: str):
     return pytest.importorskip(module, reason="AReaL 1.0.4 is not installed (make venv)")
 
 
+def _areal_functions(module: str, *names: str) -> dict:
+    """AReaL's own functions `names` of `module`, taken from the installed file's source and run with torch alone:
+    the module imports the whole trainer (datasets, swanlab, ...), which the functions never use."""
+    import ast
+
+    top, _, rest = module.partition(".")
+    spec = importlib.util.find_spec(top)  # the top package only: its subpackages' __init__ import the trainer
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("AReaL 1.0.4 is not installed (make venv)")
+    path = pathlib.Path(next(iter(spec.submodule_search_locations)), *rest.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text(), str(path))
+    found = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in names]
+    assert {node.name for node in found} == set(names), f"{module} no longer defines {names}"
+    namespace: dict = {"torch": torch}
+    exec(compile(ast.Module(body=found, type_ignores=[]), str(path), "exec"), namespace)
+    return {name: namespace[name] for name in names}
+
+
 @pytest.mark.parametrize("cap", [1.5, 3.0])
 @pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
 def test_areal_decoupled_loss_is_rlcs_loss_with_token_tis(holes, cap):
@@ -472,6 +490,25 @@ def test_areal_decoupled_loss_is_rlcs_loss_with_token_tis(holes, cap):
         logp, prox, behave, advantages, loss_mask=mask.bool(), rejection_sampling=sampling, **_AREAL
     )
     _assert_equal(ours, _value_and_grad(loss, logp), f"AReaL decoupled loss (clamp at {cap})")
+
+
+@pytest.mark.parametrize("threshold", [1e-4, 0.01, 0.05, 1e3])
+@pytest.mark.parametrize("holes", [False, True], ids=["padded", "holes"])
+def test_areal_m2po_masking(holes, threshold):
+    """AReaL's M2PO (actor.m2_threshold: the tokens of largest squared behaviour/proximal log-ratio dropped until
+    the rest's mean is below the threshold, at least one kept) is off_policy_correction.m2po_threshold: the same
+    tokens stay, from dropping all but one to dropping none."""
+    m2po = _areal_functions("areal.trainer.ppo.actor", "_apply_m2po_masking", "_get_m2po_loss_mask")
+    from rlc.runtime.algorithms.off_policy import off_policy_correction
+
+    mask = _mask(holes)
+    _, prox, behave, _ = _tensors()
+    weight, kept, metrics = off_policy_correction(prox, behave, mask, m2po_threshold=threshold)
+    theirs = m2po["_apply_m2po_masking"](behave, prox, mask.bool(), threshold)
+    assert torch.equal(kept.bool(), theirs), threshold
+    assert torch.equal(weight, torch.ones_like(weight))
+    dropped = float(metrics["m2po_masked_ratio"])
+    assert 0.0 <= dropped < 1.0 and (dropped == 0.0) == torch.equal(theirs, mask.bool())
 
 
 @pytest.mark.parametrize("norm_by_std", [True, False], ids=["std", "no-std"])
@@ -549,7 +586,7 @@ AREAL_SETTINGS = {
     "overlong_tokens": "test_areal_overlong_reward_penalty",
     "overlong_penalty_factor": "test_areal_overlong_reward_penalty",
     "mask_no_eos_with_zero": "a mask, not math: generator.apply_overlong_filtering",
-    "m2_threshold": "M2PO's second-moment filter: not in rlc",
+    "m2_threshold": "test_areal_m2po_masking (off_policy_correction.m2po_threshold)",
     "recompute_logprob": "where the old log-probs come from: rlc's trainer recomputes them",
     "prox_logp_method": "recompute is rlc's; loglinear (an interpolated proximal policy) is not in rlc",
     "ppo_n_minibatches": "the batch's split (policy_mini_batch_size), not math",

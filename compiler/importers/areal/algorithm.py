@@ -83,6 +83,9 @@ def algorithm(imp: ArealImport) -> None:
     else:
         imp.drop("actor.use_decoupled_loss", "false: the standard PPO loss")
         imp.drop("actor.behav_imp_weight_cap", "only with use_decoupled_loss")
+    if imp.get("actor.m2_threshold") is not None:  # M2PO: behaviour (the engine's) against proximal log-probs
+        imp.put(f"{alg}.off_policy_correction.m2po_threshold", imp.get("actor.m2_threshold"), "actor.m2_threshold",
+                reason="M2PO")  # fmt: skip
     if imp.get("actor.dynamic_sampling") is True:
         imp.put(f"{alg}.dynamic_sampling.type", "filter", "actor.dynamic_sampling", reason="DAPO's group filter")
     else:
