@@ -198,6 +198,7 @@ def generator_settings(spec: Any) -> GeneratorSettings:
         env_workers=int(e.skyrl_gym.max_env_workers),
         greedy_baseline=estimator.needs_greedy_baseline,
         overlong_buffer=overlong_buffer(spec),
+        reward_clip=None if spec.trainer.algorithm.reward_clip is None else float(spec.trainer.algorithm.reward_clip),
     )
 
 

@@ -280,6 +280,7 @@ class GeneratorSettings:
     env_workers: int = 32  # environment.skyrl_gym.max_env_workers
     env_timeout_s: float = 600.0  # an environment call (make, init, step) that takes longer ends its trajectory
     overlong_buffer: OverlongBuffer | None = None  # DAPO's soft overlong penalty, when trainer.algorithm asks for it
+    reward_clip: float | None = None  # trainer.algorithm.reward_clip: each reward within [-it, it], after the penalty
     # Each batch of prompts also gets one greedy response per prompt, whose reward is its samples' baseline (remax).
     greedy_baseline: bool = False
 

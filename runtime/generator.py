@@ -373,6 +373,9 @@ class Generator:
             rewards[-1] += overlong_penalty(
                 len(response), buffer.max_response_length, buffer.length, buffer.penalty_factor
             )
+        clip = self.s.reward_clip
+        if clip is not None:  # after the penalty, as AReaL's actor clips after its overlong penalty
+            rewards = [min(max(r, -clip), clip) for r in rewards]
         if t.error is not None:
             mask = [0.0] * len(mask)  # the environment failed, not the model: nothing of it trains
         return Rollout(

@@ -197,6 +197,13 @@ class AlgorithmConfig:
     overlong_buffer_penalty_factor: float = setting(
         1.0, "The most reward the overlong buffer takes away (at max_generate_length).", minimum=0, rlc_only=True
     )
+    reward_clip: float | None = setting(
+        None,
+        "AReaL's actor.reward_clip: each reward (each turn's) clipped to [-this, this], after the overlong penalty; "
+        "null disables.",
+        exclusive_minimum=0,
+        rlc_only=True,
+    )
     gdpo_reward_keys: list[str] = setting(
         doc="verl's GDPO (advantage_estimator gdpo): the entries of the reward function's dict (env_class "
         "reward_function) normalised within each group apart, then summed; empty: the one reward.",

@@ -279,3 +279,23 @@ def test_m2po_imports_into_the_off_policy_correction_and_validates(tmp_path):
     analysis = analyze_document(document_from_text(spec, "imported.yaml"), env={})
     assert not [d.message for d in analysis.diagnostics if d.severity == "error"]
     assert analysis.spec.trainer.algorithm.off_policy_correction.m2po_threshold == 0.04
+
+
+@pytest.mark.parametrize(("method", "severity"), [("recompute", "info"), ("loglinear", "error")])
+def test_reward_clip_is_carried_and_a_loglinear_proximal_policy_is_said_to_alter_the_run(tmp_path, method, severity):
+    text = (
+        (FIXTURES / "gsm8k_grpo.yaml")
+        .read_text()
+        .replace(
+            "  use_decoupled_loss: true\n",
+            f"  use_decoupled_loss: true\n  reward_clip: 5.0\n  prox_logp_method: {method}\n",
+        )
+    )
+    path = tmp_path / "clip.yaml"
+    path.write_text(text)
+    doc = load_document(path)
+    result = import_areal(plain_yaml(doc.data), lambda p: doc.locate(tuple(p.split("."))).line)
+    assert result.spec["trainer.algorithm.reward_clip"] == 5.0
+    assert [c.severity for c in result.changes if c.old == "actor.prox_logp_method"] == [severity]
+    analysis = analyze_document(document_from_text(areal_text("clip.yaml", result), "imported.yaml"), env={})
+    assert not [d.message for d in analysis.diagnostics if d.severity == "error"]

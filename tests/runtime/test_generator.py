@@ -274,6 +274,22 @@ def test_zero_reward_on_non_stop_zeroes_every_turns_reward(model):
     assert cut and all(r.zeroed and not any(r.token_rewards) for r in cut)
 
 
+def test_reward_clip_bounds_each_turns_reward_after_the_overlong_penalty(model):
+    """trainer.algorithm.reward_clip (AReaL's): Countdown's turn rewards 0.1, 0.2, 0.3 become 0.1, 0.15, 0.15; with an
+    overlong buffer as long as the response, the penalty comes first and the clip bounds what it leaves."""
+    from rlc.core.job import OverlongBuffer
+
+    tok, _ = model
+    gen, _ = generator(model, reward_clip=0.15)
+    rollouts = gen.run(rows(tok, {"turns": 3}), SAMPLING, 2, (1, 0))
+    for r in rollouts:
+        assert [x for x in r.token_rewards if x] == pytest.approx([0.1, 0.15, 0.15])
+    short = Sampling(max_generate_length=2, temperature=1.0)
+    penalised, _ = generator(model, reward_clip=0.15, overlong_buffer=OverlongBuffer(2, 5.0, 2))
+    for r in penalised.run(rows(tok, {"turns": 1}), short, 4, (2, 0)):
+        assert r.reward == pytest.approx(max(0.1 - 5.0 * len(r.response_ids) / 2, -0.15))
+
+
 def test_the_engines_prompt_cache_changes_no_trajectory(model, tiny_chat_model):
     from rlc.runtime.inference.hf import HFEngine
 

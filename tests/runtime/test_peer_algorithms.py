@@ -581,7 +581,8 @@ AREAL_SETTINGS = {
     "gae_lambda": "as discount",
     "reward_scaling": "a linear change of the reward, which a std normalisation cancels (the importer refuses it else)",
     "reward_bias": "as reward_scaling",
-    "reward_clip": "rlc does not clip rewards (the importer warns)",
+    "reward_clip": "trainer.algorithm.reward_clip: AReaL's is a torch.clip inside PPOActor.compute_advantages (no "
+    "function of its own to call); rlc's bound, after the overlong penalty as AReaL's, is tests/runtime/test_generator.py's",
     "overlong_reward_penalty": "test_areal_overlong_reward_penalty (trainer.algorithm.overlong_buffer_len)",
     "overlong_tokens": "test_areal_overlong_reward_penalty",
     "overlong_penalty_factor": "test_areal_overlong_reward_penalty",

@@ -38,7 +38,10 @@ def algorithm(imp: ArealImport) -> None:
     )
     for key in ("reward_scaling", "reward_bias"):
         imp.drop(f"actor.{key}", why, "error" if scaled and not normalised else "info")
-    imp.drop("actor.reward_clip", "rlc does not clip rewards", "warning")
+    if imp.has("actor.reward_clip"):  # AReaL clips at 20 when a config says nothing: far above a 0..1 reward
+        imp.put(f"{alg}.reward_clip", imp.get("actor.reward_clip"), "actor.reward_clip",
+                reason="AReaL clips the reward after its bias and scaling, rlc the reward as it is" if scaled else "",
+                severity="warning" if scaled else "info")  # fmt: skip
     imp.drop("actor.group_size", "the same as gconfig.n_samples")
     lo = imp.get("actor.eps_clip", 0.2)
     hi = imp.get("actor.eps_clip_higher") or lo
@@ -83,6 +86,11 @@ def algorithm(imp: ArealImport) -> None:
     else:
         imp.drop("actor.use_decoupled_loss", "false: the standard PPO loss")
         imp.drop("actor.behav_imp_weight_cap", "only with use_decoupled_loss")
+    if imp.get("actor.prox_logp_method", "recompute") == "loglinear":  # AReaL's approximation of the proximal policy
+        imp.drop("actor.prox_logp_method", "rlc recomputes the proximal (old) log-probs with a forward pass; AReaL's "
+                 "loglinear interpolation between policy versions is not in rlc", "error")  # fmt: skip
+    else:
+        imp.drop("actor.prox_logp_method", "rlc recomputes the proximal (old) log-probs, as AReaL's recompute")
     if imp.get("actor.m2_threshold") is not None:  # M2PO: behaviour (the engine's) against proximal log-probs
         imp.put(f"{alg}.off_policy_correction.m2po_threshold", imp.get("actor.m2_threshold"), "actor.m2_threshold",
                 reason="M2PO")  # fmt: skip
