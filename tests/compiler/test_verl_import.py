@@ -672,3 +672,17 @@ def test_a_value_verl_would_not_start_with_is_a_finding_never_a_crash(bad):
         assert str(exc)
         return
     assert imported.text.startswith("#")
+
+
+def test_verl_0_6s_policy_gradient_correction_is_the_bypass_reinforce_loss():
+    """verl 0.6's bypass_mode with use_policy_gradient (its examples/rollout_correction script) is what verl 0.7 named
+    bypass mode with loss_type reinforce; a token veto without rollout_rs, which verl 0.6's loss left unapplied, is
+    said."""
+    common = (f"{RC}.bypass_mode=True", f"{RC}.use_policy_gradient=True", f"{RC}.rollout_is=token")
+    imported, spec = _import(*common)
+    alg = _get(spec, "trainer.algorithm")
+    assert (alg["policy_loss_type"], alg["bypass"]["loss_type"]) == ("bypass", "reinforce")
+    assert not [c for c in imported.changes if c.severity == "error"], [c.describe() for c in imported.errors]
+    _validates(imported.text)
+    vetoed, _ = _import(*common, f"{RC}.rollout_token_veto_threshold=1e-4")
+    assert "warning" in {c.severity for c in vetoed.changes if c.old == f"{RC}.use_policy_gradient"}

@@ -94,22 +94,27 @@ def import_rollout_correction(imp: VerlImport) -> None:
     veto = imp.get(f"{RC}.rollout_token_veto_threshold")
     if level is not None or rs is not None or bypass or veto is not None:
         imp.read("actor_rollout_ref.rollout.calculate_log_probs")  # the engines return their log-probs (resolve)
+    # verl 0.6's use_policy_gradient (read in bypass mode only) is 0.7's bypass loss_type reinforce: -w * A * log p
+    # with w the IS weight against the engine, no PPO clip
+    gradient = bool(imp.get(f"{RC}.use_policy_gradient", False))
     if bypass:
         imp.put("trainer.algorithm.policy_loss_type", "bypass", f"{RC}.bypass_mode",
                 reason="verl's bypass mode replaces the actor's policy_loss.loss_mode with its bypass_mode loss")  # fmt: skip
-        loss_type = imp.get(f"{RC}.loss_type", "ppo_clip")
+        loss_type = "reinforce" if gradient else imp.get(f"{RC}.loss_type", "ppo_clip")
         if loss_type not in ("ppo_clip", "reinforce"):
             imp.problem(f"{RC}.loss_type", f"verl has no bypass loss_type {loss_type!r}; not carried")
         else:
-            imp.put("trainer.algorithm.bypass.loss_type", loss_type, f"{RC}.loss_type")
+            source = f"{RC}.use_policy_gradient" if gradient else f"{RC}.loss_type"
+            vetoed = gradient and veto is not None and rs is None
+            imp.put("trainer.algorithm.bypass.loss_type", loss_type, source,
+                    reason="verl 0.6's policy-gradient loss: verl 0.7's bypass loss_type reinforce"
+                    + ("; verl 0.6 applied the token veto's mask only with rollout_rs set, rlc applies it"
+                       if vetoed else ""), severity="warning" if vetoed else "info")  # fmt: skip
     # with rollout_is and rollout_rs null the thresholds are read by nothing, in verl as here; loss_type only in
     # bypass mode
     imp.read(f"{RC}.rollout_is", f"{RC}.rollout_is_threshold", f"{RC}.rollout_is_batch_normalize")
     imp.read(f"{RC}.rollout_rs", f"{RC}.rollout_rs_threshold", f"{RC}.bypass_mode", f"{RC}.loss_type")
-    if imp.get(f"{RC}.use_policy_gradient", False):
-        imp.problem(f"{RC}.use_policy_gradient", "verl 0.6's policy-gradient rollout correction has no rlc "
-                    "counterpart (verl 0.7 made it bypass_mode with loss_type reinforce); not carried")  # fmt: skip
-    imp.read(f"{RC}.use_policy_gradient")
+    imp.read(f"{RC}.use_policy_gradient")  # outside bypass mode verl 0.6 reads it nowhere
 
 
 # verl 0.6's rollout_rs levels -> SkyRL's masks of the same ratio bands: (its key, the keys of its band)
