@@ -166,8 +166,9 @@ class WeightSyncExtension:
         return len(entries)
 
     def _rlc_load(self, named_tensors) -> None:
-        multimodal = getattr(self.model_runner.model_config, "multimodal_config", None)
-        if multimodal is not None and getattr(multimodal, "language_model_only", False):
+        # rlc's trainer holds a multimodal checkpoint's text model alone (language_model_only, or
+        # AutoModelForCausalLM's text class); vLLM serves the checkpoint's model, with or without its vision encoder
+        if getattr(self.model_runner.model_config, "multimodal_config", None) is not None:
             named_tensors = ((multimodal_checkpoint_name(n), t) for n, t in named_tensors)
         self.model_runner.model.load_weights(weights=named_tensors)
 
