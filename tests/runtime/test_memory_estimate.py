@@ -133,6 +133,14 @@ def test_language_model_only_sizes_a_multimodal_checkpoints_text_model(tmp_path)
     assert info.shape.params == _count(model) < _count(full)
     lora = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear"))
     assert info.shape.lora_params(8) == sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    # the estimate reads each role's setting
+    from rlc.compiler.memory import models_of
+    from rlc.spec.model import default_model
+
+    for on in (True, False):
+        policy = {"model": {"path": str(tmp_path)}, "language_model_only": on}
+        spec = default_model().to_typed({"version": 1, "trainer": {"policy": policy}})
+        assert (models_of(spec)["policy"].shape is not None) is on
 
 
 def test_model_config_kwargs_override_the_config(tmp_path):
