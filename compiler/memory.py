@@ -362,7 +362,9 @@ def models_of(spec) -> dict[str, ModelInfo]:
     for role in roles:
         cfg = getattr(t, role)
         path = cfg.model.path or (t.policy.model.path if role == "ref" else None)
-        out[role] = model_info(path, cfg.model_config_kwargs if isinstance(cfg.model_config_kwargs, dict) else None)
+        overrides = cfg.model_config_kwargs if isinstance(cfg.model_config_kwargs, dict) else None
+        # language_model_only: a multimodal checkpoint's text model is what the role loads (the critic has none)
+        out[role] = model_info(path, overrides, bool(getattr(cfg, "language_model_only", False)))
     return out
 
 

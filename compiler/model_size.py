@@ -1,7 +1,7 @@
 """Model sizes without the model: parameter counts and shapes of decoder LMs from their config.json values.
 
 The count is exact for the architectures transformers builds from these model types (llama, mistral, qwen2,
-qwen3, gemma, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe): a test builds each one on torch's meta
+qwen3, gemma, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, qwen3_5_text): a test builds each one on torch's meta
 device and compares. A model is found, in this order, in a local directory's config.json, the Hugging Face cache
 (a hub id already downloaded), or the built-in table of common hub ids below (shapes copied from their
 published config.json files). `model_config_kwargs` override the values as transformers would.
@@ -40,6 +40,7 @@ KNOWN_TYPES = (
     "mixtral",
     "qwen2_moe",
     "qwen3_moe",
+    "qwen3_5_text",  # Qwen3.5's text model (its parameters; activations are estimated as attention layers')
 )
 
 
@@ -66,6 +67,14 @@ class ModelShape:
     shared_intermediate: int = 0  # qwen2_moe's shared expert
     moe_layers: int = 0  # layers whose MLP is the expert block
     experts_per_token: int = 0
+    gated_q: bool = False  # q_proj also gives the attention output's gate (qwen3_5_text): twice its width
+    # qwen3_5_text's gated-delta-net (linear-attention) layers: how many, and their widths
+    linear_layers: int = 0
+    linear_qk: int = 0  # key heads x key head dim (queries the same)
+    linear_v: int = 0  # value heads x value head dim
+    linear_v_heads: int = 0
+    linear_head_v: int = 0  # one value head's dim (its gated norm)
+    conv_kernel: int = 0
 
     @property
     def embedding(self) -> int:
@@ -74,9 +83,19 @@ class ModelShape:
     @property
     def attention(self) -> int:
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        out = h * (q + 2 * kv) + q * h
-        out += (q + 2 * kv) * self.qkv_bias + h * self.o_bias + 2 * self.head_dim * self.qk_norm
+        wide = q * (2 if self.gated_q else 1)
+        out = h * (wide + 2 * kv) + q * h
+        out += (wide + 2 * kv) * self.qkv_bias + h * self.o_bias + 2 * self.head_dim * self.qk_norm
         return out
+
+    @property
+    def linear_attention(self) -> int:
+        """One gated-delta-net layer: q/k/v, gate and decay projections, the causal convolution over q/k/v, its
+        per-head decay and step biases, the gated norm and the output projection."""
+        if not self.linear_layers:
+            return 0
+        h, conv, v, heads = self.hidden, 2 * self.linear_qk + self.linear_v, self.linear_v, self.linear_v_heads
+        return h * (conv + v + 2 * heads) + conv * self.conv_kernel + 2 * heads + self.linear_head_v + v * h
 
     @property
     def dense_mlp(self) -> int:
@@ -100,13 +119,14 @@ class ModelShape:
     def layer(self) -> int:
         """The largest decoder layer (an expert layer when there are any)."""
         mlp = self.expert_block if self.moe_layers else self.dense_mlp
-        return self.attention + mlp + self.norms_per_layer * self.hidden
+        return max(self.attention, self.linear_attention) + mlp + self.norms_per_layer * self.hidden
 
     @property
     def params(self) -> int:
         h = self.hidden
         dense_layers = self.layers - self.moe_layers
-        body = self.layers * (self.attention + self.norms_per_layer * h)
+        body = (self.layers - self.linear_layers) * self.attention + self.linear_layers * self.linear_attention
+        body += self.layers * self.norms_per_layer * h
         body += dense_layers * self.dense_mlp + self.moe_layers * self.expert_block
         return self.embedding * (1 if self.tied else 2) + body + h
 
@@ -128,10 +148,13 @@ class ModelShape:
         if rank <= 0:
             return 0
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        attention = (h + q) + 2 * (h + kv) + (q + h)
+        attention = (h + q * (2 if self.gated_q else 1)) + 2 * (h + kv) + (q + h)
+        conv, v, heads = 2 * self.linear_qk + self.linear_v, self.linear_v, self.linear_v_heads
+        linear = (h + conv) + (h + v) + 2 * (h + heads) + (v + h)  # the convolution is no nn.Linear
         dense = 3 * (h + self.intermediate)
         moe = (h + self.experts) + (3 * (h + self.shared_intermediate) + (h + 1) if self.shared_intermediate else 0)
-        return rank * (self.layers * attention + (self.layers - self.moe_layers) * dense + self.moe_layers * moe)
+        mixers = (self.layers - self.linear_layers) * attention + self.linear_layers * linear
+        return rank * (mixers + (self.layers - self.moe_layers) * dense + self.moe_layers * moe)
 
 
 class ModelConfigError(ValueError):
@@ -179,8 +202,25 @@ def shape_from_config(config: dict) -> ModelShape:
         common.update(qkv_bias=False, o_bias=False, mlp_bias=False)
         if kind.startswith("gemma"):
             common.update(qkv_bias=bias, o_bias=bias)
-    if kind in ("qwen3", "qwen3_moe", "gemma3_text"):
+    if kind in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_5_text"):
         common["qk_norm"] = True
+    if kind == "qwen3_5_text":
+        types = config.get("layer_types") or [
+            "full_attention" if (i + 1) % int(config.get("full_attention_interval") or 4) == 0 else "linear_attention"
+            for i in range(layers)
+        ]
+        v_heads, head_v = need("linear_num_value_heads"), need("linear_value_head_dim")
+        return ModelShape(
+            **common,
+            intermediate=need("intermediate_size"),
+            gated_q=True,
+            linear_layers=sum(1 for kind_ in types if kind_ == "linear_attention"),
+            linear_qk=need("linear_num_key_heads") * need("linear_key_head_dim"),
+            linear_v=v_heads * head_v,
+            linear_v_heads=v_heads,
+            linear_head_v=head_v,
+            conv_kernel=need("linear_conv_kernel_dim"),
+        )
     if kind in ("gemma2", "gemma3_text"):
         common["norms_per_layer"] = 4
     if kind == "mixtral":
@@ -361,11 +401,15 @@ def find_config(path: str) -> tuple[dict | None, str, str]:
     return None, "unknown", f"{path} is not a local directory, not in the Hugging Face cache and not in rlc's table"
 
 
-def model_info(path: object, overrides: dict | None = None) -> ModelInfo:
-    """The shape of the model at `path` with `model_config_kwargs` applied; shape None (and a note) when unknown."""
+def model_info(path: object, overrides: dict | None = None, language_model_only: bool = False) -> ModelInfo:
+    """The shape of the model at `path` with `model_config_kwargs` applied; shape None (and a note) when unknown.
+    With `language_model_only` (SkyRL's setting) a multimodal config is sized by its text model alone, the
+    model the runtime then loads (the vision tower's parameters are not counted)."""
     if not isinstance(path, str) or not path:
         return ModelInfo(str(path), None, "unknown", "no model path")
     config, source, note = find_config(path)
+    if language_model_only and config is not None:
+        config = text_model_config(config)
     if overrides:
         config = {**(config or {}), **overrides}
         if source == "unknown" and all(k in config for k in SHAPE_KEYS[:6]):
@@ -379,6 +423,15 @@ def model_info(path: object, overrides: dict | None = None) -> ModelInfo:
     kind = shape.model_type
     extra = "" if kind in KNOWN_TYPES else f"model_type {kind!r} sized as a llama-style decoder"
     return ModelInfo(path, shape, source, extra)
+
+
+def text_model_config(config: dict) -> dict:
+    """The text model's config.json values of a multimodal config (Qwen3.5's `text_config`); a text config as is."""
+    text = config.get("text_config")
+    if not isinstance(text, dict) or "hidden_size" in config:
+        return config
+    # the word embeddings' tying is the composite model's (Qwen3.5 keeps it at the top level)
+    return {"tie_word_embeddings": config.get("tie_word_embeddings", False), **text}
 
 
 def _read(path: Path) -> dict | None:

@@ -267,3 +267,41 @@ def returned_cache(out):
     """The cache a forward returned, under either name."""
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
+
+
+# -- the text model of a multimodal checkpoint (SkyRL's language_model_only) -----------------------------------
+
+
+class LanguageModelOnlyError(RuntimeError):
+    """language_model_only names a multimodal checkpoint whose text model transformers cannot load alone."""
+
+
+def is_multimodal(config) -> bool:
+    """A composite config: a text model beside a vision tower (Qwen3.5's `Qwen3_5Config`)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def load_causal_lm(path: str, *, language_model_only: bool = False, **kwargs):
+    """The causal LM at `path` (`kwargs` go to `from_pretrained`). With `language_model_only`, a multimodal
+    checkpoint gives its text model alone -- the class transformers maps the composite config to for causal LM
+    (Qwen3.5: `Qwen3_5ForCausalLM`), which reads the checkpoint's `model.language_model.*` weights and skips the
+    vision tower's -- and a checkpoint transformers has no such class for is refused by name."""
+    if not language_model_only:
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    config = AutoConfig.from_pretrained(path)
+    if not is_multimodal(config):  # a text model is all language model already
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except ValueError as exc:  # transformers' "Unrecognized configuration class ... for AutoModelForCausalLM"
+        raise LanguageModelOnlyError(
+            f"language_model_only: {path} is a multimodal {config.model_type!r} checkpoint and transformers has no "
+            f"text-only causal LM for it ({exc})"
+        ) from None
+    vision = [n for n, _ in model.named_parameters() if "visual" in n or "vision" in n]
+    if vision or is_multimodal(model.config):
+        raise LanguageModelOnlyError(
+            f"language_model_only: transformers loads {path} ({config.model_type!r}) as "
+            f"{type(model).__name__} with its vision tower ({len(vision)} vision parameters), not as a text model"
+        )
+    return model

@@ -289,6 +289,7 @@ def _start_hf(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
             cpu_slots_per_node=es.cpu_slots_per_node,
             lora=c.sections.lora if es.adapter_sync else None,
             prompt_cache_bytes=es.prompt_cache_bytes,
+            language_model_only=c.job.spec.generator.inference_engine.language_model_only,
         )
     )
     return engine, 1
@@ -298,7 +299,12 @@ def _start_vllm(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
     """One vLLM engine actor: on its single GPU (tp x pp = 1), or driving Ray workers on its bundles."""
     es = c.decisions.engines
     assert es.vllm is not None, "the compiler decides vLLM's arguments for every vllm backend"
-    args = engine_kwargs(es.vllm, model=c.policy_path, engine=c.plan.engines.index(e))
+    args = engine_kwargs(
+        es.vllm,
+        model=c.policy_path,
+        engine=c.plan.engines.index(e),
+        language_model_only=c.job.spec.generator.inference_engine.language_model_only,
+    )
     env = {**c.engine_env(), **es.vllm.env}
     if e.workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
         env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(str(b) for b in e.bundles)

@@ -105,7 +105,10 @@ class InferenceEngineConfig:
     use_expandable_segments: bool = setting(
         False, "SkyRL 0.4: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on the engine processes."
     )
-    language_model_only: bool = setting(False, "SkyRL 0.4: serve only the language model of a vision-language model.")
+    language_model_only: bool = setting(
+        False,
+        "SkyRL 0.4: vLLM's language_model_only: serve a multimodal checkpoint (Qwen3.5) without its vision encoder.",
+    )
     speculative_config: dict[str, Any] | None = setting(
         None, "SkyRL 0.4: vLLM speculative decoding config.", passthrough=True
     )

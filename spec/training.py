@@ -259,7 +259,9 @@ class PolicyConfig:
         doc="Pass-through kwargs for the Hugging Face model config (FSDP).", factory=dict, passthrough=True
     )
     torch_profiler_config: TorchProfilerConfig = section(TorchProfilerConfig, "SkyRL 0.4: torch profiler.")
-    language_model_only: bool = setting(False, "SkyRL 0.4: load only the language model of a vision-language model.")
+    language_model_only: bool = setting(
+        False, "SkyRL 0.4: load only the text model of a multimodal checkpoint (Qwen3.5) and train it as text."
+    )
     inference_only_init: bool = setting(False, "SkyRL 0.4: start the policy for inference only (no optimizer).")
 
 
@@ -295,7 +297,9 @@ class RefConfig:
     model_config_kwargs: dict = setting(
         doc="Pass-through kwargs for the Hugging Face model config.", factory=dict, passthrough=True
     )
-    language_model_only: bool = setting(False, "SkyRL 0.4: load only the language model of a vision-language model.")
+    language_model_only: bool = setting(
+        False, "SkyRL 0.4: load only the text model of a multimodal checkpoint (Qwen3.5) and train it as text."
+    )
 
 
 @dataclass

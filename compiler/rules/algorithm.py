@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlc.compiler.roles import critic_on
+from rlc.compiler.roles import critic_on, ref_on
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core import algorithms
 from rlc.core.runtime_facts import CHAT_TEMPLATE_NAMES
@@ -700,6 +700,36 @@ def chat_template_name_known(c: Context):
         )
 
 
+@rule(
+    "RLC-E411",
+    "language_model_only is set alike for the policy, its engines and the reference model (SkyRL's validate_cfg)",
+    "trainer.policy.language_model_only",
+    f"{IE}.language_model_only",
+    "trainer.ref.language_model_only",
+)
+def language_model_only_alike(c: Context):
+    # SkyRL asserts it: the engines serve, and the reference model scores, the model the policy trains
+    if not c.s.trainer.policy.language_model_only:
+        return
+    if not c.s.generator.inference_engine.language_model_only:
+        yield c.error(
+            "RLC-E411",
+            f"{IE}.language_model_only",
+            "trainer.policy.language_model_only is true but the engines' is false: they would serve the whole "
+            "multimodal model while the policy trains its text model",
+            f"set {IE}.language_model_only: true",
+            ["trainer.policy.language_model_only"],
+        )
+    if ref_on(c.s) and not c.s.trainer.ref.language_model_only:
+        yield c.error(
+            "RLC-E411",
+            "trainer.ref.language_model_only",
+            "trainer.policy.language_model_only is true but the reference model's is false (a KL term reads it)",
+            "set trainer.ref.language_model_only: true",
+            ["trainer.policy.language_model_only"],
+        )
+
+
 RULES = (
     gae_needs_critic,
     kl_in_reward_excludes_kl_loss,
@@ -731,4 +761,5 @@ RULES = (
     step_wise_needs_conversations,
     custom_template_keeps_no_logprobs,
     chat_template_name_known,
+    language_model_only_alike,
 )

@@ -59,6 +59,7 @@ class Unsupported:
     when: Callable[[str], tuple[Condition, ...]] = _always
     # (key, value) pairs that are refused where the key's other values run (a value rlc does not run yet)
     refused_values: tuple[tuple[str, Any], ...] = ()
+    why: str = ""  # what rlc lacks, where the feature's name does not say it (put first in the help)
 
 
 def _role(key: str) -> str:
@@ -74,11 +75,12 @@ def _lora(key: str) -> Condition:
     return positive(f"trainer.{_role(key)}.model.lora.rank")
 
 
-def _text_model_unknown(key: str) -> tuple[Condition, ...]:
-    """language_model_only loads the language model of a multimodal checkpoint: for a text-only model (all rlc's
-    table and config.json reading know), which is all a text model has, it changes nothing."""
-    role = "policy" if key.startswith("generator.") else _role(key)
-    path = f"trainer.{role}.model.path"
+def _megatron_lm_only(key: str) -> tuple[Condition, ...]:
+    """language_model_only loads the text model of a multimodal checkpoint (Qwen3.5's). rlc's FSDP2 worker and its
+    engines do (the hf engine loads it, vLLM gets its engine argument of that name); its Megatron worker loads dense
+    llama, mistral and qwen2 checkpoints only, so the setting is refused there -- unless the model is a text model
+    rlc knows (its table, config.json), whose language model is all of it."""
+    path = f"trainer.{_role(key)}.model.path"
 
     def multimodal_or_unknown(path_value: Any) -> bool:
         # deferred: model_size's shape tables, only when a model's shape is checked
@@ -88,8 +90,8 @@ def _text_model_unknown(key: str) -> tuple[Condition, ...]:
         return shape is None or shape.model_type not in KNOWN_TYPES
 
     text_model = "Qwen/Qwen2.5-1.5B-Instruct"
-    return (
-        Condition(path, multimodal_or_unknown, "my-org/vision-language-model", text_model, f"{path} is multimodal"),
+    return _megatron(
+        key, Condition(path, multimodal_or_unknown, "Qwen/Qwen3.5-0.8B", text_model, f"{path} is multimodal")
     )
 
 
@@ -235,9 +237,11 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E811",
-        "loading only the language model of a multimodal checkpoint (rlc trains and serves text-only models)",
-        ("trainer.policy.language_model_only", "trainer.ref.language_model_only", _IE + "language_model_only"),
-        when=_text_model_unknown,
+        "the text model of a multimodal checkpoint (Qwen3.5) under Megatron",
+        ("trainer.policy.language_model_only", "trainer.ref.language_model_only"),
+        when=_megatron_lm_only,
+        why="rlc's Megatron worker loads dense llama, mistral and qwen2 checkpoints only, and strategy fsdp2 trains "
+        "a multimodal checkpoint's text model",
     ),
     Unsupported(
         "RLC-E824", "vision-language generation (image and text prompts)", ("generator.vision_language_generator",)
@@ -388,7 +392,8 @@ def _rule_for(group: Unsupported) -> Rule:
                 group.code,
                 key,
                 f"{key} = {_show(value)}: this rlc runtime does not support {group.what} yet (a SkyRL 0.4 setting)",
-                f"remove {key.rsplit('.', 1)[1]} (or set it to {shown}, which rlc runs)",
+                (f"{group.why}: " if group.why else "")
+                + f"remove {key.rsplit('.', 1)[1]} (or set it to {shown}, which rlc runs)",
                 value=value,
                 default=default,
             )

@@ -14,13 +14,13 @@ import torch
 from rlc.runtime.host import cpu_threads, pin_gloo_interface
 from rlc.runtime.inference.base import Completion, Sampling
 from rlc.runtime.inference.decode import LeanDecoder, unsupported
-from rlc.runtime.models import accepts, cache_keyword, returned_cache
+from rlc.runtime.models import accepts, cache_keyword, load_causal_lm, returned_cache
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import GroupSeat, group_device, receive_weights
 from rlc.runtime.weights.ipc import open_bucket
 from rlc.runtime.weights.lora import adapter_names, with_lora
 from rlc.runtime.weights.payload import unpack
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import DynamicCache
 
 
 def _filter_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
@@ -77,13 +77,15 @@ class HFEngine:
         cpu_slots_per_node: int | None = None,
         lora=None,
         prompt_cache_bytes: int = 0,
+        language_model_only: bool = False,
     ):
         leave_sigterm_to_the_driver()
         self.device = torch.device(device)
         if cpu_slots_per_node and self.device.type == "cpu":
             cpu_threads(cpu_slots_per_node)
         self.dtype = _DTYPES[dtype]
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
+        # language_model_only: a multimodal checkpoint's text model, as the trainer loads it (the same weight names)
+        self.model = load_causal_lm(model_path, language_model_only=language_model_only, dtype=self.dtype)
         self.lora = lora is not None and lora.rank > 0
         if self.lora:  # the trainer's adapters, refreshed by every sync; the base weights stay as loaded
             self.model = with_lora(self.model, lora)

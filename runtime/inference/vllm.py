@@ -33,10 +33,12 @@ from rlc.runtime.weights.payload import unpack
 _WORKER_EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
 
 
-def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0) -> dict:
+def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0, language_model_only: bool = False) -> dict:
     """`vllm.LLM(**...)` keywords for engine number `engine` (its place in the plan's engine order), from the
     compiled job's vLLM arguments: each decided value as it is, plus the model's local directory and rlc's worker
-    extension. `init_kwargs` (the spec's engine_init_kwargs) are applied last and override everything."""
+    extension. `language_model_only` (the spec's generator.inference_engine.language_model_only) is vLLM's engine
+    argument of that name: a multimodal checkpoint is served without its vision encoder. `init_kwargs` (the spec's
+    engine_init_kwargs) are applied last and override everything."""
     kwargs = {
         "model": model,
         "seed": args.seeds[engine],
@@ -55,6 +57,8 @@ def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0) -> dict:
         "max_model_len": args.max_model_len,
         "worker_extension_cls": _WORKER_EXTENSION,
     }
+    if language_model_only:
+        kwargs["language_model_only"] = True
     if args.enable_expert_parallel:
         kwargs["enable_expert_parallel"] = True
     if args.enable_sleep_mode:

@@ -166,7 +166,20 @@ class WeightSyncExtension:
         return len(entries)
 
     def _rlc_load(self, named_tensors) -> None:
+        # rlc's trainer holds a multimodal checkpoint's text model alone (language_model_only, or
+        # AutoModelForCausalLM's text class); vLLM serves the checkpoint's model, with or without its vision encoder
+        if getattr(self.model_runner.model_config, "multimodal_config", None) is not None:
+            named_tensors = ((multimodal_checkpoint_name(n), t) for n, t in named_tensors)
         self.model_runner.model.load_weights(weights=named_tensors)
+
+
+def multimodal_checkpoint_name(name: str) -> str:
+    """A text model's weight name (what rlc's trainer holds under language_model_only: `Qwen3_5ForCausalLM`'s
+    `model.layers.0...`, `lm_head.weight`) as the multimodal checkpoint vLLM serves names it
+    (`model.language_model.layers.0...`): the names its `load_weights` maps, as at start-up."""
+    if name.startswith("model.") and not name.startswith(("model.language_model.", "model.visual.")):
+        return "model.language_model." + name.removeprefix("model.")
+    return name
 
 
 def _computed_buffer_warning(record) -> bool:

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
-from rlc.runtime.models import cache_keyword
+from rlc.runtime.models import cache_keyword, load_causal_lm
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.ipc import gpu_uuid, ipc_buckets, ipc_handle
@@ -43,7 +43,7 @@ from rlc.runtime.workers.common import (
 from rlc.runtime.workers.micro_batches import widened
 from rlc.runtime.workers.packing import pack, packed_kwargs, packing_unsupported, response_rows, unpack
 from torch.distributed.device_mesh import init_device_mesh
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoTokenizer, DynamicCache
 
 __all__ = ["FSDPWorker", "ValueModel", "WorkerSettings", "free_address"]
 
@@ -167,6 +167,12 @@ class FSDPWorker(TrainWorker):
             "collect": self.rank % self.sp == 0,
         }
 
+    @property
+    def language_model_only(self) -> bool:
+        """SkyRL's trainer.{policy,ref}.language_model_only: the text model of a multimodal checkpoint (the critic
+        has no such setting)."""
+        return bool(getattr(self.config, "language_model_only", False))
+
     def _build_model(self) -> torch.nn.Module:
         # deferred: torch.distributed.fsdp (~1 s), not needed by the driver, which imports this module
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -175,7 +181,9 @@ class FSDPWorker(TrainWorker):
         if self.s.device == "cuda" and self.s.bf16 and self.s.sample_packing:
             if importlib.util.find_spec("flash_attn") is not None:  # packed micro-batches on its varlen kernels
                 load_kwargs["attn_implementation"] = "flash_attention_2"
-        lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32, **load_kwargs)
+        lm = load_causal_lm(
+            self.s.model_path, language_model_only=self.language_model_only, dtype=torch.float32, **load_kwargs
+        )
         if self.s.gradient_checkpointing and self.s.role != "ref":
             lm.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": self.s.gradient_checkpointing_use_reentrant}
@@ -361,7 +369,8 @@ class FSDPWorker(TrainWorker):
         it; the responses then attend to them as to their own. Gradients flow back through the gather, so
         each prompt's activations get the sum of its rows' gradients: the same loss and gradient as running
         every row whole, for (n-1)/n of the prompt tokens' work less. None where it saves nothing (no
-        repeated prompts, no response positions) or cannot run (gradient checkpointing turns the cache off).
+        repeated prompts, no response positions) or cannot run (gradient checkpointing turns the cache off; a
+        linear-attention layer's cache cannot be gathered by row).
         """
         rows = ids.shape[0]
         if (
@@ -379,6 +388,8 @@ class FSDPWorker(TrainWorker):
             return None  # fewer than half the prompt rows saved: not worth a second pass
 
         cache = DynamicCache(config=_base(self.model).config)
+        if not all(hasattr(layer, "batch_select_indices") for layer in cache.layers):
+            return None  # a recurrent state (Qwen3.5's linear-attention layers) has no rows to gather
         prompt_ids, prompt_attn = prompts[:, :plen], prompts[:, plen:]
         first = self.model(
             input_ids=prompt_ids,
@@ -589,7 +600,9 @@ class FSDPWorker(TrainWorker):
             if self.s.role == "critic":
                 torch.save(full, Path(directory) / "critic.pt")
             else:
-                lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
+                lm = load_causal_lm(
+                    self.s.model_path, language_model_only=self.language_model_only, dtype=torch.float32
+                )
                 if self.lora:  # the adapters merged into the base weights: a plain model anyone can load
                     lm = with_lora(lm, self.config.model.lora)
                     lm.load_state_dict(full)

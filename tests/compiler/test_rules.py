@@ -500,6 +500,17 @@ CASES = {
             source: file  # <-
         """,
     ),
+    "RLC-E411": (
+        "generator.inference_engine.language_model_only",
+        """
+        trainer:
+          policy:
+            language_model_only: true
+        generator:
+          inference_engine:
+            language_model_only: false  # <-
+        """,
+    ),
     "RLC-E407": (
         "generator.batched",
         """

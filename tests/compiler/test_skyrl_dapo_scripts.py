@@ -17,7 +17,9 @@ SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.sh"))
 DAPO = "examples/train/algorithms/dapo"
 DELTA = "examples/train/delta_weight_sync/run_dapo_qwen3.5_35b_a3b_delta.sh"
 ENV = {DELTA: {"SYNC_DIR": "gs://bucket/run", "RUN_ID": "20260101_000000"}}
-MULTIMODAL = {"RLC-E811"}  # loading only the language model of a multimodal checkpoint (Qwen3.5 / 3.6)
+# language_model_only (the text model of Qwen3.5 / 3.6) under Megatron: rlc's Megatron worker loads dense llama,
+# mistral and qwen2 checkpoints only (under fsdp2 rlc runs it)
+MULTIMODAL = {"RLC-E811"}
 # Imported, then judged invalid by `rlc validate`, with the codes it gives: inference and Megatron features that
 # issues of their own add (text-only Qwen3.5, delta weight sync, MTP, routing replay, QAT), none DAPO's.
 INVALID = {

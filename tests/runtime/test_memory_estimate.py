@@ -68,6 +68,13 @@ SMALL = {
         "moe_intermediate_size": 128, "shared_expert_intermediate_size": 256, "decoder_sparse_step": 2,
         "num_experts_per_tok": 2, "tie_word_embeddings": False,
     },
+    # Qwen3.5's text model: gated-delta-net layers (every one but each third here) beside gated-query attention
+    "qwen3_5_text": {
+        "model_type": "qwen3_5_text", "hidden_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512, "vocab_size": 1000,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 48,
+        "linear_conv_kernel_dim": 4, "full_attention_interval": 3, "attention_bias": True, "tie_word_embeddings": False,
+    },
 }  # fmt: skip
 
 
@@ -107,6 +114,33 @@ def test_a_local_config_is_read_exactly_and_the_critic_and_lora_counts_match(tmp
     lora = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear"))
     trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
     assert info.shape.lora_params(8) == trainable
+
+
+def test_language_model_only_sizes_a_multimodal_checkpoints_text_model(tmp_path):
+    """A Qwen3.5 checkpoint's config.json (text and vision configs): unknown as a whole (rlc sizes decoders), and with
+    SkyRL's language_model_only the text model the runtime loads, exactly, with its LoRA adapters."""
+    from peft import LoraConfig, get_peft_model
+
+    text = {k: v for k, v in SMALL["qwen3_5_text"].items() if k != "model_type"}
+    composite = transformers.Qwen3_5Config(text_config=text, vision_config={"depth": 1, "hidden_size": 32})
+    composite.save_pretrained(tmp_path)
+    assert model_info(str(tmp_path)).shape is None
+    info = model_info(str(tmp_path), None, language_model_only=True)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(composite)  # what load_causal_lm builds
+        full = transformers.Qwen3_5ForConditionalGeneration(composite)
+    assert type(model).__name__ == "Qwen3_5ForCausalLM"
+    assert info.shape.params == _count(model) < _count(full)
+    lora = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear"))
+    assert info.shape.lora_params(8) == sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    # the estimate reads each role's setting
+    from rlc.compiler.memory import models_of
+    from rlc.spec.model import default_model
+
+    for on in (True, False):
+        policy = {"model": {"path": str(tmp_path)}, "language_model_only": on}
+        spec = default_model().to_typed({"version": 1, "trainer": {"policy": policy}})
+        assert (models_of(spec)["policy"].shape is not None) is on
 
 
 def test_model_config_kwargs_override_the_config(tmp_path):
