@@ -59,23 +59,29 @@ def test_local_example_learns(tmp_path, run_env):
     assert (tmp_path / "runs" / "local-cpu-grpo" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-# Estimators and losses taken from verl and SkyRL through the whole run: one of each path a new card takes (the engine's
-# log-probs handed to the loss, a sequence-level ratio, an estimator whitening over the batch, a greedy baseline
-# response per prompt that the generator samples and the environment scores). Their math is held to
-# the peers' by tests/runtime/test_peer_algorithms.py; whether each of them learns is bench/algorithm_learning.py's.
-# An entry is one override, or several separated by spaces (named by the first one's value): verl's bypass mode with
-# its sequence TIS weight and a token rejection mode, each computed in the loss against the current policy.
+# Every estimator, policy loss, reduction and correction taken from verl, SkyRL and AReaL trains the local example two
+# steps through the whole run, several to a run (a run has one estimator): the engine's log-probs handed to the loss,
+# sequence-level ratios, estimators whitening over the batch or reading the policy's sum of squared probabilities, a
+# greedy baseline response per prompt, mini-batch reductions the driver weighs, rows drawn again (PF-PPO), batches
+# drawn per environment, masks and weights against the engine (verl's rollout correction, bypass mode, M2PO). Their
+# math is held to the peers' by tests/runtime/test_peer_algorithms.py; whether each learns is
+# bench/algorithm_learning.py's. An entry is overrides separated by spaces, named by the first one's value.
+_A, _OPC = "trainer.algorithm", "trainer.algorithm.off_policy_correction"
 PEER_ALGORITHMS = [
-    "trainer.algorithm.policy_loss_type=dppo",
-    "trainer.algorithm.policy_loss_type=geo_mean",
-    "trainer.algorithm.advantage_estimator=gdpo",
+    f"{_A}.policy_loss_type=dppo {_A}.advantage_estimator=opo {_A}.loss_reduction=token_mean_legacy",
+    f"{_A}.policy_loss_type=geo_mean {_A}.advantage_estimator=grpo_passk {_A}.pf_ppo.reweight_method=pow",
+    f"{_A}.advantage_estimator=gdpo {_A}.policy_loss_type=dro {_A}.dro.beta=0.1 trainer.use_hybrid_env_sampling=true "
+    "trainer.min_samples_per_env=1",
     # the driver weighs the mini-batch for the ranks (mini_batch_weights): SkyRL's prompt_mean
-    "trainer.algorithm.loss_reduction=prompt_mean",
-    "trainer.algorithm.advantage_estimator=remax",
-    "trainer.algorithm.policy_loss_type=bypass trainer.algorithm.bypass.loss_type=reinforce "
-    "trainer.algorithm.off_policy_correction.tis_ratio_type=sequence "
-    "trainer.algorithm.off_policy_correction.rejection_sampling=[token_k3] "
-    "trainer.algorithm.off_policy_correction.rejection_threshold_high=[0.5]",
+    f"{_A}.loss_reduction=prompt_mean {_A}.advantage_estimator=reinforce_plus_plus_baseline {_OPC}.m2po_threshold=0.01",
+    f"{_A}.advantage_estimator=remax {_A}.policy_loss_type=dppo_tv {_A}.reward_clip=0.5",
+    f"{_A}.policy_loss_type=bypass {_A}.bypass.loss_type=reinforce {_A}.advantage_estimator=rloo_verl "
+    f"{_OPC}.tis_ratio_type=sequence {_OPC}.rejection_sampling=[token_k3] {_OPC}.rejection_threshold_high=[0.5]",
+    f"{_A}.advantage_estimator=optimal_token_baseline {_A}.policy_loss_type=dppo_kl",
+    f"{_A}.advantage_estimator=tir_optimal_token_baseline {_OPC}.tis_ratio_type=token "
+    f"{_OPC}.rejection_sampling=[seq_mean_k3] {_OPC}.rejection_threshold_high=[0.5]",
+    f"{_A}.advantage_estimator=gpg {_A}.policy_loss_type=gpg",
+    f"{_A}.advantage_estimator=reinforce++_verl {_A}.policy_loss_type=bypass",
 ]
 
 
@@ -89,10 +95,10 @@ def test_peer_algorithm_trains_the_local_example(tmp_path, run_env, setting):
     metrics = _metrics(tmp_path)
     assert len(metrics) == steps
     assert all(m["grad_norm"] == m["grad_norm"] and abs(m["policy_loss"]) < 1e3 for m in metrics), metrics
-    if setting.endswith("=remax"):  # each step's greedy responses were scored: their mean reward is reported
+    if "advantage_estimator=remax" in setting:  # each step's greedy responses were scored: their mean is reported
         assert all(0.0 <= m["greedy_reward"] <= 1.0 for m in metrics), metrics
 
-    if "bypass" in setting:  # the correction ran in the loss, not in scoring
+    if "rejection_sampling=[token_k3]" in setting:  # bypass mode: the correction ran in the loss, not in scoring
         assert all("rejection_token_k3_token_fraction" in m and "rejected_fraction" in m for m in metrics), metrics
 
 
