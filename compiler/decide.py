@@ -381,6 +381,7 @@ def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan) -
         vllm=vllm_args(spec, device, [e.index for e in plan.engines]) if backend == "vllm" else None,
         sleep_level=1 if sync_adapters else 2,
         prompt_cache_bytes=MULTI_TURN_PROMPT_CACHE_BYTES if backend == "hf" and spec.generator.max_turns > 1 else 0,
+        language_model_only=bool(ie.language_model_only),
     )
 
 

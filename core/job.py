@@ -126,6 +126,8 @@ class EngineSettings:
     # adapter sync: only the adapters come back, the base weights must stay).
     sleep_level: int = 2
     prompt_cache_bytes: int = 0  # hf engines, multi-turn: a turn's prompts' keys and values kept for the next turn
+    # generator.inference_engine.language_model_only: a multimodal checkpoint's text model only
+    language_model_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,7 @@ def _start_hf(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
             cpu_slots_per_node=es.cpu_slots_per_node,
             lora=c.sections.lora if es.adapter_sync else None,
             prompt_cache_bytes=es.prompt_cache_bytes,
-            language_model_only=c.job.spec.generator.inference_engine.language_model_only,
+            language_model_only=es.language_model_only,
         )
     )
     return engine, 1
@@ -303,7 +303,7 @@ def _start_vllm(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
         es.vllm,
         model=c.policy_path,
         engine=c.plan.engines.index(e),
-        language_model_only=c.job.spec.generator.inference_engine.language_model_only,
+        language_model_only=es.language_model_only,
     )
     env = {**c.engine_env(), **es.vllm.env}
     if e.workers > 1:  # vLLM's Ray executor starts one worker per bundle, the ones named here
