@@ -706,6 +706,8 @@ def chat_template_name_known(c: Context):
     "trainer.policy.language_model_only",
     f"{IE}.language_model_only",
     "trainer.ref.language_model_only",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
 )
 def language_model_only_alike(c: Context):
     # SkyRL asserts it: the engines serve, and the reference model scores, the model the policy trains
