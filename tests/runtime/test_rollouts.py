@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from rlc.runtime.rollouts import Synchronous, environment_of, hybrid_plan
-from rlc.runtime.run_error import RunError
+
+pytest.importorskip("torch")  # rlc.runtime.rollouts hands out rlc.runtime.batch's rows
+
+from rlc.runtime.rollouts import Synchronous, environment_of, hybrid_plan  # noqa: E402
+from rlc.runtime.run_error import RunError  # noqa: E402
 
 
 def _rows(sizes: dict[str, int]) -> list[tuple[dict, list[int]]]:
