@@ -84,11 +84,22 @@ class StopSignals:
 
     @contextlib.contextmanager
     def abandonable(self) -> Iterator[None]:
-        """A span a signal may cut short at once (nothing in it changes the state a checkpoint holds)."""
+        """A span a signal may cut short at once (nothing in it changes the state a checkpoint holds).
+
+        `Stopped` is raised wherever the main thread is when the signal comes, and code that was interrupted may turn
+        it into an error of its own on the way out (`threading.Thread.start` cut short between starting the thread
+        and recording it raises a KeyError): once a stop was asked for, whatever leaves the span is that stop, the
+        error it became chained to it for RLC_DEBUG."""
         self.check()
         self._abandonable = True
         try:
             yield
+        except Stopped:
+            raise
+        except BaseException as exc:
+            if self.requested is None:
+                raise
+            raise Stopped(self.requested) from exc
         finally:
             self._abandonable = False
 

@@ -29,6 +29,24 @@ def test_a_signal_stops_an_abandonable_span_at_once(signum, code):
     assert signal.getsignal(signum) is before  # the handlers are the caller's again
 
 
+def test_an_error_the_interrupted_code_makes_of_the_stop_is_the_stop():
+    """The signal's exception lands wherever the main thread is; code it interrupts may raise another on the way out
+    (`Thread.start` cut short raised `KeyError: <Thread ...>` in CI): the span still ends as the stop."""
+    with StopSignals(60, lambda: "nowhere") as stop:
+        with pytest.raises(Stopped) as stopped, stop.abandonable():
+            try:
+                _signal_self(signal.SIGINT)
+            except Stopped:
+                raise KeyError("a library's state, half updated when the signal came") from None
+        assert stopped.value.exit_code == 130
+        assert isinstance(stopped.value.__cause__, KeyError)
+
+
+def test_an_error_in_an_abandonable_span_without_a_signal_is_that_error():
+    with StopSignals(60, lambda: "nowhere") as stop, pytest.raises(KeyError), stop.abandonable():
+        raise KeyError("a real failure")
+
+
 def test_outside_an_abandonable_span_the_work_finishes_and_the_next_check_stops():
     with StopSignals(60, lambda: "nowhere") as stop:
         _signal_self(signal.SIGTERM)
