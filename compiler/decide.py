@@ -35,9 +35,11 @@ from rlc.core.runtime_facts import MULTI_TURN_PROMPT_CACHE_BYTES, off_policy_sec
 
 # vLLM's accepted `max_lora_rank` values (a Literal of EngineArgs in vLLM 0.30; a vllm_api test compares).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# vLLM 0.30 on a CPU: the KV cache's block (CpuPlatform sets 128 tokens unless the user chose one), and the KV cache of
-# a model rlc cannot size (a hub id not downloaded yet): 1 GiB, what engine_init_kwargs.kv_cache_memory_bytes overrides.
-CPU_KV_BLOCK_TOKENS = 128
+# vLLM 0.30 on a CPU: the KV cache's block, and the KV cache of a model rlc cannot size (a hub id not downloaded yet):
+# 1 GiB, what engine_init_kwargs.kv_cache_memory_bytes overrides. CpuPlatform takes 128-token blocks unless told; rlc
+# asks for 32 (the smallest its attention kernels take): prefix caching shares only whole blocks, and a group's samples
+# share their prompt's KV cache only when the prompt fills at least one block.
+CPU_KV_BLOCK_TOKENS = 32
 CPU_KV_UNKNOWN_MODEL_BYTES = 1 << 30
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 STRATEGY_NAMES = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
@@ -448,6 +450,7 @@ def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
         rope_scaling=dict(g.rope_scaling) if g.rope_scaling else None,
         rope_theta=float(g.rope_theta) if g.rope_theta is not None else None,
         kv_cache_memory_bytes=cpu_kv_cache_bytes(spec, len(engine_indices)) if device == "cpu" else None,
+        block_size=CPU_KV_BLOCK_TOKENS if device == "cpu" else None,
         init_kwargs=dict(ie.engine_init_kwargs or {}),
         # The engine core runs in the actor's process: scheduling is deterministic and no serialization stands
         # between the actor and its workers.

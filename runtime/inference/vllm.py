@@ -65,6 +65,8 @@ def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0, language_model
         kwargs["enable_sleep_mode"] = True
     if args.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = args.kv_cache_memory_bytes
+    if args.block_size is not None:
+        kwargs["block_size"] = args.block_size
     if args.rope_scaling or args.rope_theta is not None:
         # vLLM 0.30 has no rope arguments; a callable override edits the config before vLLM checks its RoPE.
         kwargs["hf_overrides"] = functools.partial(
@@ -108,7 +110,7 @@ def sampling_kwargs(sampling: Sampling, n: int, seed: int | None, additional_kwa
         "repetition_penalty": sampling.repetition_penalty,
         "stop": list(sampling.stop) or None,
         "logprobs": 0 if sampling.logprobs else None,  # 0: the sampled token's alone
-        "seed": seed,  # the i-th of the n samples uses seed + i (vLLM's parallel sampling)
+        "seed": seed,  # None: the engine's generator (rlc seeds the call); else sample i of n uses seed + i
         "detokenize": bool(sampling.stop),  # stop strings need the text; the driver reads token ids only
     }
     kwargs.update(additional_kwargs or {})
@@ -206,14 +208,14 @@ class VLLMEngine:
         # vLLM 0.30 refuses n > 1 with greedy sampling: send such a prompt n times, one sample each.
         copies = n if sampling.temperature == 0 else 1
         per_request = n // copies
-        # Samples of prompt i use seeds seed + i*n ... seed + i*n + n - 1 (vLLM gives sample k of a request seed + k).
-        params = [
-            self._vllm.SamplingParams(
-                **sampling_kwargs(sampling, per_request, (seed + i * n + j * per_request) % 2**63, extra)
-            )
-            for i in range(len(prompts))
-            for j in range(copies)
-        ]
+        # The call is seeded, not each sample: the workers' sampling generator starts from `seed` (the hf engine's
+        # meaning: the same call gives the same samples). A seed per request would make vLLM draw every seeded row's
+        # noise on its own, row by row at each step, which cost more than the whole decode on a CPU; a seed in
+        # additional_kwargs still seeds each request (applied last).
+        self._rpc("rlc_seed", seed % 2**63)
+        params = [self._vllm.SamplingParams(**sampling_kwargs(sampling, per_request, None, extra))] * (
+            len(prompts) * copies
+        )
         requests = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompts for _ in range(copies)]
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora_request)
         flat = [c for group in completions(outputs, sampling.logprobs) for c in group]

@@ -71,6 +71,11 @@ class WeightSyncExtension:
             raise ValueError(f"{method!r} is not an rlc worker method callable over HTTP")
         return getattr(self, method)(*args)
 
+    def rlc_seed(self, seed: int) -> None:
+        """Start the worker's random generators from `seed`: vLLM samples unseeded requests from them, in the order it
+        schedules them, so a call made again with its seed samples the same."""
+        torch.manual_seed(seed)
+
     def rlc_load_safetensors(self, data: str) -> int:
         """Load a full state dict sent as base64 safetensors bytes (weights over vLLM's HTTP server)."""
         return self.rlc_load_weights(load(base64.b64decode(data)))

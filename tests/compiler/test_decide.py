@@ -279,7 +279,7 @@ CPU_VLLM = {
     "trainer.train_batch_size": 16,
     "generator.n_samples_per_prompt": 8,
     "trainer.max_prompt_length": 32,
-    "generator.sampling_params.max_generate_length": 2,  # 34 tokens: one block of 128
+    "generator.sampling_params.max_generate_length": 2,  # 34 tokens: two blocks of 32
     "trainer.eval_interval": -1,
     "trainer.eval_before_train": False,
     "generator.inference_engine.model_dtype": "float32",
@@ -289,12 +289,12 @@ CPU_VLLM = {
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        # a step's 16 x 8 rollouts at once, a block each, and vLLM's null block
-        ({}, (128 + 1) * 128 * 512),
-        ({"generator.inference_engine.model_dtype": "bfloat16"}, (128 + 1) * 128 * 256),
-        ({"trainer.max_prompt_length": 200}, (128 * 2 + 1) * 128 * 512),  # 202 tokens: two blocks
-        ({"trainer.eval_interval": 5, "trainer.eval_batch_size": 512}, (512 + 1) * 128 * 512),  # evaluation's batch
-        ({"generator.inference_engine.max_num_seqs": 64}, (64 + 1) * 128 * 512),  # vLLM runs at most that many
+        # a step's 16 x 8 rollouts at once, two blocks each, and vLLM's null block
+        ({}, (128 * 2 + 1) * 32 * 512),
+        ({"generator.inference_engine.model_dtype": "bfloat16"}, (128 * 2 + 1) * 32 * 256),
+        ({"trainer.max_prompt_length": 200}, (128 * 7 + 1) * 32 * 512),  # 202 tokens: seven blocks
+        ({"trainer.eval_interval": 5, "trainer.eval_batch_size": 512}, (512 * 2 + 1) * 32 * 512),  # evaluation's batch
+        ({"generator.inference_engine.max_num_seqs": 64}, (64 * 2 + 1) * 32 * 512),  # vLLM runs at most that many
         ({"trainer.policy.model.path": "org/model"}, 1 << 30),  # a model rlc cannot size
     ],
 )
@@ -302,6 +302,7 @@ def test_a_cpu_vllm_engine_gets_a_kv_cache_for_its_batch_and_no_sleep_mode(extra
     args = _decisions(device="CPU", extra={**CPU_VLLM, **extra}).engines.vllm
     assert args is not None
     assert args.kv_cache_memory_bytes == expected
+    assert args.block_size == 32  # prefix caching shares whole blocks: a group's prompt of 32 tokens or more
     assert not args.enable_sleep_mode  # colocated, but vLLM has no sleep mode on a CPU (nothing to hand over)
     assert args.dtype == ("bfloat16" if "generator.inference_engine.model_dtype" in extra else "float32")
 

@@ -218,13 +218,46 @@ def test_n_samples_per_prompt_within_max_tokens_reproducible_by_seed(engine, pro
     assert [[c.token_ids for c in g] for g in other] != [[c.token_ids for c in g] for g in out]
 
 
-def test_each_sample_of_each_prompt_is_seeded_on_its_own(engine, prompts):
-    """Sample k of prompt i draws with seed + i * n + k: a prompt samples the same wherever it sits in a batch."""
+def test_a_call_is_seeded_and_its_samples_differ(engine, prompts):
+    """The call is seeded (the hf engine's meaning), not each sample: the same call again samples the same, another
+    seed otherwise, and the samples of one prompt differ from each other."""
     s = sampling(max_generate_length=6, temperature=1.5)
-    both = generate(engine, [prompts[0], prompts[0]], s, n=2, seed=100)
-    alone = generate(engine, [prompts[0]], s, n=2, seed=102)
-    assert [c.token_ids for c in both[1]] == [c.token_ids for c in alone[0]]
-    assert len({tuple(c.token_ids) for group in both for c in group}) == 4
+    out = generate(engine, [prompts[0], prompts[0]], s, n=2, seed=100)
+    assert len({tuple(c.token_ids) for group in out for c in group}) == 4
+    assert [[c.token_ids for c in g] for g in generate(engine, [prompts[0], prompts[0]], s, n=2, seed=100)] == [
+        [c.token_ids for c in g] for g in out
+    ]
+
+
+def test_a_groups_samples_share_their_prompts_kv_cache(engine, model):
+    """Prefix caching with the compiler's 32-token blocks: the n samples of a prompt of 36 tokens compute its whole
+    block once (vLLM finds a block scheduled earlier in the same step), where 128-token blocks (vLLM's CPU default)
+    would compute the whole prompt for every sample."""
+
+    def scheduled_tokens(engine, prompts, sampling, n):  # runs in the actor
+        executor = engine.llm.llm_engine.engine_core.engine_core.model_executor
+        tokens, run = [], executor.execute_model
+
+        def counted(scheduler_output, *args, **kwargs):
+            tokens.append(scheduler_output.total_num_scheduled_tokens)
+            return run(scheduler_output, *args, **kwargs)
+
+        executor.execute_model = counted
+        try:
+            engine.generate(prompts, sampling, n)
+        finally:
+            executor.execute_model = run
+        return tokens
+
+    tok, n = model[1], 4
+    prompt = tok(" ".join(f"item{i}" for i in range(200)), add_special_tokens=False).input_ids[:36]
+    assert len(prompt) == 36  # and 2 new tokens: within the engine's 40
+    s = sampling(max_generate_length=2, additional_kwargs={"ignore_eos": True})
+    ray.get(engine.reset_prefix_cache.remote())
+    first, *rest = ray.get(engine.__ray_call__.remote(scheduled_tokens, [prompt], s, n))
+    # the first sample's 36 tokens, then 36 - 32 for each other; each sample's second token on the next pass
+    assert first == 36 + (n - 1) * (36 - 32), first
+    assert rest == [n]
 
 
 @pytest.mark.parametrize(

@@ -341,6 +341,10 @@ class _SleepyLLM:
         self.calls.append(("reset_prefix_cache",))
         return True
 
+    def collective_rpc(self, method, args=()):
+        self.calls.append(("collective_rpc", method, *args))
+        return [None]
+
 
 def test_engine_refuses_to_generate_until_awake_and_resets_the_cache_around_sleep(monkeypatch):
     module = types.ModuleType("vllm")
@@ -354,7 +358,8 @@ def test_engine_refuses_to_generate_until_awake_and_resets_the_cache_around_slee
     with pytest.raises(RuntimeError, match="asleep"):
         engine.generate([[1]], _sampling())
     engine.wake_up(["kv_cache"])
-    assert len(engine.generate([[1]], _sampling())) == 1
+    assert len(engine.generate([[1]], _sampling(), seed=9)) == 1
+    assert engine.llm.calls[-1] == ("collective_rpc", "rlc_seed", 9)  # the workers' generator seeded for the call
 
 
 # -- against vLLM's own classes (vllm_api) ----------------------------------------------------------------------
