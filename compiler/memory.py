@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable
 from dataclasses import field
 
+from rlc.compiler.megatron_adapters import RankAdapters, stage_adapters
 from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
 from rlc.compiler.plan import node_ranges
 from rlc.compiler.roles import critic_on, ref_on
@@ -315,9 +316,11 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     opt = mc.optimizer_config_kwargs or {}
     distributed = bool(opt.get("use_distributed_optimizer", True))
     offload = float(opt.get("optimizer_offload_fraction", 0.0)) if opt.get("optimizer_cpu_offload") else 0.0
-    dense_state = -(-body // tp) * 12 // (dp if distributed else 1)
-    expert_state = -(-experts // (ep * etp)) * 12 // (edp if distributed else 1)
-    state = {"weights": b * local}
+    # What trains: the whole stage, or with LoRA its adapters alone (the frozen base has no gradients or state).
+    trained = megatron_trained(spec, role, shape, stage_layers, body, experts)
+    dense_state = trained.dense * 12 // (dp if distributed else 1)
+    expert_state = trained.experts * 12 // (edp if distributed else 1)
+    state = {"weights": b * (local + (trained.total if trained.adapters else 0))}
     optimizer = {} if role == "ref" else {"optimizer": int((dense_state + expert_state) * (1 - offload))}
     full, response = _lengths(spec, fraction)
     tc = mc.transformer_config_kwargs or {}
@@ -332,7 +335,7 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
             act = tokens * (saved * inflight)
         else:
             act = tokens * per_layer
-        grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local
+        grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * trained.total
         # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
         logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, fp32_output=b != 4)
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
@@ -343,6 +346,23 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
         transient(int(t.micro_train_batch_size_per_gpu), True) if role != "ref" else {},
         transient(int(t.micro_forward_batch_size_per_gpu), False),
     )
+
+
+def megatron_trained(spec, role: str, shape: ModelShape, stage_layers: int, body: int, experts: int) -> RankAdapters:
+    """The parameters one Megatron rank trains (dense and expert parts): its share of the stage's `body` and
+    `experts`, or its LoRA adapters when the role trains LoRA (flagged `adapters`)."""
+    cfg = getattr(spec.trainer, role)
+    mc = cfg.megatron_config
+    tp, ep = int(mc.tensor_model_parallel_size), int(mc.expert_model_parallel_size)
+    etp = int(mc.expert_tensor_parallel_size or tp)
+    lora = cfg.model.lora if role != "ref" and hasattr(cfg.model, "lora") else None
+    if lora is None or int(lora.rank) <= 0:
+        return RankAdapters(-(-body // tp), -(-experts // (ep * etp)), adapters=False)
+    lc = mc.lora_config
+    return stage_adapters(
+        shape, int(lora.rank), lora.target_modules, lora.exclude_modules, lc.lora_type, stage_layers, tp, ep, etp,
+        bool(lc.experts_shared_outer_loras),
+    )  # fmt: skip
 
 
 def engine_weights(spec, shape: ModelShape) -> int:
