@@ -310,14 +310,16 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
         shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding
     )
     experts = stage_layers * expert_layer * shape.moe_layers // max(shape.layers, 1)
-    local = -(-body // tp) + -(-experts // (ep * etp))
+    replicated = tp_replicated(shape, stage_layers, last_stage=pp == 1)
+    dense = -(-(body + (shape.hidden if pp == 1 else 0) - replicated) // tp) + replicated
+    local = dense + -(-experts // (ep * etp))
     dp = max(world // (tp * pp * cp), 1)
     edp = max(world // (pp * ep * etp), 1)
     opt = mc.optimizer_config_kwargs or {}
     distributed = bool(opt.get("use_distributed_optimizer", True))
     offload = float(opt.get("optimizer_offload_fraction", 0.0)) if opt.get("optimizer_cpu_offload") else 0.0
     # What trains: the whole stage, or with LoRA its adapters alone (the frozen base has no gradients or state).
-    trained = megatron_trained(spec, role, shape, stage_layers, body, experts)
+    trained = megatron_trained(spec, role, shape, stage_layers, dense, -(-experts // (ep * etp)))
     dense_state = trained.dense * 12 // (dp if distributed else 1)
     expert_state = trained.experts * 12 // (edp if distributed else 1)
     state = {"weights": b * (local + (trained.total if trained.adapters else 0))}
@@ -348,16 +350,24 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     )
 
 
-def megatron_trained(spec, role: str, shape: ModelShape, stage_layers: int, body: int, experts: int) -> RankAdapters:
-    """The parameters one Megatron rank trains (dense and expert parts): its share of the stage's `body` and
-    `experts`, or its LoRA adapters when the role trains LoRA (flagged `adapters`)."""
+def tp_replicated(shape: ModelShape, stage_layers: int, last_stage: bool) -> int:
+    """Parameters of a stage every tensor-parallel rank holds whole: the norms (and query/key norms), each expert
+    layer's router, and the last stage's final norm."""
+    per_layer = shape.norms_per_layer * shape.hidden + 2 * shape.head_dim * shape.qk_norm
+    routers = stage_layers * shape.moe_layers // max(shape.layers, 1) * shape.hidden * shape.experts
+    return stage_layers * per_layer + routers + (shape.hidden if last_stage else 0)
+
+
+def megatron_trained(spec, role: str, shape: ModelShape, stage_layers: int, dense: int, experts: int) -> RankAdapters:
+    """The parameters one Megatron rank trains (dense and expert parts): its own `dense` and `experts`, or its LoRA
+    adapters when the role trains LoRA (flagged `adapters`)."""
     cfg = getattr(spec.trainer, role)
     mc = cfg.megatron_config
     tp, ep = int(mc.tensor_model_parallel_size), int(mc.expert_model_parallel_size)
     etp = int(mc.expert_tensor_parallel_size or tp)
     lora = cfg.model.lora if role != "ref" and hasattr(cfg.model, "lora") else None
     if lora is None or int(lora.rank) <= 0:
-        return RankAdapters(-(-body // tp), -(-experts // (ep * etp)), adapters=False)
+        return RankAdapters(dense, experts, adapters=False)
     lc = mc.lora_config
     return stage_adapters(
         shape, int(lora.rank), lora.target_modules, lora.exclude_modules, lc.lora_type, stage_layers, tp, ep, etp,
