@@ -5,8 +5,10 @@ has the derivation, the margins and the published jobs it is checked against):
 - fsdp2: fp32 parameters, gradients and AdamW's two moments, sharded over the role's shard group (fsdp_size, or
   the world); the working copies FSDP gathers in the compute dtype (the root's embeddings and head, two layers);
   cpu_offload keeps the sharded state on the CPU. LoRA trains (and keeps gradients and moments of) the adapters.
-- megatron: compute-dtype weights split over tp x pp (experts over ep x etp), fp32 main gradients, and the
-  distributed optimizer's fp32 master copy and moments split over the data-parallel ranks.
+- megatron: compute-dtype weights split over tp x pp (experts over ep x etp; norms and routers whole on each tp
+  rank), fp32 main gradients, and the distributed optimizer's fp32 master copy and moments split over the
+  data-parallel ranks (the experts' over the expert data-parallel ranks). LoRA: gradients, master copy and moments of
+  the adapters alone (docs/memory.md), the frozen base's weights only.
 - activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
   input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the positions that predict a response
   token; megatron: of every token, upcast to float32), whose gradient is written over them in training, plus the
