@@ -4,9 +4,10 @@ and optimizer state when the base is frozen.
 rlc's Megatron LoRA (runtime/workers/megatron_lora.py) wraps a decoder layer's fused linear layers: `lora` puts one
 A and one B on a layer, `canonical_lora` one pair per Hugging Face projection it fuses, `dora` adds a magnitude per
 output row. A column-parallel layer keeps A whole and splits B's rows over the tensor group; a row-parallel layer
-splits A's columns and keeps B whole. The routed experts of a mixture of experts get a pair per expert (as SkyRL's
-and AReaL's Megatron-Bridge LoRA give them), split with the experts over the expert-parallel ranks;
-`experts_shared_outer_loras` shares the fc1 A and fc2 B of a layer's experts.
+splits A's columns and keeps B whole. rlc's worker trains no mixture of experts yet; for one the routed experts are
+counted with a pair per expert (SkyRL 0.4's Megatron LoRA, whose `experts_shared_outer_loras` shares the fc1 A and
+fc2 B of a layer's experts), split with the experts over the expert-parallel ranks: the larger of the ways a
+Megatron LoRA may adapt experts, so the estimate errs on the side of memory.
 """
 
 from __future__ import annotations
