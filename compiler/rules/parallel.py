@@ -341,17 +341,25 @@ def megatron_heads_divide_by_tensor_parallel(c: Context):
 # -- pipeline stages and layers (model configs rlc can read) --------------------------------------------------
 
 
-def num_hidden_layers(path: object) -> int | None:
-    """The model's decoder layer count when rlc can read its config (a local directory, the Hugging Face cache, an
-    embedded `rlc:` model or rlc's table of common hub ids); None otherwise."""
+def config_count(path: object, *keys: str) -> int | None:
+    """The first positive whole number among `keys` of the model's config when rlc can read it (a local directory,
+    the Hugging Face cache, an embedded `rlc:` model or rlc's table of common hub ids); None otherwise."""
     # deferred: model_size's shape tables, only when a model's shape is checked
     from rlc.compiler.model_size import find_config
 
     if not isinstance(path, str) or not path:
         return None
-    config, _source, _note = find_config(path)
-    layers = (config or {}).get("num_hidden_layers")
-    return layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None
+    config = find_config(path)[0] or {}
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def num_hidden_layers(path: object) -> int | None:
+    """The model's decoder layer count when rlc can read its config."""
+    return config_count(path, "num_hidden_layers")
 
 
 @rule(
@@ -391,19 +399,8 @@ def megatron_pipeline_divides_layers(c: Context):
 
 
 def num_experts(path: object) -> int | None:
-    """The routed experts of a mixture-of-experts model whose config rlc can read (as `num_hidden_layers` finds it);
-    None for a dense model or an unreadable config."""
-    # deferred: model_size's shape tables, only when a model's shape is checked
-    from rlc.compiler.model_size import find_config
-
-    if not isinstance(path, str) or not path:
-        return None
-    config = find_config(path)[0] or {}
-    for key in ("num_experts", "num_local_experts", "n_routed_experts"):  # Qwen-MoE, Mixtral, DeepSeek
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    """The routed experts of a mixture-of-experts model whose config rlc can read; None for a dense model."""
+    return config_count(path, "num_experts", "num_local_experts", "n_routed_experts")  # Qwen-MoE, Mixtral, DeepSeek
 
 
 @rule(
