@@ -16,6 +16,10 @@ has the derivation and the published jobs it is held against):
   train_mfu of its GPUs.
 - train: 6 x params x tokens per update epoch (8 with gradient checkpointing: the forward runs twice), policy and
   critic, at train_mfu of their GPUs.
+- a Megatron mixture of experts adds, per expert layer and micro-batch of each data-parallel rank, its all-to-all
+  token exchanges over the expert-parallel group (two a forward, two a backward, two more with recompute; each
+  moe_exchange_ms plus its bytes over NVLink or the network) and its grouped GEMMs' reads of the local experts'
+  weights (memory-bound at a micro-batch's few rows): what such a job spends beyond its FLOPs.
 - weight sync: the engine's weights (its dtype) over the link the plan chose (CUDA IPC on the GPU itself, NVLink
   within a node, the network across nodes, gloo through host memory on a CPU).
 - call_overhead_ms: each call into the workers (generate, each forward, each mini-batch, weight sync) adds it; a
@@ -42,6 +46,7 @@ import math
 from dataclasses import field
 
 from rlc.compiler.memory import DTYPE_BYTES, MemoryEstimate, capacity, engine_weights
+from rlc.compiler.moe_time import megatron_moe_seconds
 from rlc.compiler.roles import critic_on, engine_gpus, ref_on
 from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
@@ -192,9 +197,22 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         forwards.append(("critic", critic))
         trains.append(("critic", critic))
     per_gpu = flops * e.train_mfu
-    fwd = sum(2 * n * shared / (per_gpu * role_gpus.get(r, 1)) + call for r, n in forwards)
+
+    def experts(role: str, rows: float, train: bool) -> float:
+        """What a Megatron role's expert layers add beyond FLOPs (exchanges, grouped GEMMs; compiler/moe_time.py)."""
+        info = models.get(role)
+        moe = info.shape if info is not None and info.shape is not None else shape
+        per_node = int(spec.cluster.gpus_per_node)
+        link = dev.link_gbs * 1e9
+        return megatron_moe_seconds(
+            spec, role, moe, role_gpus.get(role, 1), per_node, rows, n.prompt + n.after, train, bandwidth, link
+        )
+
+    moe_fwd = sum(experts(r, rows, False) for r, _ in forwards)
+    fwd = sum(2 * n * shared / (per_gpu * role_gpus.get(r, 1)) + call for r, n in forwards) + moe_fwd
     names = ", ".join(r for r, _ in forwards) or "none: one optimizer step per batch reuses the engine's rows"
-    phases.append(Phase("log-prob forwards", fwd, f"2 x params x {shared} tokens for {names}" + _calls(call, forwards)))
+    how = f"2 x params x {shared} tokens for {names}" + _moe_how(moe_fwd)
+    phases.append(Phase("log-prob forwards", fwd, how + _calls(call, forwards)))
     factor = 8 if t.gradient_checkpointing else 6
     epochs = int(t.update_epochs_per_batch)
     minis = {
@@ -207,10 +225,13 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         factor * n * train_tokens * epochs * kept.get(r, 1) / (per_gpu * role_gpus.get(r, 1)) for r, n in trains
     )
     train += call * sum(k for _, k in calls)
+    moe_train = sum(experts(r, rows * epochs * kept.get(r, 1), True) for r, _ in trains)
+    train += moe_train
     how = f"{factor} x {params / 1e9:.3g}B params x {train_tokens} tokens x {epochs} epoch(s)"
     if kept["policy"] < 1:
         source = "expected" if e.inert_fraction is None else "estimate.inert_fraction"
         how += f" x {kept['policy']:.3g} of the policy's rows (the rest inert, {source})"
+    how += _moe_how(moe_train)
     phases.append(Phase("train", train, how + _calls(call, calls)))
     phases.append(_weight_sync(spec, plan, shape, dev, bandwidth, e, call))
     outside = (
@@ -236,6 +257,7 @@ def estimate_time(spec, plan: Plan, memory: MemoryEstimate | None) -> TimeEstima
         **({"inert_fraction": round(inert(spec), 3)} if inert(spec) else {}),
         "train_mfu": e.train_mfu,
         "prefill_mfu": e.prefill_mfu,
+        **({"moe_exchange_ms": e.moe_exchange_ms} if moe_fwd or moe_train else {}),
         "bandwidth_use": e.bandwidth_use,
         "decode_step_overhead_ms": decode_ms,
         "step_overhead_s": overhead,
@@ -275,6 +297,10 @@ def expected_inert(spec) -> float:
     if a.use_kl_in_reward or a.advantage_batch_normalize or a.dynamic_sampling.type:
         return 0.0  # rewards less each row's KL differ; normalised advantages are not 0; resampled groups agree less
     return 2 / (n + 1)
+
+
+def _moe_how(seconds: float) -> str:
+    return f", + {duration(seconds)} of expert-layer exchanges and grouped GEMMs per micro-batch" if seconds else ""
 
 
 def _calls(call: float, calls: list) -> str:

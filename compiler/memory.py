@@ -5,8 +5,10 @@ has the derivation, the margins and the published jobs it is checked against):
 - fsdp2: fp32 parameters, gradients and AdamW's two moments, sharded over the role's shard group (fsdp_size, or
   the world); the working copies FSDP gathers in the compute dtype (the root's embeddings and head, two layers);
   cpu_offload keeps the sharded state on the CPU. LoRA trains (and keeps gradients and moments of) the adapters.
-- megatron: compute-dtype weights split over tp x pp (experts over ep x etp), fp32 main gradients, and the
-  distributed optimizer's fp32 master copy and moments split over the data-parallel ranks.
+- megatron: compute-dtype weights split over tp x pp (experts over ep x etp; norms and routers whole on each tp
+  rank), fp32 main gradients, and the distributed optimizer's fp32 master copy and moments split over the
+  data-parallel ranks (the experts' over the expert data-parallel ranks). LoRA: gradients, master copy and moments of
+  the adapters alone (docs/memory.md), the frozen base's weights only.
 - activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
   input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the positions that predict a response
   token; megatron: of every token, upcast to float32), whose gradient is written over them in training, plus the
@@ -28,6 +30,7 @@ import math
 from collections.abc import Callable
 from dataclasses import field
 
+from rlc.compiler.megatron_adapters import RankAdapters, stage_adapters
 from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
 from rlc.compiler.plan import node_ranges
 from rlc.compiler.roles import critic_on, ref_on
@@ -309,15 +312,19 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
         shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding
     )
     experts = stage_layers * expert_layer * shape.moe_layers // max(shape.layers, 1)
-    local = -(-body // tp) + -(-experts // (ep * etp))
+    replicated = tp_replicated(shape, stage_layers, last_stage=pp == 1)
+    dense = -(-(body + (shape.hidden if pp == 1 else 0) - replicated) // tp) + replicated
+    local = dense + -(-experts // (ep * etp))
     dp = max(world // (tp * pp * cp), 1)
     edp = max(world // (pp * ep * etp), 1)
     opt = mc.optimizer_config_kwargs or {}
     distributed = bool(opt.get("use_distributed_optimizer", True))
     offload = float(opt.get("optimizer_offload_fraction", 0.0)) if opt.get("optimizer_cpu_offload") else 0.0
-    dense_state = -(-body // tp) * 12 // (dp if distributed else 1)
-    expert_state = -(-experts // (ep * etp)) * 12 // (edp if distributed else 1)
-    state = {"weights": b * local}
+    # What trains: the whole stage, or with LoRA its adapters alone (the frozen base has no gradients or state).
+    trained = megatron_trained(spec, role, shape, stage_layers, dense, -(-experts // (ep * etp)))
+    dense_state = trained.dense * 12 // (dp if distributed else 1)
+    expert_state = trained.experts * 12 // (edp if distributed else 1)
+    state = {"weights": b * (local + (trained.total if trained.adapters else 0))}
     optimizer = {} if role == "ref" else {"optimizer": int((dense_state + expert_state) * (1 - offload))}
     full, response = _lengths(spec, fraction)
     tc = mc.transformer_config_kwargs or {}
@@ -332,7 +339,7 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
             act = tokens * (saved * inflight)
         else:
             act = tokens * per_layer
-        grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local
+        grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * trained.total
         # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
         logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, fp32_output=b != 4)
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
@@ -343,6 +350,31 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
         transient(int(t.micro_train_batch_size_per_gpu), True) if role != "ref" else {},
         transient(int(t.micro_forward_batch_size_per_gpu), False),
     )
+
+
+def tp_replicated(shape: ModelShape, stage_layers: int, last_stage: bool) -> int:
+    """Parameters of a stage every tensor-parallel rank holds whole: the norms (and query/key norms), each expert
+    layer's router, and the last stage's final norm."""
+    per_layer = shape.norms_per_layer * shape.hidden + 2 * shape.head_dim * shape.qk_norm
+    routers = stage_layers * shape.moe_layers // max(shape.layers, 1) * shape.hidden * shape.experts
+    return stage_layers * per_layer + routers + (shape.hidden if last_stage else 0)
+
+
+def megatron_trained(spec, role: str, shape: ModelShape, stage_layers: int, dense: int, experts: int) -> RankAdapters:
+    """The parameters one Megatron rank trains (dense and expert parts): its own `dense` and `experts`, or its LoRA
+    adapters when the role trains LoRA (flagged `adapters`)."""
+    cfg = getattr(spec.trainer, role)
+    mc = cfg.megatron_config
+    tp, ep = int(mc.tensor_model_parallel_size), int(mc.expert_model_parallel_size)
+    etp = int(mc.expert_tensor_parallel_size or tp)
+    lora = cfg.model.lora if role != "ref" and hasattr(cfg.model, "lora") else None
+    if lora is None or int(lora.rank) <= 0:
+        return RankAdapters(dense, experts, adapters=False)
+    lc = mc.lora_config
+    return stage_adapters(
+        shape, int(lora.rank), lora.target_modules, lora.exclude_modules, lc.lora_type, stage_layers, tp, ep, etp,
+        bool(lc.experts_shared_outer_loras),
+    )  # fmt: skip
 
 
 def engine_weights(spec, shape: ModelShape) -> int:

@@ -43,6 +43,22 @@ MEGATRON_LORA_LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+def megatron_lora_targets(target_modules: str, exclude_modules: str | None = None) -> list[str]:
+    """The Megatron layers (MEGATRON_LORA_LAYERS' keys) that get adapters, from PEFT-style target and exclude
+    module names: a layer is chosen by its own name, a projection it fuses, or all-linear."""
+
+    def names(spec: str | None) -> set[str]:
+        return {n.strip() for n in (spec or "").replace(",", " ").split() if n.strip()}
+
+    wanted, excluded = names(target_modules), names(exclude_modules)
+    out = []
+    for layer, (projections, _) in MEGATRON_LORA_LAYERS.items():
+        chosen = {p for p in projections if "all-linear" in wanted or p in wanted or layer in wanted} - excluded
+        if chosen and layer not in excluded:
+            out.append(layer)
+    return out
+
+
 def corrects_off_policy(
     tis_ratio_type: str | None,
     sequence_mask_metric: str | None,

@@ -51,6 +51,13 @@ class EstimateConfig:
         exclusive_minimum=0,
         maximum=1,
     )
+    moe_exchange_ms: float = setting(
+        6.0,
+        "Megatron mixture of experts: fixed cost of one all-to-all token exchange of an expert layer at a "
+        "micro-batch's few thousand tokens (the dispatcher waits for its token counts on the host); two a forward, two "
+        "a backward, per expert layer and micro-batch. Fitted to SkyRL's Qwen3-30B-A3B job (docs/estimate.md).",
+        minimum=0,
+    )
     prefill_mfu: float = setting(
         0.5, "Share of the peak FLOPs reached by the engines' prefill.", exclusive_minimum=0, maximum=1
     )

@@ -341,17 +341,25 @@ def megatron_heads_divide_by_tensor_parallel(c: Context):
 # -- pipeline stages and layers (model configs rlc can read) --------------------------------------------------
 
 
-def num_hidden_layers(path: object) -> int | None:
-    """The model's decoder layer count when rlc can read its config (a local directory, the Hugging Face cache, an
-    embedded `rlc:` model or rlc's table of common hub ids); None otherwise."""
+def config_count(path: object, *keys: str) -> int | None:
+    """The first positive whole number among `keys` of the model's config when rlc can read it (a local directory,
+    the Hugging Face cache, an embedded `rlc:` model or rlc's table of common hub ids); None otherwise."""
     # deferred: model_size's shape tables, only when a model's shape is checked
     from rlc.compiler.model_size import find_config
 
     if not isinstance(path, str) or not path:
         return None
-    config, _source, _note = find_config(path)
-    layers = (config or {}).get("num_hidden_layers")
-    return layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None
+    config = find_config(path)[0] or {}
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def num_hidden_layers(path: object) -> int | None:
+    """The model's decoder layer count when rlc can read its config."""
+    return config_count(path, "num_hidden_layers")
 
 
 @rule(
@@ -387,6 +395,47 @@ def megatron_pipeline_divides_layers(c: Context):
             [f"trainer.{role}.model.path"],
             pp=pp,
             num_hidden_layers=layers,
+        )
+
+
+def num_experts(path: object) -> int | None:
+    """The routed experts of a mixture-of-experts model whose config rlc can read; None for a dense model."""
+    return config_count(path, "num_experts", "num_local_experts", "n_routed_experts")  # Qwen-MoE, Mixtral, DeepSeek
+
+
+@rule(
+    "RLC-E516",
+    "Megatron: expert_model_parallel_size divides the model's routed experts (readable model configs)",
+    "trainer.policy.megatron_config.expert_model_parallel_size",
+    "trainer.ref.megatron_config.expert_model_parallel_size",
+    "trainer.policy.model.path",
+    "trainer.ref.model.path",
+    "trainer.strategy",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
+)
+def megatron_experts_divide_by_expert_parallel(c: Context):
+    # Megatron-Core gives every expert-parallel rank the same number of whole experts (num_moe_experts % ep == 0).
+    if not c.megatron:
+        return
+    for role in ("policy", "ref"):
+        if role == "ref" and not ref_on(c.s):
+            continue
+        cfg = getattr(c.t, role)
+        ep, path = cfg.megatron_config.expert_model_parallel_size, cfg.model.path or c.t.policy.model.path
+        experts = num_experts(path)
+        if experts is None or not isinstance(ep, int) or isinstance(ep, bool) or ep <= 1 or experts % ep == 0:
+            continue
+        fits = [d for d in range(2, min(experts, 64) + 1) if experts % d == 0]
+        yield c.error(
+            "RLC-E516",
+            f"trainer.{role}.megatron_config.expert_model_parallel_size",
+            f"{path} has {experts} routed experts, not divisible by expert_model_parallel_size {ep}; Megatron-Core "
+            "gives every expert-parallel rank the same number of whole experts",
+            f"use an expert_model_parallel_size that divides {experts} ({', '.join(map(str, [1, *fits]))})",
+            [f"trainer.{role}.model.path"],
+            ep=ep,
+            num_experts=experts,
         )
 
 
@@ -523,6 +572,7 @@ RULES = (
     sequence_parallel_divides_heads,
     megatron_heads_divide_by_tensor_parallel,
     megatron_pipeline_divides_layers,
+    megatron_experts_divide_by_expert_parallel,
     vllm_pipeline_fits_layers,
     vllm_lora_rank_supported,
     megatron_lora_targets_known,

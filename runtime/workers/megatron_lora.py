@@ -18,25 +18,13 @@ from __future__ import annotations
 import math
 
 import torch
-from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
+from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS, megatron_lora_targets
 
 LAYERS = MEGATRON_LORA_LAYERS  # Megatron layer -> the projections it fuses and its parallel style
 LORA_TYPES = ("lora", "canonical_lora", "dora")
 
 
-def target_layers(target_modules: str, exclude_modules: str | None = None) -> list[str]:
-    """Megatron layer names that get adapters, from PEFT-style target/exclude module names."""
-
-    def names(spec: str | None) -> set[str]:
-        return {n.strip() for n in (spec or "").replace(",", " ").split() if n.strip()}
-
-    wanted, excluded = names(target_modules), names(exclude_modules)
-    out = []
-    for layer, (projections, _) in LAYERS.items():
-        chosen = {p for p in projections if "all-linear" in wanted or p in wanted or layer in wanted} - excluded
-        if chosen and layer not in excluded:
-            out.append(layer)
-    return out
+target_layers = megatron_lora_targets  # the compiler's memory model counts the same adapters
 
 
 def _init_a(weight: torch.Tensor, method: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT, run_rlc
 from rlc.compiler.importers.areal.importer import ImportRefused, areal_text, import_areal
 from rlc.compiler.load import document_from_text, load_document
-from rlc.compiler.pipeline import analyze_document
+from rlc.compiler.pipeline import analyze_document, compile_text
 from rlc.core.plain import plain_yaml
 
 FIXTURES = ROOT / "tests" / "fixtures" / "areal"
@@ -85,6 +85,24 @@ def test_every_areal_example_imports_to_a_spec_rlc_accepts_or_is_refused_by_name
     assert errors == ([HEAD_REFUSED_BY_RULE[name]] if name in HEAD_REFUSED_BY_RULE else []), [
         (d.code, d.message) for d in analysis.diagnostics if d.severity == "error"
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "ep", "etp"),
+    [("math_gsm8k_grpo_megatron_lora_moe.yaml", 1, None), ("tau2_config_30b_moe_airline.yaml", 4, 1)],
+)
+def test_areals_megatron_moe_configs_compile_with_their_expert_layout(name, ep, etp):
+    """AReaL's Megatron MoE configs keep the ffn part's expert sizes and fit their GPUs: the LoRA one (Qwen3-30B-A3B
+    on 6 GPUs) trains adapters only, so no GPU holds gradients or optimizer state for the frozen 30B base."""
+    result = compile_text(areal_text(name, _import_head(name)), "imported.yaml", env={})
+    assert not [d for d in result.diagnostics if d.severity == "error"], [d.message for d in result.diagnostics]
+    spec = result.analysis.spec
+    mc = spec.trainer.policy.megatron_config
+    assert (mc.expert_model_parallel_size, mc.expert_tensor_parallel_size) == (ep, etp)
+    assert result.memory is not None and result.memory.fits
+    if spec.trainer.policy.model.lora.rank:
+        trainer = [g for g in result.memory.gpus if "policy/weights" in g.parts]
+        assert trainer and all(g.parts["policy/optimizer"] < g.parts["policy/weights"] / 2 for g in trainer)
 
 
 def test_areal_asynchronous_jobs_import_as_rlc_asynchronous_jobs_on_areals_gpus():
@@ -220,6 +238,22 @@ def test_hybrid_moe_and_archon_allocations_keep_areals_gpus(tmp_path, areal, rlc
     assert not result.errors, [c.describe() for c in result.errors]
     assert result.spec["trainer.placement.allocation"] == rlc
     assert result.spec.get("trainer.policy.megatron_config.expert_tensor_parallel_size") == etp
+
+
+@pytest.mark.parametrize(
+    ("areal", "said"),
+    [
+        ("sglang:d4+megatron:(attn:d2p2t2|ffn:d2p2e4)", "attn part covers 8 GPUs (d x t x p x c) and the ffn part 16"),
+        ("sglang:d4+megatron:(attn:d1p4t2|ffn:d1p2e4)", "attn part has 4 pipeline stages and the ffn part 2"),
+    ],
+)
+def test_hybrid_moe_parts_must_cover_the_same_gpus(tmp_path, areal, said):
+    """Megatron-Core splits one world both ways (tp x cp x dp x pp = etp x ep x edp x pp): parts that disagree are
+    an import error naming both, not a layout that loses one of them."""
+    result = _import_with_allocation(tmp_path, areal)
+    assert "trainer.placement.allocation" not in result.spec
+    assert [c.old for c in result.errors] == ["allocation_mode"]
+    assert said in result.errors[0].reason
 
 
 def test_areals_cpu_example_imports_and_validates(tmp_path):

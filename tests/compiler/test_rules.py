@@ -579,6 +579,18 @@ CASES = {
               pipeline_model_parallel_size: 8  # <-
         """,
     ),
+    "RLC-E516": (
+        "trainer.policy.megatron_config.expert_model_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          placement: {policy_num_gpus_per_node: 6}
+          policy:
+            model: {path: Qwen/Qwen3-30B-A3B}
+            megatron_config:
+              expert_model_parallel_size: 3  # <-
+        """,
+    ),
     "RLC-E508": (
         "generator.inference_engine.pipeline_parallel_size",
         """

@@ -302,6 +302,10 @@ def _lora_rank(rank: int, world: int, port: int, q, model_path: str, out: str) -
         logp = worker.forward(batch)
         full = worker.full_state_dict()
         adapted = sum(isinstance(m, LoraLinear) for m in worker.gpt.modules())
+        params = list(worker.gpt.parameters())
+        grads = [p.main_grad for p in params if getattr(p, "main_grad", None) is not None]
+        opts = getattr(worker.optimizer, "chained_optimizers", None) or [worker.optimizer]
+        moments = [v for o in opts for s in o.optimizer.state.values() for k, v in s.items() if k.startswith("exp_avg")]
         if rank == 0:
             torch.save(full, f"{out}.{lora_type}")
         result[lora_type] = {
@@ -309,6 +313,9 @@ def _lora_rank(rank: int, world: int, port: int, q, model_path: str, out: str) -
             "trainable": trainable,
             "adapted": adapted,
             "grad_norm": metrics["grad_norm"],
+            "trainable_numel": sum(p.numel() for p in params if p.requires_grad),
+            "grad_bytes": sum(g.numel() * g.element_size() for g in grads),
+            "moment_bytes": sum(m.numel() * m.element_size() for m in moments),
         }
     q.put((rank, result))  # numpy: a tensor would be shared memory that dies with this process
     worker.shutdown()
@@ -350,6 +357,27 @@ def test_lora_model_is_its_merged_weights(lora_runs, tiny_model, lora_type):
     want = token_log_probs(logits[:, batch.prompt_len - 1 : -1], batch.response_ids, 1.0)
     real = batch.loss_mask.bool()
     torch.testing.assert_close(torch.from_numpy(got["logp"])[real], want[real], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lora_type", LORA_TYPES)
+def test_the_memory_estimate_trains_the_adapters_alone(lora_runs, tiny_model, lora_type):
+    """The memory estimate's Megatron LoRA is what each tp=2 rank holds: its adapters (per lora_type) are the
+    parameters that train, and only they get main gradients and Adam's moments; the frozen base has neither."""
+    from rlc.compiler.memory import megatron_cost
+    from rlc.compiler.model_size import model_info
+    from rlc.spec.model import default_model
+
+    shape = model_info(tiny_model).shape
+    policy = {"model": {"lora": {"rank": 4, "alpha": 8}}}
+    policy["megatron_config"] = {"tensor_model_parallel_size": 2, "lora_config": {"lora_type": lora_type}}
+    spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "policy": policy}})
+    cost = megatron_cost(spec, "policy", shape, 2)
+    for got in lora_runs[0].values():
+        mine = got[lora_type]
+        assert mine["trainable_numel"] < shape.params // 10
+        assert cost.train["grads"] == mine["grad_bytes"] == 4 * mine["trainable_numel"]  # fp32 main gradients
+        # Adam's two fp32 moments of each adapter, plus (on a GPU) the fp32 master copy of its bf16 weights
+        assert cost.optimizer["optimizer"] == 12 * mine["trainable_numel"] == 1.5 * mine["moment_bytes"]
 
 
 def test_the_compilers_megatron_lora_names_are_the_runtimes():

@@ -177,6 +177,22 @@ def _flat_moe(m: re.Match, imp: ArealImport, notes: list[str]) -> str:
     (and their own tensor-parallel size, when it differs, as the Megatron setting it is)."""
     attn, ffn = _dims(m.group(2)), _dims(m.group(3))
     experts = ffn.get("e", 1)
+    # Megatron-Core lays both out on one world: tp x cp x dp x pp (attention) = etp x ep x edp x pp (experts).
+    if attn.get("p", 1) != ffn.get("p", 1):
+        raise allocation.AllocationError(
+            allocation.DIMS,
+            f"the attn part has {attn.get('p', 1)} pipeline stages and the ffn part {ffn.get('p', 1)}",
+            m.start(),
+            "give both parts the same p: the experts sit in the attention layers' pipeline stages",
+        )
+    attn_gpus, ffn_gpus = (math.prod(dims.get(k, 1) for k in keys) for dims, keys in ((attn, "dtpc"), (ffn, "dtpe")))
+    if attn_gpus != ffn_gpus:
+        raise allocation.AllocationError(
+            allocation.DIMS,
+            f"the attn part covers {attn_gpus} GPUs (d x t x p x c) and the ffn part {ffn_gpus} (d x t x p x e)",
+            m.start(),
+            "make both parts cover the same GPUs: Megatron-Core splits one world both ways",
+        )
     if ffn.get("t", 1) != attn.get("t", 1):  # AReaL's ffn t is the experts' tensor-parallel size, 1 when omitted
         imp.put(
             "trainer.policy.megatron_config.expert_tensor_parallel_size",
@@ -198,20 +214,22 @@ def _archon(m: re.Match, notes: list[str]) -> str:
 
 
 def _placement(imp: ArealImport) -> str:
-    text, notes = _allocation_string(imp)
     strategy = str(imp.get("actor.backend") or "fsdp").split(":")[0]
-    if text is None:
-        imp.put("trainer.placement.colocate_all", False, reason="AReaL runs rollout and training on separate GPUs")
-        return strategy
+    text: str | None = None
     try:
+        text, notes = _allocation_string(imp)
+        if text is None:
+            imp.put("trainer.placement.colocate_all", False, reason="AReaL runs rollout and training on separate GPUs")
+            return strategy
         parsed = allocation.parse(text)
         per_node = imp.get("cluster.n_gpus_per_node")
         allocation.settings(parsed, "fsdp2", per_node if isinstance(per_node, int) and per_node > 0 else None)
     except allocation.AllocationError as exc:
         source = "allocation_mode" if imp.has("allocation_mode") else "actor.backend"
-        imp.drop(source, f"{exc.message} in {text!r}; set the placement by hand", "error")
+        where = f"in {text!r}" if text else f"({exc.hint})"
+        imp.drop(source, f"{exc.message} {where}; set the placement by hand", "error")
         imp.drop("rollout.backend", "part of the allocation")
-        if "+" in text and "|" not in text:
+        if text and "+" in text and "|" not in text:
             imp.put("trainer.placement.colocate_all", False, reason="AReaL runs rollout and training on separate GPUs")
         return strategy
     source = "allocation_mode" if imp.has("allocation_mode") else "rollout.backend"
