@@ -9,7 +9,6 @@ import importlib.util
 import json
 import sys
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
@@ -77,29 +76,6 @@ def test_a_local_directory_carries_only_what_changed(tiny_model, tmp_path):
     assert len(manifests[0]["payload_files"]) > 1  # max_file_bytes splits the first publish
     assert len(manifests[1]["tensors"]) == 2 and second["changed_tensors"] == 2
     assert manifests[2]["tensors"] == [] and manifests[2]["payload_files"] == []
-
-
-@pytest.fixture
-def s3_bucket(monkeypatch):
-    """A real S3 endpoint (moto's server on a free port) and an empty bucket; boto3 finds it by AWS_ENDPOINT_URL."""
-    pytest.importorskip("boto3")
-    server_mod = pytest.importorskip("moto.server")
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    for key, value in {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "rlc-test",
-        "AWS_SECRET_ACCESS_KEY": "rlc-test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    import boto3
-
-    bucket = f"rlc-sync-{uuid.uuid4().hex[:8]}"  # moto's buckets outlive its server, in this process
-    boto3.client("s3").create_bucket(Bucket=bucket)
-    yield f"s3://{bucket}/run-1"
-    server.stop()
 
 
 def test_an_s3_store_carries_the_weights(tiny_model, tmp_path, s3_bucket):
