@@ -18,6 +18,10 @@ class StoreError(RuntimeError):
 class Store(Protocol):
     uri: str
 
+    def check(self) -> None:
+        """Raise StoreError when the place cannot be written to: a run stops before its first step, not at its first
+        sync."""
+
     def put(self, name: str, data: bytes) -> None: ...
 
     def get(self, name: str) -> bytes: ...
@@ -44,6 +48,14 @@ class LocalStore:
     def __init__(self, uri: str):
         self.uri = uri
         self.root = Path(uri).expanduser()
+
+    def check(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create {self.uri}: {exc.strerror}") from None
+        if not os.access(self.root, os.W_OK):
+            raise StoreError(f"{self.uri} is not writable")
 
     def put(self, name: str, data: bytes) -> None:
         path = self.root / name
@@ -86,6 +98,14 @@ class S3Store:
         self.client: Any = boto3.client("s3")
         self.missing = self.client.exceptions.NoSuchKey
 
+    def check(self) -> None:
+        import botocore.exceptions  # deferred: with boto3
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise StoreError(f"cannot reach the bucket of {self.uri}: {exc}") from None
+
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
@@ -113,6 +133,14 @@ class GcsStore:
         self.uri = uri
         bucket, self.prefix = _bucket_and_prefix(uri)
         self.bucket: Any = storage.Client().bucket(bucket)
+
+    def check(self) -> None:
+        try:
+            found = self.bucket.exists()
+        except Exception as exc:  # google-api-core's errors, or the transport's
+            raise StoreError(f"cannot reach the bucket of {self.uri}: {exc}") from None
+        if not found:
+            raise StoreError(f"the bucket of {self.uri} does not exist")
 
     def _blob(self, name: str) -> Any:
         return self.bucket.blob(f"{self.prefix}/{name}" if self.prefix else name)

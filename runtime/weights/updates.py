@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from rlc.core.job import Decisions
 from rlc.core.plan import Plan
 from rlc.runtime.run_error import RunError
+from rlc.runtime.weights.storage import StoreError, open_store
 
 
 class Cluster(Protocol):
@@ -143,6 +144,16 @@ class Delta(Transport):
         super().__init__(cluster)
         assert self.sync.delta is not None  # the compiler gives transport delta its settings
         self.settings = dataclasses.asdict(self.sync.delta)
+
+    def join(self) -> None:
+        """Nothing to form; the store is checked from here before the first step (trainer rank 0 writes to it, the
+        engines read it: the same place, seen from each node)."""
+        try:
+            open_store(self.settings["sync_dir"]).check()
+        except StoreError as exc:
+            raise RunError(
+                f"delta weight sync (generator.inference_engine.delta_weight_sync.sync_dir): {exc}"
+            ) from None
 
     def send(self, version: int) -> None:
         c, ray = self.cluster, self.cluster.ray

@@ -170,3 +170,13 @@ def test_gcs_without_its_client_is_refused_by_name():
             open_store("gs://bucket/run")
     else:
         pytest.skip("google-cloud-storage is installed: the gs:// store opens")
+
+
+def test_a_place_deltas_cannot_go_is_named_before_any_sync(tmp_path, s3_bucket):
+    open_store(s3_bucket).check()
+    open_store(str(tmp_path / "new" / "sync")).check()  # made if missing
+    with pytest.raises(StoreError, match=r"cannot reach the bucket of s3://no-such-bucket/run: .*Not Found"):
+        open_store("s3://no-such-bucket/run").check()
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(StoreError, match=r"cannot create .*a-file/sync"):
+        open_store(str(tmp_path / "a-file" / "sync")).check()
