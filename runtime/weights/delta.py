@@ -255,10 +255,6 @@ class LocalCheckpoint:
         state = {"version": version, "write_in_progress": in_progress, "base_model_path": str(self.base)}
         self.state_path.write_text(json.dumps({**state, "sync_id": sync_id}))
 
-    @property
-    def version(self) -> int:
-        return int(self._state().get("version", 0))
-
     def fetch(self, update: dict) -> dict:
         """Bring the copy to the update's version (`Publisher.publish`'s answer, or SkyRL's), applying every
         version in between; what it did."""
@@ -266,10 +262,16 @@ class LocalCheckpoint:
         sync_id = update.get("sync_id")
         with self._lock():
             state = self._state()
-            if not state or state.get("write_in_progress") or state.get("sync_id") != sync_id:
-                shutil.rmtree(self.weights, ignore_errors=True)  # a new run, or a patch cut short: start over
+            patched = int(state.get("version", 0)) > 0
+            if (
+                state.get("write_in_progress")
+                or state.get("sync_id") != sync_id
+                or (patched and not self.weights.exists())
+            ):
+                # a new run, a patch cut short, or a copy removed under us: start over from the base checkpoint
+                shutil.rmtree(self.weights, ignore_errors=True)
                 state = {"version": 0}
-            start = int(state["version"])
+            start = int(state.get("version", 0))
             if start > target:
                 raise DeltaSyncError(f"{self.root} holds version {start}, past the requested {target}")
             self._write_state(start, sync_id, in_progress=True)

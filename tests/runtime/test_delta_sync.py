@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -180,3 +181,19 @@ def test_a_place_deltas_cannot_go_is_named_before_any_sync(tmp_path, s3_bucket):
     (tmp_path / "a-file").write_text("")
     with pytest.raises(StoreError, match=r"cannot create .*a-file/sync"):
         open_store(str(tmp_path / "a-file" / "sync")).check()
+
+
+def test_a_copy_removed_or_cut_short_starts_over_from_the_base_checkpoint(tiny_model, tmp_path):
+    trainer = load_causal_lm(tiny_model, dtype=torch.float32)
+    publisher = Publisher(Path(tiny_model), str(tmp_path / "sync"), 1 << 30)
+    copy = LocalCheckpoint(tiny_model, tmp_path / "copy")
+    for seed in (1, 2):
+        _step(trainer, seed=seed)
+        update = publisher.publish(trainer.state_dict().items())
+    assert copy.fetch(update) == {"from_version": 0, "version": 2}
+    shutil.rmtree(copy.weights)
+    assert copy.fetch(update) == {"from_version": 0, "version": 2}  # not patched again on the base's bytes
+    state = json.loads(copy.state_path.read_text())
+    copy.state_path.write_text(json.dumps({**state, "write_in_progress": True}))
+    assert copy.fetch(update) == {"from_version": 0, "version": 2}
+    assert all(torch.equal(t, trainer.state_dict()[n]) for n, t in copy.tensors())
