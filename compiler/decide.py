@@ -6,6 +6,8 @@ no fallbacks. Each function below is one decision, with the reason for it.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from typing import Any
 
 from rlc.core import algorithms
@@ -14,6 +16,7 @@ from rlc.core.job import (
     CheckpointSettings,
     DataSettings,
     Decisions,
+    DeltaSync,
     EngineSettings,
     EvalSettings,
     GeneratorSettings,
@@ -465,9 +468,17 @@ def weight_sync(spec: Any, device: str) -> WeightSync:
     network; nccl between GPUs the two sides do not share). "ipc": CUDA IPC buckets, when the fsdp2 policy and local
     engines share GPUs (colocate_all with nccl), where NCCL cannot join two ranks on one GPU. "payload": whole state
     dicts through Ray's object store (local engines) or HTTP bodies (remote ones): for LoRA (only the adapters
-    travel), nccl on a CPU run, and a colocated megatron policy.
+    travel), nccl on a CPU run, and a colocated megatron policy. "delta": checkpoint deltas through shared storage
+    (weight_sync_backend delta), whatever the device and placement.
     """
     ie, t = spec.generator.inference_engine, spec.trainer
+    if ie.weight_sync_backend == "delta":
+        return WeightSync(
+            transport="delta",
+            backend=None,
+            override_existing_group=override_update_group(spec),
+            delta=delta_sync(ie.delta_weight_sync),
+        )
     if adapter_sync(spec):
         transport = "payload"
     elif ie.weight_sync_backend == "gloo":
@@ -484,6 +495,22 @@ def weight_sync(spec: Any, device: str) -> WeightSync:
         override_existing_group=override_update_group(spec),
         # A bucket larger than any GPU (1 TiB) buys nothing: larger thresholds are that (and stay a finite int).
         ipc_threshold_bytes=int(min(float(ie.weight_transfer_threshold_cuda_ipc_GB) * (1 << 30), float(1 << 40))),
+    )
+
+
+def delta_sync(d: Any) -> DeltaSync:
+    """The delta settings; an engine's local copy defaults, as SkyRL's does, to a directory under /tmp named after
+    `sync_dir` (so runs publishing elsewhere never share one)."""
+    local = d.local_checkpoint_dir
+    if local is None:
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(d.sync_dir.rstrip("/")))
+        local = f"/tmp/skyrl_delta_checkpoints/{name[:143]}_{hashlib.sha256(d.sync_dir.encode()).hexdigest()[:16]}"
+    return DeltaSync(
+        sync_dir=d.sync_dir,
+        local_checkpoint_dir=local,
+        max_file_bytes=int(float(d.max_file_size_in_gb) * (1 << 30)),
+        publish_num_workers=d.publish_num_workers,
+        cloud_download_workers=d.cloud_download_workers,
     )
 
 

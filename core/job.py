@@ -132,13 +132,28 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class DeltaSync:
+    """Checkpoint deltas through shared storage, in SkyRL's format (generator.inference_engine.delta_weight_sync):
+    where trainer rank 0 publishes and how, and where each engine keeps its patched copy of the checkpoint."""
+
+    sync_dir: str  # a path every node sees, s3://bucket/prefix or gs://bucket/prefix
+    local_checkpoint_dir: str  # on each engine's node; engines of one node share it
+    max_file_bytes: int  # a payload file holds compressed patches up to this size
+    publish_num_workers: int | None  # threads computing and compressing patches; None: min(8, CPUs)
+    cloud_download_workers: int  # payload files an engine downloads at once
+
+
+@dataclass(frozen=True)
 class WeightSync:
     """How the policy's weights reach the engines after each step."""
 
-    transport: str  # gloo | nccl (a broadcast group) | ipc (CUDA IPC buckets) | payload (whole state dicts)
+    # gloo | nccl (a broadcast group) | ipc (CUDA IPC buckets) | payload (whole state dicts) | delta (checkpoint
+    # deltas through shared storage)
+    transport: str
     backend: str | None  # the broadcast group's collective (gloo | nccl), None when no group is formed
     override_existing_group: bool  # an engine still in another run's weight-update group leaves it
     ipc_threshold_bytes: int = 0
+    delta: DeltaSync | None = None  # transport delta only
 
 
 @dataclass(frozen=True)

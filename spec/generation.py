@@ -40,18 +40,33 @@ class ChatTemplateConfig:
 
 @dataclass
 class DeltaWeightSyncConfig:
-    sync_dir: str | None = setting(None, "SkyRL 0.4: directory (or bucket) weight deltas are published to.")
-    local_checkpoint_dir: str | None = setting(None, "SkyRL 0.4: local copy of the published checkpoint.")
-    publish_staging_dir: str | None = setting(None, "SkyRL 0.4: staging directory of a publish.")
-    max_file_size_in_gb: float = setting(1.0, "SkyRL 0.4: largest shard written.", exclusive_minimum=0)
-    cloud_download_workers: int = setting(4, "SkyRL 0.4: parallel downloads from cloud storage.", minimum=1)
-    publish_num_workers: int | None = setting(None, "SkyRL 0.4: parallel writers of a publish.", minimum=1)
+    sync_dir: str | None = setting(
+        None,
+        "Where the trainer publishes weight deltas: a path every node sees, s3://bucket/prefix or gs://bucket/prefix.",
+    )
+    local_checkpoint_dir: str | None = setting(
+        None,
+        "Each engine's patched copy of the checkpoint (engines of a node share it); null: a directory under "
+        "/tmp/skyrl_delta_checkpoints named after sync_dir.",
+    )
+    publish_staging_dir: str | None = setting(
+        None, "SkyRL 0.4: local staging of payload files before a cloud upload (rlc uploads from memory: unused)."
+    )
+    max_file_size_in_gb: float = setting(
+        1.0, "Largest payload file of compressed patches a publish writes.", exclusive_minimum=0
+    )
+    cloud_download_workers: int = setting(4, "Payload files an engine downloads at once.", minimum=1)
+    publish_num_workers: int | None = setting(
+        None, "Threads computing and compressing patches on trainer rank 0; null: min(8, CPUs).", minimum=1
+    )
     checkpoint_load_format: str = setting(
         "vllm_multi_thread_safetensors",
-        "SkyRL 0.4: how the engines load a published checkpoint.",
+        "SkyRL 0.4: the vLLM iterator an engine reloads its copy with (rlc's engines read it tensor by tensor: unused).",
         enum=("vllm_multi_thread_safetensors", "vllm_fastsafetensors"),
     )
-    multi_thread_safetensors_max_workers: int = setting(8, "SkyRL 0.4: threads loading safetensors.", minimum=1)
+    multi_thread_safetensors_max_workers: int = setting(
+        8, "SkyRL 0.4: threads of vllm_multi_thread_safetensors (unused by rlc's engines).", minimum=1
+    )
 
 
 @dataclass
@@ -68,8 +83,8 @@ class InferenceEngineConfig:
     )
     weight_sync_backend: str = setting(
         "nccl",
-        "How weights reach the engines: a nccl or gloo broadcast; delta (SkyRL 0.4: checkpoint deltas through "
-        "shared storage) is refused as not supported yet.",
+        "How weights reach the engines: a nccl or gloo broadcast, or delta: checkpoint deltas published to shared "
+        "storage (delta_weight_sync), SkyRL 0.4's format.",
         enum=("nccl", "gloo", "delta"),
     )
     fp8_weight_sync_mode: str | None = setting(
@@ -78,7 +93,7 @@ class InferenceEngineConfig:
         enum=("blockwise", "mxfp8", "auto"),
     )
     delta_weight_sync: DeltaWeightSyncConfig | None = setting(
-        None, "SkyRL 0.4: publish weights as checkpoint deltas the engines load; null syncs directly."
+        None, "Where and how delta weight sync publishes (weight_sync_backend: delta); null with any other backend."
     )
     weight_transfer_threshold_cuda_ipc_GB: float = setting(
         1.0, "Batch size in GB of CUDA-IPC weight transfers.", exclusive_minimum=0

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,30 @@ def kill_ray_processes_under(temp: str) -> None:
                 proc.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch):
+    """A real S3 endpoint (moto's server on a free port) with an empty bucket, as s3://<bucket>/run-1; boto3 finds it
+    by AWS_ENDPOINT_URL, set here (and so in the `rlc run` a test starts after this fixture: its env inherits it)."""
+    pytest.importorskip("boto3")
+    server_mod = pytest.importorskip("moto.server")
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "rlc-test",
+        "AWS_SECRET_ACCESS_KEY": "rlc-test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    import boto3
+
+    bucket = f"rlc-sync-{uuid.uuid4().hex[:8]}"  # moto's buckets outlive its server, in this process
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    yield f"s3://{bucket}/run-1"
+    server.stop()
 
 
 @pytest.fixture

@@ -238,7 +238,46 @@ def runtime_executes_features(c: Context):
         yield c.error("RLC-E903", key, f"{what} ({key}) is in spec v1 but this rlc runtime cannot run it yet", fix)
 
 
+IE = "generator.inference_engine"
+
+
+@rule(
+    "RLC-E906",
+    "delta weight sync (weight_sync_backend: delta) names where it publishes (delta_weight_sync.sync_dir) and syncs "
+    "full weights (not LoRA adapters, as in SkyRL 0.4)",
+    f"{IE}.weight_sync_backend",
+    f"{IE}.delta_weight_sync",
+    f"{IE}.delta_weight_sync.sync_dir",
+    "trainer.policy.model.lora.rank",
+)
+def delta_sync_complete(c: Context):
+    ie = c.s.generator.inference_engine
+    if ie.weight_sync_backend != "delta":
+        return
+    delta = ie.delta_weight_sync
+    if delta is None or not isinstance(delta.sync_dir, str) or not delta.sync_dir:
+        yield c.error(
+            "RLC-E906",
+            f"{IE}.weight_sync_backend",
+            "delta weight sync publishes the weights to a directory or bucket, and delta_weight_sync.sync_dir "
+            "names none",
+            f"set {IE}.delta_weight_sync.sync_dir to a path every node sees, s3://bucket/prefix or gs://bucket/prefix",
+            [f"{IE}.delta_weight_sync.sync_dir"],
+        )
+    rank = num(c.s.trainer.policy.model.lora.rank)
+    if rank is not None and rank > 0:
+        yield c.error(
+            "RLC-E906",
+            f"{IE}.weight_sync_backend",
+            "delta weight sync publishes full checkpoints, and a LoRA policy syncs its adapters alone (SkyRL 0.4 "
+            "refuses the pair too)",
+            "use weight_sync_backend: nccl (or gloo) with LoRA, or train full weights with delta",
+            ["trainer.policy.model.lora.rank"],
+        )
+
+
 RULES = (
+    delta_sync_complete,
     environment_exists,
     environment_service_named,
     reward_function_file,

@@ -326,19 +326,8 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E819",
-        "FP8 and checkpoint-delta weight sync (weights published to shared storage for the engines to load), and "
-        "KV-cache offload during sync",
-        (
-            _IE + "weight_sync_backend",
-            _IE + "fp8_weight_sync_mode",
-            _IE + "delta_weight_sync",
-            _IE + "offload_kv_for_weight_sync",
-        ),
-        # SkyRL reads the delta settings only with weight_sync_backend: delta
-        when=lambda key: (
-            (equals(_IE + "weight_sync_backend", "delta", off="nccl"),) if key.endswith("delta_weight_sync") else ()
-        ),
-        refused_values=((_IE + "weight_sync_backend", "delta"),),
+        "FP8 weight sync, and KV-cache offload during sync",
+        (_IE + "fp8_weight_sync_mode", _IE + "offload_kv_for_weight_sync"),
     ),
     Unsupported("RLC-E820", "expandable segments in the inference engines", (_IE + "use_expandable_segments",)),
     Unsupported(

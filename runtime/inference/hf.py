@@ -17,6 +17,7 @@ from rlc.runtime.inference.decode import LeanDecoder, unsupported
 from rlc.runtime.models import accepts, cache_keyword, load_causal_lm, returned_cache
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import GroupSeat, group_device, receive_weights
+from rlc.runtime.weights.delta import receiver
 from rlc.runtime.weights.ipc import open_bucket
 from rlc.runtime.weights.lora import adapter_names, with_lora
 from rlc.runtime.weights.payload import unpack
@@ -84,6 +85,7 @@ class HFEngine:
         if cpu_slots_per_node and self.device.type == "cpu":
             cpu_threads(cpu_slots_per_node)
         self.dtype = _DTYPES[dtype]
+        self.model_path = model_path
         # language_model_only: a multimodal checkpoint's text model, as the trainer loads it (the same weight names)
         self.model = load_causal_lm(model_path, language_model_only=language_model_only, dtype=self.dtype)
         self.lora = lora is not None and lora.rank > 0
@@ -181,6 +183,25 @@ class HFEngine:
             for name, tensor in self.model.state_dict().items():
                 if name in state_dict:
                     tensor.copy_(state_dict[name].to(device=self.device, dtype=tensor.dtype))
+        return self.finish_weight_update(version)
+
+    @torch.no_grad()
+    def update_weights_delta(self, update: dict, settings: dict, version: int | None = None) -> int:
+        """Patch this engine's copy of the checkpoint to the version the trainer published (`weights.delta`) and
+        load it; `settings` is the receiving half of the job's delta settings."""
+        checkpoint = receiver(self.model_path, settings)
+        checkpoint.fetch(update)
+        if not self.weights_on:
+            self._materialize()
+        params = self.model.state_dict()
+        loaded = dict(checkpoint.tensors())
+        unknown = [name for name in loaded if name not in params]
+        if unknown:
+            raise ValueError(
+                f"the published checkpoint has {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}"
+            )
+        for name, tensor in loaded.items():  # a tied head the checkpoint leaves out shares its storage with another
+            params[name].copy_(tensor.to(device=self.device, dtype=params[name].dtype))
         return self.finish_weight_update(version)
 
     # -- weights over a broadcast group (weight_sync_backend gloo / nccl) --------------------------------

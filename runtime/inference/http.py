@@ -177,6 +177,10 @@ def make_server(engine, host: str, port: int, model_name: str, tokenizer=None) -
                         version = self.headers.get("X-Weight-Version")
                         done = engine.update_weights(load(body), int(version) if version is not None else None)
                         self._reply(200, {"weight_version": done})
+                    elif url.path == "/rlc/update_weights_delta":
+                        r = json.loads(body)
+                        done = engine.update_weights_delta(r["update"], r["settings"], r.get("version"))
+                        self._reply(200, {"weight_version": done})
                     elif url.path == "/rlc/init_weight_group":
                         r = json.loads(body)
                         engine.init_weight_group(
@@ -334,6 +338,16 @@ class RemoteEngine:
         self.weight_version = self._call("POST", "/rlc/update_weights", data=save(tensors), headers=headers)[
             "weight_version"
         ]
+        return self.weight_version
+
+    def update_weights_delta(self, update: dict, settings: dict, version: int | None = None) -> int:
+        """Have the server patch its copy of the checkpoint to the published version and load it (`weights.delta`):
+        only the update's address crosses HTTP, the weights come from the store."""
+        if self.vllm_server:
+            self._worker("rlc_load_delta", json.dumps(update), json.dumps(settings))
+            return self._updated(version)
+        body = {"update": update, "settings": settings, "version": version}
+        self.weight_version = self._call("POST", "/rlc/update_weights_delta", body)["weight_version"]
         return self.weight_version
 
     # -- weights over a broadcast group ---------------------------------------------------------------

@@ -15,6 +15,7 @@ driver's), `vllm_v1_disable_multiproc` (an environment variable, `VLLMArgs.env`)
 from __future__ import annotations
 
 import functools
+import json
 import os
 import pickle
 import shutil
@@ -249,6 +250,12 @@ class VLLMEngine:
             self._load_adapter(state_dict)
         else:
             self._rpc("rlc_load_weights", state_dict)
+        return self.finish_weight_update(version)
+
+    def update_weights_delta(self, update: dict, settings: dict, version: int | None = None) -> int:
+        """Patch the engine's copy of the checkpoint to the version the trainer published (`weights.delta`) and load
+        it on every worker."""
+        self._rpc("rlc_load_delta", json.dumps(update), json.dumps(settings))
         return self.finish_weight_update(version)
 
     def _load_adapter(self, state_dict: dict) -> None:

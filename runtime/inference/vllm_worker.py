@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from rlc.runtime.weights.broadcast import GroupSeat, receive_weights
+from rlc.runtime.weights.delta import receiver
 from rlc.runtime.weights.ipc import open_bucket
 from rlc.runtime.weights.payload import unpack
 from rlc.runtime.weights.tensors import WeightMeta
@@ -40,6 +41,7 @@ HTTP_METHODS = (
     "rlc_close_weight_update_group",
     "rlc_weight_group",
     "rlc_load_safetensors",
+    "rlc_load_delta",
 )
 
 
@@ -79,6 +81,24 @@ class WeightSyncExtension:
     def rlc_load_safetensors(self, data: str) -> int:
         """Load a full state dict sent as base64 safetensors bytes (weights over vLLM's HTTP server)."""
         return self.rlc_load_weights(load(base64.b64decode(data)))
+
+    def rlc_load_delta(self, update: str, settings: str) -> int:
+        """Patch the local copy of the served checkpoint to the version the trainer published (`weights.delta`; the
+        workers of one engine share the copy, patched once) and load it; returns the tensors loaded."""
+        checkpoint = receiver(self.vllm_config.model_config.model, json.loads(settings))
+        checkpoint.fetch(json.loads(update))
+        self.rlc_start_weight_update()
+        count = 0
+
+        def stream():
+            nonlocal count
+            for name, tensor in checkpoint.tensors():
+                count += 1
+                yield name, tensor.to(self.device)
+
+        self._rlc_load(stream())
+        self.rlc_finish_weight_update()
+        return count
 
     def rlc_weight_group(self) -> dict | None:
         """The weight-update group this worker is in (its master, rank, size, backend), or None."""

@@ -6,16 +6,18 @@ Each transport here is the driver's half: it tells the policy ranks to send (the
 modules). "gloo" / "nccl": a broadcast group of policy rank 0 and every engine worker, formed once (`join`), then
 one stream of buckets per update. "ipc": CUDA IPC buckets packed on each policy rank's GPU and opened by the engine
 that shares it. "payload": whole packed state dicts through Ray's object store (or HTTP bodies for remote engines);
-LoRA adapters travel this way.
+LoRA adapters travel this way. "delta": checkpoint deltas through shared storage (`weights.delta`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 from rlc.core.job import Decisions
 from rlc.core.plan import Plan
 from rlc.runtime.run_error import RunError
+from rlc.runtime.weights.storage import StoreError, open_store
 
 
 class Cluster(Protocol):
@@ -134,8 +136,39 @@ class Payload(Transport):
         ray.get([e.update_weights.remote(refs[0], version) for e in c.weight_engines()])
 
 
+class Delta(Transport):
+    """delta: trainer rank 0 publishes what changed since the last sync to shared storage (`weights.delta`), then every
+    engine patches its copy of the checkpoint and loads it. Only the publish's address crosses to the engines."""
+
+    def __init__(self, cluster: Cluster):
+        super().__init__(cluster)
+        assert self.sync.delta is not None  # the compiler gives transport delta its settings
+        self.settings = dataclasses.asdict(self.sync.delta)
+
+    def join(self) -> None:
+        """Nothing to form; the store is checked from here before the first step (trainer rank 0 writes to it, the
+        engines read it: the same place, seen from each node)."""
+        try:
+            open_store(self.settings["sync_dir"]).check()
+        except StoreError as exc:
+            raise RunError(
+                f"delta weight sync (generator.inference_engine.delta_weight_sync.sync_dir): {exc}"
+            ) from None
+
+    def send(self, version: int) -> None:
+        c, ray = self.cluster, self.cluster.ray
+        update = ray.get([w.publish_delta.remote(self.settings) for w in c.workers["policy"]])[0]
+        ray.get([e.update_weights_delta.remote(update, self.settings, version) for e in c.weight_engines()])
+
+
 # The transports by the name `decisions.weight_sync.transport` gives (core.job.WeightSync documents them).
-TRANSPORTS: dict[str, type[Transport]] = {"gloo": Broadcast, "nccl": Broadcast, "ipc": CudaIpc, "payload": Payload}
+TRANSPORTS: dict[str, type[Transport]] = {
+    "gloo": Broadcast,
+    "nccl": Broadcast,
+    "ipc": CudaIpc,
+    "payload": Payload,
+    "delta": Delta,
+}
 
 
 def transport(cluster: Cluster) -> Transport:

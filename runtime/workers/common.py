@@ -28,6 +28,7 @@ from rlc.runtime.algorithms.registry import get_policy_loss, get_policy_loss_opt
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.host import cpu_threads, pin_gloo_interface
 from rlc.runtime.weights.broadcast import init_group
+from rlc.runtime.weights.delta import Publisher, checkpoint_dir
 from rlc.runtime.weights.payload import pack
 
 ROLES = ("policy", "ref", "critic")
@@ -189,6 +190,21 @@ class TrainWorker:
         if self.rank == 0:
             pin_gloo_interface()
             self.weight_group = init_group(master_address, master_port, 0, world_size, backend)
+
+    def publish_delta(self, settings: dict) -> dict | None:
+        """Publish the weights as the next checkpoint delta (`weights.delta`); every rank must call it (the gathers
+        are collectives), and rank 0 answers what the engines need to load it."""
+        full = self.full_state_dict(None)
+        if full is None:
+            return None
+        if getattr(self, "_delta_publisher", None) is None:
+            self._delta_publisher = Publisher(
+                checkpoint_dir(self.s.model_path),
+                settings["sync_dir"],
+                settings["max_file_bytes"],
+                settings["publish_num_workers"],
+            )
+        return self._delta_publisher.publish(full.items())
 
     def packed_state_dict(self, dtype: str | None = None) -> dict | None:
         """`full_state_dict` as numpy arrays (`weights.payload.pack`): engines read it from the object store without a copy.

@@ -88,6 +88,31 @@ def test_the_weight_transport_of_each_combination(case, expected):
     sync = _decisions(**case).weight_sync
     assert sync.transport == expected
     assert sync.backend == (expected if expected in ("gloo", "nccl") else None)
+    assert sync.delta is None
+
+
+@pytest.mark.parametrize("case", [{}, {"device": "CPU"}, {"remote": True, "colocate": False}])
+def test_delta_weight_sync_carries_its_settings_whatever_the_placement(case):
+    extra = {
+        "generator.inference_engine.delta_weight_sync": {
+            "sync_dir": "s3://bucket/runs/run-1/",
+            "max_file_size_in_gb": 0.5,
+            "publish_num_workers": 3,
+        }
+    }
+    sync = _decisions(**case, backend="delta", extra=extra).weight_sync
+    assert (sync.transport, sync.backend) == ("delta", None)
+    assert sync.delta is not None
+    assert (sync.delta.sync_dir, sync.delta.max_file_bytes) == ("s3://bucket/runs/run-1/", 1 << 29)
+    assert (sync.delta.publish_num_workers, sync.delta.cloud_download_workers) == (3, 4)
+    # SkyRL's default: a directory under /tmp named after sync_dir, so two runs' copies never mix
+    assert sync.delta.local_checkpoint_dir.startswith("/tmp/skyrl_delta_checkpoints/run-1_")
+    other = _decisions(
+        **case,
+        backend="delta",
+        extra={**extra, "generator.inference_engine.delta_weight_sync": {"sync_dir": "s3://bucket/runs/run-2/"}},
+    ).weight_sync
+    assert other.delta is not None and other.delta.local_checkpoint_dir != sync.delta.local_checkpoint_dir
 
 
 @pytest.mark.parametrize(

@@ -761,6 +761,14 @@ CASES = {
             reward_function: {path: no_such_reward_file.py}  # <-
         """,
     ),
+    "RLC-E906": (
+        "generator.inference_engine.weight_sync_backend",
+        """
+        generator:
+          inference_engine:
+            weight_sync_backend: delta  # <-
+        """,
+    ),
     "RLC-W905": (
         "environment.sandbox.isolation",
         """

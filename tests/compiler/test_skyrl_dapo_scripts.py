@@ -21,9 +21,9 @@ ENV = {DELTA: {"SYNC_DIR": "gs://bucket/run", "RUN_ID": "20260101_000000"}}
 # mistral and qwen2 checkpoints only (under fsdp2 rlc runs it)
 MULTIMODAL = {"RLC-E811"}
 # Imported, then judged invalid by `rlc validate`, with the codes it gives: inference and Megatron features that
-# issues of their own add (text-only Qwen3.5, delta weight sync, MTP, routing replay, QAT), none DAPO's.
+# issues of their own add (text-only Qwen3.5 under Megatron, MTP, routing replay, QAT), none DAPO's.
 INVALID = {
-    DELTA: MULTIMODAL | {"RLC-E819"},  # checkpoint-delta weight sync
+    DELTA: MULTIMODAL,
     "examples/train/megatron/run_megatron_dapo_qwen3.5_35b_a3b.sh": MULTIMODAL,
     "examples/train/megatron/run_megatron_dapo_qwen3.6_27b_lora.sh": MULTIMODAL,
     # REMOVE_MICROBATCH_PADDING is read from the environment and never set: --env gives it

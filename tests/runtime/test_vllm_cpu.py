@@ -380,6 +380,27 @@ def test_whole_state_dicts_reach_the_engine(engine, trainer, model, prompts):
     assert largest_logprob_gap(trainer, prompts, fresh, pad) < LOGPROB_TOLERANCE
 
 
+def test_checkpoint_deltas_the_policy_rank_publishes_reach_the_engine(engine, trainer, model, prompts, tmp_path):
+    """weight_sync_backend delta: the FSDP2 policy rank publishes what changed to a directory, the engine's worker
+    patches its copy of the checkpoint and loads it, twice in a row (the second delta on top of the first)."""
+    pad = model[1].pad_token_id
+    settings = {
+        "sync_dir": str(tmp_path / "sync"),
+        "local_checkpoint_dir": str(tmp_path / "copy"),
+        "max_file_bytes": 1 << 30,
+        "publish_num_workers": 1,
+        "cloud_download_workers": 1,
+    }
+    for version, seed in ((1, 4), (2, 5)):
+        _train_one_step(trainer, engine, prompts, pad, seed=seed)
+        assert largest_logprob_gap(trainer, prompts, generate(engine, prompts, sampling(), 4, 9), pad) > 1e-2
+        update = ray.get(trainer.publish_delta.remote(settings))
+        assert update["target_version"] == version and update["changed_tensors"] > 0
+        assert ray.get(engine.update_weights_delta.remote(update, settings, 10 + version)) == 10 + version
+        fresh = generate(engine, prompts, sampling(), n=4, seed=9)
+        assert largest_logprob_gap(trainer, prompts, fresh, pad) < LOGPROB_TOLERANCE
+
+
 def test_a_second_weight_group_is_refused_without_override_and_replaces_the_first_with_it(
     engine, trainer, model, prompts
 ):
