@@ -448,6 +448,7 @@ def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
         rope_scaling=dict(g.rope_scaling) if g.rope_scaling else None,
         rope_theta=float(g.rope_theta) if g.rope_theta is not None else None,
         kv_cache_memory_bytes=cpu_kv_cache_bytes(spec, len(engine_indices)) if device == "cpu" else None,
+        speculative_config=dict(ie.speculative_config) if ie.speculative_config else None,
         init_kwargs=dict(ie.engine_init_kwargs or {}),
         # The engine core runs in the actor's process: scheduling is deterministic and no serialization stands
         # between the actor and its workers.

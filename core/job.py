@@ -103,6 +103,9 @@ class VLLMArgs:
     # The KV cache's size where the compiler sets it: on a CPU, where vLLM would otherwise take its share of the whole
     # host's memory (gpu_memory_utilization of it). None: vLLM sizes it from gpu_memory_utilization (GPUs).
     kv_cache_memory_bytes: int | None = None
+    # vLLM's speculative_config (generator.inference_engine.speculative_config): drafts that the engine verifies
+    # against the policy, so samples and log-probs stay the policy's. None: no speculative decoding.
+    speculative_config: dict | None = None
     init_kwargs: dict = field(default_factory=dict)  # generator.inference_engine.engine_init_kwargs: applied last
     env: dict[str, str] = field(default_factory=dict)  # environment variables set before vLLM is imported
 

@@ -110,7 +110,12 @@ class InferenceEngineConfig:
         "SkyRL 0.4: vLLM's language_model_only: serve a multimodal checkpoint (Qwen3.5) without its vision encoder.",
     )
     speculative_config: dict[str, Any] | None = setting(
-        None, "SkyRL 0.4: vLLM speculative decoding config.", passthrough=True
+        None,
+        "SkyRL 0.4: vLLM's speculative_config, passed to the vllm engine as it is (e.g. {method: ngram, "
+        "num_speculative_tokens: 3}, or {method: mtp, ...} for a checkpoint with MTP heads). vLLM verifies each "
+        "drafted token against the policy, so samples and log-probs stay the policy's; an MTP drafter keeps the "
+        "checkpoint's weights (rlc trains no MTP heads: RLC-E809), which lowers only how many drafts are accepted.",
+        passthrough=True,
     )
     enable_pd: bool = setting(False, "SkyRL 0.4: prefill-decode disaggregation.")
     num_prefill: int = setting(0, "SkyRL 0.4: prefill engines when enable_pd is on.", minimum=0)

@@ -343,9 +343,15 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("RLC-E820", "expandable segments in the inference engines", (_IE + "use_expandable_segments",)),
     Unsupported(
         "RLC-E821",
-        "speculative decoding",
+        "speculative decoding outside the vllm engine",
         (_IE + "speculative_config",),
         also_accepted=((_IE + "speculative_config", {}),),
+        # the vllm engine passes it to vLLM as its speculative_config (CPU builds included)
+        when=lambda key: (
+            Condition(_IE + "backend", lambda v: v != "vllm", "hf", "vllm", f"{_IE}backend is not vllm"),
+        ),
+        why="speculative decoding is vLLM's (its speculative_config): the hf engine has none, and a remote server "
+        "takes it from its own command line",
     ),
     Unsupported(
         "RLC-E822",

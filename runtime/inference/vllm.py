@@ -65,6 +65,8 @@ def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0, language_model
         kwargs["enable_sleep_mode"] = True
     if args.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = args.kv_cache_memory_bytes
+    if args.speculative_config:
+        kwargs["speculative_config"] = dict(args.speculative_config)
     if args.rope_scaling or args.rope_theta is not None:
         # vLLM 0.30 has no rope arguments; a callable override edits the config before vLLM checks its RoPE.
         kwargs["hf_overrides"] = functools.partial(

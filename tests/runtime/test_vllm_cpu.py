@@ -97,23 +97,32 @@ def model(rlc_cache):
     return path, AutoTokenizer.from_pretrained(path)
 
 
-@pytest.fixture(scope="module")
-def engine(ray_session, model):
-    """The engine as the driver starts it: the compiler's arguments for a CPU job, as a Ray actor."""
+def start_engine(spec, model, index: int = 0, engines: int = 1):
+    """Engine `index` of `engines` as the driver starts it: the compiler's arguments for a CPU job, as a Ray actor."""
     path, tok = model
-    args = vllm_args(_spec(), "cpu", [0])
+    args = vllm_args(spec, "cpu", list(range(engines)))
     actor = ray.remote(VLLMEngine).options(num_cpus=1, runtime_env={"env_vars": args.env})
     engine = actor.remote(
         path,
         dtype=args.dtype,
         device="cpu",
         eos_token_id=tok.eos_token_id,
-        engine_args=engine_kwargs(args, model=path),
+        engine_args=engine_kwargs(args, model=path, engine=index),
         env=args.env,
         cpu_slots_per_node=2,
     )
     ray.get(engine.node_ip.remote(), timeout=600)  # constructed
     return engine
+
+
+def with_engine_settings(spec, **fields):
+    ie = dataclasses.replace(spec.generator.inference_engine, **fields)
+    return dataclasses.replace(spec, generator=dataclasses.replace(spec.generator, inference_engine=ie))
+
+
+@pytest.fixture(scope="module")
+def engine(ray_session, model):
+    return start_engine(_spec(), model)
 
 
 @pytest.fixture(scope="module")
@@ -473,3 +482,26 @@ def test_lora_adapters_reach_the_engine(lora_pair, model, prompts):
     assert ray.get(engine.update_weights.remote(trainer.packed_state_dict.remote("float32"), 2)) == 2
     assert largest_logprob_gap(trainer, prompts, generate(engine, prompts, sampling(), 4, 10), pad) < LOGPROB_TOLERANCE
     assert os.listdir(sync_dir) == []  # each adapter's files are gone once vLLM holds it
+
+
+# -- speculative decoding -----------------------------------------------------------------------------------
+
+
+def test_speculative_decoding_samples_with_the_policys_log_probs(ray_session, trainer, model, prompts):
+    """vLLM's n-gram drafter on the CPU build: every drafted token is verified against the policy, so the samples'
+    log-probs are still the trainer's, before and after a weight update."""
+    spec = with_engine_settings(_spec(), speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+    engine = start_engine(spec, model)
+    pad = model[1].pad_token_id
+    try:
+        assert ray.get(engine.update_weights.remote(trainer.packed_state_dict.remote("float32"), 1)) == 1
+        assert largest_logprob_gap(trainer, prompts, generate(engine, prompts, sampling(), 4, 9), pad) < (
+            LOGPROB_TOLERANCE
+        )
+        _train_one_step(trainer, engine, prompts, pad, seed=4)
+        assert ray.get(engine.update_weights.remote(trainer.packed_state_dict.remote("float32"), 2)) == 2
+        repeating = [(p * 3)[:28] for p in prompts]  # prompts whose n-grams the drafter finds again
+        out = generate(engine, repeating, sampling(), n=4, seed=10)
+        assert largest_logprob_gap(trainer, repeating, out, pad) < LOGPROB_TOLERANCE
+    finally:
+        ray.kill(engine)
