@@ -107,6 +107,10 @@ class VLLMArgs:
     # against the policy, so samples and log-probs stay the policy's. None: no speculative decoding.
     speculative_config: dict | None = None
     init_kwargs: dict = field(default_factory=dict)  # generator.inference_engine.engine_init_kwargs: applied last
+    # The prefill/decode split (enable_pd): each engine's role in the plan's engine order ("prefill" | "decode"; empty
+    # without a split), and each role's arguments, applied over init_kwargs (prefill_init_kwargs, decode_init_kwargs).
+    pd_roles: tuple[str, ...] = ()
+    role_init_kwargs: dict = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # environment variables set before vLLM is imported
 
 

@@ -117,16 +117,25 @@ class InferenceEngineConfig:
         "checkpoint's weights (rlc trains no MTP heads: RLC-E809), which lowers only how many drafts are accepted.",
         passthrough=True,
     )
-    enable_pd: bool = setting(False, "SkyRL 0.4: prefill-decode disaggregation.")
+    enable_pd: bool = setting(
+        False,
+        "SkyRL 0.4: prefill-decode disaggregation: the first num_prefill engines prefill, the others decode, the KV "
+        "cache handed over by vLLM's kv_transfer_config (in engine_init_kwargs, or in both role kwargs); rlc routes "
+        "each sample through a prefill engine to a decode engine.",
+    )
     num_prefill: int = setting(0, "SkyRL 0.4: prefill engines when enable_pd is on.", minimum=0)
     prefill_init_kwargs: dict[str, Any] = setting(
-        doc="SkyRL 0.4: vLLM kwargs of the prefill engines.", factory=dict, passthrough=True
+        doc="SkyRL 0.4: vLLM kwargs of the prefill engines, in place of engine_init_kwargs.",
+        factory=dict,
+        passthrough=True,
     )
     decode_init_kwargs: dict[str, Any] = setting(
-        doc="SkyRL 0.4: vLLM kwargs of the decode engines.", factory=dict, passthrough=True
+        doc="SkyRL 0.4: vLLM kwargs of the decode engines, in place of engine_init_kwargs.",
+        factory=dict,
+        passthrough=True,
     )
     router_init_kwargs: dict[str, Any] = setting(
-        doc="SkyRL 0.4: kwargs of the vllm-router.", factory=dict, passthrough=True
+        doc="SkyRL 0.4: kwargs of the vllm-router (rlc routes itself: refused).", factory=dict, passthrough=True
     )
     remote_urls: list[str] = setting(doc="host:port of remote engines (run_engines_locally=false).", factory=list)
     enable_http_endpoint: bool = setting(False, "Serve an OpenAI-compatible endpoint in front of the engines.")

@@ -677,6 +677,16 @@ CASES = {
             num_parallel_generation_workers: 4  # <-
         """,
     ),
+    "RLC-E515": (
+        "generator.inference_engine.enable_pd",
+        """
+        generator:
+          inference_engine:
+            num_engines: 4
+            enable_pd: true  # <-
+            num_prefill: 2
+        """,
+    ),
     "RLC-E513": (
         "trainer.policy.model.path",
         """
