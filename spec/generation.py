@@ -111,7 +111,7 @@ class InferenceEngineConfig:
     )
     speculative_config: dict[str, Any] | None = setting(
         None,
-        "SkyRL 0.4: vLLM's speculative_config, passed to the vllm engine as it is (e.g. {method: ngram, "
+        "SkyRL 0.4: vLLM's speculative_config, passed to the vllm engine on GPUs as it is (e.g. {method: ngram, "
         "num_speculative_tokens: 3}, or {method: mtp, ...} for a checkpoint with MTP heads). vLLM verifies each "
         "drafted token against the policy, so samples and log-probs stay the policy's; an MTP drafter keeps the "
         "checkpoint's weights (rlc trains no MTP heads: RLC-E809), which lowers only how many drafts are accepted.",

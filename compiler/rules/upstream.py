@@ -347,7 +347,7 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "speculative decoding outside the vllm engine",
         (_IE + "speculative_config",),
         also_accepted=((_IE + "speculative_config", {}),),
-        # the vllm engine passes it to vLLM as its speculative_config (CPU builds included)
+        # the vllm engine passes it to vLLM as its speculative_config (on GPUs: RLC-E516 refuses it on a CPU)
         when=lambda key: (_not_vllm,),
         why="speculative decoding is vLLM's (its speculative_config): the hf engine has none, and a remote server "
         "takes it from its own command line",

@@ -687,6 +687,19 @@ CASES = {
             num_prefill: 2
         """,
     ),
+    "RLC-E516": (
+        "generator.inference_engine.speculative_config",
+        """
+        cluster: {accelerator: none, gpus_per_node: 1, num_nodes: 1}
+        trainer:
+          policy:
+            model: {path: "rlc:tiny-vllm"}
+        generator:
+          inference_engine:
+            backend: vllm
+            speculative_config: {method: ngram, num_speculative_tokens: 3}  # <-
+        """,
+    ),
     "RLC-E513": (
         "trainer.policy.model.path",
         """

@@ -485,29 +485,6 @@ def test_lora_adapters_reach_the_engine(lora_pair, model, prompts):
     assert os.listdir(sync_dir) == []  # each adapter's files are gone once vLLM holds it
 
 
-# -- speculative decoding -----------------------------------------------------------------------------------
-
-
-def test_speculative_decoding_samples_with_the_policys_log_probs(ray_session, trainer, model, prompts):
-    """vLLM's n-gram drafter on the CPU build: every drafted token is verified against the policy, so the samples'
-    log-probs are still the trainer's, before and after a weight update."""
-    spec = with_engine_settings(_spec(), speculative_config={"method": "ngram", "num_speculative_tokens": 3})
-    engine = start_engine(spec, model, cpus=0)
-    pad = model[1].pad_token_id
-    try:
-        assert ray.get(engine.update_weights.remote(trainer.packed_state_dict.remote("float32"), 1)) == 1
-        assert largest_logprob_gap(trainer, prompts, generate(engine, prompts, sampling(), 4, 9), pad) < (
-            LOGPROB_TOLERANCE
-        )
-        _train_one_step(trainer, engine, prompts, pad, seed=4)
-        assert ray.get(engine.update_weights.remote(trainer.packed_state_dict.remote("float32"), 2)) == 2
-        repeating = [(p * 3)[:28] for p in prompts]  # prompts whose n-grams the drafter finds again
-        out = generate(engine, repeating, sampling(), n=4, seed=10)
-        assert largest_logprob_gap(trainer, repeating, out, pad) < LOGPROB_TOLERANCE
-    finally:
-        ray.kill(engine)
-
-
 # -- the prefill/decode split -------------------------------------------------------------------------------
 
 
