@@ -454,7 +454,15 @@ def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
         rope_theta=float(g.rope_theta) if g.rope_theta is not None else None,
         kv_cache_memory_bytes=cpu_kv_cache_bytes(spec, len(engine_indices)) if device == "cpu" else None,
         block_size=CPU_KV_BLOCK_TOKENS if device == "cpu" else None,
+        speculative_config=dict(ie.speculative_config) if ie.speculative_config else None,
         init_kwargs=dict(ie.engine_init_kwargs or {}),
+        # SkyRL's order: the first num_prefill engines prefill, the others decode
+        pd_roles=tuple("prefill" if i < int(ie.num_prefill) else "decode" for i in engine_indices)
+        if ie.enable_pd
+        else (),
+        role_init_kwargs={r: dict(getattr(ie, f"{r}_init_kwargs") or {}) for r in ("prefill", "decode")}
+        if ie.enable_pd
+        else {},
         # The engine core runs in the actor's process: scheduling is deterministic and no serialization stands
         # between the actor and its workers.
         env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if ie.vllm_v1_disable_multiproc else {},

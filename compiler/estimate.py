@@ -20,8 +20,10 @@ has the derivation and the published jobs it is held against):
   token exchanges over the expert-parallel group (two a forward, two a backward, two more with recompute; each
   moe_exchange_ms plus its bytes over NVLink or the network) and its grouped GEMMs' reads of the local experts'
   weights (memory-bound at a micro-batch's few rows): what such a job spends beyond its FLOPs.
-- weight sync: the engine's weights (its dtype) over the link the plan chose (CUDA IPC on the GPU itself, NVLink
-  within a node, the network across nodes, gloo through host memory on a CPU).
+- weight sync: on GPUs, the policy's all-gather of its shards, then the transport the runtime uses (a call per CUDA-IPC
+  bucket when colocated, an nccl broadcast over NVLink or the network, gloo or Ray's object store through host
+  memory), then vLLM loading the weights (about 38 GB/s), each at its published cost (compiler/weight_sync_cost.py);
+  on a CPU, the weights through host memory over gloo.
 - call_overhead_ms: each call into the workers (generate, each forward, each mini-batch, weight sync) adds it; a
   CPU's profile counts it (10 ms), a GPU's leaves it in step_overhead_s (0 ms).
 - step_overhead_s: what a step spends outside these (Ray calls, offload and wake-up, rewards; on a CPU the driver's
@@ -48,6 +50,7 @@ from dataclasses import field
 from rlc.compiler.memory import DTYPE_BYTES, MemoryEstimate, capacity, engine_weights
 from rlc.compiler.moe_time import megatron_moe_seconds
 from rlc.compiler.roles import critic_on, engine_gpus, ref_on
+from rlc.compiler.weight_sync_cost import gpu_sync_cost, sync_inputs
 from rlc.core import algorithms
 from rlc.core.dataclass import dataclass
 from rlc.core.environments import BY_ID
@@ -420,17 +423,22 @@ def _weight_sync(spec, plan, shape, dev: Device, bandwidth: float, e, call: floa
     ie = spec.generator.inference_engine
     size = DTYPE_BYTES.get(str(ie.model_dtype), 2) * shape.params
     if spec.cluster.accelerator == "none":
-        link, how = dev.link_gbs * 1e9, "gloo through host memory"
-    elif spec.trainer.placement.colocate_all:
-        link, how = bandwidth, "CUDA IPC on the same GPU"
-    elif int(spec.cluster.num_nodes) > 1:
-        link, how = NETWORK_GBS * 1e9, "the network between nodes"
-    else:
-        link, how = dev.link_gbs * 1e9, "NVLink within the node"
-    if e.link_gbs:
-        link, how = e.link_gbs * 1e9, "estimate.link_gbs"
-    how = f"{size / 1e9:.3g} GB over {how} at {link / 1e9:.4g} GB/s" + _calls(call, [("sync", 1)])
-    return Phase("weight sync", size / link + call, how)
+        link = (e.link_gbs or dev.link_gbs) * 1e9
+        how = "estimate.link_gbs" if e.link_gbs else "gloo through host memory"
+        how = f"{size / 1e9:.3g} GB over {how} at {link / 1e9:.4g} GB/s" + _calls(call, [("sync", 1)])
+        return Phase("weight sync", size / link + call, how)
+    return _gpu_weight_sync(spec, plan, size, dev, e, call)
+
+
+def _gpu_weight_sync(spec, plan, size: float, dev: Device, e, call: float) -> Phase:
+    """Gather, transport and the engines' load, each at what it costs (compiler/weight_sync_cost.py)."""
+    inputs = sync_inputs(spec, plan)
+    across_nodes = inputs["policy_gpus"] > int(spec.cluster.gpus_per_node)
+    gather = NETWORK_GBS if across_nodes else dev.link_gbs
+    link = e.link_gbs or (NETWORK_GBS if int(spec.cluster.num_nodes) > 1 else dev.link_gbs)
+    cost = gpu_sync_cost(size=size, gather_gbs=gather, link_gbs=link, **inputs)
+    how = f"{size / 1e9:.3g} GB: {cost.how()}" + _calls(call, [("sync", 1)])
+    return Phase("weight sync", cost.seconds + call, how)
 
 
 def _steps(spec) -> int | None:

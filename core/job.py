@@ -104,7 +104,14 @@ class VLLMArgs:
     # host's memory (gpu_memory_utilization of it). None: vLLM sizes it from gpu_memory_utilization (GPUs).
     kv_cache_memory_bytes: int | None = None
     block_size: int | None = None  # the KV cache's block in tokens where the compiler sets it (CPUs); None: vLLM's
+    # vLLM's speculative_config (generator.inference_engine.speculative_config): drafts that the engine verifies
+    # against the policy, so samples and log-probs stay the policy's. None: no speculative decoding.
+    speculative_config: dict | None = None
     init_kwargs: dict = field(default_factory=dict)  # generator.inference_engine.engine_init_kwargs: applied last
+    # The prefill/decode split (enable_pd): each engine's role in the plan's engine order ("prefill" | "decode"; empty
+    # without a split), and each role's arguments, applied over init_kwargs (prefill_init_kwargs, decode_init_kwargs).
+    pd_roles: tuple[str, ...] = ()
+    role_init_kwargs: dict = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # environment variables set before vLLM is imported
 
 

@@ -35,7 +35,7 @@ from rlc.runtime.generator import Generator
 from rlc.runtime.paths import expand
 from rlc.runtime.placement import Cluster, local_model_path, start_ray, stop_ray
 from rlc.runtime.prompts import Prompts
-from rlc.runtime.rollouts import Ahead, RayEngines, Synchronous, hybrid_plan
+from rlc.runtime.rollouts import Ahead, Synchronous, hybrid_plan, job_engines
 from rlc.runtime.run_error import RunError
 from rlc.runtime.scoring import Scoring
 from rlc.runtime.sections import Sections
@@ -199,7 +199,8 @@ class Driver:
         self.cluster = Cluster(self.job, self.sections, ray, self.tokenizer, self.policy_path)
         self.cluster.start(optimizer_steps)
         self.workers, self.engines, self.layouts = self.cluster.workers, self.cluster.engines, self.cluster.layouts
-        engines = RayEngines(ray, self.engines, self.loop.seed)
+        vllm = self.decisions.engines.vllm
+        engines = job_engines(ray, self.engines, vllm.pd_roles if vllm else (), self.loop.seed)
         self.generator = Generator(self.decisions.generator, self.sections.gym, self.tokenizer, self.templater, engines)
         self.weights = transport(self.cluster)
         self.scoring = Scoring(

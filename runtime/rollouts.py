@@ -3,7 +3,8 @@ step's rows, their rollouts (None: the step generates them itself, as dynamic sa
 staleness (None when generation does not run ahead), and `close()`.
 
 `Synchronous` hands out each step's prompts; `Ahead` (fully async) generates later steps' batches while the trainer
-trains. `RayEngines` is the fan-out of one generation call over the job's engine actors.
+trains. `RayEngines` is the fan-out of one generation call over the job's engine actors, `PrefillDecodeEngines` the
+same over prefill and decode engines.
 """
 
 from __future__ import annotations
@@ -40,20 +41,35 @@ class RayEngines:
         key: tuple[int, int, int],
         groups: list[int],
         count: int,
+        kv_transfer: list[list] | None = None,
     ) -> tuple[list, list[list[int]]]:
         step, draw, turn = key
-        per = -(-count // len(self.engines))
-        shares: list[list[int]] = [[] for _ in self.engines]
-        for i, g in enumerate(groups):
-            shares[min(g // per, len(self.engines) - 1)].append(i)
+        shares = self._shares(groups, count)
         refs = [
             e.generate.remote(
-                [prompts[i] for i in share], sampling, n, seed_for(self.seed, step, k + 1000 * draw + 100_000 * turn)
+                [prompts[i] for i in share],
+                sampling,
+                n,
+                seed_for(self.seed, step, k + 1000 * draw + 100_000 * turn),
+                *(([kv_transfer[i] for i in share],) if kv_transfer is not None else ()),
             )
             for k, (e, share) in enumerate(zip(self.engines, shares))
             if share
         ]
         return refs, [share for share in shares if share]
+
+    def submit_prefill(self, prompts: list[list[int]], n: int, groups: list[int], count: int):
+        """Prefill engines: each prompt's `n` samples prefilled, their KV cache held for the decode engines."""
+        shares = self._shares(groups, count)
+        refs = [e.prefill.remote([prompts[i] for i in share], n) for e, share in zip(self.engines, shares) if share]
+        return refs, [share for share in shares if share]
+
+    def _shares(self, groups: list[int], count: int) -> list[list[int]]:
+        per = -(-count // len(self.engines))
+        shares: list[list[int]] = [[] for _ in self.engines]
+        for i, g in enumerate(groups):
+            shares[min(g // per, len(self.engines) - 1)].append(i)
+        return shares
 
     def result(self, handle: tuple[list, list[list[int]]]) -> list[list]:
         refs, shares = handle
@@ -62,6 +78,41 @@ class RayEngines:
             for i, completions in zip(share, self.ray.get(ref)):
                 out[i] = completions
         return out
+
+
+class PrefillDecodeEngines:
+    """The generator's engines split into prefill and decode engines (generator.inference_engine.enable_pd), routed
+    as SkyRL's router routes them: each sample is prefilled on a prefill engine, then decoded on a decode engine that
+    takes its KV cache over through vLLM's KV connector (given what the prefill handed back, where the connector
+    needs it). Each side splits a call's groups over its engines as `RayEngines` does."""
+
+    def __init__(self, ray, prefill: list, decode: list, seed: int):
+        self.prefill, self.decode = RayEngines(ray, prefill, seed), RayEngines(ray, decode, seed)
+
+    def submit(
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        n: int,
+        key: tuple[int, int, int],
+        groups: list[int],
+        count: int,
+    ) -> tuple:
+        return (prompts, sampling, n, key, groups, count), self.prefill.submit_prefill(prompts, n, groups, count)
+
+    def result(self, handle: tuple) -> list[list]:
+        (prompts, sampling, n, key, groups, count), prefilled = handle
+        transfers = self.prefill.result(prefilled)
+        return self.decode.result(self.decode.submit(prompts, sampling, n, key, groups, count, transfers))
+
+
+def job_engines(ray, engines: list, pd_roles: tuple[str, ...], seed: int) -> RayEngines | PrefillDecodeEngines:
+    """The generator's engines: split into prefill and decode engines by their roles (`VLLMArgs.pd_roles`, in the
+    plan's engine order), else all alike."""
+    if not pd_roles:
+        return RayEngines(ray, engines, seed)
+    by_role = {r: [e for e, role in zip(engines, pd_roles) if role == r] for r in ("prefill", "decode")}
+    return PrefillDecodeEngines(ray, by_role["prefill"], by_role["decode"], seed)
 
 
 def environment_of(row: dict) -> str:

@@ -125,18 +125,32 @@ class InferenceEngineConfig:
         "SkyRL 0.4: vLLM's language_model_only: serve a multimodal checkpoint (Qwen3.5) without its vision encoder.",
     )
     speculative_config: dict[str, Any] | None = setting(
-        None, "SkyRL 0.4: vLLM speculative decoding config.", passthrough=True
+        None,
+        "SkyRL 0.4: vLLM's speculative_config, passed to the vllm engine on GPUs as it is (e.g. {method: ngram, "
+        "num_speculative_tokens: 3}, or {method: mtp, ...} for a checkpoint with MTP heads). vLLM verifies each "
+        "drafted token against the policy, so samples and log-probs stay the policy's; an MTP drafter keeps the "
+        "checkpoint's weights (rlc trains no MTP heads: RLC-E809), which lowers only how many drafts are accepted.",
+        passthrough=True,
     )
-    enable_pd: bool = setting(False, "SkyRL 0.4: prefill-decode disaggregation.")
+    enable_pd: bool = setting(
+        False,
+        "SkyRL 0.4: prefill-decode disaggregation: the first num_prefill engines prefill, the others decode, the KV "
+        "cache handed over by vLLM's kv_transfer_config (in engine_init_kwargs, or in both role kwargs); rlc routes "
+        "each sample through a prefill engine to a decode engine.",
+    )
     num_prefill: int = setting(0, "SkyRL 0.4: prefill engines when enable_pd is on.", minimum=0)
     prefill_init_kwargs: dict[str, Any] = setting(
-        doc="SkyRL 0.4: vLLM kwargs of the prefill engines.", factory=dict, passthrough=True
+        doc="SkyRL 0.4: vLLM kwargs of the prefill engines, in place of engine_init_kwargs.",
+        factory=dict,
+        passthrough=True,
     )
     decode_init_kwargs: dict[str, Any] = setting(
-        doc="SkyRL 0.4: vLLM kwargs of the decode engines.", factory=dict, passthrough=True
+        doc="SkyRL 0.4: vLLM kwargs of the decode engines, in place of engine_init_kwargs.",
+        factory=dict,
+        passthrough=True,
     )
     router_init_kwargs: dict[str, Any] = setting(
-        doc="SkyRL 0.4: kwargs of the vllm-router.", factory=dict, passthrough=True
+        doc="SkyRL 0.4: kwargs of the vllm-router (rlc routes itself: refused).", factory=dict, passthrough=True
     )
     remote_urls: list[str] = setting(doc="host:port of remote engines (run_engines_locally=false).", factory=list)
     enable_http_endpoint: bool = setting(False, "Serve an OpenAI-compatible endpoint in front of the engines.")

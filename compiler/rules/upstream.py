@@ -106,6 +106,7 @@ _PROFILER = (
 ).split()
 _QAT = "enabled group_size symmetric scale_divisor q_min bf16_base_path".split()
 _IE = "generator.inference_engine."
+_not_vllm = Condition(_IE + "backend", lambda v: v != "vllm", "hf", "vllm", f"{_IE}backend is not vllm")
 
 UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported(
@@ -332,18 +333,31 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("RLC-E820", "expandable segments in the inference engines", (_IE + "use_expandable_segments",)),
     Unsupported(
         "RLC-E821",
-        "speculative decoding",
+        "speculative decoding outside the vllm engine",
         (_IE + "speculative_config",),
         also_accepted=((_IE + "speculative_config", {}),),
+        # the vllm engine passes it to vLLM as its speculative_config (on GPUs: RLC-E520 refuses it on a CPU)
+        when=lambda key: (_not_vllm,),
+        why="speculative decoding is vLLM's (its speculative_config): the hf engine has none, and a remote server "
+        "takes it from its own command line",
     ),
     Unsupported(
         "RLC-E822",
-        "prefill-decode disaggregation",
+        "prefill-decode disaggregation outside the vllm engine, and vllm-router's settings",
         tuple(
             _IE + k
             for k in ("enable_pd", "num_prefill", "prefill_init_kwargs", "decode_init_kwargs", "router_init_kwargs")
         ),
-        when=lambda key: () if key.endswith("enable_pd") else (equals(_IE + "enable_pd", True),),
+        # the vllm engine runs the split, rlc routing each request itself (rules/prefill_decode.py checks it)
+        when=lambda key: (
+            (equals(_IE + "enable_pd", True),)
+            if key.endswith("router_init_kwargs")
+            else (_not_vllm,)
+            if key.endswith("enable_pd")
+            else (equals(_IE + "enable_pd", True), _not_vllm)
+        ),
+        why="the prefill/decode split is vLLM's (kv_transfer_config), which the hf engine lacks; rlc routes the "
+        "requests itself, so vllm-router's settings have nothing to set",
     ),
     Unsupported(
         "RLC-E823",

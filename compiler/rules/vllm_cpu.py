@@ -91,7 +91,28 @@ def vllm_cpu_engine_shape(c: Context):
         )
 
 
+@rule(
+    "RLC-E520",
+    "vLLM on a CPU: no speculative decoding (its rejection sampler's kernels are Triton's, which run on GPUs)",
+    f"{IE}.speculative_config",
+    f"{IE}.backend",
+    "cluster.accelerator",
+    f"{IE}.run_engines_locally",
+)
+def vllm_cpu_speculative(c: Context):
+    if _vllm_on_cpu(c) and c.ie.speculative_config:
+        yield c.error(
+            "RLC-E520",
+            f"{IE}.speculative_config",
+            "speculative_config on a CPU: vLLM 0.30's CPU build starts the drafter, then fails the first sampled "
+            "batch with drafts in it (its rejection sampler launches Triton kernels, which need a GPU)",
+            "remove speculative_config on a CPU; on GPUs the vllm engine passes it to vLLM as it is",
+            ["cluster.accelerator"],
+        )
+
+
 RULES = (
     vllm_cpu_head_size,
     vllm_cpu_engine_shape,
+    vllm_cpu_speculative,
 )

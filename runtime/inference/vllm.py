@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import pickle
+import re
 import shutil
 import tempfile
 
@@ -32,6 +33,17 @@ from rlc.runtime.weights.lora import save_adapter
 from rlc.runtime.weights.payload import unpack
 
 _WORKER_EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
+_KV_FOLDER = re.compile(r"[0-9a-f]{32,128}")
+# A prefill request's kv_transfer_params: hold the KV cache for a decode engine to fetch (vLLM's P/D protocol, as its
+# disaggregated-serving proxy sends them).
+_REMOTE_DECODE = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
 
 
 def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0, language_model_only: bool = False) -> dict:
@@ -39,7 +51,7 @@ def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0, language_model
     compiled job's vLLM arguments: each decided value as it is, plus the model's local directory and rlc's worker
     extension. `language_model_only` (the spec's generator.inference_engine.language_model_only) is vLLM's engine
     argument of that name: a multimodal checkpoint is served without its vision encoder. `init_kwargs` (the spec's
-    engine_init_kwargs) are applied last and override everything."""
+    engine_init_kwargs) override everything, then, in a prefill/decode split, the engine's role's arguments."""
     kwargs = {
         "model": model,
         "seed": args.seeds[engine],
@@ -68,6 +80,8 @@ def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0, language_model
         kwargs["kv_cache_memory_bytes"] = args.kv_cache_memory_bytes
     if args.block_size is not None:
         kwargs["block_size"] = args.block_size
+    if args.speculative_config:
+        kwargs["speculative_config"] = dict(args.speculative_config)
     if args.rope_scaling or args.rope_theta is not None:
         # vLLM 0.30 has no rope arguments; a callable override edits the config before vLLM checks its RoPE.
         kwargs["hf_overrides"] = functools.partial(
@@ -81,6 +95,12 @@ def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0, language_model
             fully_sharded_loras=args.fully_sharded_loras,
         )
     kwargs.update(args.init_kwargs)
+    if args.pd_roles:
+        kwargs.update(args.role_init_kwargs.get(args.pd_roles[engine], {}))
+        # as SkyRL: a connector whose role is unnamed both sends and receives the KV cache
+        kv = kwargs.get("kv_transfer_config") or {}
+        given: dict = json.loads(kv) if isinstance(kv, str) else dict(kv)  # type: ignore[call-overload]
+        kwargs["kv_transfer_config"] = {"kv_role": "kv_both", **given}
     return kwargs
 
 
@@ -180,6 +200,12 @@ class VLLMEngine:
 
         self._vllm = vllm
         self.llm = vllm.LLM(**args)
+        # vLLM's ExampleConnector keeps each prompt's KV cache in files (a shared directory), found by the prompt's
+        # tokens whatever the weights: a weight update must empty it (`reset_prefix_cache`).
+        # Only a directory named for it (its default is /tmp itself).
+        kv = args.get("kv_transfer_config") or {}
+        store = (kv.get("kv_connector_extra_config") or {}).get("shared_storage_path")
+        self._kv_store = store if kv.get("kv_connector") == "ExampleConnector" else None
         # Arguments to an engine core in its own process travel as msgpack; ours go pickled (rlc_call).
         self._pickled_rpc = bool(envs.VLLM_ENABLE_V1_MULTIPROCESSING)
         self.pad_token_id, self.eos_token_id, self.tokenizer = pad_token_id, eos_token_id, tokenizer
@@ -193,9 +219,15 @@ class VLLMEngine:
     # -- the engine interface ------------------------------------------------------------------------
 
     def generate(
-        self, prompts: list[list[int]], sampling: Sampling, n: int = 1, seed: int = 0
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        n: int = 1,
+        seed: int = 0,
+        kv_transfer: list[list[dict | None]] | None = None,
     ) -> list[list[Completion]]:
-        """`n` completions for each prompt (token ids), in prompt order."""
+        """`n` completions for each prompt (token ids), in prompt order. `kv_transfer` (a decode engine of a
+        prefill/decode split): for each prompt, what the prefill engine handed back for each of its samples."""
         if self._asleep:
             raise RuntimeError(f"the engine is asleep ({', '.join(sorted(self._asleep))}): wake_up before generate")
         if not prompts:
@@ -206,21 +238,42 @@ class VLLMEngine:
             # additional_kwargs) name.
             named = list(extra.get("stop_token_ids") or [])
             extra["stop_token_ids"] = named + [self.eos_token_id] * (self.eos_token_id not in named)
-        # vLLM 0.30 refuses n > 1 with greedy sampling: send such a prompt n times, one sample each.
-        copies = n if sampling.temperature == 0 else 1
+        # vLLM 0.30 refuses n > 1 with greedy sampling: send such a prompt n times, one sample each. A decoded sample
+        # takes its own prefill's KV cache: one request each too.
+        copies = n if sampling.temperature == 0 or kv_transfer is not None else 1
         per_request = n // copies
         # The call is seeded, not each sample: the workers' sampling generator starts from `seed` (the hf engine's
         # meaning: the same call gives the same samples). A seed per request would make vLLM draw every seeded row's
         # noise on its own, row by row at each step, which cost more than the whole decode on a CPU; a seed in
         # additional_kwargs still seeds each request (applied last).
         self._rpc("rlc_seed", seed % 2**63)
-        params = [self._vllm.SamplingParams(**sampling_kwargs(sampling, per_request, None, extra))] * (
-            len(prompts) * copies
-        )
+        params = [
+            self._vllm.SamplingParams(
+                **sampling_kwargs(sampling, per_request, None, extra),
+                **({"extra_args": {"kv_transfer_params": kv_transfer[i][j]}} if kv_transfer is not None else {}),
+            )
+            for i in range(len(prompts))
+            for j in range(copies)
+        ]
         requests = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompts for _ in range(copies)]
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora_request)
         flat = [c for group in completions(outputs, sampling.logprobs) for c in group]
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def prefill(self, prompts: list[list[int]], n: int = 1) -> list[list[dict | None]]:
+        """A prefill engine's half of a prefill/decode split: each prompt's KV cache computed for each of its `n`
+        samples (vLLM's prefix cache shares the work) and held for a decode engine. Returns, per prompt and sample,
+        what the decode engine needs to fetch it (vLLM's kv_transfer_params; None for a connector that finds it by
+        the prompt's tokens)."""
+        if self._asleep:
+            raise RuntimeError(f"the engine is asleep ({', '.join(sorted(self._asleep))}): wake_up before prefill")
+        params = self._vllm.SamplingParams(
+            max_tokens=1, temperature=0.0, detokenize=False, extra_args={"kv_transfer_params": _REMOTE_DECODE}
+        )
+        requests = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompts for _ in range(n)]
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora_request)
+        handed = [o.kv_transfer_params for o in outputs]
+        return [handed[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def sleep(self, level: int = 1) -> None:
         """Level 1 keeps the weights in CPU memory, level 2 drops them; both drop the KV cache."""
@@ -241,7 +294,12 @@ class VLLMEngine:
         return ray.util.get_node_ip_address()
 
     def reset_prefix_cache(self) -> None:
+        """After a weight update: the KV computed with the old weights goes, the KV connector's stored copies too."""
         self.llm.reset_prefix_cache()
+        if self._kv_store and os.path.isdir(self._kv_store):
+            for entry in os.scandir(self._kv_store):
+                if entry.is_dir() and _KV_FOLDER.fullmatch(entry.name):  # the connector's own: a prompt's hash
+                    shutil.rmtree(entry.path, ignore_errors=True)
 
     def update_weights(self, state_dict: dict, version: int | None = None) -> int:
         """Load a full state dict from the trainer (tensors or `weights.payload.pack`ed) on every worker; with LoRA, the

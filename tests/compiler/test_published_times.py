@@ -104,7 +104,72 @@ MOE_FORWARDS = Published(
     145,
     (0.5, 2.0),
 )
-JOBS = [VERL_H200, *SKYRL_JOBS, MOE, MOE_FORWARDS]
+
+# Weight syncs as their frameworks timed them (docs/estimate.md, "Weight sync"): the estimate counts the gather, the
+# transport and vLLM's load; what a framework adds around them (pausing, barriers) it does not.
+GSM8K = EXAMPLES / "gsm8k-grpo-8xh100.yaml"
+SYNCS = [
+    Published(
+        "SkyRL 14B colocated CUDA IPC sync, 1 GB buckets, 8xH100 engine TP 2 (NovaSky-AI/SkyRL#161)",
+        "https://github.com/NovaSky-AI/SkyRL/pull/161",
+        GSM8K,
+        (
+            "trainer.policy.model.path=Qwen/Qwen2.5-14B-Instruct",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "generator.inference_engine.num_engines=4",
+        ),
+        "weight sync",
+        1.6,
+        (0.5, 1.0),
+    ),
+    Published(
+        "slime Qwen3-30B-A3B colocated CUDA IPC sync loop, 8xH200 (vllm-project/vime#175)",
+        "https://github.com/vllm-project/vime/issues/175",
+        GSM8K,
+        (
+            "cluster.accelerator=H200",
+            "trainer.policy.model.path=Qwen/Qwen3-30B-A3B",
+            "generator.inference_engine.tensor_parallel_size=4",
+            "generator.inference_engine.num_engines=2",
+        ),
+        "weight sync",
+        3.0,
+        (0.5, 1.0),
+    ),
+    Published(
+        "open-instruct Llama-3.1-8B gloo sync (vllm-project/vllm#5723)",
+        "https://github.com/vllm-project/vllm/issues/5723",
+        GSM8K,
+        (
+            "trainer.policy.model.path=meta-llama/Llama-3.1-8B",
+            "trainer.placement.colocate_all=false",
+            "trainer.placement.policy_num_gpus_per_node=4",
+            "trainer.placement.ref_num_gpus_per_node=4",
+            "generator.inference_engine.num_engines=4",
+            "generator.inference_engine.weight_sync_backend=gloo",
+        ),
+        "weight sync",
+        5.5,  # "5-6 seconds"
+        (0.7, 1.3),
+    ),
+    Published(
+        "TRL Qwen3-0.6B NCCL sync, one trainer GPU and one vLLM GPU (huggingface/trl#5892)",
+        "https://github.com/huggingface/trl/pull/5892",
+        GSM8K,
+        (
+            "trainer.policy.model.path=Qwen/Qwen3-0.6B",
+            "cluster.gpus_per_node=2",
+            "trainer.placement.colocate_all=false",
+            "trainer.placement.policy_num_gpus_per_node=1",
+            "trainer.placement.ref_num_gpus_per_node=1",
+            "generator.inference_engine.num_engines=1",
+        ),
+        "weight sync",
+        0.18,
+        (0.1, 0.4),  # a small model's sync is vLLM's update lifecycle (pause, start, finish), which is not counted
+    ),
+]
+JOBS = [VERL_H200, *SKYRL_JOBS, MOE, MOE_FORWARDS, *SYNCS]
 
 
 @cache

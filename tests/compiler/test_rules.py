@@ -689,6 +689,29 @@ CASES = {
             num_parallel_generation_workers: 4  # <-
         """,
     ),
+    "RLC-E515": (
+        "generator.inference_engine.enable_pd",
+        """
+        generator:
+          inference_engine:
+            num_engines: 4
+            enable_pd: true  # <-
+            num_prefill: 2
+        """,
+    ),
+    "RLC-E520": (
+        "generator.inference_engine.speculative_config",
+        """
+        cluster: {accelerator: none, gpus_per_node: 1, num_nodes: 1}
+        trainer:
+          policy:
+            model: {path: "rlc:tiny-vllm"}
+        generator:
+          inference_engine:
+            backend: vllm
+            speculative_config: {method: ngram, num_speculative_tokens: 3}  # <-
+        """,
+    ),
     "RLC-E513": (
         "trainer.policy.model.path",
         """

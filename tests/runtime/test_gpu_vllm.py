@@ -322,3 +322,42 @@ def test_tokens_per_second_against_vllms_own_generate(engine, model):
             "rlc_vs_vllm": round(mean["rlc"] / mean["vllm"], 3),
         },
     )
+
+
+def test_speculative_decoding_samples_with_the_policys_log_probs(trainer, model, prompts):
+    """vLLM's n-gram drafter, as `speculative_config` gives it (vLLM's CPU build cannot: RLC-E520): every drafted
+    token is verified against the policy, so the samples' log-probs are still the trainer's, on prompts that repeat
+    themselves (the n-grams the drafter proposes)."""
+    pytest.importorskip("vllm")
+    from rlc.compiler.decide import vllm_args
+    from rlc.runtime.inference.vllm import VLLMEngine, engine_kwargs
+
+    spec = _spec()
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
+    ie = dataclasses.replace(spec.generator.inference_engine, speculative_config=ngram)
+    args = vllm_args(
+        dataclasses.replace(spec, generator=dataclasses.replace(spec.generator, inference_engine=ie)), "cuda", [0]
+    )
+    path, tok = model
+    kwargs = engine_kwargs(args, model=path)
+    assert kwargs["speculative_config"] == ngram
+    engine = VLLMEngine(
+        path,
+        dtype=args.dtype,
+        device="cuda",
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        engine_args=kwargs,
+        env=args.env,
+    )
+    assert engine.update_weights(trainer.packed_state_dict("bfloat16"), 1) == 1  # the policy as it is now
+    repeating = [(p * 4)[:60] for p in prompts]
+    t0 = time.perf_counter()
+    out = engine.generate(repeating, _sampling(), n=4, seed=2)
+    generate_s = time.perf_counter() - t0
+    mean, largest = _gap(trainer, repeating, out, tok.pad_token_id)
+    assert mean < LOGPROB_TOLERANCE, (mean, largest)
+    _report(
+        "vllm_speculative_ngram",
+        {"mean_abs_diff": round(mean, 5), "max_abs_diff": round(largest, 5), "generate_s": round(generate_s, 3)},
+    )

@@ -97,23 +97,33 @@ def model(rlc_cache):
     return path, AutoTokenizer.from_pretrained(path)
 
 
-@pytest.fixture(scope="module")
-def engine(ray_session, model):
-    """The engine as the driver starts it: the compiler's arguments for a CPU job, as a Ray actor."""
+def start_engine(spec, model, index: int = 0, engines: int = 1, cpus: int = 1):
+    """Engine `index` of `engines` as the driver starts it: the compiler's arguments for a CPU job, as a Ray actor
+    (`cpus`: 0 for one beside the module's engines, which hold Ray's two)."""
     path, tok = model
-    args = vllm_args(_spec(), "cpu", [0])
-    actor = ray.remote(VLLMEngine).options(num_cpus=1, runtime_env={"env_vars": args.env})
+    args = vllm_args(spec, "cpu", list(range(engines)))
+    actor = ray.remote(VLLMEngine).options(num_cpus=cpus, runtime_env={"env_vars": args.env})
     engine = actor.remote(
         path,
         dtype=args.dtype,
         device="cpu",
         eos_token_id=tok.eos_token_id,
-        engine_args=engine_kwargs(args, model=path),
+        engine_args=engine_kwargs(args, model=path, engine=index),
         env=args.env,
         cpu_slots_per_node=2,
     )
     ray.get(engine.node_ip.remote(), timeout=600)  # constructed
     return engine
+
+
+def with_engine_settings(spec, **fields):
+    ie = dataclasses.replace(spec.generator.inference_engine, **fields)
+    return dataclasses.replace(spec, generator=dataclasses.replace(spec.generator, inference_engine=ie))
+
+
+@pytest.fixture(scope="module")
+def engine(ray_session, model):
+    return start_engine(_spec(), model)
 
 
 @pytest.fixture(scope="module")
@@ -527,3 +537,53 @@ def test_lora_adapters_reach_the_engine(lora_pair, model, prompts):
     assert ray.get(engine.update_weights.remote(trainer.packed_state_dict.remote("float32"), 2)) == 2
     assert largest_logprob_gap(trainer, prompts, generate(engine, prompts, sampling(), 4, 10), pad) < LOGPROB_TOLERANCE
     assert os.listdir(sync_dir) == []  # each adapter's files are gone once vLLM holds it
+
+
+# -- the prefill/decode split -------------------------------------------------------------------------------
+
+
+def test_prefill_and_decode_engines_hand_the_kv_cache_over(ray_session, trainer, model, prompts, tmp_path):
+    """A prefill engine and a decode engine with vLLM's ExampleConnector (the KV cache through files, which the CPU
+    build runs), routed as the driver routes them: the decode engine samples from the prefill's KV cache with the
+    policy's log-probs, and after a weight update from KV computed with the new weights."""
+    from rlc.runtime.rollouts import job_engines
+
+    store = tmp_path / "kv"
+    store.mkdir()
+    connector = {"kv_connector": "ExampleConnector", "kv_connector_extra_config": {"shared_storage_path": str(store)}}
+    # blocks of 32 tokens (the CPU's default is 128): the connector hands over whole blocks of a prompt but its last
+    # token, so each 40-token prompt below hands 32 over
+    kwargs = {"kv_transfer_config": connector, "block_size": 32}
+    spec = with_engine_settings(
+        _spec(max_prompt_length=48), num_engines=2, enable_pd=True, num_prefill=1, engine_init_kwargs=kwargs
+    )
+    prompts = [(p * 3)[:40] for p in prompts]
+    roles = vllm_args(spec, "cpu", [0, 1]).pd_roles
+    assert roles == ("prefill", "decode")
+    pair = [start_engine(spec, model, i, engines=2, cpus=0) for i in range(2)]
+    engines = job_engines(ray, pair, roles, seed=3)
+    pad = model[1].pad_token_id
+
+    def sample(step: int):
+        return engines.result(engines.submit(prompts, sampling(), 4, (step, 0, 0), list(range(len(prompts))), 4))
+
+    def synced(version: int) -> None:
+        packed = trainer.packed_state_dict.remote("float32")
+        assert ray.get([e.update_weights.remote(packed, version) for e in pair]) == [version, version]
+        ray.get([e.reset_prefix_cache.remote() for e in pair])
+
+    try:
+        synced(1)
+        assert not list(store.iterdir())  # a sync leaves no KV of old weights behind
+        out = sample(1)
+        assert [len(group) for group in out] == [4] * len(prompts)
+        handed = list(store.iterdir())  # each prompt's KV cache, a file per layer
+        assert len(handed) == len(prompts) and all(list(folder.glob("*.safetensors")) for folder in handed)
+        assert largest_logprob_gap(trainer, prompts, out, pad) < LOGPROB_TOLERANCE
+        _train_one_step(trainer, pair[1], prompts, pad, seed=5)
+        synced(2)
+        assert not list(store.iterdir())
+        assert largest_logprob_gap(trainer, prompts, sample(2), pad) < LOGPROB_TOLERANCE
+    finally:
+        for e in pair:
+            ray.kill(e)

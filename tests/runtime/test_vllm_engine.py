@@ -191,6 +191,39 @@ def test_rope_settings_merge_into_the_models_rope_parameters():
     assert override(config).rope_parameters["rope_theta"] == 5e5
 
 
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
+
+
+def test_speculative_config_reaches_vllm_as_it_is():
+    assert engine_kwargs(_args(speculative_config=NGRAM), model="m")["speculative_config"] == NGRAM
+    for unset in (None, {}):
+        assert "speculative_config" not in engine_kwargs(_args(speculative_config=unset), model="m")
+
+
+NIXL = {"kv_connector": "NixlConnector"}
+
+
+def test_a_prefill_decode_split_starts_the_first_num_prefill_engines_as_prefill_engines():
+    args = _args(engines=4, enable_pd=True, num_prefill=1, engine_init_kwargs={"kv_transfer_config": NIXL})
+    assert args.pd_roles == ("prefill", "decode", "decode", "decode")
+    for i in range(4):  # every engine sends and receives (SkyRL's kv_both where the role is unnamed)
+        assert engine_kwargs(args, model="m", engine=i)["kv_transfer_config"] == {**NIXL, "kv_role": "kv_both"}
+    assert _args(engines=2).pd_roles == () and "kv_transfer_config" not in engine_kwargs(_args(), model="m")
+
+
+def test_each_roles_init_kwargs_reach_its_engines():
+    args = _args(
+        engines=2,
+        enable_pd=True,
+        num_prefill=1,
+        prefill_init_kwargs={"kv_transfer_config": {**NIXL, "kv_role": "kv_producer"}, "max_num_seqs": 8},
+        decode_init_kwargs={"kv_transfer_config": {**NIXL, "kv_role": "kv_consumer"}},
+    )
+    prefill, decode = (engine_kwargs(args, model="m", engine=i) for i in range(2))
+    assert prefill["kv_transfer_config"]["kv_role"] == "kv_producer" and prefill["max_num_seqs"] == 8
+    assert decode["kv_transfer_config"]["kv_role"] == "kv_consumer" and decode["max_num_seqs"] == 1024
+
+
 def test_multiprocessing_is_turned_off_through_the_environment():
     assert _args().env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     assert _args(vllm_v1_disable_multiproc=False).env == {}
@@ -376,8 +409,52 @@ def _all_options_kwargs(model: str) -> dict:
             "rope_scaling": {"rope_type": "yarn", "factor": 2.0},
             "rope_theta": 5e5,
         },
+        speculative_config=NGRAM,
     )
     return engine_kwargs(args, model=model)
+
+
+def as_command_line(kwargs: dict) -> list[str]:
+    """`vllm serve`'s flags for engine keywords: --flag / --no-flag for booleans, JSON for dicts."""
+    argv = []
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            argv += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
+    return argv
+
+
+@vllm_api
+def test_vllms_own_parser_reads_the_engine_kwargs_as_the_engine_gets_them():
+    """Every keyword but the RoPE override (a callable, no flag) as `vllm serve` flags: vLLM's parser gives the
+    engine arguments the in-process engine gets."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    kw = _all_options_kwargs("/models/m")
+    del kw["hf_overrides"]
+    parsed = AsyncEngineArgs.from_cli_args(
+        AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(as_command_line(kw))
+    )
+    assert {k: getattr(parsed, k) for k in kw} == kw
+    assert parsed.speculative_config == NGRAM
+
+
+@vllm_api
+def test_vllms_own_parser_reads_a_decode_engines_kv_transfer_config():
+    from vllm.config import KVTransferConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    args = _args(engines=2, enable_pd=True, num_prefill=1, engine_init_kwargs={"kv_transfer_config": NIXL})
+    kw = engine_kwargs(args, model="/models/m", engine=1)
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+    parsed = AsyncEngineArgs.from_cli_args(parser.parse_args(as_command_line(kw)))
+    assert isinstance(parsed.kv_transfer_config, KVTransferConfig)
+    assert (parsed.kv_transfer_config.kv_connector, parsed.kv_transfer_config.kv_role) == ("NixlConnector", "kv_both")
+    assert parsed.kv_transfer_config.is_kv_producer and parsed.kv_transfer_config.is_kv_consumer
 
 
 @vllm_api
