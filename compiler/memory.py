@@ -30,7 +30,7 @@ from dataclasses import field
 
 from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
 from rlc.compiler.plan import node_ranges
-from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.roles import critic_on, on_megatron, ref_on
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.plan import Plan
@@ -305,8 +305,10 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     b = 2 if t.bf16 else 4
     stage_layers = -(-shape.layers // pp)
     expert_layer = shape.expert_params // shape.moe_layers if shape.moe_layers else 0
+    # One embedding per stage that holds one (two with an untied head on a one-stage model); the critic's value head
+    # takes the vocabulary head's place (hidden + 1 weights, left out).
     body = stage_layers * (shape.layer - expert_layer) + (
-        shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding
+        shape.embedding * (1 if shape.tied or role == "critic" else 2) if pp == 1 else shape.embedding
     )
     experts = stage_layers * expert_layer * shape.moe_layers // max(shape.layers, 1)
     local = -(-body // tp) + -(-experts // (ep * etp))
@@ -333,6 +335,8 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
         else:
             act = tokens * per_layer
         grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local
+        if role == "critic":  # a value per position, in float32: the output, its slice and its gradient
+            return {**({"grads": grads} if train else {}), "activations": act, "values": tokens * 4 * 3}
         # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
         logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, fp32_output=b != 4)
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
@@ -383,7 +387,7 @@ def estimate(spec, plan: Plan, fraction: float = 1.0) -> MemoryEstimate:
         info = models.get(role.name)
         if info is None or info.shape is None:
             continue
-        if t.strategy == "megatron" and role.name != "critic":
+        if on_megatron(spec, role.name):
             costs[role.name] = megatron_cost(spec, role.name, info.shape, role.world_size, fraction)
         else:
             costs[role.name] = fsdp_cost(spec, role.name, info.shape, role.world_size, True, fraction)
@@ -479,7 +483,7 @@ def mini_per_gpu(spec, role: str) -> int | None:
     mini = t.critic_mini_batch_size if role == "critic" else t.policy_mini_batch_size
     try:
         world = int(getattr(p, f"{role}_num_gpus_per_node")) * int(getattr(p, f"{role}_num_nodes"))
-        if t.strategy == "megatron" and role != "critic":
+        if on_megatron(spec, role):
             mc = cfg.megatron_config
             split = (
                 int(mc.tensor_model_parallel_size)
@@ -526,7 +530,7 @@ def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
     over = g.peak - g.capacity
     if kind == "state":
         role = owner
-        if t.strategy == "megatron" and role != "critic":
+        if on_megatron(spec, role):
             fix = (
                 f"split trainer.{role} over more GPUs (raise megatron_config.tensor_model_parallel_size or "
                 "pipeline_model_parallel_size, or the placement's GPUs), or offload the optimizer "

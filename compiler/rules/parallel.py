@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from rlc.compiler.roles import critic_on, fsdp_roles, ref_on
+from rlc.compiler.roles import critic_on, fsdp_roles, on_megatron, ref_on
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
 
@@ -15,15 +15,23 @@ IE = "generator.inference_engine"
 # -- Megatron ------------------------------------------------------------------------------------
 
 
-@rule("RLC-E503", "Megatron trains no critic (GRPO-style only)", "trainer.critic.model.path", "trainer.strategy")
-def megatron_has_no_critic(c: Context):
-    if c.megatron and critic_on(c.s):
+@rule(
+    "RLC-E515",
+    "Megatron: the critic trains without LoRA (rlc's Megatron LoRA adapts the policy)",
+    "trainer.critic.model.lora.rank",
+    "trainer.critic.model.path",
+    "trainer.critic.strategy",
+    "trainer.strategy",
+)
+def megatron_critic_has_no_lora(c: Context):
+    lora = c.t.critic.model.lora
+    if critic_on(c.s) and on_megatron(c.s, "critic") and isinstance(lora.rank, int) and lora.rank > 0:
         yield c.error(
-            "RLC-E503",
-            "trainer.critic.model.path",
-            "the megatron strategy has no critic; PPO with a value model needs fsdp2",
-            "use strategy: fsdp2, or drop the critic",
-            ["trainer.strategy"],
+            "RLC-E515",
+            "trainer.critic.model.lora.rank",
+            f"the critic trains with megatron and lora.rank is {lora.rank}; rlc's Megatron LoRA adapts the policy only",
+            "set trainer.critic.model.lora.rank: 0, or train the critic with fsdp2 (trainer.critic.strategy: fsdp2)",
+            ["trainer.strategy", "trainer.critic.strategy"],
         )
 
 
@@ -239,6 +247,7 @@ def fsdp_size_divides_world(c: Context):
     "trainer.policy.model_config_kwargs",
     "trainer.ref.model_config_kwargs",
     "trainer.critic.model_config_kwargs",
+    "trainer.critic.strategy",
     "trainer.algorithm.use_kl_loss",
     "trainer.algorithm.use_kl_in_reward",
     "trainer.strategy",
@@ -514,7 +523,7 @@ def megatron_lora_targets_known(c: Context):
 
 
 RULES = (
-    megatron_has_no_critic,
+    megatron_critic_has_no_lora,
     megatron_has_no_ulysses,
     megatron_expert_layout_divides_world,
     megatron_config_kwargs_known,

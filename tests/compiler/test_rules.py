@@ -520,14 +520,16 @@ CASES = {
           max_input_length: 2048
         """,
     ),
-    "RLC-E503": (
-        "trainer.critic.model.path",
+    "RLC-E515": (
+        "trainer.critic.model.lora.rank",
         """
         trainer:
           strategy: megatron
           critic:
             model:
-              path: Qwen/Qwen2.5-0.5B  # <-
+              path: Qwen/Qwen2.5-0.5B
+              lora:
+                rank: 8  # <-
         """,
     ),
     "RLC-E504": (
