@@ -6,7 +6,8 @@ has the derivation, the margins and the published jobs it is checked against):
   the world); the working copies FSDP gathers in the compute dtype (the root's embeddings and head, two layers);
   cpu_offload keeps the sharded state on the CPU. LoRA trains (and keeps gradients and moments of) the adapters.
 - megatron: compute-dtype weights split over tp x pp (experts over ep x etp), fp32 main gradients, and the
-  distributed optimizer's fp32 master copy and moments split over the data-parallel ranks.
+  distributed optimizer's fp32 master copy and moments split over the data-parallel ranks. A Megatron critic has
+  one embedding and a value per token where the policy has the vocabulary head and its logits.
 - activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
   input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the positions that predict a response
   token; megatron: of every token, upcast to float32), whose gradient is written over them in training, plus the

@@ -59,6 +59,8 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strate
     mine = shards(batch, layout["dp_size"])[layout["dp_rank"]]
     saving = strategy == "megatron" and world == 1
     result: dict = {"layout": layout, "first": worker.train_mini_batch(mine, totals(batch))}
+    if strategy == "megatron":  # this rank's weights, for the memory estimate
+        result["params"] = sum(p.numel() for p in worker.gpt.parameters())
     if saving:
         worker.save_checkpoint(out + ".ckpt")
     values = _shared(worker, mine, world, rank)
@@ -145,3 +147,20 @@ def test_megatron_critic_export_loads_as_fsdp2s_value_model(runs, tiny_model):
     saved = torch.load(d / "one")
     for name, tensor in saved.items():
         torch.testing.assert_close(state[name], tensor, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("layout", ["one", "tp2", "pp2"])
+def test_the_memory_estimate_counts_the_megatron_critics_weights(runs, tiny_model, layout):
+    """The estimate's weights of a Megatron critic are its largest rank's: the decoder and one embedding (no vocabulary
+    head), to within the value head it leaves out and the norms every tensor rank holds whole (it splits them)."""
+    from rlc.compiler.memory import megatron_cost
+    from rlc.compiler.model_size import model_info
+
+    by_name, _ = runs
+    tp, pp = {"one": (1, 1), "tp2": (2, 1), "pp2": (1, 2)}[layout]
+    spec = _spec("megatron", tp, pp, 1)
+    shape = model_info(tiny_model).shape
+    estimated = megatron_cost(spec, "critic", shape, tp * pp).state["weights"] // (2 if spec.trainer.bf16 else 4)
+    largest = max(r["params"] for r in by_name[layout])
+    norms = (2 * shape.layers + 1) * shape.hidden
+    assert largest - norms - shape.hidden - 1 <= estimated <= largest
