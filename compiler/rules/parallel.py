@@ -314,15 +314,18 @@ def local_model_config(path: object) -> dict | None:
     "Megatron: the model's heads and MLP width divide by tensor_model_parallel_size (local models)",
     "trainer.policy.megatron_config.tensor_model_parallel_size",
     "trainer.ref.megatron_config.tensor_model_parallel_size",
+    "trainer.critic.megatron_config.tensor_model_parallel_size",
     "trainer.policy.model.path",
     "trainer.ref.model.path",
+    "trainer.critic.model.path",
     "trainer.strategy",
+    "trainer.critic.strategy",
 )
 def megatron_heads_divide_by_tensor_parallel(c: Context):
     # Megatron-Core splits attention heads, KV heads and the MLP width evenly over the tensor-parallel ranks.
-    if not c.megatron:
-        return
-    for role in ("policy", "ref"):
+    for role in ("policy", "ref", "critic"):
+        if not on_megatron(c.s, role) or (role == "critic" and not critic_on(c.s)):
+            continue
         cfg = getattr(c.t, role)
         tp, config = cfg.megatron_config.tensor_model_parallel_size, local_model_config(cfg.model.path)
         if config is None or not isinstance(tp, int) or tp <= 0:
