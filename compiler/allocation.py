@@ -313,7 +313,7 @@ def _role_settings(c: Component, strategy: str, gpus_per_node: int | None) -> di
         f"trainer.placement.{role}_num_gpus_per_node": per_node,
     }
     d = c.dims
-    if (c.backend or strategy) == "megatron" and role != "critic":
+    if (c.backend or strategy) == "megatron":
         mc = f"trainer.{role}.megatron_config"
         out.update(
             {

@@ -10,6 +10,7 @@ import hashlib
 import os
 from typing import Any
 
+from rlc.compiler.roles import strategy_of
 from rlc.core import algorithms
 from rlc.core.job import (
     AheadSettings,
@@ -291,9 +292,8 @@ def offload_between_phases(spec: Any, device: str) -> bool:
 
 
 def strategy(spec: Any, role: str) -> str:
-    """The critic always trains with fsdp2: rlc's megatron worker runs the policy and the ref only."""
-    name = STRATEGY_NAMES[spec.trainer.strategy]
-    return "fsdp2" if role == "critic" else name
+    """The runtime's name of the backend that trains `role` (the critic's own trainer.critic.strategy, where set)."""
+    return STRATEGY_NAMES[strategy_of(spec, role)]
 
 
 def model_path(spec: Any, role: str) -> str:

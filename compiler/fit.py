@@ -235,10 +235,10 @@ def _offload(spec, base) -> list[Option]:
 
 
 def _megatron_parallel(spec, base) -> list[Option]:
-    """Megatron's tensor parallelism doubled up to a node's GPUs, then pipeline stages doubled (policy and ref)."""
+    """Megatron's tensor parallelism doubled up to a node's GPUs, then pipeline stages doubled (every role on it)."""
     if spec.trainer.strategy != "megatron":
         return []
-    roles = ["policy", *(["ref"] if ref_on(spec) else [])]
+    roles = [r for r in ("policy", "ref", "critic") if r not in fsdp_roles(spec)]
     mc = spec.trainer.policy.megatron_config
     tp, pp = int(mc.tensor_model_parallel_size), int(mc.pipeline_model_parallel_size)
     per_node = min(int(spec.cluster.gpus_per_node), 8)

@@ -9,6 +9,8 @@ has the derivation, the margins and the published jobs it is checked against):
   rank), fp32 main gradients, and the distributed optimizer's fp32 master copy and moments split over the
   data-parallel ranks (the experts' over the expert data-parallel ranks). LoRA: gradients, master copy and moments of
   the adapters alone (docs/memory.md), the frozen base's weights only.
+  A Megatron critic has one embedding and a value per token where the policy has the vocabulary head and its
+  logits.
 - activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
   input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the positions that predict a response
   token; megatron: of every token, upcast to float32), whose gradient is written over them in training, plus the
@@ -33,7 +35,7 @@ from dataclasses import field
 from rlc.compiler.megatron_adapters import RankAdapters, stage_adapters
 from rlc.compiler.model_size import ModelInfo, ModelShape, model_info
 from rlc.compiler.plan import node_ranges
-from rlc.compiler.roles import critic_on, ref_on
+from rlc.compiler.roles import critic_on, on_megatron, ref_on
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.plan import Plan
@@ -308,8 +310,10 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     b = 2 if t.bf16 else 4
     stage_layers = -(-shape.layers // pp)
     expert_layer = shape.expert_params // shape.moe_layers if shape.moe_layers else 0
+    # One embedding per stage that holds one (two with an untied head on a one-stage model); the critic's value head
+    # takes the vocabulary head's place (hidden + 1 weights, left out).
     body = stage_layers * (shape.layer - expert_layer) + (
-        shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding
+        shape.embedding * (1 if shape.tied or role == "critic" else 2) if pp == 1 else shape.embedding
     )
     experts = stage_layers * expert_layer * shape.moe_layers // max(shape.layers, 1)
     replicated = tp_replicated(shape, stage_layers, last_stage=pp == 1)
@@ -340,6 +344,8 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
         else:
             act = tokens * per_layer
         grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * trained.total
+        if role == "critic":  # a value per position, in float32: the output, its slice and its gradient
+            return {**({"grads": grads} if train else {}), "activations": act, "values": tokens * 4 * 3}
         # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
         logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, fp32_output=b != 4)
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
@@ -415,7 +421,7 @@ def estimate(spec, plan: Plan, fraction: float = 1.0) -> MemoryEstimate:
         info = models.get(role.name)
         if info is None or info.shape is None:
             continue
-        if t.strategy == "megatron" and role.name != "critic":
+        if on_megatron(spec, role.name):
             costs[role.name] = megatron_cost(spec, role.name, info.shape, role.world_size, fraction)
         else:
             costs[role.name] = fsdp_cost(spec, role.name, info.shape, role.world_size, True, fraction)
@@ -511,7 +517,7 @@ def mini_per_gpu(spec, role: str) -> int | None:
     mini = t.critic_mini_batch_size if role == "critic" else t.policy_mini_batch_size
     try:
         world = int(getattr(p, f"{role}_num_gpus_per_node")) * int(getattr(p, f"{role}_num_nodes"))
-        if t.strategy == "megatron" and role != "critic":
+        if on_megatron(spec, role):
             mc = cfg.megatron_config
             split = (
                 int(mc.tensor_model_parallel_size)
@@ -558,7 +564,7 @@ def _cause(spec, g: GpuMemory) -> tuple[str, str, str]:
     over = g.peak - g.capacity
     if kind == "state":
         role = owner
-        if t.strategy == "megatron" and role != "critic":
+        if on_megatron(spec, role):
             fix = (
                 f"split trainer.{role} over more GPUs (raise megatron_config.tensor_model_parallel_size or "
                 "pipeline_model_parallel_size, or the placement's GPUs), or offload the optimizer "

@@ -42,10 +42,21 @@ def critic_on(spec) -> bool:
     return spec.trainer.critic.model.path is not None
 
 
+def strategy_of(spec, role: str) -> str:
+    """The backend that trains `role` as the spec spells it (fsdp, fsdp2 or megatron): trainer.strategy, or for the
+    critic trainer.critic.strategy where it is set."""
+    t = spec.trainer
+    return (t.critic.strategy if role == "critic" else None) or t.strategy
+
+
+def on_megatron(spec, role: str) -> bool:
+    return strategy_of(spec, role) == "megatron"
+
+
 def fsdp_roles(spec) -> list[str]:
-    """The roles the job trains with the fsdp2 worker: every one it runs, or under megatron the critic alone."""
+    """The roles the job runs that train with the fsdp2 worker."""
     on = ["policy", *(["ref"] if ref_on(spec) else []), *(["critic"] if critic_on(spec) else [])]
-    return [r for r in on if spec.trainer.strategy != "megatron" or r == "critic"]
+    return [r for r in on if not on_megatron(spec, r)]
 
 
 def engine_gpus(ie) -> int:

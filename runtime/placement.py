@@ -34,6 +34,7 @@ from rlc.runtime.run_error import RunError
 from rlc.runtime.sections import Sections
 from rlc.runtime.workers.fsdp import FSDPWorker
 from rlc.runtime.workers.megatron import MegatronWorker
+from rlc.runtime.workers.megatron_critic import MegatronCriticWorker
 
 # Quiet third-party chatter in every process the driver starts.
 QUIET_ENV = {
@@ -173,7 +174,7 @@ class Cluster:
             memory_snapshot_dir=str(expand(planned.memory_snapshot_dir)) if planned.memory_snapshot_dir else None,
         )
         env = self.decisions.envs.trainer
-        actor = self.ray.remote(strategy(planned.strategy).worker)
+        actor = self.ray.remote(strategy(planned.strategy).worker_for(role.name))
         world, res = role.world_size, self.plan.share(role.share)
         workers = [
             actor.options(
@@ -252,10 +253,15 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Strategy:
-    """A training strategy (`WorkerSettings.strategy`): the Ray actor class of one rank."""
+    """A training strategy (`WorkerSettings.strategy`): the Ray actor class of one rank (the critic's own where the
+    strategy has one)."""
 
     name: str
     worker: type
+    critic: type | None = None
+
+    def worker_for(self, role: str) -> type:
+        return self.critic if role == "critic" and self.critic is not None else self.worker
 
 
 @dataclass(frozen=True)
@@ -352,7 +358,7 @@ def _connect_remote(c: Cluster, engines: list) -> None:
         raise RunError(f"a remote inference engine cannot be used: {cause}") from None
 
 
-STRATEGIES = (Strategy("fsdp2", FSDPWorker), Strategy("megatron", MegatronWorker))
+STRATEGIES = (Strategy("fsdp2", FSDPWorker), Strategy("megatron", MegatronWorker, critic=MegatronCriticWorker))
 ENGINES = (
     EngineKind("hf", _start_hf),
     EngineKind("vllm", _start_vllm),

@@ -57,6 +57,6 @@ def setting(
     return dataclasses.field(default=default, metadata=meta)
 
 
-def section(cls: type, doc: str, factory: Callable[[], Any] | None = None) -> Any:
+def section(cls: type, doc: str, factory: Callable[[], Any] | None = None, rlc_only: bool = False) -> Any:
     """A nested config section (a dataclass-typed field)."""
-    return setting(doc=doc, factory=factory or cls)
+    return setting(doc=doc, factory=factory or cls, rlc_only=rlc_only)

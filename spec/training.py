@@ -273,7 +273,13 @@ def _critic_optimizer() -> OptimizerConfig:
 class CriticConfig:
     model: ModelConfig = section(ModelConfig, "Critic model; a path turns the critic on.")
     optimizer_config: OptimizerConfig = section(OptimizerConfig, "Critic optimizer.", factory=_critic_optimizer)
+    strategy: str | None = setting(
+        None, "The critic's training backend; unset: trainer.strategy's.", enum=STRATEGY_NAMES, rlc_only=True
+    )
     fsdp_config: FSDPConfig = section(FSDPConfig, "Critic FSDP settings.")
+    megatron_config: MegatronConfig = section(
+        MegatronConfig, "Critic Megatron settings (SkyRL 0.4's critic trains with FSDP only).", rlc_only=True
+    )
     sequence_parallel_size: int = setting(
         1,
         "Ulysses sequence parallelism (fsdp2): each row split over this many GPUs; data parallel = GPUs / this.",

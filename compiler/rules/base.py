@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from rlc.compiler.roles import on_megatron
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic
 
@@ -123,7 +124,7 @@ class Context:
         w = self.world(role)
         if w is None:
             return None
-        if self.megatron and role in ("policy", "ref"):
+        if on_megatron(self.s, role):
             mc = getattr(self.t, role).megatron_config
             parts = [
                 num(mc.tensor_model_parallel_size),

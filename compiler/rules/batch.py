@@ -220,6 +220,10 @@ def policy_train_batch_per_gpu_fits_mini(c: Context):
     "trainer.critic.sequence_parallel_size",
     "trainer.placement.critic_num_nodes",
     "trainer.strategy",
+    "trainer.critic.strategy",
+    "trainer.critic.megatron_config.tensor_model_parallel_size",
+    "trainer.critic.megatron_config.pipeline_model_parallel_size",
+    "trainer.critic.megatron_config.context_parallel_size",
 )
 def critic_batch_arithmetic(c: Context):
     if not critic_on(c.s):
@@ -319,6 +323,7 @@ def mini_batch_spreads_evenly(c: Context):
     "trainer.placement.ref_num_nodes",
     "trainer.ref.sequence_parallel_size",
     "trainer.strategy",
+    "trainer.critic.strategy",
 )
 def fsdp_world_divisible_by_sequence_parallel(c: Context):
     # The fsdp2 worker splits each row over groups of sp consecutive ranks: a world sp does not divide has no such

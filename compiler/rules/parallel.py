@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from rlc.compiler.roles import critic_on, fsdp_roles, ref_on
+from rlc.compiler.roles import critic_on, fsdp_roles, on_megatron, ref_on
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
 
@@ -15,15 +15,23 @@ IE = "generator.inference_engine"
 # -- Megatron ------------------------------------------------------------------------------------
 
 
-@rule("RLC-E503", "Megatron trains no critic (GRPO-style only)", "trainer.critic.model.path", "trainer.strategy")
-def megatron_has_no_critic(c: Context):
-    if c.megatron and critic_on(c.s):
+@rule(
+    "RLC-E521",
+    "Megatron: the critic trains without LoRA (rlc's Megatron LoRA adapts the policy)",
+    "trainer.critic.model.lora.rank",
+    "trainer.critic.model.path",
+    "trainer.critic.strategy",
+    "trainer.strategy",
+)
+def megatron_critic_has_no_lora(c: Context):
+    lora = c.t.critic.model.lora
+    if critic_on(c.s) and on_megatron(c.s, "critic") and isinstance(lora.rank, int) and lora.rank > 0:
         yield c.error(
-            "RLC-E503",
-            "trainer.critic.model.path",
-            "the megatron strategy has no critic; PPO with a value model needs fsdp2",
-            "use strategy: fsdp2, or drop the critic",
-            ["trainer.strategy"],
+            "RLC-E521",
+            "trainer.critic.model.lora.rank",
+            f"the critic trains with megatron and lora.rank is {lora.rank}; rlc's Megatron LoRA adapts the policy only",
+            "set trainer.critic.model.lora.rank: 0, or train the critic with fsdp2 (trainer.critic.strategy: fsdp2)",
+            ["trainer.strategy", "trainer.critic.strategy"],
         )
 
 
@@ -239,6 +247,7 @@ def fsdp_size_divides_world(c: Context):
     "trainer.policy.model_config_kwargs",
     "trainer.ref.model_config_kwargs",
     "trainer.critic.model_config_kwargs",
+    "trainer.critic.strategy",
     "trainer.algorithm.use_kl_loss",
     "trainer.algorithm.use_kl_in_reward",
     "trainer.strategy",
@@ -305,15 +314,18 @@ def local_model_config(path: object) -> dict | None:
     "Megatron: the model's heads and MLP width divide by tensor_model_parallel_size (local models)",
     "trainer.policy.megatron_config.tensor_model_parallel_size",
     "trainer.ref.megatron_config.tensor_model_parallel_size",
+    "trainer.critic.megatron_config.tensor_model_parallel_size",
     "trainer.policy.model.path",
     "trainer.ref.model.path",
+    "trainer.critic.model.path",
     "trainer.strategy",
+    "trainer.critic.strategy",
 )
 def megatron_heads_divide_by_tensor_parallel(c: Context):
     # Megatron-Core splits attention heads, KV heads and the MLP width evenly over the tensor-parallel ranks.
-    if not c.megatron:
-        return
-    for role in ("policy", "ref"):
+    for role in ("policy", "ref", "critic"):
+        if not on_megatron(c.s, role) or (role == "critic" and not critic_on(c.s)):
+            continue
         cfg = getattr(c.t, role)
         tp, config = cfg.megatron_config.tensor_model_parallel_size, local_model_config(cfg.model.path)
         if config is None or not isinstance(tp, int) or tp <= 0:
@@ -563,7 +575,7 @@ def megatron_lora_targets_known(c: Context):
 
 
 RULES = (
-    megatron_has_no_critic,
+    megatron_critic_has_no_lora,
     megatron_has_no_ulysses,
     megatron_expert_layout_divides_world,
     megatron_config_kwargs_known,

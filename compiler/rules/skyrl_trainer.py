@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlc.compiler.roles import get
+from rlc.compiler.roles import critic_on, get, on_megatron
 from rlc.compiler.rules.base import Context, rule
 from rlc.compiler.trainers.skyrl_config import (
     ALGORITHM_NAMES,
@@ -294,6 +294,25 @@ def models_skyrl_loads(c: Context):
 
 
 @rule(
+    "RLC-E649",
+    f"{SKYRL}'s trainer trains a critic with FSDP only",
+    "trainer.critic.model.path",
+    "trainer.critic.strategy",
+    "trainer.strategy",
+    TRAINER,
+)
+def critic_skyrl_trains(c: Context):
+    if _chosen(c) and critic_on(c.s) and on_megatron(c.s, "critic"):
+        yield c.error(
+            "RLC-E649",
+            "trainer.critic.model.path",
+            f"the critic trains with megatron; {SKYRL} refuses a critic under the megatron strategy",
+            f"use strategy: fsdp2 for this PPO job, {OTHER_TRAINER} (whose Megatron worker trains critics)",
+            ["trainer.strategy", TRAINER],
+        )
+
+
+@rule(
     "RLC-W642",
     f"the SkyRL release the nodes install is the one rlc checks ({SKYRL_RELEASE})",
     "launch.trainer_version",
@@ -324,5 +343,6 @@ RULES = (
     engines_skyrl_runs,
     skyrl_needs_gpus,
     models_skyrl_loads,
+    critic_skyrl_trains,
     release_checked,
 )

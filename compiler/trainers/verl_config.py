@@ -28,6 +28,7 @@ from rlc.compiler.importers.verl.mapping import (
     R,
     T,
 )
+from rlc.compiler.roles import on_megatron
 from rlc.core import algorithms
 from rlc.spec.root import RlcSpec
 
@@ -346,6 +347,15 @@ def _critic(spec: RlcSpec) -> dict[str, Any]:
     if critic:
         values.update({f"{C}.model.path": t.critic.model.path, f"{C}.optim.lr": t.critic.optimizer_config.lr,
                        f"{C}.cliprange_value": t.algorithm.value_clip})  # fmt: skip
+        if on_megatron(spec, "critic") != (t.strategy == "megatron"):
+            values[f"{C}.strategy"] = "megatron" if on_megatron(spec, "critic") else "fsdp2"
+        if on_megatron(spec, "critic"):  # verl's critic has parallel sizes of its own
+            mc = t.critic.megatron_config
+            for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                        "expert_model_parallel_size", "expert_tensor_parallel_size"):  # fmt: skip
+                values[f"{C}.megatron.{key}"] = getattr(mc, key)
+            for key, value in (mc.transformer_config_kwargs or {}).items():
+                values[f"{C}.megatron.override_transformer_config.{key}"] = value
     return values
 
 

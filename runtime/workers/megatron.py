@@ -141,9 +141,11 @@ def vocab_parallel_logprobs(
 class MegatronWorker(TrainWorker):
     """One rank of the policy or ref under Megatron-Core. `config` is the role's sub-config."""
 
+    roles: tuple[str, ...] = ("policy", "ref")  # the critic is `megatron_critic.MegatronCriticWorker`
+
     def __init__(self, settings: WorkerSettings, config: Any, algorithm: Any, rank: int, world_size: int):
-        if settings.role not in ("policy", "ref"):
-            raise ValueError(f"the megatron strategy trains no {settings.role!r} (policy and ref only)")
+        if settings.role not in self.roles:
+            raise ValueError(f"{type(self).__name__} runs no {settings.role!r} ({' and '.join(self.roles)} only)")
         leave_sigterm_to_the_driver()
         _quiet()
         # Megatron's tensor-parallel layers overlap their gradient all-reduce with compute only when kernels queue
@@ -345,16 +347,19 @@ class MegatronWorker(TrainWorker):
         spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
         if self.cp > 1:  # rlc's context-parallel attention, with TransformerEngine's linear layers or without
             spec.submodules.self_attention.submodules.core_attention = context_parallel_attention_class()
-        kwargs = {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
         model = GPTModel(
             config,
             transformer_layer_spec=spec,
             pre_process=ps.is_pipeline_first_stage(),
             post_process=ps.is_pipeline_last_stage(),
-            **kwargs,
+            **self._gpt_kwargs(),
         )
         self.gpt = model
         self._load_hf(model)
+
+    def _gpt_kwargs(self) -> dict:
+        """GPTModel's arguments from the Hugging Face config, then the spec's model_config_kwargs."""
+        return {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
 
     def _load_hf(self, model) -> None:
         hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
@@ -541,11 +546,8 @@ class MegatronWorker(TrainWorker):
             # ranks; the objective is already each micro-batch's share of the mini-batch, so undo both.
             scale = len(micro) * self.dp
 
-            def objective(mb, logits):
-                logp, entropy = self._response_logprobs(logits, mb, True)
-                loss, metrics = policy_objective(
-                    self.algorithm, logp, entropy, mb.to(logp.device), totals, self.s.max_seq_len
-                )
+            def objective(mb, output):
+                loss, metrics = self._objective(mb, output, totals)
                 return loss * scale, metrics
 
             outs = self._schedule_run(micro, objective, forward_only=False)
@@ -559,6 +561,11 @@ class MegatronWorker(TrainWorker):
                 sums[k] = sums.get(k, 0.0) + float(v)
         sums.update(grad_norm=grad_norm, lr=lr, skipped=float(not ok or not math.isfinite(grad_norm)))
         return sums
+
+    def _objective(self, mb: TrainBatch, logits: torch.Tensor, totals: dict) -> tuple[torch.Tensor, dict]:
+        """One micro-batch's share of the mini-batch's loss, from the last stage's output."""
+        logp, entropy = self._response_logprobs(logits, mb, True)
+        return policy_objective(self.algorithm, logp, entropy, mb.to(logp.device), totals, self.s.max_seq_len)
 
     @contextlib.contextmanager
     def _profiled(self):
@@ -887,15 +894,18 @@ class MegatronWorker(TrainWorker):
 
 def _set_held_states(opt, original, model_param, tensors: dict) -> None:
     """A distributed optimizer's `_set_main_param_and_optimizer_states` for torch's Adam: the main parameter and
-    the state entries `tensors` holds (a fully reshardable checkpoint has no per-parameter `step`)."""
-    if "step" in tensors or opt.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+    the state entries `tensors` holds, but never `step`. A fully reshardable checkpoint has none per parameter; a
+    dp_reshardable one hands back the loading worker's own count (its step is not a sharded tensor, so the load
+    template's value stays), which would undo the checkpoint's count that `load_state_dict` set from its param
+    groups just before."""
+    if opt.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
         return original(model_param, tensors)
     group, order = opt.model_param_group_index_map[model_param]
     main = opt.optimizer.param_groups[group]["params"][order]
     with torch.no_grad():
         main.copy_(tensors["param"])
         for key, value in opt.optimizer.state[main].items():
-            if key in tensors:
+            if key in tensors and key != "step":
                 value.copy_(tensors[key])
 
 

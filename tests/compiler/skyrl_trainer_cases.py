@@ -43,5 +43,9 @@ SKYRL_TRAINER_CASES = {
         "cluster:\n  accelerator: none  # <-\n  gpus_per_node: 1\n  num_nodes: 1\n" + SKYRL + MODEL,
     ),
     "RLC-E648": ("trainer.policy.model.path", SKYRL + "trainer:\n  policy:\n    model:\n      path: rlc:tiny  # <-\n"),
+    "RLC-E649": (
+        "trainer.critic.model.path",
+        SKYRL + "trainer:\n  strategy: megatron\n  critic:\n    model:\n      path: Qwen/Qwen2.5-0.5B  # <-\n",
+    ),
     "RLC-W642": ("launch.trainer_version", SKYRL + "  trainer_version: 0.5.0  # <-\n" + MODEL),
 }

@@ -168,9 +168,9 @@ def test_lora_megatron_and_placement_details():
     assert grpo.spec["trainer.max_tokens_per_microbatch"] == 10240
     assert grpo.sources["trainer.max_tokens_per_microbatch"] == ["actor.mb_spec.max_tokens_per_mb"]
     _, ppo = _import("gsm8k_ppo_megatron.yaml")
-    assert ppo.spec["trainer.strategy"] == "fsdp2"  # rlc's Megatron trains no critic: reported as altering
-    assert ppo.spec["trainer.placement.allocation"] == "vllm:d4p1t1+fsdp:d2p1t1+fsdp[critic]:d2p1t1"
-    assert {c.new for c in ppo.errors} >= {"trainer.strategy", "trainer.placement.allocation"}
+    assert ppo.spec["trainer.strategy"] == "megatron"  # the critic trains on Megatron as the actor does
+    assert ppo.spec["trainer.placement.allocation"] == "vllm:d4p1t1+megatron:d2p1t1+megatron[critic]:d2p1t1"
+    assert {c.new for c in ppo.errors} == {"trainer.placement.allocation"}  # GPUs of its own: half the actor's
     _, dapo = _import("gsm8k_dapo_dynamic_bs.yaml")
     assert {c.old for c in dapo.errors} >= {"rollout.max_head_offpolicyness"}
     assert not {c.old for c in dapo.errors} & {"actor.overlong_reward_penalty", "actor.overlong_tokens"}

@@ -178,7 +178,12 @@ def test_worker_settings_name_the_model_and_strategy_each_role_runs():
     assert ref.temperature == 1.0  # greedy sampling: log-probs of the plain logits
     megatron = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron"}})
     assert worker_settings(megatron, "policy", "cuda", None).strategy == "megatron"
-    assert worker_settings(megatron, "critic", "cuda", None).strategy == "fsdp2"
+    assert worker_settings(megatron, "critic", "cuda", None).strategy == "megatron"  # the critic follows the job
+    mixed = default_model().to_typed(
+        {"version": 1, "trainer": {"strategy": "megatron", "critic": {"strategy": "fsdp"}}}
+    )
+    assert worker_settings(mixed, "critic", "cuda", None).strategy == "fsdp2"  # or its own trainer.critic.strategy
+    assert worker_settings(mixed, "policy", "cuda", None).strategy == "megatron"
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)

@@ -520,14 +520,16 @@ CASES = {
           max_input_length: 2048
         """,
     ),
-    "RLC-E503": (
-        "trainer.critic.model.path",
+    "RLC-E521": (
+        "trainer.critic.model.lora.rank",
         """
         trainer:
           strategy: megatron
           critic:
             model:
-              path: Qwen/Qwen2.5-0.5B  # <-
+              path: Qwen/Qwen2.5-0.5B
+              lora:
+                rank: 8  # <-
         """,
     ),
     "RLC-E504": (
@@ -959,6 +961,28 @@ def test_megatron_context_parallelism_compiles(tmp_path):
     assert analysis.ok and not [d for d in analysis.diagnostics if d.severity == "error"], [
         (d.code, d.message) for d in analysis.diagnostics
     ]
+
+
+def test_a_megatron_critic_compiles_and_its_layout_is_checked_as_the_policys(tmp_path):
+    """PPO with the critic on Megatron compiles; the critic's own tensor_model_parallel_size is held to the model's
+    heads (RLC-E506) at its key, as the policy's is."""
+    body = """\
+        trainer:
+          logger: console
+          strategy: megatron
+          algorithm: {advantage_estimator: gae}
+          critic:
+            model: {path: FIXTURES/model-14-heads}
+            megatron_config: {tensor_model_parallel_size: TP}  # <-
+        """
+    ok, _ = _write(tmp_path, body.replace("TP", "2"))
+    analysis = analyze(ok, env={})
+    assert not [d for d in analysis.diagnostics if d.severity == "error"], [
+        (d.code, d.message) for d in analysis.diagnostics
+    ]
+    bad, _ = _write(tmp_path, body.replace("TP", "4"))
+    hits = [d for d in analyze(bad, env={}).diagnostics if d.code == "RLC-E506"]
+    assert [d.key for d in hits] == ["trainer.critic.megatron_config.tensor_model_parallel_size"]
 
 
 @pytest.mark.parametrize("params", ["sampling_params", "eval_sampling_params"])

@@ -686,3 +686,34 @@ def test_verl_0_6s_policy_gradient_correction_is_the_bypass_reinforce_loss():
     _validates(imported.text)
     vetoed, _ = _import(*common, f"{RC}.rollout_token_veto_threshold=1e-4")
     assert "warning" in {c.severity for c in vetoed.changes if c.old == f"{RC}.use_policy_gradient"}
+
+
+def test_ppo_with_a_megatron_critic_imports_onto_rlcs_megatron_critic():
+    """verl's PPO on Megatron (adv_estimator=gae, ppo_megatron_trainer) trains its critic on Megatron with the
+    critic's own parallel sizes: both carried, nothing dropped aloud, and the spec validates."""
+    overrides = _ov(
+        *GRPO,
+        "algorithm.adv_estimator=gae",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "critic.model.path=Qwen/Qwen3-8B",
+        "critic.ppo_micro_batch_size_per_gpu=8",
+        "critic.megatron.tensor_model_parallel_size=4",
+        "critic.megatron.pipeline_model_parallel_size=2",
+    )
+    imported = import_overrides(overrides, "run.sh", "ppo_megatron_trainer")
+    spec = yaml.safe_load(imported.text)
+    assert _get(spec, "trainer.strategy") == "megatron"
+    assert "strategy" not in spec["trainer"]["critic"]  # the job's strategy: the critic follows it
+    critic = _get(spec, "trainer.critic.megatron_config")
+    assert (critic["tensor_model_parallel_size"], critic["pipeline_model_parallel_size"]) == (4, 2)
+    assert _get(spec, "trainer.policy.megatron_config.tensor_model_parallel_size") == 2
+    assert not [c for c in imported.changes if c.severity == "error"]
+    analysis = analyze_document(document_from_text(imported.text, "imported.yaml"), env={})
+    assert not [d for d in analysis.diagnostics if d.severity == "error"]
+
+
+def test_a_critic_verl_trains_with_fsdp_beside_a_megatron_actor_keeps_its_strategy():
+    overrides = _ov(*GRPO, "algorithm.adv_estimator=gae", "critic.strategy=fsdp", "critic.model.path=Qwen/Qwen3-8B")
+    imported = import_overrides(overrides, "run.sh", "ppo_megatron_trainer")
+    spec = yaml.safe_load(imported.text)
+    assert (_get(spec, "trainer.strategy"), _get(spec, "trainer.critic.strategy")) == ("megatron", "fsdp2")

@@ -268,14 +268,19 @@ def test_ppo_with_critic_reference_eval_and_export(tmp_path, run_env):
 
 @pytest.mark.slow
 def test_megatron_tensor_parallel_run_checkpoints_and_exports(tmp_path, run_env, tiny_model):
-    """strategy megatron on two CPU slots (tp=2, through megatron_cpu), with a reference model for the KL loss.
-    (Resuming a Megatron checkpoint in fresh workers, on another layout, is in test_megatron.py.)"""
+    """strategy megatron on two CPU slots (tp=2, through megatron_cpu), with a reference model for the KL loss and a
+    critic (PPO with GAE) on Megatron too. (Resuming a Megatron checkpoint in fresh workers, on another layout, is in
+    test_megatron.py; the critic against fsdp2's, in test_megatron_critic.py.)"""
     pytest.importorskip("megatron.core")
     extra = (
         "trainer.strategy=megatron",
         "cluster.gpus_per_node=2",
         "trainer.policy.megatron_config.tensor_model_parallel_size=2",
         "trainer.algorithm.use_kl_loss=true",
+        "trainer.critic.model.path=rlc:tiny",
+        "trainer.algorithm.advantage_estimator=gae",
+        "trainer.critic_mini_batch_size=8",
+        "trainer.critic.megatron_config.tensor_model_parallel_size=2",
         "trainer.micro_train_batch_size_per_gpu=64",
         "trainer.ckpt_interval=2",
         "trainer.hf_save_interval=4",
@@ -289,7 +294,10 @@ def test_megatron_tensor_parallel_run_checkpoints_and_exports(tmp_path, run_env,
         metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[-1]["kl"] > 0
     )  # the policy moved from the reference
     assert all(m["grad_norm"] > 0 for m in metrics)
-    assert (tmp_path / "ckpts" / "global_step_2" / "policy" / "metadata.json").exists()  # Megatron's dist checkpoint
+    assert all(m["critic/critic_loss"] > 0 for m in metrics)
+    for role in ("policy", "critic"):  # Megatron's dist checkpoints
+        assert (tmp_path / "ckpts" / "global_step_2" / role / "metadata.json").exists()
+    assert (tmp_path / "exports" / "global_step_4" / "critic" / "critic.pt").exists()
     from transformers import AutoModelForCausalLM
 
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "exports" / "global_step_4" / "policy").state_dict()

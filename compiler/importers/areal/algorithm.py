@@ -116,7 +116,7 @@ def algorithm(imp: ArealImport) -> None:
         )
 
 
-def critic_and_ref(imp: ArealImport, strategy: str, optimizer: Callable[[ArealImport, str, str], None]) -> None:
+def critic_and_ref(imp: ArealImport, optimizer: Callable[[ArealImport, str, str], None]) -> None:
     """The critic (PPO) and the reference model; the critic's optimizer is mapped as the actor's is."""
     if isinstance(imp.get("critic"), dict):
         imp.put("trainer.critic.model.path", imp.get("critic.path") or imp.get("actor.path"), "critic.path")
@@ -126,17 +126,6 @@ def critic_and_ref(imp: ArealImport, strategy: str, optimizer: Callable[[ArealIm
         batch, n_mb = imp.get("train_dataset.batch_size"), imp.get("critic.ppo_n_minibatches", 4)
         if isinstance(batch, int) and isinstance(n_mb, int) and n_mb > 0 and batch % n_mb == 0:
             imp.put("trainer.critic_mini_batch_size", batch // n_mb, "critic.ppo_n_minibatches", reason="batch / n")
-        if strategy == "megatron":
-            imp.put(
-                "trainer.strategy",
-                "fsdp2",
-                "allocation_mode",
-                reason="rlc's Megatron backend trains no critic: this PPO job trains with FSDP2",
-                severity="error",
-            )
-            alloc = imp.result.spec.get("trainer.placement.allocation")
-            if isinstance(alloc, str):
-                imp.result.spec["trainer.placement.allocation"] = alloc.replace("megatron", "fsdp")
         _critic_gpus(imp)
         for key in ("is_critic", "init_from_scratch", "disable_dropout", "dtype", "gradient_checkpointing"):
             imp.drop(f"critic.{key}", "the critic follows the policy's settings")

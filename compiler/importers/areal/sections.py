@@ -63,7 +63,7 @@ def map_sections(imp: ArealImport) -> None:
         ("actor", lambda: _model(imp, strategy)),
         ("actor.optimizer", lambda: _optimizer(imp, "actor", "trainer.policy")),
         ("the algorithm (actor)", lambda: algorithm(imp)),
-        ("critic and ref", lambda: critic_and_ref(imp, strategy, _optimizer)),
+        ("critic and ref", lambda: critic_and_ref(imp, _optimizer)),
         ("the engine sections", lambda: _engines(imp)),
         ("the datasets", lambda: _data(imp)),
         ("saver, evaluator, recover, stats_logger", lambda: _utilities(imp)),

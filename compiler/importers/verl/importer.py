@@ -75,11 +75,6 @@ def refusal(c: Composed) -> str | None:
             "an uneven Megatron pipeline (override_transformer_config.num_layers_in_first/last_pipeline_stage); "
             "rlc's Megatron worker gives every stage the same number of layers"
         )
-    critic = get("critic.enable")
-    if strategy == "megatron" and (critic or (critic is None and get(f"{ALG}.adv_estimator") == "gae")):
-        return (
-            "PPO with a critic on Megatron (adv_estimator=gae, strategy megatron); rlc's Megatron worker has no critic"
-        )
     mode = get(f"{T}.v1.trainer_mode")
     if mode not in (None, "sync"):
         return f"verl's {mode} trainer ({T}.v1.trainer_mode={mode}); rlc imports the synchronous main_ppo trainer"

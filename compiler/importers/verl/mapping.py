@@ -396,7 +396,7 @@ def _fsdp(imp: VerlImport) -> None:
     target = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}[strategy]
     reason = "verl's fsdp is FSDP1; rlc trains with FSDP2 (same sharding, per-parameter)" if strategy == "fsdp" else ""
     imp.put("trainer.strategy", target, f"{A}.strategy", reason=reason)
-    imp.read(f"{REF}.strategy", f"{C}.strategy")
+    imp.read(f"{REF}.strategy")
     fc = f"{A}.fsdp_config"
     if target == "fsdp2":
         imp.put(
@@ -425,28 +425,34 @@ def _fsdp(imp: VerlImport) -> None:
     imp.put("trainer.ref.sequence_parallel_size", int(imp.get(f"{REF}.ulysses_sequence_parallel_size", sp) or sp),
             f"{REF}.ulysses_sequence_parallel_size")  # fmt: skip
     if target == "megatron":
-        mg = f"{A}.megatron"
-        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                    "expert_model_parallel_size", "expert_tensor_parallel_size"):  # fmt: skip
-            if imp.get(f"{mg}.{key}") is not None:
-                imp.put(f"trainer.policy.megatron_config.{key}", imp.get(f"{mg}.{key}"), f"{mg}.{key}")
-        otc = f"{mg}.override_transformer_config"
-        written = {k: v for k, v in (imp.get(otc) or {}).items() if imp.written(f"{otc}.{k}") and v is not None}
-        known = {k: v for k, v in written.items() if k in TRANSFORMER_CONFIG_FIELDS}
-        if known:
-            imp.put("trainer.policy.megatron_config.transformer_config_kwargs", known, otc)
-        for key in sorted(set(written) - set(known)):
-            imp.drop(f"{otc}.{key}", "not an argument of Megatron-Core's TransformerConfig (a MindSpeed or other "
-                     "backend's option); not carried", "warning")  # fmt: skip
-        imp.read(otc)
-        vpp = imp.get(f"{mg}.virtual_pipeline_model_parallel_size")
-        if vpp not in (None, 1):
-            imp.problem(f"{mg}.virtual_pipeline_model_parallel_size", "rlc's Megatron runs no virtual pipeline stages")
-        imp.read(f"{mg}.virtual_pipeline_model_parallel_size")
-        for key in ("param_offload", "grad_offload", "optimizer_offload", "use_mbridge", "use_dist_checkpointing",
-                    "dist_checkpointing_path", "seed", "sequence_parallel", "use_distributed_optimizer", "dtype"):  # fmt: skip
-            imp.drop(f"{mg}.{key}", "rlc's Megatron worker decides this itself")
-        imp.keep_written(f"{REF}.megatron", f"{C}.megatron")
+        _megatron(imp, f"{A}.megatron", "policy")
+        imp.keep_written(f"{REF}.megatron")
+
+
+def _megatron(imp: VerlImport, mg: str, role: str) -> None:
+    """A verl role's Megatron section (`mg`: actor_rollout_ref.actor.megatron or critic.megatron) as
+    trainer.{role}.megatron_config: the parallel sizes and the TransformerConfig overrides Megatron-Core takes."""
+    spec = f"trainer.{role}.megatron_config"
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                "expert_model_parallel_size", "expert_tensor_parallel_size"):  # fmt: skip
+        if imp.get(f"{mg}.{key}") is not None:
+            imp.put(f"{spec}.{key}", imp.get(f"{mg}.{key}"), f"{mg}.{key}")
+    otc = f"{mg}.override_transformer_config"
+    written = {k: v for k, v in (imp.get(otc) or {}).items() if imp.written(f"{otc}.{k}") and v is not None}
+    known = {k: v for k, v in written.items() if k in TRANSFORMER_CONFIG_FIELDS}
+    if known:
+        imp.put(f"{spec}.transformer_config_kwargs", known, otc)
+    for key in sorted(set(written) - set(known)):
+        imp.drop(f"{otc}.{key}", "not an argument of Megatron-Core's TransformerConfig (a MindSpeed or other "
+                 "backend's option); not carried", "warning")  # fmt: skip
+    imp.read(otc)
+    vpp = imp.get(f"{mg}.virtual_pipeline_model_parallel_size")
+    if vpp not in (None, 1):
+        imp.problem(f"{mg}.virtual_pipeline_model_parallel_size", "rlc's Megatron runs no virtual pipeline stages")
+    imp.read(f"{mg}.virtual_pipeline_model_parallel_size")
+    for key in ("param_offload", "grad_offload", "optimizer_offload", "use_mbridge", "use_dist_checkpointing",
+                "dist_checkpointing_path", "seed", "sequence_parallel", "use_distributed_optimizer", "dtype"):  # fmt: skip
+        imp.drop(f"{mg}.{key}", "rlc's Megatron worker decides this itself")
 
 
 def _loss(imp: VerlImport) -> None:
@@ -626,6 +632,16 @@ def _critic(imp: VerlImport) -> None:
         imp.drop(C, "the critic is off (verl runs one only for adv_estimator=gae or critic.enable=true)")
         return
     imp.put("trainer.critic.model.path", imp.get(f"{C}.model.path") or imp.get(f"{M}.path"), f"{C}.model.path")
+    names = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
+    policy = names.get(str(imp.get(f"{A}.strategy", "fsdp")), "fsdp2")
+    critic = names.get(str(imp.get(f"{C}.strategy") or policy), policy)
+    if critic != policy:
+        imp.put("trainer.critic.strategy", critic, f"{C}.strategy")
+    imp.read(f"{C}.strategy")
+    if critic == "megatron":
+        _megatron(imp, f"{C}.megatron", "critic")
+    else:
+        imp.keep_written(f"{C}.megatron")
     imp.put("trainer.critic.optimizer_config.lr", imp.get(f"{C}.optim.lr", 1e-5), f"{C}.optim.lr")
     imp.put("trainer.critic_mini_batch_size", imp.get(f"{C}.ppo_mini_batch_size"), f"{C}.ppo_mini_batch_size")
     imp.put("trainer.algorithm.value_clip", imp.get(f"{C}.cliprange_value", 0.5), f"{C}.cliprange_value")
