@@ -7,7 +7,7 @@ import os
 
 from rlc.compiler.roles import critic_on, fsdp_roles, ref_on
 from rlc.compiler.rules.base import Context, num, rule
-from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages
+from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages, balanced
 from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
 
 IE = "generator.inference_engine"
@@ -360,17 +360,16 @@ def _positive_int(v: object) -> bool:
 
 
 def _even_split_hint(layers: int, pp: int) -> str:
-    """Pipeline sizes that divide `layers`, and a first stage that leaves the others an even split."""
+    """Pipeline sizes that divide `layers`, and the uneven split nearest to an even one."""
     fits = ", ".join(str(d) for d in range(1, min(layers, 16) + 1) if layers % d == 0)
     hint = f"use a pipeline_model_parallel_size that divides {layers} ({fits})"
-    for per in (-(-layers // pp), layers // pp):
-        first = layers - (pp - 1) * per
-        if per > 0 and first > 0:
-            return (
-                f"{hint}, or set transformer_config_kwargs.num_layers_in_first_pipeline_stage: {first} "
-                f"({per} on each other stage)"
-            )
-    return hint
+    if pp > layers:
+        return hint
+    near = balanced(layers, pp)
+    return (
+        f"{hint}, or set transformer_config_kwargs.{FIRST}: {near.first} and {LAST}: {near.last} "
+        f"({near.per_stage()[1]} on each other stage)"
+    )
 
 
 @rule(
