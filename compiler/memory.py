@@ -5,8 +5,8 @@ has the derivation, the margins and the published jobs it is checked against):
 - fsdp2: fp32 parameters, gradients and AdamW's two moments, sharded over the role's shard group (fsdp_size, or
   the world); the working copies FSDP gathers in the compute dtype (the root's embeddings and head, two layers);
   cpu_offload keeps the sharded state on the CPU. LoRA trains (and keeps gradients and moments of) the adapters.
-- megatron: compute-dtype weights split over tp x pp (experts over ep x etp), fp32 main gradients, and the
-  distributed optimizer's fp32 master copy and moments split over the data-parallel ranks.
+- megatron: compute-dtype weights of the largest pipeline stage split over tp (experts over ep x etp), fp32 main
+  gradients, and the distributed optimizer's fp32 master copy and moments split over the data-parallel ranks.
 - activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
   input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the positions that predict a response
   token; megatron: of every token, upcast to float32), whose gradient is written over them in training, plus the
@@ -33,6 +33,7 @@ from rlc.compiler.plan import node_ranges
 from rlc.compiler.roles import critic_on, ref_on
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
+from rlc.core.pipeline_stages import Stages
 from rlc.core.plan import Plan
 from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS
 
@@ -297,13 +298,23 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool, fractio
     )
 
 
+def largest_stage_layers(layers: int, pp: int, transformer_config_kwargs: dict) -> int:
+    """Decoder layers on the pipeline stage that holds the most, as Megatron-Core places them (uneven first and last
+    stages when set); a layout it refuses (rule RLC-E507) counts as an even split rounded up."""
+    try:
+        return max(Stages.of(layers, pp, transformer_config_kwargs).per_stage())
+    except (ValueError, TypeError):
+        return -(-layers // pp)
+
+
 def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: float = 1.0) -> RoleCost:
     t = spec.trainer
     mc = getattr(t, role).megatron_config
     tp, pp, cp = int(mc.tensor_model_parallel_size), int(mc.pipeline_model_parallel_size), int(mc.context_parallel_size)
     ep, etp = int(mc.expert_model_parallel_size), int(mc.expert_tensor_parallel_size or tp)
     b = 2 if t.bf16 else 4
-    stage_layers = -(-shape.layers // pp)
+    tc = mc.transformer_config_kwargs or {}
+    stage_layers = largest_stage_layers(shape.layers, pp, tc)
     expert_layer = shape.expert_params // shape.moe_layers if shape.moe_layers else 0
     body = stage_layers * (shape.layer - expert_layer) + (
         shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding
@@ -320,7 +331,6 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     state = {"weights": b * local}
     optimizer = {} if role == "ref" else {"optimizer": int((dense_state + expert_state) * (1 - offload))}
     full, response = _lengths(spec, fraction)
-    tc = mc.transformer_config_kwargs or {}
     recompute = tc.get("recompute_granularity") == "full" and t.gradient_checkpointing
 
     def transient(micro: int, train: bool) -> dict[str, int]:
