@@ -33,7 +33,7 @@ from rlc.compiler.plan import node_ranges
 from rlc.compiler.roles import critic_on, ref_on
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
-from rlc.core.pipeline_stages import Stages
+from rlc.core.pipeline_stages import VIRTUAL, Stages
 from rlc.core.plan import Plan
 from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS
 
@@ -307,6 +307,14 @@ def largest_stage_layers(layers: int, pp: int, transformer_config_kwargs: dict) 
         return -(-layers // pp)
 
 
+def in_flight_chunks(pp: int, vp: int) -> int:
+    """Micro-batches of a model chunk whose activations the first pipeline stage holds at once in training: the
+    warm-up forwards of Megatron's 1F1B schedule (interleaved over `vp` chunks a stage) and the one in flight."""
+    if pp <= 1:
+        return 1
+    return pp if vp <= 1 else (pp - 1) * 2 + (vp - 1) * pp + 1
+
+
 def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: float = 1.0) -> RoleCost:
     t = spec.trainer
     mc = getattr(t, role).megatron_config
@@ -315,6 +323,8 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     b = 2 if t.bf16 else 4
     tc = mc.transformer_config_kwargs or {}
     stage_layers = largest_stage_layers(shape.layers, pp, tc)
+    chunks = tc.get(VIRTUAL)
+    vp = chunks if isinstance(chunks, int) and chunks > 1 and pp > 1 else 1
     expert_layer = shape.expert_params // shape.moe_layers if shape.moe_layers else 0
     body = stage_layers * (shape.layer - expert_layer) + (
         shape.embedding * (1 if shape.tied else 2) if pp == 1 else shape.embedding
@@ -337,9 +347,8 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
         tokens = -(-micro * full // cp)
         per_layer = layer_activation_bytes(shape, b) // tp
         if train:
-            inflight = pp  # 1F1B: the first stage holds a micro-batch per stage before its first backward
             saved = stage_layers * b * shape.hidden // tp + per_layer if recompute else stage_layers * per_layer
-            act = tokens * (saved * inflight)
+            act = tokens * saved * in_flight_chunks(pp, vp) // vp  # a chunk holds 1/vp of the stage's layers
         else:
             act = tokens * per_layer
         grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local

@@ -196,6 +196,23 @@ def test_megatron_weights_are_the_largest_pipeline_stages(placing, stage):
     assert cost.state["weights"] == 2 * held  # bf16
 
 
+@pytest.mark.parametrize("pp,vp", [(1, 1), (4, 1), (2, 2), (4, 2), (8, 3)])
+def test_megatron_activations_in_flight_are_megatron_cores_warm_up(pp, vp):
+    """The first stage's micro-batches in flight are Megatron-Core's own warm-up count (plus the one running)."""
+    pytest.importorskip("megatron.core")
+    from types import SimpleNamespace
+
+    from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
+    from rlc.compiler.memory import in_flight_chunks
+
+    first_stage = SimpleNamespace(
+        pp_group=SimpleNamespace(size=lambda: pp, rank=lambda: 0),
+        virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
+    )
+    _total, _all, warm_up, _rest = get_pp_rank_microbatches(64, vp, pp, p2p_communicator=first_stage)
+    assert in_flight_chunks(pp, vp) == (warm_up + 1 if pp > 1 else 1)
+
+
 def _spec(trainer: dict, generator: dict | None = None):
     from rlc.spec.model import default_model
 
