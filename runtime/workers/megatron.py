@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
@@ -192,7 +193,7 @@ class MegatronWorker(TrainWorker):
             raise ValueError(
                 f"the {self.s.role} world size {self.world_size} is not divisible by tp*pp*cp = {model_parallel}"
             )
-        self.vp = (mc.transformer_config_kwargs or {}).get("virtual_pipeline_model_parallel_size") or 1
+        self.vp = (mc.transformer_config_kwargs or {}).get(VIRTUAL) or 1
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(
                 tensor_model_parallel_size=mc.tensor_model_parallel_size,
@@ -248,9 +249,9 @@ class MegatronWorker(TrainWorker):
         if not _have_softmax_kernels():  # Megatron's fused softmax is a compiled extension that may be missing
             kwargs["masked_softmax_fusion"] = False
         kwargs.update(mc.transformer_config_kwargs or {})
-        if kwargs.get("virtual_pipeline_model_parallel_size") == 1:  # one chunk a stage: the plain schedule
-            kwargs["virtual_pipeline_model_parallel_size"] = None
-        if kwargs.get("virtual_pipeline_model_parallel_size") and mc.pipeline_model_parallel_size == 2:
+        if kwargs.get(VIRTUAL) == 1:  # one chunk a stage: the plain schedule
+            kwargs[VIRTUAL] = None
+        if kwargs.get(VIRTUAL) and mc.pipeline_model_parallel_size == 2:
             # Two stages in a ring are each other's previous and next: batched sends post an activation and a
             # gradient to the same peer in an order its receives do not follow, and the two swap. Megatron's
             # unbatched exchange orders them by rank parity.
@@ -370,18 +371,10 @@ class MegatronWorker(TrainWorker):
         ]
         self._load_hf()
 
-    def _stages(self) -> mw.Stages:
+    def _stages(self) -> Stages:
         """Where Megatron-Core placed the decoder layers (uneven first/last stages, virtual stages)."""
-        c = self.tconfig
-        settings = {
-            k: getattr(c, k)
-            for k in (
-                "num_layers_in_first_pipeline_stage",
-                "num_layers_in_last_pipeline_stage",
-                "virtual_pipeline_model_parallel_size",
-            )
-        }
-        return mw.Stages.of(self.arch.num_layers, self.pp, settings)
+        settings = {k: getattr(self.tconfig, k) for k in (FIRST, LAST, VIRTUAL)}
+        return Stages.of(self.arch.num_layers, self.pp, settings)
 
     def _load_hf(self) -> None:
         hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32).state_dict()
