@@ -5,12 +5,11 @@ has the derivation, the margins and the published jobs it is checked against):
 - fsdp2: fp32 parameters, gradients and AdamW's two moments, sharded over the role's shard group (fsdp_size, or
   the world); the working copies FSDP gathers in the compute dtype (the root's embeddings and head, two layers);
   cpu_offload keeps the sharded state on the CPU. LoRA trains (and keeps gradients and moments of) the adapters.
-- megatron: compute-dtype weights split over tp x pp (experts over ep x etp; norms and routers whole on each tp
-  rank), fp32 main gradients, and the distributed optimizer's fp32 master copy and moments split over the
-  data-parallel ranks (the experts' over the expert data-parallel ranks). LoRA: gradients, master copy and moments of
-  the adapters alone (docs/memory.md), the frozen base's weights only.
-  A Megatron critic has one embedding and a value per token where the policy has the vocabulary head and its
-  logits.
+- megatron: compute-dtype weights of the largest pipeline stage split over tp (experts over ep x etp; norms and
+  routers whole on each tp rank), fp32 main gradients, and the distributed optimizer's fp32 master copy and moments
+  split over the data-parallel ranks (the experts' over the expert data-parallel ranks). LoRA: gradients, master copy
+  and moments of the adapters alone (docs/memory.md), the frozen base's weights only. A Megatron critic has one
+  embedding and a value per token where the policy has the vocabulary head and its logits.
 - activations per micro-batch token: every layer's saved tensors, or with gradient checkpointing each layer's
   input plus one layer recomputed; the vocabulary head's logits (fsdp2: of the positions that predict a response
   token; megatron: of every token, upcast to float32), whose gradient is written over them in training, plus the
@@ -38,6 +37,7 @@ from rlc.compiler.plan import node_ranges
 from rlc.compiler.roles import critic_on, on_megatron, ref_on
 from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
+from rlc.core.pipeline_stages import VIRTUAL, Stages
 from rlc.core.plan import Plan
 from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS
 
@@ -302,13 +302,33 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool, fractio
     )
 
 
+def largest_stage_layers(layers: int, pp: int, transformer_config_kwargs: dict) -> int:
+    """Decoder layers on the pipeline stage that holds the most, as Megatron-Core places them (uneven first and last
+    stages when set); a layout it refuses (rule RLC-E507) counts as an even split rounded up."""
+    try:
+        return max(Stages.of(layers, pp, transformer_config_kwargs).per_stage())
+    except (ValueError, TypeError):
+        return -(-layers // pp)
+
+
+def in_flight_chunks(pp: int, vp: int) -> int:
+    """Micro-batches of a model chunk whose activations the first pipeline stage holds at once in training: the
+    warm-up forwards of Megatron's 1F1B schedule (interleaved over `vp` chunks a stage) and the one in flight."""
+    if pp <= 1:
+        return 1
+    return pp if vp <= 1 else (pp - 1) * 2 + (vp - 1) * pp + 1
+
+
 def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: float = 1.0) -> RoleCost:
     t = spec.trainer
     mc = getattr(t, role).megatron_config
     tp, pp, cp = int(mc.tensor_model_parallel_size), int(mc.pipeline_model_parallel_size), int(mc.context_parallel_size)
     ep, etp = int(mc.expert_model_parallel_size), int(mc.expert_tensor_parallel_size or tp)
     b = 2 if t.bf16 else 4
-    stage_layers = -(-shape.layers // pp)
+    tc = mc.transformer_config_kwargs or {}
+    stage_layers = largest_stage_layers(shape.layers, pp, tc)
+    chunks = tc.get(VIRTUAL)
+    vp = chunks if isinstance(chunks, int) and chunks > 1 and pp > 1 else 1
     expert_layer = shape.expert_params // shape.moe_layers if shape.moe_layers else 0
     # One embedding per stage that holds one (two with an untied head on a one-stage model); the critic's value head
     # takes the vocabulary head's place (hidden + 1 weights, left out).
@@ -331,16 +351,14 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     state = {"weights": b * (local + (trained.total if trained.adapters else 0))}
     optimizer = {} if role == "ref" else {"optimizer": int((dense_state + expert_state) * (1 - offload))}
     full, response = _lengths(spec, fraction)
-    tc = mc.transformer_config_kwargs or {}
     recompute = tc.get("recompute_granularity") == "full" and t.gradient_checkpointing
 
     def transient(micro: int, train: bool) -> dict[str, int]:
         tokens = -(-micro * full // cp)
         per_layer = layer_activation_bytes(shape, b) // tp
         if train:
-            inflight = pp  # 1F1B: the first stage holds a micro-batch per stage before its first backward
             saved = stage_layers * b * shape.hidden // tp + per_layer if recompute else stage_layers * per_layer
-            act = tokens * (saved * inflight)
+            act = tokens * saved * in_flight_chunks(pp, vp) // vp  # a chunk holds 1/vp of the stage's layers
         else:
             act = tokens * per_layer
         grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * trained.total

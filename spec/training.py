@@ -188,7 +188,9 @@ class MegatronConfig:
         passthrough=True,
     )
     transformer_config_kwargs: dict[str, Any] = setting(
-        doc="Extra Megatron TransformerConfig arguments; unset keys take rlc's defaults.",
+        doc="Extra Megatron TransformerConfig arguments; unset keys take rlc's defaults. The pipeline layout is set "
+        "here too, as in SkyRL: num_layers_in_first/last_pipeline_stage (uneven stages) and "
+        "virtual_pipeline_model_parallel_size (interleaved virtual stages).",
         factory=lambda: copy.deepcopy(DEFAULT_TRANSFORMER_CONFIG_KWARGS),
         passthrough=True,
     )

@@ -7,6 +7,7 @@ import os
 
 from rlc.compiler.roles import critic_on, fsdp_roles, on_megatron, ref_on
 from rlc.compiler.rules.base import Context, num, rule
+from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages, balanced
 from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
 
 IE = "generator.inference_engine"
@@ -374,11 +375,31 @@ def num_hidden_layers(path: object) -> int | None:
     return config_count(path, "num_hidden_layers")
 
 
+def _positive_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _even_split_hint(layers: int, pp: int) -> str:
+    """Pipeline sizes that divide `layers`, and the uneven split nearest to an even one."""
+    fits = ", ".join(str(d) for d in range(1, min(layers, 16) + 1) if layers % d == 0)
+    hint = f"use a pipeline_model_parallel_size that divides {layers} ({fits})"
+    if pp > layers:
+        return hint
+    near = balanced(layers, pp)
+    return (
+        f"{hint}, or set transformer_config_kwargs.{FIRST}: {near.first} and {LAST}: {near.last} "
+        f"({near.per_stage()[1]} on each other stage)"
+    )
+
+
 @rule(
     "RLC-E507",
-    "Megatron: pipeline_model_parallel_size divides the model's num_hidden_layers (readable model configs)",
+    "Megatron: the model's layers split over the pipeline stages as Megatron-Core places them (evenly, or the "
+    "first / last stage's set counts and the rest evenly; each stage's layers divide by the virtual stages)",
     "trainer.policy.megatron_config.pipeline_model_parallel_size",
     "trainer.ref.megatron_config.pipeline_model_parallel_size",
+    "trainer.policy.megatron_config.transformer_config_kwargs",
+    "trainer.ref.megatron_config.transformer_config_kwargs",
     "trainer.policy.model.path",
     "trainer.ref.model.path",
     "trainer.strategy",
@@ -386,28 +407,65 @@ def num_hidden_layers(path: object) -> int | None:
     "trainer.algorithm.use_kl_in_reward",
 )
 def megatron_pipeline_divides_layers(c: Context):
-    # The megatron worker gives every pipeline stage the same number of decoder layers and refuses an uneven split.
+    # The megatron worker builds the stages Megatron-Core's TransformerConfig asks for and loads each stage's layers
+    # by rlc.core.pipeline_stages; a layout Megatron-Core refuses fails at start-up.
     if not c.megatron:
         return
     for role in ("policy", "ref"):
         cfg = getattr(c.t, role)
         if role == "ref" and not ref_on(c.s):
             continue
-        pp, path = cfg.megatron_config.pipeline_model_parallel_size, cfg.model.path or c.t.policy.model.path
-        layers = num_hidden_layers(path)
-        if layers is None or not isinstance(pp, int) or isinstance(pp, bool) or pp <= 1 or layers % pp == 0:
+        mc = cfg.megatron_config
+        pp, path = mc.pipeline_model_parallel_size, cfg.model.path or c.t.policy.model.path
+        if not _positive_int(pp):
             continue
-        fits = [d for d in range(1, layers + 1) if layers % d == 0 and d <= 16]
-        yield c.error(
-            "RLC-E507",
-            f"trainer.{role}.megatron_config.pipeline_model_parallel_size",
-            f"{path} has num_hidden_layers={layers}, not divisible by pipeline_model_parallel_size {pp}; "
-            "the megatron worker splits the layers evenly over the pipeline stages",
-            f"use a pipeline_model_parallel_size that divides {layers} ({', '.join(map(str, fits))})",
-            [f"trainer.{role}.model.path"],
-            pp=pp,
-            num_hidden_layers=layers,
-        )
+        given = mc.transformer_config_kwargs if isinstance(mc.transformer_config_kwargs, dict) else {}
+        placing = {k: given[k] for k in (FIRST, LAST, VIRTUAL) if given.get(k) is not None}
+        kwargs = f"trainer.{role}.megatron_config.transformer_config_kwargs"
+        bad = [k for k, v in placing.items() if not _positive_int(v)]
+        if bad:
+            yield c.error(
+                "RLC-E507",
+                f"{kwargs}.{bad[0]}",
+                f"{bad[0]}={placing[bad[0]]!r}: a count of layers or virtual stages is a positive integer",
+                "give a positive integer, or leave it out",
+            )
+            continue
+        if placing.get(VIRTUAL, 1) > 1 and pp == 1:
+            yield c.error(
+                "RLC-E507",
+                f"{kwargs}.{VIRTUAL}",
+                "virtual pipeline stages interleave model chunks over pipeline stages; this job has one",
+                "set pipeline_model_parallel_size above 1, or leave virtual_pipeline_model_parallel_size out",
+                [f"trainer.{role}.megatron_config.pipeline_model_parallel_size"],
+            )
+            continue
+        layers = num_hidden_layers(path)
+        if layers is None:
+            continue
+        try:
+            Stages.of(layers, pp, placing).per_stage()
+        except ValueError as exc:
+            uneven = FIRST in placing or LAST in placing
+            if not placing:
+                hint = _even_split_hint(layers, pp)
+            elif uneven:
+                hint = (
+                    "choose num_layers_in_first/last_pipeline_stage so the layers left divide evenly over the "
+                    "other stages" + (" and every stage's count by the virtual stages" if VIRTUAL in placing else "")
+                )
+            else:
+                hint = f"use a virtual_pipeline_model_parallel_size that divides {layers // pp}"
+            key = next(iter(placing), None)
+            yield c.error(
+                "RLC-E507",
+                f"{kwargs}.{key}" if key else f"trainer.{role}.megatron_config.pipeline_model_parallel_size",
+                f"{path} has num_hidden_layers={layers}: {exc}",
+                hint,
+                [f"trainer.{role}.model.path", f"trainer.{role}.megatron_config.pipeline_model_parallel_size"],
+                pp=pp,
+                num_hidden_layers=layers,
+            )
 
 
 def num_experts(path: object) -> int | None:

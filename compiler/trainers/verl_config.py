@@ -30,6 +30,7 @@ from rlc.compiler.importers.verl.mapping import (
 )
 from rlc.compiler.roles import on_megatron
 from rlc.core import algorithms
+from rlc.core.pipeline_stages import VIRTUAL
 from rlc.spec.root import RlcSpec
 
 RELEASE = "0.9.1"
@@ -203,7 +204,8 @@ def _strategy(spec: RlcSpec) -> dict[str, Any]:
                     "expert_model_parallel_size", "expert_tensor_parallel_size"):  # fmt: skip
             values[f"{mg}.{key}"] = getattr(mc, key)
         for key, value in (mc.transformer_config_kwargs or {}).items():
-            values[f"{mg}.override_transformer_config.{key}"] = value
+            # verl takes virtual pipeline stages as a setting of its own and builds the model chunks from it
+            values[f"{mg}.{key}" if key == VIRTUAL else f"{mg}.override_transformer_config.{key}"] = value
         del values[f"{fc}.optimizer_offload"]
         values[f"{mg}.optimizer_offload"] = t.policy.optimizer_config.offload_after_step
         return values

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
@@ -154,8 +155,9 @@ class MegatronWorker(TrainWorker):
         self.s, self.config, self.algorithm = settings, config, algorithm
         self.mc = config.megatron_config
         self.rank, self.world_size = rank, world_size
-        # Built in setup(), once the process groups exist.
-        self.model: Any = None
+        # Built in setup(), once the process groups exist: one model chunk per virtual pipeline stage.
+        self.models: list = []
+        self.chunks: list = []  # the same chunks unwrapped (GPTModel)
         self.optimizer: Any = None
         self.optimizer_steps = 0
         self.lora = False
@@ -193,10 +195,12 @@ class MegatronWorker(TrainWorker):
             raise ValueError(
                 f"the {self.s.role} world size {self.world_size} is not divisible by tp*pp*cp = {model_parallel}"
             )
+        self.vp = (mc.transformer_config_kwargs or {}).get(VIRTUAL) or 1
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(
                 tensor_model_parallel_size=mc.tensor_model_parallel_size,
                 pipeline_model_parallel_size=mc.pipeline_model_parallel_size,
+                virtual_pipeline_model_parallel_size=self.vp if self.vp > 1 else None,
                 context_parallel_size=mc.context_parallel_size,
                 expert_model_parallel_size=mc.expert_model_parallel_size,
                 expert_tensor_parallel_size=mc.expert_tensor_parallel_size,
@@ -247,6 +251,13 @@ class MegatronWorker(TrainWorker):
         if not _have_softmax_kernels():  # Megatron's fused softmax is a compiled extension that may be missing
             kwargs["masked_softmax_fusion"] = False
         kwargs.update(mc.transformer_config_kwargs or {})
+        if kwargs.get(VIRTUAL) == 1:  # one chunk a stage: the plain schedule
+            kwargs[VIRTUAL] = None
+        if kwargs.get(VIRTUAL) and mc.pipeline_model_parallel_size == 2:
+            # Two stages in a ring are each other's previous and next: batched sends post an activation and a
+            # gradient to the same peer in an order its receives do not follow, and the two swap. Megatron's
+            # unbatched exchange orders them by rank parity.
+            kwargs["batch_p2p_comm"] = False
         if cpu:
             kwargs.update(_CPU_OFF)
         if kwargs.get("recompute_granularity") is None:  # no activation recompute: its options would be refused
@@ -280,22 +291,24 @@ class MegatronWorker(TrainWorker):
                     "LoRA under the megatron strategy needs a model rlc's conversion covers "
                     "(Llama, Qwen2, Mistral); this one goes through Megatron-Bridge"
                 )
-            add_adapters(self.gpt, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
+            for chunk in self.chunks:
+                add_adapters(chunk, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
             self.lora = True
-        model = self.gpt
+        models = list(self.chunks)
         if self.s.device == "cuda":
-            model.cuda()
+            for model in models:
+                model.cuda()
         if self.tconfig.bf16:
             # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
             from megatron.core.transformer.module import Float16Module
 
-            model = Float16Module(self.tconfig, model)
+            models = [Float16Module(self.tconfig, model) for model in models]
         if self.s.role == "ref":
-            self.model = model
-            for p in model.parameters():
-                p.requires_grad_(False)
+            self.models = models
+            for model in models:
+                model.requires_grad_(False)
         else:
-            self._wrap_for_training(model)
+            self._wrap_for_training(models)
         self._exchange_stage_metas()
 
     def _build_with_bridge(self):
@@ -311,9 +324,8 @@ class MegatronWorker(TrainWorker):
         for key, value in self._config_kwargs(architecture=False).items():
             setattr(provider, key, value)
         provider.finalize()
-        chunks = provider.provide_distributed_model(wrap_with_ddp=False)
-        self.gpt = unwrap_model(chunks[0])
-        self.tconfig = self.gpt.config
+        self.chunks = [unwrap_model(c) for c in provider.provide_distributed_model(wrap_with_ddp=False)]
+        self.tconfig = self.chunks[0].config
         cfg = self.tconfig
         vocab = self.hf_config.vocab_size
         self.arch = mw.Layout(
@@ -324,8 +336,8 @@ class MegatronWorker(TrainWorker):
             head_dim=cfg.kv_channels,
             ffn_hidden_size=cfg.ffn_hidden_size,
             vocab_size=vocab,
-            padded_vocab_size=self.gpt.vocab_size,
-            tied=self.gpt.share_embeddings_and_output_weights,
+            padded_vocab_size=self.chunks[0].vocab_size,
+            tied=self.chunks[0].share_embeddings_and_output_weights,
             qkv_bias=bool(cfg.add_qkv_bias),
         )
         return bridge
@@ -347,33 +359,51 @@ class MegatronWorker(TrainWorker):
         spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
         if self.cp > 1:  # rlc's context-parallel attention, with TransformerEngine's linear layers or without
             spec.submodules.self_attention.submodules.core_attention = context_parallel_attention_class()
-        model = GPTModel(
-            config,
-            transformer_layer_spec=spec,
-            pre_process=ps.is_pipeline_first_stage(),
-            post_process=ps.is_pipeline_last_stage(),
-            **self._gpt_kwargs(),
-        )
-        self.gpt = model
-        self._load_hf(model)
+        kwargs = self._gpt_kwargs()
+        self.chunks = [
+            GPTModel(
+                config,
+                transformer_layer_spec=spec,
+                pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v),
+                post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v),
+                vp_stage=v if self.vp > 1 else None,
+                **kwargs,
+            )
+            for v in range(self.vp)
+        ]
+        self._load_hf()
+
+    def _stages(self) -> Stages:
+        """Where Megatron-Core placed the decoder layers (uneven first/last stages, virtual stages)."""
+        settings = {k: getattr(self.tconfig, k) for k in (FIRST, LAST, VIRTUAL)}
+        return Stages.of(self.arch.num_layers, self.pp, settings)
 
     def _gpt_kwargs(self) -> dict:
         """GPTModel's arguments from the Hugging Face config, then the spec's model_config_kwargs."""
         return {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
 
-    def _load_hf(self, model) -> None:
-        hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
-        state = mw.hf_to_megatron(hf.state_dict(), self.arch, self.tp_rank, self.tp, self.pp_rank, self.pp)
-        del hf
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if not k.endswith("_extra_state")]
-        if missing or unexpected:
-            raise RuntimeError(
-                f"the converted weights do not fit the Megatron model: missing {missing[:5]}, "
-                f"unexpected {unexpected[:5]}"
-            )
+    def _fit_chunk(self, model, state: dict) -> dict:
+        """The converted weights a model chunk loads (a subclass may change the chunk or the weights first)."""
+        return state
 
-    def _wrap_for_training(self, model) -> None:
+    def _own_weight(self, name: str) -> bool:
+        """A parameter of the chunk that no converted weight fills (a subclass's own)."""
+        return False
+
+    def _load_hf(self) -> None:
+        hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32).state_dict()
+        stages = self._stages()
+        for v, model in enumerate(self.chunks):
+            state = mw.hf_to_megatron(hf, self.arch, self.tp_rank, self.tp, self.pp_rank, stages=stages, vp_stage=v)
+            missing, unexpected = model.load_state_dict(self._fit_chunk(model, state), strict=False)
+            missing = [k for k in missing if not k.endswith("_extra_state") and not self._own_weight(k)]
+            if missing or unexpected:
+                raise RuntimeError(
+                    f"the converted weights do not fit the Megatron model: missing {missing[:5]}, "
+                    f"unexpected {unexpected[:5]}"
+                )
+
+    def _wrap_for_training(self, models: list) -> None:
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core.distributed import (
             DistributedDataParallel,
@@ -386,17 +416,18 @@ class MegatronWorker(TrainWorker):
         extra = dict(mc.optimizer_config_kwargs or {})
         distributed = bool(extra.pop("use_distributed_optimizer", True))
         ddp = mc.ddp_config
-        self.model = DistributedDataParallel(
-            config=self.tconfig,
-            module=model,
-            ddp_config=DistributedDataParallelConfig(
-                grad_reduce_in_fp32=ddp.grad_reduce_in_fp32,
-                overlap_grad_reduce=ddp.overlap_grad_reduce,
-                overlap_param_gather=ddp.overlap_param_gather,
-                average_in_collective=ddp.average_in_collective,
-                use_distributed_optimizer=distributed,
-            ),
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=ddp.grad_reduce_in_fp32,
+            overlap_grad_reduce=ddp.overlap_grad_reduce,
+            overlap_param_gather=ddp.overlap_param_gather,
+            average_in_collective=ddp.average_in_collective,
+            use_distributed_optimizer=distributed,
         )
+        # As Megatron's own training does: only the first chunk's gradients are bucketed for overlapped reduction.
+        self.models = [
+            DistributedDataParallel(config=self.tconfig, module=m, ddp_config=ddp_config, disable_bucketing=v > 0)
+            for v, m in enumerate(models)
+        ]
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         try:
             ocfg = OptimizerConfig(
@@ -414,7 +445,7 @@ class MegatronWorker(TrainWorker):
             )
         except TypeError as exc:
             raise ValueError(f"trainer.{self.s.role}.megatron_config.optimizer_config_kwargs: {exc}") from None
-        self.optimizer = get_megatron_optimizer(ocfg, [self.model])
+        self.optimizer = get_megatron_optimizer(ocfg, self.models)
         self._base_lr = opt.lr
         self._schedule = lr_lambda(opt.scheduler, opt.num_warmup_steps, self.s.total_optimizer_steps)
 
@@ -436,6 +467,9 @@ class MegatronWorker(TrainWorker):
                 mb = mb.map(partial(_pad_rows, rows=short))
                 mb.padding_rows = short
             out.append(mb)
+        if self.vp > 1:  # the interleaved schedule takes whole rounds of pp micro-batches: rows with no loss fill it
+            while len(out) % self.pp:
+                out.append(_empty_micro_batch(batch, size))
         return out
 
     def _seq_len(self, mb: TrainBatch) -> int:
@@ -505,8 +539,8 @@ class MegatronWorker(TrainWorker):
 
         return get_forward_backward_func()(
             forward_step_func=step,
-            data_iterator=iter(micro),
-            model=[self.model],
+            data_iterator=[iter(micro) for _ in self.models] if self.vp > 1 else iter(micro),
+            model=self.models,
             num_microbatches=len(micro),
             seq_length=self._seq_len(micro[0]),
             micro_batch_size=micro[0].rows,
@@ -518,7 +552,8 @@ class MegatronWorker(TrainWorker):
         """Log-probs of this data-parallel rank's rows on the collecting ranks; an empty tensor elsewhere. With
         `sum_pi_squared`, (rows, response_len, 2): the log-probs and each token's sum of squared probabilities."""
         with self._device():
-            self.model.eval()
+            for model in self.models:
+                model.eval()
             micro = self._micro_batches(batch, self.s.micro_forward_batch_size)
 
             def scored(mb, logits):
@@ -535,8 +570,9 @@ class MegatronWorker(TrainWorker):
     def train_mini_batch(self, batch: TrainBatch, totals: dict) -> dict:
         """One optimizer step on this data-parallel rank's share of a mini-batch."""
         with self._device(), self._profiled():
-            self.model.train()
-            self.model.zero_grad_buffer()
+            for model in self.models:
+                model.train()
+                model.zero_grad_buffer()
             self.optimizer.zero_grad()
             lr = self._base_lr * self._schedule(self.optimizer_steps)
             for group in self.optimizer.param_groups:
@@ -596,11 +632,7 @@ class MegatronWorker(TrainWorker):
 
         if self.bridge is not None:  # its export knows the stages
             return
-        offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start
-        mine = [
-            (mw.global_name(n, offset), tuple(p.shape), str(p.dtype).removeprefix("torch."))
-            for n, p in self._named_params()
-        ]
+        mine = [(n, tuple(p.shape), str(p.dtype).removeprefix("torch.")) for n, p in self._named_params()]
         if self.pp == 1:
             self._stage_metas = [mine]
             return
@@ -609,24 +641,26 @@ class MegatronWorker(TrainWorker):
         self._stage_metas = gathered
 
     def _named_params(self) -> list[tuple[str, torch.Tensor]]:
-        """This stage's weights under Megatron's (local) names; with LoRA the adapted layers' merged weights
-        (every rank of the tensor group must call it then)."""
-        merged = {}
-        if self.lora:
-            merged = {
-                f"{n}.weight": m.merged_weight() for n, m in self.gpt.named_modules() if isinstance(m, LoraLinear)
-            }
-        out = []
-        for name, p in self.gpt.state_dict(keep_vars=True).items():
-            if (
-                not torch.is_tensor(p)
-                or name.endswith("_extra_state")
-                or ".lora_" in name
-                or name.endswith(".magnitude")
-            ):
-                continue
-            name = name.replace(".base.", ".")
-            out.append((name, merged.get(name, p)))
+        """This stage's weights under Megatron's names with global layer numbers, chunk by chunk; with LoRA the
+        adapted layers' merged weights (every rank of the tensor group must call it then)."""
+        stages, out = self._stages(), []
+        for v, chunk in enumerate(self.chunks):
+            offset = stages.layers(self.pp_rank, v).start
+            merged = {}
+            if self.lora:
+                merged = {
+                    f"{n}.weight": m.merged_weight() for n, m in chunk.named_modules() if isinstance(m, LoraLinear)
+                }
+            for name, p in chunk.state_dict(keep_vars=True).items():
+                if (
+                    not torch.is_tensor(p)
+                    or name.endswith("_extra_state")
+                    or ".lora_" in name
+                    or name.endswith(".magnitude")
+                ):
+                    continue
+                name = name.replace(".base.", ".")
+                out.append((mw.global_name(name, offset), merged.get(name, p)))
         return out
 
     def _shard_count(self, name: str) -> int:
@@ -653,7 +687,6 @@ class MegatronWorker(TrainWorker):
         if not meta and (self.dp_rank != 0 or self.cp_rank != 0):
             return
         local = {} if meta else dict(self._named_params())
-        offset = mw.stage_layers(self.arch.num_layers, self.pp, self.pp_rank).start
         assert self._stage_metas is not None, "weight_metas() runs before a stream"
         for stage, metas in enumerate(self._stage_metas):
             for name, shape, dtype in metas:
@@ -666,7 +699,7 @@ class MegatronWorker(TrainWorker):
                     continue
                 stacked = None
                 if stage == self.pp_rank:
-                    tensor = local[_local_name(name, offset)].detach()
+                    tensor = local[name].detach()
                     if count > 1:
                         parts = [torch.empty_like(tensor) for _ in range(count)]
                         dist.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
@@ -698,7 +731,7 @@ class MegatronWorker(TrainWorker):
             yield from ((n, shapes[n]) for n in names)
             return
         exported = {}
-        for name, tensor in self.bridge.export_hf_weights([self.model], cpu=True, show_progress=False):
+        for name, tensor in self.bridge.export_hf_weights(self.models, cpu=True, show_progress=False):
             if self.rank == 0:
                 exported[name] = tensor
         if self.rank != 0:
@@ -747,13 +780,20 @@ class MegatronWorker(TrainWorker):
 
     # -- checkpoints ------------------------------------------------------------------------------------
 
+    def _chunk_keys(self) -> list[str]:
+        """The checkpoint's key of each model chunk: `model`, or `model0`, `model1`... with virtual stages (Megatron's
+        own training names them so)."""
+        return ["model"] if len(self.models) == 1 else [f"model{v}" for v in range(len(self.models))]
+
+    def _unwrapped(self) -> list:
+        return [m.module if hasattr(m, "zero_grad_buffer") else m for m in self.models]
+
     def _sharded_state(self, loading: bool) -> dict:
-        module = self.model.module if hasattr(self.model, "zero_grad_buffer") else self.model
-        state = {"model": module.sharded_state_dict()}
+        state = {k: m.sharded_state_dict() for k, m in zip(self._chunk_keys(), self._unwrapped())}
         if self.optimizer is not None:
             kind = "fully_reshardable" if self.mc.dist_ckpt_optim_fully_reshardable else "dp_reshardable"
             state["optimizer"] = self.optimizer.sharded_state_dict(
-                state["model"], is_loading=loading, metadata={"distrib_optim_sharding_type": kind}
+                dict(state), is_loading=loading, metadata={"distrib_optim_sharding_type": kind}
             )
         return state
 
@@ -780,8 +820,8 @@ class MegatronWorker(TrainWorker):
             self._prime_optimizer_state()
             check_metadata(directory)
             loaded = dist_checkpointing.load(self._sharded_state(loading=True), directory)
-            module = self.model.module if hasattr(self.model, "zero_grad_buffer") else self.model
-            module.load_state_dict(loaded["model"])
+            for key, module in zip(self._chunk_keys(), self._unwrapped()):
+                module.load_state_dict(loaded[key])
             if self.optimizer is not None:
                 self.optimizer.load_state_dict(loaded["optimizer"])
                 self._unshare_steps()
@@ -841,8 +881,9 @@ class MegatronWorker(TrainWorker):
                 torch.cuda.synchronize()
                 buffer.param_data.untyped_storage().resize_(0)
                 buffer.grad_data.untyped_storage().resize_(0)
-            if not self._buffers():  # the ref: a plain module
-                self.model.to("cpu")
+            if not self._buffers():  # the ref: plain modules
+                for chunk in self.models:
+                    chunk.to("cpu")
         if optimizer and self.optimizer is not None:
             self._move_optimizer("cpu")
         torch.cuda.synchronize()
@@ -863,15 +904,18 @@ class MegatronWorker(TrainWorker):
                 buffer.grad_data.zero_()
                 buffer.cpu_param = None
             if not self._buffers():
-                self.model.to("cuda")
+                for chunk in self.models:
+                    chunk.to("cuda")
         if optimizer and self.optimizer is not None:
             self._move_optimizer("cuda")
         torch.cuda.synchronize()
 
     def _buffers(self) -> list:
-        return list(getattr(self.model, "buffers", []) or []) + list(
-            getattr(self.model, "expert_parallel_buffers", []) or []
-        )
+        return [
+            b
+            for m in self.models
+            for b in list(getattr(m, "buffers", []) or []) + list(getattr(m, "expert_parallel_buffers", []) or [])
+        ]
 
     def _move_optimizer(self, device: str) -> None:
         inner = getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]
@@ -909,8 +953,11 @@ def _set_held_states(opt, original, model_param, tensors: dict) -> None:
                 value.copy_(tensors[key])
 
 
-def _local_name(global_name: str, offset: int) -> str:
-    return mw.global_name(global_name, -offset)
+def _empty_micro_batch(batch: TrainBatch, size: int) -> TrainBatch:
+    """`size` rows of zeros shaped as `batch`'s: no tokens, no loss."""
+    mb = batch.select(slice(0, 0)).map(partial(_pad_rows, rows=size))
+    mb.padding_rows = size
+    return mb
 
 
 def _pad_rows(v: torch.Tensor, rows: int) -> torch.Tensor:

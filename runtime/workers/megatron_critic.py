@@ -17,10 +17,8 @@ import torch
 import torch.distributed as dist
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.workers import megatron_cp as cp_utils
-from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers.common import WorkerSettings, critic_objective
 from rlc.runtime.workers.megatron import MegatronWorker
-from transformers import AutoModelForCausalLM
 
 __all__ = ["MegatronCriticWorker", "ValueHead"]
 
@@ -67,20 +65,14 @@ class MegatronCriticWorker(MegatronWorker):
             "train this one's critic with fsdp2 (trainer.critic.strategy: fsdp2)"
         )
 
-    def _load_hf(self, model) -> None:
+    def _fit_chunk(self, model, state: dict) -> dict:
+        """The last stage's chunk gets the value head; the converted LM head is no use to a critic."""
         if model.post_process:
             setattr(model, HEAD, ValueHead(self.arch.hidden_size, bool(self.tconfig.sequence_parallel)))
-        hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
-        state = mw.hf_to_megatron(hf.state_dict(), self.arch, self.tp_rank, self.tp, self.pp_rank, self.pp)
-        del hf
-        state = {k: v for k, v in state.items() if not k.startswith(f"{HEAD}.")}  # the LM head: no use to a critic
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if not k.endswith("_extra_state") and not k.startswith(f"{HEAD}.")]
-        if missing or unexpected:
-            raise RuntimeError(
-                f"the converted weights do not fit the Megatron critic: missing {missing[:5]}, "
-                f"unexpected {unexpected[:5]}"
-            )
+        return {k: v for k, v in state.items() if not k.startswith(f"{HEAD}.")}
+
+    def _own_weight(self, name: str) -> bool:
+        return name.startswith(f"{HEAD}.")
 
     # -- values and the value loss ------------------------------------------------------------------------
 
@@ -120,7 +112,7 @@ class MegatronCriticWorker(MegatronWorker):
         dev = "cuda" if self.s.device == "cuda" else "cpu"
         hidden = self.arch.hidden_size
         last = self.pp_rank == self.pp - 1
-        head = getattr(self.gpt, HEAD) if last else None
+        head = getattr(self.chunks[-1], HEAD) if last else None
         flat = (
             torch.cat([head.weight.detach().flatten(), head.bias.detach()]).float()
             if head is not None

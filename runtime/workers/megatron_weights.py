@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from rlc.core.pipeline_stages import Stages
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 _MOE_ATTRS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
@@ -179,16 +180,6 @@ def gpt_model_kwargs(hf_config, layout: Layout) -> dict:
     }
 
 
-def stage_layers(num_layers: int, pp_size: int, pp_rank: int) -> range:
-    """Global indices of the layers on PP stage ``pp_rank`` (Megatron's even split)."""
-    if num_layers % pp_size:
-        raise ValueError(f"num_layers={num_layers} is not divisible by pp_size={pp_size}")
-    if not 0 <= pp_rank < pp_size:
-        raise ValueError(f"pp_rank={pp_rank} is out of range for pp_size={pp_size}")
-    per = num_layers // pp_size
-    return range(pp_rank * per, (pp_rank + 1) * per)
-
-
 def _strip(name: str) -> str:
     while name.startswith("module."):
         name = name[len("module.") :]
@@ -253,21 +244,32 @@ def _split_qkv(t: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, torch.Ten
 
 
 def hf_to_megatron(
-    hf_state: dict, layout: Layout, tp_rank: int = 0, tp_size: int = 1, pp_rank: int = 0, pp_size: int = 1
+    hf_state: dict,
+    layout: Layout,
+    tp_rank: int = 0,
+    tp_size: int = 1,
+    pp_rank: int = 0,
+    pp_size: int = 1,
+    stages: Stages | None = None,
+    vp_stage: int = 0,
 ) -> dict:
-    """Megatron state dict (local names and layer indices) of the (tp_rank, pp_rank) shard.
+    """Megatron state dict (local names and layer indices) of the (tp_rank, pp_rank) shard, or of its virtual stage
+    `vp_stage`; `stages` places the layers (default: Megatron's even split over `pp_size` stages).
 
     Tensors may share storage with ``hf_state``; keys of ``hf_state`` that are not model weights are ignored.
     """
     if layout.padded_vocab_size % tp_size or layout.num_query_groups % tp_size:
         raise ValueError(f"layout was not built for tp_size={tp_size}")
+    if stages is None:
+        stages = Stages(layout.num_layers, pp_size)
     out: dict[str, torch.Tensor] = {}
-    first, last = pp_rank == 0, pp_rank == pp_size - 1
+    first, last = stages.holds_embedding(pp_rank, vp_stage), stages.holds_head(pp_rank, vp_stage)
+    pp_size = stages.pp
     embed = hf_state["model.embed_tokens.weight"]
     if first:
         out["embedding.word_embeddings.weight"] = _shard(_pad_vocab(embed, layout), 0, tp_rank, tp_size)
     norm_in, norm_mlp = _norm_names(layout)
-    for local, i in enumerate(stage_layers(layout.num_layers, pp_size, pp_rank)):
+    for local, i in enumerate(stages.layers(pp_rank, vp_stage)):
         hf, mg = f"model.layers.{i}.", f"decoder.layers.{local}."
         attn = hf + "self_attn."
         qkv = _qkv(

@@ -187,9 +187,56 @@ def test_validate_refuses_what_the_runtime_refuses_with_several_overrides(
     assert hits[0]["hint"], hits[0]
 
 
+MG = "trainer.policy.megatron_config"
+TCK = f"{MG}.transformer_config_kwargs"
+# Pipeline layouts Megatron-Core refuses for Qwen2.5-7B's 28 layers (TransformerConfig.__post_init__,
+# initialize_model_parallel), keyed where the fix goes.
+PIPELINE_REFUSALS = [
+    ((f"{MG}.tensor_model_parallel_size=1", f"{MG}.pipeline_model_parallel_size=8"), f"{MG}.pipeline_model_parallel_size"),
+    (  # 28 - 5 = 23 layers do not split over 7 stages
+        (f"{MG}.tensor_model_parallel_size=1", f"{MG}.pipeline_model_parallel_size=8", f"{TCK}.num_layers_in_first_pipeline_stage=5"),
+        f"{TCK}.num_layers_in_first_pipeline_stage",
+    ),
+    (  # 7 layers a stage do not split into 2 virtual stages
+        (f"{MG}.pipeline_model_parallel_size=4", f"{TCK}.virtual_pipeline_model_parallel_size=2"),
+        f"{TCK}.virtual_pipeline_model_parallel_size",
+    ),
+    ((f"{TCK}.virtual_pipeline_model_parallel_size=2",), f"{TCK}.virtual_pipeline_model_parallel_size"),  # pp 1
+    ((f"{MG}.pipeline_model_parallel_size=2", f"{TCK}.num_layers_in_last_pipeline_stage=0"), f"{TCK}.num_layers_in_last_pipeline_stage"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overrides", "key"), PIPELINE_REFUSALS)
+def test_pipeline_layouts_megatron_core_refuses_are_refused(overrides: tuple[str, ...], key: str) -> None:
+    rc, diags = _validate(EXAMPLES / MEGATRON, *overrides)
+    hits = _errors(diags, "RLC-E507")
+    assert rc == 1 and hits and hits[0]["key"] == key and hits[0]["hint"], diags
+
+
 @pytest.mark.parametrize(
     ("example", "overrides", "code"),
     [
+        # 28 layers: 7 on the first of 8 stages, 3 on each other (Megatron-Core's uneven split).
+        (
+            MEGATRON,
+            (
+                f"{MG}.tensor_model_parallel_size=1",
+                f"{MG}.pipeline_model_parallel_size=8",
+                f"{TCK}.num_layers_in_first_pipeline_stage=7",
+            ),
+            "RLC-E507",
+        ),
+        # 28 layers: 4 on the first and last of 4 stages, 10 on each middle one, 2 virtual stages of 2 and 5.
+        (
+            MEGATRON,
+            (
+                f"{MG}.pipeline_model_parallel_size=4",
+                f"{TCK}.num_layers_in_first_pipeline_stage=4",
+                f"{TCK}.num_layers_in_last_pipeline_stage=4",
+                f"{TCK}.virtual_pipeline_model_parallel_size=2",
+            ),
+            "RLC-E507",
+        ),
         # 28 layers over 4 stages, 7 each.
         (
             MEGATRON,

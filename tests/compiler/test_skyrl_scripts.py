@@ -81,6 +81,22 @@ def test_each_script_imports_and_validates_or_is_refused_by_name(name, tmp_path)
     assert codes == INVALID.get(name, set()), [d.message for d in result.diagnostics if d.is_error]
 
 
+@pytest.mark.parametrize("first,errors", [(20, set()), (21, {"RLC-E507"})])
+def test_skyrls_pipeline_layout_keys_are_carried_and_checked(first, errors, tmp_path):
+    """SkyRL sets uneven and virtual stages in transformer_config_kwargs: Qwen3-30B-A3B's 48 layers on 2 stages of 2
+    virtual stages each take 20 + 28, not 21 + 27 (a stage's layers divide by the virtual stages)."""
+    kwargs = "trainer.policy.megatron_config.transformer_config_kwargs"
+    extra = [f"{kwargs}.num_layers_in_first_pipeline_stage={first}", f"{kwargs}.virtual_pipeline_model_parallel_size=2"]
+    imported, found, _ = import_script(str(ROOT / "examples/train/megatron/run_megatron_qwen3-30b-a3b.sh"), {}, extra)
+    assert imported is not None and not found and "!!" not in imported.text
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(imported.text)
+    result = compile_job(spec)
+    given = result.spec.trainer.policy.megatron_config.transformer_config_kwargs
+    assert (given["num_layers_in_first_pipeline_stage"], given["virtual_pipeline_model_parallel_size"]) == (first, 2)
+    assert {d.code for d in result.diagnostics if d.is_error} == errors
+
+
 def test_each_value_keeps_its_script_line():
     path = ROOT / "examples/train/gsm8k/run_gsm8k.sh"
     imported, errors, warnings = import_script(str(path), {}, ["trainer.epochs=3"])

@@ -18,7 +18,7 @@ ENV = {"HOME": "/home/user", "DEVICE": "gpu"}
 
 
 # How many scripts of each set import and validate (the others are refused, each for its reason).
-IMPORTED = {"main": 46, "v0.4.1": 45}
+IMPORTED = {"main": 48, "v0.4.1": 47}
 
 
 @pytest.fixture(scope="module", params=sorted(IMPORTED))
@@ -56,6 +56,30 @@ def test_what_rlc_cannot_run_is_refused_in_verls_terms(outcomes):
         assert any(words in v for v in found.values()), words
     sft = {k: v for k, v in found.items() if "/sft/" in k}
     assert sft and all("supervised fine-tuning (SFT)" in v or "mlite" in v for v in sft.values()), sft
+
+
+@pytest.mark.parametrize(
+    "release,script,stages",
+    [
+        # Qwen3-235B-A22B's 94 layers: 11 on the first and last of 8 stages, 12 on each other one
+        (
+            "main",
+            "examples/grpo_trainer/run_qwen3_235b_a22b_megatron.sh",
+            {"num_layers_in_first_pipeline_stage": 11, "num_layers_in_last_pipeline_stage": 11},
+        ),
+        # Qwen2-7B's 28 layers on 2 stages of 2 virtual stages each
+        ("v0.4.1", "examples/grpo_trainer/run_qwen2-7b_sgl_megatron.sh", {"virtual_pipeline_model_parallel_size": 2}),
+    ],
+)
+def test_uneven_and_virtual_pipeline_stages_are_carried(release, script, stages, tmp_path):
+    extract(release, tmp_path)
+    imported, errors, _ = import_script(str(tmp_path / script), ENV, [])
+    assert imported is not None and not errors, [d.message for d in errors]
+    assert "!!" not in imported.text
+    analysis = analyze_document(document_from_text(imported.text, "imported.yaml"), env={})
+    assert not [d.message for d in analysis.diagnostics if d.severity == "error"]
+    given = analysis.spec.trainer.policy.megatron_config.transformer_config_kwargs
+    assert {k: given.get(k) for k in stages} == stages
 
 
 @pytest.mark.parametrize("release", ["v0.7.0", "v0.7.1"])

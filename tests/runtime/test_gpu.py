@@ -397,7 +397,7 @@ def test_megatron_lora_on_the_gpu(tiny_model):
     real = batch.loss_mask.bool()
     batch.old_logprobs = meg.forward(batch) + noise
     metrics = [meg.train_mini_batch(batch, totals(batch)) for _ in range(3)]
-    assert all(".lora_" in n for n, p in meg.gpt.named_parameters() if p.requires_grad)
+    assert all(".lora_" in n for n, p in meg.chunks[0].named_parameters() if p.requires_grad)
     logp = meg.forward(batch)
     want = _hf_logprobs(tiny_model, meg.full_state_dict(), batch)
     torch.testing.assert_close(logp[real], want[real], rtol=1e-3, atol=1e-3)

@@ -24,7 +24,7 @@ ALGORITHM = {"use_kl_loss": True, "kl_loss_coef": 0.1, "use_entropy_loss": True,
 OPTIMIZER = {"lr": 1e-2, "weight_decay": 0.0}
 
 
-def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None, cp: int = 1):
+def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None, cp: int = 1, stages: dict | None = None):
     from rlc.spec.model import default_model
 
     policy = {"optimizer_config": OPTIMIZER}
@@ -35,6 +35,8 @@ def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None, c
             "context_parallel_size": cp,
             "dist_ckpt_optim_fully_reshardable": True,
         }  # resumable on another layout
+        if stages:  # uneven or virtual pipeline stages, as SkyRL sets them
+            policy["megatron_config"]["transformer_config_kwargs"] = stages
         if profile:  # the last pipeline stage's rank only
             policy["megatron_config"]["torch_profiler_config"] = {"enable": True, "ranks": [1], "save_path": profile}
     return default_model().to_typed(
@@ -69,6 +71,7 @@ def _rank(
     ckpt: str | None,
     mode: str,
     cp: int = 1,
+    stages: dict | None = None,
 ) -> None:
     """mode: "step" (one step), "save" (a step, a checkpoint, a second step, then back to the checkpoint and the
     second step again), or "resume" (a fresh worker loads the checkpoint, then takes the second step)."""
@@ -80,7 +83,7 @@ def _rank(
         from rlc.runtime.workers.megatron import MegatronWorker as Worker
     else:
         from rlc.runtime.workers.fsdp import FSDPWorker as Worker
-    spec = _spec(strategy, tp, pp, profile=out + ".prof" if pp == 2 else None, cp=cp)
+    spec = _spec(strategy, tp, pp, profile=out + ".prof" if pp == 2 and not stages else None, cp=cp, stages=stages)
     settings = WorkerSettings(
         "policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4
     )
@@ -89,10 +92,13 @@ def _rank(
     layout = worker.layout()
     from transformers import AutoConfig
 
+    if strategy == "megatron":  # the global layer numbers Megatron gave each model chunk's layers
+        chunks = [[layer.layer_number - 1 for layer in c.decoder.layers] for c in worker.chunks]
+
     batch, noise = _batch_and_noise(AutoConfig.from_pretrained(model_path).vocab_size)
     mine = shards(batch, layout["dp_size"])[layout["dp_rank"]]
     mine_noise = noise.chunk(layout["dp_size"])[layout["dp_rank"]]
-    result: dict = {"layout": layout}
+    result: dict = {"layout": layout, "chunks": chunks if strategy == "megatron" else None}
     if mode == "step":  # the old-log-prob pass the optimal token baselines ask for (the collecting ranks' rows)
         result["squares"] = worker.forward(mine, sum_pi_squared=True)
 
@@ -135,8 +141,9 @@ def _run(
     ckpt: str | None = None,
     mode: str = "step",
     cp: int = 1,
+    stages: dict | None = None,
 ) -> list[dict]:
-    return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode, cp)
+    return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode, cp, stages)
 
 
 @pytest.fixture(scope="module")
@@ -162,22 +169,27 @@ def _collected(results: list[dict]) -> list[dict]:
 @pytest.mark.parametrize("layout", ["one", "tp2", "pp2", "cp2", "tp2cp2"])
 def test_megatron_step_matches_fsdp2(runs, layout, tiny_model):
     by_name, d = runs
-    ref = by_name["fsdp"][0]["metrics"]
-    got = _collected(by_name[layout])
-    assert len(got) == by_name[layout][0]["layout"]["dp_size"]
+    _assert_same_step(by_name["fsdp"], d / "fsdp.pt", by_name[layout], d / f"{layout}.pt", tiny_model)
+
+
+def _assert_same_step(fsdp: list[dict], fsdp_weights, results: list[dict], weights, model_path: str) -> None:
+    """The Megatron layout's step gave fsdp2's losses, gradient norm, log-probs and updated weights."""
+    ref = fsdp[0]["metrics"]
+    got = _collected(results)
+    assert len(got) == results[0]["layout"]["dp_size"]
     for key in ("policy_loss", "kl", "entropy", "clip_fraction"):
         assert sum(r["metrics"][key] for r in got) == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
     assert got[0]["metrics"]["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4)
     old = torch.cat([r["old"] for r in sorted(got, key=lambda r: r["layout"]["dp_rank"])])
     real = _batch(64).loss_mask.bool()  # padding positions score tokens no row has
-    torch.testing.assert_close(old[real], by_name["fsdp"][0]["old"][real], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(old[real], fsdp[0]["old"][real], rtol=1e-4, atol=1e-5)
     if "squares" in got[0]:  # the log-probs and each token's sum of squared probabilities, in one pass
         squares = torch.cat([r["squares"] for r in sorted(got, key=lambda r: r["layout"]["dp_rank"])])
-        torch.testing.assert_close(squares[real], by_name["fsdp"][0]["squares"][real], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(squares[real], fsdp[0]["squares"][real], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(squares[..., 0][real], old[real], rtol=1e-4, atol=1e-5)
-    w_ref, w = torch.load(d / "fsdp.pt")["weights"], torch.load(d / f"{layout}.pt")["weights"]
+    w_ref, w = torch.load(fsdp_weights)["weights"], torch.load(weights)["weights"]
     assert w.keys() == w_ref.keys()
-    start = _initial(tiny_model)
+    start = _initial(model_path)
     lr, strong, total = OPTIMIZER["lr"], 0, 0
     for name in w_ref:
         # Adam's first step is lr * g / (|g| + eps). Where |g| is far above eps (95% of the elements here) the step
@@ -256,6 +268,110 @@ def test_weight_metas_are_the_hf_model(runs, tiny_model):
     assert torch.load(d / "one.pt")["weights"].keys() == hf.keys()
 
 
+# -- uneven and virtual pipeline stages ----------------------------------------------------------------------
+
+UNEVEN = {"num_layers_in_first_pipeline_stage": 1}  # 4 layers: 1 on the first stage, 3 on the last
+VIRTUAL = {"virtual_pipeline_model_parallel_size": 2}  # 4 layers: chunks [0] [2] on stage 0, [1] [3] on stage 1
+
+
+@pytest.mark.parametrize(
+    "stages",
+    [
+        dict(num_layers=94, pp=12, first=6),  # AReaL's Qwen3-235B tau2 job: 6 + 10 x 8 + 8
+        dict(num_layers=9, pp=4, last=3),
+        dict(num_layers=12, pp=4, first=2, last=2, virtual=2),
+        dict(num_layers=8, pp=4, virtual=2),
+        dict(num_layers=7, pp=3, first=3),
+    ],
+)
+def test_stages_are_where_megatron_core_puts_the_layers(stages):
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+    from rlc.core.pipeline_stages import Stages
+
+    ours = Stages(**stages)
+    config = TransformerConfig(
+        num_layers=ours.num_layers,
+        hidden_size=8,
+        num_attention_heads=2,
+        pipeline_model_parallel_size=ours.pp,
+        num_layers_in_first_pipeline_stage=ours.first,
+        num_layers_in_last_pipeline_stage=ours.last,
+        virtual_pipeline_model_parallel_size=ours.virtual if ours.virtual > 1 else None,
+        pipeline_dtype=torch.float32,
+    )
+    seen = []
+    for pp_rank in range(ours.pp):
+        for v in range(ours.virtual):
+            vp = v if ours.virtual > 1 else None
+            start = get_transformer_layer_offset(config, vp_stage=vp, pp_rank=pp_rank)
+            count = get_num_layers_to_build(config, vp_stage=vp, pp_rank=pp_rank)
+            assert ours.layers(pp_rank, v) == range(start, start + count), (pp_rank, v)
+            seen += ours.layers(pp_rank, v)
+    assert sorted(seen) == list(range(ours.num_layers))
+
+
+def test_stages_that_do_not_split_are_refused():
+    from rlc.core.pipeline_stages import Stages
+
+    with pytest.raises(ValueError, match="89 layers left for the other 11 stages"):
+        Stages(94, 12, first=5).layers(0)
+    with pytest.raises(ValueError, match="virtual stages"):
+        Stages(6, 2, first=3, virtual=2).layers(0)
+
+
+@pytest.fixture(scope="module")
+def four_layers(tiny_model, tmp_path_factory) -> str:
+    """`rlc:tiny` with four decoder layers (seeded weights): room for uneven and virtual stages over two ranks."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    target = tmp_path_factory.mktemp("four-layers") / "model"
+    shutil.copytree(tiny_model, target)
+    config = AutoConfig.from_pretrained(tiny_model)
+    config.num_hidden_layers = 4
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(target)
+    return str(target)
+
+
+@pytest.fixture(scope="module")
+def stage_runs(four_layers, tmp_path_factory):
+    d = tmp_path_factory.mktemp("megatron-stages")
+    return {
+        "fsdp": _run(1, four_layers, str(d / "fsdp.pt"), strategy="fsdp2"),
+        "uneven": _run(2, four_layers, str(d / "uneven.pt"), pp=2, stages=UNEVEN),
+        "virtual": _run(2, four_layers, str(d / "virtual.pt"), pp=2, ckpt=str(d / "ckpt"), mode="save", stages=VIRTUAL),
+    }, d
+
+
+@pytest.mark.parametrize(
+    "layout,chunks",
+    [("uneven", [[[0]], [[1, 2, 3]]]), ("virtual", [[[0], [2]], [[1], [3]]])],
+)
+def test_a_step_on_uneven_or_virtual_stages_matches_fsdp2(stage_runs, four_layers, layout, chunks):
+    by_name, d = stage_runs
+    assert [r["chunks"] for r in by_name[layout]] == chunks  # each rank's model chunks, as Megatron-Core built them
+    _assert_same_step(by_name["fsdp"], d / "fsdp.pt", by_name[layout], d / f"{layout}.pt", four_layers)
+
+
+def test_a_checkpoint_of_virtual_stages_restores_the_step(stage_runs, four_layers):
+    from transformers import AutoModelForCausalLM
+
+    by_name, d = stage_runs
+    last = _collected(by_name["virtual"])[0]
+    assert last["second"]["policy_loss"] != last["metrics"]["policy_loss"]
+    for key in ("policy_loss", "kl", "entropy", "grad_norm"):
+        assert last["again"][key] == pytest.approx(last["second"][key], rel=1e-6, abs=1e-8), key
+    second, again = (torch.load(str(d / "virtual.pt") + s)["weights"] for s in (".second", ".again"))
+    for name in second:
+        torch.testing.assert_close(again[name], second[name], rtol=0, atol=1e-6, msg=name)
+    hf = AutoModelForCausalLM.from_pretrained(four_layers).state_dict()
+    assert dict(by_name["virtual"][0]["metas"]) == {k: tuple(v.shape) for k, v in hf.items()}
+
+
 # -- LoRA -------------------------------------------------------------------------------------------------
 
 LORA_TYPES = ("lora", "canonical_lora", "dora")
@@ -295,14 +411,14 @@ def _lora_rank(rank: int, world: int, port: int, q, model_path: str, out: str) -
         )
         worker.setup("127.0.0.1", port)
         batch = _batch(64)
-        trainable = {n for n, p in worker.gpt.named_parameters() if p.requires_grad}
+        trainable = {n for n, p in worker.chunks[0].named_parameters() if p.requires_grad}
         metrics = worker.train_mini_batch(
             dataclasses.replace(batch, old_logprobs=_old_logprobs(worker, batch, world, rank)), totals(batch)
         )
         logp = worker.forward(batch)
         full = worker.full_state_dict()
-        adapted = sum(isinstance(m, LoraLinear) for m in worker.gpt.modules())
-        params = list(worker.gpt.parameters())
+        adapted = sum(isinstance(m, LoraLinear) for m in worker.chunks[0].modules())
+        params = list(worker.chunks[0].parameters())
         grads = [p.main_grad for p in params if getattr(p, "main_grad", None) is not None]
         opts = getattr(worker.optimizer, "chained_optimizers", None) or [worker.optimizer]
         moments = [v for o in opts for s in o.optimizer.state.values() for k, v in s.items() if k.startswith("exp_avg")]

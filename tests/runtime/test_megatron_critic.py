@@ -60,7 +60,7 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strate
     saving = strategy == "megatron" and world == 1
     result: dict = {"layout": layout, "first": worker.train_mini_batch(mine, totals(batch))}
     if strategy == "megatron":  # this rank's weights, for the memory estimate
-        result["params"] = sum(p.numel() for p in worker.gpt.parameters())
+        result["params"] = sum(p.numel() for m in worker.chunks for p in m.parameters())
     if saving:
         worker.save_checkpoint(out + ".ckpt")
     values = _shared(worker, mine, world, rank)

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from conftest import run_ranks  # noqa: E402
-from rlc.compiler.memory import activation_bytes, fsdp_cost  # noqa: E402
+from rlc.compiler.memory import activation_bytes, fsdp_cost, megatron_cost  # noqa: E402
 from rlc.compiler.model_size import EMBEDDED, TABLE, model_info, shape_from_config  # noqa: E402
 
 # The totals Hugging Face publishes for these checkpoints (the safetensors parameter count on each model page).
@@ -175,6 +175,42 @@ def test_optimizer_state_bytes_are_exact():
     cost = fsdp_cost(spec, "policy", shape_from_config(config), 1, False)
     assert state == cost.optimizer["optimizer"]
     assert grads == cost.train["grads"]
+
+
+@pytest.mark.parametrize(
+    "placing,stage",
+    [
+        ({"num_layers_in_first_pipeline_stage": 4}, range(0, 4)),  # 10 layers: 4, then 2 on each of 3 stages
+        ({}, range(0, 3)),  # 12 layers: 3 on each of 4 stages
+    ],
+)
+def test_megatron_weights_are_the_largest_pipeline_stages(placing, stage):
+    """The Megatron estimate holds the weights of the stage with the most layers (the first here, with the
+    embedding): its parameters counted on the meta device."""
+    config = {**SMALL["qwen2"], "num_hidden_layers": 10 if placing else 12}
+    model = _meta_model(config)
+    held = model.model.embed_tokens.weight.numel() + sum(_count(model.model.layers[i]) for i in stage)
+    megatron = {"pipeline_model_parallel_size": 4, "transformer_config_kwargs": placing}
+    cost = megatron_cost(_spec({"strategy": "megatron", "policy": {"megatron_config": megatron}}), "policy",
+                         shape_from_config(config), 4)  # fmt: skip
+    assert cost.state["weights"] == 2 * held  # bf16
+
+
+@pytest.mark.parametrize("pp,vp", [(1, 1), (4, 1), (2, 2), (4, 2), (8, 3)])
+def test_megatron_activations_in_flight_are_megatron_cores_warm_up(pp, vp):
+    """The first stage's micro-batches in flight are Megatron-Core's own warm-up count (plus the one running)."""
+    pytest.importorskip("megatron.core")
+    from types import SimpleNamespace
+
+    from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
+    from rlc.compiler.memory import in_flight_chunks
+
+    first_stage = SimpleNamespace(
+        pp_group=SimpleNamespace(size=lambda: pp, rank=lambda: 0),
+        virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
+    )
+    _total, _all, warm_up, _rest = get_pp_rank_microbatches(64, vp, pp, p2p_communicator=first_stage)
+    assert in_flight_chunks(pp, vp) == (warm_up + 1 if pp > 1 else 1)
 
 
 def _spec(trainer: dict, generator: dict | None = None):

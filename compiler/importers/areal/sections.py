@@ -11,6 +11,8 @@ from rlc.compiler import allocation
 from rlc.compiler.importers.areal.algorithm import algorithm, critic_and_ref
 from rlc.compiler.importers.areal.record import ArealImport
 from rlc.compiler.importers.base import Change
+from rlc.compiler.model_size import find_config
+from rlc.core.pipeline_stages import FIRST, LAST, balanced
 
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 MEGATRON_LINEAR = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}  # a block's linear layers, Megatron's names
@@ -345,6 +347,8 @@ def _model(imp: ArealImport, strategy: str) -> None:
     imp.put("trainer.strategy", chosen, *([source] if source else []), reason=f"AReaL's {strategy} training backend")
     if imp.has("actor.path"):
         imp.put("trainer.policy.model.path", imp.get("actor.path"), "actor.path")
+    if chosen == "megatron":
+        _pipeline_stages(imp, source)
     if imp.get("actor.init_from_scratch") is True:
         imp.drop("actor.init_from_scratch", "rlc always starts from the pretrained weights", "error")
     if imp.has("actor.gradient_checkpointing"):
@@ -388,6 +392,33 @@ def _model(imp: ArealImport, strategy: str) -> None:
     else:
         for key in ("use_lora", "lora_rank", "lora_alpha", "target_modules"):
             imp.drop(f"actor.{key}", "LoRA is off")
+
+
+def _pipeline_stages(imp: ArealImport, source: str | None) -> None:
+    """AReaL splits the layers over its pipeline stages by its own parameter estimate (configure_pipeline_layer_splits),
+    so a model whose layers do not divide by the stages still trains; rlc's Megatron takes the uneven split
+    Megatron-Core has nearest to an even one (the end stages, which hold the embedding and the output layer, take
+    fewer)."""
+    text = imp.result.spec.get("trainer.placement.allocation")
+    path = imp.get("actor.path")
+    if not isinstance(text, str) or not isinstance(path, str):
+        return
+    trainers = [c for c in allocation.parse(text).components if not c.inference]
+    pp = trainers[0].dims.get("p", 1) if trainers else 1
+    layers = (find_config(path)[0] or {}).get("num_hidden_layers")
+    if pp <= 1 or not isinstance(layers, int) or layers % pp == 0 or layers < pp:
+        return
+    stages = balanced(layers, pp)
+    sizes = stages.per_stage()
+    imp.put(
+        "trainer.policy.megatron_config.transformer_config_kwargs",
+        {FIRST: stages.first, LAST: stages.last},
+        *([source] if source else []),
+        "actor.path",
+        reason=f"AReaL splits {path}'s {layers} layers over its {pp} pipeline stages by its estimate of their "
+        "parameters, a layout Megatron-Core's first/last-stage split cannot always express; the nearest even split: "
+        f"{sizes[0]} on the first and {sizes[-1]} on the last, {sizes[1]} on each other",
+    )
 
 
 def _optimizer(imp: ArealImport, src: str, dst: str) -> None:

@@ -63,18 +63,6 @@ def refusal(c: Composed) -> str | None:
         return "on-policy distillation (distillation.enabled=true); rlc trains with rewards only"
     if get("reward.reward_model.enable") or (get("reward_model.enable") and get("reward.reward_manager") is None):
         return "a model-based reward (reward_model.enable=true); rlc scores with environments"
-    otc = get(f"{A}.megatron.override_transformer_config") or {}
-    if (
-        strategy == "megatron"
-        and isinstance(otc, dict)
-        and any(
-            otc.get(k) is not None for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
-        )
-    ):
-        return (
-            "an uneven Megatron pipeline (override_transformer_config.num_layers_in_first/last_pipeline_stage); "
-            "rlc's Megatron worker gives every stage the same number of layers"
-        )
     mode = get(f"{T}.v1.trainer_mode")
     if mode not in (None, "sync"):
         return f"verl's {mode} trainer ({T}.v1.trainer_mode={mode}); rlc imports the synchronous main_ppo trainer"

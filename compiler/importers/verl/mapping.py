@@ -440,16 +440,17 @@ def _megatron(imp: VerlImport, mg: str, role: str) -> None:
     otc = f"{mg}.override_transformer_config"
     written = {k: v for k, v in (imp.get(otc) or {}).items() if imp.written(f"{otc}.{k}") and v is not None}
     known = {k: v for k, v in written.items() if k in TRANSFORMER_CONFIG_FIELDS}
+    # Virtual pipeline stages are a TransformerConfig argument too: SkyRL sets them in transformer_config_kwargs.
+    vpp_key = f"{mg}.virtual_pipeline_model_parallel_size"
+    vpp = imp.get(vpp_key)
+    if vpp not in (None, 1):
+        known["virtual_pipeline_model_parallel_size"] = vpp
     if known:
-        imp.put(f"{spec}.transformer_config_kwargs", known, otc)
+        imp.put(f"{spec}.transformer_config_kwargs", known, otc, vpp_key)
     for key in sorted(set(written) - set(known)):
         imp.drop(f"{otc}.{key}", "not an argument of Megatron-Core's TransformerConfig (a MindSpeed or other "
                  "backend's option); not carried", "warning")  # fmt: skip
-    imp.read(otc)
-    vpp = imp.get(f"{mg}.virtual_pipeline_model_parallel_size")
-    if vpp not in (None, 1):
-        imp.problem(f"{mg}.virtual_pipeline_model_parallel_size", "rlc's Megatron runs no virtual pipeline stages")
-    imp.read(f"{mg}.virtual_pipeline_model_parallel_size")
+    imp.read(otc, vpp_key)
     for key in ("param_offload", "grad_offload", "optimizer_offload", "use_mbridge", "use_dist_checkpointing",
                 "dist_checkpointing_path", "seed", "sequence_parallel", "use_distributed_optimizer", "dtype"):  # fmt: skip
         imp.drop(f"{mg}.{key}", "rlc's Megatron worker decides this itself")
