@@ -18,7 +18,7 @@ ENV = {"HOME": "/home/user", "DEVICE": "gpu"}
 
 
 # How many scripts of each set import and validate (the others are refused, each for its reason).
-IMPORTED = {"main": 48, "v0.4.1": 47}
+IMPORTED = {"main": 48, "v0.4.1": 48}
 
 
 @pytest.fixture(scope="module", params=sorted(IMPORTED))
