@@ -322,9 +322,13 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     full, response = _lengths(spec, fraction)
     tc = mc.transformer_config_kwargs or {}
     recompute = tc.get("recompute_granularity") == "full" and t.gradient_checkpointing
+    budget = int(t.max_tokens_per_microbatch)
 
     def transient(micro: int, train: bool) -> dict[str, int]:
-        tokens = -(-micro * full // cp)
+        # A micro-batch's tokens: `micro` rows at their longest, or under a token budget the budget (a longer row
+        # runs alone); each context rank holds 1/cp of them.
+        group = max(budget, full) if budget > 0 else micro * full
+        tokens = -(-group // cp)
         per_layer = layer_activation_bytes(shape, b) // tp
         if train:
             inflight = pp  # 1F1B: the first stage holds a micro-batch per stage before its first backward
@@ -334,7 +338,9 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
             act = tokens * per_layer
         grads = (4 if mc.ddp_config.grad_reduce_in_fp32 else b) * local
         # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
-        logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, fp32_output=b != 4)
+        logits = logits_bytes(
+            -(-shape.vocab // tp), tokens, -(-(group * response // full) // cp), b, fp32_output=b != 4
+        )
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
 
     return RoleCost(
