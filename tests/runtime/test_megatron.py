@@ -102,6 +102,8 @@ def _rank(
         result["micro"] = [(None if rows is None else rows.tolist(), mb.input_ids.numel()) for rows, mb in micro]
     if mode == "step":  # the old-log-prob pass the optimal token baselines ask for (the collecting ranks' rows)
         result["squares"] = worker.forward(mine, sum_pi_squared=True)
+    if mode == "step" and pp == 2 and budget <= 0:  # rows the driver padded the batch with count as rows too
+        result["padded"] = worker.forward(dataclasses.replace(mine, padding_rows=1))
 
     def step() -> dict:
         old = _old_logprobs(worker, mine, world)
@@ -238,6 +240,8 @@ def test_layouts(runs):
         {"dp_rank": 0, "dp_size": 1, "collect": False},
     ]
     assert [r["layout"]["collect"] for r in by_name["pp2"]] == [False, True]  # the last stage has the logits
+    # A shard of a batch the driver padded to divide over the ranks: a log-prob for each of its rows, padding or not
+    torch.testing.assert_close(by_name["pp2"][1]["padded"], by_name["pp2"][1]["squares"][..., 0])
     # Context ranks share their rows (each holds half of every row's tokens); context rank 0 returns results.
     assert [r["layout"] for r in by_name["cp2"]] == [
         {"dp_rank": 0, "dp_size": 1, "collect": True},
