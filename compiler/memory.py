@@ -352,9 +352,13 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
     optimizer = {} if role == "ref" else {"optimizer": int((dense_state + expert_state) * (1 - offload))}
     full, response = _lengths(spec, fraction)
     recompute = tc.get("recompute_granularity") == "full" and t.gradient_checkpointing
+    budget = int(t.max_tokens_per_microbatch)
 
     def transient(micro: int, train: bool) -> dict[str, int]:
-        tokens = -(-micro * full // cp)
+        # A micro-batch's tokens: `micro` rows at their longest, or under a token budget the budget (a longer row
+        # runs alone); each context rank holds 1/cp of them.
+        group = max(budget, full) if budget > 0 else micro * full
+        tokens = -(-group // cp)
         per_layer = layer_activation_bytes(shape, b) // tp
         if train:
             saved = stage_layers * b * shape.hidden // tp + per_layer if recompute else stage_layers * per_layer
@@ -365,7 +369,9 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
         if role == "critic":  # a value per position, in float32: the output, its slice and its gradient
             return {**({"grads": grads} if train else {}), "activations": act, "values": tokens * 4 * 3}
         # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
-        logits = logits_bytes(-(-shape.vocab // tp), tokens, -(-micro * response // cp), b, fp32_output=b != 4)
+        logits = logits_bytes(
+            -(-shape.vocab // tp), tokens, -(-(group * response // full) // cp), b, fp32_output=b != 4
+        )
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
 
     return RoleCost(

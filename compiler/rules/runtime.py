@@ -173,6 +173,21 @@ def _defines(path: Path, name: str) -> str | None:
     return f"it defines no function {name!r} (its functions: {', '.join(defined) or 'none'})"
 
 
+def _gathers_one_shape(t) -> bool:
+    """Whether a Megatron role's allgather MoE dispatcher would meet micro-batches of different shapes: token-budget
+    ones differ from one data-parallel (so expert-parallel) rank to the next, and under pipeline stages from one
+    micro-batch to the next (Megatron-Core refuses `variable_seq_lengths` with that dispatcher)."""
+    for role in ("policy", "ref"):
+        mc = getattr(t, role).megatron_config
+        kwargs = mc.transformer_config_kwargs if isinstance(mc.transformer_config_kwargs, dict) else {}
+        dispatcher = kwargs.get("moe_token_dispatcher_type", mc.moe_token_dispatcher_type)  # the worker's order
+        if dispatcher == "allgather" and (
+            (num(mc.expert_model_parallel_size) or 1) > 1 or (num(mc.pipeline_model_parallel_size) or 1) > 1
+        ):
+            return True
+    return False
+
+
 def _unsupported(c: Context):
     """(key, what is set, fix) for every feature the runtime does not execute yet."""
     t, g = c.t, c.s.generator
@@ -194,8 +209,10 @@ def _unsupported(c: Context):
         ("trainer.policy.use_torch_compile", t.policy.use_torch_compile, "torch.compile"),
         (
             "trainer.max_tokens_per_microbatch",
-            (num(t.max_tokens_per_microbatch) or 0) > 0 and c.megatron,
-            "token-budget micro-batches under the megatron strategy (fsdp2 runs them)",
+            (num(t.max_tokens_per_microbatch) or 0) > 0 and c.megatron and _gathers_one_shape(t),
+            "token-budget micro-batches with Megatron's allgather MoE dispatcher over expert-parallel ranks or "
+            "pipeline stages (it wants one micro-batch shape on every rank; moe_token_dispatcher_type alltoall "
+            "takes any)",
         ),
     ]
     found = [
@@ -229,6 +246,16 @@ FEATURE_KEYS = (
     "generator.inference_engine.backend",
     "trainer.max_tokens_per_microbatch",
     "trainer.strategy",
+    *(
+        f"trainer.{role}.megatron_config.{key}"
+        for role in ("policy", "ref")
+        for key in (
+            "moe_token_dispatcher_type",
+            "transformer_config_kwargs",
+            "expert_model_parallel_size",
+            "pipeline_model_parallel_size",
+        )
+    ),
 )
 
 

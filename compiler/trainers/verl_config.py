@@ -158,11 +158,19 @@ def _batches(spec: RlcSpec) -> dict[str, Any]:
     }
     budget = t.max_tokens_per_microbatch
     if isinstance(budget, int) and budget > 0:
+        # verl's budget is a GPU's: it multiplies it by the GPUs that split each row (Megatron's context parallel
+        # size, FSDP's Ulysses size); rlc's counts whole rows.
+        if t.strategy == "megatron":
+            splits = dict.fromkeys((A, R, REF), t.policy.megatron_config.context_parallel_size)
+        else:
+            splits = {A: t.policy.sequence_parallel_size, R: t.policy.sequence_parallel_size}
+            splits[REF] = t.ref.sequence_parallel_size
+        per_gpu = {role: -(-budget // max(1, int(split))) for role, split in splits.items()}
         values[f"{A}.use_dynamic_bsz"] = True
-        values[f"{A}.ppo_max_token_len_per_gpu"] = budget
+        values[f"{A}.ppo_max_token_len_per_gpu"] = per_gpu[A]
         for role in (R, REF):
             values[f"{role}.log_prob_use_dynamic_bsz"] = True
-            values[f"{role}.log_prob_max_token_len_per_gpu"] = budget
+            values[f"{role}.log_prob_max_token_len_per_gpu"] = per_gpu[role]
     if has_critic(spec):
         values.update({f"{C}.ppo_mini_batch_size": t.critic_mini_batch_size,
                        f"{C}.ppo_micro_batch_size_per_gpu": t.micro_train_batch_size_per_gpu,

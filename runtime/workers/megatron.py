@@ -42,6 +42,7 @@ from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
 from rlc.runtime.workers import megatron_cpu
 from rlc.runtime.workers import megatron_weights as mw
+from rlc.runtime.workers import micro_batches as mbs
 from rlc.runtime.workers.common import (
     DTYPES,
     TrainWorker,
@@ -258,6 +259,11 @@ class MegatronWorker(TrainWorker):
             # gradient to the same peer in an order its receives do not follow, and the two swap. Megatron's
             # unbatched exchange orders them by rank parity.
             kwargs["batch_p2p_comm"] = False
+        if self.s.max_tokens_per_microbatch > 0 and mc.pipeline_model_parallel_size > 1:
+            # Token-budget micro-batches differ in shape: stages send each one's first. Megatron-Core refuses that
+            # with its default allgather MoE dispatcher even on a dense model, where no dispatcher runs.
+            kwargs["variable_seq_lengths"] = True
+            kwargs.setdefault("moe_token_dispatcher_type", "alltoall")
         if cpu:
             kwargs.update(_CPU_OFF)
         if kwargs.get("recompute_granularity") is None:  # no activation recompute: its options would be refused
@@ -456,21 +462,39 @@ class MegatronWorker(TrainWorker):
 
     # -- forward-backward -------------------------------------------------------------------------------
 
-    def _micro_batches(self, batch: TrainBatch, size: int) -> list[TrainBatch]:
-        """Row blocks of `size`; with pipeline stages every block has the same shape (the last one padded
-        with rows that carry no loss), since stages exchange fixed-size activations."""
-        out = []
-        for i in range(0, batch.rows, size):
-            mb = batch.select(slice(i, i + size))
-            short = size - mb.rows
-            if short and self.pp > 1:
-                mb = mb.map(partial(_pad_rows, rows=short))
-                mb.padding_rows = short
-            out.append(mb)
-        if self.vp > 1:  # the interleaved schedule takes whole rounds of pp micro-batches: rows with no loss fill it
-            while len(out) % self.pp:
-                out.append(_empty_micro_batch(batch, size))
-        return out
+    def _micro_batches(self, batch: TrainBatch, size: int) -> list[tuple[torch.Tensor | None, TrainBatch]]:
+        """This rank's micro-batches, each with the batch rows it scores (None: a row with no loss).
+
+        Blocks of `size` rows; with pipeline stages every block has the same shape (the last one padded with rows
+        that carry no loss), since stages exchange fixed-size activations. Under a token budget as many rows as
+        one holds, each micro-batch in its narrowest layout (`runtime/workers/micro_batches.py`; stages then send
+        each activation's shape first, `variable_seq_lengths`), and every rank runs as many as the busiest
+        data-parallel rank: the experts' all-to-alls span data-parallel ranks, so no rank may skip a forward. The
+        interleaved schedule (virtual stages) takes whole rounds of pp micro-batches: rows with no loss fill it.
+        """
+        budget = self.s.max_tokens_per_microbatch
+        if budget <= 0:
+            out = []
+            for i in range(0, batch.rows, size):
+                mb = batch.select(slice(i, i + size))
+                rows = torch.arange(i, i + mb.rows)
+                if mb.rows < size and self.pp > 1:
+                    mb = mb.map(partial(_pad_rows, rows=size - mb.rows))
+                out.append((rows, mb))
+            return self._whole_rounds(out, (None, _empty_micro_batch(batch, size)))
+        prompts, responses = mbs.lengths(batch)
+        parts = [torch.tensor(rows) for rows in mbs.by_tokens(prompts, responses, budget, packed=False)]
+        count = torch.tensor(len(parts))
+        if self.world_size > 1:  # a CPU tensor: gloo carries it on a GPU run too
+            dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        micro: list[tuple[torch.Tensor | None, TrainBatch]] = [(r, mbs.trimmed(batch.select(r))) for r in parts]
+        inert = (None, mbs.trimmed(mbs.inert(batch)))
+        return self._whole_rounds(micro + [inert] * (int(count) - len(parts)), inert)
+
+    def _whole_rounds(self, micro: list, filler) -> list:
+        if self.vp > 1:
+            micro = micro + [filler] * (-len(micro) % self.pp)
+        return micro
 
     def _seq_len(self, mb: TrainBatch) -> int:
         """The row length the model sees: with context parallelism, padded to split into 2·cp chunks."""
@@ -559,13 +583,19 @@ class MegatronWorker(TrainWorker):
             def scored(mb, logits):
                 logp, squares = self._response_logprobs(logits, mb, False, sum_pi_squared)
                 out = torch.stack([logp, squares], -1) if squares is not None else logp
-                return logp.sum() * 0.0, {"logp": out[: mb.real_rows].float().cpu()}
+                return logp.sum() * 0.0, {"logp": out.float().cpu()}
 
-            outs = self._schedule_run(micro, scored, forward_only=True)
+            outs = self._schedule_run([mb for _, mb in micro], scored, forward_only=True)
             self._maybe_empty_cache()
         if not self.layout()["collect"]:
             return torch.empty(0)
-        return torch.cat([o["logp"] for o in outs])
+        # Each micro-batch's rows back in their batch order, narrowed responses zero-padded to the batch's width.
+        first = outs[0]["logp"]
+        out = first.new_zeros((batch.rows, batch.response_ids.shape[1], *first.shape[2:]))
+        for (rows, _), o in zip(micro, outs):
+            if rows is not None:
+                out[rows, : o["logp"].shape[1]] = o["logp"][: len(rows)]
+        return out
 
     def train_mini_batch(self, batch: TrainBatch, totals: dict) -> dict:
         """One optimizer step on this data-parallel rank's share of a mini-batch."""
@@ -577,7 +607,7 @@ class MegatronWorker(TrainWorker):
             lr = self._base_lr * self._schedule(self.optimizer_steps)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            micro = self._micro_batches(batch, self.s.micro_train_batch_size)
+            micro = [mb for _, mb in self._micro_batches(batch, self.s.micro_train_batch_size)]
             # Megatron divides each micro-batch's loss by their number and averages gradients over data-parallel
             # ranks; the objective is already each micro-batch's share of the mini-batch, so undo both.
             scale = len(micro) * self.dp

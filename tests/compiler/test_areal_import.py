@@ -177,8 +177,8 @@ def test_lora_megatron_and_placement_details():
     _, megatron = _import("gsm8k_grpo_megatron.yaml")
     assert megatron.spec["trainer.strategy"] == "megatron"
     assert megatron.spec["trainer.placement.allocation"] == "vllm:d4p1t1+megatron:d4p1t1"
-    # AReaL's token budget per micro-batch is rlc's under fsdp2; the megatron worker cuts by rows (dropped, reported).
-    assert "trainer.max_tokens_per_microbatch" not in megatron.spec
+    # AReaL's token budget per micro-batch is rlc's, under megatron as under fsdp2
+    assert megatron.spec["trainer.max_tokens_per_microbatch"] == 10240
     _, grpo = _import("gsm8k_grpo.yaml")
     assert grpo.spec["trainer.max_tokens_per_microbatch"] == 10240
     assert grpo.sources["trainer.max_tokens_per_microbatch"] == ["actor.mb_spec.max_tokens_per_mb"]

@@ -162,3 +162,21 @@ def test_a_token_budget_and_sequence_parallelism_bound_the_activations(spec_file
     assert "lower trainer.max_tokens_per_microbatch to" in error["hint"]
     split = ("trainer.policy.sequence_parallel_size=4", "trainer.ref.sequence_parallel_size=4")
     assert found("trainer.max_tokens_per_microbatch=368640", *split) == []
+
+
+def test_a_token_budget_bounds_megatrons_activations_and_context_parallelism_splits_them(spec_file):
+    """Under megatron as under fsdp2: 80 rows of 4608 tokens fit only at shorter rows, a budget of 8192 tokens fits
+    outright; one of 100000 tokens does not fit whole, and does with each row over a context group of 4 GPUs."""
+    path = _write(spec_file, micro=80, gen=4096)
+
+    def found(*overrides: str) -> list[dict]:
+        result = run_rlc("validate", str(path), "trainer.strategy=megatron", *overrides, "--format", "json")
+        return json.loads(result.stdout)["diagnostics"]
+
+    assert [d["code"] for d in found()] == ["RLC-W704"]
+    assert found("trainer.max_tokens_per_microbatch=8192") == []
+    (error,) = [d for d in found("trainer.max_tokens_per_microbatch=100000") if d["severity"] == "error"]
+    assert error["code"] == "RLC-E702" and error["key"] == "trainer.max_tokens_per_microbatch"
+    assert "lower trainer.max_tokens_per_microbatch to" in error["hint"]
+    split = tuple(f"trainer.{role}.megatron_config.context_parallel_size=4" for role in ("policy", "ref"))
+    assert found("trainer.max_tokens_per_microbatch=100000", *split) == []

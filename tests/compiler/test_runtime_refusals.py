@@ -98,8 +98,17 @@ REFUSALS_MANY = [
     # workers/ulysses.py: groups of sp ranks split each row, each rank taking whole heads (Qwen2.5-1.5B has 12).
     (VLLM_GPU, ("trainer.policy.sequence_parallel_size=3",), "RLC-E110", "trainer.policy.sequence_parallel_size"),
     (VLLM_GPU, ("trainer.policy.sequence_parallel_size=8",), "RLC-E512", "trainer.policy.sequence_parallel_size"),
-    # The megatron worker cuts micro-batches by rows only.
-    (MEGATRON, ("trainer.max_tokens_per_microbatch=8192",), "RLC-E903", "trainer.max_tokens_per_microbatch"),
+    # Megatron-Core's allgather MoE dispatcher wants one micro-batch shape on every rank, token budgets vary it.
+    (
+        MEGATRON,
+        (
+            "trainer.max_tokens_per_microbatch=8192",
+            "trainer.policy.megatron_config.moe_token_dispatcher_type=allgather",
+            "trainer.policy.megatron_config.pipeline_model_parallel_size=2",
+        ),
+        "RLC-E903",
+        "trainer.max_tokens_per_microbatch",
+    ),
     # vLLM's CPU attention has no head size 16 ("Unsupported CPU attention configuration" at start-up).
     (
         CPU,
@@ -265,6 +274,20 @@ def test_pipeline_layouts_megatron_core_refuses_are_refused(overrides: tuple[str
         (VLLM_GPU, ("trainer.policy.sequence_parallel_size=4", "trainer.ref.sequence_parallel_size=2"), "RLC-E110"),
         (VLLM_GPU, ("trainer.policy.sequence_parallel_size=4", "trainer.ref.sequence_parallel_size=2"), "RLC-E512"),
         (VLLM_GPU, ("trainer.max_tokens_per_microbatch=8192",), "RLC-E903"),
+        # Token-budget micro-batches under Megatron: stages send each one's shape first (variable_seq_lengths).
+        (
+            MEGATRON,
+            ("trainer.max_tokens_per_microbatch=8192", "trainer.policy.megatron_config.pipeline_model_parallel_size=2"),
+            "RLC-E903",
+        ),
+        (
+            MEGATRON,
+            (
+                "trainer.max_tokens_per_microbatch=8192",
+                "trainer.policy.megatron_config.moe_token_dispatcher_type=allgather",
+            ),
+            "RLC-E903",
+        ),
         # fsdp2 hands target_modules to PEFT, which knows the model's own module names.
         (VLLM_GPU, (*LORA, "trainer.policy.model.lora.target_modules=qkv_proj"), "RLC-E510"),
     ],

@@ -173,6 +173,27 @@ def test_token_budget_micro_batches_and_the_warmup_in_optimizer_steps():
     assert "x 8" in warm.reason and warm.line == 22
 
 
+MEGATRON_SCRIPT = ROOT / "tests/fixtures/verl-launch-scripts/examples/grpo_trainer/run_qwen3_8b_megatron.sh"
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_megatron_token_budget_micro_batches_are_carried_for_a_context_groups_whole_rows(cp):
+    from rlc.compiler.importers.scripts import import_script
+
+    argv = [f"actor_rollout_ref.actor.megatron.context_parallel_size={cp}"]
+    imported, errors, _ = import_script(str(MEGATRON_SCRIPT), {"HOME": "/home/user", "DEVICE": "gpu"}, argv)
+    assert imported is not None and not errors, [d.message for d in errors]
+    spec = yaml.safe_load(imported.text)
+    assert _get(spec, "trainer.strategy") == "megatron"
+    # verl's Megatron actor runs ppo_max_token_len_per_gpu (24576) x cp tokens of whole rows per micro-batch
+    assert _get(spec, "trainer.max_tokens_per_microbatch") == 24576 * cp
+    assert not [p for p in imported.errors if "use_dynamic_bsz" in str(p)]
+    assert "!!" not in "".join(line for line in imported.text.splitlines() if "dynamic_bsz" in line)
+    [budget] = [c for c in imported.changes if c.new == "trainer.max_tokens_per_microbatch"]
+    assert ("x 2 (actor_rollout_ref.actor.megatron.context_parallel_size)" in budget.reason) == (cp == 2)
+    _validates(imported.text)
+
+
 WARMUP_RATIO = "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1"
 
 

@@ -41,7 +41,7 @@ ENV = {"HOME": "/home/user", "PWD": "/work", "DEVICE": "gpu", "NOW": "20260101",
 ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
 # How many of verl's example scripts round-trip: imported with no change that alters what runs, composed by verl
 # 0.9.1, compiled back for verl, composed again: the same config on every key the script changes.
-ROUND_TRIPS = {"main": 28, "v0.4.1": 25}  # v0.4.1: run_qwen2-7b_sgl_megatron.sh with virtual stages
+ROUND_TRIPS = {"main": 30, "v0.4.1": 26}  # v0.4.1: run_qwen2-7b_sgl_megatron.sh with virtual stages
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +187,26 @@ def test_a_spec_becomes_a_main_ppo_command_verl_composes_and_checks(tmp_path, ve
         "trainer.logger": ["console"],
     }
     assert {k: values[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("policy", "strategy", "per_gpu"),
+    [
+        ({"sequence_parallel_size": 2}, "fsdp2", 4096),  # Ulysses: each of 2 GPUs runs half of every row
+        ({"megatron_config": {"context_parallel_size": 2}}, "megatron", 4096),
+        ({}, "fsdp2", 8192),
+    ],
+)
+def test_a_token_budget_reaches_verl_as_each_gpus_share_of_the_rows(tmp_path, verl_compose, policy, strategy, per_gpu):
+    spec = yaml.safe_load(SPEC.format(settings="", reduction="sequence_mean"))
+    spec["trainer"].update(max_tokens_per_microbatch=8192, strategy=strategy)
+    spec["trainer"]["policy"].update(policy)
+    result = compiled(tmp_path, yaml.safe_dump(spec))
+    assert result.ok, [d.message for d in result.diagnostics if d.severity == "error"]
+    values = flat(plain(verl_compose(VERL.command(result.spec, {}, VERL.release).overrides)))
+    assert values["actor_rollout_ref.actor.use_dynamic_bsz"] is True
+    assert values["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == per_gpu
+    assert values["actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"] == per_gpu
 
 
 @pytest.mark.parametrize("estimator", ["remax", "optimal_token_baseline", "tir_optimal_token_baseline"])

@@ -44,18 +44,15 @@ def _spec(strategy: str, tp: int = 1, pp: int = 1, profile: str | None = None, c
     )
 
 
-def _old_logprobs(worker, mine, world: int, rank: int) -> torch.Tensor:
-    """The rows' log-probs on every rank: a model-parallel group's collecting rank sends them, as the driver does."""
+def _old_logprobs(worker, mine, world: int) -> torch.Tensor:
+    """The rows' log-probs on every rank: the collecting rank of its data-parallel group sends them, as the driver
+    does."""
     import torch.distributed as dist
 
-    old = worker.forward(mine)
-    flags = [None] * world
-    dist.all_gather_object(flags, worker.layout()["collect"])
-    if not all(flags):  # one data-parallel group here
-        src = flags.index(True)
-        old = old if rank == src else torch.empty(mine.response_ids.shape)
-        dist.broadcast(old, src=src)
-    return old
+    layout = worker.layout()
+    found: list = [None] * world
+    dist.all_gather_object(found, (layout["dp_rank"], layout["collect"], worker.forward(mine)))
+    return next(old for dp_rank, collect, old in found if collect and dp_rank == layout["dp_rank"])
 
 
 def _rank(
@@ -72,9 +69,11 @@ def _rank(
     mode: str,
     cp: int = 1,
     stages: dict | None = None,
+    budget: int = -1,
 ) -> None:
     """mode: "step" (one step), "save" (a step, a checkpoint, a second step, then back to the checkpoint and the
-    second step again), or "resume" (a fresh worker loads the checkpoint, then takes the second step)."""
+    second step again), or "resume" (a fresh worker loads the checkpoint, then takes the second step). `budget`:
+    tokens per micro-batch (-1: micro-batches of a fixed number of rows)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from rlc.runtime.batch import shards, totals
     from rlc.runtime.workers.common import WorkerSettings
@@ -83,9 +82,21 @@ def _rank(
         from rlc.runtime.workers.megatron import MegatronWorker as Worker
     else:
         from rlc.runtime.workers.fsdp import FSDPWorker as Worker
-    spec = _spec(strategy, tp, pp, profile=out + ".prof" if pp == 2 and not stages else None, cp=cp, stages=stages)
+    spec = _spec(
+        strategy,
+        tp,
+        pp,
+        profile=out + ".prof" if pp == 2 and not stages and budget <= 0 else None,
+        cp=cp,
+        stages=stages,
+    )
     settings = WorkerSettings(
-        "policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4
+        "policy",
+        model_path,
+        micro_train_batch_size=2,
+        micro_forward_batch_size=3,
+        total_optimizer_steps=4,
+        max_tokens_per_microbatch=budget,
     )
     worker = Worker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
     worker.setup("127.0.0.1", port)
@@ -99,11 +110,16 @@ def _rank(
     mine = shards(batch, layout["dp_size"])[layout["dp_rank"]]
     mine_noise = noise.chunk(layout["dp_size"])[layout["dp_rank"]]
     result: dict = {"layout": layout, "chunks": chunks if strategy == "megatron" else None}
+    if budget > 0:  # what the budget cut: each micro-batch's rows (None: a row with no loss) and the tokens it runs
+        micro = worker._micro_batches(mine, settings.micro_train_batch_size)
+        result["micro"] = [(None if rows is None else rows.tolist(), mb.input_ids.numel()) for rows, mb in micro]
     if mode == "step":  # the old-log-prob pass the optimal token baselines ask for (the collecting ranks' rows)
         result["squares"] = worker.forward(mine, sum_pi_squared=True)
+    if mode == "step" and pp == 2 and budget <= 0:  # rows the driver padded the batch with count as rows too
+        result["padded"] = worker.forward(dataclasses.replace(mine, padding_rows=1))
 
     def step() -> dict:
-        old = _old_logprobs(worker, mine, world, rank)
+        old = _old_logprobs(worker, mine, world)
         result.setdefault("old", old)
         # ratios != 1
         return worker.train_mini_batch(dataclasses.replace(mine, old_logprobs=old + mine_noise), totals(batch))
@@ -142,8 +158,9 @@ def _run(
     mode: str = "step",
     cp: int = 1,
     stages: dict | None = None,
+    budget: int = -1,
 ) -> list[dict]:
-    return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode, cp, stages)
+    return run_ranks(_rank, world, model_path, out, strategy, tp, pp, ckpt, mode, cp, stages, budget)
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +174,10 @@ def runs(tiny_model, tmp_path_factory):
         "pp2": _run(2, tiny_model, str(d / "pp2.pt"), pp=2),
         "cp2": _run(2, tiny_model, str(d / "cp2.pt"), cp=2),
         "tp2cp2": _run(4, tiny_model, str(d / "tp2cp2.pt"), tp=2, cp=2),
+        # Token-budget micro-batches of at most 13 tokens (the batch's rows hold 6 to 8): on one data-parallel rank
+        # 3 micro-batches of 1 or 2 rows, 6 to 8 wide, which pipeline stages pass on in changing shapes; on the
+        # other 4 of one row each, out of batch order, so the first rank runs a row with no loss as its fourth.
+        "pp2dp2budget": _run(4, tiny_model, str(d / "pp2dp2budget.pt"), pp=2, budget=13),
         # Two data-parallel ranks resume the one-rank checkpoint: the optimizer state is resharded.
         "dp2": _run(2, tiny_model, str(d / "dp2.pt"), ckpt=ckpt, mode="resume"),
     }, d
@@ -166,7 +187,7 @@ def _collected(results: list[dict]) -> list[dict]:
     return [r for r in results if r["layout"]["collect"]]
 
 
-@pytest.mark.parametrize("layout", ["one", "tp2", "pp2", "cp2", "tp2cp2"])
+@pytest.mark.parametrize("layout", ["one", "tp2", "pp2", "cp2", "tp2cp2", "pp2dp2budget"])
 def test_megatron_step_matches_fsdp2(runs, layout, tiny_model):
     by_name, d = runs
     _assert_same_step(by_name["fsdp"], d / "fsdp.pt", by_name[layout], d / f"{layout}.pt", tiny_model)
@@ -201,6 +222,20 @@ def _assert_same_step(fsdp: list[dict], fsdp_weights, results: list[dict], weigh
     assert strong > 0.9 * total
 
 
+def test_token_budget_micro_batches_hold_the_budget_and_run_alike_on_every_rank(runs):
+    by_name, _ = runs
+    ranks = by_name["pp2dp2budget"]
+    for r in ranks:
+        micro = r["micro"]
+        rows = [i for part, _ in micro for i in part or []]
+        assert sorted(rows) == list(range(_batch(64).rows // r["layout"]["dp_size"]))  # each row once
+        assert all(tokens <= 13 or len(part or [0]) == 1 for part, tokens in micro)
+        # 3 micro-batches hold data-parallel rank 0's rows, 4 rank 1's: rank 0 runs a row with no loss
+        assert [part is None for part, _ in micro].count(True) == (r["layout"]["dp_rank"] == 0)
+    assert any(len(part or []) > 1 for r in ranks for part, _ in r["micro"])  # rows share where the budget holds them
+    assert {len(r["micro"]) for r in ranks} == {4}  # every rank runs as many micro-batches
+
+
 def _initial(model_path: str) -> dict:
     from transformers import AutoModelForCausalLM
 
@@ -224,6 +259,8 @@ def test_layouts(runs):
         {"dp_rank": 0, "dp_size": 1, "collect": False},
     ]
     assert [r["layout"]["collect"] for r in by_name["pp2"]] == [False, True]  # the last stage has the logits
+    # A shard of a batch the driver padded to divide over the ranks: a log-prob for each of its rows, padding or not
+    torch.testing.assert_close(by_name["pp2"][1]["padded"], by_name["pp2"][1]["squares"][..., 0])
     # Context ranks share their rows (each holds half of every row's tokens); context rank 0 returns results.
     assert [r["layout"] for r in by_name["cp2"]] == [
         {"dp_rank": 0, "dp_size": 1, "collect": True},
@@ -413,7 +450,7 @@ def _lora_rank(rank: int, world: int, port: int, q, model_path: str, out: str) -
         batch = _batch(64)
         trainable = {n for n, p in worker.chunks[0].named_parameters() if p.requires_grad}
         metrics = worker.train_mini_batch(
-            dataclasses.replace(batch, old_logprobs=_old_logprobs(worker, batch, world, rank)), totals(batch)
+            dataclasses.replace(batch, old_logprobs=_old_logprobs(worker, batch, world)), totals(batch)
         )
         logp = worker.forward(batch)
         full = worker.full_state_dict()

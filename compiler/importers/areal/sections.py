@@ -61,7 +61,7 @@ def map_sections(imp: ArealImport) -> None:
         ("the top-level keys and cluster", lambda: _top(imp)),
         ("allocation_mode", lambda: _placement(imp)),
         ("gconfig", lambda: _sampling(imp)),
-        ("the batch sizes", lambda: _batches(imp, strategy)),
+        ("the batch sizes", lambda: _batches(imp)),
         ("actor", lambda: _model(imp, strategy)),
         ("actor.optimizer", lambda: _optimizer(imp, "actor", "trainer.policy")),
         ("the algorithm (actor)", lambda: algorithm(imp)),
@@ -305,7 +305,7 @@ def _sampling(imp: ArealImport) -> None:
         imp.drop("actor.max_new_tokens", "the same as gconfig.max_new_tokens")
 
 
-def _batches(imp: ArealImport, strategy: str) -> None:
+def _batches(imp: ArealImport) -> None:
     batch = imp.get("train_dataset.batch_size")
     if batch is None:
         return
@@ -321,9 +321,10 @@ def _batches(imp: ArealImport, strategy: str) -> None:
         imp.put("trainer.eval_batch_size", imp.get("valid_dataset.batch_size"), "valid_dataset.batch_size")
     if imp.has("train_dataset.max_length"):
         imp.put("trainer.max_prompt_length", imp.get("train_dataset.max_length"), "train_dataset.max_length")
-    # AReaL's token budget per micro-batch is rlc's (fsdp2 runs it): the actor's cuts every role's micro-batches.
+    # AReaL's token budget per micro-batch is rlc's (whole rows under Megatron's context parallelism too): the
+    # actor's cuts every role's micro-batches.
     budget = imp.get("actor.mb_spec.max_tokens_per_mb")
-    by_tokens = isinstance(budget, int) and not isinstance(budget, bool) and budget > 0 and strategy != "megatron"
+    by_tokens = isinstance(budget, int) and not isinstance(budget, bool) and budget > 0
     if by_tokens:
         imp.put(
             "trainer.max_tokens_per_microbatch",

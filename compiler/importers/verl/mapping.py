@@ -253,10 +253,7 @@ def _batches(imp: VerlImport) -> None:
                 imp.put(target, per_gpu, old, reason=f"the deprecated global size / (GPUs {_world(imp)} / sp {sp}), as "
                         "verl divided it before it stopped honouring it", severity="warning")  # fmt: skip
         imp.read(*globals_)
-    if imp.get(f"{A}.use_dynamic_bsz", False) and str(imp.get(f"{A}.strategy", "fsdp")) == "megatron":
-        imp.problem(f"{A}.use_dynamic_bsz", "token-budget micro-batches: rlc's Megatron worker counts micro-batches "
-                    "(trainer.micro_train_batch_size_per_gpu); not carried")  # fmt: skip
-    elif imp.get(f"{A}.use_dynamic_bsz", False):
+    if imp.get(f"{A}.use_dynamic_bsz", False):
         budget = int(imp.get(f"{A}.ppo_max_token_len_per_gpu"))
         budgets = [f"{R}.log_prob_max_token_len_per_gpu", f"{REF}.log_prob_max_token_len_per_gpu"]
         budgets += [f"{C}.ppo_max_token_len_per_gpu", f"{C}.forward_max_token_len_per_gpu"] if critic else []
@@ -266,6 +263,18 @@ def _batches(imp: VerlImport) -> None:
             reason += f"; the different budgets of {', '.join(others)} are kept for verl's trainer only"
             for key, value in others.items():
                 imp.keep(key, value)
+        # verl's budget is a GPU's: the ranks that split every row (Ulysses, or Megatron's context parallelism)
+        # together run that many tokens each, and verl multiplies it by their number; rlc's counts whole rows.
+        if str(imp.get(f"{A}.strategy", "fsdp")) == "megatron":
+            split_key = f"{A}.megatron.context_parallel_size"
+            reason += "; rlc's Megatron rows stay padded and the budget counts their padding (more micro-batches)"
+        else:
+            split_key = first_of(imp, f"{A}.ulysses_sequence_parallel_size",
+                                 f"{A}.fsdp_config.ulysses_sequence_parallel_size")  # fmt: skip
+        split = int(imp.get(split_key, 1) or 1)
+        if split > 1:
+            budget *= split
+            reason += f"; x {split} ({split_key}): verl's budget is each of the GPUs that split a row"
         imp.put("trainer.max_tokens_per_microbatch", budget, f"{A}.ppo_max_token_len_per_gpu", f"{A}.use_dynamic_bsz",
                 reason=reason, severity="warning" if others else "info")  # fmt: skip
     for key in (
