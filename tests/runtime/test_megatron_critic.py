@@ -63,7 +63,7 @@ def _rank(rank: int, world: int, port: int, q, model_path: str, out: str, strate
         result["params"] = sum(p.numel() for m in worker.chunks for p in m.parameters())
     if saving:
         worker.save_checkpoint(out + ".ckpt")
-    values = _shared(worker, mine, world, rank)
+    values = _shared(worker, mine, world)
     result["values"] = values
     # Old values off the current ones, so that the value clip takes part.
     noise = 0.3 * torch.sin(torch.arange(values.numel(), dtype=torch.float32)).view(values.shape)
