@@ -13,10 +13,10 @@ compiling the model), float32, a KV cache holding the batch. `--compiled` runs v
     .venv/bin/python bench/vllm_engine_bench.py --rounds 1 --no-write
     .venv/bin/python bench/vllm_engine_bench.py --breakdown   # where vLLM's time goes on the training batch
 
-`--breakdown` times vLLM alone on the training batch with parts of rlc's request taken away, one at a time: the
-per-sample seeds (rlc seeds sample k of prompt i with seed + i*n + k, so a prompt samples the same wherever it
-sits in a batch; vLLM then draws each seeded row's noise on its own), the sampled tokens' log-probs, and sampling
-itself (greedy), against the hf engine on the same batch.
+`--breakdown` times vLLM alone on the training batch with parts of rlc's former request taken away, one at a time:
+the per-sample seeds (sample k of prompt i seeded with seed + i*n + k, which made vLLM draw each seeded row's noise
+on its own; rlc now seeds the call instead), the sampled tokens' log-probs, and sampling itself (greedy), against
+the hf engine on the same batch.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ BATCHES = {  # name: (prompts, samples per prompt, temperature)
 }
 
 
-def kv_cache_bytes(rows: int, tokens: int) -> int:
-    """Room for `rows` sequences of `tokens` tokens in whole 128-token blocks, and vLLM's null block (what rlc's
-    compiler decides)."""
+def kv_cache_bytes(rows: int, tokens: int, block: int) -> int:
+    """Room for `rows` sequences of `tokens` tokens in whole blocks, and vLLM's null block (what rlc's compiler
+    decides)."""
     c = SMOLLM2_135M
     per_token = 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * c["head_dim"] * 4
-    return (rows * -(-tokens // 128) + 1) * 128 * per_token
+    return (rows * -(-tokens // block) + 1) * block * per_token
 
 
 class Engines:
@@ -53,8 +53,10 @@ class Engines:
         import torch
 
         torch.set_num_threads(threads)  # before vLLM's CPU worker stops torch.set_num_threads working
+        from rlc.compiler.decide import CPU_KV_BLOCK_TOKENS
         from rlc.runtime.inference.hf import HFEngine
         from rlc.runtime.inference.vllm import VLLMEngine
+        from rlc.runtime.inference.vllm_worker import WeightSyncExtension
 
         self.hf = HFEngine(str(model_dir), dtype="float32", device="cpu", eos_token_id=-1)
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING"}
@@ -67,7 +69,12 @@ class Engines:
                 # The examples' enforce_eager (SkyRL's default) also turns vLLM's torch.compile off on a CPU.
                 "enforce_eager": not compiled,
                 "max_model_len": tokens,
-                "kv_cache_memory_bytes": kv_cache_bytes(rows, tokens),
+                # the compiler's KV blocks on a CPU (a group's samples share their prompt's whole blocks) and rlc's
+                # worker extension (the call's seed reaches the sampler through it)
+                "kv_cache_memory_bytes": kv_cache_bytes(rows, tokens, CPU_KV_BLOCK_TOKENS),
+                "block_size": CPU_KV_BLOCK_TOKENS,
+                "enable_prefix_caching": True,
+                "worker_extension_cls": f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}",
                 "distributed_executor_backend": "uni",
                 "logprobs_mode": "processed_logprobs",
                 "seed": 0,
@@ -81,13 +88,15 @@ class Engines:
         # vLLM would end a row at the model's EOS (the random model samples it now and then); the hf engine, given no
         # EOS, never does. Both generate every token.
         extra = {"ignore_eos": True} if side == "vllm" else {}
+        if side == "vllm":  # a step's prompts are new to the engine, whose cache each weight sync empties
+            self.vllm.reset_prefix_cache()
         s = Sampling(max_generate_length=new, temperature=temperature, additional_kwargs=extra)
         out = getattr(self, side).generate(prompts, s, n=n, seed=seed)
         return sum(len(c.token_ids) for group in out for c in group)
 
 
 BREAKDOWN = (  # label, SamplingParams changes from rlc's training request
-    ("as rlc asks: seeded samples, log-probs", {}),
+    ("seeded samples, log-probs (rlc's request before it seeded the call)", {}),
     ("no per-sample seeds", {"seed": None}),
     ("no per-sample seeds, no log-probs", {"seed": None, "logprobs": None}),
     ("greedy, no seeds, no log-probs", {"seed": None, "logprobs": None, "temperature": 0.0}),
