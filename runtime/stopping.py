@@ -24,8 +24,12 @@ EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 SHUTDOWN_MARGIN_S = 5.0  # of the grace period, kept for stopping Ray's processes after the save
 
 
-class Stopped(Exception):
-    """A signal asked the run to stop; raised in the driver's main thread where the run can stop."""
+class Stopped(BaseException):
+    """A signal asked the run to stop; raised in the driver's main thread where the run can stop.
+
+    A BaseException, as KeyboardInterrupt is: it is raised wherever the main thread is when the signal comes, and an
+    `except Exception` of the code it interrupts must not take it for that code's own failure (`threading.Thread.start`
+    would undo the bookkeeping of a thread it had just started, and the thread fail on it)."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -48,11 +52,21 @@ class StopSignals:
         self.requested: int | None = None
         self._abandonable = False
         self._old: dict[int, object] = {}
-        self._timer: threading.Timer | None = None
+        # The grace period's watchdog: a thread started here, never in the handler (which may run while the main
+        # thread holds threading's own locks); the handler only sets `_asked`.
+        self._asked, self._done = threading.Event(), threading.Event()
+        self._watchdog: threading.Thread | None = None
 
     def __enter__(self) -> StopSignals:
+        self._watchdog = threading.Thread(target=self._watch, daemon=True, name="rlc-grace-period")
+        self._watchdog.start()
         self._install()
         return self
+
+    def _watch(self) -> None:
+        self._asked.wait()
+        if not self._done.wait(max(1.0, self.grace_period_s - SHUTDOWN_MARGIN_S)):
+            self._end_now(f"launch.grace_period_s={self.grace_period_s:g}s ran out")
 
     def _install(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -79,8 +93,8 @@ class StopSignals:
     def __exit__(self, *exc) -> None:
         for signum, old in self._old.items():
             signal.signal(signum, old)  # type: ignore[arg-type]
-        if self._timer is not None:
-            self._timer.cancel()
+        self._done.set()
+        self._asked.set()  # a watchdog still waiting for a signal ends too
 
     @contextlib.contextmanager
     def abandonable(self) -> Iterator[None]:
@@ -124,13 +138,7 @@ class StopSignals:
             file=sys.stderr,
             flush=True,
         )
-        self._timer = threading.Timer(
-            max(1.0, self.grace_period_s - SHUTDOWN_MARGIN_S),
-            self._end_now,
-            args=(f"launch.grace_period_s={self.grace_period_s:g}s ran out",),
-        )
-        self._timer.daemon = True
-        self._timer.start()
+        self._asked.set()
         if self._abandonable:
             raise Stopped(signum)
 

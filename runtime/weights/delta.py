@@ -92,7 +92,7 @@ def checkpoint_dir(model: str | Path) -> Path:
     path = Path(model).expanduser()
     if path.exists():
         return path
-    from huggingface_hub import snapshot_download  # deferred: only a hub id needs it
+    from huggingface_hub import snapshot_download  # deferred: huggingface_hub, only a hub id needs it
 
     return Path(snapshot_download(str(model), allow_patterns=["*.json", "*.safetensors"]))
 
@@ -107,7 +107,7 @@ def checksum(data, algorithm: str) -> str:
         return hashlib.sha256(data).hexdigest()
     if algorithm == "xxh3-128":
         try:
-            import xxhash  # deferred: only deltas SkyRL's own publisher wrote are checked with it
+            import xxhash  # deferred: xxhash, for deltas SkyRL's own publisher wrote (checked with it) only
         except ImportError:
             raise DeltaSyncError(
                 "this delta's checksums are xxh3-128, which needs xxhash (pip install xxhash)"

@@ -99,7 +99,7 @@ class S3Store:
         self.missing = self.client.exceptions.NoSuchKey
 
     def check(self) -> None:
-        import botocore.exceptions  # deferred: with boto3
+        import botocore.exceptions  # deferred: botocore, installed with boto3
 
         try:
             self.client.head_bucket(Bucket=self.bucket)
@@ -124,7 +124,7 @@ class GcsStore:
 
     def __init__(self, uri: str):
         try:
-            from google.cloud import storage  # deferred: google-cloud-storage, needed only for a gs:// sync_dir
+            from google.cloud import storage  # deferred: google (google-cloud-storage), only for a gs:// sync_dir
         except ImportError:
             raise StoreError(
                 f"delta weight sync to {uri} needs google-cloud-storage on every node that publishes or loads "

@@ -32,6 +32,12 @@ HEAVY = (
     "tokenizers",
     "rich",
     "psutil",
+    # the clients delta weight sync needs for some sync_dirs and checksums only
+    "huggingface_hub",
+    "xxhash",
+    "boto3",
+    "botocore",
+    "google",
 )
 
 
