@@ -112,6 +112,9 @@ class VLLMArgs:
     # without a split), and each role's arguments, applied over init_kwargs (prefill_init_kwargs, decode_init_kwargs).
     pd_roles: tuple[str, ...] = ()
     role_init_kwargs: dict = field(default_factory=dict)
+    # Routing replay (generator.inference_engine.enable_return_routed_experts): each completion carries its tokens'
+    # routed experts (vLLM's argument of that name)
+    enable_return_routed_experts: bool = False
     env: dict[str, str] = field(default_factory=dict)  # environment variables set before vLLM is imported
 
 
@@ -136,6 +139,9 @@ class EngineSettings:
     prompt_cache_bytes: int = 0  # hf engines, multi-turn: a turn's prompts' keys and values kept for the next turn
     # generator.inference_engine.language_model_only: a multimodal checkpoint's text model only
     language_model_only: bool = False
+    # generator.inference_engine.enable_return_routed_experts: every completion carries the experts each of its
+    # tokens was routed to, for the trainer to replay (routing replay, R3)
+    routed_experts: bool = False
 
 
 @dataclass(frozen=True)

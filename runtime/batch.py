@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from rlc.runtime.inference.routes import aligned
 
 
 @dataclass
@@ -33,6 +34,9 @@ class Rollout:
     env_metrics: dict | None = None
     reward_components: dict[str, float] | None = None  # the last step's numeric metadata (a reward function's dict)
     baseline: float | None = None  # the reward of a greedy response to its prompt (remax), when the job needs it
+    # Routing replay: (tokens, layers, top_k) expert ids of the first tokens of prompt + response, as the engine
+    # routed them (`inference/routes.py`); None when the engine captures none.
+    routed_experts: torch.Tensor | None = None
 
 
 def trajectory_reward(r: Rollout) -> float:
@@ -73,6 +77,9 @@ class TrainBatch:
     # reduction is one over the whole mini-batch (prompt_mean, token_mean_legacy); else the ranks compute them
     loss_weights: torch.Tensor | None = None
     padding_rows: int = 0  # rows at the end that only fill a fixed shape (Megatron pipeline stages); no loss
+    # Routing replay: (rows, prompt_len + response_len, layers, top_k) expert ids aligned with input_ids, the
+    # engine's routes where it ran the token and a filler route elsewhere (`inference/routes.py`)
+    routed_experts: torch.Tensor | None = None
 
     @property
     def rows(self) -> int:
@@ -139,6 +146,9 @@ def to_batch(rollouts: list[Rollout], pad_id: int, *, mask_truncated: bool = Fal
         group=torch.tensor([r.group for r in rollouts], dtype=torch.long),
         prompt_len=plen,
         reward_baselines=None if None in baselines else torch.tensor(baselines, dtype=torch.float32),
+        routed_experts=aligned(
+            [(len(r.prompt_ids), len(r.response_ids), r.routed_experts) for r in rollouts], plen, rlen
+        ),
     )
 
 

@@ -63,6 +63,7 @@ class _Step:
     reward: float
     reward_at: int
     finish_reason: str
+    routes: Any = None  # the turn's routed experts: its prompt's, then its response's (routing replay)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class _Turn:
     finish_reason: str
     result: dict = field(default_factory=dict)
     correct: bool | None = None
+    routes: Any = None  # the completion's routed experts (routing replay): the call's prompt, then the turn
 
 
 @dataclass
@@ -102,6 +104,9 @@ class _Trajectory:
     steps: list[_Step] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
     components: dict = field(default_factory=dict)  # the last step's numeric metadata
+    # The last turn's routed experts (routing replay): its prompt is the whole context so far, so they cover every
+    # token of the trajectory up to that turn's last but one
+    routes: Any = None
 
 
 def _numbers(metadata: Any) -> dict[str, float]:
@@ -251,7 +256,7 @@ class Generator:
             if logprobs is not None:
                 logprobs.append(0.0)
             added_eos = True
-        return _Turn(t, out, logprobs, text, added_eos, c.finish_reason)
+        return _Turn(t, out, logprobs, text, added_eos, c.finish_reason, routes=c.routed_experts)
 
     @staticmethod
     def _step(turn: _Turn) -> None:
@@ -273,6 +278,7 @@ class Generator:
         t.turns += 1
         t.finish_reason = turn.finish_reason
         t.last_observations = observations
+        t.routes = turn.routes
         t.correct = turn.correct
         if t.first_chat:  # chat prompts: the conversation goes on with the response and the observations
             t.chat = [*t.chat, {"role": "assistant", "content": turn.text}, *observations]
@@ -296,6 +302,7 @@ class Generator:
                     reward,
                     len(out) - 1,
                     turn.finish_reason,
+                    turn.routes,
                 )
             )
         t.end = len(t.ids) + len(out) - 1
@@ -349,7 +356,7 @@ class Generator:
             if at >= len(response):
                 break
             rewards[len(response) - 1 if appended and i == len(t.rewards) - 1 else at] += reward
-        return [self._rollout(t, t.prompt_ids, response, mask, logprobs, rewards)]
+        return [self._rollout(t, t.prompt_ids, response, mask, logprobs, rewards, routes=t.routes)]
 
     def _step_rows(self, t: _Trajectory) -> list[Rollout]:
         rows = []
@@ -357,12 +364,17 @@ class Generator:
             rewards = [0.0] * len(s.response_ids)
             if s.response_ids:
                 rewards[max(s.reward_at, 0)] = s.reward
-            row = self._rollout(t, s.prompt_ids, s.response_ids, s.mask, s.logprobs, rewards, s.finish_reason)
+            row = self._rollout(
+                t, s.prompt_ids, s.response_ids, s.mask, s.logprobs, rewards, s.finish_reason, routes=s.routes
+            )
             row.last_step = k == len(t.steps) - 1
             rows.append(row)
         return rows
 
-    def _rollout(self, t, prompt_ids, response, mask, logprobs, rewards, finish_reason=None) -> Rollout:
+    def _rollout(
+        self, t, prompt_ids, response, mask, logprobs, rewards, finish_reason=None, routes=None
+    ) -> Rollout:
+        """A training row; `routes` (routing replay) are the routed experts of its first tokens, or None."""
         finish_reason = finish_reason or t.finish_reason
         zeroed = self.s.zero_reward_on_non_stop and finish_reason != "stop" and any(rewards)
         if zeroed:
@@ -394,6 +406,7 @@ class Generator:
             correct=t.correct,
             env_metrics=t.metrics,
             reward_components=dict(t.components),
+            routed_experts=_routes_within(routes, len(prompt_ids) + len(response)),
         )
 
 
@@ -406,6 +419,12 @@ class _Pending:
     sampling: Any
     key: tuple[int, int]
     count: int  # groups (rows) in the batch
+
+
+def _routes_within(routes, tokens: int):
+    """A row's routes cut to its tokens: a trajectory cut short (max_input_length) ends before its last call's
+    prompt does."""
+    return routes[:tokens] if routes is not None and routes.shape[0] > tokens else routes
 
 
 def gym_extras(row: dict, max_turns: int) -> dict:

@@ -296,6 +296,7 @@ def _start_hf(c: Cluster, groups: dict, e: Engine) -> tuple[Any, int]:
             lora=c.sections.lora if es.adapter_sync else None,
             prompt_cache_bytes=es.prompt_cache_bytes,
             language_model_only=es.language_model_only,
+            routed_experts=es.routed_experts,
         )
     )
     return engine, 1

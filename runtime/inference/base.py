@@ -6,6 +6,7 @@ the driver and generator read completions through it; what the driver calls on a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rlc.core.job import Sampling
 
@@ -17,3 +18,6 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float] | None
     finish_reason: str  # "stop" (EOS or a stop string) or "length"
+    # Routing replay (`inference/routes.py`): a (tokens, layers, top_k) tensor of expert ids for the prompt and every
+    # generated token but the last, when the engine captures them; else None.
+    routed_experts: Any = None

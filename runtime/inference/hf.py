@@ -14,6 +14,7 @@ import torch
 from rlc.runtime.host import cpu_threads, pin_gloo_interface
 from rlc.runtime.inference.base import Completion, Sampling
 from rlc.runtime.inference.decode import LeanDecoder, unsupported
+from rlc.runtime.inference.routes import RouteRecorder
 from rlc.runtime.models import accepts, cache_keyword, load_causal_lm, returned_cache
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import GroupSeat, group_device, receive_weights
@@ -79,6 +80,7 @@ class HFEngine:
         lora=None,
         prompt_cache_bytes: int = 0,
         language_model_only: bool = False,
+        routed_experts: bool = False,
     ):
         leave_sigterm_to_the_driver()
         self.device = torch.device(device)
@@ -92,6 +94,8 @@ class HFEngine:
         if self.lora:  # the trainer's adapters, refreshed by every sync; the base weights stay as loaded
             self.model = with_lora(self.model, lora)
         self.model = self.model.to(self.device).eval()
+        # routed_experts (routing replay): each completion carries the experts its tokens were routed to
+        self.routes = RouteRecorder(self.model) if routed_experts else None
         # Why decode steps go through the transformers forward (None: they run on LeanDecoder).
         self.lean_decode_off = unsupported(self.model)
         self.lean_decode = self.lean_decode_off is None
@@ -295,7 +299,9 @@ class HFEngine:
         The samples of a group share their prompt, so the prompt pass costs 1/n of running every row. A prompt that
         continues one of the last call's prompts (a trajectory's next turn) runs only its new tokens.
         """
-        found = [self.prompts.lookup(p) for p in prompts] if n == 1 and self.prompts.entries else []
+        # A continued prompt's cached tokens were routed in an earlier call: with routes captured, prompts run whole.
+        continuing = n == 1 and self.prompts.entries and self.routes is None
+        found = [self.prompts.lookup(p) for p in prompts] if continuing else []
         if any(f is not None for f in found):
             return self._prefill_continuing(prompts, found)
         return self._prefill_whole(prompts, n)
@@ -377,8 +383,17 @@ class HFEngine:
         arithmetic whose result is thrown away.
         """
         dev = self.device
+        if self.routes is not None:
+            self.routes.clear()
         cache, logits, mask, next_pos = self._prefill(prompts, n)
         batch, steps = logits.shape[0], s.max_generate_length
+        prompt_routes = self._prompt_routes(prompts, n) if self.routes is not None else None
+        # routes of each generated token but the last, written as each is fed back (the last never is)
+        decoded = (
+            torch.zeros((batch, max(steps - 1, 0), *prompt_routes.shape[2:]), dtype=prompt_routes.dtype, device=dev)
+            if prompt_routes is not None
+            else None
+        )
         # Decode steps on the model's modules directly where the architecture allows (decode.py); the prompt pass
         # above is the model's own forward either way.
         lean = LeanDecoder(self.model, cache, mask, steps) if self.lean_decode and steps > 1 else None
@@ -452,6 +467,8 @@ class HFEngine:
                     **{cache_keyword(self.model): cache},
                 )
                 cache, logits = returned_cache(out), out.logits[:, -1, :].float()
+                if decoded is not None and self.routes is not None:
+                    decoded[live, step] = self.routes.take(len(live), 1)[:, 0]
             next_pos = next_pos + 1
         token_lists, logp_lists = tokens.cpu().tolist(), logps.cpu().tolist()
         counts, ended = lengths.cpu().tolist(), stopped.cpu().tolist()
@@ -460,15 +477,31 @@ class HFEngine:
                 token_lists[i][: counts[i]],
                 logp_lists[i][: counts[i]] if s.logprobs else None,
                 "stop" if ended[i] else "length",
+                routed_experts=_row_routes(prompt_routes, decoded, i, len(rows[i]), counts[i])
+                if prompt_routes is not None and decoded is not None
+                else None,
             )
             for i in range(batch)
         ]
+
+    def _prompt_routes(self, prompts: list[list[int]], n: int) -> torch.Tensor:
+        """The prompt pass's routes, one row per sample: (rows x n, width, layers, k) over the left-padded prompts."""
+        assert self.routes is not None
+        routes = self.routes.take(-1, max(len(p) for p in prompts))
+        return routes.repeat_interleave(n, dim=0) if routes.shape[0] != len(prompts) * n else routes
 
     def _hits_stop(self, token_ids: list[int], stop: Sequence[str]) -> bool:
         if self.tokenizer is None:
             raise RuntimeError("stop strings need the engine's tokenizer")
         text = self.tokenizer.decode(token_ids[-16:], skip_special_tokens=True)
         return any(s in text for s in stop)
+
+
+def _row_routes(prompt_routes: torch.Tensor, decoded: torch.Tensor, i: int, prompt: int, count: int) -> torch.Tensor:
+    """Row i's routes (prompt + count - 1 tokens, layers, k): its prompt's real tokens, then the generated ones fed
+    back."""
+    width = prompt_routes.shape[1]
+    return torch.cat([prompt_routes[i, width - prompt :], decoded[i, : max(count - 1, 0)]]).cpu()
 
 
 class PromptCache:

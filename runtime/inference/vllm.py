@@ -23,6 +23,7 @@ import shutil
 import tempfile
 
 import ray
+import torch
 from rlc.core.job import VLLMArgs
 from rlc.runtime.host import cpu_threads
 from rlc.runtime.inference.base import Completion, Sampling
@@ -74,6 +75,8 @@ def engine_kwargs(args: VLLMArgs, *, model: str, engine: int = 0, language_model
         kwargs["language_model_only"] = True
     if args.enable_expert_parallel:
         kwargs["enable_expert_parallel"] = True
+    if args.enable_return_routed_experts:
+        kwargs["enable_return_routed_experts"] = True
     if args.enable_sleep_mode:
         kwargs["enable_sleep_mode"] = True
     if args.kv_cache_memory_bytes is not None:
@@ -151,8 +154,14 @@ def _completion(out, logprobs: bool) -> Completion:
     if logprobs:
         # One {token id: Logprob} per position; with logprobs=0 it holds the sampled token's.
         values = [float(position[token].logprob) for token, position in zip(ids, out.logprobs)]
+    routes = getattr(out, "routed_experts", None)  # (prompt + generated - 1, layers, top_k) with the flag on
     # "length", and "abort" or "repetition": the completion did not end on its own.
-    return Completion(ids, values, "stop" if out.finish_reason == "stop" else "length")
+    return Completion(
+        ids,
+        values,
+        "stop" if out.finish_reason == "stop" else "length",
+        routed_experts=torch.from_numpy(routes) if routes is not None else None,
+    )
 
 
 class VLLMEngine:

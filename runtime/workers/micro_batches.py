@@ -15,8 +15,8 @@ import dataclasses
 import torch
 from rlc.runtime.batch import TrainBatch
 
-# (rows, prompt_len + response_len); the other 2-D fields are (rows, response_len), one entry per response token.
-SEQUENCE_FIELDS = ("input_ids", "attention_mask")
+# (rows, prompt_len + response_len, ...); the other 2-D fields are (rows, response_len), one entry per response token.
+SEQUENCE_FIELDS = ("input_ids", "attention_mask", "routed_experts")
 
 
 def lengths(batch: TrainBatch) -> tuple[list[int], list[int]]:
