@@ -19,6 +19,7 @@ from rlc.compiler.rules import (
     prefill_decode,
     recovery,
     rollout_correction,
+    routing_replay,
     runtime,
     skyrl_trainer,
     slurm,
@@ -38,6 +39,7 @@ RULES: tuple[Rule, ...] = (
     *placement.RULES,
     *prefill_decode.RULES,
     *recovery.RULES,
+    *routing_replay.RULES,
     *runtime.RULES,
     *skyrl_trainer.RULES,
     *slurm.RULES,
@@ -50,7 +52,7 @@ RULES: tuple[Rule, ...] = (
 # and rules/skyrl_trainer.py refuses in SkyRL's terms what it lacks instead.
 RLC_RUNTIME_RULES = frozenset(
     r.code
-    for r in (*upstream.RULES, *runtime.RULES, *vllm_cpu.RULES)
+    for r in (*upstream.RULES, *runtime.RULES, *vllm_cpu.RULES, routing_replay.replay_runs_here)
     if r.code != "RLC-E904"  # an environment's service (retrieval URL, judge key) is needed under any trainer
 ) | {"RLC-E510"}  # the layers rlc's Megatron LoRA puts adapters on
 NOT_FOR_TRAINER: dict[str, frozenset[str]] = {"skyrl": RLC_RUNTIME_RULES}

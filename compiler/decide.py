@@ -387,6 +387,7 @@ def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan) -
         sleep_level=1 if sync_adapters else 2,
         prompt_cache_bytes=MULTI_TURN_PROMPT_CACHE_BYTES if backend == "hf" and spec.generator.max_turns > 1 else 0,
         language_model_only=bool(ie.language_model_only),
+        routed_experts=bool(ie.enable_return_routed_experts),
     )
 
 
@@ -456,6 +457,7 @@ def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
         block_size=CPU_KV_BLOCK_TOKENS if device == "cpu" else None,
         speculative_config=dict(ie.speculative_config) if ie.speculative_config else None,
         init_kwargs=dict(ie.engine_init_kwargs or {}),
+        enable_return_routed_experts=bool(ie.enable_return_routed_experts),
         # SkyRL's order: the first num_prefill engines prefill, the others decode
         pd_roles=tuple("prefill" if i < int(ie.num_prefill) else "decode" for i in engine_indices)
         if ie.enable_pd

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from rlc.runtime.inference.routes import aligned
 
 
 @dataclass
@@ -200,3 +199,36 @@ def pad_rows(batch: TrainBatch, multiple: int) -> TrainBatch:
 def totals(batch: TrainBatch) -> dict:
     mask = batch.loss_mask
     return {"tokens": float(mask.sum()), "sequences": float(mask.shape[0])}
+
+
+# -- routed experts (routing replay) ----------------------------------------------------------------------------
+
+
+def filler(layers: int, top_k: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """A route for a position no engine ran (padding, a sequence's last token): experts 0..k-1 in every layer,
+    distinct as a dropless dispatcher needs; what it computes reaches no loss."""
+    return torch.arange(top_k, dtype=dtype).expand(layers, top_k)
+
+
+def aligned(
+    rows: list[tuple[int, int, torch.Tensor | None]], prompt_len: int, response_len: int
+) -> torch.Tensor | None:
+    """(rows, prompt_len + response_len, layers, k) routes in the batch layout of `runtime/batch.py`
+    ([left-padded prompt | right-padded response]) from each row's (prompt tokens, response tokens, routes of
+    its first tokens); positions without a route (padding, the tokens past what the engine ran) get `filler`.
+    None when no row has routes."""
+    some = next((r for _, _, r in rows if r is not None), None)
+    if some is None:
+        return None
+    layers, top_k = some.shape[-2:]
+    out = filler(layers, top_k, some.dtype).repeat(len(rows), prompt_len + response_len, 1, 1)
+    for i, (p, n, routes) in enumerate(rows):
+        if routes is None:
+            continue
+        if routes.shape[-2:] != (layers, top_k):
+            raise ValueError(f"row {i}'s routes are {tuple(routes.shape)}, others (tokens, {layers}, {top_k})")
+        if routes.shape[0] > p + n:
+            raise ValueError(f"row {i} has routes for {routes.shape[0]} tokens but {p + n} tokens")
+        start = prompt_len - p
+        out[i, start : start + routes.shape[0]] = routes.to(out.dtype)
+    return out

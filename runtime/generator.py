@@ -371,9 +371,7 @@ class Generator:
             rows.append(row)
         return rows
 
-    def _rollout(
-        self, t, prompt_ids, response, mask, logprobs, rewards, finish_reason=None, routes=None
-    ) -> Rollout:
+    def _rollout(self, t, prompt_ids, response, mask, logprobs, rewards, finish_reason=None, routes=None) -> Rollout:
         """A training row; `routes` (routing replay) are the routed experts of its first tokens, or None."""
         finish_reason = finish_reason or t.finish_reason
         zeroed = self.s.zero_reward_on_non_stop and finish_reason != "stop" and any(rewards)

@@ -140,14 +140,13 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E805",
-        "Megatron MoE router options (aux loss, routing replay, per-layer logging, router dtype, frozen router)",
+        "Megatron MoE router options (aux loss, per-layer logging, router dtype, frozen router)",
         _per_role(
             MEGATRON_ROLES,
             *(
                 _MEGATRON + k
                 for k in (
                     "moe_aux_loss_coeff",
-                    "moe_enable_routing_replay",
                     "moe_per_layer_logging",
                     "moe_router_dtype",
                     "freeze_moe_router",
@@ -250,12 +249,8 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("RLC-E812", "an inference-only policy", ("trainer.policy.inference_only_init",)),
     Unsupported(
         "RLC-E813",
-        "sample-support replay and routed-expert capture",
-        (
-            "trainer.algorithm.enable_sample_support_replay",
-            _IE + "enable_return_sample_support_set",
-            _IE + "enable_return_routed_experts",
-        ),
+        "sample-support replay",
+        ("trainer.algorithm.enable_sample_support_replay", _IE + "enable_return_sample_support_set"),
     ),
     Unsupported(
         "RLC-E814",

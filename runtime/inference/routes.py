@@ -6,7 +6,8 @@ expert ids, the layers being the model's MoE layers in order. The trainer replay
 policy it trains routes as the policy that sampled did.
 
 The hf engine records them with forward hooks on the routers of a transformers MoE model (Qwen3-MoE, Mixtral:
-modules returning (logits, scores, indices)); vLLM returns them itself (`enable_return_routed_experts`).
+modules returning (logits, scores, indices)); vLLM returns them itself (`enable_return_routed_experts`). The
+training batch lays them out beside its tokens (`runtime/batch.py`: `aligned`, `filler`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ def id_dtype(num_experts: int) -> torch.dtype:
 
 def routers(model) -> list[torch.nn.Module]:
     """The model's MoE routers in layer order: the modules that choose each token's top-k experts."""
-    found = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
-    return found
+    return [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
 
 
 def num_experts(model) -> int:
@@ -40,7 +40,7 @@ def num_experts(model) -> int:
 class RouteRecorder:
     """Forward hooks on a model's routers; `take(shape)` gives the last forward's routes as (*shape, layers, k)."""
 
-    def __init__(self, model):
+    def __init__(self, model) -> None:
         found = routers(model)
         if not found:
             raise ValueError(
@@ -75,33 +75,3 @@ class RouteRecorder:
         for h in self._handles:
             h.remove()
         self._handles = []
-
-
-def filler(layers: int, top_k: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
-    """A route for a position no engine ran (padding, a sequence's last token): experts 0..k-1 in every layer,
-    distinct as a dropless dispatcher needs; what it computes reaches no loss."""
-    return torch.arange(top_k, dtype=dtype).expand(layers, top_k)
-
-
-def aligned(
-    rows: list[tuple[int, int, torch.Tensor | None]], prompt_len: int, response_len: int
-) -> torch.Tensor | None:
-    """(rows, prompt_len + response_len, layers, k) routes in the batch layout of `runtime/batch.py`
-    ([left-padded prompt | right-padded response]) from each row's (prompt tokens, response tokens, routes of
-    its first tokens); positions without a route (padding, the tokens past what the engine ran) get `filler`.
-    None when no row has routes."""
-    some = next((r for _, _, r in rows if r is not None), None)
-    if some is None:
-        return None
-    layers, top_k = some.shape[-2:]
-    out = filler(layers, top_k, some.dtype).repeat(len(rows), prompt_len + response_len, 1, 1)
-    for i, (p, n, routes) in enumerate(rows):
-        if routes is None:
-            continue
-        if routes.shape[-2:] != (layers, top_k):
-            raise ValueError(f"row {i}'s routes are {tuple(routes.shape)}, others (tokens, {layers}, {top_k})")
-        if routes.shape[0] > p + n:
-            raise ValueError(f"row {i} has routes for {routes.shape[0]} tokens but {p + n} tokens")
-        start = prompt_len - p
-        out[i, start : start + routes.shape[0]] = routes.to(out.dtype)
-    return out

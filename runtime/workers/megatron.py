@@ -54,6 +54,7 @@ from rlc.runtime.workers.common import (
 )
 from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
 from rlc.runtime.workers.megatron_lora import LoraLinear, add_adapters
+from rlc.runtime.workers.megatron_replay import RoutingReplay
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -164,6 +165,7 @@ class MegatronWorker(TrainWorker):
         self.lora = False
         self._schedule = lr_lambda("constant", 0, 1)
         self._stage_metas: list | None = None
+        self.replay: RoutingReplay | None = None  # moe_enable_routing_replay: the engines' routes replayed (R3)
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -249,6 +251,8 @@ class MegatronWorker(TrainWorker):
                 kwargs["moe_router_score_function"] = mc.moe_router_score_function
             if mc.moe_router_enable_expert_bias is not None:
                 kwargs["moe_router_enable_expert_bias"] = mc.moe_router_enable_expert_bias
+            if mc.moe_enable_routing_replay:
+                kwargs["moe_enable_routing_replay"] = True
         if not _have_softmax_kernels():  # Megatron's fused softmax is a compiled extension that may be missing
             kwargs["masked_softmax_fusion"] = False
         kwargs.update(mc.transformer_config_kwargs or {})
@@ -300,6 +304,8 @@ class MegatronWorker(TrainWorker):
             for chunk in self.chunks:
                 add_adapters(chunk, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
             self.lora = True
+        if getattr(self.tconfig, "moe_enable_routing_replay", False):
+            self.replay = RoutingReplay(self.chunks, self.tconfig)
         models = list(self.chunks)
         if self.s.device == "cuda":
             for model in models:
@@ -556,20 +562,30 @@ class MegatronWorker(TrainWorker):
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        replay = self.replay if any(mb.routed_experts is not None for mb in micro) else None
+
         def step(data_iterator, model):
             mb = next(data_iterator)
             ids, positions, mask = self._inputs(mb)
-            return model(ids, positions, mask), partial(loss_fn, mb)
+            if replay is not None:
+                if mb.routed_experts is None:
+                    raise RuntimeError("routing replay: a micro-batch came without the engines' routed experts")
+                replay.forward(mb.routed_experts, mb.attention_mask, self.tp, self.tp_rank, ids.device)
+            output = model(ids, positions, mask)
+            if replay is not None:
+                replay.after_forward()
+            return output, partial(loss_fn, mb)
 
-        return get_forward_backward_func()(
-            forward_step_func=step,
-            data_iterator=[iter(micro) for _ in self.models] if self.vp > 1 else iter(micro),
-            model=self.models,
-            num_microbatches=len(micro),
-            seq_length=self._seq_len(micro[0]),
-            micro_batch_size=micro[0].rows,
-            forward_only=forward_only,
-        )
+        with replay.schedule() if replay is not None else contextlib.nullcontext():
+            return get_forward_backward_func()(
+                forward_step_func=step,
+                data_iterator=[iter(micro) for _ in self.models] if self.vp > 1 else iter(micro),
+                model=self.models,
+                num_microbatches=len(micro),
+                seq_length=self._seq_len(micro[0]),
+                micro_batch_size=micro[0].rows,
+                forward_only=forward_only,
+            )
 
     @torch.no_grad()
     def forward(self, batch: TrainBatch, sum_pi_squared: bool = False) -> torch.Tensor:

@@ -532,6 +532,58 @@ CASES = {
                 rank: 8  # <-
         """,
     ),
+    "RLC-E535": (
+        "trainer.policy.megatron_config.moe_enable_routing_replay",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen3-30B-A3B}
+            megatron_config:
+              moe_enable_routing_replay: true  # <-
+        """,
+    ),
+    "RLC-E536": (
+        "generator.use_conversation_multi_turn",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen3-30B-A3B}
+            megatron_config: {moe_enable_routing_replay: true}
+        generator:
+          use_conversation_multi_turn: false  # <-
+          inference_engine: {enable_return_routed_experts: true}
+        """,
+    ),
+    "RLC-E537": (
+        "generator.inference_engine.enable_return_routed_experts",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen2.5-0.5B}
+            megatron_config: {moe_enable_routing_replay: true}
+        generator:
+          inference_engine:
+            enable_return_routed_experts: true  # <-
+        """,
+    ),
+    "RLC-E538": (
+        "trainer.policy.megatron_config.transformer_config_kwargs",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen3-30B-A3B}
+            megatron_config:
+              moe_enable_routing_replay: true
+              transformer_config_kwargs:
+                moe_router_fusion: true  # <-
+        generator:
+          inference_engine: {enable_return_routed_experts: true}
+        """,
+    ),
     "RLC-E504": (
         "trainer.policy.sequence_parallel_size",
         """

@@ -21,7 +21,8 @@ ENV = {DELTA: {"SYNC_DIR": "gs://bucket/run", "RUN_ID": "20260101_000000"}}
 # mistral and qwen2 checkpoints only (under fsdp2 rlc runs it)
 MULTIMODAL = {"RLC-E811"}
 # Imported, then judged invalid by `rlc validate`, with the codes it gives: inference and Megatron features that
-# issues of their own add (text-only Qwen3.5 under Megatron, MTP, routing replay, QAT), none DAPO's.
+# issues of their own add (text-only Qwen3.5 under Megatron, MTP, QAT), none DAPO's. Routing replay
+# (router_replay/run_dapo_moonlight_16b_a3b.sh) validates: Moonlight's family is known at start-up (Megatron-Bridge).
 INVALID = {
     DELTA: MULTIMODAL,
     "examples/train/megatron/run_megatron_dapo_qwen3.5_35b_a3b.sh": MULTIMODAL,
@@ -31,7 +32,6 @@ INVALID = {
     # fake-INT4 QAT, unmerged Megatron LoRA, the fused LM-head log-probs
     "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": MULTIMODAL
     | {"RLC-E803", "RLC-E808", "RLC-E817"},
-    "examples/train/router_replay/run_dapo_moonlight_16b_a3b.sh": {"RLC-E805", "RLC-E813"},  # routing replay
     "examples/train/spec_decode/run_megatron_dapo_mimo_7b_rl_specdecode.sh": {"RLC-E809"},  # MTP training
     "examples/train/spec_decode/run_megatron_dapo_qwen3.5_9b_specdecode.sh": {"RLC-E809"},
 }
@@ -48,7 +48,7 @@ BUFFERS = {
 def test_the_fixtures_are_skyrls_dapo_scripts():
     assert len(SCRIPTS) == 25  # 22 of main_dapo, 2 of main_dapo_fully_async, 1 of main_tis_dapo
     assert set(INVALID) <= set(SCRIPTS)
-    assert len(SCRIPTS) - len(INVALID) == 17  # import and validate
+    assert len(SCRIPTS) - len(INVALID) == 18  # import and validate
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

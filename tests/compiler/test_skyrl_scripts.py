@@ -55,8 +55,10 @@ INVALID = {
     # it trains MiMo's MTP head (trainer.mtp.loss_weight 0.5, mtp_loss_topk): the drafting side alone runs
     # (generator.inference_engine.speculative_config reaches vLLM), the heads' training does not
     "examples/train/spec_decode/run_search_megatron_mimo_7b_specdecode.sh": {"RLC-E809"},
-    "examples/train/router_replay/run_moonlight16b_router_replay.sh": {"RLC-E805", "RLC-E813"},
 }
+# Routing replay (R3) validates: Moonlight is DeepSeek-V3-shaped, a model whose config rlc cannot read offline, so
+# whether it has experts (RLC-E537) is checked at start-up, where rlc's Megatron worker builds it with Megatron-Bridge.
+ROUTER_REPLAY = "examples/train/router_replay/run_moonlight16b_router_replay.sh"
 
 
 def test_the_fixtures_are_skyrls_main_base_scripts():
@@ -79,6 +81,20 @@ def test_each_script_imports_and_validates_or_is_refused_by_name(name, tmp_path)
     result = compile_job(spec)
     codes = {d.code for d in result.diagnostics if d.is_error}
     assert codes == INVALID.get(name, set()), [d.message for d in result.diagnostics if d.is_error]
+
+
+def test_the_routing_replay_script_carries_both_flags(tmp_path):
+    imported, errors, _ = import_script(str(ROOT / ROUTER_REPLAY), {}, [])
+    assert imported is not None and not errors
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(imported.text)
+    result = compile_job(spec)
+    assert not [d for d in result.diagnostics if d.is_error]
+    assert result.spec.trainer.policy.megatron_config.moe_enable_routing_replay is True
+    assert result.spec.generator.inference_engine.enable_return_routed_experts is True
+    assert result.decisions is not None
+    engines = result.decisions.engines
+    assert engines.routed_experts and engines.vllm is not None and engines.vllm.enable_return_routed_experts
 
 
 @pytest.mark.parametrize("first,errors", [(20, set()), (21, {"RLC-E507"})])

@@ -349,7 +349,7 @@ def test_warnings_name_what_runs_differently(tmp_path):
 def test_what_only_rlcs_runtime_lacks_is_not_refused_under_skyrl(tmp_path):
     """SkyRL 0.4's features rlc's runtime has not built yet run under SkyRL's trainer."""
     overrides = (
-        "generator.inference_engine.enable_return_routed_experts=true",
+        "generator.inference_engine.enable_return_sample_support_set=true",
         "trainer.policy.torch_profiler_config.enable=true",
         "data.dataloader.num_workers=4",
         "trainer.logger=mlflow",

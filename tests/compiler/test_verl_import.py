@@ -738,3 +738,25 @@ def test_a_critic_verl_trains_with_fsdp_beside_a_megatron_actor_keeps_its_strate
     imported = import_overrides(overrides, "run.sh", "ppo_megatron_trainer")
     spec = yaml.safe_load(imported.text)
     assert (_get(spec, "trainer.strategy"), _get(spec, "trainer.critic.strategy")) == ("megatron", "fsdp2")
+
+
+def test_router_replay_r3_is_rlcs_routing_replay():
+    """verl's R3 (the Megatron router replays the rollout's routes) carries both flags, and validates on an MoE
+    model; R2 (the trainer's own recorded routes) is refused by name."""
+    moe = [o if not o.startswith("actor_rollout_ref.model.path=") else "actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B"
+           for o in GRPO]  # fmt: skip
+    r3 = (
+        "actor_rollout_ref.actor.megatron.router_replay.mode=R3",
+        "actor_rollout_ref.rollout.enable_rollout_routing_replay=True",
+    )
+    imported = import_overrides(_ov(*moe, *r3), "run.sh", "ppo_megatron_trainer")
+    spec = yaml.safe_load(imported.text)
+    assert _get(spec, "trainer.policy.megatron_config.moe_enable_routing_replay") is True
+    assert _get(spec, "generator.inference_engine.enable_return_routed_experts") is True
+    assert not [c for c in imported.changes if c.severity == "error"], [c.reason for c in imported.changes]
+    _validates(imported.text)
+    r2 = import_overrides(_ov(*moe, "actor_rollout_ref.actor.megatron.router_replay.mode=R2"), "run.sh",
+                          "ppo_megatron_trainer")  # fmt: skip
+    [refusal] = [c for c in r2.changes if c.severity == "error"]
+    assert refusal.old == "actor_rollout_ref.actor.megatron.router_replay.mode" and "R2" in refusal.reason
+    assert "moe_enable_routing_replay" not in yaml.safe_load(r2.text)["trainer"]["policy"].get("megatron_config", {})

@@ -13,10 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rlc.runtime.batch import Rollout, to_batch  # noqa: E402
+from rlc.runtime.batch import (  # noqa: E402
+    Rollout,
+    filler,  # noqa: E402
+    to_batch,
+)
 from rlc.runtime.inference.base import Sampling  # noqa: E402
 from rlc.runtime.inference.hf import HFEngine  # noqa: E402
-from rlc.runtime.inference.routes import RouteRecorder, filler  # noqa: E402
+from rlc.runtime.inference.routes import RouteRecorder  # noqa: E402
 from rlc.runtime.workers.micro_batches import trimmed  # noqa: E402
 from rlc.runtime.workers.packing import pack  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
@@ -116,8 +120,15 @@ def test_capture_on_a_dense_model_is_refused_by_name(tiny_model):
 def _rollouts(engine, prompts) -> list[Rollout]:
     out = engine.generate(prompts, Sampling(temperature=1.0, max_generate_length=5), n=1, seed=1)
     return [
-        Rollout(prompt_ids=p, response_ids=c.token_ids, logprobs=None, finish_reason=c.finish_reason, reward=1.0,
-                group=i, routed_experts=c.routed_experts)
+        Rollout(
+            prompt_ids=p,
+            response_ids=c.token_ids,
+            logprobs=None,
+            finish_reason=c.finish_reason,
+            reward=1.0,
+            group=i,
+            routed_experts=c.routed_experts,
+        )
         for i, (p, [c]) in enumerate(zip(prompts, out))
     ]
 
@@ -171,8 +182,12 @@ def test_a_multi_turn_trajectory_carries_its_last_calls_routes(engine, moe_model
         def step(self, action):
             self.turns += 1
             done = self.turns >= 2
-            return {"observations": [] if done else [{"role": "user", "content": "again"}], "reward": 1.0,
-                    "done": done, "metadata": {}}
+            return {
+                "observations": [] if done else [{"role": "user", "content": "again"}],
+                "reward": 1.0,
+                "done": done,
+                "metadata": {},
+            }
 
     class Engines:
         def submit(self, prompts, sampling, n, key, groups, count):
@@ -198,3 +213,170 @@ def test_a_multi_turn_trajectory_carries_its_last_calls_routes(engine, moe_model
         assert r.routed_experts.shape[0] == len(ids) - 1
         expected = plain_routes(reference, ids)[: len(ids) - 1]
         assert torch.equal(r.routed_experts.long().sort(-1).values, expected.long().sort(-1).values)
+
+
+# -- the Megatron worker's replay (runtime/workers/megatron_replay.py) ----------------------------------------------
+# Megatron-Core runs in a subprocess (this file as a script), so its global parallel state never leaks into other
+# tests. The model is a Megatron-Core MoE GPTModel built directly (two MoE layers of eight experts, top-2, full
+# activation recompute, so the backward pass routes every token again).
+
+
+def _megatron_check(port: int) -> dict:
+    import torch.distributed as dist
+    from rlc.runtime.workers import megatron_cpu
+    from rlc.runtime.workers.megatron import _CPU_OFF
+    from rlc.runtime.workers.megatron_replay import RoutingReplay
+
+    torch.manual_seed(0)
+    megatron_cpu.enable()
+    with megatron_cpu.active():
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+        from megatron.core import parallel_state as ps
+        from megatron.core import tensor_parallel
+        from megatron.core.models.gpt import GPTModel, gpt_layer_specs
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+        from megatron.core.transformer.enums import AttnMaskType
+        from megatron.core.transformer.moe import moe_utils
+        from megatron.core.transformer.moe.router import TopKRouter
+        from megatron.core.transformer.moe.router_replay import RouterReplayAction
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        # Megatron-Core 0.16 without TransformerEngine reads a name its failed import never bound (router gating)
+        if not hasattr(moe_utils, "te_general_gemm"):
+            moe_utils.te_general_gemm = None
+        ps.initialize_model_parallel(1, 1)
+        tensor_parallel.model_parallel_cuda_manual_seed(0)
+        config = TransformerConfig(
+            num_layers=LAYERS, hidden_size=32, num_attention_heads=2, ffn_hidden_size=64, num_moe_experts=EXPERTS,
+            moe_router_topk=TOP_K, moe_ffn_hidden_size=16, moe_enable_routing_replay=True,
+            moe_token_dispatcher_type="allgather", moe_router_load_balancing_type="none", moe_grouped_gemm=False,
+            add_bias_linear=False, use_cpu_initialization=True, params_dtype=torch.float32,
+            recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, **_CPU_OFF,
+        )  # fmt: skip
+        spec = gpt_layer_specs.get_gpt_layer_local_spec(num_experts=EXPERTS, moe_grouped_gemm=False)
+        spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
+        model = GPTModel(config, spec, vocab_size=64, max_sequence_length=64)
+        with torch.no_grad():
+            for layer in model.decoder.layers:
+                layer.mlp.router.weight.normal_(0.0, 0.5)
+        replay = RoutingReplay([model], config)
+
+        seen: list = []  # each router call's chosen experts, (tokens, experts) bool, in layer order per pass
+        order: list = []  # the layer of each call (a recompute in the backward pass runs the layers backwards)
+
+        def noting(n):
+            def hook(module, args, out):
+                order.append(n)
+                seen.append(out[1].detach().clone())
+
+            return hook
+
+        for n, m in enumerate(x for x in model.modules() if isinstance(x, TopKRouter)):
+            m.register_forward_hook(noting(n))
+
+        rows, width = 3, 9
+        ids = torch.randint(1, 64, (rows, width))
+        attention = torch.ones(rows, width, dtype=torch.long)
+        attention[0, :3] = 0  # left-padded prompts
+        attention[2, :5] = 0
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+
+        def mask_of(att):  # Megatron's: True = masked (causal and padding)
+            causal = torch.ones(att.shape[1], att.shape[1], dtype=torch.bool).triu(1)
+            return (causal[None] | ~att.bool()[:, None, :])[:, None]
+
+        def run(i, a, p):
+            return model(i, p, mask_of(a))
+
+        # The routes each row takes alone (one row: no question of token order), as an engine would report them.
+        alone = []
+        with torch.no_grad():
+            for r in range(rows):
+                seen.clear()
+                run(ids[r : r + 1], attention[r : r + 1], positions[r : r + 1])
+                alone.append(torch.stack([s.nonzero()[:, 1].view(width, TOP_K) for s in seen], dim=1))
+        routes = torch.stack(alone).to(torch.uint8)  # (rows, width, layers, k)
+
+        # Routers perturbed: routing anew moves some tokens to other experts.
+        with torch.no_grad():
+            for layer in model.decoder.layers:
+                layer.mlp.router.weight.add_(torch.randn_like(layer.mlp.router.weight))
+            seen.clear()
+            run(ids, attention, positions)
+        real = attention.bool().transpose(0, 1).reshape(-1)
+        anew = torch.stack([s.nonzero()[:, 1].view(-1, TOP_K) for s in seen], dim=1)[real]
+        expected = routes.transpose(0, 1).reshape(-1, LAYERS, TOP_K)[real].long()
+        moved = int((anew.sort(-1).values != expected.sort(-1).values).any(-1).any(-1).sum())
+
+        # Replayed, forward and backward over two micro-batches, the recompute included.
+        micro = [(slice(0, 2)), (slice(2, 3))]
+        seen.clear()
+        order.clear()
+
+        def step(iterator, m):
+            part = next(iterator)
+            replay.forward(routes[part], attention[part], 1, 0, "cpu")
+            out = run(ids[part], attention[part], positions[part])
+            replay.after_forward()
+            return out, lambda o: (o.float().mean(), {})
+
+        with replay.schedule():
+            get_forward_backward_func()(
+                forward_step_func=step, data_iterator=iter(micro), model=[model], num_microbatches=len(micro),
+                seq_length=width, micro_batch_size=2, forward_only=False,
+            )  # fmt: skip
+            queued = [len(r.replay_backward_list) for _, r in replay.routers]
+        calls = []
+        for i in range(0, len(seen), LAYERS):
+            layers = sorted(range(i, i + LAYERS), key=lambda j: order[j])
+            calls.append(torch.stack([seen[j] for j in layers], dim=1))
+        replayed = []
+        for part, call in zip([micro[0], micro[0], micro[1], micro[1]], calls):  # forward, recompute, per micro-batch
+            att = attention[part].bool().transpose(0, 1).reshape(-1)
+            got = call.nonzero()  # (token, layer, expert)
+            chosen = got[:, 2].view(call.shape[0], LAYERS, TOP_K)[att]
+            want = routes[part].transpose(0, 1).reshape(-1, LAYERS, TOP_K)[att].long()
+            replayed.append(bool(torch.equal(chosen.sort(-1).values, want.sort(-1).values)))
+        left = [r.router_replay_action for _, r in replay.routers]
+        return {
+            "moved": moved,
+            "calls": len(calls),
+            "replayed": replayed,
+            "queued": queued,
+            "cleared": all(a is None for a in left) and all(not r.replay_backward_list for _, r in replay.routers),
+            "backward_action": RouterReplayAction.REPLAY_BACKWARD.value,
+        }
+
+
+@pytest.fixture(scope="module")
+def megatron_result() -> dict:
+    pytest.importorskip("megatron.core")
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, __file__, str(port)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_megatron_routers_take_the_replayed_routes_forward_and_in_the_recompute(megatron_result):
+    assert megatron_result["moved"] > 0, "perturbed routers must route some tokens elsewhere, or the test shows nothing"
+    # each micro-batch's forward, then its recompute in the backward pass
+    assert megatron_result["calls"] == 4
+    assert megatron_result["replayed"] == [True] * 4
+    assert megatron_result["queued"] == [0] * LAYERS  # every route a forward queued was taken by its recompute
+    assert megatron_result["cleared"]
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(json.dumps(_megatron_check(int(sys.argv[1]))))

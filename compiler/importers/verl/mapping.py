@@ -436,6 +436,30 @@ def _fsdp(imp: VerlImport) -> None:
     if target == "megatron":
         _megatron(imp, f"{A}.megatron", "policy")
         imp.keep_written(f"{REF}.megatron")
+    _router_replay(imp)
+
+
+def _router_replay(imp: VerlImport) -> None:
+    """verl's router replay: R3 replays the experts the rollout routed each token to, which is rlc's routing replay
+    (the engines return them: rollout.enable_rollout_routing_replay); R2 replays the routes the trainer recorded in
+    its own old-log-prob pass, which rlc does not run."""
+    keys = (f"{A}.megatron.router_replay.mode", f"{A}.router_replay.mode")  # the engine workers', the legacy ones'
+    mode_key = next((k for k in keys if imp.written(k)), first_of(imp, *keys))
+    mode = str(imp.get(mode_key, "disabled"))
+    if mode == "R3":
+        imp.put("trainer.policy.megatron_config.moe_enable_routing_replay", True, mode_key,
+                reason="verl's R3: the Megatron router replays the rollout's routes")  # fmt: skip
+    elif mode == "R2":
+        imp.problem(mode_key, "router_replay.mode R2 replays the routes the trainer recorded in its own old-log-prob "
+                    "pass, which rlc does not run; R3 (the rollout's routes, rollout.enable_rollout_routing_replay) "
+                    "it does")  # fmt: skip
+    imp.read(f"{A}.megatron.router_replay.mode", f"{A}.router_replay.mode")
+    for section in (f"{A}.megatron.router_replay", f"{A}.router_replay"):
+        imp.drop(section, "rlc keeps the routes with the batch in memory: no record or replay files")
+    flag = f"{R}.enable_rollout_routing_replay"
+    if imp.get(flag, False):
+        imp.put("generator.inference_engine.enable_return_routed_experts", True, flag)
+    imp.read(flag)
 
 
 def _megatron(imp: VerlImport, mg: str, role: str) -> None:
