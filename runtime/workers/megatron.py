@@ -183,6 +183,7 @@ class MegatronWorker(TrainWorker):
             megatron_cpu.enable()
         self._join_process_group(master_addr, master_port)
         self.hf_config = AutoConfig.from_pretrained(self.s.model_path)
+        self.conversion = mw.conversion_for(self.hf_config)
         with self._device():
             self._parallel_state()
             self._build()
@@ -229,7 +230,7 @@ class MegatronWorker(TrainWorker):
         parallel sizes, dtypes, MoE flags and the spec's transformer_config_kwargs."""
         mc, cpu = self.mc, self.s.device == "cpu"
         dtype = torch.bfloat16 if self.s.bf16 and not cpu else torch.float32
-        kwargs = dict(mw.transformer_config_kwargs(self.hf_config)) if architecture else {}
+        kwargs = dict(self.conversion.transformer_config_kwargs(self.hf_config)) if architecture else {}
         kwargs.update(
             tensor_model_parallel_size=mc.tensor_model_parallel_size,
             pipeline_model_parallel_size=mc.pipeline_model_parallel_size,
@@ -278,7 +279,7 @@ class MegatronWorker(TrainWorker):
     def _build(self) -> None:
         te = _have_te() and self.s.device == "cuda"
         try:
-            self.arch = mw.layout_from_hf(self.hf_config, self.tp, fused_norms=te)
+            self.arch = self.conversion.layout_from_hf(self.hf_config, self.tp, fused_norms=te)
         except mw.UnsupportedModel as exc:
             if not _have_bridge():
                 raise RuntimeError(
@@ -357,15 +358,11 @@ class MegatronWorker(TrainWorker):
     def _build_with_rlc_conversion(self, te: bool) -> None:
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
-        from megatron.core.models.gpt import GPTModel, gpt_layer_specs
+        from megatron.core.models.gpt import GPTModel
         from megatron.core.transformer.enums import AttnMaskType
 
         self.tconfig = config = self._transformer_config()
-        spec = (
-            gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
-            if te
-            else gpt_layer_specs.get_gpt_layer_local_spec()
-        )
+        spec = self.conversion.layer_spec(config, te)
         # Rows are padded: a plain `causal` layer ignores the mask given to it (TransformerEngine's attention, and
         # Megatron's fused upper-triangle softmax), so padding must be masked as well.
         spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
@@ -392,7 +389,7 @@ class MegatronWorker(TrainWorker):
 
     def _gpt_kwargs(self) -> dict:
         """GPTModel's arguments from the Hugging Face config, then the spec's model_config_kwargs."""
-        return {**mw.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
+        return {**self.conversion.gpt_model_kwargs(self.hf_config, self.arch), **(self.mc.model_config_kwargs or {})}
 
     def _fit_chunk(self, model, state: dict) -> dict:
         """The converted weights a model chunk loads (a subclass may change the chunk or the weights first)."""
@@ -406,7 +403,9 @@ class MegatronWorker(TrainWorker):
         hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32).state_dict()
         stages = self._stages()
         for v, model in enumerate(self.chunks):
-            state = mw.hf_to_megatron(hf, self.arch, self.tp_rank, self.tp, self.pp_rank, stages=stages, vp_stage=v)
+            state = self.conversion.hf_to_megatron(
+                hf, self.arch, self.tp_rank, self.tp, self.pp_rank, stages=stages, vp_stage=v
+            )
             missing, unexpected = model.load_state_dict(self._fit_chunk(model, state), strict=False)
             missing = [k for k in missing if not k.endswith("_extra_state") and not self._own_weight(k)]
             if missing or unexpected:
@@ -706,11 +705,11 @@ class MegatronWorker(TrainWorker):
                 ):
                     continue
                 name = name.replace(".base.", ".")
-                out.append((mw.global_name(name, offset), merged.get(name, p)))
+                out.append((self.conversion.global_name(name, offset), merged.get(name, p)))
         return out
 
     def _shard_count(self, name: str) -> int:
-        return self.tp if mw.tp_split_dim(name) is not None else 1
+        return self.tp if self.conversion.tp_split_dim(name) is not None else 1
 
     def weight_metas(self, dtype: str | None = None) -> list:
         """Hugging Face names, dtypes and shapes of what `broadcast_weights` sends, in order (no collectives:
@@ -741,7 +740,7 @@ class MegatronWorker(TrainWorker):
                 count = self._shard_count(name)
                 if meta:
                     shards = [torch.empty(shape, dtype=getattr(torch, dtype), device="meta")] * count
-                    yield from mw.megatron_to_hf(name, shards, self.arch)
+                    yield from self.conversion.megatron_to_hf(name, shards, self.arch)
                     continue
                 stacked = None
                 if stage == self.pp_rank:
@@ -763,7 +762,7 @@ class MegatronWorker(TrainWorker):
                     dist.broadcast(stacked.contiguous(), src=src, group=group)
                 if self.rank == 0:
                     assert stacked is not None  # every rank of the group took part in the broadcast above
-                    yield from mw.megatron_to_hf(name, list(stacked.cpu().unbind(0)), self.arch)
+                    yield from self.conversion.megatron_to_hf(name, list(stacked.cpu().unbind(0)), self.arch)
 
     def _bridge_stream(self, meta: bool) -> Iterator[tuple[str, torch.Tensor]]:
         """The Hugging Face weights of a Megatron-Bridge model, in the HF model's own order (metas need no

@@ -8,14 +8,23 @@ or, with ``Layout.fused_norms``, the TransformerEngine spec (norms fused into ``
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
 from rlc.core.pipeline_stages import Stages
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+# Model families another module converts: model_type -> that module, which offers this module's functions
+# (layout_from_hf, transformer_config_kwargs, gpt_model_kwargs, layer_spec, hf_to_megatron, megatron_to_hf,
+# tp_split_dim, global_name). The Megatron worker calls them through `conversion_for`, never this module directly.
+FAMILIES: dict[str, str] = {
+    "qwen3_moe": "rlc.runtime.workers.megatron_moe",
+    "mixtral": "rlc.runtime.workers.megatron_moe",
+}
 _MOE_ATTRS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
@@ -101,6 +110,21 @@ def _check_attention(hf_config, model_type: str) -> None:
             )
         if getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False):
             raise _unsupported(model_type, "attention_bias / mlp_bias are not supported")
+
+
+def conversion_for(hf_config) -> ModuleType:
+    """The module converting the config's model family: this one for dense Llama-family models."""
+    return importlib.import_module(FAMILIES.get(getattr(hf_config, "model_type", None), __name__))
+
+
+def layer_spec(config, te: bool):
+    """Megatron-Core's spec of a dense decoder layer: TransformerEngine's modules or Megatron's local ones."""
+    # deferred: Megatron-Core, optional (FSDP jobs lack it); the conversion's tensor functions need torch alone
+    from megatron.core.models.gpt import gpt_layer_specs
+
+    if te:
+        return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
+    return gpt_layer_specs.get_gpt_layer_local_spec()
 
 
 def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> Layout:

@@ -194,7 +194,7 @@ def test_module_imports_only_torch_stdlib_and_rlc_core():
     names = {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
     roots = {n.split(".")[0] for n in names if not n.startswith("rlc.core.")}  # the layer both sides share
-    assert roots <= {"__future__", "dataclasses", "re", "typing", "torch"}, roots
+    assert roots <= {"__future__", "dataclasses", "importlib", "re", "types", "typing", "torch"}, roots
 
 
 def _namespace(**overrides) -> SimpleNamespace:
