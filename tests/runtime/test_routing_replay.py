@@ -8,6 +8,8 @@ unpadded forward pass over the prompt and completion chooses.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -351,19 +353,7 @@ def _megatron_check(port: int) -> dict:
 @pytest.fixture(scope="module")
 def megatron_result() -> dict:
     pytest.importorskip("megatron.core")
-    import json
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, __file__, str(port)], capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _script("megatron")
 
 
 def test_megatron_routers_take_the_replayed_routes_forward_and_in_the_recompute(megatron_result):
@@ -375,8 +365,143 @@ def test_megatron_routers_take_the_replayed_routes_forward_and_in_the_recompute(
     assert megatron_result["cleared"]
 
 
+# -- end to end: the hf engine's routes replayed in rlc's Megatron worker ------------------------------------------
+
+
+def _worker_check(port: int, model_path: str, batch_path: str) -> dict:
+    """The policy's Megatron worker on the engine's checkpoint: its log-probs with the engine's routes replayed; then
+    with its routers perturbed, the experts it picks replaying and routing anew, in forward passes and a training
+    step."""
+    from megatron.core.transformer.moe.router import TopKRouter
+    from rlc.core.job import WorkerSettings
+    from rlc.runtime.batch import totals
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.spec.model import default_model
+
+    # megatron_cpu.enable() (moe branch) makes torch.cuda.Stream a function, which transformers' generation utilities,
+    # imported lazily by the first from_pretrained, then fail to annotate with (`torch.cuda.Stream | None`): imported
+    # first here. Reported to the moe branch; not routing replay's to fix.
+    import transformers.generation.utils  # noqa: F401
+
+    batch = torch.load(batch_path, weights_only=False)
+    megatron = {"moe_enable_routing_replay": True}
+    spec = default_model().to_typed(
+        {"version": 1, "trainer": {"strategy": "megatron", "policy": {"megatron_config": megatron}}}
+    )
+    settings = WorkerSettings("policy", model_path, strategy="megatron", micro_train_batch_size=2,
+                              micro_forward_batch_size=2)  # fmt: skip
+    worker = MegatronWorker(settings, spec.trainer.policy, spec.trainer.algorithm, 0, 1)
+    worker.setup("127.0.0.1", port)
+    seen: list = []  # (layer, the experts the router chose per token) of every router call
+    routers = [m for c in worker.chunks for m in c.modules() if isinstance(m, TopKRouter)]
+
+    def noting(n):
+        def hook(module, args, out):
+            seen.append((n, out[1].detach().clone()))
+
+        return hook
+
+    for n, r in enumerate(routers):
+        r.register_forward_hook(noting(n))
+
+    def picked() -> list:
+        """Each pass's experts per token, (tokens, layers, k) sorted, as the routers chose them (a recompute in the
+        backward pass runs the layers last to first)."""
+        out = []
+        for i in range(0, len(seen), LAYERS):
+            call = torch.stack([m for _, m in sorted(seen[i : i + LAYERS], key=lambda x: x[0])], dim=1)
+            out.append(call.nonzero()[:, 2].view(call.shape[0], LAYERS, TOP_K).sort(-1).values)
+        seen.clear()
+        return out
+
+    def agree(got: list, parts=(0, 1)) -> list[bool]:
+        """Whether each pass's routers (over micro-batch `parts[i]`, two rows each) took the engine's routes on
+        every token the engine ran (Megatron's [sequence, batch] token order)."""
+        same = []
+        for g, k in zip(got, parts, strict=True):
+            part = batch.select(slice(2 * k, 2 * k + 2))
+            ran = part.attention_mask.bool().clone()
+            for r in range(ran.shape[0]):  # a row's last token was sampled, never run by the engine
+                ran[r, int(ran[r].nonzero().max())] = False
+            want = part.routed_experts.transpose(0, 1).reshape(-1, LAYERS, TOP_K).long().sort(-1).values
+            ran = ran.transpose(0, 1).reshape(-1)
+            same.append(bool(torch.equal(g[ran], want[ran])))
+        return same
+
+    mask = batch.loss_mask.bool()
+    replayed = worker.forward(batch)
+    same = agree(picked())
+    engine_gap = float((replayed - batch.rollout_logprobs)[mask].abs().max())
+    with torch.no_grad():
+        for r in routers:
+            r.weight.add_(torch.randn_like(r.weight))
+    perturbed = worker.forward(batch)
+    perturbed_same = agree(picked())
+    anew = worker.forward(dataclasses.replace(batch, routed_experts=None))
+    anew_same = agree(picked())
+    step = dataclasses.replace(batch, old_logprobs=perturbed, advantages=torch.randn_like(batch.loss_mask))
+    metrics = worker.train_mini_batch(step, totals(batch))
+    train_same = agree(picked(), parts=(0, 0, 1, 1))  # each micro-batch's forward, then its recompute
+    worker.shutdown()
+    return {
+        "same": same,
+        "engine_gap": engine_gap,
+        "perturbed_same": perturbed_same,
+        "anew_same": anew_same,
+        "anew_gap": float((anew - perturbed)[mask].abs().max()),
+        "train_same": train_same,
+        "finite": all(v == v for v in metrics.values()),
+    }
+
+
+@pytest.fixture(scope="module")
+def worker_result(engine, prompts, moe_model, tmp_path_factory) -> dict:
+    pytest.importorskip("megatron.core")
+    out = engine.generate(prompts[:2], Sampling(temperature=1.0, max_generate_length=6, logprobs=True), n=2, seed=5)
+    rollouts = [
+        Rollout(p, c.token_ids, c.logprobs, c.finish_reason, 1.0, i, routed_experts=c.routed_experts)
+        for i, (p, group) in enumerate(zip(prompts, out))
+        for c in group
+    ]
+    path = tmp_path_factory.mktemp("replay") / "batch.pt"
+    torch.save(to_batch(rollouts, pad_id=0), path)
+    return _script("worker", moe_model, str(path))
+
+
+def test_the_workers_routers_replay_the_engines_routes_and_its_log_probs_are_the_engines(worker_result):
+    # the checkpoint the engine sampled with: the same experts, and the engine's log-probs
+    assert worker_result["same"] == [True, True]
+    assert worker_result["engine_gap"] < 1e-4
+    # routers perturbed: replay still takes the engine's experts, in forward passes and in a training step ...
+    assert worker_result["perturbed_same"] == [True, True]
+    # SkyRL's default recomputes every layer in the backward pass: each forward's routes are replayed there too
+    assert worker_result["train_same"] == [True] * 4 and worker_result["finite"]
+    # ... where routing anew picks others, and gives other log-probs
+    assert worker_result["anew_same"] != [True, True]
+    assert worker_result["anew_gap"] > 1e-3
+
+
+def _script(*args: str) -> dict:
+    """This file run as a script (`what`, a free port, its arguments): its last line of output, as JSON."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, __file__, args[0], str(port), *args[1:]]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 if __name__ == "__main__":
     import json
     import sys
 
-    print(json.dumps(_megatron_check(int(sys.argv[1]))))
+    what, port = sys.argv[1], int(sys.argv[2])
+    print(json.dumps(_megatron_check(port) if what == "megatron" else _worker_check(port, *sys.argv[3:])))
