@@ -372,16 +372,15 @@ def _worker_check(port: int, model_path: str, batch_path: str) -> dict:
     """The policy's Megatron worker on the engine's checkpoint: its log-probs with the engine's routes replayed; then
     with its routers perturbed, the experts it picks replaying and routing anew, in forward passes and a training
     step."""
+    # megatron_cpu.enable() (moe branch) makes torch.cuda.Stream a function, which transformers' generation utilities,
+    # imported lazily by the first from_pretrained, then fail to annotate with (`torch.cuda.Stream | None`): imported
+    # first here. Reported to the moe branch; not routing replay's to fix.
+    import transformers.generation.utils  # noqa: F401
     from megatron.core.transformer.moe.router import TopKRouter
     from rlc.core.job import WorkerSettings
     from rlc.runtime.batch import totals
     from rlc.runtime.workers.megatron import MegatronWorker
     from rlc.spec.model import default_model
-
-    # megatron_cpu.enable() (moe branch) makes torch.cuda.Stream a function, which transformers' generation utilities,
-    # imported lazily by the first from_pretrained, then fail to annotate with (`torch.cuda.Stream | None`): imported
-    # first here. Reported to the moe branch; not routing replay's to fix.
-    import transformers.generation.utils  # noqa: F401
 
     batch = torch.load(batch_path, weights_only=False)
     megatron = {"moe_enable_routing_replay": True}
