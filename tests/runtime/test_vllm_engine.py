@@ -297,6 +297,22 @@ def test_outputs_become_completions_in_prompt_and_sample_order():
     assert completions(outputs, logprobs=False)[0][0].logprobs is None
 
 
+def test_routed_experts_are_asked_for_and_returned_with_each_completion():
+    """Routing replay: the flag reaches vLLM's engine argument, and vLLM's (tokens, layers, k) routes each
+    completion's `routed_experts`."""
+    import numpy as np
+
+    assert engine_kwargs(_args(enable_return_routed_experts=True), model="m")["enable_return_routed_experts"] is True
+    assert "enable_return_routed_experts" not in engine_kwargs(_args(), model="m")
+    routes = np.arange(12, dtype=np.int16).reshape(3, 2, 2)
+    out = _output(0, [7, 2], [-0.5, -0.1], "stop")
+    routed = types.SimpleNamespace(**vars(out), routed_experts=routes)
+    [[with_routes]] = completions([types.SimpleNamespace(outputs=[routed])], logprobs=True)
+    assert with_routes.routed_experts.tolist() == routes.tolist()
+    [[without]] = completions([types.SimpleNamespace(outputs=[out])], logprobs=True)
+    assert without.routed_experts is None
+
+
 def test_a_failed_request_is_an_error():
     with pytest.raises(RuntimeError, match="error"):
         completions([types.SimpleNamespace(outputs=[_output(0, [1], [-1.0], "error")])], logprobs=True)
@@ -410,6 +426,7 @@ def _all_options_kwargs(model: str) -> dict:
             "rope_theta": 5e5,
         },
         speculative_config=NGRAM,
+        enable_return_routed_experts=True,
     )
     return engine_kwargs(args, model=model)
 
