@@ -252,8 +252,8 @@ class MegatronWorker(TrainWorker):
                 kwargs["moe_router_score_function"] = mc.moe_router_score_function
             if mc.moe_router_enable_expert_bias is not None:
                 kwargs["moe_router_enable_expert_bias"] = mc.moe_router_enable_expert_bias
-            if mc.moe_enable_routing_replay:
-                kwargs["moe_enable_routing_replay"] = True
+        if mc.moe_enable_routing_replay and _experts(self.hf_config):  # routing replay: Megatron's RouterReplay
+            kwargs["moe_enable_routing_replay"] = True
         if not _have_softmax_kernels():  # Megatron's fused softmax is a compiled extension that may be missing
             kwargs["masked_softmax_fusion"] = False
         kwargs.update(mc.transformer_config_kwargs or {})
@@ -307,6 +307,11 @@ class MegatronWorker(TrainWorker):
             self.lora = True
         if getattr(self.tconfig, "moe_enable_routing_replay", False):
             self.replay = RoutingReplay(self.chunks, self.tconfig)
+        elif self.mc.moe_enable_routing_replay:
+            raise RuntimeError(
+                f"moe_enable_routing_replay: {self.s.model_path} ({self.hf_config.model_type}) has no mixture-of-experts "
+                "router to replay the engines' routes in"
+            )
         models = list(self.chunks)
         if self.s.device == "cuda":
             for model in models:
@@ -996,6 +1001,12 @@ def _set_held_states(opt, original, model_param, tensors: dict) -> None:
         for key, value in opt.optimizer.state[main].items():
             if key in tensors and key != "step":
                 value.copy_(tensors[key])
+
+
+def _experts(hf_config) -> int:
+    """The routed experts a Hugging Face config names (Qwen-MoE, Mixtral, DeepSeek); 0 for a dense model."""
+    names = ("num_experts", "num_local_experts", "n_routed_experts")
+    return next((int(v) for v in (getattr(hf_config, n, None) for n in names) if v), 0)
 
 
 def _empty_micro_batch(batch: TrainBatch, size: int) -> TrainBatch:

@@ -368,10 +368,10 @@ def test_megatron_routers_take_the_replayed_routes_forward_and_in_the_recompute(
 # -- end to end: the hf engine's routes replayed in rlc's Megatron worker ------------------------------------------
 
 
-def _worker_check(port: int, model_path: str, batch_path: str) -> dict:
+def _worker_check(port: int, model_path: str, batch_path: str, dense_path: str) -> dict:
     """The policy's Megatron worker on the engine's checkpoint: its log-probs with the engine's routes replayed; then
     with its routers perturbed, the experts it picks replaying and routing anew, in forward passes and a training
-    step."""
+    step. Last, a worker of a dense model asked to replay."""
     # megatron_cpu.enable() (moe branch) makes torch.cuda.Stream a function, which transformers' generation utilities,
     # imported lazily by the first from_pretrained, then fail to annotate with (`torch.cuda.Stream | None`): imported
     # first here. Reported to the moe branch; not routing replay's to fix.
@@ -441,8 +441,15 @@ def _worker_check(port: int, model_path: str, batch_path: str) -> dict:
     step = dataclasses.replace(batch, old_logprobs=perturbed, advantages=torch.randn_like(batch.loss_mask))
     metrics = worker.train_mini_batch(step, totals(batch))
     train_same = agree(picked(), parts=(0, 0, 1, 1))  # each micro-batch's forward, then its recompute
+    try:
+        MegatronWorker(dataclasses.replace(settings, model_path=dense_path), spec.trainer.policy,
+                       spec.trainer.algorithm, 0, 1).setup("127.0.0.1", port)  # fmt: skip
+        dense = ""
+    except RuntimeError as exc:
+        dense = str(exc)
     worker.shutdown()
     return {
+        "dense": dense,
         "same": same,
         "engine_gap": engine_gap,
         "perturbed_same": perturbed_same,
@@ -454,7 +461,7 @@ def _worker_check(port: int, model_path: str, batch_path: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def worker_result(engine, prompts, moe_model, tmp_path_factory) -> dict:
+def worker_result(engine, prompts, moe_model, tiny_model, tmp_path_factory) -> dict:
     pytest.importorskip("megatron.core")
     out = engine.generate(prompts[:2], Sampling(temperature=1.0, max_generate_length=6, logprobs=True), n=2, seed=5)
     rollouts = [
@@ -464,7 +471,7 @@ def worker_result(engine, prompts, moe_model, tmp_path_factory) -> dict:
     ]
     path = tmp_path_factory.mktemp("replay") / "batch.pt"
     torch.save(to_batch(rollouts, pad_id=0), path)
-    return _script("worker", moe_model, str(path))
+    return _script("worker", moe_model, str(path), tiny_model)
 
 
 def test_the_workers_routers_replay_the_engines_routes_and_its_log_probs_are_the_engines(worker_result):
@@ -478,6 +485,10 @@ def test_the_workers_routers_replay_the_engines_routes_and_its_log_probs_are_the
     # ... where routing anew picks others, and gives other log-probs
     assert worker_result["anew_same"] != [True, True]
     assert worker_result["anew_gap"] > 1e-3
+
+
+def test_a_dense_model_asked_to_replay_is_refused_at_start_up(worker_result):
+    assert "has no mixture-of-experts router" in worker_result["dense"]
 
 
 def _script(*args: str) -> dict:
