@@ -247,8 +247,8 @@ LONGEST_FIRST = (
     "test_vllm_run.py",  # ~225 s on a busy machine: the local example's 200 steps with the vllm engine
     "test_vllm_serve.py",  # ~200 s: vLLM's own server started, then a run against it
     "test_vllm_cpu.py",  # ~170 s: three vLLM engines started
+    "test_routing_replay.py",  # ~100 s: a vLLM engine and two Megatron subprocesses (a MoE model, the worker replaying)
     "test_multiturn.py",  # ~60 s: two multi-turn runs
-    "test_routing_replay.py",  # ~60 s: two Megatron subprocesses (a MoE model, the worker replaying the engine's routes)
     "test_generator.py",
     "test_skypilot.py",  # ~75 s, most of it building SkyPilot's venv
     "test_fsdp.py",

@@ -9,6 +9,8 @@ unpadded forward pass over the prompt and completion chooses.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
 import pytest
 
@@ -44,7 +46,7 @@ def moe_model(tiny_chat_model, tmp_path_factory) -> str:
         num_hidden_layers=LAYERS,
         num_attention_heads=2,
         num_key_value_heads=1,
-        head_dim=16,
+        head_dim=32,  # a head size vLLM's CPU attention has
         num_experts=EXPERTS,
         num_experts_per_tok=TOP_K,
         norm_topk_prob=True,
@@ -491,10 +493,50 @@ def test_a_dense_model_asked_to_replay_is_refused_at_start_up(worker_result):
     assert "has no mixture-of-experts router" in worker_result["dense"]
 
 
-def _script(*args: str) -> dict:
+# -- vLLM's routes (enable_return_routed_experts), on its CPU build --------------------------------------------------
+
+
+def _vllm_check(port: int, model_path: str) -> dict:
+    """vLLM started with the engine arguments the compiler decides for a CPU job that captures routes; its completions
+    as the vllm engine reads them."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process (as the engine actor runs it)
+    import vllm
+    from rlc.compiler.decide import vllm_args
+    from rlc.runtime.inference.vllm import completions, engine_kwargs
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed(
+        {"version": 1, "cluster": {"accelerator": "none", "gpus_per_node": 1},
+         "trainer": {"strategy": "megatron", "policy": {"model": {"path": model_path},
+                     "megatron_config": {"moe_enable_routing_replay": True}}, "max_prompt_length": 32},
+         "generator": {"inference_engine": {"backend": "vllm", "model_dtype": "float32",
+                                            "enable_return_routed_experts": True},
+                       "sampling_params": {"max_generate_length": 6}}}
+    )  # fmt: skip
+    llm = vllm.LLM(**engine_kwargs(vllm_args(spec, "cpu", [0]), model=model_path))
+    prompts = json.loads(os.environ["RLC_TEST_PROMPTS"])
+    params = vllm.SamplingParams(max_tokens=6, temperature=1.0, n=2, seed=3)
+    out = completions(llm.generate([{"prompt_token_ids": p} for p in prompts], params), logprobs=False)
+    return {"completions": [[(c.token_ids, c.routed_experts.tolist(), str(c.routed_experts.dtype)) for c in g]
+                            for g in out]}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_vllm_returns_the_routes_a_plain_forward_chooses(moe_model, prompts):
+    pytest.importorskip("vllm")
+    reference = AutoModelForCausalLM.from_pretrained(moe_model, dtype=torch.float32, local_files_only=True).eval()
+    result = _script("vllm", moe_model, env={"RLC_TEST_PROMPTS": json.dumps(prompts)})
+    for prompt, group in zip(prompts, result["completions"], strict=True):
+        for ids, routes, dtype in group:
+            routes = torch.tensor(routes)
+            # every token vLLM ran: the prompt, and each generated token but the last
+            assert tuple(routes.shape) == (len(prompt) + len(ids) - 1, LAYERS, TOP_K) and dtype == "torch.uint8"
+            expected = plain_routes(reference, prompt + ids)[: routes.shape[0]]
+            assert torch.equal(routes.sort(-1).values, expected.long().sort(-1).values)
+
+
+def _script(*args: str, env: dict | None = None) -> dict:
     """This file run as a script (`what`, a free port, its arguments): its last line of output, as JSON."""
-    import json
-    import os
     import socket
     import subprocess
     import sys
@@ -502,7 +544,7 @@ def _script(*args: str) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", **(env or {})}
     command = [sys.executable, __file__, args[0], str(port), *args[1:]]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -510,8 +552,8 @@ def _script(*args: str) -> dict:
 
 
 if __name__ == "__main__":
-    import json
     import sys
 
     what, port = sys.argv[1], int(sys.argv[2])
-    print(json.dumps(_megatron_check(port) if what == "megatron" else _worker_check(port, *sys.argv[3:])))
+    checks = {"megatron": _megatron_check, "worker": _worker_check, "vllm": _vllm_check}
+    print(json.dumps(checks[what](port, *sys.argv[3:])))
