@@ -385,7 +385,11 @@ def engine_settings(spec: Any, device: str, cpu_slots: int | None, plan: Plan) -
         cpu_slots_per_node=cpu_slots,
         vllm=vllm_args(spec, device, [e.index for e in plan.engines]) if backend == "vllm" else None,
         sleep_level=1 if sync_adapters else 2,
-        prompt_cache_bytes=MULTI_TURN_PROMPT_CACHE_BYTES if backend == "hf" and spec.generator.max_turns > 1 else 0,
+        # none with routed experts: a continued prompt's cached tokens were routed in an earlier call, so the engine
+        # runs every prompt whole
+        prompt_cache_bytes=MULTI_TURN_PROMPT_CACHE_BYTES
+        if backend == "hf" and spec.generator.max_turns > 1 and not ie.enable_return_routed_experts
+        else 0,
         language_model_only=bool(ie.language_model_only),
         routed_experts=bool(ie.enable_return_routed_experts),
     )

@@ -385,6 +385,13 @@ def test_hf_engines_keep_a_multi_turn_steps_prompts_for_the_next_turn(turns, kep
     assert _decisions(device="CPU", extra={"generator.max_turns": turns}).engines.prompt_cache_bytes == kept
 
 
+def test_engines_capturing_routed_experts_keep_no_prompts_for_the_next_turn():
+    """Routing replay: every prompt runs whole (a cached prefix was routed in an earlier call), so nothing is kept."""
+    extra = {"generator.max_turns": 3, "generator.inference_engine.enable_return_routed_experts": True}
+    engines = _decisions(device="CPU", extra=extra).engines
+    assert engines.routed_experts and engines.prompt_cache_bytes == 0
+
+
 SINGLE_UPDATE = {"trainer.train_batch_size": 16, "trainer.policy_mini_batch_size": 16}
 
 
