@@ -114,7 +114,10 @@ class InferenceEngineConfig:
         0.8, "Share of GPU memory the engine may take.", exclusive_minimum=0, maximum=1
     )
     max_num_seqs: int = setting(1024, "Most sequences per engine step.", minimum=1)
-    enable_return_routed_experts: bool = setting(False, "SkyRL 0.4: engines return the experts each token used.")
+    enable_return_routed_experts: bool = setting(
+        False,
+        "Routing replay (R3): engines return the experts each token was routed to (with moe_enable_routing_replay).",
+    )
     enable_return_sample_support_set: bool = setting(False, "SkyRL 0.4: engines return each token's support set.")
     offload_kv_for_weight_sync: bool = setting(False, "SkyRL 0.4: offload the KV cache during weight sync.")
     use_expandable_segments: bool = setting(

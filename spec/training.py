@@ -175,7 +175,9 @@ class MegatronConfig:
         None, "MoE router score function; null keeps the model's.", enum=("softmax", "sigmoid")
     )
     moe_router_enable_expert_bias: bool | None = setting(None, "Aux-loss-free expert bias; null keeps the model's.")
-    moe_enable_routing_replay: bool = setting(False, "SkyRL 0.4: replay the engines' expert routing in training.")
+    moe_enable_routing_replay: bool = setting(
+        False, "Routing replay (R3): the router replays the engines' routes (with enable_return_routed_experts)."
+    )
     moe_per_layer_logging: bool = setting(False, "SkyRL 0.4: log MoE router statistics per layer.")
     moe_router_dtype: str = setting("fp32", "SkyRL 0.4: dtype of the MoE router.", enum=("fp32", "fp64"))
     ddp_config: MegatronDDPConfig = section(MegatronDDPConfig, "Megatron DDP settings.")
