@@ -41,6 +41,7 @@ from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
 from rlc.runtime.workers import megatron_cpu
+from rlc.runtime.workers import megatron_experts as mx
 from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers import micro_batches as mbs
 from rlc.runtime.workers.common import (
@@ -409,7 +410,7 @@ class MegatronWorker(TrainWorker):
         stages = self._stages()
         for v, model in enumerate(self.chunks):
             state = self.conversion.hf_to_megatron(
-                hf, self.arch, self.tp_rank, self.tp, self.pp_rank, stages=stages, vp_stage=v
+                hf, self.arch, self.tp_rank, self.tp, self.pp_rank, stages=stages, vp_stage=v, **self._placement()
             )
             missing, unexpected = model.load_state_dict(self._fit_chunk(model, state), strict=False)
             missing = [k for k in missing if not k.endswith("_extra_state") and not self._own_weight(k)]
@@ -418,6 +419,23 @@ class MegatronWorker(TrainWorker):
                     f"the converted weights do not fit the Megatron model: missing {missing[:5]}, "
                     f"unexpected {unexpected[:5]}"
                 )
+
+    def _placement(self) -> dict:
+        """The conversion's argument placing a mixture-of-experts model's experts on this rank (none for a dense
+        model): its expert-parallel and expert-tensor-parallel ranks."""
+        if getattr(self.arch, "experts", None) is None:
+            return {}
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
+        from megatron.core import parallel_state as ps
+
+        return {
+            "experts": mx.Placement(
+                ps.get_expert_model_parallel_rank(),
+                ps.get_expert_model_parallel_world_size(),
+                ps.get_expert_tensor_parallel_rank(),
+                ps.get_expert_tensor_parallel_world_size(),
+            )
+        }
 
     def _wrap_for_training(self, models: list) -> None:
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
@@ -725,7 +743,8 @@ class MegatronWorker(TrainWorker):
         """(Hugging Face name, full tensor) pairs on global rank 0, parameter by parameter.
 
         Every rank of data-parallel replica 0 and context rank 0 must iterate it (tensor shards are gathered,
-        stages send to stage 0); other replicas hold the same weights and take no part. `meta=True` yields meta tensors
+        stages send to stage 0), and with experts every rank of expert-data-parallel replica 0 (each routed expert's
+        shards are gathered over the expert-tensor and expert-parallel groups); other replicas take no part. `meta=True` yields meta tensors
         of the right shapes on the calling rank without any communication.
         """
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
@@ -734,7 +753,12 @@ class MegatronWorker(TrainWorker):
         if self.bridge is not None:
             yield from self._bridge_stream(meta)
             return
-        if not meta and (self.dp_rank != 0 or self.cp_rank != 0):
+        place = self._placement().get("experts")
+        # Dense weights come from data-parallel replica 0; a routed expert's from expert-data-parallel replica 0, whose
+        # expert-parallel group spans ranks of other data-parallel replicas.
+        dense_part = meta or (self.dp_rank == 0 and self.cp_rank == 0)
+        expert_part = meta or (place is not None and ps.get_expert_data_parallel_rank() == 0)
+        if not dense_part and not expert_part:
             return
         local = {} if meta else dict(self._named_params())
         assert self._stage_metas is not None, "weight_metas() runs before a stream"
@@ -742,21 +766,26 @@ class MegatronWorker(TrainWorker):
             for name, shape, dtype in metas:
                 if name == "output_layer.weight" and self.arch.tied:
                     continue  # the embedding carries it
-                count = self._shard_count(name)
+                routed = place is not None and mx.is_expert(name)
+                if not (expert_part if routed else dense_part):
+                    continue
+                count = place.ep_size * place.etp_size if routed else self._shard_count(name)
                 if meta:
                     shards = [torch.empty(shape, dtype=getattr(torch, dtype), device="meta")] * count
-                    yield from self.conversion.megatron_to_hf(name, shards, self.arch)
+                    yield from self._to_hf(name, shards, place if routed else None)
                     continue
                 stacked = None
                 if stage == self.pp_rank:
                     tensor = local[name].detach()
-                    if count > 1:
+                    if routed:
+                        stacked = self._gather_experts(tensor, place)
+                    elif count > 1:
                         parts = [torch.empty_like(tensor) for _ in range(count)]
                         dist.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
                         stacked = torch.stack(parts)
                     else:
                         stacked = tensor.unsqueeze(0)
-                if self.tp_rank != 0:
+                if self.tp_rank != 0 or self.dp_rank != 0 or self.cp_rank != 0:
                     continue
                 if self.pp > 1:
                     group = ps.get_pipeline_model_parallel_group()
@@ -767,7 +796,35 @@ class MegatronWorker(TrainWorker):
                     dist.broadcast(stacked.contiguous(), src=src, group=group)
                 if self.rank == 0:
                     assert stacked is not None  # every rank of the group took part in the broadcast above
-                    yield from self.conversion.megatron_to_hf(name, list(stacked.cpu().unbind(0)), self.arch)
+                    yield from self._to_hf(name, list(stacked.cpu().unbind(0)), place if routed else None)
+
+    def _gather_experts(self, tensor: torch.Tensor, place: mx.Placement) -> torch.Tensor:
+        """A routed expert weight of every expert-parallel rank, each in its expert-tensor-parallel shards:
+        [ep * etp, *shape], expert-parallel rank major."""
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
+        from megatron.core import parallel_state as ps
+
+        stacked = tensor.unsqueeze(0)
+        for size, group in (
+            (place.etp_size, ps.get_expert_tensor_parallel_group()),
+            (place.ep_size, ps.get_expert_model_parallel_group()),
+        ):
+            if size > 1:
+                parts = [torch.empty_like(stacked) for _ in range(size)]
+                dist.all_gather(parts, stacked.contiguous(), group=group)
+                stacked = torch.cat(parts)
+        return stacked
+
+    def _to_hf(self, name: str, shards: list, place: mx.Placement | None) -> Iterator[tuple[str, torch.Tensor]]:
+        """The conversion's HF tensors of one Megatron weight; a routed expert's `shards` hold every expert-parallel
+        rank's copy of it (their local experts), renamed to global expert indices."""
+        if place is None:
+            yield from self.conversion.megatron_to_hf(name, shards, self.arch)
+            return
+        per_rank = self.arch.experts.num_experts // place.ep_size
+        for r in range(place.ep_size):
+            mine = shards[r * place.etp_size : (r + 1) * place.etp_size]
+            yield from self.conversion.megatron_to_hf(mx.global_expert_name(name, r * per_rank), mine, self.arch)
 
     def _bridge_stream(self, meta: bool) -> Iterator[tuple[str, torch.Tensor]]:
         """The Hugging Face weights of a Megatron-Bridge model, in the HF model's own order (metas need no

@@ -14,7 +14,8 @@ clipping. `enable()` redirects exactly those to the CPU for this process:
   draws from it);
 - Megatron's RNG tracker saves and restores that generator's state;
 - the CUDA streams and events Megatron's MoE token dispatchers order their device-to-host copies with become one
-  CPU stand-in stream whose waits and events do nothing (the CPU runs in program order).
+  CPU stand-in stream whose waits and events do nothing (the CPU runs in program order), and the split sizes
+  those copies turn into host arrays become them on the CPU too.
 
 Everything else, Megatron computes as it would on a GPU, with gloo for its collectives. It is meant for
 checking a Megatron job on a laptop or in CI on a tiny model; `enable()` is called by the Megatron worker
@@ -38,6 +39,9 @@ _depth = threading.local()
 class _Event:
     """A CUDA event on the CPU: recorded work is already done."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
     def synchronize(self) -> None:
         pass
 
@@ -52,7 +56,15 @@ class _Event:
 
 
 class _Stream:
-    """The one CPU "stream": work runs in program order, so waiting and recording are no-ops."""
+    """The one CPU "stream": work runs in program order, so waiting and recording are no-ops. A class (code annotates
+    with `torch.cuda.Stream | None`) that makes one instance."""
+
+    _one: _Stream | None = None
+
+    def __new__(cls, *args, **kwargs):
+        if cls._one is None:
+            cls._one = super().__new__(cls)
+        return cls._one
 
     def wait_stream(self, stream) -> None:
         pass
@@ -67,7 +79,12 @@ class _Stream:
         pass
 
 
-_STREAM = _Stream()
+def _host_copy(tensor, as_numpy: bool = False, record_stream: bool = False):
+    """Megatron's device-to-host copy of the MoE dispatchers' split sizes, for tensors already on the host: they
+    still become numpy arrays where asked (the all-to-all takes its split sizes as a sequence of ints)."""
+    if as_numpy and torch.is_tensor(tensor):
+        return tensor.numpy()
+    return tensor
 
 
 def _cpu_device(device):
@@ -119,15 +136,17 @@ def enable() -> None:
     torch.cuda.manual_seed_all = lambda seed: torch.default_generator.manual_seed(int(seed))
     torch.cuda.synchronize = lambda device=None: None
     torch.cuda.empty_cache = lambda: None
-    torch.cuda.Stream = lambda *args, **kwargs: _STREAM
-    torch.cuda.Event = lambda *args, **kwargs: _Event()
-    torch.cuda.current_stream = lambda device=None: _STREAM
-    torch.cuda.default_stream = lambda device=None: _STREAM
+    torch.cuda.Stream = _Stream
+    torch.cuda.Event = _Event
+    torch.cuda.current_stream = lambda device=None: _Stream()
+    torch.cuda.default_stream = lambda device=None: _Stream()
     torch.cuda.stream = lambda stream=None: contextlib.nullcontext()
 
     # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
     from megatron.core.tensor_parallel import random as mrandom
+    from megatron.core.transformer.moe import token_dispatcher
 
+    token_dispatcher.maybe_move_tensor_to_cpu = _host_copy
     mrandom._get_cuda_rng_state = lambda device=-1, clone=False, graph_safe=False: torch.get_rng_state()
     mrandom._set_cuda_rng_state = lambda new_state, device=-1, graph_safe=False: torch.set_rng_state(new_state)
     _mode = _CpuDevices()

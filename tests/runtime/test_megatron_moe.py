@@ -1,14 +1,19 @@
 """Mixture-of-experts models under the megatron strategy: rlc's HF <-> Megatron-Core conversion of Qwen3-MoE and
-Mixtral (runtime/workers/megatron_moe.py, megatron_experts.py).
+Mixtral (runtime/workers/megatron_moe.py, megatron_experts.py), and the Megatron worker training a tiny Qwen3-MoE
+under expert parallelism on the CPU.
 
-Megatron-Core itself is only imported in subprocesses (this file run as a script), so its global parallel state
-never leaks into other tests.
+Megatron-Core itself is only imported in subprocesses (this file run as a script, or the worker's spawned ranks), so
+its global parallel state never leaks into other tests. The worker's GRPO step under expert parallelism (with data and
+pipeline parallelism, both token dispatchers) gives fsdp2's losses, gradient norm and updated Hugging Face weights on
+the same batch; a checkpoint written on one rank resumes on two expert-parallel ranks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -180,6 +185,146 @@ def test_converted_megatron_moe_model_computes_hf_logits(megatron_run):
     assert set(errors) == {*FAMILIES, "qwen3_moe_unnormalized"}
     for name, err in errors.items():
         assert err < 1e-4, (name, errors)
+
+
+# ---- the worker: a GRPO step under expert parallelism ----
+
+
+@pytest.fixture(scope="module")
+def moe_model(tiny_model, tmp_path_factory) -> str:
+    """A tiny Qwen3-MoE (2 layers of 4 experts, top 2) with `rlc:tiny`'s tokenizer and vocabulary."""
+    target = tmp_path_factory.mktemp("qwen3-moe") / "model"
+    shutil.copytree(tiny_model, target)
+    vocab = transformers.AutoConfig.from_pretrained(tiny_model).vocab_size
+    cfg, model = hf_model("qwen3_moe", vocab_size=vocab, hidden_size=32, tie_word_embeddings=False)
+    model.save_pretrained(target)
+    return str(target)
+
+
+def _moe_rank(rank: int, world: int, port: int, q, model_path: str, out: str, mc: dict, ckpt: str, mode: str) -> None:
+    """One GRPO step (mode "step"); a step then a checkpoint (mode "save"); or a fresh worker resuming the
+    checkpoint, then a step (mode "resume"). The step's metrics, layout and old log-probs go on the queue, rank 0's
+    Hugging Face weights after the step (and the weight metas) to `out`."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.batch import shards, totals
+    from rlc.runtime.workers.common import WorkerSettings
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.spec.model import default_model
+    from test_fsdp import _batch_and_noise
+    from test_megatron import ALGORITHM, OPTIMIZER, _old_logprobs
+
+    megatron = {"dist_ckpt_optim_fully_reshardable": True, **mc}
+    policy = {"optimizer_config": OPTIMIZER, "megatron_config": megatron}
+    spec = default_model().to_typed(
+        {"version": 1, "trainer": {"strategy": "megatron", "policy": policy, "algorithm": ALGORITHM}}
+    )
+    settings = WorkerSettings(
+        "policy", model_path, micro_train_batch_size=2, micro_forward_batch_size=3, total_optimizer_steps=4
+    )
+    worker = MegatronWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    layout = worker.layout()
+    batch, noise = _batch_and_noise(transformers.AutoConfig.from_pretrained(model_path).vocab_size)
+    mine = shards(batch, layout["dp_size"])[layout["dp_rank"]]
+    mine_noise = noise.chunk(layout["dp_size"])[layout["dp_rank"]]
+    result: dict = {
+        "layout": layout,
+        "experts": [len(c.decoder.layers[0].mlp.experts.local_experts) for c in worker.chunks],
+    }
+    if mode == "resume":
+        worker.load_checkpoint(ckpt)
+    result["squares"] = worker.forward(mine, sum_pi_squared=True)
+    old = _old_logprobs(worker, mine, world)
+    result["old"] = old
+    result["metrics"] = worker.train_mini_batch(dataclasses.replace(mine, old_logprobs=old + mine_noise), totals(batch))
+    full = worker.full_state_dict()
+    metas = [(m.name, tuple(m.shape)) for m in worker.weight_metas()]
+    if mode == "save":  # then a second step, which a worker resuming the checkpoint must take alike
+        worker.save_checkpoint(ckpt)
+        old = _old_logprobs(worker, mine, world)
+        step = dataclasses.replace(mine, old_logprobs=old + mine_noise)
+        result["second"] = worker.train_mini_batch(step, totals(batch))
+        second = worker.full_state_dict()
+        if rank == 0:
+            torch.save({"weights": second}, out + ".second")
+    if rank == 0:
+        torch.save({"weights": full, "metas": metas}, out)
+    q.put((rank, result))
+    worker.shutdown()
+
+
+def _moe_run(world: int, model_path: str, out: str, mc: dict | None = None, ckpt: str = "", mode: str = "step"):
+    from conftest import run_ranks  # here: this file also runs as a script, where tests/ is not on the path
+
+    return run_ranks(_moe_rank, world, model_path, out, mc or {}, ckpt, mode)
+
+
+EP2 = {"expert_model_parallel_size": 2}
+
+
+@pytest.fixture(scope="module")
+def moe_runs(moe_model, tmp_path_factory):
+    pytest.importorskip("megatron.core")
+    from test_megatron import _run
+
+    d = tmp_path_factory.mktemp("megatron-moe")
+    ckpt = str(d / "ckpt")
+    return {
+        "fsdp": _run(1, moe_model, str(d / "fsdp.pt"), strategy="fsdp2"),
+        "one": _moe_run(1, moe_model, str(d / "one.pt")),
+        # two data-parallel ranks whose experts split in two (tokens cross ranks by all-to-all); then a checkpoint
+        "ep2": _moe_run(2, moe_model, str(d / "ep2.pt"), EP2, ckpt=ckpt, mode="save"),
+        # two stages of two data-parallel ranks, experts split over each stage's two: the all-gather dispatcher
+        "ep2pp2": _moe_run(
+            4,
+            moe_model,
+            str(d / "ep2pp2.pt"),
+            {**EP2, "pipeline_model_parallel_size": 2, "moe_token_dispatcher_type": "allgather"},
+        ),
+        # fresh workers resume the checkpoint (Megatron-Core 0.16 keeps expert and dense optimizer state apart
+        # only under expert parallelism, so a checkpoint resumes on another expert-parallel size only without it)
+        "resume": _moe_run(2, moe_model, str(d / "resume.pt"), EP2, ckpt=ckpt, mode="resume"),
+    }, d
+
+
+@pytest.mark.parametrize("layout", ["one", "ep2", "ep2pp2"])
+def test_moe_step_matches_fsdp2(moe_runs, layout, moe_model):
+    from test_megatron import _assert_same_step
+
+    by_name, d = moe_runs
+    _assert_same_step(by_name["fsdp"], d / "fsdp.pt", by_name[layout], d / f"{layout}.pt", moe_model)
+
+
+def test_experts_are_split_over_the_expert_parallel_ranks(moe_runs):
+    by_name, _ = moe_runs
+    assert [r["experts"] for r in by_name["one"]] == [[4]]
+    assert [r["experts"] for r in by_name["ep2"]] == [[2], [2]]
+    assert [r["layout"]["dp_size"] for r in by_name["ep2pp2"]] == [2] * 4
+    assert [r["experts"] for r in by_name["ep2pp2"]] == [[2]] * 4
+
+
+def test_weight_metas_are_the_hf_moe_model(moe_runs, moe_model):
+    by_name, d = moe_runs
+    hf = transformers.AutoModelForCausalLM.from_pretrained(moe_model).state_dict()
+    want = {k: tuple(v.shape) for k, v in hf.items()}
+    for layout in ("one", "ep2", "ep2pp2"):
+        saved = torch.load(d / f"{layout}.pt")
+        assert dict(saved["metas"]) == want, layout
+        assert saved["weights"].keys() == hf.keys(), layout
+
+
+def test_a_checkpoint_of_expert_parallel_ranks_restores_the_step(moe_runs):
+    by_name, d = moe_runs
+    first, second = [r["metrics"] for r in by_name["ep2"]], [r["second"] for r in by_name["ep2"]]
+    resumed = [r["metrics"] for r in by_name["resume"]]
+    assert second[0]["policy_loss"] != first[0]["policy_loss"]  # the first step moved the weights
+    for key in ("policy_loss", "kl", "entropy", "grad_norm"):
+        for got, want in zip(resumed, second):
+            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-8), key
+    w_second, w_resumed = torch.load(str(d / "ep2.pt") + ".second")["weights"], torch.load(d / "resume.pt")["weights"]
+    assert w_second.keys() == w_resumed.keys()
+    for name in w_second:  # the optimizer state came back too: the step after it moves the weights the same way
+        torch.testing.assert_close(w_resumed[name], w_second[name], rtol=0, atol=1e-6, msg=name)
 
 
 # ---- subprocess side: runs with Megatron-Core imported ----
