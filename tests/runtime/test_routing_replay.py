@@ -374,10 +374,6 @@ def _worker_check(port: int, model_path: str, batch_path: str, dense_path: str) 
     """The policy's Megatron worker on the engine's checkpoint: its log-probs with the engine's routes replayed; then
     with its routers perturbed, the experts it picks replaying and routing anew, in forward passes and a training
     step. Last, a worker of a dense model asked to replay."""
-    # megatron_cpu.enable() (moe branch) makes torch.cuda.Stream a function, which transformers' generation utilities,
-    # imported lazily by the first from_pretrained, then fail to annotate with (`torch.cuda.Stream | None`): imported
-    # first here. Reported to the moe branch; not routing replay's to fix.
-    import transformers.generation.utils  # noqa: F401
     from megatron.core.transformer.moe.router import TopKRouter
     from rlc.core.job import WorkerSettings
     from rlc.runtime.batch import totals
@@ -433,9 +429,7 @@ def _worker_check(port: int, model_path: str, batch_path: str, dense_path: str) 
     replayed = worker.forward(batch)
     same = agree(picked())
     engine_gap = float((replayed - batch.rollout_logprobs)[mask].abs().max())
-    with torch.no_grad():
-        for r in routers:
-            r.weight.add_(torch.randn_like(r.weight))
+    _perturb(worker)
     perturbed = worker.forward(batch)
     perturbed_same = agree(picked())
     anew = worker.forward(dataclasses.replace(batch, routed_experts=None))
@@ -459,7 +453,45 @@ def _worker_check(port: int, model_path: str, batch_path: str, dense_path: str) 
         "anew_gap": float((anew - perturbed)[mask].abs().max()),
         "train_same": train_same,
         "finite": all(v == v for v in metrics.values()),
+        "perturbed": perturbed.tolist(),
     }
+
+
+def _perturb(worker) -> None:
+    """Every router's weights moved by noise seeded with its layer's number: alike whichever rank holds the layer."""
+    with torch.no_grad():
+        for chunk in worker.chunks:
+            for layer in chunk.decoder.layers:
+                weight = layer.mlp.router.weight
+                noise = torch.randn(weight.shape, generator=torch.Generator().manual_seed(100 + layer.layer_number))
+                weight.add_(noise.to(weight.dtype))
+
+
+def _layout_check(port: int, model_path: str, batch_path: str, rank: str, sizes: str) -> dict:
+    """One rank of a worker over several ranks (`sizes`: tensor, pipeline, expert parallel and world sizes), routers
+    perturbed as `_worker_check` perturbs them: its data-parallel shard's log-probs replaying and routing anew."""
+    from rlc.core.job import WorkerSettings
+    from rlc.runtime.batch import shards
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.spec.model import default_model
+
+    tp, pp, ep, world = (int(x) for x in sizes.split(","))
+    batch = torch.load(batch_path, weights_only=False)
+    megatron = {"moe_enable_routing_replay": True, "tensor_model_parallel_size": tp,
+                "pipeline_model_parallel_size": pp, "expert_model_parallel_size": ep}  # fmt: skip
+    spec = default_model().to_typed(
+        {"version": 1, "trainer": {"strategy": "megatron", "policy": {"megatron_config": megatron}}}
+    )
+    settings = WorkerSettings("policy", model_path, strategy="megatron", micro_forward_batch_size=2)
+    worker = MegatronWorker(settings, spec.trainer.policy, spec.trainer.algorithm, int(rank), world)
+    worker.setup("127.0.0.1", port)
+    _perturb(worker)
+    layout = worker.layout()
+    mine = shards(batch, layout["dp_size"])[layout["dp_rank"]]
+    perturbed = worker.forward(mine)
+    anew = worker.forward(dataclasses.replace(mine, routed_experts=None))
+    worker.shutdown()
+    return {**layout, "perturbed": perturbed.tolist(), "anew": anew.tolist()}
 
 
 @pytest.fixture(scope="module")
@@ -473,7 +505,9 @@ def worker_result(engine, prompts, moe_model, tiny_model, tmp_path_factory) -> d
     ]
     path = tmp_path_factory.mktemp("replay") / "batch.pt"
     torch.save(to_batch(rollouts, pad_id=0), path)
-    return _script("worker", moe_model, str(path), tiny_model)
+    result = _script("worker", moe_model, str(path), tiny_model)
+    mask = torch.load(path, weights_only=False).loss_mask.bool()
+    return {**result, "model": moe_model, "batch": str(path), "mask": mask.tolist()}
 
 
 def test_the_workers_routers_replay_the_engines_routes_and_its_log_probs_are_the_engines(worker_result):
@@ -535,6 +569,44 @@ def test_vllm_returns_the_routes_a_plain_forward_chooses(moe_model, prompts):
             assert torch.equal(routes.sort(-1).values, expected.long().sort(-1).values)
 
 
+@pytest.mark.parametrize("sizes", ["1,2,1", "1,1,2"])  # two pipeline stages; experts over two ranks
+def test_replay_over_pipeline_stages_and_expert_parallel_ranks_is_the_single_ranks(sizes, worker_result):
+    """Routers perturbed alike: what two ranks compute replaying the engine's routes is what one rank computes."""
+    results = _ranks(2, "layout", worker_result["model"], worker_result["batch"], sizes=f"{sizes},2")
+    collected = sorted((r for r in results if r["collect"]), key=lambda r: r["dp_rank"])
+    perturbed = torch.cat([torch.tensor(r["perturbed"]) for r in collected])
+    anew = torch.cat([torch.tensor(r["anew"]) for r in collected])
+    single = torch.tensor(worker_result["perturbed"])
+    mask = torch.tensor(worker_result["mask"])
+    assert (perturbed - single)[mask].abs().max() < 1e-5
+    assert (anew - single)[mask].abs().max() > 1e-3  # routing anew would differ: the replay is what agrees
+
+
+def _ranks(world: int, what: str, *args: str, sizes: str) -> list[dict]:
+    """`world` ranks of this file run as a script, each its last line of output as JSON."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, what, str(port), *args, str(rank), sizes],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )  # fmt: skip
+        for rank in range(world)
+    ]
+    outs = [p.communicate(timeout=400) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-3000:] for _, err in outs]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
 def _script(*args: str, env: dict | None = None) -> dict:
     """This file run as a script (`what`, a free port, its arguments): its last line of output, as JSON."""
     import socket
@@ -555,5 +627,5 @@ if __name__ == "__main__":
     import sys
 
     what, port = sys.argv[1], int(sys.argv[2])
-    checks = {"megatron": _megatron_check, "worker": _worker_check, "vllm": _vllm_check}
+    checks = {"megatron": _megatron_check, "worker": _worker_check, "vllm": _vllm_check, "layout": _layout_check}
     print(json.dumps(checks[what](port, *sys.argv[3:])))
