@@ -244,7 +244,7 @@ LONGEST_FIRST = (
     "test_slurm.py",  # ~250 s: batch jobs on a real Slurm of two simulated hosts
     "test_faults.py",  # ~140 s: five runs with a fault injected (docs/faults.md)
     "test_megatron.py",  # ~140 s
-    "test_routing_replay.py",  # ~55 s (~170 s on a busy machine): a vLLM engine, Megatron MoE workers of 1 and 2 ranks
+    "test_routing_replay.py",  # ~70 s (~3 min on a busy machine): a vLLM engine, Megatron MoE workers of 1 and 2 ranks
     "test_megatron_moe.py",  # ~150 s: MoE steps on 1, 2 and 4 ranks
     "test_vllm_run.py",  # ~225 s on a busy machine: the local example's 200 steps with the vllm engine
     "test_vllm_serve.py",  # ~200 s: vLLM's own server started, then a run against it

@@ -45,7 +45,7 @@ def moe_model(tiny_chat_model, tmp_path_factory) -> str:
         moe_intermediate_size=16,
         num_hidden_layers=LAYERS,
         num_attention_heads=2,
-        num_key_value_heads=1,
+        num_key_value_heads=2,  # tensor parallelism over 2 ranks splits them
         head_dim=32,  # a head size vLLM's CPU attention has
         num_experts=EXPERTS,
         num_experts_per_tok=TOP_K,
@@ -569,7 +569,7 @@ def test_vllm_returns_the_routes_a_plain_forward_chooses(moe_model, prompts):
             assert torch.equal(routes.sort(-1).values, expected.long().sort(-1).values)
 
 
-@pytest.mark.parametrize("sizes", ["1,2,1", "1,1,2"])  # two pipeline stages; experts over two ranks
+@pytest.mark.parametrize("sizes", ["2,1,1", "1,2,1", "1,1,2"])  # two tensor-parallel ranks, stages, expert ranks
 def test_replay_over_pipeline_stages_and_expert_parallel_ranks_is_the_single_ranks(sizes, worker_result):
     """Routers perturbed alike: what two ranks compute replaying the engine's routes is what one rank computes."""
     results = _ranks(2, "layout", worker_result["model"], worker_result["batch"], sizes=f"{sizes},2")
