@@ -21,7 +21,11 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 # Model families another module converts: model_type -> that module, which offers this module's functions
 # (layout_from_hf, transformer_config_kwargs, gpt_model_kwargs, layer_spec, hf_to_megatron, megatron_to_hf,
 # tp_split_dim, global_name). The Megatron worker calls them through `conversion_for`, never this module directly.
-FAMILIES: dict[str, str] = {}
+FAMILIES: dict[str, str] = {
+    # Qwen3.5's hybrid text model (Gated DeltaNet + gated attention), alone or as a multimodal checkpoint's text part
+    "qwen3_5": "rlc.runtime.workers.megatron_qwen35",
+    "qwen3_5_text": "rlc.runtime.workers.megatron_qwen35",
+}
 _MOE_ATTRS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
