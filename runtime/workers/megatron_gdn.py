@@ -74,9 +74,10 @@ def delta_rule(q, k, v, g, beta, chunk: int = CHUNK) -> torch.Tensor:
         u = u_free[:, :, c] - w[:, :, c] @ state
         outs.append((q[:, :, c] * G[:, :, c, :, None].exp()) @ state + scores[:, :, c] @ u)
         last = G[:, :, c, -1]
-        state = state * last[..., None, None].exp() + (k[:, :, c] * (last[..., None] - G[:, :, c]).exp()[..., None]).transpose(
-            -1, -2
-        ) @ u
+        state = (
+            state * last[..., None, None].exp()
+            + (k[:, :, c] * (last[..., None] - G[:, :, c]).exp()[..., None]).transpose(-1, -2) @ u
+        )
     return torch.stack(outs, 2).reshape(b, h, n * chunk, dv)[:, :, :s]
 
 
@@ -169,7 +170,7 @@ class GatedDeltaNet(torch.nn.Module):
         # deferred: Megatron-Core, optional (FSDP jobs lack it); the conversion's tensor functions need torch alone
         from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint, sharded_state_dict_default
 
-        own = {}
+        own: dict = {}
         self._save_to_state_dict(own, "", keep_vars=True)
         split = {"conv1d_weight": 0, "A_log": 0, "dt_bias": 0}
         out = make_sharded_tensors_for_checkpoint(own, prefix, split, sharded_offsets)

@@ -26,7 +26,18 @@ from rlc.runtime.workers.megatron_weights import Layout, UnsupportedModel, globa
 MODEL_TYPES = ("qwen3_5", "qwen3_5_text")
 LINEAR, FULL = "linear_attention", "full_attention"
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
-_GDN_SPLIT0 = ("self_attention.in_proj.weight", "self_attention.conv1d_weight", "self_attention.A_log", "self_attention.dt_bias")
+# The worker refuses LoRA with this: rlc's Megatron adapters know the dense layers' fused q/k/v, not the gated
+# attention's [q, gate, k, v] rows nor the DeltaNet's fused input projection.
+NO_LORA = (
+    "LoRA under the megatron strategy does not cover Qwen3.5's hybrid layers (gated attention, Gated DeltaNet); "
+    "train Qwen3.5 with LoRA under fsdp2"
+)
+_GDN_SPLIT0 = (
+    "self_attention.in_proj.weight",
+    "self_attention.conv1d_weight",
+    "self_attention.A_log",
+    "self_attention.dt_bias",
+)
 
 
 @dataclass(frozen=True)
@@ -292,7 +303,15 @@ def hf_to_megatron(
         stages = Stages(layout.num_layers, pp_size)
     hf_state = {_text_name(k): v for k, v in hf_state.items()}
     # the dense conversion gives the embedding, head and final norm (its layers are dropped: rebuilt below)
-    out = _ends(hf_state, layout, tp_rank, tp_size, stages.holds_embedding(pp_rank, vp_stage), stages.holds_head(pp_rank, vp_stage), stages.pp)
+    out = _ends(
+        hf_state,
+        layout,
+        tp_rank,
+        tp_size,
+        stages.holds_embedding(pp_rank, vp_stage),
+        stages.holds_head(pp_rank, vp_stage),
+        stages.pp,
+    )
     shard = dense._shard
     for local, i in enumerate(stages.layers(pp_rank, vp_stage)):
         hf, mg = f"model.layers.{i}.", f"decoder.layers.{local}."
@@ -304,7 +323,8 @@ def hf_to_megatron(
         sa = mg + "self_attention."
         if layout.layer_types[i] == FULL:
             a = hf + "self_attn."
-            qkv = _gated_qkv(*(hf_state[f"{a}{p}_proj.weight"] for p in "qkv"), layout)
+            q, k, v = (hf_state[f"{a}{p}_proj.weight"] for p in "qkv")
+            qkv = _gated_qkv(q, k, v, layout)
             out[sa + "linear_qkv.weight"] = shard(qkv, 0, tp_rank, tp_size)
             out[sa + "q_layernorm.weight"] = hf_state[a + "q_norm.weight"]
             out[sa + "k_layernorm.weight"] = hf_state[a + "k_norm.weight"]

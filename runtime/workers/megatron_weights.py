@@ -115,7 +115,7 @@ def _check_attention(hf_config, model_type: str) -> None:
 
 def conversion_for(hf_config) -> ModuleType:
     """The module converting the config's model family: this one for dense Llama-family models."""
-    return importlib.import_module(FAMILIES.get(getattr(hf_config, "model_type", None), __name__))
+    return importlib.import_module(FAMILIES.get(str(getattr(hf_config, "model_type", None)), __name__))
 
 
 def layer_spec(config, te: bool):

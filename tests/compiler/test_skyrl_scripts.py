@@ -48,9 +48,8 @@ INVALID = {
     # SkyRL's own validate_batch_sizes refuses it too: (4 prompts * 5 samples) // 4 GPUs = 5 is no multiple of 8
     "examples/train/training_backends/run_no_seq_pack.sh": {"RLC-E106"},
     # SkyRL 0.4 features this rlc does not run yet, refused by name
-    # language_model_only under Megatron: rlc's Megatron worker loads dense llama, mistral and qwen2 checkpoints only
-    # (models/run_qwen3.5_0.8b.sh trains the same text model with fsdp and validates)
-    "examples/train/megatron/run_megatron_qwen3.5.sh": {"RLC-E811"},
+    # language_model_only under Megatron with Qwen3.5-MoE (35B-A3B): rlc's Megatron worker converts Qwen3.5's dense
+    # text model (run_megatron_qwen3.5.sh validates), not its routed experts
     "examples/train/megatron/run_megatron_qwen3.5_35b_a3b.sh": {"RLC-E811"},
     # it trains MiMo's MTP head (trainer.mtp.loss_weight 0.5, mtp_loss_topk): the drafting side alone runs
     # (generator.inference_engine.speculative_config reaches vLLM), the heads' training does not

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("megatron.core")
 
 from conftest import run_ranks  # noqa: E402
-from test_fsdp import _batch, _batch_and_noise  # noqa: E402
+from test_fsdp import _batch  # noqa: E402
 from test_megatron import _assert_same_step, _collected, _run  # noqa: E402
 
 LAYERS = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
@@ -122,9 +122,8 @@ def test_round_trip_is_exact(qwen35, tp, pp):
 
 
 def test_multimodal_config_reads_the_text_config(qwen35_multimodal):
-    from transformers import AutoConfig
-
     from rlc.runtime.workers import megatron_weights as mw
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(qwen35_multimodal)
     assert config.model_type == "qwen3_5"
@@ -138,10 +137,9 @@ def test_multimodal_config_reads_the_text_config(qwen35_multimodal):
 
 
 def test_unsupported_configs_are_refused(qwen35):
-    from transformers import AutoConfig
-
     from rlc.runtime.workers import megatron_qwen35 as q35
     from rlc.runtime.workers.megatron_weights import UnsupportedModel
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(qwen35)
     with pytest.raises(UnsupportedModel, match="num_key_value_heads=2 is not divisible by tp_size=4"):
@@ -152,9 +150,8 @@ def test_unsupported_configs_are_refused(qwen35):
 
 
 def test_delta_rule_matches_the_token_by_token_recurrence():
-    from transformers.models.qwen3_5.modeling_qwen3_5 import torch_recurrent_gated_delta_rule
-
     from rlc.runtime.workers.megatron_gdn import _l2norm, delta_rule
+    from transformers.models.qwen3_5.modeling_qwen3_5 import torch_recurrent_gated_delta_rule
 
     g = torch.Generator().manual_seed(0)
     b, s, h, dk, dv = 2, 21, 3, 8, 4
