@@ -12,7 +12,9 @@ clipping. `enable()` redirects exactly those to the CPU for this process:
 - `torch.cuda.current_device`, the CUDA RNG getters/setters and seeding, `synchronize` and
   `empty_cache` act on the CPU (the CPU generator plays the CUDA generator: dropout on CPU tensors
   draws from it);
-- Megatron's RNG tracker saves and restores that generator's state.
+- Megatron's RNG tracker saves and restores that generator's state;
+- the CUDA streams and events Megatron's MoE token dispatchers order their device-to-host copies with become one
+  CPU stand-in stream whose waits and events do nothing (the CPU runs in program order).
 
 Everything else, Megatron computes as it would on a GPU, with gloo for its collectives. It is meant for
 checking a Megatron job on a laptop or in CI on a tiny model; `enable()` is called by the Megatron worker
@@ -31,6 +33,41 @@ _CPU = torch.device("cpu")
 _enabled = False
 _mode: _CpuDevices | None = None
 _depth = threading.local()
+
+
+class _Event:
+    """A CUDA event on the CPU: recorded work is already done."""
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream=None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def record(self, stream=None) -> None:
+        pass
+
+
+class _Stream:
+    """The one CPU "stream": work runs in program order, so waiting and recording are no-ops."""
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def record_event(self, event=None):
+        return event or _Event()
+
+    def synchronize(self) -> None:
+        pass
+
+
+_STREAM = _Stream()
 
 
 def _cpu_device(device):
@@ -82,6 +119,11 @@ def enable() -> None:
     torch.cuda.manual_seed_all = lambda seed: torch.default_generator.manual_seed(int(seed))
     torch.cuda.synchronize = lambda device=None: None
     torch.cuda.empty_cache = lambda: None
+    torch.cuda.Stream = lambda *args, **kwargs: _STREAM
+    torch.cuda.Event = lambda *args, **kwargs: _Event()
+    torch.cuda.current_stream = lambda device=None: _STREAM
+    torch.cuda.default_stream = lambda device=None: _STREAM
+    torch.cuda.stream = lambda stream=None: contextlib.nullcontext()
 
     # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
     from megatron.core.tensor_parallel import random as mrandom

@@ -25,6 +25,8 @@ FAMILIES: dict[str, str] = {
     # Qwen3.5's hybrid text model (Gated DeltaNet + gated attention), alone or as a multimodal checkpoint's text part
     "qwen3_5": "rlc.runtime.workers.megatron_qwen35",
     "qwen3_5_text": "rlc.runtime.workers.megatron_qwen35",
+    "qwen3_moe": "rlc.runtime.workers.megatron_moe",
+    "mixtral": "rlc.runtime.workers.megatron_moe",
 }
 _MOE_ATTRS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
