@@ -36,7 +36,11 @@ _depth = threading.local()
 
 
 class _Event:
-    """A CUDA event on the CPU: recorded work is already done."""
+    """A CUDA event on the CPU: recorded work is already done. A class, as torch.cuda.Event is: code imported later
+    uses it in type annotations (transformers' `torch.cuda.Stream | None`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
 
     def synchronize(self) -> None:
         pass
@@ -52,7 +56,15 @@ class _Event:
 
 
 class _Stream:
-    """The one CPU "stream": work runs in program order, so waiting and recording are no-ops."""
+    """The one CPU "stream": work runs in program order, so waiting and recording are no-ops. Constructing it gives
+    that one stream."""
+
+    _one: _Stream | None = None
+
+    def __new__(cls, *args, **kwargs):
+        if cls._one is None:
+            cls._one = super().__new__(cls)
+        return cls._one
 
     def wait_stream(self, stream) -> None:
         pass
@@ -119,8 +131,8 @@ def enable() -> None:
     torch.cuda.manual_seed_all = lambda seed: torch.default_generator.manual_seed(int(seed))
     torch.cuda.synchronize = lambda device=None: None
     torch.cuda.empty_cache = lambda: None
-    torch.cuda.Stream = lambda *args, **kwargs: _STREAM
-    torch.cuda.Event = lambda *args, **kwargs: _Event()
+    torch.cuda.Stream = _Stream
+    torch.cuda.Event = _Event
     torch.cuda.current_stream = lambda device=None: _STREAM
     torch.cuda.default_stream = lambda device=None: _STREAM
     torch.cuda.stream = lambda stream=None: contextlib.nullcontext()

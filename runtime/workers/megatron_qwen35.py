@@ -16,14 +16,16 @@ Only torch is imported at module level; configs are read by attribute.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from rlc.core.pipeline_stages import Stages
+from rlc.runtime.workers import megatron_experts as mx
 from rlc.runtime.workers import megatron_weights as dense
 from rlc.runtime.workers.megatron_weights import Layout, UnsupportedModel, global_name  # noqa: F401 (a family's API)
 
-MODEL_TYPES = ("qwen3_5", "qwen3_5_text")
+# Qwen3.5 and its MoE variant (every layer's MLP routed experts beside a sigmoid-gated shared expert)
+MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 LINEAR, FULL = "linear_attention", "full_attention"
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 # The worker refuses LoRA with this: rlc's Megatron adapters know the dense layers' fused q/k/v, not the gated
@@ -51,6 +53,10 @@ class HybridLayout(Layout):
     linear_value_dim: int = 0
     conv_kernel: int = 4
     rotary_percent: float = 1.0
+    # Qwen3.5-MoE: the MoE block of every layer (None: a dense MLP), and the routed experts' Megatron weights
+    # megatron_to_hf holds until a layer's set is complete
+    experts: mx.Experts | None = None
+    pending: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def value_heads_per_key(self) -> int:
@@ -92,12 +98,19 @@ def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> Hy
     _, partial = _rope(cfg)
     heads, groups = cfg.num_attention_heads, cfg.num_key_value_heads
     nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    experts = _experts(cfg)
+    ffn = experts.ffn_hidden_size if experts else cfg.intermediate_size
+    if experts and tp_size > 1:
+        # the worker gathers a weight over the tensor group; routed experts split over the expert groups instead
+        raise _unsupported(f"Qwen3.5-MoE converts on one tensor-parallel rank (tp_size={tp_size})")
     for what, n in (
         ("num_attention_heads", heads),
         ("num_key_value_heads", groups),
-        ("intermediate_size", cfg.intermediate_size),
+        ("intermediate_size", None if experts else ffn),
         ("linear_num_key_heads", nk),
     ):
+        if n is None:
+            continue
         if n % tp_size:
             raise _unsupported(f"{what}={n} is not divisible by tp_size={tp_size}")
     if heads % groups or nv % nk:
@@ -109,7 +122,7 @@ def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> Hy
         num_attention_heads=heads,
         num_query_groups=groups,
         head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
-        ffn_hidden_size=cfg.intermediate_size,
+        ffn_hidden_size=ffn,
         vocab_size=vocab,
         padded_vocab_size=-(-vocab // tp_size) * tp_size,
         tied=bool(getattr(hf_config, "tie_word_embeddings", False)),
@@ -121,6 +134,24 @@ def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> Hy
         linear_value_dim=cfg.linear_value_head_dim,
         conv_kernel=getattr(cfg, "linear_conv_kernel_dim", 4),
         rotary_percent=partial,
+        experts=experts,
+    )
+
+
+def _experts(cfg) -> mx.Experts | None:
+    """Qwen3.5-MoE's MoE block: top-k of the routed experts (renormalized), plus a shared expert behind a sigmoid
+    gate; None for the dense model."""
+    n = getattr(cfg, "num_experts", None)
+    if not n:
+        return None
+    if getattr(cfg, "mlp_only_layers", None):
+        raise _unsupported("dense layers among the MoE layers (mlp_only_layers) are not supported")
+    return mx.Experts(
+        num_experts=n,
+        topk=cfg.num_experts_per_tok,
+        ffn_hidden_size=cfg.moe_intermediate_size,
+        shared_ffn_hidden_size=getattr(cfg, "shared_expert_intermediate_size", 0) or 0,
+        shared_gate=True,
     )
 
 
@@ -158,6 +189,9 @@ def transformer_config_kwargs(hf_config) -> dict:
         "linear_value_head_dim": layout.linear_value_dim,
         "linear_num_key_heads": layout.linear_key_heads,
         "linear_num_value_heads": layout.linear_value_heads,
+        # the router: a softmax over the chosen experts' logits, as HF's renormalized top-k probabilities
+        **(mx.config_kwargs(layout.experts, pre_softmax=False) if layout.experts else {}),
+        **({"moe_token_dispatcher_type": "alltoall"} if layout.experts else {}),
     }
 
 
@@ -211,7 +245,12 @@ def layer_spec(config, te: bool):
         raise _unsupported(
             "context parallelism is not supported: the Gated DeltaNet layers carry a state along each whole row"
         )
-    spec = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=True)
+    if config.num_moe_experts:  # Megatron's MoE layer, local experts one after another
+        from rlc.runtime.workers import megatron_moe
+
+        spec = megatron_moe.layer_spec(config, te=False)
+    else:
+        spec = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=True)
     sub = spec.submodules
     sub.input_layernorm = sub.pre_mlp_layernorm = ZeroCenteredRMSNorm
     attn = sub.self_attention
@@ -238,6 +277,8 @@ def tp_split_dim(name: str) -> int | None:
             return None
         if leaf in _GDN_SPLIT0:
             return 0
+        if leaf.startswith("mlp.") and leaf not in ("mlp.linear_fc1.weight", "mlp.linear_fc2.weight"):
+            return mx.tp_split_dim(leaf)  # an MoE block's
         if leaf == "self_attention.out_proj.weight":
             return 1
     return dense.tp_split_dim(name)
@@ -317,9 +358,13 @@ def hf_to_megatron(
         hf, mg = f"model.layers.{i}.", f"decoder.layers.{local}."
         out[mg + "input_layernorm.weight"] = hf_state[hf + "input_layernorm.weight"]
         out[mg + "pre_mlp_layernorm.weight"] = hf_state[hf + "post_attention_layernorm.weight"]
-        gate, up = (shard(hf_state[f"{hf}mlp.{p}_proj.weight"], 0, tp_rank, tp_size) for p in ("gate", "up"))
-        out[mg + "mlp.linear_fc1.weight"] = torch.cat([gate, up])
-        out[mg + "mlp.linear_fc2.weight"] = shard(hf_state[hf + "mlp.down_proj.weight"], 1, tp_rank, tp_size)
+        if layout.experts:
+            block = mx.to_megatron(hf_state, hf + "mlp.", layout.experts, mx.Placement(), tp_rank, tp_size)
+            out.update({mg + k: v for k, v in block.items()})
+        else:
+            gate, up = (shard(hf_state[f"{hf}mlp.{p}_proj.weight"], 0, tp_rank, tp_size) for p in ("gate", "up"))
+            out[mg + "mlp.linear_fc1.weight"] = torch.cat([gate, up])
+            out[mg + "mlp.linear_fc2.weight"] = shard(hf_state[hf + "mlp.down_proj.weight"], 1, tp_rank, tp_size)
         sa = mg + "self_attention."
         if layout.layer_types[i] == FULL:
             a = hf + "self_attn."
@@ -390,6 +435,8 @@ def megatron_to_hf(name: str, shards: list, layout: HybridLayout) -> list[tuple[
     }
     if leaf in simple:
         return [(hf + simple[leaf], whole)]
+    if leaf.startswith("mlp.") and layout.experts:
+        return _moe_to_hf(int(i), leaf, shards, layout)
     if leaf == "mlp.linear_fc1.weight":
         halves = [s.chunk(2) for s in shards]
         gate = torch.cat([h[0] for h in halves]).contiguous()
@@ -411,3 +458,21 @@ def megatron_to_hf(name: str, shards: list, layout: HybridLayout) -> list[tuple[
         q, k, v = _ungroup(whole, _gdn_parts(layout)[:3], nk)
         return [(hf + "linear_attn.conv1d.weight", torch.cat([q, k, v]))]
     raise KeyError(f"not a known Megatron parameter of Qwen3.5: {name!r}")
+
+
+def _moe_to_hf(i: int, leaf: str, shards: list, layout: HybridLayout) -> list[tuple[str, torch.Tensor]]:
+    """An MoE block's weight: the router and shared expert at once; a routed expert's nothing until its layer's
+    last expert for that fc arrives, then HF's fused tensor of all of them."""
+    hf = f"model.layers.{i}.mlp."
+    found = mx.expert_leaf(leaf)
+    if found is None:
+        return mx.to_hf(leaf, shards, hf)
+    assert layout.experts is not None
+    e, fc = found
+    held = layout.pending.setdefault((i, fc), {})
+    held[e] = mx.expert_to_hf(fc, shards)
+    if len(held) < layout.experts.num_experts:
+        return []
+    full = torch.stack([held[k] for k in range(layout.experts.num_experts)])
+    del layout.pending[(i, fc)]
+    return [(hf + ("experts.gate_up_proj" if fc == 1 else "experts.down_proj"), full)]

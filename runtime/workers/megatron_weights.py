@@ -25,6 +25,8 @@ FAMILIES: dict[str, str] = {
     # Qwen3.5's hybrid text model (Gated DeltaNet + gated attention), alone or as a multimodal checkpoint's text part
     "qwen3_5": "rlc.runtime.workers.megatron_qwen35",
     "qwen3_5_text": "rlc.runtime.workers.megatron_qwen35",
+    "qwen3_5_moe": "rlc.runtime.workers.megatron_qwen35",
+    "qwen3_5_moe_text": "rlc.runtime.workers.megatron_qwen35",
     "qwen3_moe": "rlc.runtime.workers.megatron_moe",
     "mixtral": "rlc.runtime.workers.megatron_moe",
 }

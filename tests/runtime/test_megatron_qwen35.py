@@ -250,3 +250,65 @@ def test_weights_go_to_engines_under_the_text_models_names(runs, qwen35):
     metas = by_name["one"][0]["metas"]
     assert len(metas) == len(state)
     assert {n: s for n, s in metas} == {n: tuple(t.shape) for n, t in state.items()}
+
+
+# -- Qwen3.5-MoE: the same hybrid, each layer's MLP routed experts beside a gated shared expert ----------------------
+
+
+def _moe_text(tokenizer) -> dict:
+    text = _text(tokenizer)
+    del text["intermediate_size"]
+    return {
+        **text,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 24,
+    }
+
+
+@pytest.fixture(scope="module")
+def qwen35_moe(tiny_model, tmp_path_factory) -> str:
+    """A multimodal Qwen3.5-MoE checkpoint (model_type qwen3_5_moe) read as its text model."""
+    from transformers import AutoTokenizer, Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=4)
+    config = Qwen3_5MoeConfig(text_config=_moe_text(tokenizer), vision_config=vision, tie_word_embeddings=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        model = Qwen3_5MoeForConditionalGeneration(config)
+        with torch.no_grad():  # transformers leaves the router at zero: every expert would tie
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.gate.weight"):
+                    p.normal_(std=0.5)
+        return _save(model, tokenizer, tmp_path_factory.mktemp("qwen3_5_moe") / "model")
+
+
+def test_moe_round_trip_is_exact(qwen35_moe):
+    from rlc.runtime.workers import megatron_qwen35 as q35
+
+    hf = _hf(qwen35_moe)
+    state = hf.state_dict()
+    layout = q35.layout_from_hf(hf.config)
+    assert layout.experts is not None and layout.experts.shared_gate
+    back = {}
+    for name, t in q35.hf_to_megatron(state, layout).items():
+        back.update(q35.megatron_to_hf(name, [t], layout))
+    assert back.keys() == state.keys()
+    for name in state:
+        assert torch.equal(back[name], state[name]), name
+    with pytest.raises(q35.UnsupportedModel, match="one tensor-parallel rank"):
+        q35.layout_from_hf(hf.config, 2)
+
+
+def test_moe_megatron_logits_are_hf_logits(qwen35_moe):
+    ((kinds, logits),) = run_ranks(_logits_rank, 1, qwen35_moe, True)
+    assert kinds == ["GatedDeltaNet", "SelfAttention", "GatedDeltaNet", "SelfAttention"]
+    hf = _hf(qwen35_moe).eval()
+    batch = _batch(hf.config.vocab_size)
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        want = hf(batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions).logits
+    real = batch.attention_mask.bool()
+    torch.testing.assert_close(logits[real], want[real], rtol=1e-4, atol=1e-4)
