@@ -312,3 +312,25 @@ def test_moe_megatron_logits_are_hf_logits(qwen35_moe):
         want = hf(batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions).logits
     real = batch.attention_mask.bool()
     torch.testing.assert_close(logits[real], want[real], rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def qwen35_moe_text(tiny_model, tmp_path_factory) -> str:
+    """Qwen3.5-MoE's text model alone (model_type qwen3_5_moe_text)."""
+    from transformers import AutoTokenizer, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**_moe_text(tokenizer)))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.gate.weight"):
+                    p.normal_(std=0.5)
+        return _save(model, tokenizer, tmp_path_factory.mktemp("qwen3_5_moe_text") / "model")
+
+
+def test_moe_step_matches_fsdp2(qwen35_moe_text, tmp_path):
+    fsdp = _run(1, qwen35_moe_text, str(tmp_path / "fsdp.pt"), strategy="fsdp2")
+    one = _run(1, qwen35_moe_text, str(tmp_path / "one.pt"))
+    _assert_same_step(fsdp, tmp_path / "fsdp.pt", one, tmp_path / "one.pt", qwen35_moe_text)
