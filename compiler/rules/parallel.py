@@ -352,8 +352,8 @@ def megatron_heads_divide_by_tensor_parallel(c: Context):
 
 
 def qwen3_5_text_config(path: object) -> dict | None:
-    """The text model's config when the model is Qwen3.5's hybrid (a qwen3_5 checkpoint's text_config, or a
-    qwen3_5_text model) and rlc can read its config; None otherwise."""
+    """The text model's config when the model is Qwen3.5's hybrid (a qwen3_5 or qwen3_5_moe checkpoint's text_config,
+    or a qwen3_5_text / qwen3_5_moe_text model) and rlc can read its config; None otherwise."""
     # deferred: model_size's shape tables, only when a model's shape is checked
     from rlc.compiler.model_size import find_config, text_model_config
 
@@ -361,7 +361,7 @@ def qwen3_5_text_config(path: object) -> dict | None:
         return None
     config = find_config(path)[0]
     text = text_model_config(config) if config else None
-    return text if text and text.get("model_type") == "qwen3_5_text" else None
+    return text if text and text.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text") else None
 
 
 _QWEN3_5_KEYS = (
@@ -448,7 +448,7 @@ def megatron_qwen3_5_tensor_parallel(c: Context):
     # rlc's Gated DeltaNet gives each tensor rank whole key-head groups (a key head and the value heads it serves).
     for role, mc, path, text in _qwen3_5_roles(c):
         tp = mc.tensor_model_parallel_size
-        if not _positive_int(tp) or tp == 1:
+        if not _positive_int(tp) or tp == 1 or text.get("num_experts"):  # Qwen3.5-MoE: RLC-E543
             continue
         keys: tuple[str, ...] = (
             "num_attention_heads",
@@ -471,6 +471,39 @@ def megatron_qwen3_5_tensor_parallel(c: Context):
                 tp=tp,
                 **bad,
             )
+
+
+@rule(
+    "RLC-E543",
+    "Megatron: Qwen3.5-MoE runs on one tensor-parallel and one expert-parallel rank (rlc's conversion places all its "
+    "experts on each rank)",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.ref.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.megatron_config.expert_model_parallel_size",
+    "trainer.ref.megatron_config.expert_model_parallel_size",
+    "trainer.policy.megatron_config.expert_tensor_parallel_size",
+    "trainer.ref.megatron_config.expert_tensor_parallel_size",
+    *_QWEN3_5_KEYS,
+)
+def megatron_qwen3_5_moe_one_rank(c: Context):
+    # megatron_qwen35 loads every routed expert whole on each rank and the worker gathers weights over the tensor
+    # group only: splitting Qwen3.5-MoE's experts over tensor or expert ranks is not wired.
+    for role, mc, path, text in _qwen3_5_roles(c):
+        if not text.get("num_experts"):
+            continue
+        for field in ("tensor_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size"):
+            size = getattr(mc, field)
+            if _positive_int(size) and size > 1:
+                yield c.error(
+                    "RLC-E543",
+                    f"trainer.{role}.megatron_config.{field}",
+                    f"{path} is Qwen3.5-MoE: rlc's Megatron conversion of its hybrid layers and routed experts runs on "
+                    f"one tensor-parallel and one expert-parallel rank, not {field} {size}",
+                    f"set {field}: 1 (pipeline and data parallelism split Qwen3.5-MoE), or train it under fsdp2",
+                    [f"trainer.{role}.model.path"],
+                    size=size,
+                )
+                break
 
 
 # -- pipeline stages and layers (model configs rlc can read) --------------------------------------------------
@@ -766,6 +799,7 @@ RULES = (
     megatron_qwen3_5_context_parallel,
     megatron_qwen3_5_lora,
     megatron_qwen3_5_tensor_parallel,
+    megatron_qwen3_5_moe_one_rank,
     megatron_pipeline_divides_layers,
     megatron_experts_divide_by_expert_parallel,
     vllm_pipeline_fits_layers,

@@ -77,9 +77,8 @@ def _lora(key: str) -> Condition:
 
 def _megatron_lm_only(key: str) -> tuple[Condition, ...]:
     """language_model_only: train the text model alone (of a multimodal checkpoint, Qwen3.5's). rlc's Megatron worker
-    converts Qwen3.5's text model (qwen3_5_text) and dense text models, so the setting is refused there only when rlc
-    cannot tell what the text model is (no config.json it can read, nor a tabled hub id) or cannot size it (Qwen3.5-MoE,
-    whose routed experts rlc's Megatron conversion does not cover)."""
+    converts Qwen3.5's and Qwen3.5-MoE's text models and dense text models, so the setting is refused there only when
+    rlc cannot tell what the text model is (no config.json it can read, nor a tabled hub id) or cannot size it."""
     path = f"trainer.{_role(key)}.model.path"
 
     def text_model_unknown(path_value: Any) -> bool:
@@ -96,7 +95,7 @@ def _megatron_lm_only(key: str) -> tuple[Condition, ...]:
         Condition(
             path,
             text_model_unknown,
-            "Qwen/Qwen3.5-35B-A3B",
+            "Qwen/Qwen3-VL-8B-Instruct",
             "Qwen/Qwen3.5-0.8B",
             f"{path} has a text model rlc's Megatron worker cannot convert",
         ),
@@ -250,10 +249,9 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "convert",
         ("trainer.policy.language_model_only", "trainer.ref.language_model_only"),
         when=_megatron_lm_only,
-        why="rlc's Megatron worker converts Qwen3.5's dense text model and dense llama, mistral and qwen2 models, "
-        "and needs the model's config (a local directory, the Hugging Face cache or rlc's table) to know which it "
-        "is; Qwen3.5-MoE's routed experts it does not convert. Strategy fsdp2 trains any multimodal checkpoint's "
-        "text model",
+        why="rlc's Megatron worker converts the text models of Qwen3.5 and Qwen3.5-MoE checkpoints and dense llama, "
+        "mistral and qwen2 models, and needs the model's config (a local directory, the Hugging Face cache or rlc's "
+        "table) to know which it is. Strategy fsdp2 trains any multimodal checkpoint's text model",
     ),
     Unsupported(
         "RLC-E824", "vision-language generation (image and text prompts)", ("generator.vision_language_generator",)

@@ -595,6 +595,17 @@ CASES = {
               tensor_model_parallel_size: 4  # <-
         """,
     ),
+    "RLC-E543": (
+        "trainer.policy.megatron_config.expert_model_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen3.5-35B-A3B}
+            megatron_config:
+              expert_model_parallel_size: 8  # <-
+        """,
+    ),
     "RLC-E512": (
         "trainer.policy.sequence_parallel_size",
         """
