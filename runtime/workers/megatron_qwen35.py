@@ -245,6 +245,9 @@ def layer_spec(config, te: bool):
         raise _unsupported(
             "context parallelism is not supported: the Gated DeltaNet layers carry a state along each whole row"
         )
+    split = {k: getattr(config, k, 1) or 1 for k in ("expert_model_parallel_size", "expert_tensor_parallel_size")}
+    if config.num_moe_experts and max(split.values()) > 1:
+        raise _unsupported(f"Qwen3.5-MoE converts on one expert-parallel rank ({split})")
     if config.num_moe_experts:  # Megatron's MoE layer, local experts one after another
         from rlc.runtime.workers import megatron_moe
 
