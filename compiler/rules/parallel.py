@@ -351,6 +351,161 @@ def megatron_heads_divide_by_tensor_parallel(c: Context):
             )
 
 
+def qwen3_5_text_config(path: object) -> dict | None:
+    """The text model's config when the model is Qwen3.5's hybrid (a qwen3_5 or qwen3_5_moe checkpoint's text_config,
+    or a qwen3_5_text / qwen3_5_moe_text model) and rlc can read its config; None otherwise."""
+    # deferred: model_size's shape tables, only when a model's shape is checked
+    from rlc.compiler.model_size import find_config, text_model_config
+
+    if not isinstance(path, str) or not path:
+        return None
+    config = find_config(path)[0]
+    text = text_model_config(config) if config else None
+    return text if text and text.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text") else None
+
+
+_QWEN3_5_KEYS = (
+    "trainer.policy.model.path",
+    "trainer.ref.model.path",
+    "trainer.strategy",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
+)
+
+
+def _qwen3_5_roles(c: Context):
+    """(role, its Megatron config, model path, text config) of the policy and ref that train Qwen3.5 under Megatron."""
+    if not c.megatron:
+        return
+    for role in ("policy", "ref"):
+        if role == "ref" and not ref_on(c.s):
+            continue
+        cfg = getattr(c.t, role)
+        path = cfg.model.path or c.t.policy.model.path
+        text = qwen3_5_text_config(path)
+        if text is not None:
+            yield role, cfg.megatron_config, path, text
+
+
+@rule(
+    "RLC-E540",
+    "Megatron: Qwen3.5's hybrid text model runs without context parallelism (its Gated DeltaNet layers carry a "
+    "state along whole rows)",
+    "trainer.policy.megatron_config.context_parallel_size",
+    "trainer.ref.megatron_config.context_parallel_size",
+    *_QWEN3_5_KEYS,
+)
+def megatron_qwen3_5_context_parallel(c: Context):
+    # rlc's context parallelism gives each rank chunks of every row; a linear-attention layer's recurrence needs the
+    # state the row's earlier tokens left, which rlc's Gated DeltaNet does not pass between ranks.
+    for role, mc, path, _ in _qwen3_5_roles(c):
+        cp = mc.context_parallel_size
+        if _positive_int(cp) and cp > 1:
+            yield c.error(
+                "RLC-E540",
+                f"trainer.{role}.megatron_config.context_parallel_size",
+                f"{path} is Qwen3.5, whose Gated DeltaNet (linear-attention) layers carry a recurrent state along "
+                f"each whole row; rlc's context parallelism splits rows over {cp} ranks, which those layers cannot "
+                "follow",
+                "set context_parallel_size: 1 (tensor or pipeline parallelism shard Qwen3.5 under megatron)",
+                [f"trainer.{role}.model.path"],
+                cp=cp,
+            )
+
+
+@rule(
+    "RLC-E541",
+    "Megatron: LoRA covers dense models' layers, not Qwen3.5's gated attention and Gated DeltaNet",
+    "trainer.policy.model.lora.rank",
+    *_QWEN3_5_KEYS,
+)
+def megatron_qwen3_5_lora(c: Context):
+    # rlc's Megatron adapters split a fused q/k/v layer as dense models lay it out; Qwen3.5's gated attention adds
+    # gate rows and its DeltaNet layers fuse other projections, so the worker refuses LoRA on it.
+    for role, _, path, _ in _qwen3_5_roles(c):
+        rank = c.t.policy.model.lora.rank
+        if role == "policy" and _positive_int(rank):
+            yield c.error(
+                "RLC-E541",
+                "trainer.policy.model.lora.rank",
+                f"{path} is Qwen3.5: rlc's Megatron LoRA adapts dense attention and MLP layers, not Qwen3.5's gated "
+                "attention (its q_proj also gives the output gate) nor its Gated DeltaNet projections",
+                "train Qwen3.5 with LoRA under trainer.strategy: fsdp2, or set trainer.policy.model.lora.rank: 0",
+                ["trainer.strategy"],
+                rank=rank,
+            )
+
+
+@rule(
+    "RLC-E542",
+    "Megatron: tensor_model_parallel_size divides Qwen3.5's attention and key-value heads, linear-attention key "
+    "heads and MLP width (readable model configs)",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.ref.megatron_config.tensor_model_parallel_size",
+    *_QWEN3_5_KEYS,
+)
+def megatron_qwen3_5_tensor_parallel(c: Context):
+    # rlc's Gated DeltaNet gives each tensor rank whole key-head groups (a key head and the value heads it serves).
+    for role, mc, path, text in _qwen3_5_roles(c):
+        tp = mc.tensor_model_parallel_size
+        if not _positive_int(tp) or tp == 1 or text.get("num_experts"):  # Qwen3.5-MoE: RLC-E543
+            continue
+        keys: tuple[str, ...] = (
+            "num_attention_heads",
+            "num_key_value_heads",
+            "linear_num_key_heads",
+            "intermediate_size",
+        )
+        if (local_model_config(path) or {}).get("num_attention_heads"):  # a text model's: RLC-E506 reads the rest
+            keys = ("linear_num_key_heads",)
+        bad = {k: text[k] for k in keys if _positive_int(text.get(k)) and text[k] % tp}
+        if bad:
+            what = ", ".join(f"{k}={v}" for k, v in bad.items())
+            yield c.error(
+                "RLC-E542",
+                f"trainer.{role}.megatron_config.tensor_model_parallel_size",
+                f"{path} (Qwen3.5) has {what}, not divisible by tensor_model_parallel_size {tp}: each tensor rank "
+                "takes whole heads and whole linear-attention key-head groups",
+                "use a tensor_model_parallel_size that divides them",
+                [f"trainer.{role}.model.path"],
+                tp=tp,
+                **bad,
+            )
+
+
+@rule(
+    "RLC-E543",
+    "Megatron: Qwen3.5-MoE runs on one tensor-parallel and one expert-parallel rank (rlc's conversion places all its "
+    "experts on each rank)",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.ref.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.megatron_config.expert_model_parallel_size",
+    "trainer.ref.megatron_config.expert_model_parallel_size",
+    "trainer.policy.megatron_config.expert_tensor_parallel_size",
+    "trainer.ref.megatron_config.expert_tensor_parallel_size",
+    *_QWEN3_5_KEYS,
+)
+def megatron_qwen3_5_moe_one_rank(c: Context):
+    # megatron_qwen35 loads every routed expert whole on each rank and the worker gathers weights over the tensor
+    # group only: splitting Qwen3.5-MoE's experts over tensor or expert ranks is not wired.
+    for role, mc, path, text in _qwen3_5_roles(c):
+        if not text.get("num_experts"):
+            continue
+        for field in ("tensor_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size"):
+            size = getattr(mc, field)
+            if _positive_int(size) and size > 1:
+                yield c.error(
+                    "RLC-E543",
+                    f"trainer.{role}.megatron_config.{field}",
+                    f"{path} is Qwen3.5-MoE: rlc's Megatron conversion of its hybrid layers and routed experts runs on "
+                    f"one tensor-parallel and one expert-parallel rank, not {field} {size}",
+                    f"set {field}: 1 (pipeline and data parallelism split Qwen3.5-MoE), or train it under fsdp2",
+                    [f"trainer.{role}.model.path"],
+                    size=size,
+                )
+                break
+
+
 # -- pipeline stages and layers (model configs rlc can read) --------------------------------------------------
 
 
@@ -641,6 +796,10 @@ RULES = (
     fsdp_size_divides_world,
     sequence_parallel_divides_heads,
     megatron_heads_divide_by_tensor_parallel,
+    megatron_qwen3_5_context_parallel,
+    megatron_qwen3_5_lora,
+    megatron_qwen3_5_tensor_parallel,
+    megatron_qwen3_5_moe_one_rank,
     megatron_pipeline_divides_layers,
     megatron_experts_divide_by_expert_parallel,
     vllm_pipeline_fits_layers,

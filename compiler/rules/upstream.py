@@ -76,22 +76,29 @@ def _lora(key: str) -> Condition:
 
 
 def _megatron_lm_only(key: str) -> tuple[Condition, ...]:
-    """language_model_only loads the text model of a multimodal checkpoint (Qwen3.5's). rlc's FSDP2 worker and its
-    engines do (the hf engine loads it, vLLM gets its engine argument of that name); its Megatron worker loads dense
-    llama, mistral and qwen2 checkpoints only, so the setting is refused there -- unless the model is a text model
-    rlc knows (its table, config.json), whose language model is all of it."""
+    """language_model_only: train the text model alone (of a multimodal checkpoint, Qwen3.5's). rlc's Megatron worker
+    converts Qwen3.5's and Qwen3.5-MoE's text models and dense text models, so the setting is refused there only when
+    rlc cannot tell what the text model is (no config.json it can read, nor a tabled hub id) or cannot size it."""
     path = f"trainer.{_role(key)}.model.path"
 
-    def multimodal_or_unknown(path_value: Any) -> bool:
+    def text_model_unknown(path_value: Any) -> bool:
         # deferred: model_size's shape tables, only when a model's shape is checked
         from rlc.compiler.model_size import KNOWN_TYPES, model_info
 
-        shape = model_info(path_value, None).shape if isinstance(path_value, str) and path_value else None
+        if not isinstance(path_value, str) or not path_value:
+            return True
+        shape = model_info(path_value, None, language_model_only=True).shape
         return shape is None or shape.model_type not in KNOWN_TYPES
 
-    text_model = "Qwen/Qwen2.5-1.5B-Instruct"
     return _megatron(
-        key, Condition(path, multimodal_or_unknown, "Qwen/Qwen3.5-0.8B", text_model, f"{path} is multimodal")
+        key,
+        Condition(
+            path,
+            text_model_unknown,
+            "Qwen/Qwen3-VL-8B-Instruct",
+            "Qwen/Qwen3.5-0.8B",
+            f"{path} has a text model rlc's Megatron worker cannot convert",
+        ),
     )
 
 
@@ -237,11 +244,13 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E811",
-        "the text model of a multimodal checkpoint (Qwen3.5) under Megatron",
+        "language_model_only (the text model alone) under Megatron for a model whose text model rlc cannot read or "
+        "convert",
         ("trainer.policy.language_model_only", "trainer.ref.language_model_only"),
         when=_megatron_lm_only,
-        why="rlc's Megatron worker loads dense llama, mistral and qwen2 checkpoints only, and strategy fsdp2 trains "
-        "a multimodal checkpoint's text model",
+        why="rlc's Megatron worker converts the text models of Qwen3.5 and Qwen3.5-MoE checkpoints and dense llama, "
+        "mistral and qwen2 models, and needs the model's config (a local directory, the Hugging Face cache or rlc's "
+        "table) to know which it is. Strategy fsdp2 trains any multimodal checkpoint's text model",
     ),
     Unsupported(
         "RLC-E824", "vision-language generation (image and text prompts)", ("generator.vision_language_generator",)

@@ -303,6 +303,8 @@ class MegatronWorker(TrainWorker):
                     "LoRA under the megatron strategy needs a model rlc's conversion covers "
                     "(Llama, Qwen2, Mistral); this one goes through Megatron-Bridge"
                 )
+            if getattr(self.conversion, "NO_LORA", None):  # a family whose layers rlc's adapters do not fit
+                raise RuntimeError(self.conversion.NO_LORA)
             for chunk in self.chunks:
                 add_adapters(chunk, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
             self.lora = True
@@ -371,9 +373,10 @@ class MegatronWorker(TrainWorker):
         spec = self.conversion.layer_spec(config, te)
         # Rows are padded: a plain `causal` layer ignores the mask given to it (TransformerEngine's attention, and
         # Megatron's fused upper-triangle softmax), so padding must be masked as well.
-        spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
+        layer = spec.layer_specs[0] if hasattr(spec, "layer_specs") else spec  # a block's layers share one spec
+        layer.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.padding_causal
         if self.cp > 1:  # rlc's context-parallel attention, with TransformerEngine's linear layers or without
-            spec.submodules.self_attention.submodules.core_attention = context_parallel_attention_class()
+            layer.submodules.self_attention.submodules.core_attention = context_parallel_attention_class()
         kwargs = self._gpt_kwargs()
         self.chunks = [
             GPTModel(

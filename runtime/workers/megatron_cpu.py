@@ -37,7 +37,8 @@ _depth = threading.local()
 
 
 class _Event:
-    """A CUDA event on the CPU: recorded work is already done."""
+    """A CUDA event on the CPU: recorded work is already done. A class, as torch.cuda.Event is: code imported later
+    uses it in type annotations (transformers' `torch.cuda.Stream | None`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         pass
@@ -56,8 +57,8 @@ class _Event:
 
 
 class _Stream:
-    """The one CPU "stream": work runs in program order, so waiting and recording are no-ops. A class (code annotates
-    with `torch.cuda.Stream | None`) that makes one instance."""
+    """The one CPU "stream": work runs in program order, so waiting and recording are no-ops. Constructing it gives
+    that one stream."""
 
     _one: _Stream | None = None
 

@@ -22,6 +22,11 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 # (layout_from_hf, transformer_config_kwargs, gpt_model_kwargs, layer_spec, hf_to_megatron, megatron_to_hf,
 # tp_split_dim, global_name). The Megatron worker calls them through `conversion_for`, never this module directly.
 FAMILIES: dict[str, str] = {
+    # Qwen3.5's hybrid text model (Gated DeltaNet + gated attention), alone or as a multimodal checkpoint's text part
+    "qwen3_5": "rlc.runtime.workers.megatron_qwen35",
+    "qwen3_5_text": "rlc.runtime.workers.megatron_qwen35",
+    "qwen3_5_moe": "rlc.runtime.workers.megatron_qwen35",
+    "qwen3_5_moe_text": "rlc.runtime.workers.megatron_qwen35",
     "qwen3_moe": "rlc.runtime.workers.megatron_moe",
     "mixtral": "rlc.runtime.workers.megatron_moe",
 }
@@ -114,7 +119,7 @@ def _check_attention(hf_config, model_type: str) -> None:
 
 def conversion_for(hf_config) -> ModuleType:
     """The module converting the config's model family: this one for dense Llama-family models."""
-    return importlib.import_module(FAMILIES.get(getattr(hf_config, "model_type", None), __name__))
+    return importlib.import_module(FAMILIES.get(str(getattr(hf_config, "model_type", None)), __name__))
 
 
 def layer_spec(config, te: bool):

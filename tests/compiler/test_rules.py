@@ -613,6 +613,51 @@ CASES = {
               tensor_model_parallel_size: 4  # <-
         """,
     ),
+    "RLC-E540": (
+        "trainer.policy.megatron_config.context_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen3.5-0.8B}
+            megatron_config:
+              context_parallel_size: 2  # <-
+        """,
+    ),
+    "RLC-E541": (
+        "trainer.policy.model.lora.rank",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model:
+              path: Qwen/Qwen3.5-0.8B
+              lora:
+                rank: 8  # <-
+        """,
+    ),
+    "RLC-E542": (
+        "trainer.policy.megatron_config.tensor_model_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen3.5-0.8B}
+            megatron_config:
+              tensor_model_parallel_size: 4  # <-
+        """,
+    ),
+    "RLC-E543": (
+        "trainer.policy.megatron_config.expert_model_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model: {path: Qwen/Qwen3.5-35B-A3B}
+            megatron_config:
+              expert_model_parallel_size: 8  # <-
+        """,
+    ),
     "RLC-E512": (
         "trainer.policy.sequence_parallel_size",
         """

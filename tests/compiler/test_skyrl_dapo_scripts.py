@@ -17,20 +17,26 @@ SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.sh"))
 DAPO = "examples/train/algorithms/dapo"
 DELTA = "examples/train/delta_weight_sync/run_dapo_qwen3.5_35b_a3b_delta.sh"
 ENV = {DELTA: {"SYNC_DIR": "gs://bucket/run", "RUN_ID": "20260101_000000"}}
-# language_model_only (the text model of Qwen3.5 / 3.6) under Megatron: rlc's Megatron worker loads dense llama,
-# mistral and qwen2 checkpoints only (under fsdp2 rlc runs it)
-MULTIMODAL = {"RLC-E811"}
+# Qwen3.5 / 3.6-MoE (35B-A3B) under Megatron over several tensor / expert ranks: rlc's Megatron conversion runs it on
+# one tensor and expert rank only (under fsdp2 rlc runs it)
+QWEN3_5_MOE_SPLIT = {"RLC-E543"}
+# Qwen3.6-27B (Qwen3.5's dense hybrid) converts under Megatron, but rlc's Megatron LoRA does not cover its layers
+QWEN3_5_LORA = {"RLC-E541"}
+# language_model_only under Megatron for a checkpoint rlc cannot read (a third party's INT4 Qwen3.6-35B-A3B)
+UNKNOWN_TEXT_MODEL = {"RLC-E811"}
 # Imported, then judged invalid by `rlc validate`, with the codes it gives: inference and Megatron features that
-# issues of their own add (text-only Qwen3.5 under Megatron, MTP, QAT), none DAPO's. Routing replay
+# issues of their own add (Qwen3.5-MoE and LoRA on Qwen3.5 under Megatron, MTP, QAT), none DAPO's. Routing replay
 # (router_replay/run_dapo_moonlight_16b_a3b.sh) validates: Moonlight's family is known at start-up (Megatron-Bridge).
 INVALID = {
-    DELTA: MULTIMODAL,
-    "examples/train/megatron/run_megatron_dapo_qwen3.5_35b_a3b.sh": MULTIMODAL,
-    "examples/train/megatron/run_megatron_dapo_qwen3.6_27b_lora.sh": MULTIMODAL,
+    DELTA: QWEN3_5_MOE_SPLIT,
+    "examples/train/megatron/run_megatron_dapo_qwen3.5_35b_a3b.sh": QWEN3_5_MOE_SPLIT,
+    "examples/train/megatron/run_megatron_dapo_qwen3.6_27b_lora.sh": QWEN3_5_LORA,
     # REMOVE_MICROBATCH_PADDING is read from the environment and never set: --env gives it
-    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh": MULTIMODAL | {"RLC-E016"},
+    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh": QWEN3_5_MOE_SPLIT
+    | QWEN3_5_LORA
+    | {"RLC-E016"},
     # fake-INT4 QAT, unmerged Megatron LoRA, the fused LM-head log-probs
-    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": MULTIMODAL
+    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": UNKNOWN_TEXT_MODEL
     | {"RLC-E803", "RLC-E808", "RLC-E817"},
     "examples/train/spec_decode/run_megatron_dapo_mimo_7b_rl_specdecode.sh": {"RLC-E809"},  # MTP training
     "examples/train/spec_decode/run_megatron_dapo_qwen3.5_9b_specdecode.sh": {"RLC-E809"},

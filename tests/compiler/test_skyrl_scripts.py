@@ -48,10 +48,9 @@ INVALID = {
     # SkyRL's own validate_batch_sizes refuses it too: (4 prompts * 5 samples) // 4 GPUs = 5 is no multiple of 8
     "examples/train/training_backends/run_no_seq_pack.sh": {"RLC-E106"},
     # SkyRL 0.4 features this rlc does not run yet, refused by name
-    # language_model_only under Megatron: rlc's Megatron worker loads dense llama, mistral and qwen2 checkpoints only
-    # (models/run_qwen3.5_0.8b.sh trains the same text model with fsdp and validates)
-    "examples/train/megatron/run_megatron_qwen3.5.sh": {"RLC-E811"},
-    "examples/train/megatron/run_megatron_qwen3.5_35b_a3b.sh": {"RLC-E811"},
+    # Qwen3.5-MoE (35B-A3B) under Megatron over 2 tensor ranks and 8 expert ranks: rlc's Megatron conversion runs it
+    # on one tensor and expert rank only (run_megatron_qwen3.5.sh, the dense model, validates)
+    "examples/train/megatron/run_megatron_qwen3.5_35b_a3b.sh": {"RLC-E543"},
     # it trains MiMo's MTP head (trainer.mtp.loss_weight 0.5, mtp_loss_topk): the drafting side alone runs
     # (generator.inference_engine.speculative_config reaches vLLM), the heads' training does not
     "examples/train/spec_decode/run_search_megatron_mimo_7b_specdecode.sh": {"RLC-E809"},

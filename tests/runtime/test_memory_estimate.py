@@ -409,3 +409,20 @@ def test_the_logits_term_is_the_scorers_measured_peak(monkeypatch):
     )
     assert abs(inplace - estimate) <= 0.15 * inplace, (inplace, estimate)
     assert copied - inplace >= 0.8 * tokens * vocab * 2  # the logits' own size: the check can fail
+
+
+@pytest.mark.parametrize("hub_id", ["Qwen/Qwen3.5-0.8B", "Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-35B-A3B"])
+def test_tabled_qwen3_5_hub_ids_size_their_text_model(hub_id):
+    """The table's Qwen3.5 / 3.6 entries are multimodal configs: unknown as a whole, and under language_model_only
+    the text model transformers builds from them, exactly (0.8B: about 0.75B without its vision tower)."""
+    assert model_info(hub_id).shape is None
+    info = model_info(hub_id, None, language_model_only=True)
+    entry = TABLE[hub_id]
+    assert info.source == "table" and info.shape.model_type == entry["text_config"]["model_type"]
+    text = {k: v for k, v in entry["text_config"].items() if k != "model_type"}
+    composite = transformers.AutoConfig.for_model(
+        entry["model_type"], text_config=text, tie_word_embeddings=entry["tie_word_embeddings"]
+    )
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(composite)
+    assert info.shape.params == _count(model)

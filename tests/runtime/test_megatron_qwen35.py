@@ -1,0 +1,336 @@
+"""Qwen3.5's text model under the megatron strategy (rlc's conversion `megatron_qwen35`, its Gated DeltaNet module
+`megatron_gdn`), on the CPU through `megatron_cpu`.
+
+The checkpoints are tiny random Qwen3.5 models built here: four decoder layers alternating linear attention
+(Gated DeltaNet) and gated full attention with partial RoPE, saved as a text model (`Qwen3_5ForCausalLM`) and as a
+multimodal one (`Qwen3_5ForConditionalGeneration`, a one-block vision tower beside the same text model), each read
+as its text model alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("megatron.core")
+
+from conftest import run_ranks  # noqa: E402
+from test_fsdp import _batch  # noqa: E402
+from test_megatron import _assert_same_step, _collected, _run  # noqa: E402
+
+LAYERS = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+
+
+def _text(tokenizer) -> dict:
+    return dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=len(LAYERS),
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        layer_types=LAYERS,
+        max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=False,
+    )
+
+
+def _save(model, tokenizer, path) -> str:
+    # Random init leaves the zero-centred norms at 0 and the DeltaNet's norm at 1: move every norm off its start,
+    # so a conversion that mixes the conventions up shows.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def qwen35(tiny_model, tmp_path_factory) -> str:
+    """The text model alone (model_type qwen3_5_text)."""
+    from transformers import AutoTokenizer, Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**_text(tokenizer)))
+        return _save(model, tokenizer, tmp_path_factory.mktemp("qwen3_5_text") / "model")
+
+
+@pytest.fixture(scope="module")
+def qwen35_multimodal(tiny_model, tmp_path_factory) -> str:
+    """A multimodal checkpoint (model_type qwen3_5): its text model is what language_model_only trains."""
+    from transformers import AutoTokenizer, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=4)
+    config = Qwen3_5Config(text_config=_text(tokenizer), vision_config=vision, tie_word_embeddings=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        model = Qwen3_5ForConditionalGeneration(config)
+        return _save(model, tokenizer, tmp_path_factory.mktemp("qwen3_5") / "model")
+
+
+def _hf(path: str):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+
+# -- the conversion and the delta rule, in torch alone ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_round_trip_is_exact(qwen35, tp, pp):
+    from rlc.runtime.workers import megatron_qwen35 as q35
+    from rlc.runtime.workers.megatron_weights import global_name
+
+    hf = _hf(qwen35)
+    state = hf.state_dict()
+    layout = q35.layout_from_hf(hf.config, tp)
+    shards: dict[str, list] = {}
+    for pp_rank in range(pp):
+        offset = (layout.num_layers // pp) * pp_rank
+        for tp_rank in range(tp):
+            part = q35.hf_to_megatron(state, layout, tp_rank, tp, pp_rank, pp)
+            for name, t in part.items():
+                shards.setdefault(global_name(name, offset), []).append(t)
+    back = {}
+    for name, parts in shards.items():
+        parts = parts if q35.tp_split_dim(name) is not None else parts[:1]
+        back.update(q35.megatron_to_hf(name, parts, layout))
+    assert back.keys() == state.keys()
+    for name in state:
+        assert torch.equal(back[name], state[name]), name
+    # a linear-attention layer's parameters are split by key-head groups: each rank holds whole heads
+    if tp == 2:
+        a = q35.hf_to_megatron(state, layout, 0, 2)["decoder.layers.0.self_attention.A_log"]
+        assert torch.equal(a, state["model.layers.0.linear_attn.A_log"][:2])
+
+
+def test_multimodal_config_reads_the_text_config(qwen35_multimodal):
+    from rlc.runtime.workers import megatron_weights as mw
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(qwen35_multimodal)
+    assert config.model_type == "qwen3_5"
+    conversion = mw.conversion_for(config)
+    layout = conversion.layout_from_hf(config, 2)
+    assert (layout.num_layers, layout.hidden_size, layout.layer_types) == (4, 32, tuple(LAYERS))
+    assert layout.rotary_percent == 0.25  # Qwen3.5's partial RoPE
+    kwargs = conversion.transformer_config_kwargs(config)
+    assert kwargs["linear_attention_freq"] == [1, 0, 1, 0]
+    assert kwargs["attention_output_gate"] and kwargs["qk_layernorm"]
+
+
+def test_unsupported_configs_are_refused(qwen35):
+    from rlc.runtime.workers import megatron_qwen35 as q35
+    from rlc.runtime.workers.megatron_weights import UnsupportedModel
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(qwen35)
+    with pytest.raises(UnsupportedModel, match="num_key_value_heads=2 is not divisible by tp_size=4"):
+        q35.layout_from_hf(config, 4)
+    config.hidden_act = "gelu"
+    with pytest.raises(UnsupportedModel, match="hidden_act"):
+        q35.layout_from_hf(config)
+
+
+def test_delta_rule_matches_the_token_by_token_recurrence():
+    from rlc.runtime.workers.megatron_gdn import _l2norm, delta_rule
+    from transformers.models.qwen3_5.modeling_qwen3_5 import torch_recurrent_gated_delta_rule
+
+    g = torch.Generator().manual_seed(0)
+    b, s, h, dk, dv = 2, 21, 3, 8, 4
+    q, k = (torch.randn(b, s, h, dk, generator=g) for _ in range(2))
+    v = torch.randn(b, s, h, dv, generator=g)
+    decay = -torch.rand(b, s, h, generator=g)
+    beta = torch.rand(b, s, h, generator=g)
+    want, _ = torch_recurrent_gated_delta_rule(q, k, v, decay, beta, use_qk_l2norm_in_kernel=True)
+    heads = [_l2norm(q).transpose(1, 2) * dk**-0.5, _l2norm(k).transpose(1, 2), v.transpose(1, 2)]
+    for chunk in (4, 8, 64):  # several chunks with a partial last one, and one chunk
+        got = delta_rule(*heads, decay.transpose(1, 2), beta.transpose(1, 2), chunk=chunk).transpose(1, 2)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+# -- the Megatron worker ----------------------------------------------------------------------------------------------
+
+
+def _logits_rank(rank: int, world: int, port: int, q, model_path: str, text_only: bool) -> None:
+    """One rank: the worker's model's logits of the test batch (left-padded prompts, padded responses)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.workers.common import WorkerSettings
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.spec.model import default_model
+
+    policy = {"language_model_only": text_only}
+    spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "policy": policy}})
+    worker = MegatronWorker(WorkerSettings("policy", model_path), spec.trainer.policy, spec.trainer.algorithm, 0, 1)
+    worker.setup("127.0.0.1", port)
+    kinds = [type(layer.self_attention).__name__ for layer in worker.chunks[0].decoder.layers]
+    batch = _batch(worker.arch.vocab_size)
+    with torch.no_grad(), worker._device():
+        worker.models[0].eval()
+        ids, positions, mask = worker._inputs(batch)
+        logits = worker.models[0](ids, positions, mask)[..., : worker.arch.vocab_size]
+    q.put((rank, (kinds, logits.float())))
+    worker.shutdown()
+
+
+def test_megatron_logits_are_hf_logits(qwen35_multimodal):
+    """The multimodal checkpoint's text model (the text model alone: its log-probs are fsdp2's in the steps below)."""
+    path = qwen35_multimodal
+    ((kinds, logits),) = run_ranks(_logits_rank, 1, path, True)
+    assert kinds == ["GatedDeltaNet", "SelfAttention", "GatedDeltaNet", "SelfAttention"]
+    hf = _hf(path).eval()
+    batch = _batch(hf.config.vocab_size)
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        want = hf(batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions).logits
+    real = batch.attention_mask.bool()
+    torch.testing.assert_close(logits[real], want[real], rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def runs(qwen35, tmp_path_factory):
+    d = tmp_path_factory.mktemp("megatron_qwen35")
+    ckpt = str(d / "ckpt")
+    return {
+        "fsdp": _run(1, qwen35, str(d / "fsdp.pt"), strategy="fsdp2"),
+        "one": _run(1, qwen35, str(d / "one.pt"), ckpt=ckpt, mode="save"),
+        "tp2": _run(2, qwen35, str(d / "tp2.pt"), tp=2),
+        "pp2": _run(2, qwen35, str(d / "pp2.pt"), pp=2),
+        # a fresh worker under tp=2 resumes the one-rank checkpoint: the DeltaNet's shards reshard
+        "tp2resume": _run(2, qwen35, str(d / "tp2resume.pt"), tp=2, ckpt=ckpt, mode="resume"),
+    }, d
+
+
+@pytest.mark.parametrize("layout", ["one", "tp2", "pp2"])
+def test_megatron_step_matches_fsdp2(runs, layout, qwen35):
+    by_name, d = runs
+    _assert_same_step(by_name["fsdp"], d / "fsdp.pt", by_name[layout], d / f"{layout}.pt", qwen35)
+
+
+def test_checkpoint_restores_the_step(runs):
+    by_name, d = runs
+    one = by_name["one"][0]
+    assert one["second"]["policy_loss"] != one["metrics"]["policy_loss"]
+    for key in ("policy_loss", "kl", "entropy", "grad_norm"):
+        assert one["again"][key] == pytest.approx(one["second"][key], rel=1e-6, abs=1e-8), key
+    second = torch.load(str(d / "one.pt") + ".second")["weights"]
+    again = torch.load(str(d / "one.pt") + ".again")["weights"]
+    for name in second:
+        torch.testing.assert_close(again[name], second[name], rtol=0, atol=1e-6, msg=name)
+    # under another tensor-parallel size
+    resumed = _collected(by_name["tp2resume"])[0]["second"]
+    for key in ("policy_loss", "kl", "entropy"):
+        assert resumed[key] == pytest.approx(one["second"][key], rel=1e-4, abs=1e-6), key
+    w = torch.load(d / "tp2resume.pt")["weights"]
+    for name in second:
+        torch.testing.assert_close(w[name], second[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_weights_go_to_engines_under_the_text_models_names(runs, qwen35):
+    """What the engines load (hf engine: the text model; vLLM: its Qwen3_5ForCausalLM) by name and shape."""
+    by_name, _ = runs
+    state = _hf(qwen35).state_dict()
+    metas = by_name["one"][0]["metas"]
+    assert len(metas) == len(state)
+    assert {n: s for n, s in metas} == {n: tuple(t.shape) for n, t in state.items()}
+
+
+# -- Qwen3.5-MoE: the same hybrid, each layer's MLP routed experts beside a gated shared expert ----------------------
+
+
+def _moe_text(tokenizer) -> dict:
+    text = _text(tokenizer)
+    del text["intermediate_size"]
+    return {
+        **text,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 24,
+    }
+
+
+@pytest.fixture(scope="module")
+def qwen35_moe(tiny_model, tmp_path_factory) -> str:
+    """A multimodal Qwen3.5-MoE checkpoint (model_type qwen3_5_moe) read as its text model."""
+    from transformers import AutoTokenizer, Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=4)
+    config = Qwen3_5MoeConfig(text_config=_moe_text(tokenizer), vision_config=vision, tie_word_embeddings=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        model = Qwen3_5MoeForConditionalGeneration(config)
+        with torch.no_grad():  # transformers leaves the router at zero: every expert would tie
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.gate.weight"):
+                    p.normal_(std=0.5)
+        return _save(model, tokenizer, tmp_path_factory.mktemp("qwen3_5_moe") / "model")
+
+
+def test_moe_round_trip_is_exact(qwen35_moe):
+    from rlc.runtime.workers import megatron_qwen35 as q35
+
+    hf = _hf(qwen35_moe)
+    state = hf.state_dict()
+    layout = q35.layout_from_hf(hf.config)
+    assert layout.experts is not None and layout.experts.shared_gate
+    back = {}
+    for name, t in q35.hf_to_megatron(state, layout).items():
+        back.update(q35.megatron_to_hf(name, [t], layout))
+    assert back.keys() == state.keys()
+    for name in state:
+        assert torch.equal(back[name], state[name]), name
+    with pytest.raises(q35.UnsupportedModel, match="one tensor-parallel rank"):
+        q35.layout_from_hf(hf.config, 2)
+
+
+def test_moe_megatron_logits_are_hf_logits(qwen35_moe):
+    ((kinds, logits),) = run_ranks(_logits_rank, 1, qwen35_moe, True)
+    assert kinds == ["GatedDeltaNet", "SelfAttention", "GatedDeltaNet", "SelfAttention"]
+    hf = _hf(qwen35_moe).eval()
+    batch = _batch(hf.config.vocab_size)
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        want = hf(batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions).logits
+    real = batch.attention_mask.bool()
+    torch.testing.assert_close(logits[real], want[real], rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def qwen35_moe_text(tiny_model, tmp_path_factory) -> str:
+    """Qwen3.5-MoE's text model alone (model_type qwen3_5_moe_text)."""
+    from transformers import AutoTokenizer, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**_moe_text(tokenizer)))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.gate.weight"):
+                    p.normal_(std=0.5)
+        return _save(model, tokenizer, tmp_path_factory.mktemp("qwen3_5_moe_text") / "model")
+
+
+def test_moe_step_matches_fsdp2(qwen35_moe_text, tmp_path):
+    fsdp = _run(1, qwen35_moe_text, str(tmp_path / "fsdp.pt"), strategy="fsdp2")
+    one = _run(1, qwen35_moe_text, str(tmp_path / "one.pt"))
+    _assert_same_step(fsdp, tmp_path / "fsdp.pt", one, tmp_path / "one.pt", qwen35_moe_text)
