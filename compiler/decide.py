@@ -339,6 +339,9 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         sequence_parallel_size=int(getattr(t, role).sequence_parallel_size) if strategy(spec, role) == "fsdp2" else 1,
         max_tokens_per_microbatch=int(t.max_tokens_per_microbatch),
         colocated=bool(t.placement.colocate_all),
+        mtp_loss_weight=float(t.mtp.loss_weight)
+        if t.mtp.enabled and role == "policy" and strategy(spec, role) == "megatron"
+        else None,
     )
 
 

@@ -41,6 +41,7 @@ from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
 from rlc.runtime.workers import megatron_cpu
+from rlc.runtime.workers import megatron_mtp as mtp
 from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers import micro_batches as mbs
 from rlc.runtime.workers.common import (
@@ -164,6 +165,7 @@ class MegatronWorker(TrainWorker):
         self.lora = False
         self._schedule = lr_lambda("constant", 0, 1)
         self._stage_metas: list | None = None
+        self.mtp: mtp.Heads | None = None  # the policy's MTP heads (trainer.mtp), built in setup()
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -180,7 +182,7 @@ class MegatronWorker(TrainWorker):
         if self.s.device == "cpu":
             megatron_cpu.enable()
         self._join_process_group(master_addr, master_port)
-        self.hf_config = AutoConfig.from_pretrained(self.s.model_path)
+        self.hf_config = mtp.hf_config(self.s.model_path) or AutoConfig.from_pretrained(self.s.model_path)
         with self._device():
             self._parallel_state()
             self._build()
@@ -377,6 +379,13 @@ class MegatronWorker(TrainWorker):
             )
             for v in range(self.vp)
         ]
+        if self.s.mtp_loss_weight is not None:
+            count = mtp.head_count(self.hf_config, self.mc.mtp_num_layers)
+            if count < 1 or self.pp > 1 or self.vp > 1 or self.cp > 1:
+                raise RuntimeError(
+                    f"MTP heads need a checkpoint with heads and one pipeline stage, no cp ({count} heads)"
+                )
+            self.mtp = mtp.Heads.attach(self.chunks[0], config, spec, te, count, self.mc, self.s.mtp_loss_weight)
         self._load_hf()
 
     def _stages(self) -> Stages:
@@ -397,10 +406,15 @@ class MegatronWorker(TrainWorker):
         return False
 
     def _load_hf(self) -> None:
-        hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32).state_dict()
+        hf = AutoModelForCausalLM.from_pretrained(
+            self.s.model_path, config=self.hf_config, dtype=torch.float32
+        ).state_dict()
         stages = self._stages()
         for v, model in enumerate(self.chunks):
             state = mw.hf_to_megatron(hf, self.arch, self.tp_rank, self.tp, self.pp_rank, stages=stages, vp_stage=v)
+            if self.mtp is not None:
+                heads = mtp.read_heads(self.s.model_path)
+                state.update(mtp.hf_to_megatron(heads, hf, self.arch, self.mtp.count, self.tp_rank, self.tp))
             missing, unexpected = model.load_state_dict(self._fit_chunk(model, state), strict=False)
             missing = [k for k in missing if not k.endswith("_extra_state") and not self._own_weight(k)]
             if missing or unexpected:
@@ -559,7 +573,14 @@ class MegatronWorker(TrainWorker):
         def step(data_iterator, model):
             mb = next(data_iterator)
             ids, positions, mask = self._inputs(mb)
-            return model(ids, positions, mask), partial(loss_fn, mb)
+            if self.mtp is None or forward_only:
+                return model(ids, positions, mask), partial(loss_fn, mb)
+            chunk = self._unwrapped()[0]
+            chunk = getattr(chunk, "module", chunk)  # Float16Module
+            with self.mtp.capture(chunk):
+                output = model(ids, positions, mask)
+            self.mtp.run(chunk, ids, positions)  # one stage: the loss below runs before the next forward
+            return output, partial(loss_fn, mb)
 
         return get_forward_backward_func()(
             forward_step_func=step,
@@ -611,10 +632,16 @@ class MegatronWorker(TrainWorker):
             # Megatron divides each micro-batch's loss by their number and averages gradients over data-parallel
             # ranks; the objective is already each micro-batch's share of the mini-batch, so undo both.
             scale = len(micro) * self.dp
+            real = max(1, sum(int(mb.attention_mask.any()) for mb in micro))
 
             def objective(mb, output):
                 loss, metrics = self._objective(mb, output, totals)
-                return loss * scale, metrics
+                if self.mtp is None:
+                    return loss * scale, metrics
+                # SkyRL's weighting: the micro-batches' mean draft loss, its gradient averaged over data-parallel ranks
+                draft = self._draft_loss(mb, output)
+                metrics["mtp_loss"] = float(draft.detach()) / (real * self.dp)  # a share: the driver sums ranks
+                return loss * scale + self.mtp.weight * draft * len(micro) / real, metrics
 
             outs = self._schedule_run(micro, objective, forward_only=False)
             ok, grad_norm, _ = self.optimizer.step()
@@ -632,6 +659,14 @@ class MegatronWorker(TrainWorker):
         """One micro-batch's share of the mini-batch's loss, from the last stage's output."""
         logp, entropy = self._response_logprobs(logits, mb, True)
         return policy_objective(self.algorithm, logp, entropy, mb.to(logp.device), totals, self.s.max_seq_len)
+
+    def _draft_loss(self, mb: TrainBatch, logits: torch.Tensor) -> torch.Tensor:
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
+        from megatron.core import parallel_state as ps
+
+        assert self.mtp is not None
+        group = ps.get_tensor_model_parallel_group()
+        return self.mtp.loss(logits, mb.attention_mask, self.arch.vocab_size, self.tp_rank, group)
 
     @contextlib.contextmanager
     def _profiled(self):
@@ -694,7 +729,7 @@ class MegatronWorker(TrainWorker):
         return out
 
     def _shard_count(self, name: str) -> int:
-        return self.tp if mw.tp_split_dim(name) is not None else 1
+        return self.tp if mtp.tp_split_dim(name) is not None else 1
 
     def weight_metas(self, dtype: str | None = None) -> list:
         """Hugging Face names, dtypes and shapes of what `broadcast_weights` sends, in order (no collectives:
@@ -725,7 +760,7 @@ class MegatronWorker(TrainWorker):
                 count = self._shard_count(name)
                 if meta:
                     shards = [torch.empty(shape, dtype=getattr(torch, dtype), device="meta")] * count
-                    yield from mw.megatron_to_hf(name, shards, self.arch)
+                    yield from mtp.megatron_to_hf(name, shards, self.arch)
                     continue
                 stacked = None
                 if stage == self.pp_rank:
@@ -747,7 +782,7 @@ class MegatronWorker(TrainWorker):
                     dist.broadcast(stacked.contiguous(), src=src, group=group)
                 if self.rank == 0:
                     assert stacked is not None  # every rank of the group took part in the broadcast above
-                    yield from mw.megatron_to_hf(name, list(stacked.cpu().unbind(0)), self.arch)
+                    yield from mtp.megatron_to_hf(name, list(stacked.cpu().unbind(0)), self.arch)
 
     def _bridge_stream(self, meta: bool) -> Iterator[tuple[str, torch.Tensor]]:
         """The Hugging Face weights of a Megatron-Bridge model, in the HF model's own order (metas need no
@@ -802,9 +837,10 @@ class MegatronWorker(TrainWorker):
         full = self.full_state_dict()
         if self.rank == 0:
             os.makedirs(directory, exist_ok=True)
-            lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
-            lm.load_state_dict(full, strict=not self.arch.tied)
-            lm.save_pretrained(directory)
+            lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, config=self.hf_config, dtype=torch.float32)
+            trunk, heads = mtp.split_heads(full)
+            lm.load_state_dict(trunk, strict=not self.arch.tied)
+            lm.save_pretrained(directory, state_dict={**lm.state_dict(), **heads} if heads else None)
             AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(directory)
         dist.barrier()
 
