@@ -288,6 +288,8 @@ class MegatronWorker(TrainWorker):
                     f"{exc}: context parallelism needs a model rlc's conversion covers (Llama, Qwen2, "
                     "Mistral); Megatron-Bridge builds this one"
                 ) from None
+            if self.s.mtp_loss_weight is not None:
+                raise RuntimeError(f"{exc}: MTP heads need a MiMo-style checkpoint rlc's conversion covers") from None
             self.bridge = self._build_with_bridge()
         else:
             self.bridge = None
