@@ -646,7 +646,10 @@ class MegatronWorker(TrainWorker):
                 return loss * scale + self.mtp.weight * draft * len(micro) / real, metrics
 
             outs = self._schedule_run(micro, objective, forward_only=False)
-            ok, grad_norm, _ = self.optimizer.step()
+            if self.mtp is None:
+                ok, grad_norm, _ = self.optimizer.step()
+            else:
+                ok, grad_norm = mtp.step_clipping_apart(self.optimizer, list(self.chunks[0].mtp.parameters()))
             self.optimizer_steps += 1
             self._maybe_empty_cache()
         grad_norm = float(grad_norm) if grad_norm is not None else float("nan")

@@ -374,3 +374,55 @@ class Heads:
             # the log-prob pass's backward overwrites the logits in place; a chunk recomputed later must not read it
             teacher = teacher.detach().clone()
         return draft_loss(students, teacher, mask.to(teacher.device), group, self.topk, self.chunk)
+
+
+# -- the optimizer step ----------------------------------------------------------------------------------------------
+
+# (model-side, optimizer-side) parameter lists that Megatron's optimizers keep in the same order, group by group
+_MAIN_OF = (
+    ("model_float16_groups", "shard_fp32_from_float16_groups"),  # distributed optimizer, bf16 parameters
+    ("model_fp32_groups", "shard_fp32_groups"),  # distributed optimizer, fp32 parameters
+    ("float16_groups", "fp32_from_float16_groups"),  # bf16 parameters
+)
+
+
+def _head_main_params(optimizer, heads: set[int]) -> set[int]:
+    """Ids of the optimizer-side parameters of the heads' parameters (`heads`: their ids)."""
+    out = set(heads)  # an fp32 optimizer steps the model's own parameters
+    for model_attr, main_attr in _MAIN_OF:
+        for model_group, main_group in zip(
+            getattr(optimizer, model_attr, ()) or (), getattr(optimizer, main_attr, ()) or ()
+        ):
+            out |= {id(main) for model, main in zip(model_group, main_group) if id(model) in heads}
+    return out
+
+
+def step_clipping_apart(optimizer, heads: list) -> tuple[bool, float | None]:
+    """Megatron's optimizer step with the heads' gradients clipped by their own norm and the policy's by its own, as
+    SkyRL clips them: the draft loss's gradients, large beside the policy's, leave the policy's clipping (and its
+    reported norm) as they are without heads. Returns (stepped, the policy's gradient norm)."""
+    # deferred: Megatron-Core, optional (FSDP jobs lack it)
+    from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32, get_grad_norm_fp32
+    from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+    from megatron.core.transformer.module import param_is_not_shared
+
+    if optimizer.prepare_grads():  # an overflow: no step
+        return False, None
+    head_ids = {id(p) for p in heads}
+    sides: dict[bool, tuple[list, list]] = {False: ([], []), True: ([], [])}
+    subs = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    for sub in subs:
+        mine = _head_main_params(sub, head_ids)
+        for p in sub.get_parameters():
+            params, grads = sides[id(p) in mine]
+            params.append(p)
+            if p.grad is not None and param_is_not_shared(p) and param_is_not_tensor_parallel_duplicate(p):
+                grads.append(p.grad)
+    group = optimizer.get_grad_stats_parallel_group()
+    clip = subs[0].config.clip_grad
+    norms = {}
+    for is_head, (params, grads) in sides.items():
+        norms[is_head] = get_grad_norm_fp32(grads, grad_stats_parallel_group=group)
+        if clip > 0 and params:
+            clip_grad_by_total_norm_fp32(params, max_norm=clip, total_norm=norms[is_head])
+    return optimizer.step_with_ready_grads(), norms[False]

@@ -24,6 +24,7 @@ from conftest import run_ranks  # noqa: E402
 from test_fsdp import _batch_and_noise  # noqa: E402
 
 HEADS = "model.mtp_layers.0."
+CLIP = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def _spec(tp: int, weight: float, topk: int | None):
                 "strategy": "megatron",
                 "mtp": {"enabled": True, "loss_weight": weight},
                 "policy": {
-                    "optimizer_config": {"lr": 1e-2, "weight_decay": 0.0, "max_grad_norm": 1e6},
+                    "optimizer_config": {"lr": 1e-2, "weight_decay": 0.0, "max_grad_norm": CLIP},
                     "megatron_config": mc,
                 },
                 "algorithm": {"use_kl_loss": False, "policy_loss_type": "regular"},
@@ -236,6 +237,9 @@ def test_the_step_reports_skyrls_draft_loss_of_the_checkpoints_head(runs, mimo_l
 
 def test_only_the_heads_learn_from_the_draft_loss(runs):
     plain, zero, one = runs["plain"], runs["zero"], runs["one"]
+    # max_grad_norm 0.5 clips this step: the heads' gradients are clipped apart, as SkyRL clips them
+    assert plain["metrics"]["grad_norm"] > CLIP
+    assert one["metrics"]["grad_norm"] == pytest.approx(plain["metrics"]["grad_norm"], rel=1e-5)
     assert not any(k.startswith(HEADS) for k in plain["after"])
     for k, v in plain["after"].items():  # the policy's update is the same with heads or without, at any weight
         torch.testing.assert_close(zero["after"][k], v, rtol=1e-4, atol=1e-6)
