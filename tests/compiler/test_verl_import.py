@@ -738,3 +738,19 @@ def test_a_critic_verl_trains_with_fsdp_beside_a_megatron_actor_keeps_its_strate
     imported = import_overrides(overrides, "run.sh", "ppo_megatron_trainer")
     spec = yaml.safe_load(imported.text)
     assert (_get(spec, "trainer.strategy"), _get(spec, "trainer.critic.strategy")) == ("megatron", "fsdp2")
+
+
+def test_mtp_drafting_in_the_rollout_is_vllms_speculative_config():
+    mtp = "actor_rollout_ref.model.mtp."
+    imported, spec = _import(f"{mtp}enable=True", f"{mtp}enable_rollout=True", f"{mtp}num_speculative_tokens=3")
+    assert _get(spec, "generator.inference_engine.speculative_config") == {"method": "mtp", "num_speculative_tokens": 3}
+    assert not [c for c in imported.changes if c.severity == "error"]
+    _validates(imported.text)
+
+
+def test_mtp_training_with_megatrons_own_loss_is_not_carried():
+    mtp = "actor_rollout_ref.model.mtp."
+    imported, spec = _import(f"{mtp}enable=True", f"{mtp}enable_train=True")
+    (change,) = _change(imported, f"{mtp}enable_train")
+    assert change.severity == "error" and "SkyRL" in change.reason
+    assert "mtp" not in spec.get("trainer", {})
