@@ -244,6 +244,7 @@ LONGEST_FIRST = (
     "test_slurm.py",  # ~250 s: batch jobs on a real Slurm of two simulated hosts
     "test_faults.py",  # ~140 s: five runs with a fault injected (docs/faults.md)
     "test_megatron.py",  # ~140 s
+    "test_megatron_mtp.py",  # ~110 s: five steps of one or two ranks on a tiny MiMo-style model
     "test_vllm_run.py",  # ~225 s on a busy machine: the local example's 200 steps with the vllm engine
     "test_vllm_serve.py",  # ~200 s: vLLM's own server started, then a run against it
     "test_vllm_cpu.py",  # ~170 s: three vLLM engines started
