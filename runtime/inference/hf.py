@@ -247,7 +247,7 @@ class HFEngine:
         if not self.weights_on:
             self._materialize()
         params = self.model.state_dict()
-        unknown = [m.name for m in metas if m.name not in params]
+        unknown = [m.name for m in metas if m.name not in params and not m.name.startswith(MTP_HEADS)]
         if unknown:
             raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
         receive_weights(
@@ -273,7 +273,7 @@ class HFEngine:
             self._materialize()
         params = self.model.state_dict()
         bucket = open_bucket(handles_by_gpu_uuid, entries, index)
-        unknown = [name for name, _ in bucket if name not in params]
+        unknown = [name for name, _ in bucket if name not in params and not name.startswith(MTP_HEADS)]
         if unknown:
             raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
         _copy_into(params, bucket)
