@@ -14,6 +14,7 @@ from rlc.compiler.rules import (
     algorithm,
     batch,
     launch_values,
+    mtp,
     parallel,
     placement,
     prefill_decode,
@@ -35,6 +36,8 @@ RULES: tuple[Rule, ...] = (
     *rollout_correction.RULES,
     *batch.RULES,
     *launch_values.RULES,
+    *mtp.RULES,
+    *mtp.RUNTIME_RULES,
     *parallel.RULES,
     *placement.RULES,
     *prefill_decode.RULES,
@@ -52,7 +55,7 @@ RULES: tuple[Rule, ...] = (
 # and rules/skyrl_trainer.py refuses in SkyRL's terms what it lacks instead.
 RLC_RUNTIME_RULES = frozenset(
     r.code
-    for r in (*upstream.RULES, *runtime.RULES, *vllm_cpu.RULES, routing_replay.replay_runs_here)
+    for r in (*upstream.RULES, *runtime.RULES, *vllm_cpu.RULES, *mtp.RUNTIME_RULES, routing_replay.replay_runs_here)
     if r.code != "RLC-E904"  # an environment's service (retrieval URL, judge key) is needed under any trainer
 ) | {"RLC-E510"}  # the layers rlc's Megatron LoRA puts adapters on
 NOT_FOR_TRAINER: dict[str, frozenset[str]] = {"skyrl": RLC_RUNTIME_RULES}

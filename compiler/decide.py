@@ -339,6 +339,9 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         sequence_parallel_size=int(getattr(t, role).sequence_parallel_size) if strategy(spec, role) == "fsdp2" else 1,
         max_tokens_per_microbatch=int(t.max_tokens_per_microbatch),
         colocated=bool(t.placement.colocate_all),
+        mtp_loss_weight=float(t.mtp.loss_weight)
+        if t.mtp.enabled and role == "policy" and strategy(spec, role) == "megatron"
+        else None,
     )
 
 
@@ -423,6 +426,18 @@ def cpu_kv_cache_bytes(spec: Any, engines: int) -> int:
     return (rows * blocks + 1) * CPU_KV_BLOCK_TOKENS * per_token
 
 
+def speculative_config(spec: Any, device: str) -> dict | None:
+    """vLLM's speculative_config: the spec's; with MTP heads trained (trainer.mtp) and none given, drafting with
+    them at trainer.mtp.num_speculative_tokens, as SkyRL's `_apply_mtp_config` sets it (on GPUs: vLLM's CPU build
+    cannot verify drafts, RLC-E520, so a CPU run trains the heads without drafting, as SkyRL's SKYRL_DISABLE_SPEC)."""
+    ie, mtp = spec.generator.inference_engine, spec.trainer.mtp
+    if ie.speculative_config:
+        return dict(ie.speculative_config)
+    if mtp.enabled and device != "cpu":
+        return {"method": "mtp", "num_speculative_tokens": int(mtp.num_speculative_tokens)}
+    return None
+
+
 def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
     """vLLM's engine arguments, from generator.inference_engine and what the job around the engines needs."""
     t, g, ie = spec.trainer, spec.generator, spec.generator.inference_engine
@@ -459,7 +474,7 @@ def vllm_args(spec: Any, device: str, engine_indices: list[int]) -> VLLMArgs:
         rope_theta=float(g.rope_theta) if g.rope_theta is not None else None,
         kv_cache_memory_bytes=cpu_kv_cache_bytes(spec, len(engine_indices)) if device == "cpu" else None,
         block_size=CPU_KV_BLOCK_TOKENS if device == "cpu" else None,
-        speculative_config=dict(ie.speculative_config) if ie.speculative_config else None,
+        speculative_config=speculative_config(spec, device),
         init_kwargs=dict(ie.engine_init_kwargs or {}),
         enable_return_routed_experts=bool(ie.enable_return_routed_experts),
         # SkyRL's order: the first num_prefill engines prefill, the others decode

@@ -68,6 +68,8 @@ class WorkerSettings:
     max_tokens_per_microbatch: int = -1  # a token budget per micro-batch; -1 cuts them by micro_*_batch_size
     colocated: bool = False  # training shares its GPUs with the inference engines
     total_optimizer_steps: int = 1  # the LR schedule's length: set by the driver from the dataset's size
+    # trainer.mtp on the megatron policy: the weight of its MTP heads' draft loss; None: no MTP heads are trained
+    mtp_loss_weight: float | None = None
 
 
 @dataclass(frozen=True)

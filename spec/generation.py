@@ -131,8 +131,9 @@ class InferenceEngineConfig:
         None,
         "SkyRL 0.4: vLLM's speculative_config, passed to the vllm engine on GPUs as it is (e.g. {method: ngram, "
         "num_speculative_tokens: 3}, or {method: mtp, ...} for a checkpoint with MTP heads). vLLM verifies each "
-        "drafted token against the policy, so samples and log-probs stay the policy's; an MTP drafter keeps the "
-        "checkpoint's weights (rlc trains no MTP heads: RLC-E809), which lowers only how many drafts are accepted.",
+        "drafted token against the policy, so samples and log-probs stay the policy's. With trainer.mtp.enabled and "
+        "none given, {method: mtp, num_speculative_tokens: trainer.mtp.num_speculative_tokens} on GPUs, the heads "
+        "the policy trains synced to the drafter.",
         passthrough=True,
     )
     enable_pd: bool = setting(

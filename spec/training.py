@@ -211,10 +211,18 @@ class MegatronConfig:
     )
     freeze_moe_router: bool = setting(False, "SkyRL 0.4: do not train the MoE router.")
     freeze_dsa_indexer: bool = setting(False, "SkyRL 0.4: do not train the DeepSeek sparse-attention indexer.")
-    mtp_num_layers: int | None = setting(None, "SkyRL 0.4: multi-token-prediction layers; null keeps the model's.")
-    mtp_loss_weight: float = setting(0.1, "SkyRL 0.4: weight of the multi-token-prediction loss.")
-    mtp_loss_chunk_size: int | None = setting(1024, "SkyRL 0.4: tokens per chunk of the MTP loss.")
-    mtp_loss_topk: int | None = setting(None, "SkyRL 0.4: top-k logits kept by the MTP loss.")
+    mtp_num_layers: int | None = setting(
+        None, "SkyRL 0.4: MTP heads built with trainer.mtp.enabled; null keeps the checkpoint's, 0 none."
+    )
+    mtp_loss_weight: float = setting(
+        0.1, "SkyRL 0.4: weight of the MTP draft loss; trainer.mtp.loss_weight replaces it, as in SkyRL."
+    )
+    mtp_loss_chunk_size: int | None = setting(
+        1024, "SkyRL 0.4: tokens per chunk of the full-vocabulary MTP draft loss (memory only; null: one chunk)."
+    )
+    mtp_loss_topk: int | None = setting(
+        None, "SkyRL 0.4: distil only the policy's top-k tokens in the MTP draft loss; null: the whole vocabulary."
+    )
     async_dist_ckpt_save: bool = setting(False, "SkyRL 0.4: save distributed checkpoints asynchronously.")
     async_save_prestage_to_cpu: bool = setting(False, "SkyRL 0.4: stage asynchronous saves in CPU memory first.")
 
@@ -332,9 +340,15 @@ class FullyAsyncConfig:
 
 @dataclass
 class MTPConfig:
-    enabled: bool = setting(False, "SkyRL 0.4: train multi-token-prediction heads for speculative decoding.")
-    num_speculative_tokens: int = setting(1, "SkyRL 0.4: tokens the MTP heads propose.", minimum=1)
-    loss_weight: float = setting(0.1, "SkyRL 0.4: weight of the MTP loss.")
+    enabled: bool = setting(
+        False,
+        "SkyRL 0.4: train the policy checkpoint's multi-token-prediction heads (megatron; MiMo-style) with SkyRL's "
+        "draft loss, and draft with them in vLLM (speculative_config method mtp, unless one is given).",
+    )
+    num_speculative_tokens: int = setting(
+        1, "SkyRL 0.4: tokens vLLM drafts per step with the MTP heads (a head is reused past its count).", minimum=1
+    )
+    loss_weight: float = setting(0.1, "SkyRL 0.4: weight w of the draft loss in policy_loss + w * draft_loss.")
 
 
 @dataclass

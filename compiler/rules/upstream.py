@@ -212,22 +212,20 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E809",
-        "multi-token-prediction (MTP) training",
-        ("trainer.mtp.enabled", "trainer.mtp.num_speculative_tokens", "trainer.mtp.loss_weight")
-        + _per_role(
-            MEGATRON_ROLES,
+        "multi-token-prediction (MTP) heads on the reference model",
+        _per_role(
+            ("ref",),
             *(_MEGATRON + k for k in ("mtp_num_layers", "mtp_loss_weight", "mtp_loss_chunk_size", "mtp_loss_topk")),
         ),
-        # the heads' settings are read when the heads are trained
+        also_accepted=(("trainer.ref.megatron_config.mtp_num_layers", 0),),
+        # the loss settings are read where heads are built
         when=lambda key: (
-            ()
-            if key == "trainer.mtp.enabled"
-            else (equals("trainer.mtp.enabled", True),)
-            if key.startswith("trainer.mtp.")
-            else _megatron(key)
+            _megatron(key)
             if key.endswith("mtp_num_layers")
             else _megatron(key, given(f"trainer.{_role(key)}.megatron_config.mtp_num_layers", 1))
         ),
+        why="the reference model only scores tokens: rlc builds MTP heads on the policy alone (trainer.mtp.enabled, "
+        "the policy's megatron_config.mtp_*)",
     ),
     Unsupported(
         "RLC-E810",

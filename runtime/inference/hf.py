@@ -199,13 +199,14 @@ class HFEngine:
             self._materialize()
         params = self.model.state_dict()
         loaded = dict(checkpoint.tensors())
-        unknown = [name for name in loaded if name not in params]
+        unknown = [name for name in loaded if name not in params and not name.startswith(MTP_HEADS)]
         if unknown:
             raise ValueError(
                 f"the published checkpoint has {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}"
             )
         for name, tensor in loaded.items():  # a tied head the checkpoint leaves out shares its storage with another
-            params[name].copy_(tensor.to(device=self.device, dtype=params[name].dtype))
+            if name in params:
+                params[name].copy_(tensor.to(device=self.device, dtype=params[name].dtype))
         return self.finish_weight_update(version)
 
     # -- weights over a broadcast group (weight_sync_backend gloo / nccl) --------------------------------
@@ -250,7 +251,7 @@ class HFEngine:
         if not self.weights_on:
             self._materialize()
         params = self.model.state_dict()
-        unknown = [m.name for m in metas if m.name not in params]
+        unknown = [m.name for m in metas if m.name not in params and not m.name.startswith(MTP_HEADS)]
         if unknown:
             raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
         receive_weights(
@@ -276,7 +277,7 @@ class HFEngine:
             self._materialize()
         params = self.model.state_dict()
         bucket = open_bucket(handles_by_gpu_uuid, entries, index)
-        unknown = [name for name, _ in bucket if name not in params]
+        unknown = [name for name, _ in bucket if name not in params and not name.startswith(MTP_HEADS)]
         if unknown:
             raise ValueError(f"weight sync sends {len(unknown)} tensors this engine lacks, e.g. {unknown[:3]}")
         _copy_into(params, bucket)
@@ -552,7 +553,10 @@ class PromptCache:
 
 def _copy_into(params: dict[str, torch.Tensor], named_tensors) -> None:
     for name, tensor in named_tensors:
+        if name.startswith(MTP_HEADS):
+            continue  # trained MTP heads (trainer.mtp) draft for vLLM; the hf engine drafts nothing
         params[name].copy_(tensor)
 
 
+MTP_HEADS = "model.mtp_layers."  # MiMo's MTP heads' weights (runtime/workers/megatron_mtp.py)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -195,7 +195,22 @@ class WeightSyncExtension:
         # AutoModelForCausalLM's text class); vLLM serves the checkpoint's model, with or without its vision encoder
         if getattr(self.model_runner.model_config, "multimodal_config", None) is not None:
             named_tensors = ((multimodal_checkpoint_name(n), t) for n, t in named_tensors)
-        self.model_runner.model.load_weights(weights=named_tensors)
+        # MTP heads (MiMo's `model.mtp_layers.*`, trained with trainer.mtp) are no part of the policy's model: they
+        # go to the drafter (speculative_config method mtp, a model of its own sharing the embedding and the head),
+        # or nowhere when nothing drafts.
+        heads: list = []
+
+        def trunk():
+            for name, tensor in named_tensors:
+                if name.startswith("model.mtp_layers."):
+                    heads.append((name, tensor))
+                else:
+                    yield name, tensor
+
+        self.model_runner.model.load_weights(weights=trunk())
+        drafter = getattr(getattr(self.model_runner, "drafter", None), "model", None)
+        if heads and drafter is not None and hasattr(drafter, "load_weights"):
+            drafter.load_weights(heads)
 
 
 def multimodal_checkpoint_name(name: str) -> str:

@@ -42,6 +42,7 @@ from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
 from rlc.runtime.workers import megatron_cpu
 from rlc.runtime.workers import megatron_experts as mx
+from rlc.runtime.workers import megatron_mtp as mtp
 from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers import micro_batches as mbs
 from rlc.runtime.workers.common import (
@@ -167,6 +168,7 @@ class MegatronWorker(TrainWorker):
         self._schedule = lr_lambda("constant", 0, 1)
         self._stage_metas: list | None = None
         self.replay: RoutingReplay | None = None  # moe_enable_routing_replay: the engines' routes replayed (R3)
+        self.mtp: mtp.Heads | None = None  # the policy's MTP heads (trainer.mtp), built in setup()
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -183,7 +185,7 @@ class MegatronWorker(TrainWorker):
         if self.s.device == "cpu":
             megatron_cpu.enable()
         self._join_process_group(master_addr, master_port)
-        self.hf_config = AutoConfig.from_pretrained(self.s.model_path)
+        self.hf_config = mtp.hf_config(self.s.model_path) or AutoConfig.from_pretrained(self.s.model_path)
         self.conversion = mw.conversion_for(self.hf_config)
         with self._device():
             self._parallel_state()
@@ -292,6 +294,8 @@ class MegatronWorker(TrainWorker):
                     f"{exc}: context parallelism needs a model rlc's conversion covers (Llama, Qwen2, "
                     "Mistral); Megatron-Bridge builds this one"
                 ) from None
+            if self.s.mtp_loss_weight is not None:
+                raise RuntimeError(f"{exc}: MTP heads need a MiMo-style checkpoint rlc's conversion covers") from None
             self.bridge = self._build_with_bridge()
         else:
             self.bridge = None
@@ -389,6 +393,13 @@ class MegatronWorker(TrainWorker):
             )
             for v in range(self.vp)
         ]
+        if self.s.mtp_loss_weight is not None:
+            count = mtp.head_count(self.hf_config, self.mc.mtp_num_layers)
+            if count < 1 or self.pp > 1 or self.vp > 1 or self.cp > 1:
+                raise RuntimeError(
+                    f"MTP heads need a checkpoint with heads and one pipeline stage, no cp ({count} heads)"
+                )
+            self.mtp = mtp.Heads.attach(self.chunks[0], config, spec, te, count, self.mc, self.s.mtp_loss_weight)
         self._load_hf()
 
     def _stages(self) -> Stages:
@@ -409,12 +420,17 @@ class MegatronWorker(TrainWorker):
         return False
 
     def _load_hf(self) -> None:
-        hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32).state_dict()
+        hf = AutoModelForCausalLM.from_pretrained(
+            self.s.model_path, config=self.hf_config, dtype=torch.float32
+        ).state_dict()
         stages = self._stages()
         for v, model in enumerate(self.chunks):
             state = self.conversion.hf_to_megatron(
                 hf, self.arch, self.tp_rank, self.tp, self.pp_rank, stages=stages, vp_stage=v, **self._placement()
             )
+            if self.mtp is not None:
+                heads = mtp.read_heads(self.s.model_path)
+                state.update(mtp.hf_to_megatron(heads, hf, self.arch, self.mtp.count, self.tp_rank, self.tp))
             missing, unexpected = model.load_state_dict(self._fit_chunk(model, state), strict=False)
             missing = [k for k in missing if not k.endswith("_extra_state") and not self._own_weight(k)]
             if missing or unexpected:
@@ -596,9 +612,18 @@ class MegatronWorker(TrainWorker):
                 if mb.routed_experts is None:
                     raise RuntimeError("routing replay: a micro-batch came without the engines' routed experts")
                 replay.forward(mb.routed_experts, mb.attention_mask, self.tp, self.tp_rank, ids.device)
-            output = model(ids, positions, mask)
+            if self.mtp is None or forward_only:
+                output = model(ids, positions, mask)
+                if replay is not None:
+                    replay.after_forward()
+                return output, partial(loss_fn, mb)
+            chunk = self._unwrapped()[0]
+            chunk = getattr(chunk, "module", chunk)  # Float16Module
+            with self.mtp.capture(chunk):
+                output = model(ids, positions, mask)
             if replay is not None:
                 replay.after_forward()
+            self.mtp.run(chunk, ids, positions)  # one stage: the loss below runs before the next forward
             return output, partial(loss_fn, mb)
 
         with replay.schedule() if replay is not None else contextlib.nullcontext():
@@ -652,13 +677,22 @@ class MegatronWorker(TrainWorker):
             # Megatron divides each micro-batch's loss by their number and averages gradients over data-parallel
             # ranks; the objective is already each micro-batch's share of the mini-batch, so undo both.
             scale = len(micro) * self.dp
+            real = max(1, sum(int(mb.attention_mask.any()) for mb in micro))
 
             def objective(mb, output):
                 loss, metrics = self._objective(mb, output, totals)
-                return loss * scale, metrics
+                if self.mtp is None:
+                    return loss * scale, metrics
+                # SkyRL's weighting: the micro-batches' mean draft loss, its gradient averaged over data-parallel ranks
+                draft = self._draft_loss(mb, output)
+                metrics["mtp_loss"] = float(draft.detach()) / (real * self.dp)  # a share: the driver sums ranks
+                return loss * scale + self.mtp.weight * draft * len(micro) / real, metrics
 
             outs = self._schedule_run(micro, objective, forward_only=False)
-            ok, grad_norm, _ = self.optimizer.step()
+            if self.mtp is None:
+                ok, grad_norm, _ = self.optimizer.step()
+            else:
+                ok, grad_norm = mtp.step_clipping_apart(self.optimizer, list(self.chunks[0].mtp.parameters()))
             self.optimizer_steps += 1
             self._maybe_empty_cache()
         grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
@@ -673,6 +707,14 @@ class MegatronWorker(TrainWorker):
         """One micro-batch's share of the mini-batch's loss, from the last stage's output."""
         logp, entropy = self._response_logprobs(logits, mb, True)
         return policy_objective(self.algorithm, logp, entropy, mb.to(logp.device), totals, self.s.max_seq_len)
+
+    def _draft_loss(self, mb: TrainBatch, logits: torch.Tensor) -> torch.Tensor:
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
+        from megatron.core import parallel_state as ps
+
+        assert self.mtp is not None
+        group = ps.get_tensor_model_parallel_group()
+        return self.mtp.loss(logits, mb.attention_mask, self.arch.vocab_size, self.tp_rank, group)
 
     @contextlib.contextmanager
     def _profiled(self):
@@ -735,7 +777,7 @@ class MegatronWorker(TrainWorker):
         return out
 
     def _shard_count(self, name: str) -> int:
-        return self.tp if self.conversion.tp_split_dim(name) is not None else 1
+        return self.tp if mtp.tp_split_dim(name, self.conversion) is not None else 1
 
     def weight_metas(self, dtype: str | None = None) -> list:
         """Hugging Face names, dtypes and shapes of what `broadcast_weights` sends, in order (no collectives:
@@ -822,7 +864,7 @@ class MegatronWorker(TrainWorker):
         """The conversion's HF tensors of one Megatron weight; a routed expert's `shards` hold every expert-parallel
         rank's copy of it (their local experts), renamed to global expert indices."""
         if place is None:
-            yield from self.conversion.megatron_to_hf(name, shards, self.arch)
+            yield from mtp.megatron_to_hf(name, shards, self.arch, self.conversion)
             return
         per_rank = self.arch.experts.num_experts // place.ep_size
         for r in range(place.ep_size):
@@ -882,9 +924,10 @@ class MegatronWorker(TrainWorker):
         full = self.full_state_dict()
         if self.rank == 0:
             os.makedirs(directory, exist_ok=True)
-            lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
-            lm.load_state_dict(full, strict=not self.arch.tied)
-            lm.save_pretrained(directory)
+            lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, config=self.hf_config, dtype=torch.float32)
+            trunk, heads = mtp.split_heads(full)
+            lm.load_state_dict(trunk, strict=not self.arch.tied)
+            lm.save_pretrained(directory, state_dict={**lm.state_dict(), **heads} if heads else None)
             AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(directory)
         dist.barrier()
 

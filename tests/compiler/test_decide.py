@@ -463,3 +463,26 @@ def test_each_component_of_the_loop_gets_its_own_settings():
         extra={"trainer.eval_interval": 2, "trainer.dump_eval_results": False, "trainer.dump_data_batch": False}
     )
     assert plain.data.val_data and plain.evaluation.dump_to is None and plain.loop.dump_data_batch_to is None
+
+
+@pytest.mark.parametrize(
+    ("device", "given", "expected"),
+    [
+        ("GPU", None, {"method": "mtp", "num_speculative_tokens": 3}),  # SkyRL's _apply_mtp_config
+        ("GPU", {"method": "mtp", "num_speculative_tokens": 1}, {"method": "mtp", "num_speculative_tokens": 1}),
+        ("CPU", None, None),  # vLLM's CPU build verifies no drafts (RLC-E520): the heads train, nothing drafts
+    ],
+)
+def test_trained_mtp_heads_draft_for_vllm_unless_told_otherwise(device, given, expected):
+    extra = {
+        "generator.inference_engine.backend": "vllm",
+        "trainer.mtp": {"enabled": True, "num_speculative_tokens": 3, "loss_weight": 0.2},
+    }
+    if given:
+        extra["generator.inference_engine.speculative_config"] = given
+    d = _decisions(device=device, strategy="megatron", extra=extra)
+    assert d.engines.vllm is not None and d.engines.vllm.speculative_config == expected
+    from rlc.compiler.decide import worker_settings
+
+    spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "mtp": extra["trainer.mtp"]}})
+    assert [worker_settings(spec, role, "cuda", None).mtp_loss_weight for role in ("policy", "ref")] == [0.2, None]

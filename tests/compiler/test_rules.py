@@ -811,6 +811,46 @@ CASES = {
             speculative_config: {method: ngram, num_speculative_tokens: 3}  # <-
         """,
     ),
+    "RLC-E545": (
+        "trainer.mtp.enabled",
+        """
+        trainer:
+          strategy: fsdp2
+          mtp: {enabled: true}  # <-
+        """,
+    ),
+    "RLC-E546": (
+        "trainer.policy.megatron_config.mtp_num_layers",
+        """
+        trainer:
+          strategy: megatron
+          mtp: {enabled: true}
+          policy:
+            megatron_config:
+              mtp_num_layers: 0  # <-
+        """,
+    ),
+    "RLC-E547": (
+        "trainer.policy.megatron_config.pipeline_model_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          mtp: {enabled: true}
+          policy:
+            megatron_config:
+              pipeline_model_parallel_size: 2  # <-
+        """,
+    ),
+    "RLC-E548": (
+        "trainer.policy.model.path",
+        """
+        trainer:
+          strategy: megatron
+          mtp: {enabled: true}
+          policy:
+            model: {path: "rlc:tiny"}  # <-
+        """,
+    ),
     "RLC-E513": (
         "trainer.policy.model.path",
         """

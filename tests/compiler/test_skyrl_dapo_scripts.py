@@ -38,8 +38,6 @@ INVALID = {
     # fake-INT4 QAT, unmerged Megatron LoRA, the fused LM-head log-probs
     "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": UNKNOWN_TEXT_MODEL
     | {"RLC-E803", "RLC-E808", "RLC-E817"},
-    "examples/train/spec_decode/run_megatron_dapo_mimo_7b_rl_specdecode.sh": {"RLC-E809"},  # MTP training
-    "examples/train/spec_decode/run_megatron_dapo_qwen3.5_9b_specdecode.sh": {"RLC-E809"},
 }
 
 
@@ -54,7 +52,7 @@ BUFFERS = {
 def test_the_fixtures_are_skyrls_dapo_scripts():
     assert len(SCRIPTS) == 25  # 22 of main_dapo, 2 of main_dapo_fully_async, 1 of main_tis_dapo
     assert set(INVALID) <= set(SCRIPTS)
-    assert len(SCRIPTS) - len(INVALID) == 18  # import and validate
+    assert len(SCRIPTS) - len(INVALID) == 20  # import and validate
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -51,9 +51,6 @@ INVALID = {
     # Qwen3.5-MoE (35B-A3B) under Megatron over 2 tensor ranks and 8 expert ranks: rlc's Megatron conversion runs it
     # on one tensor and expert rank only (run_megatron_qwen3.5.sh, the dense model, validates)
     "examples/train/megatron/run_megatron_qwen3.5_35b_a3b.sh": {"RLC-E543"},
-    # it trains MiMo's MTP head (trainer.mtp.loss_weight 0.5, mtp_loss_topk): the drafting side alone runs
-    # (generator.inference_engine.speculative_config reaches vLLM), the heads' training does not
-    "examples/train/spec_decode/run_search_megatron_mimo_7b_specdecode.sh": {"RLC-E809"},
 }
 # Routing replay (R3) validates: Moonlight is DeepSeek-V3-shaped, a model whose config rlc cannot read offline, so
 # whether it has experts (RLC-E537) is checked at start-up, where rlc's Megatron worker builds it with Megatron-Bridge.

@@ -760,3 +760,19 @@ def test_router_replay_r3_is_rlcs_routing_replay():
     [refusal] = [c for c in r2.changes if c.severity == "error"]
     assert refusal.old == "actor_rollout_ref.actor.megatron.router_replay.mode" and "R2" in refusal.reason
     assert "moe_enable_routing_replay" not in yaml.safe_load(r2.text)["trainer"]["policy"].get("megatron_config", {})
+
+
+def test_mtp_drafting_in_the_rollout_is_vllms_speculative_config():
+    mtp = "actor_rollout_ref.model.mtp."
+    imported, spec = _import(f"{mtp}enable=True", f"{mtp}enable_rollout=True", f"{mtp}num_speculative_tokens=3")
+    assert _get(spec, "generator.inference_engine.speculative_config") == {"method": "mtp", "num_speculative_tokens": 3}
+    assert not [c for c in imported.changes if c.severity == "error"]
+    _validates(imported.text)
+
+
+def test_mtp_training_with_megatrons_own_loss_is_not_carried():
+    mtp = "actor_rollout_ref.model.mtp."
+    imported, spec = _import(f"{mtp}enable=True", f"{mtp}enable_train=True")
+    (change,) = _change(imported, f"{mtp}enable_train")
+    assert change.severity == "error" and "SkyRL" in change.reason
+    assert "mtp" not in spec.get("trainer", {})

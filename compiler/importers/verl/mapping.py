@@ -67,7 +67,20 @@ def first_of(imp: VerlImport, *keys: str) -> str:
 def map_config(imp: VerlImport) -> None:
     """Every section; one holding a value of a type verl would not start with is not carried (an error line
     naming it), and the others are mapped as usual."""
-    for step in (_job, _data, _model, _batches, _optimizer, _fsdp, _loss, _algorithm, _critic, _rollout, _trainer):
+    for step in (
+        _job,
+        _data,
+        _model,
+        _mtp,
+        _batches,
+        _optimizer,
+        _fsdp,
+        _loss,
+        _algorithm,
+        _critic,
+        _rollout,
+        _trainer,
+    ):
         try:
             step(imp)
         except (TypeError, ValueError, AttributeError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
@@ -195,6 +208,40 @@ def _model(imp: VerlImport) -> None:
         (f"{M}.tokenizer_path", "rlc uses the policy model's tokenizer"),
     ):
         imp.drop(key, why)
+
+
+def _mtp(imp: VerlImport) -> None:
+    """model.mtp: drafting with the checkpoint's MTP heads in the rollout (enable_rollout) is vLLM's speculative_config,
+    as verl builds it; training them (enable_train) is not SkyRL's draft loss, which rlc's trainer.mtp runs."""
+    mtp = f"{M}.mtp"
+    imp.read(f"{mtp}.enable", f"{mtp}._target_")
+    if not imp.get(f"{mtp}.enable"):
+        imp.drop(mtp, "model.mtp.enable is false: verl reads none of it")
+        return
+    if imp.get(f"{mtp}.enable_rollout"):
+        method, tokens = f"{mtp}.method", f"{mtp}.num_speculative_tokens"
+        spec = {"method": imp.get(method, "mtp"), "num_speculative_tokens": int(imp.get(tokens, 1))}
+        imp.put("generator.inference_engine.speculative_config", spec, f"{mtp}.enable_rollout", method, tokens,
+                reason="vLLM drafts with the checkpoint's MTP heads, as verl's rollout does")  # fmt: skip
+    else:
+        imp.read(f"{mtp}.enable_rollout", f"{mtp}.method", f"{mtp}.num_speculative_tokens")
+    if imp.get(f"{mtp}.enable_train"):
+        imp.problem(
+            f"{mtp}.enable_train",
+            "verl trains the MTP heads with Megatron's own cross-entropy against the tokens two ahead "
+            "(mtp_loss_scaling_factor); rlc trains them as SkyRL does, distilled from the policy's own distribution "
+            "(trainer.mtp.enabled, trainer.mtp.loss_weight under strategy megatron): not carried",
+        )
+    imp.read(f"{mtp}.enable_train")
+    for key in ("detach_encoder", "mtp_loss_scaling_factor"):
+        imp.drop(f"{mtp}.{key}", "a setting of verl's MTP training, which is not carried")
+    for key in (
+        "speculative_algorithm",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+    ):
+        imp.drop(f"{mtp}.{key}", "SGLang's speculative decoding; rlc's rollouts are vLLM's")
 
 
 def _world(imp: VerlImport) -> int:
