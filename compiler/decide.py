@@ -98,6 +98,7 @@ def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
         grace_period_s=float(spec.launch.grace_period_s),
         micro_train_batch_size=int(t.micro_train_batch_size_per_gpu),
         min_samples_per_env=int(t.min_samples_per_env) if t.use_hybrid_env_sampling else None,
+        old_pass_per_mini_batch=bool(t.recompute_old_logprobs_per_minibatch),
     )
 
 
@@ -339,6 +340,14 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         sequence_parallel_size=int(getattr(t, role).sequence_parallel_size) if strategy(spec, role) == "fsdp2" else 1,
         max_tokens_per_microbatch=int(t.max_tokens_per_microbatch),
         colocated=bool(t.placement.colocate_all),
+        logprobs_chunk_size=None if t.logprobs_chunk_size is None else int(t.logprobs_chunk_size),
+        # SkyRL's Megatron worker reads the entropy chunks; its FSDP worker scores the entropy in log-prob chunks
+        entropy_chunk_size=(
+            None
+            if t.vocab_entropy_chunk_size is None or strategy(spec, role) != "megatron"
+            else int(t.vocab_entropy_chunk_size)
+        ),
+        entropy_chunk_memory_mb=int(t.vocab_entropy_chunk_memory_mb),
     )
 
 

@@ -68,6 +68,12 @@ class WorkerSettings:
     max_tokens_per_microbatch: int = -1  # a token budget per micro-batch; -1 cuts them by micro_*_batch_size
     colocated: bool = False  # training shares its GPUs with the inference engines
     total_optimizer_steps: int = 1  # the LR schedule's length: set by the driver from the dataset's size
+    # trainer.logprobs_chunk_size: tokens scored at a time (None: a micro-batch's all at once, megatron only)
+    logprobs_chunk_size: int | None = 1024
+    # trainer.vocab_entropy_chunk_size (0: sized from vocab_entropy_chunk_memory_mb; None: no bound) and its budget:
+    # where the entropy is computed under megatron, they bound the chunk further (rlc.core.runtime_facts.score_chunk)
+    entropy_chunk_size: int | None = None
+    entropy_chunk_memory_mb: int = 512
 
 
 @dataclass(frozen=True)
@@ -331,6 +337,9 @@ class LoopSettings:
     grace_period_s: float  # launch.grace_period_s: from SIGTERM or SIGINT to exit, the last finished step saved in it
     # trainer.micro_train_batch_size_per_gpu: the runs of rows token_mean_legacy averages (SkyRL's micro-batches)
     micro_train_batch_size: int = 1
+    # trainer.recompute_old_logprobs_per_minibatch: the old log-probs (ref log-probs, critic values) are computed
+    # mini-batch by mini-batch, split over the ranks as the updates split them; False: one pass over the whole batch
+    old_pass_per_mini_batch: bool = True
     # trainer.min_samples_per_env under trainer.use_hybrid_env_sampling: rows of each environment in every batch;
     # None draws batches uniformly
     min_samples_per_env: int | None = None

@@ -283,26 +283,10 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E817",
-        "turning off per-mini-batch old log-probs, and SkyRL's log-prob and entropy chunking",
-        tuple(
-            f"trainer.{k}"
-            for k in (
-                "recompute_old_logprobs_per_minibatch",
-                "logprobs_chunk_size",
-                "vocab_entropy_chunk_size",
-                "vocab_entropy_chunk_memory_mb",
-                "fused_lm_head_logprob",
-                "fused_lm_head_logprob_backend",
-            )
-        ),
-        # the backend of a fused head nobody turned on, and the memory budget of entropy chunks nobody asked for
-        when=lambda key: (
-            (equals("trainer.fused_lm_head_logprob", True),)
-            if key.endswith("fused_lm_head_logprob_backend")
-            else (positive("trainer.vocab_entropy_chunk_size", 1024),)
-            if key.endswith("vocab_entropy_chunk_memory_mb")
-            else ()
-        ),
+        "SkyRL's fused LM-head log-probs (the head's logits never whole)",
+        ("trainer.fused_lm_head_logprob", "trainer.fused_lm_head_logprob_backend"),
+        # the backend of a fused head nobody turned on
+        when=lambda key: (equals("trainer.fused_lm_head_logprob", True),) if key.endswith("_backend") else (),
     ),
     Unsupported(
         "RLC-E818",

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages
+from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS, score_chunk
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
@@ -109,6 +110,7 @@ def vocab_parallel_logprobs(
     want_entropy: bool = False,
     positions: torch.Tensor | None = None,
     want_sum_pi_squared: bool = False,
+    chunks: tuple[int | None, int | None, int] = (LOGPROB_CHUNK_TOKENS, None, 512),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `targets` (and the entropy, or the sum of squared probabilities) from this tensor rank's slice of
     the vocabulary's logits.
@@ -117,7 +119,8 @@ def vocab_parallel_logprobs(
     place, `targets` [rows, len(positions)]. The softmax normaliser and the target's logit are summed over the
     tensor-parallel group (forward: all-reduce; backward: each rank's own slice, since every rank holds the same
     loss), `chunk` tokens at a time in float32 (`score_tokens`). Columns past `vocab_size` (padding that makes the
-    vocabulary divide by tp) get no probability.
+    vocabulary divide by tp) get no probability. `chunks`: trainer.logprobs_chunk_size, vocab_entropy_chunk_size and
+    vocab_entropy_chunk_memory_mb, the entropy's bound applying when the entropy is computed (`score_chunk`).
     """
     # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
     from megatron.core import parallel_state as ps
@@ -126,6 +129,8 @@ def vocab_parallel_logprobs(
     if positions is None:
         positions = torch.arange(seq, device=logits.device)
     index = torch.arange(rows, device=logits.device)[:, None] * seq + positions.to(logits.device)[None, :]
+    entropy_chunk = chunks[1] if want_entropy else None
+    chunk = score_chunk(index.numel(), chunks[0], entropy_chunk, chunks[2], local, logits.element_size())
     return score_tokens(
         logits,
         targets,
@@ -135,6 +140,7 @@ def vocab_parallel_logprobs(
         rows=index,
         vocab_start=ps.get_tensor_model_parallel_rank() * local,
         vocab_size=vocab_size,
+        chunk=chunk,
         group=ps.get_tensor_model_parallel_group(),
         inplace_backward=True,  # the head's logits feed nothing else: their gradient overwrites them
     )
@@ -529,6 +535,7 @@ class MegatronWorker(TrainWorker):
                 want_entropy,
                 positions=torch.arange(start, start + length, device=logits.device),
                 want_sum_pi_squared=want_sum_pi_squared,
+                chunks=self._score_chunks(),
             )
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
@@ -544,12 +551,16 @@ class MegatronWorker(TrainWorker):
             want_entropy,
             positions=torch.nonzero(scoring).flatten(),
             want_sum_pi_squared=want_sum_pi_squared,
+            chunks=self._score_chunks(),
         )
         group = ps.get_context_parallel_group()
         logp = cp_utils.response_values(logp, positions, start, length, group)
         if entropy is not None:
             entropy = cp_utils.response_values(entropy, positions, start, length, group)
         return logp, entropy
+
+    def _score_chunks(self) -> tuple[int | None, int | None, int]:
+        return (self.s.logprobs_chunk_size, self.s.entropy_chunk_size, self.s.entropy_chunk_memory_mb)
 
     def _schedule_run(self, micro: list[TrainBatch], loss_fn, forward_only: bool) -> list:
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job

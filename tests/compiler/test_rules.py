@@ -653,6 +653,14 @@ CASES = {
               expert_model_parallel_size: 3  # <-
         """,
     ),
+    "RLC-E550": (
+        "trainer.logprobs_chunk_size",
+        """
+        trainer:
+          strategy: fsdp2
+          logprobs_chunk_size: null  # <-
+        """,
+    ),
     "RLC-E602": (
         "trainer.policy.model.lora.alpha",
         """
