@@ -20,6 +20,7 @@ from rlc.core.job import (
     DeltaSync,
     EngineSettings,
     EvalSettings,
+    FakeInt4Qat,
     GeneratorSettings,
     KLControl,
     LoopSettings,
@@ -348,7 +349,16 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
             else int(t.vocab_entropy_chunk_size)
         ),
         entropy_chunk_memory_mb=int(t.vocab_entropy_chunk_memory_mb),
+        fake_int4_qat=fake_int4_qat(spec, role),
     )
+
+
+def fake_int4_qat(spec: Any, role: str) -> FakeInt4Qat | None:
+    """SkyRL's fake-INT4 QAT of the routed experts: the policy's setting, for the megatron policy and ref."""
+    q = spec.trainer.policy.model.fake_int4_qat
+    if not q.enabled or role == "critic" or strategy(spec, role) != "megatron":
+        return None
+    return FakeInt4Qat(int(q.group_size), float(q.scale_divisor), float(q.q_min))
 
 
 def adapter_sync(spec: Any) -> bool:

@@ -45,6 +45,15 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class FakeInt4Qat:
+    """trainer.policy.model.fake_int4_qat, enabled: the served INT4 grid's group size and convention."""
+
+    group_size: int
+    scale_divisor: float
+    q_min: float
+
+
+@dataclass(frozen=True)
 class WorkerSettings:
     """Everything a training worker of one role needs beyond its own sub-config (trainer.<role>, trainer.algorithm)."""
 
@@ -74,6 +83,9 @@ class WorkerSettings:
     # where the entropy is computed under megatron, they bound the chunk further (rlc.core.runtime_facts.score_chunk)
     entropy_chunk_size: int | None = None
     entropy_chunk_memory_mb: int = 512
+    # trainer.policy.model.fake_int4_qat (megatron policy and ref, as SkyRL reads the policy's for both) when enabled:
+    # (group_size, scale_divisor, q_min) of the routed experts' fake-INT4 forward (rlc.runtime.workers.qat)
+    fake_int4_qat: FakeInt4Qat | None = None
 
 
 @dataclass(frozen=True)

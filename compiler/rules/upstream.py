@@ -104,7 +104,6 @@ _PROFILER = (
     "enable ranks save_path skip_first wait warmup active repeat activities record_shapes profile_memory "
     "with_stack with_flops with_modules use_gzip export_type"
 ).split()
-_QAT = "enabled group_size symmetric scale_divisor q_min bf16_base_path".split()
 _IE = "generator.inference_engine."
 _not_vllm = Condition(_IE + "backend", lambda v: v != "vllm", "hf", "vllm", f"{_IE}backend is not vllm")
 
@@ -126,9 +125,11 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E803",
-        "fake-INT4 quantization-aware training",
-        _per_role(ROLES, *(f"model.fake_int4_qat.{k}" for k in _QAT)),
-        when=lambda key: () if key.endswith(".enabled") else (equals(key.rsplit(".", 1)[0] + ".enabled", True),),
+        "loading the trainer's bf16 weights from another checkpoint than the engines serve",
+        ("trainer.policy.model.fake_int4_qat.bf16_base_path",),
+        # SkyRL's Megatron worker reads it whether or not QAT is on; its FSDP worker never
+        when=_megatron,
+        why="rlc's Megatron worker loads the weights of model.path, the checkpoint the engines serve",
     ),
     Unsupported(
         "RLC-E804",

@@ -41,7 +41,7 @@ from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.tensors import metas_of
 from rlc.runtime.workers import megatron_cp as cp_utils
-from rlc.runtime.workers import megatron_cpu
+from rlc.runtime.workers import megatron_cpu, qat
 from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers import micro_batches as mbs
 from rlc.runtime.workers.common import (
@@ -307,6 +307,8 @@ class MegatronWorker(TrainWorker):
             for chunk in self.chunks:
                 add_adapters(chunk, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
             self.lora = True
+        if self.s.fake_int4_qat is not None:  # the routed experts on the served INT4 grid in every forward
+            qat.install(self.chunks, self.s.fake_int4_qat)
         models = list(self.chunks)
         if self.s.device == "cuda":
             for model in models:

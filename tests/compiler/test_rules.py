@@ -661,6 +661,16 @@ CASES = {
           logprobs_chunk_size: null  # <-
         """,
     ),
+    "RLC-E551": (
+        "trainer.policy.model.fake_int4_qat.enabled",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model:
+              fake_int4_qat: {enabled: true}  # <-
+        """,
+    ),
     "RLC-E602": (
         "trainer.policy.model.lora.alpha",
         """

@@ -28,7 +28,8 @@ INVALID = {
     "examples/train/megatron/run_megatron_dapo_qwen3.6_27b_lora.sh": MULTIMODAL,
     # REMOVE_MICROBATCH_PADDING is read from the environment and never set: --env gives it
     "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh": MULTIMODAL | {"RLC-E016"},
-    # fake-INT4 QAT, unmerged Megatron LoRA, the fused LM-head log-probs
+    # the trainer's bf16 masters from another checkpoint (fake_int4_qat.bf16_base_path), unmerged Megatron LoRA,
+    # the fused LM-head log-probs (fake-INT4 QAT itself runs: RLC-E551 checks it)
     "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": MULTIMODAL
     | {"RLC-E803", "RLC-E808", "RLC-E817"},
     "examples/train/router_replay/run_dapo_moonlight_16b_a3b.sh": {"RLC-E805", "RLC-E813"},  # routing replay
