@@ -362,10 +362,13 @@ def fake_int4_qat(spec: Any, role: str) -> FakeInt4Qat | None:
 
 
 def adapter_sync(spec: Any) -> bool:
-    """LoRA under fsdp2: the engines hold the base weights and take only the adapters. Under megatron the policy
-    sends its weights with the adapters merged in, so the engines run a plain model."""
+    """LoRA under fsdp2, or under megatron with lora_config.merge_lora off: the engines hold the base weights and
+    take only the adapters. Otherwise under megatron the policy sends its weights with the adapters merged in, so
+    the engines run a plain model."""
     t = spec.trainer
-    return t.policy.model.lora.rank > 0 and strategy(spec, "policy") != "megatron"
+    if t.policy.model.lora.rank <= 0:
+        return False
+    return strategy(spec, "policy") != "megatron" or not t.policy.megatron_config.lora_config.merge_lora
 
 
 def engine_dtype(spec: Any, device: str) -> str:

@@ -97,6 +97,14 @@ def megatron_lora_targets(target_modules: str, exclude_modules: str | None = Non
     return out
 
 
+def megatron_lora_projections(target_modules: str, exclude_modules: str | None = None) -> str:
+    """The Hugging Face projections that carry Megatron's adapters when they are synced unmerged: every projection
+    of each adapted layer (a fused layer's adapter covers all it fuses), as PEFT's target_modules (a string is a
+    pattern every module name must match whole)."""
+    layers = megatron_lora_targets(target_modules, exclude_modules)
+    return r".*\.(" + "|".join(p for layer in layers for p in MEGATRON_LORA_LAYERS[layer][0]) + ")"
+
+
 def corrects_off_policy(
     tis_ratio_type: str | None,
     sequence_mask_metric: str | None,

@@ -195,7 +195,8 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E808",
-        "Megatron LoRA options (unmerged adapter sync, shared expert LoRA, MoE LoRA normalization)",
+        "Megatron LoRA options (canonical_lora and DoRA adapters synced unmerged, shared expert LoRA, MoE LoRA "
+        "normalization)",
         _per_role(
             MEGATRON_ROLES,
             *(
@@ -203,7 +204,24 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 for k in ("merge_lora", "experts_shared_outer_loras", "normalize_moe_lora")
             ),
         ),
-        when=lambda key: _megatron(key, _lora(key)),
+        # merge_lora false runs for lora_type lora (runtime/workers/megatron_adapters.py); rlc has no MoE LoRA
+        when=lambda key: _megatron(
+            key,
+            _lora(key),
+            *(
+                (
+                    Condition(
+                        f"trainer.{_role(key)}.{_MEGATRON}lora_config.lora_type",
+                        lambda v: v != "lora",
+                        "dora",
+                        "lora",
+                        "lora_type is not lora",
+                    ),
+                )
+                if key.endswith("merge_lora")
+                else ()
+            ),
+        ),
     ),
     Unsupported(
         "RLC-E809",

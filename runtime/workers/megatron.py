@@ -40,8 +40,8 @@ from rlc.runtime.batch import TrainBatch
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.tensors import metas_of
+from rlc.runtime.workers import megatron_adapters, megatron_cpu, qat
 from rlc.runtime.workers import megatron_cp as cp_utils
-from rlc.runtime.workers import megatron_cpu, qat
 from rlc.runtime.workers import megatron_weights as mw
 from rlc.runtime.workers import micro_batches as mbs
 from rlc.runtime.workers.common import (
@@ -786,8 +786,12 @@ class MegatronWorker(TrainWorker):
     @torch.no_grad()
     def full_state_dict(self, dtype: str | None = None, adapters_only: bool = False) -> dict[str, torch.Tensor] | None:
         """The Hugging Face state dict on global rank 0 (None elsewhere); every rank must call it. With LoRA the
-        adapters are merged in (`adapters_only` has no effect: the engines run a plain model)."""
+        adapters are merged in, unless `adapters_only` asks for them alone and lora_config.merge_lora is off (the
+        engines then apply them, `megatron_adapters`)."""
         cast = DTYPES.get(dtype or "")
+        if adapters_only and self.lora and not self.mc.lora_config.merge_lora:
+            with self._device():
+                return megatron_adapters.hf_adapters(self, cast)
         with self._device():
             out = {
                 name: (t.to(cast) if cast is not None and t.is_floating_point() else t.clone())
