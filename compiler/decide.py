@@ -350,7 +350,17 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         ),
         entropy_chunk_memory_mb=int(t.vocab_entropy_chunk_memory_mb),
         fake_int4_qat=fake_int4_qat(spec, role),
+        weights_path=bf16_base_path(spec, role),
     )
+
+
+def bf16_base_path(spec: Any, role: str) -> str | None:
+    """SkyRL's Megatron worker loads the policy's and ref's weights from the policy's fake_int4_qat.bf16_base_path,
+    QAT on or off, when set (model.path then names the checkpoint the engines serve, INT4)."""
+    path = spec.trainer.policy.model.fake_int4_qat.bf16_base_path
+    if not path or role == "critic" or strategy(spec, role) != "megatron":
+        return None
+    return str(path)
 
 
 def fake_int4_qat(spec: Any, role: str) -> FakeInt4Qat | None:

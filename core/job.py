@@ -86,6 +86,9 @@ class WorkerSettings:
     # trainer.policy.model.fake_int4_qat (megatron policy and ref, as SkyRL reads the policy's for both) when enabled:
     # (group_size, scale_divisor, q_min) of the routed experts' fake-INT4 forward (rlc.runtime.workers.qat)
     fake_int4_qat: FakeInt4Qat | None = None
+    # trainer.policy.model.fake_int4_qat.bf16_base_path (megatron policy and ref): the checkpoint the trainer loads
+    # its weights from when model_path is one the engines serve quantized (None: model_path's)
+    weights_path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -124,14 +124,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         when=lambda key: (_lora(key),),
     ),
     Unsupported(
-        "RLC-E803",
-        "loading the trainer's bf16 weights from another checkpoint than the engines serve",
-        ("trainer.policy.model.fake_int4_qat.bf16_base_path",),
-        # SkyRL's Megatron worker reads it whether or not QAT is on; its FSDP worker never
-        when=_megatron,
-        why="rlc's Megatron worker loads the weights of model.path, the checkpoint the engines serve",
-    ),
-    Unsupported(
         "RLC-E804",
         "the torch profiler",
         tuple(f"trainer.policy.torch_profiler_config.{k}" for k in _PROFILER),

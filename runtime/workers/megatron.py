@@ -334,7 +334,7 @@ class MegatronWorker(TrainWorker):
         from megatron.bridge import AutoBridge
         from megatron.core.utils import unwrap_model
 
-        bridge = AutoBridge.from_hf_pretrained(self.s.model_path)
+        bridge = AutoBridge.from_hf_pretrained(self.s.weights_path or self.s.model_path)
         provider = bridge.to_megatron_provider(load_weights=True)
         for key, value in self._config_kwargs(architecture=False).items():
             setattr(provider, key, value)
@@ -402,7 +402,9 @@ class MegatronWorker(TrainWorker):
         return False
 
     def _load_hf(self) -> None:
-        hf = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32).state_dict()
+        hf = AutoModelForCausalLM.from_pretrained(
+            self.s.weights_path or self.s.model_path, dtype=torch.float32
+        ).state_dict()
         stages = self._stages()
         for v, model in enumerate(self.chunks):
             state = self.conversion.hf_to_megatron(
@@ -818,7 +820,7 @@ class MegatronWorker(TrainWorker):
         full = self.full_state_dict()
         if self.rank == 0:
             os.makedirs(directory, exist_ok=True)
-            lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, dtype=torch.float32)
+            lm = AutoModelForCausalLM.from_pretrained(self.s.weights_path or self.s.model_path, dtype=torch.float32)
             lm.load_state_dict(full, strict=not self.arch.tied)
             lm.save_pretrained(directory)
             AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(directory)

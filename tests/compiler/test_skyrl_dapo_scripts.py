@@ -28,9 +28,8 @@ INVALID = {
     "examples/train/megatron/run_megatron_dapo_qwen3.6_27b_lora.sh": MULTIMODAL,
     # REMOVE_MICROBATCH_PADDING is read from the environment and never set: --env gives it
     "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh": MULTIMODAL | {"RLC-E016"},
-    # the trainer's bf16 masters from another checkpoint (fake_int4_qat.bf16_base_path) and the fused LM-head
-    # log-probs (fake-INT4 QAT itself and the unmerged Megatron LoRA it asks for run)
-    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": MULTIMODAL | {"RLC-E803", "RLC-E817"},
+    # the fused LM-head log-probs (fake-INT4 QAT, its bf16 masters and the unmerged Megatron LoRA it asks for run)
+    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": MULTIMODAL | {"RLC-E817"},
     "examples/train/router_replay/run_dapo_moonlight_16b_a3b.sh": {"RLC-E805", "RLC-E813"},  # routing replay
     "examples/train/spec_decode/run_megatron_dapo_mimo_7b_rl_specdecode.sh": {"RLC-E809"},  # MTP training
     "examples/train/spec_decode/run_megatron_dapo_qwen3.5_9b_specdecode.sh": {"RLC-E809"},

@@ -177,3 +177,36 @@ def test_the_hook_quantizes_a_megatron_moe_models_routed_experts_only():
 def test_a_model_without_experts_is_refused():
     with pytest.raises(RuntimeError, match="has none"):
         install([torch.nn.Sequential(torch.nn.Linear(4, 4))], FakeInt4Qat(32, 7.5, -8.0))
+
+
+def _masters_rank(rank: int, world: int, port: int, q, model_path: str, masters: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlc.runtime.workers.common import WorkerSettings
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.spec.model import default_model
+
+    spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron"}})
+    settings = WorkerSettings("policy", model_path, weights_path=masters)
+    worker = MegatronWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
+    worker.setup("127.0.0.1", port)
+    q.put((rank, {k: v.numpy() for k, v in worker.full_state_dict().items()}))
+    worker.shutdown()
+
+
+def test_the_megatron_worker_loads_its_weights_from_bf16_base_path(tiny_model, tmp_path):
+    """model.path names what the engines serve; fake_int4_qat.bf16_base_path the checkpoint the trainer loads."""
+    pytest.importorskip("megatron.core")
+    from transformers import AutoModelForCausalLM
+
+    masters = AutoModelForCausalLM.from_pretrained(tiny_model)
+    with torch.no_grad():
+        for p in masters.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.01)
+    masters.save_pretrained(tmp_path)
+    loaded = run_ranks(_masters_rank, 1, tiny_model, str(tmp_path))[0]
+    served = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    for name, value in masters.state_dict().items():
+        if name in loaded:
+            torch.testing.assert_close(torch.from_numpy(loaded[name]), value, rtol=0, atol=1e-6)
+            assert not torch.equal(torch.from_numpy(loaded[name]), served[name])
+    assert len(loaded) > 10
