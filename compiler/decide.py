@@ -20,6 +20,7 @@ from rlc.core.job import (
     DeltaSync,
     EngineSettings,
     EvalSettings,
+    FakeInt4Qat,
     GeneratorSettings,
     KLControl,
     LoopSettings,
@@ -98,6 +99,7 @@ def loop_settings(spec: Any, plan: Plan) -> LoopSettings:
         grace_period_s=float(spec.launch.grace_period_s),
         micro_train_batch_size=int(t.micro_train_batch_size_per_gpu),
         min_samples_per_env=int(t.min_samples_per_env) if t.use_hybrid_env_sampling else None,
+        old_pass_per_mini_batch=bool(t.recompute_old_logprobs_per_minibatch),
     )
 
 
@@ -342,14 +344,44 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         mtp_loss_weight=float(t.mtp.loss_weight)
         if t.mtp.enabled and role == "policy" and strategy(spec, role) == "megatron"
         else None,
+        logprobs_chunk_size=None if t.logprobs_chunk_size is None else int(t.logprobs_chunk_size),
+        # SkyRL's Megatron worker reads the entropy chunks; its FSDP worker scores the entropy in log-prob chunks
+        entropy_chunk_size=(
+            None
+            if t.vocab_entropy_chunk_size is None or strategy(spec, role) != "megatron"
+            else int(t.vocab_entropy_chunk_size)
+        ),
+        entropy_chunk_memory_mb=int(t.vocab_entropy_chunk_memory_mb),
+        fake_int4_qat=fake_int4_qat(spec, role),
+        weights_path=bf16_base_path(spec, role),
     )
 
 
+def bf16_base_path(spec: Any, role: str) -> str | None:
+    """SkyRL's Megatron worker loads the policy's and ref's weights from the policy's fake_int4_qat.bf16_base_path,
+    QAT on or off, when set (model.path then names the checkpoint the engines serve, INT4)."""
+    path = spec.trainer.policy.model.fake_int4_qat.bf16_base_path
+    if not path or role == "critic" or strategy(spec, role) != "megatron":
+        return None
+    return str(path)
+
+
+def fake_int4_qat(spec: Any, role: str) -> FakeInt4Qat | None:
+    """SkyRL's fake-INT4 QAT of the routed experts: the policy's setting, for the megatron policy and ref."""
+    q = spec.trainer.policy.model.fake_int4_qat
+    if not q.enabled or role == "critic" or strategy(spec, role) != "megatron":
+        return None
+    return FakeInt4Qat(int(q.group_size), float(q.scale_divisor), float(q.q_min))
+
+
 def adapter_sync(spec: Any) -> bool:
-    """LoRA under fsdp2: the engines hold the base weights and take only the adapters. Under megatron the policy
-    sends its weights with the adapters merged in, so the engines run a plain model."""
+    """LoRA under fsdp2, or under megatron with lora_config.merge_lora off: the engines hold the base weights and
+    take only the adapters. Otherwise under megatron the policy sends its weights with the adapters merged in, so
+    the engines run a plain model."""
     t = spec.trainer
-    return t.policy.model.lora.rank > 0 and strategy(spec, "policy") != "megatron"
+    if t.policy.model.lora.rank <= 0:
+        return False
+    return strategy(spec, "policy") != "megatron" or not t.policy.megatron_config.lora_config.merge_lora
 
 
 def engine_dtype(spec: Any, device: str) -> str:

@@ -39,7 +39,7 @@ from rlc.core.dataclass import dataclass
 from rlc.core.diagnostics import ERROR, WARNING, Diagnostic, Location
 from rlc.core.pipeline_stages import VIRTUAL, Stages
 from rlc.core.plan import Plan
-from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS
+from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS, score_chunk
 
 MiB, GiB = 1 << 20, 1 << 30
 CUDA_CONTEXT = GiB  # per trainer process on a GPU: CUDA context, NCCL communicators, allocator slack
@@ -226,18 +226,21 @@ def activation_bytes(shape: ModelShape, tokens: int, b: int, checkpointing: bool
     return tokens * (saved + 2 * b * shape.hidden + 4 * shape.hidden)
 
 
-def logits_bytes(vocab: int, tokens: int, scored: int, b: int, fp32_output: bool = False) -> int:
+def logits_bytes(
+    vocab: int, tokens: int, scored: int, b: int, fp32_output: bool = False, chunk: int | None = LOGPROB_CHUNK_TOKENS
+) -> int:
     """The vocabulary head's logits and scoring them (the runtime's chunked `score_tokens`), forward or training.
 
     The head's logits for `tokens` positions in the compute dtype (Megatron's Float16Module hands them on in
     float32, `fp32_output`, after a moment with both copies, and its backward turns their gradient back into the
     compute dtype beside them). In training their gradient overwrites them (`inplace_backward`): one copy, not
-    two. Plus the scorer's work space, LOGPROB_CHUNK_TOKENS of the `scored` positions at a time: a block of the
+    two. Plus the scorer's work space, `chunk` (trainer.logprobs_chunk_size, at most LOGPROB_CHUNK_TOKENS) of the
+    `scored` positions at a time (an entropy chunk bound under megatron only makes it smaller): a block of the
     logits, its float32 copy, their exp and one product (backward: the block, float32 log-probs, softmax and the
     gradient block). Temperature and entropy are computed in that work space: they add nothing.
     """
     out = 4 if fp32_output else b
-    block = min(LOGPROB_CHUNK_TOKENS, scored) * vocab * max(out + 12, 2 * out + 8)
+    block = score_chunk(scored, chunk) * vocab * max(out + 12, 2 * out + 8)
     cast = tokens * vocab * b if fp32_output and b != 4 else 0  # the head's own output, until it is upcast
     return tokens * vocab * out + max(block, cast)
 
@@ -291,7 +294,7 @@ def fsdp_cost(spec, role: str, shape: ModelShape, world: int, gpu: bool, fractio
             # The head runs on the positions that predict a response token, packed or padded (logits_to_keep): rows
             # at their longest; split over an sp group, the rank holding the rows' ends holds the most.
             scored = min(-(-group_tokens * response // full), tokens)
-            out["logits"] = logits_bytes(shape.vocab, scored, scored, b)
+            out["logits"] = logits_bytes(shape.vocab, scored, scored, b, chunk=t.logprobs_chunk_size)
         return out
 
     return RoleCost(
@@ -370,7 +373,12 @@ def megatron_cost(spec, role: str, shape: ModelShape, world: int, fraction: floa
             return {**({"grads": grads} if train else {}), "activations": act, "values": tokens * 4 * 3}
         # GPTModel's head runs on every position this context rank holds; the response's are scored in place.
         logits = logits_bytes(
-            -(-shape.vocab // tp), tokens, -(-(group * response // full) // cp), b, fp32_output=b != 4
+            -(-shape.vocab // tp),
+            tokens,
+            -(-(group * response // full) // cp),
+            b,
+            fp32_output=b != 4,
+            chunk=t.logprobs_chunk_size,
         )
         return {**({"grads": grads} if train else {}), "activations": act, "logits": logits}
 

@@ -45,6 +45,15 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class FakeInt4Qat:
+    """trainer.policy.model.fake_int4_qat, enabled: the served INT4 grid's group size and convention."""
+
+    group_size: int
+    scale_divisor: float
+    q_min: float
+
+
+@dataclass(frozen=True)
 class WorkerSettings:
     """Everything a training worker of one role needs beyond its own sub-config (trainer.<role>, trainer.algorithm)."""
 
@@ -70,6 +79,18 @@ class WorkerSettings:
     total_optimizer_steps: int = 1  # the LR schedule's length: set by the driver from the dataset's size
     # trainer.mtp on the megatron policy: the weight of its MTP heads' draft loss; None: no MTP heads are trained
     mtp_loss_weight: float | None = None
+    # trainer.logprobs_chunk_size: tokens scored at a time (None: a micro-batch's all at once, megatron only)
+    logprobs_chunk_size: int | None = 1024
+    # trainer.vocab_entropy_chunk_size (0: sized from vocab_entropy_chunk_memory_mb; None: no bound) and its budget:
+    # where the entropy is computed under megatron, they bound the chunk further (rlc.core.runtime_facts.score_chunk)
+    entropy_chunk_size: int | None = None
+    entropy_chunk_memory_mb: int = 512
+    # trainer.policy.model.fake_int4_qat (megatron policy and ref, as SkyRL reads the policy's for both) when enabled:
+    # (group_size, scale_divisor, q_min) of the routed experts' fake-INT4 forward (rlc.runtime.workers.qat)
+    fake_int4_qat: FakeInt4Qat | None = None
+    # trainer.policy.model.fake_int4_qat.bf16_base_path (megatron policy and ref): the checkpoint the trainer loads
+    # its weights from when model_path is one the engines serve quantized (None: model_path's)
+    weights_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -339,6 +360,9 @@ class LoopSettings:
     grace_period_s: float  # launch.grace_period_s: from SIGTERM or SIGINT to exit, the last finished step saved in it
     # trainer.micro_train_batch_size_per_gpu: the runs of rows token_mean_legacy averages (SkyRL's micro-batches)
     micro_train_batch_size: int = 1
+    # trainer.recompute_old_logprobs_per_minibatch: the old log-probs (ref log-probs, critic values) are computed
+    # mini-batch by mini-batch, split over the ranks as the updates split them; False: one pass over the whole batch
+    old_pass_per_mini_batch: bool = True
     # trainer.min_samples_per_env under trainer.use_hybrid_env_sampling: rows of each environment in every batch;
     # None draws batches uniformly
     min_samples_per_env: int | None = None

@@ -31,7 +31,45 @@ CHAT_TEMPLATE_NAMES = ("qwen3_with_thinking", "qwen3_without_thinking")
 # Tokens the trainer scores at a time (rlc.runtime.algorithms.losses.score_tokens): its float32 work space is a few
 # [LOGPROB_CHUNK_TOKENS, vocab] blocks (about 0.3 GB each at Qwen's 152k vocabulary) whatever the micro-batch, and the
 # memory model counts the same blocks.
+# trainer.logprobs_chunk_size (SkyRL's default 1024, null: unchunked) asks for chunks of at most that many tokens:
+# rlc's are never longer than LOGPROB_CHUNK_TOKENS (its scorer's work space, which the memory model counts), and as
+# long as the setting asks when it asks for fewer. The values are the same either way.
 LOGPROB_CHUNK_TOKENS = 512
+# The factor of a chunk's logits SkyRL's automatic entropy chunks budget for (vocab_entropy_chunk_size: 0).
+ENTROPY_CHUNK_PEAK_FACTOR = 4
+
+
+def logprob_chunk(logprobs_chunk: int | None) -> int:
+    """The tokens scored at a time for trainer.logprobs_chunk_size: it, at most LOGPROB_CHUNK_TOKENS."""
+    return LOGPROB_CHUNK_TOKENS if logprobs_chunk is None else max(1, min(int(logprobs_chunk), LOGPROB_CHUNK_TOKENS))
+
+
+def score_chunk(
+    tokens: int,
+    logprobs_chunk: int | None,
+    entropy_chunk: int | None = None,
+    entropy_memory_mb: int = 512,
+    local_vocab: int = 0,
+    logit_bytes: int = 4,
+) -> int:
+    """Tokens the trainer scores at a time (rlc.runtime.algorithms.losses.score_tokens) of `tokens`.
+
+    `logprobs_chunk` is trainer.logprobs_chunk_size, within rlc's own bound (`logprob_chunk`). `entropy_chunk`
+    (trainer.vocab_entropy_chunk_size, read where the entropy is computed in the same pass under megatron) bounds it
+    further: None adds no bound, a positive number is its own bound, 0 sizes it from `entropy_memory_mb`
+    (vocab_entropy_chunk_memory_mb) as SkyRL does: the largest power of two of tokens, at most `tokens`, whose
+    `local_vocab` logits of `logit_bytes`, times ENTROPY_CHUNK_PEAK_FACTOR, fit in the budget. rlc computes log-probs and entropy in the same
+    chunks, so the smaller bound holds for both (either alone gives the same values: only the work space changes).
+    """
+    chunk = logprob_chunk(logprobs_chunk)
+    if entropy_chunk is not None and entropy_chunk > 0:
+        chunk = min(chunk, int(entropy_chunk))
+    elif entropy_chunk == 0 and local_vocab > 0:
+        per_token = local_vocab * logit_bytes * ENTROPY_CHUNK_PEAK_FACTOR
+        fit = max(1, min(tokens, (int(entropy_memory_mb) << 20) // per_token))
+        chunk = min(chunk, 1 << (fit.bit_length() - 1))
+    return max(1, min(chunk, tokens))
+
 
 # What rlc's Megatron LoRA puts adapters on: each Megatron linear layer of a decoder layer -> the Hugging Face
 # projections it fuses (in its output order) and its parallel style. RLC-E510 accepts these names in target_modules.
@@ -57,6 +95,14 @@ def megatron_lora_targets(target_modules: str, exclude_modules: str | None = Non
         if chosen and layer not in excluded:
             out.append(layer)
     return out
+
+
+def megatron_lora_projections(target_modules: str, exclude_modules: str | None = None) -> str:
+    """The Hugging Face projections that carry Megatron's adapters when they are synced unmerged: every projection
+    of each adapted layer (a fused layer's adapter covers all it fuses), as PEFT's target_modules (a string is a
+    pattern every module name must match whole)."""
+    layers = megatron_lora_targets(target_modules, exclude_modules)
+    return r".*\.(" + "|".join(p for layer in layers for p in MEGATRON_LORA_LAYERS[layer][0]) + ")"
 
 
 def corrects_off_policy(

@@ -387,7 +387,19 @@ class Driver:
         return picked, {k: float(v) for k, v in sampler.metrics().items()}
 
     def _forward(self, ray, role: str, batch: TrainBatch, **options) -> torch.Tensor:
+        """A role's pass over the batch (old or ref log-probs, critic values): mini-batch by mini-batch, split as
+        the updates split it (trainer.recompute_old_logprobs_per_minibatch, SkyRL's default), or all at once."""
         self._apply(ray, self.colocation.before_forward(role))
+        loop = self.loop
+        if not loop.old_pass_per_mini_batch:
+            return self._forward_rows(ray, role, batch, **options)
+        mini = loop.critic_mini_batch_size if role == "critic" else loop.policy_mini_batch_size
+        split = (
+            group_mini_batches(batch, mini) if loop.step_wise else mini_batches(batch, mini * loop.n_samples_per_prompt)
+        )
+        return torch.cat([self._forward_rows(ray, role, part, **options) for part in split])
+
+    def _forward_rows(self, ray, role: str, batch: TrainBatch, **options) -> torch.Tensor:
         workers = self.workers[role]
         padded = pad_rows(batch, self.layouts[role][0]["dp_size"])  # step-wise rows need not divide over the ranks
         outs = ray.get([w.forward.remote(s, **options) for w, s in zip(workers, self.cluster.shards(role, padded))])

@@ -170,6 +170,7 @@ class Cluster:
         settings = replace(
             planned,
             model_path=local_model_path(planned.model_path),
+            weights_path=local_model_path(planned.weights_path) if planned.weights_path else None,
             total_optimizer_steps=total_optimizer_steps,
             memory_snapshot_dir=str(expand(planned.memory_snapshot_dir)) if planned.memory_snapshot_dir else None,
         )

@@ -8,8 +8,9 @@ act on the compiler's decisions (`job.decisions`); neither reads a spec field (t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from rlc.core.runtime_facts import megatron_lora_projections
 from rlc.runtime.config import CompiledJob
 from rlc.spec.algorithm import AlgorithmConfig
 from rlc.spec.generation import SkyRLGymConfig
@@ -29,6 +30,17 @@ class Sections:
         return Sections(
             algorithm=t.algorithm,
             roles={role.name: getattr(t, role.name) for role in job.plan.roles},
-            lora=t.policy.model.lora,
+            lora=engine_lora(t),
             gym=job.spec.environment.skyrl_gym,
         )
+
+
+def engine_lora(t) -> SkyRLLoraConfig:
+    """The policy's `model.lora` as the engines' PEFT adapters take it: under megatron (adapters synced unmerged)
+    on the Hugging Face projections Megatron's adapted layers fuse."""
+    lora = t.policy.model.lora
+    if t.strategy != "megatron" or lora.rank <= 0:
+        return lora
+    return replace(
+        lora, target_modules=megatron_lora_projections(lora.target_modules, lora.exclude_modules), exclude_modules=None
+    )

@@ -111,7 +111,6 @@ _PROFILER = (
     "enable ranks save_path skip_first wait warmup active repeat activities record_shapes profile_memory "
     "with_stack with_flops with_modules use_gzip export_type"
 ).split()
-_QAT = "enabled group_size symmetric scale_divisor q_min bf16_base_path".split()
 _IE = "generator.inference_engine."
 _not_vllm = Condition(_IE + "backend", lambda v: v != "vllm", "hf", "vllm", f"{_IE}backend is not vllm")
 
@@ -130,12 +129,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         _per_role(ROLES, "model.lora.sync_mode", "model.lora.share_expert_adapters", "model.lora.max_loras")
         + _per_role(ROLES, "model.lora.max_cpu_loras"),
         when=lambda key: (_lora(key),),
-    ),
-    Unsupported(
-        "RLC-E803",
-        "fake-INT4 quantization-aware training",
-        _per_role(ROLES, *(f"model.fake_int4_qat.{k}" for k in _QAT)),
-        when=lambda key: () if key.endswith(".enabled") else (equals(key.rsplit(".", 1)[0] + ".enabled", True),),
     ),
     Unsupported(
         "RLC-E804",
@@ -200,7 +193,8 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E808",
-        "Megatron LoRA options (unmerged adapter sync, shared expert LoRA, MoE LoRA normalization)",
+        "Megatron LoRA options (canonical_lora and DoRA adapters synced unmerged, shared expert LoRA, MoE LoRA "
+        "normalization)",
         _per_role(
             MEGATRON_ROLES,
             *(
@@ -208,7 +202,24 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 for k in ("merge_lora", "experts_shared_outer_loras", "normalize_moe_lora")
             ),
         ),
-        when=lambda key: _megatron(key, _lora(key)),
+        # merge_lora false runs for lora_type lora (runtime/workers/megatron_adapters.py); rlc has no MoE LoRA
+        when=lambda key: _megatron(
+            key,
+            _lora(key),
+            *(
+                (
+                    Condition(
+                        f"trainer.{_role(key)}.{_MEGATRON}lora_config.lora_type",
+                        lambda v: v != "lora",
+                        "dora",
+                        "lora",
+                        "lora_type is not lora",
+                    ),
+                )
+                if key.endswith("merge_lora")
+                else ()
+            ),
+        ),
     ),
     Unsupported(
         "RLC-E809",
@@ -285,26 +296,10 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E817",
-        "turning off per-mini-batch old log-probs, and SkyRL's log-prob and entropy chunking",
-        tuple(
-            f"trainer.{k}"
-            for k in (
-                "recompute_old_logprobs_per_minibatch",
-                "logprobs_chunk_size",
-                "vocab_entropy_chunk_size",
-                "vocab_entropy_chunk_memory_mb",
-                "fused_lm_head_logprob",
-                "fused_lm_head_logprob_backend",
-            )
-        ),
-        # the backend of a fused head nobody turned on, and the memory budget of entropy chunks nobody asked for
-        when=lambda key: (
-            (equals("trainer.fused_lm_head_logprob", True),)
-            if key.endswith("fused_lm_head_logprob_backend")
-            else (positive("trainer.vocab_entropy_chunk_size", 1024),)
-            if key.endswith("vocab_entropy_chunk_memory_mb")
-            else ()
-        ),
+        "SkyRL's fused LM-head log-probs (the head's logits never whole)",
+        ("trainer.fused_lm_head_logprob", "trainer.fused_lm_head_logprob_backend"),
+        # the backend of a fused head nobody turned on
+        when=lambda key: (equals("trainer.fused_lm_head_logprob", True),) if key.endswith("_backend") else (),
     ),
     Unsupported(
         "RLC-E818",

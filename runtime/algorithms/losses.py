@@ -43,7 +43,7 @@ def score_tokens(
     entropy: bool = False,
     sum_pi_squared: bool = False,
     rows: torch.Tensor | None = None,
-    chunk: int = LOGPROB_CHUNK_TOKENS,
+    chunk: int | None = LOGPROB_CHUNK_TOKENS,
     vocab_start: int = 0,
     vocab_size: int | None = None,
     group: Any = None,
@@ -56,7 +56,8 @@ def score_tokens(
     entropy), without its [tokens, vocab] float32 tensors: `chunk` tokens at a time are upcast, reduced to a
     log-sum-exp, the chosen logit and the entropy, and dropped; backward recomputes each chunk's softmax from the
     saved logits (in their own dtype) and writes (onehot - softmax) * grad (and the entropy's term) into the
-    logits' gradient. Float32 work space is O(chunk * vocab) instead of O(tokens * vocab).
+    logits' gradient. Float32 work space is O(chunk * vocab) instead of O(tokens * vocab). `chunk` None: all the
+    scored tokens at once (trainer.logprobs_chunk_size null).
 
     `logits` is [..., vocab]; without `rows`, `token_ids` has its leading shape. With `rows`, the logits are taken
     as [N, vocab] rows (a view of contiguous logits) and only those rows are scored, `token_ids` matching `rows`: a
@@ -79,6 +80,8 @@ def score_tokens(
         raise ValueError("score_tokens gives the entropy or the sum of squared probabilities, not both")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
+    if chunk is None:
+        chunk = max(1, token_ids.numel())
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     width = logits.shape[-1]

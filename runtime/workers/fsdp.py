@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from rlc.core.runtime_facts import logprob_chunk
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.models import cache_keyword, load_causal_lm
@@ -260,7 +261,12 @@ class FSDPWorker(TrainWorker):
     def _outputs(self, mb: TrainBatch, want_entropy: bool = False, want_sum_pi_squared: bool = False):
         """Per response token: log-probs (policy/ref) or values (critic), and the entropy or the sum of squared
         probabilities when asked."""
-        second = {"entropy": want_entropy, "sum_pi_squared": want_sum_pi_squared}
+        # trainer.logprobs_chunk_size tokens at a time, within rlc's own bound
+        second: dict[str, Any] = {
+            "entropy": want_entropy,
+            "sum_pi_squared": want_sum_pi_squared,
+            "chunk": logprob_chunk(self.s.logprobs_chunk_size),
+        }
         if self.sp > 1:
             return self._split_outputs(mb, second)
         ids, attn = mb.input_ids, mb.attention_mask

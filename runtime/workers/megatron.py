@@ -34,13 +34,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages
+from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS, score_chunk
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
 from rlc.runtime.weights.broadcast import send_weights
 from rlc.runtime.weights.tensors import metas_of
+from rlc.runtime.workers import megatron_adapters, megatron_cpu, qat
 from rlc.runtime.workers import megatron_cp as cp_utils
-from rlc.runtime.workers import megatron_cpu
 from rlc.runtime.workers import megatron_experts as mx
 from rlc.runtime.workers import megatron_mtp as mtp
 from rlc.runtime.workers import megatron_weights as mw
@@ -112,6 +113,7 @@ def vocab_parallel_logprobs(
     want_entropy: bool = False,
     positions: torch.Tensor | None = None,
     want_sum_pi_squared: bool = False,
+    chunks: tuple[int | None, int | None, int] = (LOGPROB_CHUNK_TOKENS, None, 512),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `targets` (and the entropy, or the sum of squared probabilities) from this tensor rank's slice of
     the vocabulary's logits.
@@ -120,7 +122,8 @@ def vocab_parallel_logprobs(
     place, `targets` [rows, len(positions)]. The softmax normaliser and the target's logit are summed over the
     tensor-parallel group (forward: all-reduce; backward: each rank's own slice, since every rank holds the same
     loss), `chunk` tokens at a time in float32 (`score_tokens`). Columns past `vocab_size` (padding that makes the
-    vocabulary divide by tp) get no probability.
+    vocabulary divide by tp) get no probability. `chunks`: trainer.logprobs_chunk_size, vocab_entropy_chunk_size and
+    vocab_entropy_chunk_memory_mb, the entropy's bound applying when the entropy is computed (`score_chunk`).
     """
     # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
     from megatron.core import parallel_state as ps
@@ -129,6 +132,8 @@ def vocab_parallel_logprobs(
     if positions is None:
         positions = torch.arange(seq, device=logits.device)
     index = torch.arange(rows, device=logits.device)[:, None] * seq + positions.to(logits.device)[None, :]
+    entropy_chunk = chunks[1] if want_entropy else None
+    chunk = score_chunk(index.numel(), chunks[0], entropy_chunk, chunks[2], local, logits.element_size())
     return score_tokens(
         logits,
         targets,
@@ -138,6 +143,7 @@ def vocab_parallel_logprobs(
         rows=index,
         vocab_start=ps.get_tensor_model_parallel_rank() * local,
         vocab_size=vocab_size,
+        chunk=chunk,
         group=ps.get_tensor_model_parallel_group(),
         inplace_backward=True,  # the head's logits feed nothing else: their gradient overwrites them
     )
@@ -319,6 +325,8 @@ class MegatronWorker(TrainWorker):
                 f"moe_enable_routing_replay: {self.s.model_path} ({self.hf_config.model_type}) has no mixture-of-experts "
                 "router to replay the engines' routes in"
             )
+        if self.s.fake_int4_qat is not None:  # the routed experts on the served INT4 grid in every forward
+            qat.install(self.chunks, self.s.fake_int4_qat)
         models = list(self.chunks)
         if self.s.device == "cuda":
             for model in models:
@@ -344,7 +352,7 @@ class MegatronWorker(TrainWorker):
         from megatron.bridge import AutoBridge
         from megatron.core.utils import unwrap_model
 
-        bridge = AutoBridge.from_hf_pretrained(self.s.model_path)
+        bridge = AutoBridge.from_hf_pretrained(self.s.weights_path or self.s.model_path)
         provider = bridge.to_megatron_provider(load_weights=True)
         for key, value in self._config_kwargs(architecture=False).items():
             setattr(provider, key, value)
@@ -421,7 +429,7 @@ class MegatronWorker(TrainWorker):
 
     def _load_hf(self) -> None:
         hf = AutoModelForCausalLM.from_pretrained(
-            self.s.model_path, config=self.hf_config, dtype=torch.float32
+            self.s.weights_path or self.s.model_path, config=self.hf_config, dtype=torch.float32
         ).state_dict()
         stages = self._stages()
         for v, model in enumerate(self.chunks):
@@ -577,6 +585,7 @@ class MegatronWorker(TrainWorker):
                 want_entropy,
                 positions=torch.arange(start, start + length, device=logits.device),
                 want_sum_pi_squared=want_sum_pi_squared,
+                chunks=self._score_chunks(),
             )
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import parallel_state as ps
@@ -592,12 +601,16 @@ class MegatronWorker(TrainWorker):
             want_entropy,
             positions=torch.nonzero(scoring).flatten(),
             want_sum_pi_squared=want_sum_pi_squared,
+            chunks=self._score_chunks(),
         )
         group = ps.get_context_parallel_group()
         logp = cp_utils.response_values(logp, positions, start, length, group)
         if entropy is not None:
             entropy = cp_utils.response_values(entropy, positions, start, length, group)
         return logp, entropy
+
+    def _score_chunks(self) -> tuple[int | None, int | None, int]:
+        return (self.s.logprobs_chunk_size, self.s.entropy_chunk_size, self.s.entropy_chunk_memory_mb)
 
     def _schedule_run(self, micro: list[TrainBatch], loss_fn, forward_only: bool) -> list:
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
@@ -896,8 +909,12 @@ class MegatronWorker(TrainWorker):
     @torch.no_grad()
     def full_state_dict(self, dtype: str | None = None, adapters_only: bool = False) -> dict[str, torch.Tensor] | None:
         """The Hugging Face state dict on global rank 0 (None elsewhere); every rank must call it. With LoRA the
-        adapters are merged in (`adapters_only` has no effect: the engines run a plain model)."""
+        adapters are merged in, unless `adapters_only` asks for them alone and lora_config.merge_lora is off (the
+        engines then apply them, `megatron_adapters`)."""
         cast = DTYPES.get(dtype or "")
+        if adapters_only and self.lora and not self.mc.lora_config.merge_lora:
+            with self._device():
+                return megatron_adapters.hf_adapters(self, cast)
         with self._device():
             out = {
                 name: (t.to(cast) if cast is not None and t.is_floating_point() else t.clone())
@@ -924,7 +941,9 @@ class MegatronWorker(TrainWorker):
         full = self.full_state_dict()
         if self.rank == 0:
             os.makedirs(directory, exist_ok=True)
-            lm = AutoModelForCausalLM.from_pretrained(self.s.model_path, config=self.hf_config, dtype=torch.float32)
+            lm = AutoModelForCausalLM.from_pretrained(
+                self.s.weights_path or self.s.model_path, config=self.hf_config, dtype=torch.float32
+            )
             trunk, heads = mtp.split_heads(full)
             lm.load_state_dict(trunk, strict=not self.arch.tied)
             lm.save_pretrained(directory, state_dict={**lm.state_dict(), **heads} if heads else None)

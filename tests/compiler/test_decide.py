@@ -486,3 +486,43 @@ def test_trained_mtp_heads_draft_for_vllm_unless_told_otherwise(device, given, e
 
     spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "mtp": extra["trainer.mtp"]}})
     assert [worker_settings(spec, role, "cuda", None).mtp_loss_weight for role in ("policy", "ref")] == [0.2, None]
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_megatron_qat_and_unmerged_lora_reach_the_workers_and_engines(merge):
+    """SkyRL 0.4's QAT options: the policy's fake_int4_qat and bf16_base_path for the megatron policy and ref;
+    merge_lora false sends the adapters alone (the engines take LoRA), merged a plain model."""
+    from rlc.compiler.decide import adapter_sync, worker_settings
+
+    def spec(strategy):
+        return default_model().to_typed(
+            {
+                "version": 1,
+                "trainer": {
+                    "strategy": strategy,
+                    "policy": {
+                        "model": {
+                            "lora": {"rank": 8},
+                            "fake_int4_qat": {
+                                "enabled": True,
+                                "group_size": 64,
+                                "scale_divisor": 7.0,
+                                "q_min": -7.0,
+                                "bf16_base_path": "/models/bf16",
+                            },
+                        },
+                        "megatron_config": {"lora_config": {"merge_lora": merge}},
+                    },
+                },
+            }
+        )
+
+    megatron = spec("megatron")
+    for role in ("policy", "ref"):
+        s = worker_settings(megatron, role, "cuda", None)
+        assert (s.fake_int4_qat.group_size, s.fake_int4_qat.scale_divisor, s.fake_int4_qat.q_min) == (64, 7.0, -7.0)
+        assert s.weights_path == "/models/bf16"
+    assert adapter_sync(megatron) is not merge
+    fsdp = worker_settings(spec("fsdp2"), "policy", "cuda", None)
+    assert fsdp.weights_path is None and fsdp.fake_int4_qat is None  # SkyRL's FSDP worker reads neither
+    assert adapter_sync(spec("fsdp2"))

@@ -750,6 +750,24 @@ CASES = {
               expert_model_parallel_size: 3  # <-
         """,
     ),
+    "RLC-E550": (
+        "trainer.logprobs_chunk_size",
+        """
+        trainer:
+          strategy: fsdp2
+          logprobs_chunk_size: null  # <-
+        """,
+    ),
+    "RLC-E551": (
+        "trainer.policy.model.fake_int4_qat.enabled",
+        """
+        trainer:
+          strategy: megatron
+          policy:
+            model:
+              fake_int4_qat: {enabled: true}  # <-
+        """,
+    ),
     "RLC-E602": (
         "trainer.policy.model.lora.alpha",
         """
