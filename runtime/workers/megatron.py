@@ -788,19 +788,19 @@ class MegatronWorker(TrainWorker):
             for name, shape, dtype in metas:
                 if name == "output_layer.weight" and self.arch.tied:
                     continue  # the embedding carries it
-                routed = place is not None and mx.is_expert(name)
+                routed = place if place is not None and mx.is_expert(name) else None
                 if not (expert_part if routed else dense_part):
                     continue
-                count = place.ep_size * place.etp_size if routed else self._shard_count(name)
+                count = routed.ep_size * routed.etp_size if routed else self._shard_count(name)
                 if meta:
                     shards = [torch.empty(shape, dtype=getattr(torch, dtype), device="meta")] * count
-                    yield from self._to_hf(name, shards, place if routed else None)
+                    yield from self._to_hf(name, shards, routed)
                     continue
                 stacked = None
                 if stage == self.pp_rank:
                     tensor = local[name].detach()
                     if routed:
-                        stacked = self._gather_experts(tensor, place)
+                        stacked = self._gather_experts(tensor, routed)
                     elif count > 1:
                         parts = [torch.empty_like(tensor) for _ in range(count)]
                         dist.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
@@ -818,7 +818,7 @@ class MegatronWorker(TrainWorker):
                     dist.broadcast(stacked.contiguous(), src=src, group=group)
                 if self.rank == 0:
                     assert stacked is not None  # every rank of the group took part in the broadcast above
-                    yield from self._to_hf(name, list(stacked.cpu().unbind(0)), place if routed else None)
+                    yield from self._to_hf(name, list(stacked.cpu().unbind(0)), routed)
 
     def _gather_experts(self, tensor: torch.Tensor, place: mx.Placement) -> torch.Tensor:
         """A routed expert weight of every expert-parallel rank, each in its expert-tensor-parallel shards:

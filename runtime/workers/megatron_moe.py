@@ -52,7 +52,9 @@ def _experts(hf_config, fused_norms: bool) -> mx.Experts:
     ffn = (
         getattr(hf_config, "moe_intermediate_size", None) if model_type == "qwen3_moe" else hf_config.intermediate_size
     )
-    return mx.Experts(num_experts=n, topk=hf_config.num_experts_per_tok, ffn_hidden_size=ffn, grouped=fused_norms)
+    if not ffn:
+        raise _unsupported(model_type, "the config names no expert MLP width (moe_intermediate_size)")
+    return mx.Experts(num_experts=n, topk=hf_config.num_experts_per_tok, ffn_hidden_size=int(ffn), grouped=fused_norms)
 
 
 def layer_spec(config, te: bool):
@@ -191,7 +193,8 @@ def hf_to_megatron(
     for local, i in enumerate(stages.layers(pp_rank, vp_stage)):
         hf, mg = f"model.layers.{i}.", f"decoder.layers.{local}."
         attn = hf + "self_attn."
-        qkv = mw._qkv(*(hf_state[f"{attn}{p}_proj.weight"] for p in "qkv"), layout)
+        q, k, v = (hf_state[f"{attn}{p}_proj.weight"] for p in "qkv")
+        qkv = mw._qkv(q, k, v, layout)
         out[mg + norm_in] = hf_state[hf + "input_layernorm.weight"]
         out[mg + "self_attention.linear_qkv.weight"] = mw._shard(qkv, 0, tp_rank, tp_size)
         out[mg + "self_attention.linear_proj.weight"] = mw._shard(hf_state[attn + "o_proj.weight"], 1, tp_rank, tp_size)
