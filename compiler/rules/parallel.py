@@ -649,7 +649,20 @@ def megatron_experts_divide_by_expert_parallel(c: Context):
         cfg = getattr(c.t, role)
         ep, path = cfg.megatron_config.expert_model_parallel_size, cfg.model.path or c.t.policy.model.path
         experts = num_experts(path)
-        if experts is None or not isinstance(ep, int) or isinstance(ep, bool) or ep <= 1 or experts % ep == 0:
+        if not isinstance(ep, int) or isinstance(ep, bool) or ep <= 1:
+            continue
+        if experts is None and _readable(path):
+            yield c.error(
+                "RLC-E516",
+                f"trainer.{role}.megatron_config.expert_model_parallel_size",
+                f"{path} is a dense model (its config names no experts), yet expert_model_parallel_size is {ep}; "
+                "Megatron-Core would split experts that do not exist over ranks that then hold nothing to train",
+                "set expert_model_parallel_size: 1 (data parallelism takes the GPUs instead)",
+                [f"trainer.{role}.model.path"],
+                ep=ep,
+            )
+            continue
+        if experts is None or experts % ep == 0:
             continue
         fits = [d for d in range(2, min(experts, 64) + 1) if experts % d == 0]
         yield c.error(
@@ -662,6 +675,119 @@ def megatron_experts_divide_by_expert_parallel(c: Context):
             ep=ep,
             num_experts=experts,
         )
+
+
+def _readable(path: object) -> bool:
+    """Whether rlc can read the model's config (so a missing key means the model lacks it)."""
+    # deferred: model_size's shape tables, only when a model's shape is checked
+    from rlc.compiler.model_size import find_config
+
+    return isinstance(path, str) and bool(path) and find_config(path)[0] is not None
+
+
+def expert_ffn(path: object) -> int | None:
+    """The routed experts' MLP width of a mixture-of-experts model whose config rlc can read."""
+    if num_experts(path) is None:
+        return None
+    return config_count(path, "moe_intermediate_size") or config_count(path, "intermediate_size")
+
+
+def _megatron_roles(c: Context):
+    for role in ("policy", "ref"):
+        if role == "ref" and not ref_on(c.s):
+            continue
+        cfg = getattr(c.t, role)
+        yield role, cfg, cfg.model.path or c.t.policy.model.path
+
+
+@rule(
+    "RLC-E517",
+    "Megatron: expert_tensor_parallel_size (null: tensor_model_parallel_size) divides the routed experts' MLP width "
+    "(`moe_intermediate_size`, Mixtral's `intermediate_size`; readable MoE configs), as Megatron-Core splits each "
+    "expert's fc1/fc2 over it",
+    "trainer.policy.megatron_config.expert_tensor_parallel_size",
+    "trainer.ref.megatron_config.expert_tensor_parallel_size",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.ref.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.model.path",
+    "trainer.ref.model.path",
+    "trainer.strategy",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
+)
+def megatron_expert_width_divides_by_expert_tp(c: Context):
+    if not c.megatron:
+        return
+    for role, cfg, path in _megatron_roles(c):
+        mc = cfg.megatron_config
+        etp = num(mc.expert_tensor_parallel_size or mc.tensor_model_parallel_size)
+        if not etp or etp <= 1:
+            continue
+        width = expert_ffn(path)
+        if width is None or width % etp == 0:
+            continue
+        key = "expert_tensor_parallel_size" if mc.expert_tensor_parallel_size else "tensor_model_parallel_size"
+        fits = [d for d in range(1, min(width, 64) + 1) if width % d == 0]
+        yield c.error(
+            "RLC-E517",
+            f"trainer.{role}.megatron_config.{key}",
+            f"{path}'s experts are {width} wide, not divisible by expert tensor parallelism {etp}; Megatron-Core "
+            "splits every expert's fc1 and fc2 evenly over the expert-tensor-parallel ranks",
+            f"set expert_tensor_parallel_size to a size that divides {width} ({', '.join(map(str, fits))})",
+            [f"trainer.{role}.model.path"],
+            etp=etp,
+            expert_ffn=width,
+        )
+
+
+@rule(
+    "RLC-E518",
+    "Megatron MoE under tensor parallelism (tensor_model_parallel_size > 1) runs with sequence parallelism, as "
+    "Megatron-Core trains an MoE layer under TP only with it: not with transformer_config_kwargs.sequence_parallel "
+    "false, and not on a CPU cluster (sequence parallelism needs TransformerEngine's norms; readable MoE configs)",
+    "trainer.policy.megatron_config.tensor_model_parallel_size",
+    "trainer.ref.megatron_config.tensor_model_parallel_size",
+    "trainer.policy.megatron_config.transformer_config_kwargs",
+    "trainer.ref.megatron_config.transformer_config_kwargs",
+    "trainer.policy.model.path",
+    "trainer.ref.model.path",
+    "cluster.accelerator",
+    "trainer.strategy",
+    "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.use_kl_in_reward",
+)
+def megatron_moe_tensor_parallel_needs_sequence_parallel(c: Context):
+    if not c.megatron:
+        return
+    for role, cfg, path in _megatron_roles(c):
+        mc = cfg.megatron_config
+        tp = num(mc.tensor_model_parallel_size)
+        if not tp or tp <= 1 or num_experts(path) is None:
+            continue
+        kwargs = mc.transformer_config_kwargs if isinstance(mc.transformer_config_kwargs, dict) else {}
+        if kwargs.get("sequence_parallel", True) is False:
+            yield c.error(
+                "RLC-E518",
+                f"trainer.{role}.megatron_config.transformer_config_kwargs",
+                f"{path} is a mixture-of-experts model under tensor_model_parallel_size {tp} with "
+                "sequence_parallel: false; Megatron-Core refuses to train an MoE layer under tensor parallelism "
+                "without sequence parallelism",
+                "drop sequence_parallel: false (rlc's worker turns it on for MoE models under TP), or set "
+                "tensor_model_parallel_size: 1",
+                [f"trainer.{role}.model.path", f"trainer.{role}.megatron_config.tensor_model_parallel_size"],
+                tp=tp,
+            )
+        elif c.s.cluster.accelerator == "none":
+            yield c.error(
+                "RLC-E518",
+                f"trainer.{role}.megatron_config.tensor_model_parallel_size",
+                f"{path} is a mixture-of-experts model under tensor_model_parallel_size {tp} on a CPU cluster; "
+                "under TP it needs sequence parallelism, whose norms only TransformerEngine (GPUs) provides",
+                "set tensor_model_parallel_size: 1 (split the experts with expert_model_parallel_size or "
+                "expert_tensor_parallel_size instead)",
+                [f"trainer.{role}.model.path", "cluster.accelerator"],
+                tp=tp,
+            )
 
 
 @rule(
@@ -802,6 +928,8 @@ RULES = (
     megatron_qwen3_5_moe_one_rank,
     megatron_pipeline_divides_layers,
     megatron_experts_divide_by_expert_parallel,
+    megatron_expert_width_divides_by_expert_tp,
+    megatron_moe_tensor_parallel_needs_sequence_parallel,
     vllm_pipeline_fits_layers,
     vllm_lora_rank_supported,
     megatron_lora_targets_known,

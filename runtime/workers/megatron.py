@@ -257,6 +257,8 @@ class MegatronWorker(TrainWorker):
                 moe_router_load_balancing_type=mc.moe_router_load_balancing_type,
                 moe_grouped_gemm=mc.moe_grouped_gemm,
             )
+            if mc.tensor_model_parallel_size > 1:  # Megatron-Core trains MoE under TP only so (SkyRL sets it too)
+                kwargs["sequence_parallel"] = True
             if mc.moe_router_score_function is not None:
                 kwargs["moe_router_score_function"] = mc.moe_router_score_function
             if mc.moe_router_enable_expert_bias is not None:
@@ -305,9 +307,15 @@ class MegatronWorker(TrainWorker):
             self.bridge = self._build_with_bridge()
         else:
             self.bridge = None
+            self._check_experts(te)
             self._build_with_rlc_conversion(te)
         lora = getattr(self.config.model, "lora", None)
         if self.s.role == "policy" and lora is not None and lora.rank > 0:
+            if getattr(self.arch, "experts", None) is not None:
+                raise RuntimeError(
+                    f"LoRA under the megatron strategy adapts dense layers only; {self.hf_config.model_type} is a "
+                    "mixture-of-experts model: train it without LoRA (model.lora.rank 0) or with fsdp2"
+                )
             if self.bridge is not None:
                 raise RuntimeError(
                     "LoRA under the megatron strategy needs a model rlc's conversion covers "
@@ -343,6 +351,37 @@ class MegatronWorker(TrainWorker):
         else:
             self._wrap_for_training(models)
         self._exchange_stage_metas()
+
+    def _check_experts(self, te: bool) -> None:
+        """One-line refusals of what Megatron-Core would only refuse with a traceback mid-step (RLC-E517 and E518
+        say so at compile time)."""
+        experts = getattr(self.arch, "experts", None)
+        if experts is None:
+            return
+        why = mx.check(
+            experts, self.tp, self.mc.expert_model_parallel_size, self.mc.expert_tensor_parallel_size or self.tp
+        )
+        if why:
+            raise RuntimeError(f"{self.hf_config.model_type}: {why}")
+        etp = self.mc.expert_tensor_parallel_size
+        if etp is not None and etp > 1 and etp != self.tp:
+            raise RuntimeError(
+                f"expert_tensor_parallel_size {etp} apart from tensor_model_parallel_size {self.tp}: rlc's Megatron "
+                "worker does not run expert tensor parallelism of its own yet (its expert updates differ from one "
+                "rank's on the CPU check); leave it null or split experts with expert_model_parallel_size"
+            )
+        sp = self.tp > 1 and (self.mc.transformer_config_kwargs or {}).get("sequence_parallel", True)
+        if self.tp > 1 and not sp:
+            raise RuntimeError(
+                "Megatron-Core trains a mixture-of-experts model under tensor parallelism only with sequence "
+                "parallelism: drop megatron_config.transformer_config_kwargs.sequence_parallel: false (RLC-E518)"
+            )
+        if sp and not te:
+            raise RuntimeError(
+                "sequence parallelism needs TransformerEngine's norms (Megatron-Core's local norms refuse it): "
+                "this run has no TransformerEngine (or no GPU), so a mixture-of-experts model runs with "
+                "tensor_model_parallel_size 1 here (RLC-E518)"
+            )
 
     def _build_with_bridge(self):
         """A GPTModel stage built and loaded by Megatron-Bridge (architectures rlc's conversion does not cover,
@@ -552,9 +591,13 @@ class MegatronWorker(TrainWorker):
         return micro
 
     def _seq_len(self, mb: TrainBatch) -> int:
-        """The row length the model sees: with context parallelism, padded to split into 2·cp chunks."""
+        """The row length the model sees: with context parallelism, padded to split into 2·cp chunks; with sequence
+        parallelism, into tp pieces of each."""
         seq = mb.input_ids.shape[1]
-        return cp_utils.padded_length(seq, self.cp) if self.cp > 1 else seq
+        step = (2 * self.cp if self.cp > 1 else 1) * (
+            self.tp if getattr(self.tconfig, "sequence_parallel", False) else 1
+        )
+        return -(-seq // step) * step
 
     def _inputs(self, mb: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Token ids, positions and Megatron's attention mask (True = masked: causal and padding); with context
@@ -824,19 +867,19 @@ class MegatronWorker(TrainWorker):
             for name, shape, dtype in metas:
                 if name == "output_layer.weight" and self.arch.tied:
                     continue  # the embedding carries it
-                routed = place is not None and mx.is_expert(name)
+                routed = place if place is not None and mx.is_expert(name) else None
                 if not (expert_part if routed else dense_part):
                     continue
-                count = place.ep_size * place.etp_size if routed else self._shard_count(name)
+                count = routed.ep_size * routed.etp_size if routed else self._shard_count(name)
                 if meta:
                     shards = [torch.empty(shape, dtype=getattr(torch, dtype), device="meta")] * count
-                    yield from self._to_hf(name, shards, place if routed else None)
+                    yield from self._to_hf(name, shards, routed)
                     continue
                 stacked = None
                 if stage == self.pp_rank:
                     tensor = local[name].detach()
                     if routed:
-                        stacked = self._gather_experts(tensor, place)
+                        stacked = self._gather_experts(tensor, routed)
                     elif count > 1:
                         parts = [torch.empty_like(tensor) for _ in range(count)]
                         dist.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
@@ -854,7 +897,7 @@ class MegatronWorker(TrainWorker):
                     dist.broadcast(stacked.contiguous(), src=src, group=group)
                 if self.rank == 0:
                     assert stacked is not None  # every rank of the group took part in the broadcast above
-                    yield from self._to_hf(name, list(stacked.cpu().unbind(0)), place if routed else None)
+                    yield from self._to_hf(name, list(stacked.cpu().unbind(0)), routed)
 
     def _gather_experts(self, tensor: torch.Tensor, place: mx.Placement) -> torch.Tensor:
         """A routed expert weight of every expert-parallel rank, each in its expert-tensor-parallel shards:
@@ -987,11 +1030,21 @@ class MegatronWorker(TrainWorker):
     def load_checkpoint(self, directory: str) -> None:
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import dist_checkpointing
+        from torch.distributed.checkpoint.api import CheckpointException
 
         with self._device(), torch.no_grad():
             self._prime_optimizer_state()
             check_metadata(directory)
-            loaded = dist_checkpointing.load(self._sharded_state(loading=True), directory)
+            try:
+                loaded = dist_checkpointing.load(self._sharded_state(loading=True), directory)
+            except (Exception, CheckpointException) as exc:  # torch's CheckpointException is a BaseException
+                if getattr(self.arch, "experts", None) is None or "chained_" not in str(exc):
+                    raise
+                raise RuntimeError(
+                    f"{directory}: the checkpoint's optimizer state was written under another expert layout "
+                    "(expert_model_parallel_size / expert_tensor_parallel_size); Megatron-Core 0.16 keeps expert "
+                    "optimizer state apart under some layouts only, so resume on the layout it was written on"
+                ) from None
             for key, module in zip(self._chunk_keys(), self._unwrapped()):
                 module.load_state_dict(loaded[key])
             if self.optimizer is not None:

@@ -53,8 +53,8 @@ def _experts(hf_config, fused_norms: bool) -> mx.Experts:
         getattr(hf_config, "moe_intermediate_size", None) if model_type == "qwen3_moe" else hf_config.intermediate_size
     )
     if not ffn:
-        raise _unsupported(model_type, "the config names no expert ffn size")
-    return mx.Experts(num_experts=n, topk=hf_config.num_experts_per_tok, ffn_hidden_size=ffn, grouped=fused_norms)
+        raise _unsupported(model_type, "the config names no expert MLP width (moe_intermediate_size)")
+    return mx.Experts(num_experts=n, topk=hf_config.num_experts_per_tok, ffn_hidden_size=int(ffn), grouped=fused_norms)
 
 
 def layer_spec(config, te: bool):

@@ -119,7 +119,8 @@ def _check_attention(hf_config, model_type: str) -> None:
 
 def conversion_for(hf_config) -> ModuleType:
     """The module converting the config's model family: this one for dense Llama-family models."""
-    return importlib.import_module(FAMILIES.get(str(getattr(hf_config, "model_type", None)), __name__))
+    model_type = getattr(hf_config, "model_type", None)
+    return importlib.import_module(FAMILIES.get(model_type, __name__) if isinstance(model_type, str) else __name__)
 
 
 def layer_spec(config, te: bool):

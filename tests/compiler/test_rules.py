@@ -6,6 +6,7 @@ The line to expect is marked in each spec with `# <-`.
 from __future__ import annotations
 
 import importlib.util
+import json
 import textwrap
 from pathlib import Path
 
@@ -690,6 +691,31 @@ CASES = {
               expert_model_parallel_size: 3  # <-
         """,
     ),
+    "RLC-E517": (
+        "trainer.policy.megatron_config.expert_tensor_parallel_size",
+        """
+        trainer:
+          strategy: megatron
+          placement: {policy_num_gpus_per_node: 5}
+          policy:
+            model: {path: Qwen/Qwen3-30B-A3B}
+            megatron_config:
+              expert_tensor_parallel_size: 5  # <-
+        """,
+    ),
+    "RLC-E518": (
+        "trainer.policy.megatron_config.transformer_config_kwargs",
+        """
+        trainer:
+          strategy: megatron
+          placement: {policy_num_gpus_per_node: 2}
+          policy:
+            model: {path: Qwen/Qwen3-30B-A3B}
+            megatron_config:
+              tensor_model_parallel_size: 2
+              transformer_config_kwargs: {sequence_parallel: false}  # <-
+        """,
+    ),
     "RLC-E508": (
         "generator.inference_engine.pipeline_parallel_size",
         """
@@ -1082,6 +1108,30 @@ def test_rules_are_documented():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
     missing = [r.code for r in RULES if r.code not in doc]
     assert not missing, f"docs/rules.md lacks {missing}"
+
+
+def test_expert_layouts_of_dense_and_cpu_moe_jobs(tmp_path):
+    """RLC-E516 refuses experts split on a dense model (its config readable); RLC-E518 refuses an MoE model under
+    tensor parallelism on a CPU cluster; an MoE model's expert layout that fits passes both."""
+
+    def codes(model: str, cluster: str, **megatron) -> set[str]:
+        path = tmp_path / "spec.yaml"
+        gpus = max(megatron.get("tensor_model_parallel_size", 1), megatron.get("expert_model_parallel_size", 1))
+        body = {
+            "strategy": "megatron",
+            "placement": {"policy_num_gpus_per_node": gpus},
+            "policy": {"model": {"path": model}, "megatron_config": megatron},
+        }
+        path.write_text(f"version: 1\n{cluster}trainer: {json.dumps(body)}\n")
+        return {d.code for d in analyze(path, env={}).diagnostics if d.severity == "error"}
+
+    gpu = "cluster: {accelerator: H100, gpus_per_node: 8, num_nodes: 1}\n"
+    cpu = "cluster: {accelerator: none, gpus_per_node: 2, num_nodes: 1}\n"
+    assert "RLC-E516" in codes("Qwen/Qwen2.5-7B-Instruct", gpu, expert_model_parallel_size=2)
+    assert not {"RLC-E516", "RLC-E517", "RLC-E518"} & codes("Qwen/Qwen3-30B-A3B", gpu, expert_model_parallel_size=2)
+    assert not {"RLC-E516", "RLC-E517", "RLC-E518"} & codes("Qwen/Qwen3-30B-A3B", gpu, tensor_model_parallel_size=2)
+    assert "RLC-E518" in codes("Qwen/Qwen3-30B-A3B", cpu, tensor_model_parallel_size=2)
+    assert "RLC-E518" not in codes("Qwen/Qwen2.5-7B-Instruct", cpu, tensor_model_parallel_size=2)
 
 
 def test_huge_batch_sizes_are_answered_at_once(tmp_path):

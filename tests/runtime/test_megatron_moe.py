@@ -190,6 +190,32 @@ def test_converted_megatron_moe_model_computes_hf_logits(megatron_run):
 # ---- the worker: a GRPO step under expert parallelism ----
 
 
+def test_the_worker_refuses_expert_layouts_megatron_would_fail_mid_step():
+    pytest.importorskip("megatron.core")
+    from rlc.runtime.workers.megatron import MegatronWorker
+    from rlc.spec.model import default_model
+
+    def check(tp: int = 1, te: bool = False, **megatron):
+        worker = object.__new__(MegatronWorker)  # the check reads the layout, sizes and settings only
+        spec = default_model().to_typed(
+            {"version": 1, "trainer": {"strategy": "megatron", "policy": {"megatron_config": megatron}}}
+        )
+        worker.mc, worker.tp, worker.hf_config = spec.trainer.policy.megatron_config, tp, hf_config("qwen3_moe")
+        worker.arch = mm.layout_from_hf(worker.hf_config, tp)
+        worker._check_experts(te)
+
+    check(expert_model_parallel_size=4)
+    with pytest.raises(RuntimeError, match="expert_tensor_parallel_size 2 apart from tensor_model_parallel_size 1"):
+        check(expert_model_parallel_size=2, expert_tensor_parallel_size=2)
+    with pytest.raises(RuntimeError, match="num_experts=4 is not divisible by expert_model_parallel_size=3"):
+        check(expert_model_parallel_size=3)
+    with pytest.raises(RuntimeError, match="sequence_parallel: false"):
+        check(tp=2, te=True, transformer_config_kwargs={"sequence_parallel": False})
+    with pytest.raises(RuntimeError, match="needs TransformerEngine"):
+        check(tp=2)  # sequence parallelism by default under TP, which the local norms refuse
+    check(tp=2, te=True)
+
+
 @pytest.fixture(scope="module")
 def moe_model(tiny_model, tmp_path_factory) -> str:
     """A tiny Qwen3-MoE (2 layers of 4 experts, top 2) with `rlc:tiny`'s tokenizer and vocabulary."""
@@ -281,8 +307,8 @@ def moe_runs(moe_model, tmp_path_factory):
             str(d / "ep2pp2.pt"),
             {**EP2, "pipeline_model_parallel_size": 2, "moe_token_dispatcher_type": "allgather"},
         ),
-        # fresh workers resume the checkpoint (Megatron-Core 0.16 keeps expert and dense optimizer state apart
-        # only under expert parallelism, so a checkpoint resumes on another expert-parallel size only without it)
+        # fresh workers resume the checkpoint on its own expert layout (Megatron-Core 0.16 names optimizer state
+        # differently under other expert layouts: the worker refuses those in one line)
         "resume": _moe_run(2, moe_model, str(d / "resume.pt"), EP2, ckpt=ckpt, mode="resume"),
     }, d
 
