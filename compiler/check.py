@@ -59,7 +59,12 @@ RLC_RUNTIME_RULES = frozenset(
     r.code
     for r in (*upstream.RULES, *runtime.RULES, *vllm_cpu.RULES, *mtp.RUNTIME_RULES, routing_replay.replay_runs_here)
     if r.code != "RLC-E904"  # an environment's service (retrieval URL, judge key) is needed under any trainer
-) | {"RLC-E510"}  # the layers rlc's Megatron LoRA puts adapters on
+) | {
+    "RLC-E510",  # the layers rlc's Megatron LoRA puts adapters on
+    "RLC-E540",  # Qwen3.5 under rlc's Megatron conversion: no context parallelism,
+    "RLC-E541",  # no LoRA,
+    "RLC-E543",  # Qwen3.5-MoE on one tensor and expert rank
+}
 NOT_FOR_TRAINER: dict[str, frozenset[str]] = {"skyrl": RLC_RUNTIME_RULES}
 INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics
 

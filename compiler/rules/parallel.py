@@ -518,8 +518,9 @@ def config_count(path: object, *keys: str) -> int | None:
     if not isinstance(path, str) or not path:
         return None
     config = find_config(path)[0] or {}
+    text = config.get("text_config")  # a multimodal checkpoint (Qwen3.5) holds its text model's shape there
     for key in keys:
-        value = config.get(key)
+        value = config.get(key, text.get(key) if isinstance(text, dict) else None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
