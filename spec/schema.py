@@ -75,7 +75,12 @@ def _field_schema(model: SpecModel, spec, defs: dict) -> dict:
         if nullable:
             branches.append({"type": "null"})
         # Non-string scalars may hold a ${...} interpolation, resolved at compile time.
-        if any(b.get("type") not in ("string", None) or "enum" in b for b in branches if b.get("type") != "null"):
+        # So may a string held to a pattern: rlc resolves the interpolation at compile time, as it does the others'.
+        if any(
+            b.get("type") not in ("string", None) or "enum" in b or "pattern" in b
+            for b in branches
+            if b.get("type") != "null"
+        ):
             branches.append({"type": "string", "pattern": INTERPOLATION})
         out = branches[0] if len(branches) == 1 else {"anyOf": branches}
     out = {"description": spec.doc, **out}

@@ -1030,6 +1030,8 @@ class MegatronWorker(TrainWorker):
     def load_checkpoint(self, directory: str) -> None:
         # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
         from megatron.core import dist_checkpointing
+
+        # deferred: torch's distributed checkpoint module, only when a checkpoint is read
         from torch.distributed.checkpoint.api import CheckpointException
 
         with self._device(), torch.no_grad():

@@ -68,6 +68,7 @@ def layer_spec(config, te: bool):
         return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(
             num_experts=config.num_moe_experts, moe_grouped_gemm=True, qk_layernorm=config.qk_layernorm
         )
+    # deferred: Megatron-Core, optional (FSDP jobs lack it); only an MoE model's layer spec needs it
     from megatron.core.transformer.moe import moe_utils
 
     if not moe_utils.HAVE_TE and not hasattr(moe_utils, "te_general_gemm"):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from rlc.core.pipeline_stages import Stages
 from rlc.runtime.workers import megatron_experts as mx
+from rlc.runtime.workers import megatron_moe
 from rlc.runtime.workers import megatron_weights as dense
 from rlc.runtime.workers.megatron_weights import Layout, UnsupportedModel, global_name  # noqa: F401 (a family's API)
 
@@ -249,8 +250,6 @@ def layer_spec(config, te: bool):
     if config.num_moe_experts and max(split.values()) > 1:
         raise _unsupported(f"Qwen3.5-MoE converts on one expert-parallel rank ({split})")
     if config.num_moe_experts:  # Megatron's MoE layer, local experts one after another
-        from rlc.runtime.workers import megatron_moe
-
         spec = megatron_moe.layer_spec(config, te=False)
     else:
         spec = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=True)
