@@ -340,8 +340,10 @@ def hf_to_megatron(
     pp_size: int = 1,
     stages: Stages | None = None,
     vp_stage: int = 0,
+    experts: mx.Placement | None = None,
 ) -> dict:
-    """Megatron state dict (local names and layer indices) of the (tp_rank, pp_rank) shard, or of its virtual stage."""
+    """Megatron state dict (local names and layer indices) of the (tp_rank, pp_rank) shard, or of its virtual stage;
+    a Qwen3.5-MoE's routed experts those `experts` places on this rank (default: all of them)."""
     if stages is None:
         stages = Stages(layout.num_layers, pp_size)
     hf_state = {_text_name(k): v for k, v in hf_state.items()}
@@ -361,7 +363,7 @@ def hf_to_megatron(
         out[mg + "input_layernorm.weight"] = hf_state[hf + "input_layernorm.weight"]
         out[mg + "pre_mlp_layernorm.weight"] = hf_state[hf + "post_attention_layernorm.weight"]
         if layout.experts:
-            block = mx.to_megatron(hf_state, hf + "mlp.", layout.experts, mx.Placement(), tp_rank, tp_size)
+            block = mx.to_megatron(hf_state, hf + "mlp.", layout.experts, experts or mx.Placement(), tp_rank, tp_size)
             out.update({mg + k: v for k, v in block.items()})
         else:
             gate, up = (shard(hf_state[f"{hf}mlp.{p}_proj.weight"], 0, tp_rank, tp_size) for p in ("gate", "up"))
