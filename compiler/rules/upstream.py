@@ -202,7 +202,8 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 for k in ("merge_lora", "experts_shared_outer_loras", "normalize_moe_lora")
             ),
         ),
-        # merge_lora false runs for lora_type lora (runtime/workers/megatron_adapters.py); rlc has no MoE LoRA
+        # merge_lora false runs for lora_type lora (runtime/workers/megatron_adapters.py); rlc's MoE LoRA has per-expert
+        # adapters only (neither shared outer LoRAs nor their normalization)
         when=lambda key: _megatron(
             key,
             _lora(key),

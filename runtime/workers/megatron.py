@@ -311,10 +311,10 @@ class MegatronWorker(TrainWorker):
             self._build_with_rlc_conversion(te)
         lora = getattr(self.config.model, "lora", None)
         if self.s.role == "policy" and lora is not None and lora.rank > 0:
-            if getattr(self.arch, "experts", None) is not None:
+            if getattr(self.arch, "experts", None) is not None and not self.mc.lora_config.merge_lora:
                 raise RuntimeError(
-                    f"LoRA under the megatron strategy adapts dense layers only; {self.hf_config.model_type} is a "
-                    "mixture-of-experts model: train it without LoRA (model.lora.rank 0) or with fsdp2"
+                    f"LoRA on {self.hf_config.model_type}'s experts syncs merged weights only: set "
+                    "megatron_config.lora_config.merge_lora true"
                 )
             if self.bridge is not None:
                 raise RuntimeError(

@@ -11,6 +11,10 @@ Tensor parallelism follows the base layer: on a column-parallel layer A sees the
 this rank's rows (A's input gradient is summed over the tensor group); on a row-parallel layer A takes this
 rank's slice of the input and the rank's partial products are summed before B. Only the adapters train;
 the engines get the merged weights (`merged_weight`).
+
+On a mixture-of-experts model every routed expert's linear_fc1 / linear_fc2 (and a shared expert's) gets its own
+adapters, which live with their expert on its expert-parallel rank: they carry the base weight's `allreduce`
+flag, so Megatron's DDP reduces their gradients over the expert-data-parallel group as it does the expert's.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class LoraLinear(torch.nn.Module):
         self.scale = alpha / rank
         self.dropout = torch.nn.Dropout(dropout) if dropout > 0 else torch.nn.Identity()
         self.qkv_groups = qkv_groups  # (local groups, q rows per group, k/v rows per group) for canonical qkv
+        self.group = getattr(base, "tp_group", None)  # an expert's layer: the expert-tensor group
+        expert_parallel = not getattr(base.weight, "allreduce", True)
         out_local, in_local = base.weight.shape
         dtype, device = base.weight.dtype, base.weight.device
         # canonical_lora: one adapter per fused piece; otherwise one for the whole layer.
@@ -75,11 +81,14 @@ class LoraLinear(torch.nn.Module):
             b = torch.nn.Parameter(torch.zeros(size, rank, dtype=dtype, device=device))
             sharded, dim = (b, 0) if style == "column" else (a, 1)
             set_tensor_model_parallel_attributes(sharded, True, dim, 1)
+            for p in (a, b):
+                p.allreduce = not expert_parallel
             self.lora_A.append(a)
             self.lora_B.append(b)
         if lora_type == "dora":
             self.magnitude = torch.nn.Parameter(self._row_norm(base.weight.detach()).to(dtype))
             set_tensor_model_parallel_attributes(self.magnitude, style == "column", 0, 1)
+            self.magnitude.allreduce = not expert_parallel
         for p in base.parameters():
             p.requires_grad_(False)
 
@@ -90,8 +99,9 @@ class LoraLinear(torch.nn.Module):
             # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
             from megatron.core import parallel_state as ps
 
-            if ps.get_tensor_model_parallel_world_size() > 1:
-                torch.distributed.all_reduce(squares, group=ps.get_tensor_model_parallel_group())
+            group = self.group or ps.get_tensor_model_parallel_group()
+            if torch.distributed.get_world_size(group) > 1:
+                torch.distributed.all_reduce(squares, group=group)
         return squares.sqrt()
 
     def _layout(self, parts: list[torch.Tensor]) -> torch.Tensor:
@@ -127,9 +137,9 @@ class LoraLinear(torch.nn.Module):
         for a, b in zip(self.lora_A, self.lora_B):
             h = x @ a.T
             h = (
-                copy_to_tensor_model_parallel_region(h)
+                copy_to_tensor_model_parallel_region(h, self.group)
                 if self.style == "column"
-                else reduce_from_tensor_model_parallel_region(h)
+                else reduce_from_tensor_model_parallel_region(h, self.group)
             )
             parts.append(h @ b.T)
         delta = self._layout(parts) * self.scale
@@ -166,6 +176,21 @@ class LoraLinear(torch.nn.Module):
         return out
 
 
+def _owners(layer: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules of a decoder layer whose linear layers take adapters: attention, and the dense MLP or the MoE
+    block's local experts (SequentialMLP's) and shared expert."""
+    mlp = layer.mlp
+    local = getattr(getattr(mlp, "experts", None), "local_experts", None)
+    if local is None and getattr(mlp, "experts", None) is not None:
+        raise ValueError("LoRA on routed experts needs Megatron's local experts (moe_grouped_gemm: false)")
+    if local is not None and (getattr(mlp.config, "expert_tensor_parallel_size", 1) or 1) > 1:
+        raise ValueError("LoRA on routed experts needs expert_tensor_parallel_size 1")
+    shared = getattr(mlp, "shared_experts", None)
+    if local is None:
+        return [layer.self_attention, mlp]
+    return [layer.self_attention, *local, *([shared] if shared is not None else [])]
+
+
 def add_adapters(gpt: torch.nn.Module, lora, lora_type: str, arch, tp: int) -> int:
     """Wrap the targeted layers of every decoder layer of `gpt` (a GPTModel stage); returns how many."""
     layers = target_layers(lora.target_modules, lora.exclude_modules)
@@ -184,19 +209,19 @@ def add_adapters(gpt: torch.nn.Module, lora, lora_type: str, arch, tp: int) -> i
         )
     groups = arch.num_query_groups // tp
     q_rows, kv_rows = arch.heads_per_group * arch.head_dim, arch.head_dim
-    ffn = arch.ffn_hidden_size // tp
     count = 0
     for layer in gpt.decoder.layers:
-        for owner in (layer.self_attention, layer.mlp):
+        for owner in _owners(layer):
             for name in layers:
                 base = getattr(owner, name, None)
                 if base is None:
                     continue
                 style = LAYERS[name][1]
+                rows = base.weight.shape[0]
                 pieces = {
                     "linear_qkv": [groups * q_rows, groups * kv_rows, groups * kv_rows],
-                    "linear_fc1": [ffn, ffn],
-                }.get(name, [base.weight.shape[0]])
+                    "linear_fc1": [rows // 2, rows // 2],  # [gate | up], this rank's rows of each
+                }.get(name, [rows])
                 wrapped = LoraLinear(
                     base,
                     style,
