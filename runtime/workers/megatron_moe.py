@@ -104,22 +104,15 @@ def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> Mo
     experts = _experts(hf_config, fused_norms)
     heads = hf_config.num_attention_heads
     groups = getattr(hf_config, "num_key_value_heads", None) or heads
-    for what, n in (("num_attention_heads", heads), ("num_key_value_heads", groups)):
-        if n % tp_size:
-            raise _unsupported(model_type, f"{what}={n} is not divisible by tp_size={tp_size}")
+    uneven = mw.uneven_over_tp({"num_attention_heads": heads, "num_key_value_heads": groups}, tp_size)
+    if uneven:
+        raise _unsupported(model_type, uneven)
     if heads % groups:
         raise _unsupported(model_type, f"num_attention_heads={heads} is not divisible by num_key_value_heads={groups}")
-    vocab = hf_config.vocab_size
     return MoeLayout(
-        num_layers=hf_config.num_hidden_layers,
-        hidden_size=hf_config.hidden_size,
-        num_attention_heads=heads,
-        num_query_groups=groups,
-        head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads,
-        ffn_hidden_size=experts.ffn_hidden_size,
-        vocab_size=vocab,
-        padded_vocab_size=-(-vocab // tp_size) * tp_size,
-        tied=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        **mw.shared_fields(
+            hf_config, tp_size, experts.ffn_hidden_size, bool(getattr(hf_config, "tie_word_embeddings", False))
+        ),
         qkv_bias=False,
         fused_norms=fused_norms,
         experts=experts,

@@ -104,29 +104,14 @@ def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> Hy
     if experts and tp_size > 1:
         # the worker gathers a weight over the tensor group; routed experts split over the expert groups instead
         raise _unsupported(f"Qwen3.5-MoE converts on one tensor-parallel rank (tp_size={tp_size})")
-    for what, n in (
-        ("num_attention_heads", heads),
-        ("num_key_value_heads", groups),
-        ("intermediate_size", None if experts else ffn),
-        ("linear_num_key_heads", nk),
-    ):
-        if n is None:
-            continue
-        if n % tp_size:
-            raise _unsupported(f"{what}={n} is not divisible by tp_size={tp_size}")
+    counts = {"num_attention_heads": heads, "num_key_value_heads": groups, "linear_num_key_heads": nk}
+    uneven = dense.uneven_over_tp({**counts, "intermediate_size": None if experts else ffn}, tp_size)
+    if uneven:
+        raise _unsupported(uneven)
     if heads % groups or nv % nk:
         raise _unsupported("attention heads must divide evenly over key-value heads")
-    vocab = cfg.vocab_size
     return HybridLayout(
-        num_layers=cfg.num_hidden_layers,
-        hidden_size=cfg.hidden_size,
-        num_attention_heads=heads,
-        num_query_groups=groups,
-        head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
-        ffn_hidden_size=ffn,
-        vocab_size=vocab,
-        padded_vocab_size=-(-vocab // tp_size) * tp_size,
-        tied=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        **dense.shared_fields(cfg, tp_size, ffn, bool(getattr(hf_config, "tie_word_embeddings", False))),
         qkv_bias=False,
         layer_types=types,
         linear_key_heads=nk,

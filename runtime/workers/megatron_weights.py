@@ -133,6 +133,31 @@ def layer_spec(config, te: bool):
     return gpt_layer_specs.get_gpt_layer_local_spec()
 
 
+def uneven_over_tp(counts: dict[str, int | None], tp_size: int) -> str | None:
+    """Why tensor parallelism cannot split the model evenly: the first of `counts` (None: left out) that `tp_size`
+    does not divide; None when it divides them all."""
+    for what, n in counts.items():
+        if n is not None and n % tp_size:
+            return f"{what}={n} is not divisible by tp_size={tp_size}"
+    return None
+
+
+def shared_fields(cfg, tp_size: int, ffn: int, tied: bool) -> dict:
+    """The `Layout` fields every family reads alike from its (text) config: layers, widths, heads, vocabulary."""
+    heads, vocab = cfg.num_attention_heads, cfg.vocab_size
+    return {
+        "num_layers": cfg.num_hidden_layers,
+        "hidden_size": cfg.hidden_size,
+        "num_attention_heads": heads,
+        "num_query_groups": getattr(cfg, "num_key_value_heads", None) or heads,
+        "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
+        "ffn_hidden_size": ffn,
+        "vocab_size": vocab,
+        "padded_vocab_size": -(-vocab // tp_size) * tp_size,
+        "tied": tied,
+    }
+
+
 def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> Layout:
     """Validate an HF config for conversion at ``tp_size`` and describe its layout."""
     model_type = getattr(hf_config, "model_type", None)
@@ -150,22 +175,15 @@ def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> La
     heads = hf_config.num_attention_heads
     groups = getattr(hf_config, "num_key_value_heads", None) or heads
     ffn = hf_config.intermediate_size
-    for what, n in (("num_attention_heads", heads), ("num_key_value_heads", groups), ("intermediate_size", ffn)):
-        if n % tp_size:
-            raise _unsupported(model_type, f"{what}={n} is not divisible by tp_size={tp_size}")
+    uneven = uneven_over_tp(
+        {"num_attention_heads": heads, "num_key_value_heads": groups, "intermediate_size": ffn}, tp_size
+    )
+    if uneven:
+        raise _unsupported(model_type, uneven)
     if heads % groups:
         raise _unsupported(model_type, f"num_attention_heads={heads} is not divisible by num_key_value_heads={groups}")
-    vocab = hf_config.vocab_size
     return Layout(
-        num_layers=hf_config.num_hidden_layers,
-        hidden_size=hf_config.hidden_size,
-        num_attention_heads=heads,
-        num_query_groups=groups,
-        head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads,
-        ffn_hidden_size=ffn,
-        vocab_size=vocab,
-        padded_vocab_size=-(-vocab // tp_size) * tp_size,
-        tied=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        **shared_fields(hf_config, tp_size, ffn, bool(getattr(hf_config, "tie_word_embeddings", False))),
         qkv_bias=model_type == "qwen2",
         fused_norms=fused_norms,
     )
