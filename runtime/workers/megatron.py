@@ -370,12 +370,17 @@ class MegatronWorker(TrainWorker):
                 "Megatron-Core trains a mixture-of-experts model under tensor parallelism only with sequence "
                 "parallelism: drop megatron_config.transformer_config_kwargs.sequence_parallel: false (RLC-E518)"
             )
-        if sp and not te:
-            raise RuntimeError(
-                "sequence parallelism needs TransformerEngine's norms (Megatron-Core's local norms refuse it): "
-                "this run has no TransformerEngine (or no GPU), so a mixture-of-experts model runs with "
-                "tensor_model_parallel_size 1 here (RLC-E518)"
-            )
+
+    def _block_spec(self, spec, v: int):
+        """The layer spec as is; a local one whose norms take sequence parallelism (mx.SequenceParallelNorm) as a
+        block spec of this chunk's layers whose final norm takes it too (Megatron's default is its local norm)."""
+        if hasattr(spec, "layer_specs") or spec.submodules.input_layernorm is not mx.SequenceParallelNorm:
+            return spec
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
+        from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+        count = get_num_layers_to_build(self.tconfig, vp_stage=v if self.vp > 1 else None)
+        return TransformerBlockSubmodules(layer_specs=[spec] * count, layer_norm=mx.SequenceParallelNorm)
 
     def _reduce_experts_apart(self) -> None:
         """Megatron-Core flags an expert weight for the expert-data-parallel gradient reduction only under expert
@@ -441,7 +446,7 @@ class MegatronWorker(TrainWorker):
         self.chunks = [
             GPTModel(
                 config,
-                transformer_layer_spec=spec,
+                transformer_layer_spec=self._block_spec(spec, v),
                 pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v),
                 post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v),
                 vp_stage=v if self.vp > 1 else None,
