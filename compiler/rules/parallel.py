@@ -745,14 +745,13 @@ def megatron_expert_width_divides_by_expert_tp(c: Context):
     "RLC-E518",
     "Megatron MoE under tensor parallelism (tensor_model_parallel_size > 1) runs with sequence parallelism, as "
     "Megatron-Core trains an MoE layer under TP only with it: not with transformer_config_kwargs.sequence_parallel "
-    "false, and not on a CPU cluster (sequence parallelism needs TransformerEngine's norms; readable MoE configs)",
+    "false (readable MoE configs)",
     "trainer.policy.megatron_config.tensor_model_parallel_size",
     "trainer.ref.megatron_config.tensor_model_parallel_size",
     "trainer.policy.megatron_config.transformer_config_kwargs",
     "trainer.ref.megatron_config.transformer_config_kwargs",
     "trainer.policy.model.path",
     "trainer.ref.model.path",
-    "cluster.accelerator",
     "trainer.strategy",
     "trainer.algorithm.use_kl_loss",
     "trainer.algorithm.use_kl_in_reward",
@@ -776,17 +775,6 @@ def megatron_moe_tensor_parallel_needs_sequence_parallel(c: Context):
                 "drop sequence_parallel: false (rlc's worker turns it on for MoE models under TP), or set "
                 "tensor_model_parallel_size: 1",
                 [f"trainer.{role}.model.path", f"trainer.{role}.megatron_config.tensor_model_parallel_size"],
-                tp=tp,
-            )
-        elif c.s.cluster.accelerator == "none":
-            yield c.error(
-                "RLC-E518",
-                f"trainer.{role}.megatron_config.tensor_model_parallel_size",
-                f"{path} is a mixture-of-experts model under tensor_model_parallel_size {tp} on a CPU cluster; "
-                "under TP it needs sequence parallelism, whose norms only TransformerEngine (GPUs) provides",
-                "set tensor_model_parallel_size: 1 (split the experts with expert_model_parallel_size or "
-                "expert_tensor_parallel_size instead)",
-                [f"trainer.{role}.model.path", "cluster.accelerator"],
                 tp=tp,
             )
 

@@ -309,6 +309,7 @@ class MegatronWorker(TrainWorker):
             self.bridge = None
             self._check_experts(te)
             self._build_with_rlc_conversion(te)
+            self._reduce_experts_apart()
         lora = getattr(self.config.model, "lora", None)
         if self.s.role == "policy" and lora is not None and lora.rank > 0:
             if getattr(self.arch, "experts", None) is not None and not self.mc.lora_config.merge_lora:
@@ -363,25 +364,38 @@ class MegatronWorker(TrainWorker):
         )
         if why:
             raise RuntimeError(f"{self.hf_config.model_type}: {why}")
-        etp = self.mc.expert_tensor_parallel_size
-        if etp is not None and etp > 1 and etp != self.tp:
-            raise RuntimeError(
-                f"expert_tensor_parallel_size {etp} apart from tensor_model_parallel_size {self.tp}: rlc's Megatron "
-                "worker does not run expert tensor parallelism of its own yet (its expert updates differ from one "
-                "rank's on the CPU check); leave it null or split experts with expert_model_parallel_size"
-            )
         sp = self.tp > 1 and (self.mc.transformer_config_kwargs or {}).get("sequence_parallel", True)
         if self.tp > 1 and not sp:
             raise RuntimeError(
                 "Megatron-Core trains a mixture-of-experts model under tensor parallelism only with sequence "
                 "parallelism: drop megatron_config.transformer_config_kwargs.sequence_parallel: false (RLC-E518)"
             )
-        if sp and not te:
-            raise RuntimeError(
-                "sequence parallelism needs TransformerEngine's norms (Megatron-Core's local norms refuse it): "
-                "this run has no TransformerEngine (or no GPU), so a mixture-of-experts model runs with "
-                "tensor_model_parallel_size 1 here (RLC-E518)"
-            )
+
+    def _block_spec(self, spec, v: int):
+        """The layer spec as is; a local one whose norms take sequence parallelism (mx.SequenceParallelNorm) as a
+        block spec of this chunk's layers whose final norm takes it too (Megatron's default is its local norm)."""
+        if hasattr(spec, "layer_specs") or spec.submodules.input_layernorm is not mx.SequenceParallelNorm:
+            return spec
+        # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
+        from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+        count = get_num_layers_to_build(self.tconfig, vp_stage=v if self.vp > 1 else None)
+        return TransformerBlockSubmodules(layer_specs=[spec] * count, layer_norm=mx.SequenceParallelNorm)
+
+    def _reduce_experts_apart(self) -> None:
+        """Megatron-Core flags an expert weight for the expert-data-parallel gradient reduction only under expert
+        parallelism (`allreduce = not (is_expert and expert_model_parallel_size > 1)`). With the experts split by an
+        expert_tensor_parallel_size apart from tensor_model_parallel_size at one expert-parallel rank, its DDP would
+        then all-reduce the expert gradients over the dense data-parallel group, whose ranks hold different expert
+        shards: each rank's shard got the sum of all shards' gradients. Flagged expert-parallel, they reduce over the
+        expert-data-parallel group, as under expert parallelism."""
+        etp = self.mc.expert_tensor_parallel_size
+        if getattr(self.arch, "experts", None) is None or etp is None or etp == self.tp:
+            return
+        for chunk in self.chunks:
+            for name, param in chunk.named_parameters():
+                if ".mlp.experts." in name:  # routed experts only: shared experts split over tp like dense layers
+                    param.allreduce = False
 
     def _build_with_bridge(self):
         """A GPTModel stage built and loaded by Megatron-Bridge (architectures rlc's conversion does not cover,
@@ -432,7 +446,7 @@ class MegatronWorker(TrainWorker):
         self.chunks = [
             GPTModel(
                 config,
-                transformer_layer_spec=spec,
+                transformer_layer_spec=self._block_spec(spec, v),
                 pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v),
                 post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v),
                 vp_stage=v if self.vp > 1 else None,

@@ -222,3 +222,22 @@ def experts_to_hf(
 ) -> list[tuple[str, torch.Tensor]]:
     """HF's fused expert tensors from every expert's full fc1 and fc2, in global expert order."""
     return [(hf_mlp + gate_up, torch.stack(fc1)), (hf_mlp + down, torch.stack(fc2))]
+
+
+class SequenceParallelNorm:
+    """A local-spec norm (torch's RMSNorm or LayerNorm, as Megatron's WrappedTorchNorm builds) that runs under
+    sequence parallelism, which WrappedTorchNorm refuses: each tensor-parallel rank normalizes its slice of the
+    sequence, so the weights carry `sequence_parallel`, and Megatron-Core's finalize_model_grads all-reduces their
+    gradients over the tensor-parallel group (q/k norms too, whose ranks see different heads). Megatron-Core trains an
+    MoE layer under TP only with sequence parallelism; TransformerEngine's norms have it, this serves runs without."""
+
+    def __new__(cls, config, hidden_size: int, eps: float = 1e-5, **_unused):
+        if config.normalization == "RMSNorm":
+            norm: torch.nn.Module = torch.nn.RMSNorm(hidden_size, eps=eps)
+        elif config.normalization == "LayerNorm":
+            norm = torch.nn.LayerNorm(hidden_size, eps=eps)
+        else:
+            raise ValueError(f"normalization {config.normalization!r}: RMSNorm or LayerNorm under sequence parallelism")
+        for param in norm.parameters():
+            param.sequence_parallel = bool(config.sequence_parallel)
+        return norm

@@ -74,12 +74,19 @@ def layer_spec(config, te: bool):
     if not moe_utils.HAVE_TE and not hasattr(moe_utils, "te_general_gemm"):
         # Megatron-Core 0.16's router tests this TransformerEngine GEMM for None but binds it only when TE imports
         moe_utils.te_general_gemm = None
-    return gpt_layer_specs.get_gpt_layer_local_spec(
+    spec = gpt_layer_specs.get_gpt_layer_local_spec(
         num_experts=config.num_moe_experts,
         moe_grouped_gemm=False,
         qk_layernorm=config.qk_layernorm,
         normalization="RMSNorm",
     )
+    if config.sequence_parallel:  # under TP: norms that take it (the worker's block spec gives the final norm one)
+        sub = spec.submodules
+        sub.input_layernorm = sub.pre_mlp_layernorm = mx.SequenceParallelNorm
+        attention = sub.self_attention.submodules
+        if config.qk_layernorm:
+            attention.q_layernorm = attention.k_layernorm = mx.SequenceParallelNorm
+    return spec
 
 
 def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> MoeLayout:

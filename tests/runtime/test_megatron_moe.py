@@ -205,14 +205,12 @@ def test_the_worker_refuses_expert_layouts_megatron_would_fail_mid_step():
         worker._check_experts(te)
 
     check(expert_model_parallel_size=4)
-    with pytest.raises(RuntimeError, match="expert_tensor_parallel_size 2 apart from tensor_model_parallel_size 1"):
-        check(expert_model_parallel_size=2, expert_tensor_parallel_size=2)
+    check(expert_model_parallel_size=2, expert_tensor_parallel_size=2)  # etp apart from tp: test_moe_step_matches_fsdp2
     with pytest.raises(RuntimeError, match="num_experts=4 is not divisible by expert_model_parallel_size=3"):
         check(expert_model_parallel_size=3)
     with pytest.raises(RuntimeError, match="sequence_parallel: false"):
         check(tp=2, te=True, transformer_config_kwargs={"sequence_parallel": False})
-    with pytest.raises(RuntimeError, match="needs TransformerEngine"):
-        check(tp=2)  # sequence parallelism by default under TP, which the local norms refuse
+    check(tp=2)  # sequence parallelism by default under TP, rlc's norms on the local spec (the tp2 step below)
     check(tp=2, te=True)
 
 
@@ -307,13 +305,21 @@ def moe_runs(moe_model, tmp_path_factory):
             str(d / "ep2pp2.pt"),
             {**EP2, "pipeline_model_parallel_size": 2, "moe_token_dispatcher_type": "allgather"},
         ),
+        # each expert split in halves over two data-parallel ranks (expert tensor parallelism apart from tp 1): their
+        # gradients reduce over the expert-data-parallel group, not the dense one, whose ranks hold other halves
+        "etp2": _moe_run(2, moe_model, str(d / "etp2.pt"), {"expert_tensor_parallel_size": 2}),
+        # two tensor-parallel ranks (sequence parallelism, rlc's norms on Megatron's local spec), experts split
+        # over them by ep 2 with etp 1, as SkyRL's Qwen3-MoE scripts lay them out (tp4 ep8 etp1)
+        "tp2": _moe_run(
+            2, moe_model, str(d / "tp2.pt"), {"tensor_model_parallel_size": 2, **EP2, "expert_tensor_parallel_size": 1}
+        ),
         # fresh workers resume the checkpoint on its own expert layout (Megatron-Core 0.16 names optimizer state
         # differently under other expert layouts: the worker refuses those in one line)
         "resume": _moe_run(2, moe_model, str(d / "resume.pt"), EP2, ckpt=ckpt, mode="resume"),
     }, d
 
 
-@pytest.mark.parametrize("layout", ["one", "ep2", "ep2pp2"])
+@pytest.mark.parametrize("layout", ["one", "ep2", "ep2pp2", "etp2", "tp2"])
 def test_moe_step_matches_fsdp2(moe_runs, layout, moe_model):
     from test_megatron import _assert_same_step
 
@@ -333,7 +339,7 @@ def test_weight_metas_are_the_hf_moe_model(moe_runs, moe_model):
     by_name, d = moe_runs
     hf = transformers.AutoModelForCausalLM.from_pretrained(moe_model).state_dict()
     want = {k: tuple(v.shape) for k, v in hf.items()}
-    for layout in ("one", "ep2", "ep2pp2"):
+    for layout in ("one", "ep2", "ep2pp2", "etp2", "tp2"):
         saved = torch.load(d / f"{layout}.pt")
         assert dict(saved["metas"]) == want, layout
         assert saved["weights"].keys() == hf.keys(), layout

@@ -569,8 +569,7 @@ def test_vllm_returns_the_routes_a_plain_forward_chooses(moe_model, prompts):
             assert torch.equal(routes.sort(-1).values, expected.long().sort(-1).values)
 
 
-# two pipeline stages, two expert ranks; not two tensor-parallel ranks: the worker runs an MoE model under tensor
-# parallelism with sequence parallelism only, which Megatron's local norms refuse without TransformerEngine (RLC-E518)
+# two pipeline stages, two expert ranks (tensor parallelism on MoE: test_megatron_moe's tp2 step)
 @pytest.mark.parametrize("sizes", ["1,2,1", "1,1,2"])
 def test_replay_over_pipeline_stages_and_expert_parallel_ranks_is_the_single_ranks(sizes, worker_result):
     """Routers perturbed alike: what two ranks compute replaying the engine's routes is what one rank computes."""
