@@ -119,6 +119,7 @@ def _lora_rank(
         "trainable": sorted(n for n, p in model.named_parameters() if p.requires_grad),
         "base_unchanged": all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen),
         "logp": worker.forward(batch).numpy(),
+        "trainable_numel": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
     if rank == 0:
         result["adapters"] = {k: v.numpy() for k, v in (adapters or {}).items()}
@@ -173,6 +174,17 @@ def test_adapters_sit_on_every_hybrid_projection_and_alone_train(steps, qwen35):
     for got in (steps["tp1"], *steps["tp2"]):
         assert got["trainable"] and all(".lora_" in n for n in got["trainable"])
         assert got["base_unchanged"]
+
+
+def test_the_memory_estimate_counts_the_hybrids_adapters(steps, qwen35):  # noqa: F811
+    """The compiler's count of one rank's adapters (gated attention, Gated DeltaNet, MLP) is what each rank trains."""
+    from rlc.compiler.megatron_adapters import stage_adapters
+    from rlc.compiler.model_size import model_info
+
+    shape = model_info(qwen35).shape
+    for tp, got in ((1, steps["tp1"]), (2, steps["tp2"][0])):
+        count = stage_adapters(shape, LORA["rank"], LORA["target_modules"], None, "lora", shape.layers, tp)
+        assert count.total == got["trainable_numel"], tp
 
 
 @pytest.mark.parametrize("layout", ["tp1", "tp2"])
