@@ -4,7 +4,8 @@ and optimizer state when the base is frozen.
 rlc's Megatron LoRA (runtime/workers/megatron_lora.py) wraps a decoder layer's fused linear layers: `lora` puts one
 A and one B on a layer, `canonical_lora` one pair per Hugging Face projection it fuses, `dora` adds a magnitude per
 output row. A column-parallel layer keeps A whole and splits B's rows over the tensor group; a row-parallel layer
-splits A's columns and keeps B whole. rlc's worker trains no mixture of experts yet; for one the routed experts are
+splits A's columns and keeps B whole. On Qwen3.5's hybrid a linear-attention layer's Gated DeltaNet (in_proj,
+out_proj) takes the place of attention's pair. rlc's worker trains no mixture of experts yet; for one the routed experts are
 counted with a pair per expert (SkyRL 0.4's Megatron LoRA, whose `experts_shared_outer_loras` shares the fc1 A and
 fc2 B of a layer's experts), split with the experts over the expert-parallel ranks: the larger of the ways a
 Megatron LoRA may adapt experts, so the estimate errs on the side of memory.
@@ -68,7 +69,7 @@ def stage_adapters(
             return 0
         return linear_adapter(out, inp, pieces, MEGATRON_LORA_LAYERS[name][1], rank, lora_type, tp_)
 
-    attention = layer("linear_qkv", q + 2 * kv, h, [q, kv, kv], tp) + layer("linear_proj", h, q, [h], tp)
+    attention = layer("linear_qkv", q + 2 * kv, h, [q, kv, kv], tp) + layer("linear_proj", h, shape.heads * hd, [h], tp)
     inter = shape.intermediate
     dense_mlp = layer("linear_fc1", 2 * inter, h, [inter, inter], tp) + layer("linear_fc2", h, inter, [h], tp)
     moe_i, local_experts = shape.moe_intermediate, -(-shape.experts // ep)
@@ -77,6 +78,12 @@ def stage_adapters(
     if shared_outer and expert:  # one fc1 A and one fc2 B for the layer's experts, not one each
         outer = rank * h * (("linear_fc1" in targets) + ("linear_fc2" in targets))
         experts -= (local_experts - 1) * outer
+    # Qwen3.5's Gated DeltaNet layers: in_proj fuses in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; out_proj
+    qkv, v, v_heads = 2 * shape.linear_qk + shape.linear_v, shape.linear_v, shape.linear_v_heads
+    mixer = layer("in_proj", qkv + v + 2 * v_heads, h, [qkv, v, v_heads, v_heads], tp) + layer(
+        "out_proj", h, v, [h], tp
+    )
     moe_layers = stage_layers * shape.moe_layers // max(shape.layers, 1)
-    dense = stage_layers * attention + (stage_layers - moe_layers) * dense_mlp
+    linear = stage_layers * shape.linear_layers // max(shape.layers, 1)
+    dense = (stage_layers - linear) * attention + linear * mixer + (stage_layers - moe_layers) * dense_mlp
     return RankAdapters(dense, moe_layers * experts)

@@ -73,11 +73,14 @@ def score_chunk(
 
 # What rlc's Megatron LoRA puts adapters on: each Megatron linear layer of a decoder layer -> the Hugging Face
 # projections it fuses (in its output order) and its parallel style. RLC-E510 accepts these names in target_modules.
+# in_proj and out_proj are Qwen3.5's Gated DeltaNet layers' (a model without them has nothing there to adapt).
 MEGATRON_LORA_LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
     "linear_qkv": (("q_proj", "k_proj", "v_proj"), "column"),
     "linear_proj": (("o_proj",), "row"),
     "linear_fc1": (("gate_proj", "up_proj"), "column"),
     "linear_fc2": (("down_proj",), "row"),
+    "in_proj": (("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), "column"),
+    "out_proj": (("out_proj",), "row"),
 }
 
 

@@ -258,6 +258,7 @@ LONGEST_FIRST = (
     "test_ulysses.py",  # ~65 s: ranks of 1, 2 and 4 processes
     "test_logprob_chunks.py",  # ~65 s: FSDP2 steps at three chunk sizes, two Megatron tensor ranks
     "test_qat.py",  # ~55 s: a Megatron-Core MoE model, a Megatron worker
+    "test_megatron_qwen35_lora.py",  # ~65 s: LoRA steps of fsdp2 and Megatron (tp 1, 2) on tiny Qwen3.5 models
     "test_megatron_adapters.py",  # ~55 s: two Megatron LoRA workers on tp=2
     "test_ray_job.py",
     "test_properties.py",

@@ -414,29 +414,6 @@ def megatron_qwen3_5_context_parallel(c: Context):
 
 
 @rule(
-    "RLC-E541",
-    "Megatron: LoRA covers dense models' layers, not Qwen3.5's gated attention and Gated DeltaNet",
-    "trainer.policy.model.lora.rank",
-    *_QWEN3_5_KEYS,
-)
-def megatron_qwen3_5_lora(c: Context):
-    # rlc's Megatron adapters split a fused q/k/v layer as dense models lay it out; Qwen3.5's gated attention adds
-    # gate rows and its DeltaNet layers fuse other projections, so the worker refuses LoRA on it.
-    for role, _, path, _ in _qwen3_5_roles(c):
-        rank = c.t.policy.model.lora.rank
-        if role == "policy" and _positive_int(rank):
-            yield c.error(
-                "RLC-E541",
-                "trainer.policy.model.lora.rank",
-                f"{path} is Qwen3.5: rlc's Megatron LoRA adapts dense attention and MLP layers, not Qwen3.5's gated "
-                "attention (its q_proj also gives the output gate) nor its Gated DeltaNet projections",
-                "train Qwen3.5 with LoRA under trainer.strategy: fsdp2, or set trainer.policy.model.lora.rank: 0",
-                ["trainer.strategy"],
-                rank=rank,
-            )
-
-
-@rule(
     "RLC-E542",
     "Megatron: tensor_model_parallel_size divides Qwen3.5's attention and key-value heads, linear-attention key "
     "heads and MLP width (readable model configs)",
@@ -843,8 +820,8 @@ def vllm_lora_rank_supported(c: Context):
         )
 
 
-# What rlc's Megatron LoRA puts adapters on: Megatron's four linear layers per decoder layer, by their own names or
-# the Hugging Face projections they fuse, or "all-linear".
+# What rlc's Megatron LoRA puts adapters on: Megatron's linear layers of a decoder layer (attention's and the MLP's,
+# a Gated DeltaNet's), by their own names or the Hugging Face projections they fuse, or "all-linear".
 MEGATRON_LORA_NAMES = (
     "all-linear",
     *MEGATRON_LORA_LAYERS,
@@ -912,7 +889,6 @@ RULES = (
     sequence_parallel_divides_heads,
     megatron_heads_divide_by_tensor_parallel,
     megatron_qwen3_5_context_parallel,
-    megatron_qwen3_5_lora,
     megatron_qwen3_5_tensor_parallel,
     megatron_qwen3_5_moe_one_rank,
     megatron_pipeline_divides_layers,

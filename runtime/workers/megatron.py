@@ -322,8 +322,6 @@ class MegatronWorker(TrainWorker):
                     "LoRA under the megatron strategy needs a model rlc's conversion covers "
                     "(Llama, Qwen2, Mistral); this one goes through Megatron-Bridge"
                 )
-            if getattr(self.conversion, "NO_LORA", None):  # a family whose layers rlc's adapters do not fit
-                raise RuntimeError(self.conversion.NO_LORA)
             for chunk in self.chunks:
                 add_adapters(chunk, lora, self.mc.lora_config.lora_type, self.arch, self.tp)
             self.lora = True

@@ -12,6 +12,12 @@ this rank's rows (A's input gradient is summed over the tensor group); on a row-
 rank's slice of the input and the rank's partial products are summed before B. Only the adapters train;
 the engines get the merged weights (`merged_weight`).
 
+Qwen3.5's hybrid layers take adapters as Hugging Face's projections lay out there: the gated attention's
+linear_qkv holds per query group [q heads, gate heads, k, v] (HF's q_proj gives q and gate), and a Gated
+DeltaNet's in_proj (HF's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) per key-head group [q, k, v, z, b, a], its
+out_proj row-parallel as linear_proj is; a `lora` adapter's B rows follow the fused weight's rows, so the
+conversion that splits the weight splits B too.
+
 On a mixture-of-experts model every routed expert's linear_fc1 / linear_fc2 (and a shared expert's) gets its own
 adapters, which live with their expert on its expert-parallel rank: they carry the base weight's `allreduce`
 flag, so Megatron's DDP reduces their gradients over the expert-data-parallel group as it does the expert's.
@@ -55,7 +61,7 @@ class LoraLinear(torch.nn.Module):
         dropout: float,
         init: str,
         lora_type: str,
-        qkv_groups: tuple[int, int, int] | None = None,
+        grouped: tuple[int, list[int]] | None = None,
     ):
         super().__init__()
         # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
@@ -66,7 +72,9 @@ class LoraLinear(torch.nn.Module):
         self.base, self.style, self.lora_type = base, style, lora_type
         self.scale = alpha / rank
         self.dropout = torch.nn.Dropout(dropout) if dropout > 0 else torch.nn.Identity()
-        self.qkv_groups = qkv_groups  # (local groups, q rows per group, k/v rows per group) for canonical qkv
+        # (local groups, each piece's rows per group): a fused layer whose rows run group by group, each group holding
+        # a share of every piece (attention's query groups, the DeltaNet's key-head groups)
+        self.grouped = grouped
         self.group = getattr(base, "tp_group", None)  # an expert's layer: the expert-tensor group
         expert_parallel = not getattr(base.weight, "allreduce", True)
         out_local, in_local = base.weight.shape
@@ -108,16 +116,12 @@ class LoraLinear(torch.nn.Module):
         """Pieces' outputs in the fused layer's row order."""
         if len(parts) == 1:
             return parts[0]
-        if self.qkv_groups is None:  # [gate | up]
+        if self.grouped is None:  # [gate | up]
             return torch.cat(parts, dim=-1)
-        groups, q_rows, kv_rows = self.qkv_groups
-        q, k, v = parts
-        lead = q.shape[:-1]
-        fused = torch.cat(
-            [q.reshape(*lead, groups, q_rows), k.reshape(*lead, groups, kv_rows), v.reshape(*lead, groups, kv_rows)],
-            dim=-1,
-        )
-        return fused.reshape(*lead, groups * (q_rows + 2 * kv_rows))
+        groups, rows = self.grouped
+        lead = parts[0].shape[:-1]
+        fused = torch.cat([p.reshape(*lead, groups, r) for p, r in zip(parts, rows)], dim=-1)
+        return fused.reshape(*lead, groups * sum(rows))
 
     def delta_weight(self) -> torch.Tensor:
         """s·BA in the base weight's (local) layout."""
@@ -207,8 +211,6 @@ def add_adapters(gpt: torch.nn.Module, lora, lora_type: str, arch, tp: int) -> i
         gpt.embedding.register_forward_hook(
             lambda module, args, out: out.requires_grad_(True) if not out.requires_grad else out
         )
-    groups = arch.num_query_groups // tp
-    q_rows, kv_rows = arch.heads_per_group * arch.head_dim, arch.head_dim
     count = 0
     for layer in gpt.decoder.layers:
         for owner in _owners(layer):
@@ -216,23 +218,37 @@ def add_adapters(gpt: torch.nn.Module, lora, lora_type: str, arch, tp: int) -> i
                 base = getattr(owner, name, None)
                 if base is None:
                     continue
-                style = LAYERS[name][1]
+                grouped = _grouped(owner, name, arch, tp)
                 rows = base.weight.shape[0]
-                pieces = {
-                    "linear_qkv": [groups * q_rows, groups * kv_rows, groups * kv_rows],
-                    "linear_fc1": [rows // 2, rows // 2],  # [gate | up], this rank's rows of each
-                }.get(name, [rows])
+                if grouped is not None:
+                    pieces = [grouped[0] * r for r in grouped[1]]
+                else:
+                    pieces = [rows // 2, rows // 2] if name == "linear_fc1" else [rows]  # [gate | up], this rank's
                 wrapped = LoraLinear(
                     base,
-                    style,
+                    LAYERS[name][1],
                     pieces,
                     lora.rank,
                     lora.alpha,
                     lora.dropout,
                     lora.init_method,
                     lora_type,
-                    (groups, q_rows, kv_rows) if name == "linear_qkv" else None,
+                    grouped,
                 )
                 setattr(owner, name, wrapped)
                 count += 1
     return count
+
+
+def _grouped(owner: torch.nn.Module, name: str, arch, tp: int) -> tuple[int, list[int]] | None:
+    """(this rank's groups, each Hugging Face projection's rows per group) of a layer whose fused rows run group by
+    group: attention's linear_qkv per query group [q heads, k, v], where a gated attention's (Qwen3.5) q_proj gives
+    the q and gate heads; a Gated DeltaNet's in_proj per key-head group [q, k, v (in_proj_qkv), z, b, a]."""
+    if name == "linear_qkv":
+        gated = bool(getattr(owner.config, "attention_output_gate", False))
+        q_rows = arch.heads_per_group * arch.head_dim * (2 if gated else 1)
+        return arch.num_query_groups // tp, [q_rows, arch.head_dim, arch.head_dim]
+    if name == "in_proj":
+        r = owner.r  # value heads per key head
+        return owner.groups, [2 * owner.dk + r * owner.dv, r * owner.dv, r, r]
+    return None

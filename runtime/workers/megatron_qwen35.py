@@ -29,12 +29,6 @@ from rlc.runtime.workers.megatron_weights import Layout, UnsupportedModel, globa
 MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 LINEAR, FULL = "linear_attention", "full_attention"
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
-# The worker refuses LoRA with this: rlc's Megatron adapters know the dense layers' fused q/k/v, not the gated
-# attention's [q, gate, k, v] rows nor the DeltaNet's fused input projection.
-NO_LORA = (
-    "LoRA under the megatron strategy does not cover Qwen3.5's hybrid layers (gated attention, Gated DeltaNet); "
-    "train Qwen3.5 with LoRA under fsdp2"
-)
 _GDN_SPLIT0 = (
     "self_attention.in_proj.weight",
     "self_attention.conv1d_weight",

@@ -625,18 +625,6 @@ CASES = {
               context_parallel_size: 2  # <-
         """,
     ),
-    "RLC-E541": (
-        "trainer.policy.model.lora.rank",
-        """
-        trainer:
-          strategy: megatron
-          policy:
-            model:
-              path: Qwen/Qwen3.5-0.8B
-              lora:
-                rank: 8  # <-
-        """,
-    ),
     "RLC-E542": (
         "trainer.policy.megatron_config.tensor_model_parallel_size",
         """
