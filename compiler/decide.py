@@ -354,7 +354,17 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         entropy_chunk_memory_mb=int(t.vocab_entropy_chunk_memory_mb),
         fake_int4_qat=fake_int4_qat(spec, role),
         weights_path=bf16_base_path(spec, role),
+        fused_lm_head=fused_lm_head(spec, role),
     )
+
+
+def fused_lm_head(spec: Any, role: str) -> str | None:
+    """trainer.fused_lm_head_logprob's backend for the megatron policy and ref (SkyRL's Megatron worker reads it for
+    both; its critic has a value head), None where it is off."""
+    t = spec.trainer
+    if not t.fused_lm_head_logprob or role == "critic" or strategy(spec, role) != "megatron":
+        return None
+    return str(t.fused_lm_head_logprob_backend)
 
 
 def bf16_base_path(spec: Any, role: str) -> str | None:

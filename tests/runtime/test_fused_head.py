@@ -119,34 +119,82 @@ def test_bad_arguments_are_refused():
         score_from_hidden(hidden, weight, ids[:, :2])
 
 
-def _vocab_parallel_rank(rank, world, port, q):
-    """This rank's half of the head (6 rows of 12, the last 2 columns padding), the same hidden states on both."""
+def _skyrl_op(root: str):
+    """SkyRL 0.4's torch backend (FusedLinearChunkedDistributedLogprob), read from its files: the package's start-up
+    (skyrl.backends) needs Python 3.12 (pydantic's TypedDicts). Called in a rank's own process, so the module it
+    registers is not left behind for other tests."""
+    import importlib.util
+    import sys
+
+    def load(name: str, rel: str):
+        spec = importlib.util.spec_from_file_location(name, f"{root}/backends/skyrl_train/{rel}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    load("skyrl.backends.skyrl_train.utils.packed_tensor", "utils/packed_tensor.py")
+    return load("skyrl_model_utils", "distributed/megatron/model_utils.py").FusedLinearChunkedDistributedLogprob
+
+
+def _vocab_parallel_rank(rank, world, port, q, skyrl_root):
+    """This rank's half of the head (6 rows of 12, the last 2 columns padding), the same hidden states on both; and
+    SkyRL's op against rlc's on the same halves (no padding: SkyRL's vocabulary divides by tp)."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    group, half = dist.group.WORLD, slice(rank * 6, (rank + 1) * 6)
     hidden, weight, ids = _inputs(seed=8)
     ids = ids.clamp(max=9)
     h = hidden.clone().requires_grad_()
-    w = weight[rank * 6 : (rank + 1) * 6].clone().requires_grad_()
+    w = weight[half].clone().requires_grad_()
     logp, ent = score_from_hidden(
-        h, w, ids, 0.9, chunk=3, vocab_start=rank * 6, vocab_size=10, group=dist.group.WORLD, entropy=True
+        h, w, ids, 0.9, chunk=3, vocab_start=rank * 6, vocab_size=10, group=group, entropy=True
     )
     logp.sum().backward()
-    q.put((rank, (logp.detach().numpy(), ent.numpy(), h.grad.numpy(), w.grad.numpy())))
+    result = {"rlc": (logp.detach().numpy(), ent.numpy(), h.grad.numpy(), w.grad.numpy())}
+    if skyrl_root is not None:
+        op = _skyrl_op(skyrl_root)
+        hidden, weight, ids = _inputs(seed=4, dtype=torch.float32)  # SkyRL works in float32 whatever the inputs
+
+        def skyrl(h, w):
+            # SkyRL scores position i's target at i, and applies the temperature by dividing the weight
+            return op.apply(h, w / 0.8, ids, rank * 6, rank * 6 + 6, 3, group, False), None
+
+        def mine(h, w):
+            return score_from_hidden(h, w, ids, 0.8, chunk=4, vocab_start=rank * 6, group=group)
+
+        got, want = _run(mine, hidden, weight[half], False), _run(skyrl, hidden, weight[half], False)
+        result["skyrl"] = [(a.numpy(), b.numpy()) for a, b in zip(got, want, strict=True)]
+    q.put((rank, result))
     dist.destroy_process_group()
 
 
-def test_vocabulary_parallel_ranks_give_the_whole_vocabularys_scores_and_share_the_gradient():
+@pytest.fixture(scope="module")
+def two_ranks():
+    import importlib.metadata
+    import importlib.util
+
     from conftest import run_ranks
 
-    results = run_ranks(_vocab_parallel_rank, 2)
+    try:
+        root = str(importlib.metadata.distribution("skyrl").locate_file("skyrl"))
+    except importlib.metadata.PackageNotFoundError:
+        root = None
+    if importlib.util.find_spec("megatron") is None:  # SkyRL's module imports Megatron-Core's parallel state
+        root = None
+    return run_ranks(_vocab_parallel_rank, 2, root)
+
+
+def test_vocabulary_parallel_ranks_give_the_whole_vocabularys_scores_and_share_the_gradient(two_ranks):
     hidden, weight, ids = _inputs(seed=8)
     ids = ids.clamp(max=9)
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
     want_logp, want_ent = score_tokens(h @ w[:10].t(), ids, 0.9, entropy=True, chunk=None)
     want_logp.sum().backward()
     hidden_grad = 0
-    for rank, (logp, ent, h_grad, w_grad) in enumerate(results):
+    for rank, result in enumerate(two_ranks):
+        logp, ent, h_grad, w_grad = result["rlc"]
         torch.testing.assert_close(torch.from_numpy(logp), want_logp.detach())
         torch.testing.assert_close(torch.from_numpy(ent), want_ent.detach())
         torch.testing.assert_close(torch.from_numpy(w_grad), w.grad[rank * 6 : (rank + 1) * 6])
@@ -154,46 +202,9 @@ def test_vocabulary_parallel_ranks_give_the_whole_vocabularys_scores_and_share_t
     torch.testing.assert_close(hidden_grad, h.grad)  # the output layer sums the ranks' shares
 
 
-def _skyrl_rank(rank, world, port, q, root):
-    import importlib.util
-    import sys
-
-    import torch.distributed as dist
-
-    def load(name: str, rel: str):
-        # by file: the package's start-up (skyrl.backends) needs Python 3.12 (pydantic's TypedDicts)
-        spec = importlib.util.spec_from_file_location(name, f"{root}/backends/skyrl_train/{rel}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # this rank's own process: nothing is left behind for other tests
-        spec.loader.exec_module(module)
-        return module
-
-    load("skyrl.backends.skyrl_train.utils.packed_tensor", "utils/packed_tensor.py")
-    fused = load("skyrl_model_utils", "distributed/megatron/model_utils.py").FusedLinearChunkedDistributedLogprob
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    hidden, weight, ids = _inputs(seed=4, dtype=torch.float32)  # SkyRL works in float32 whatever the inputs
-
-    def skyrl(h, w):
-        # SkyRL scores position i's target at i, and applies the temperature by dividing the weight
-        return fused.apply(h, w / 0.8, ids, 0, VOCAB, 3, dist.group.WORLD, False), None
-
-    got = _run(lambda h, w: score_from_hidden(h, w, ids, 0.8, chunk=4), hidden, weight, False)
-    want = _run(skyrl, hidden, weight, False)
-    q.put((rank, [(a.numpy(), b.numpy()) for a, b in zip(got, want, strict=True)]))
-    dist.destroy_process_group()
-
-
-def test_equal_to_skyrls_fused_op():
-    """SkyRL 0.4's torch backend (FusedLinearChunkedDistributedLogprob) runs on a CPU with its Megatron imports."""
-    import importlib.metadata
-
-    pytest.importorskip("megatron.core")
-    try:
-        root = importlib.metadata.distribution("skyrl").locate_file("skyrl")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("skyrl is not installed")
-    from conftest import run_ranks
-
-    (pairs,) = run_ranks(_skyrl_rank, 1, str(root))
-    for a, b in pairs:
-        torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), rtol=1e-5, atol=1e-6)
+def test_equal_to_skyrls_fused_op_on_two_tensor_ranks(two_ranks):
+    if "skyrl" not in two_ranks[0]:
+        pytest.skip("skyrl or megatron-core is not installed")
+    for result in two_ranks:
+        for a, b in result["skyrl"]:  # log-probs, the hidden states' share of the gradient, the weight's
+            torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), rtol=1e-5, atol=1e-6)
