@@ -11,7 +11,8 @@ holds two of 2·cp chunks of every row and attends to the whole row's keys (`meg
 The driver gives every rank of a data-parallel group the same rows (`layout()`); only the ranks that
 `collect` (tensor rank 0 of the last pipeline stage, context rank 0) return log-probs and loss metrics.
 Losses are the same objective as fsdp2's (`workers.common.policy_objective`), computed from vocab-parallel
-logits without gathering the vocabulary. Weights leave as Hugging Face tensors on global rank 0: each
+logits without gathering the vocabulary; with trainer.fused_lm_head_logprob, from the last hidden states and the head's
+weight a chunk of logits at a time (`megatron_head`). Weights leave as Hugging Face tensors on global rank 0: each
 parameter's tensor shards are gathered, pipeline stages send theirs to stage 0, and the conversion turns
 them into Hugging Face names.
 
