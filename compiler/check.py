@@ -13,6 +13,7 @@ from typing import Any
 from rlc.compiler.rules import (
     algorithm,
     batch,
+    fused_head,
     launch_values,
     mtp,
     parallel,
@@ -36,6 +37,7 @@ RULES: tuple[Rule, ...] = (
     *algorithm.RULES,
     *rollout_correction.RULES,
     *batch.RULES,
+    *fused_head.RULES,
     *launch_values.RULES,
     *mtp.RULES,
     *mtp.RUNTIME_RULES,

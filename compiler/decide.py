@@ -10,7 +10,7 @@ import hashlib
 import os
 from typing import Any
 
-from rlc.compiler.roles import strategy_of
+from rlc.compiler.roles import strategy_of, trainer_checkpoint
 from rlc.core import algorithms
 from rlc.core.job import (
     AheadSettings,
@@ -298,7 +298,7 @@ def strategy(spec: Any, role: str) -> str:
     return STRATEGY_NAMES[strategy_of(spec, role)]
 
 
-def model_path(spec: Any, role: str) -> str:
+def model_path(spec: Any, role: str) -> str:  # what the engines serve: trainer_checkpoint is what the trainer loads
     """A ref (or critic) without a model path of its own starts from the policy's weights."""
     t = spec.trainer
     return getattr(t, role).model.path or t.policy.model.path
@@ -354,16 +354,24 @@ def worker_settings(spec: Any, role: str, device: str, cpu_slots: int | None) ->
         entropy_chunk_memory_mb=int(t.vocab_entropy_chunk_memory_mb),
         fake_int4_qat=fake_int4_qat(spec, role),
         weights_path=bf16_base_path(spec, role),
+        fused_lm_head=fused_lm_head(spec, role),
     )
+
+
+def fused_lm_head(spec: Any, role: str) -> str | None:
+    """trainer.fused_lm_head_logprob's backend for the megatron policy and ref (SkyRL's Megatron worker reads it for
+    both; its critic has a value head), None where it is off."""
+    t = spec.trainer
+    if not t.fused_lm_head_logprob or role == "critic" or strategy(spec, role) != "megatron":
+        return None
+    return str(t.fused_lm_head_logprob_backend)
 
 
 def bf16_base_path(spec: Any, role: str) -> str | None:
     """SkyRL's Megatron worker loads the policy's and ref's weights from the policy's fake_int4_qat.bf16_base_path,
     QAT on or off, when set (model.path then names the checkpoint the engines serve, INT4)."""
-    path = spec.trainer.policy.model.fake_int4_qat.bf16_base_path
-    if not path or role == "critic" or strategy(spec, role) != "megatron":
-        return None
-    return str(path)
+    path = trainer_checkpoint(spec, role)
+    return str(path) if path != model_path(spec, role) else None
 
 
 def fake_int4_qat(spec: Any, role: str) -> FakeInt4Qat | None:

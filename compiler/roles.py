@@ -53,6 +53,21 @@ def on_megatron(spec, role: str) -> bool:
     return strategy_of(spec, role) == "megatron"
 
 
+# What trainer_checkpoint reads beyond the roles' model paths and strategies (a rule that calls it declares it).
+BF16_BASE = "trainer.policy.model.fake_int4_qat.bf16_base_path"
+
+
+def trainer_checkpoint(spec, role: str) -> Any:
+    """The checkpoint `role`'s trainer loads: the megatron policy's and ref's fake_int4_qat.bf16_base_path where set
+    (SkyRL's Megatron worker loads it, QAT on or off, while model.path names the INT4 checkpoint the engines
+    serve), else the role's model path (the ref's and critic's falling back to the policy's)."""
+    t = spec.trainer
+    base = t.policy.model.fake_int4_qat.bf16_base_path
+    if base and role != "critic" and on_megatron(spec, role):
+        return base
+    return getattr(t, role).model.path or t.policy.model.path
+
+
 def fsdp_roles(spec) -> list[str]:
     """The roles the job runs that train with the fsdp2 worker."""
     on = ["policy", *(["ref"] if ref_on(spec) else []), *(["critic"] if critic_on(spec) else [])]

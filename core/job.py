@@ -91,6 +91,9 @@ class WorkerSettings:
     # trainer.policy.model.fake_int4_qat.bf16_base_path (megatron policy and ref): the checkpoint the trainer loads
     # its weights from when model_path is one the engines serve quantized (None: model_path's)
     weights_path: str | None = None
+    # trainer.fused_lm_head_logprob (megatron policy and ref): its backend, torch | triton (None: off): log-probs from
+    # the last hidden states and the head's weight a chunk at a time (rlc.runtime.workers.megatron_head)
+    fused_lm_head: str | None = None
 
 
 @dataclass(frozen=True)

@@ -441,8 +441,16 @@ class TrainerConfig:
     logprobs_chunk_size: int | None = setting(1024, "SkyRL 0.4: tokens per chunk of the log-prob computation.")
     vocab_entropy_chunk_size: int | None = setting(0, "SkyRL 0.4: tokens per chunk of the entropy; 0 does not chunk.")
     vocab_entropy_chunk_memory_mb: int = setting(512, "SkyRL 0.4: memory budget of an entropy chunk.", minimum=1)
-    fused_lm_head_logprob: bool = setting(False, "SkyRL 0.4: fuse the LM head with the log-prob computation.")
-    fused_lm_head_logprob_backend: str = setting("torch", "SkyRL 0.4: backend of the fused LM-head log-probs.")
+    fused_lm_head_logprob: bool = setting(
+        False,
+        "SkyRL 0.4, megatron: log-probs from the last hidden states and the LM head's weight, chunk by chunk, so the "
+        "head's whole logits never exist.",
+    )
+    fused_lm_head_logprob_backend: str = setting(
+        "torch",
+        "SkyRL 0.4: backend of the fused LM-head log-probs (rlc runs its torch implementation for both).",
+        enum=("torch", "triton"),
+    )
     rope_scaling: dict[str, Any] | None = setting(
         None, "RoPE scaling for the trained model (e.g. YaRN).", passthrough=True
     )

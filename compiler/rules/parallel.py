@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from rlc.compiler.roles import critic_on, fsdp_roles, on_megatron, ref_on
+from rlc.compiler.roles import BF16_BASE, critic_on, fsdp_roles, on_megatron, ref_on, trainer_checkpoint
 from rlc.compiler.rules.base import Context, num, rule
 from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages, balanced
 from rlc.core.runtime_facts import MEGATRON_LORA_LAYERS
@@ -317,6 +317,7 @@ def local_model_config(path: object) -> dict | None:
     "trainer.ref.megatron_config.tensor_model_parallel_size",
     "trainer.critic.megatron_config.tensor_model_parallel_size",
     "trainer.policy.model.path",
+    BF16_BASE,
     "trainer.ref.model.path",
     "trainer.critic.model.path",
     "trainer.strategy",
@@ -328,7 +329,8 @@ def megatron_heads_divide_by_tensor_parallel(c: Context):
         if not on_megatron(c.s, role) or (role == "critic" and not critic_on(c.s)):
             continue
         cfg = getattr(c.t, role)
-        tp, config = cfg.megatron_config.tensor_model_parallel_size, local_model_config(cfg.model.path)
+        path = trainer_checkpoint(c.s, role)
+        tp, config = cfg.megatron_config.tensor_model_parallel_size, local_model_config(path)
         if config is None or not isinstance(tp, int) or tp <= 0:
             continue
         heads = config.get("num_attention_heads")
@@ -343,7 +345,7 @@ def megatron_heads_divide_by_tensor_parallel(c: Context):
             yield c.error(
                 "RLC-E506",
                 f"trainer.{role}.megatron_config.tensor_model_parallel_size",
-                f"{cfg.model.path} has {what}, not divisible by tensor_model_parallel_size {tp}",
+                f"{path} has {what}, not divisible by tensor_model_parallel_size {tp}",
                 "use a tensor_model_parallel_size that divides the model's head counts and MLP width",
                 [f"trainer.{role}.model.path"],
                 tp=tp,
@@ -366,6 +368,7 @@ def qwen3_5_text_config(path: object) -> dict | None:
 
 _QWEN3_5_KEYS = (
     "trainer.policy.model.path",
+    BF16_BASE,
     "trainer.ref.model.path",
     "trainer.strategy",
     "trainer.algorithm.use_kl_loss",
@@ -374,14 +377,15 @@ _QWEN3_5_KEYS = (
 
 
 def _qwen3_5_roles(c: Context):
-    """(role, its Megatron config, model path, text config) of the policy and ref that train Qwen3.5 under Megatron."""
+    """(role, its Megatron config, the checkpoint its trainer loads, text config) of the policy and ref that train
+    Qwen3.5 under Megatron."""
     if not c.megatron:
         return
     for role in ("policy", "ref"):
         if role == "ref" and not ref_on(c.s):
             continue
         cfg = getattr(c.t, role)
-        path = cfg.model.path or c.t.policy.model.path
+        path = trainer_checkpoint(c.s, role)
         text = qwen3_5_text_config(path)
         if text is not None:
             yield role, cfg.megatron_config, path, text
@@ -534,6 +538,7 @@ def _even_split_hint(layers: int, pp: int) -> str:
     "trainer.policy.megatron_config.transformer_config_kwargs",
     "trainer.ref.megatron_config.transformer_config_kwargs",
     "trainer.policy.model.path",
+    BF16_BASE,
     "trainer.ref.model.path",
     "trainer.strategy",
     "trainer.algorithm.use_kl_loss",
@@ -549,7 +554,7 @@ def megatron_pipeline_divides_layers(c: Context):
         if role == "ref" and not ref_on(c.s):
             continue
         mc = cfg.megatron_config
-        pp, path = mc.pipeline_model_parallel_size, cfg.model.path or c.t.policy.model.path
+        pp, path = mc.pipeline_model_parallel_size, trainer_checkpoint(c.s, role)
         if not _positive_int(pp):
             continue
         given = mc.transformer_config_kwargs if isinstance(mc.transformer_config_kwargs, dict) else {}
@@ -612,6 +617,7 @@ def num_experts(path: object) -> int | None:
     "trainer.policy.megatron_config.expert_model_parallel_size",
     "trainer.ref.megatron_config.expert_model_parallel_size",
     "trainer.policy.model.path",
+    BF16_BASE,
     "trainer.ref.model.path",
     "trainer.strategy",
     "trainer.algorithm.use_kl_loss",
@@ -625,7 +631,7 @@ def megatron_experts_divide_by_expert_parallel(c: Context):
         if role == "ref" and not ref_on(c.s):
             continue
         cfg = getattr(c.t, role)
-        ep, path = cfg.megatron_config.expert_model_parallel_size, cfg.model.path or c.t.policy.model.path
+        ep, path = cfg.megatron_config.expert_model_parallel_size, trainer_checkpoint(c.s, role)
         experts = num_experts(path)
         if not isinstance(ep, int) or isinstance(ep, bool) or ep <= 1:
             continue
@@ -675,7 +681,7 @@ def _megatron_roles(c: Context):
         if role == "ref" and not ref_on(c.s):
             continue
         cfg = getattr(c.t, role)
-        yield role, cfg, cfg.model.path or c.t.policy.model.path
+        yield role, cfg, trainer_checkpoint(c.s, role)
 
 
 @rule(
@@ -688,6 +694,7 @@ def _megatron_roles(c: Context):
     "trainer.policy.megatron_config.tensor_model_parallel_size",
     "trainer.ref.megatron_config.tensor_model_parallel_size",
     "trainer.policy.model.path",
+    BF16_BASE,
     "trainer.ref.model.path",
     "trainer.strategy",
     "trainer.algorithm.use_kl_loss",
@@ -728,6 +735,7 @@ def megatron_expert_width_divides_by_expert_tp(c: Context):
     "trainer.policy.megatron_config.transformer_config_kwargs",
     "trainer.ref.megatron_config.transformer_config_kwargs",
     "trainer.policy.model.path",
+    BF16_BASE,
     "trainer.ref.model.path",
     "trainer.strategy",
     "trainer.algorithm.use_kl_loss",

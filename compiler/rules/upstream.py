@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from rlc.compiler.roles import get
+from rlc.compiler.roles import BF16_BASE, get, trainer_checkpoint
 from rlc.compiler.rules.base import Context, Rule
 from rlc.core.dataclass import dataclass
 from rlc.spec.model import default_model, to_plain
@@ -31,6 +31,10 @@ class Condition:
     example: Any
     off: Any  # a value that does not hold: the feature off
     says: str  # the condition in words, for messages
+    # the value `holds` reads, from the typed spec, where it is not the key's alone (None: the key's value), and
+    # the other keys it reads
+    value_of: Callable[[Any], Any] | None = None
+    reads: tuple[str, ...] = ()
 
 
 def equals(key: str, value: Any, off: Any = False) -> Condition:
@@ -78,8 +82,10 @@ def _lora(key: str) -> Condition:
 def _megatron_lm_only(key: str) -> tuple[Condition, ...]:
     """language_model_only: train the text model alone (of a multimodal checkpoint, Qwen3.5's). rlc's Megatron worker
     converts Qwen3.5's and Qwen3.5-MoE's text models and dense text models, so the setting is refused there only when
-    rlc cannot tell what the text model is (no config.json it can read, nor a tabled hub id) or cannot size it."""
-    path = f"trainer.{_role(key)}.model.path"
+    rlc cannot tell what the text model is (no config.json it can read, nor a tabled hub id) or cannot size it. The
+    checkpoint read is the one the trainer loads (`trainer_checkpoint`: fake_int4_qat.bf16_base_path where set)."""
+    role = _role(key)
+    path = f"trainer.{role}.model.path"
 
     def text_model_unknown(path_value: Any) -> bool:
         # deferred: model_size's shape tables, only when a model's shape is checked
@@ -97,7 +103,10 @@ def _megatron_lm_only(key: str) -> tuple[Condition, ...]:
             text_model_unknown,
             "Qwen/Qwen3-VL-8B-Instruct",
             "Qwen/Qwen3.5-0.8B",
-            f"{path} has a text model rlc's Megatron worker cannot convert",
+            f"the checkpoint trainer.{role} loads ({path}, or trainer.policy.model.fake_int4_qat.bf16_base_path "
+            "where set) has a text model rlc's Megatron worker cannot convert",
+            value_of=lambda spec: trainer_checkpoint(spec, role),
+            reads=(BF16_BASE, "trainer.policy.model.path"),
         ),
     )
 
@@ -296,13 +305,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         ),
     ),
     Unsupported(
-        "RLC-E817",
-        "SkyRL's fused LM-head log-probs (the head's logits never whole)",
-        ("trainer.fused_lm_head_logprob", "trainer.fused_lm_head_logprob_backend"),
-        # the backend of a fused head nobody turned on
-        when=lambda key: (equals("trainer.fused_lm_head_logprob", True),) if key.endswith("_backend") else (),
-    ),
-    Unsupported(
         "RLC-E818",
         "SkyRL's run tags and example logging",
         tuple(
@@ -378,7 +380,7 @@ def refused(spec: Any, group: Unsupported) -> list[tuple[str, Any, Any]]:
             continue
         if any(k == key for k, _ in group.refused_values) and (key, value) not in group.refused_values:
             continue  # one of the key's values rlc runs
-        if not all(c.holds(to_plain(get(spec, c.key))) for c in group.when(key)):
+        if not all(c.holds(c.value_of(spec) if c.value_of else to_plain(get(spec, c.key))) for c in group.when(key)):
             continue  # a setting of a feature that is off: nothing reads it
         out.append((key, value, default))
     return out
@@ -401,7 +403,8 @@ def _rule_for(group: Unsupported) -> Rule:
 
     not_supported_yet.__name__ = f"not_supported_yet_{group.code[-3:]}"
     # the keys it refuses, then the ones that decide whether they are read (rlc explain lists the rule under both)
-    keys = tuple(dict.fromkeys([*group.keys, *(c.key for key in group.keys for c in group.when(key))]))
+    read = [k for key in group.keys for c in group.when(key) for k in (c.key, *c.reads)]
+    keys = tuple(dict.fromkeys([*group.keys, *read]))
     return Rule(group.code, f"not supported yet: {group.what}", keys, not_supported_yet)
 
 

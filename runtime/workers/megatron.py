@@ -11,7 +11,8 @@ holds two of 2·cp chunks of every row and attends to the whole row's keys (`meg
 The driver gives every rank of a data-parallel group the same rows (`layout()`); only the ranks that
 `collect` (tensor rank 0 of the last pipeline stage, context rank 0) return log-probs and loss metrics.
 Losses are the same objective as fsdp2's (`workers.common.policy_objective`), computed from vocab-parallel
-logits without gathering the vocabulary. Weights leave as Hugging Face tensors on global rank 0: each
+logits without gathering the vocabulary; with trainer.fused_lm_head_logprob, from the last hidden states and the head's
+weight a chunk of logits at a time (`megatron_head`). Weights leave as Hugging Face tensors on global rank 0: each
 parameter's tensor shards are gathered, pipeline stages send theirs to stage 0, and the conversion turns
 them into Hugging Face names.
 
@@ -35,6 +36,7 @@ import torch
 import torch.distributed as dist
 from rlc.core.pipeline_stages import FIRST, LAST, VIRTUAL, Stages
 from rlc.core.runtime_facts import LOGPROB_CHUNK_TOKENS, score_chunk
+from rlc.runtime.algorithms.fused_head import score_from_hidden
 from rlc.runtime.algorithms.losses import score_tokens
 from rlc.runtime.batch import TrainBatch
 from rlc.runtime.stopping import leave_sigterm_to_the_driver
@@ -56,6 +58,7 @@ from rlc.runtime.workers.common import (
     read_extra,
 )
 from rlc.runtime.workers.megatron_cp import context_parallel_attention_class
+from rlc.runtime.workers.megatron_head import HeadInput, bypassed, last_stage_model
 from rlc.runtime.workers.megatron_lora import LoraLinear, add_adapters
 from rlc.runtime.workers.megatron_replay import RoutingReplay
 from torch.profiler import ProfilerActivity, profile
@@ -106,7 +109,7 @@ def _have_te() -> bool:
 
 
 def vocab_parallel_logprobs(
-    logits: torch.Tensor,
+    logits: torch.Tensor | HeadInput,
     targets: torch.Tensor,
     temperature: float,
     vocab_size: int,
@@ -124,16 +127,36 @@ def vocab_parallel_logprobs(
     loss), `chunk` tokens at a time in float32 (`score_tokens`). Columns past `vocab_size` (padding that makes the
     vocabulary divide by tp) get no probability. `chunks`: trainer.logprobs_chunk_size, vocab_entropy_chunk_size and
     vocab_entropy_chunk_memory_mb, the entropy's bound applying when the entropy is computed (`score_chunk`).
+
+    A `HeadInput` (trainer.fused_lm_head_logprob) is scored the same from the hidden states and this rank's rows of
+    the head, whose logits exist a chunk at a time; its entropy and squared probabilities are metrics (no gradient).
     """
     # deferred: Megatron-Core, optional (FSDP jobs lack it); placement imports this module for every job
     from megatron.core import parallel_state as ps
 
-    rows, seq, local = logits.shape
+    if isinstance(logits, HeadInput):  # the chunk's logits are float32 whatever the model's dtype
+        (rows, seq), local, logit_bytes = logits.hidden.shape[:2], logits.weight.shape[0], 4
+    else:
+        (rows, seq, local), logit_bytes = logits.shape, logits.element_size()
     if positions is None:
         positions = torch.arange(seq, device=logits.device)
     index = torch.arange(rows, device=logits.device)[:, None] * seq + positions.to(logits.device)[None, :]
     entropy_chunk = chunks[1] if want_entropy else None
-    chunk = score_chunk(index.numel(), chunks[0], entropy_chunk, chunks[2], local, logits.element_size())
+    chunk = score_chunk(index.numel(), chunks[0], entropy_chunk, chunks[2], local, logit_bytes)
+    if isinstance(logits, HeadInput):
+        return score_from_hidden(
+            logits.hidden,
+            logits.weight,
+            targets,
+            temperature,
+            entropy=want_entropy,
+            sum_pi_squared=want_sum_pi_squared,
+            rows=index,
+            vocab_start=ps.get_tensor_model_parallel_rank() * local,
+            vocab_size=vocab_size,
+            chunk=chunk,
+            group=ps.get_tensor_model_parallel_group(),
+        )
     return score_tokens(
         logits,
         targets,
@@ -164,6 +187,7 @@ class MegatronWorker(TrainWorker):
         os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
         self.s, self.config, self.algorithm = settings, config, algorithm
         self.mc = config.megatron_config
+        _check_fused_head(settings, algorithm)
         self.rank, self.world_size = rank, world_size
         # Built in setup(), once the process groups exist: one model chunk per virtual pipeline stage.
         self.models: list = []
@@ -681,10 +705,15 @@ class MegatronWorker(TrainWorker):
                     raise RuntimeError("routing replay: a micro-batch came without the engines' routed experts")
                 replay.forward(mb.routed_experts, mb.attention_mask, self.tp, self.tp_rank, ids.device)
             if self.mtp is None or forward_only:
-                output = model(ids, positions, mask)
+                head = last_stage_model(model) if self.s.fused_lm_head else None
+                seen: dict = {}
+                with bypassed(head, seen) if head is not None else contextlib.nullcontext():
+                    output = model(ids, positions, mask)
                 if replay is not None:
                     replay.after_forward()
-                return output, partial(loss_fn, mb)
+                if head is None:
+                    return output, partial(loss_fn, mb)
+                return output, lambda hidden: loss_fn(mb, HeadInput(hidden, seen["weight"]))
             chunk = self._unwrapped()[0]
             chunk = getattr(chunk, "module", chunk)  # Float16Module
             with self.mtp.capture(chunk):
@@ -1190,6 +1219,29 @@ def _set_held_states(opt, original, model_param, tensors: dict) -> None:
         for key, value in opt.optimizer.state[main].items():
             if key in tensors and key != "step":
                 value.copy_(tensors[key])
+
+
+def _check_fused_head(settings: WorkerSettings, algorithm: Any) -> None:
+    """What trainer.fused_lm_head_logprob cannot run with, as SkyRL refuses it: a loss needing the logits' gradient
+    beyond the log-probs' (the entropy), and MTP draft heads (whose teacher is the head's whole logits)."""
+    if settings.fused_lm_head is None:
+        return
+    if getattr(algorithm, "use_entropy_loss", False):
+        raise ValueError(
+            "trainer.fused_lm_head_logprob with trainer.algorithm.use_entropy_loss: the fused head's entropy is a "
+            "metric without a gradient (RLC-E570)"
+        )
+    if settings.mtp_loss_weight is not None:
+        raise ValueError(
+            "trainer.fused_lm_head_logprob with trainer.mtp.enabled: the draft loss distills from the head's whole "
+            "logits, which the fused head never makes (RLC-E571)"
+        )
+    if settings.fused_lm_head == "triton":
+        warnings.warn(
+            "trainer.fused_lm_head_logprob_backend=triton: rlc has no Triton kernel for the fused head and runs its "
+            "torch one (the same values)",
+            stacklevel=2,
+        )
 
 
 def _experts(hf_config) -> int:

@@ -862,6 +862,33 @@ CASES = {
               mtp_num_layers: 0  # <-
         """,
     ),
+    "RLC-E817": (
+        "trainer.fused_lm_head_logprob",
+        """
+        trainer:
+          strategy: fsdp2
+          fused_lm_head_logprob: true  # <-
+        """,
+    ),
+    "RLC-E570": (
+        "trainer.algorithm.use_entropy_loss",
+        """
+        trainer:
+          strategy: megatron
+          fused_lm_head_logprob: true
+          algorithm:
+            use_entropy_loss: true  # <-
+        """,
+    ),
+    "RLC-E571": (
+        "trainer.mtp.enabled",
+        """
+        trainer:
+          strategy: megatron
+          fused_lm_head_logprob: true
+          mtp: {enabled: true}  # <-
+        """,
+    ),
     "RLC-E547": (
         "trainer.policy.megatron_config.pipeline_model_parallel_size",
         """
@@ -1304,3 +1331,27 @@ def test_an_estimator_reading_what_the_step_makes_is_not_trained_fully_async(tmp
     )
     codes = [d.code for d in analyze(path, env={"WANDB_API_KEY": "set"}).diagnostics]
     assert ("RLC-E317" in codes) == refused, codes
+
+
+@pytest.mark.parametrize(
+    "path, base, fires",
+    [
+        ("casperhansen/Qwen3.6-35B-A3B-INT4-RTN", "Qwen/Qwen3.5-0.8B", False),  # the INT4 checkpoint is served only
+        ("Qwen/Qwen3.5-0.8B", "casperhansen/Qwen3.6-35B-A3B-INT4-RTN", True),
+        ("casperhansen/Qwen3.6-35B-A3B-INT4-RTN", None, True),
+    ],
+)
+def test_language_model_only_reads_the_checkpoint_the_megatron_trainer_loads(tmp_path, path, base, fires):
+    """RLC-E811 asks whether rlc can read the text model of the checkpoint the trainer loads: the policy's
+    fake_int4_qat.bf16_base_path where set (SkyRL's Megatron worker loads it), not the model the engines serve."""
+    qat = f"fake_int4_qat: {{bf16_base_path: {base}}}" if base else ""
+    body = f"""
+        trainer:
+          strategy: megatron
+          policy:
+            language_model_only: true  # <-
+            model: {{path: {path}, {qat}}}
+        """
+    spec, _ = _write(tmp_path, body)
+    codes = {d.code for d in analyze(spec, env={"WANDB_API_KEY": "set"}).diagnostics}
+    assert ("RLC-E811" in codes) == fires

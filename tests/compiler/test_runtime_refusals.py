@@ -149,6 +149,14 @@ REFUSALS_MANY = [
         "RLC-E510",
         "trainer.policy.model.lora.target_modules",
     ),
+    # workers/megatron.py:_check_fused_head: the fused head's entropy has no gradient; MTP distils from whole logits.
+    (
+        MEGATRON,
+        ("trainer.fused_lm_head_logprob=true", "trainer.algorithm.use_entropy_loss=true"),
+        "RLC-E570",
+        "trainer.algorithm.use_entropy_loss",
+    ),
+    (MEGATRON, ("trainer.fused_lm_head_logprob=true", "trainer.mtp.enabled=true"), "RLC-E571", "trainer.mtp.enabled"),
     # workers/megatron.py: TransformerConfig(**...) / OptimizerConfig(**...) refuse these at start-up (TypeError).
     (
         MEGATRON,

@@ -20,18 +20,18 @@ ENV = {DELTA: {"SYNC_DIR": "gs://bucket/run", "RUN_ID": "20260101_000000"}}
 # Qwen3.5 / 3.6-MoE (35B-A3B) under Megatron over several tensor / expert ranks: rlc's Megatron conversion runs it on
 # one tensor and expert rank only (under fsdp2 rlc runs it)
 QWEN3_5_MOE_SPLIT = {"RLC-E543"}
-# language_model_only under Megatron for a checkpoint rlc cannot read (a third party's INT4 Qwen3.6-35B-A3B)
-UNKNOWN_TEXT_MODEL = {"RLC-E811"}
 # Imported, then judged invalid by `rlc validate`, with the codes it gives: inference and Megatron features that
-# issues of their own add (Qwen3.5-MoE under Megatron, MTP, QAT), none DAPO's. Routing replay
+# issues of their own add (Qwen3.5-MoE over several ranks under Megatron), none DAPO's. Routing replay
 # (router_replay/run_dapo_moonlight_16b_a3b.sh) validates: Moonlight's family is known at start-up (Megatron-Bridge).
 INVALID = {
     DELTA: QWEN3_5_MOE_SPLIT,
     "examples/train/megatron/run_megatron_dapo_qwen3.5_35b_a3b.sh": QWEN3_5_MOE_SPLIT,
     # REMOVE_MICROBATCH_PADDING is read from the environment and never set: --env gives it
     "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh": QWEN3_5_MOE_SPLIT | {"RLC-E016"},
-    # the fused LM-head log-probs (fake-INT4 QAT, its bf16 masters and the unmerged Megatron LoRA it asks for run)
-    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": UNKNOWN_TEXT_MODEL | {"RLC-E817"},
+    # The trainer loads the bf16 Qwen3.6-35B-A3B (fake_int4_qat.bf16_base_path; the engines serve a third party's
+    # INT4 checkpoint), whose text model rlc converts; fake-INT4 QAT, the unmerged Megatron LoRA and the fused LM-head
+    # log-probs it asks for run. Qwen3.5-MoE over 4 tensor ranks is refused.
+    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": QWEN3_5_MOE_SPLIT,
 }
 
 
@@ -83,3 +83,13 @@ def test_main_dapos_defaults_are_written_where_a_script_sets_no_buffer(tmp_path)
     algorithm = yaml.safe_load(imported.text)["trainer"]["algorithm"]
     assert (algorithm["overlong_buffer_len"], algorithm["overlong_buffer_penalty_factor"]) == (512, 1.0)
     assert "main_dapo's default" in imported.text
+
+
+def test_the_int4_qat_scripts_fused_lm_head_imports_to_the_spec_field():
+    name = "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh"
+    assert "trainer.fused_lm_head_logprob=true" in (ROOT / name).read_text()
+    imported, errors, _ = import_script(str(ROOT / name), {}, [])
+    assert imported is not None and not errors
+    trainer = yaml.safe_load(imported.text)["trainer"]
+    assert trainer["fused_lm_head_logprob"] is True
+    assert trainer.get("fused_lm_head_logprob_backend", "torch") == "torch"
