@@ -173,31 +173,41 @@ def test_delta_rule_matches_the_token_by_token_recurrence():
 # -- the Megatron worker ----------------------------------------------------------------------------------------------
 
 
-def _logits_rank(rank: int, world: int, port: int, q, model_path: str, text_only: bool) -> None:
-    """One rank: the worker's model's logits of the test batch (left-padded prompts, padded responses)."""
+def _logits_rank(
+    rank: int, world: int, port: int, q, model_path: str, text_only: bool, megatron: dict | None = None
+) -> None:
+    """One rank: the worker's model's logits of the test batch (left-padded prompts, padded responses), gathered
+    over the tensor-parallel ranks' slices of the vocabulary."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from megatron.core import parallel_state as ps
     from rlc.runtime.workers.common import WorkerSettings
     from rlc.runtime.workers.megatron import MegatronWorker
     from rlc.spec.model import default_model
 
-    policy = {"language_model_only": text_only}
+    policy = {"language_model_only": text_only, "megatron_config": megatron or {}}
     spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "policy": policy}})
-    worker = MegatronWorker(WorkerSettings("policy", model_path), spec.trainer.policy, spec.trainer.algorithm, 0, 1)
+    settings = WorkerSettings("policy", model_path)
+    worker = MegatronWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
     worker.setup("127.0.0.1", port)
     kinds = [type(layer.self_attention).__name__ for layer in worker.chunks[0].decoder.layers]
     batch = _batch(worker.arch.vocab_size)
     with torch.no_grad(), worker._device():
         worker.models[0].eval()
         ids, positions, mask = worker._inputs(batch)
-        logits = worker.models[0](ids, positions, mask)[..., : worker.arch.vocab_size]
-    q.put((rank, (kinds, logits.float())))
+        logits = worker.models[0](ids, positions, mask)
+        if worker.tp > 1:
+            parts = [torch.empty_like(logits) for _ in range(worker.tp)]
+            torch.distributed.all_gather(parts, logits.contiguous(), group=ps.get_tensor_model_parallel_group())
+            logits = torch.cat(parts, -1)
+    logits = logits[:, : batch.input_ids.shape[1], : worker.arch.vocab_size].float()
+    q.put((rank, (kinds, logits, worker.tconfig.sequence_parallel)))
     worker.shutdown()
 
 
 def test_megatron_logits_are_hf_logits(qwen35_multimodal):
     """The multimodal checkpoint's text model (the text model alone: its log-probs are fsdp2's in the steps below)."""
     path = qwen35_multimodal
-    ((kinds, logits),) = run_ranks(_logits_rank, 1, path, True)
+    ((kinds, logits, _),) = run_ranks(_logits_rank, 1, path, True)
     assert kinds == ["GatedDeltaNet", "SelfAttention", "GatedDeltaNet", "SelfAttention"]
     hf = _hf(path).eval()
     batch = _batch(hf.config.vocab_size)
@@ -315,8 +325,12 @@ def test_moe_round_trip_is_exact(qwen35_moe, tp, pp, ep, etp):
 
 
 def test_moe_megatron_logits_are_hf_logits(qwen35_moe):
-    ((kinds, logits),) = run_ranks(_logits_rank, 1, qwen35_moe, True)
-    assert kinds == ["GatedDeltaNet", "SelfAttention", "GatedDeltaNet", "SelfAttention"]
+    """The multimodal checkpoint (its experts named in its text config), as SkyRL trains Qwen3.5-35B-A3B: over two
+    tensor ranks (sequence parallel, more ranks than key-value heads) and two expert ranks."""
+    megatron = {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 2, "expert_tensor_parallel_size": 1}
+    (kinds, logits, sequence_parallel), _ = run_ranks(_logits_rank, 2, qwen35_moe, True, megatron)
+    assert kinds == ["GatedDeltaNet", "GatedSelfAttention", "GatedDeltaNet", "GatedSelfAttention"]
+    assert sequence_parallel  # Megatron-Core trains an MoE layer under tp only so (it forwards without)
     hf = _hf(qwen35_moe).eval()
     batch = _batch(hf.config.vocab_size)
     positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
