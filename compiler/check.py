@@ -62,8 +62,7 @@ RLC_RUNTIME_RULES = frozenset(
 ) | {
     "RLC-E510",  # the layers rlc's Megatron LoRA puts adapters on
     "RLC-E540",  # Qwen3.5 under rlc's Megatron conversion: no context parallelism,
-    "RLC-E541",  # no LoRA,
-    "RLC-E543",  # Qwen3.5-MoE on one tensor and expert rank
+    "RLC-E541",  # no LoRA
 }
 NOT_FOR_TRAINER: dict[str, frozenset[str]] = {"skyrl": RLC_RUNTIME_RULES}
 INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics

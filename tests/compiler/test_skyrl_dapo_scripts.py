@@ -17,24 +17,17 @@ SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.sh"))
 DAPO = "examples/train/algorithms/dapo"
 DELTA = "examples/train/delta_weight_sync/run_dapo_qwen3.5_35b_a3b_delta.sh"
 ENV = {DELTA: {"SYNC_DIR": "gs://bucket/run", "RUN_ID": "20260101_000000"}}
-# Qwen3.5 / 3.6-MoE (35B-A3B) under Megatron over several tensor / expert ranks: rlc's Megatron conversion runs it on
-# one tensor and expert rank only (under fsdp2 rlc runs it)
-QWEN3_5_MOE_SPLIT = {"RLC-E543"}
 # Qwen3.6-27B (Qwen3.5's dense hybrid) converts under Megatron, but rlc's Megatron LoRA does not cover its layers
 QWEN3_5_LORA = {"RLC-E541"}
 # language_model_only under Megatron for a checkpoint rlc cannot read (a third party's INT4 Qwen3.6-35B-A3B)
 UNKNOWN_TEXT_MODEL = {"RLC-E811"}
 # Imported, then judged invalid by `rlc validate`, with the codes it gives: inference and Megatron features that
-# issues of their own add (Qwen3.5-MoE and LoRA on Qwen3.5 under Megatron, MTP, QAT), none DAPO's. Routing replay
+# issues of their own add (LoRA on Qwen3.5 under Megatron, MTP, QAT), none DAPO's. Routing replay
 # (router_replay/run_dapo_moonlight_16b_a3b.sh) validates: Moonlight's family is known at start-up (Megatron-Bridge).
 INVALID = {
-    DELTA: QWEN3_5_MOE_SPLIT,
-    "examples/train/megatron/run_megatron_dapo_qwen3.5_35b_a3b.sh": QWEN3_5_MOE_SPLIT,
     "examples/train/megatron/run_megatron_dapo_qwen3.6_27b_lora.sh": QWEN3_5_LORA,
     # REMOVE_MICROBATCH_PADDING is read from the environment and never set: --env gives it
-    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh": QWEN3_5_MOE_SPLIT
-    | QWEN3_5_LORA
-    | {"RLC-E016"},
+    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh": QWEN3_5_LORA | {"RLC-E016"},
     # the fused LM-head log-probs (fake-INT4 QAT, its bf16 masters and the unmerged Megatron LoRA it asks for run)
     "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": UNKNOWN_TEXT_MODEL | {"RLC-E817"},
 }
@@ -51,7 +44,7 @@ BUFFERS = {
 def test_the_fixtures_are_skyrls_dapo_scripts():
     assert len(SCRIPTS) == 25  # 22 of main_dapo, 2 of main_dapo_fully_async, 1 of main_tis_dapo
     assert set(INVALID) <= set(SCRIPTS)
-    assert len(SCRIPTS) - len(INVALID) == 20  # import and validate
+    assert len(SCRIPTS) - len(INVALID) == 22  # import and validate
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
