@@ -64,7 +64,6 @@ RLC_RUNTIME_RULES = frozenset(
 ) | {
     "RLC-E510",  # the layers rlc's Megatron LoRA puts adapters on
     "RLC-E540",  # Qwen3.5 under rlc's Megatron conversion: no context parallelism,
-    "RLC-E543",  # Qwen3.5-MoE on one tensor and expert rank
 }
 NOT_FOR_TRAINER: dict[str, frozenset[str]] = {"skyrl": RLC_RUNTIME_RULES}
 INTERNAL_ERROR = "RLC-E999"  # a rule raised instead of returning diagnostics

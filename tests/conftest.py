@@ -246,7 +246,7 @@ LONGEST_FIRST = (
     "test_megatron.py",  # ~140 s
     "test_routing_replay.py",  # ~70 s (~3 min on a busy machine): a vLLM engine, Megatron MoE workers of 1 and 2 ranks
     "test_megatron_moe.py",  # ~150 s: MoE steps on 1, 2 and 4 ranks
-    "test_megatron_qwen35.py",  # ~200 s: nine Megatron / fsdp2 runs of tiny Qwen3.5 and Qwen3.5-MoE models
+    "test_megatron_qwen35.py",  # ~250 s: eleven Megatron / fsdp2 runs of tiny Qwen3.5 and Qwen3.5-MoE models
     "test_megatron_mtp.py",  # ~110 s: five steps of one or two ranks on a tiny MiMo-style model
     "test_vllm_run.py",  # ~225 s on a busy machine: the local example's 200 steps with the vllm engine
     "test_vllm_serve.py",  # ~200 s: vLLM's own server started, then a run against it

@@ -426,20 +426,23 @@ def megatron_qwen3_5_context_parallel(c: Context):
     *_QWEN3_5_KEYS,
 )
 def megatron_qwen3_5_tensor_parallel(c: Context):
-    # rlc's Gated DeltaNet gives each tensor rank whole key-head groups (a key head and the value heads it serves).
+    # rlc's Gated DeltaNet gives each tensor rank whole key-head groups (a key head and the value heads it serves);
+    # Megatron-Core splits the gated attention's heads, the dense MLP or Qwen3.5-MoE's shared expert (the routed
+    # experts split by expert parallelism: RLC-E516, E517). Fewer key-value heads than ranks, dividing them, are
+    # fine: each rank then computes its query group's.
     for role, mc, path, text in _qwen3_5_roles(c):
         tp = mc.tensor_model_parallel_size
-        if not _positive_int(tp) or tp == 1 or text.get("num_experts"):  # Qwen3.5-MoE: RLC-E543
+        if not _positive_int(tp) or tp == 1:
             continue
-        keys: tuple[str, ...] = (
-            "num_attention_heads",
-            "num_key_value_heads",
-            "linear_num_key_heads",
-            "intermediate_size",
-        )
+        mlp = "shared_expert_intermediate_size" if text.get("num_experts") else "intermediate_size"
+        keys: tuple[str, ...] = ("num_attention_heads", "num_key_value_heads", "linear_num_key_heads", mlp)
         if (local_model_config(path) or {}).get("num_attention_heads"):  # a text model's: RLC-E506 reads the rest
             keys = ("linear_num_key_heads",)
-        bad = {k: text[k] for k in keys if _positive_int(text.get(k)) and text[k] % tp}
+        bad = {
+            k: text[k]
+            for k in keys
+            if _positive_int(text.get(k)) and text[k] % tp and not (k == "num_key_value_heads" and tp % text[k] == 0)
+        }
         if bad:
             what = ", ".join(f"{k}={v}" for k, v in bad.items())
             yield c.error(
@@ -452,39 +455,6 @@ def megatron_qwen3_5_tensor_parallel(c: Context):
                 tp=tp,
                 **bad,
             )
-
-
-@rule(
-    "RLC-E543",
-    "Megatron: Qwen3.5-MoE runs on one tensor-parallel and one expert-parallel rank (rlc's conversion places all its "
-    "experts on each rank)",
-    "trainer.policy.megatron_config.tensor_model_parallel_size",
-    "trainer.ref.megatron_config.tensor_model_parallel_size",
-    "trainer.policy.megatron_config.expert_model_parallel_size",
-    "trainer.ref.megatron_config.expert_model_parallel_size",
-    "trainer.policy.megatron_config.expert_tensor_parallel_size",
-    "trainer.ref.megatron_config.expert_tensor_parallel_size",
-    *_QWEN3_5_KEYS,
-)
-def megatron_qwen3_5_moe_one_rank(c: Context):
-    # megatron_qwen35 loads every routed expert whole on each rank and the worker gathers weights over the tensor
-    # group only: splitting Qwen3.5-MoE's experts over tensor or expert ranks is not wired.
-    for role, mc, path, text in _qwen3_5_roles(c):
-        if not text.get("num_experts"):
-            continue
-        for field in ("tensor_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size"):
-            size = getattr(mc, field)
-            if _positive_int(size) and size > 1:
-                yield c.error(
-                    "RLC-E543",
-                    f"trainer.{role}.megatron_config.{field}",
-                    f"{path} is Qwen3.5-MoE: rlc's Megatron conversion of its hybrid layers and routed experts runs on "
-                    f"one tensor-parallel and one expert-parallel rank, not {field} {size}",
-                    f"set {field}: 1 (pipeline and data parallelism split Qwen3.5-MoE), or train it under fsdp2",
-                    [f"trainer.{role}.model.path"],
-                    size=size,
-                )
-                break
 
 
 # -- pipeline stages and layers (model configs rlc can read) --------------------------------------------------
@@ -898,7 +868,6 @@ RULES = (
     megatron_heads_divide_by_tensor_parallel,
     megatron_qwen3_5_context_parallel,
     megatron_qwen3_5_tensor_parallel,
-    megatron_qwen3_5_moe_one_rank,
     megatron_pipeline_divides_layers,
     megatron_experts_divide_by_expert_parallel,
     megatron_expert_width_divides_by_expert_tp,

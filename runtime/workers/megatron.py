@@ -275,7 +275,7 @@ class MegatronWorker(TrainWorker):
             pipeline_dtype=dtype,
             use_cpu_initialization=True,
         )  # weights are loaded into CPU tensors, then moved
-        if getattr(self.hf_config, "num_experts", None) or getattr(self.hf_config, "num_local_experts", None):
+        if _experts(self.hf_config, ("num_experts", "num_local_experts")):
             kwargs.update(
                 moe_token_dispatcher_type=mc.moe_token_dispatcher_type,
                 moe_router_load_balancing_type=mc.moe_router_load_balancing_type,
@@ -1244,10 +1244,12 @@ def _check_fused_head(settings: WorkerSettings, algorithm: Any) -> None:
         )
 
 
-def _experts(hf_config) -> int:
-    """The routed experts a Hugging Face config names (Qwen-MoE, Mixtral, DeepSeek); 0 for a dense model."""
-    names = ("num_experts", "num_local_experts", "n_routed_experts")
-    return next((int(v) for v in (getattr(hf_config, n, None) for n in names) if v), 0)
+def _experts(hf_config, names: tuple = ("num_experts", "num_local_experts", "n_routed_experts")) -> int:
+    """The routed experts a Hugging Face config names (Qwen-MoE, Mixtral, DeepSeek; a multimodal checkpoint's in its
+    text config, as Qwen3.5-MoE's); 0 for a dense model."""
+    text = getattr(hf_config, "text_config", None)
+    found = (getattr(c, n, None) for c in (hf_config, text) if c is not None for n in names)
+    return next((int(v) for v in found if v), 0)
 
 
 def _empty_micro_batch(batch: TrainBatch, size: int) -> TrainBatch:

@@ -1,7 +1,8 @@
 """rlc's Megatron-Core modules for Qwen3.5's hybrid decoder, in torch alone (no Triton, no flash-linear-attention):
 
 - `GatedDeltaNet`: the linear-attention token mixer (a causal depthwise convolution over q/k/v, the gated delta
-  rule run chunk by chunk, a gated RMS norm per value head), tensor-parallel by key-head groups;
+  rule run chunk by chunk, a gated RMS norm per value head), tensor-parallel by key-head groups, with or without
+  sequence parallelism;
 - `ZeroCenteredRMSNorm`: Qwen3.5's RMS norm whose weight is stored as an offset from one (x̂ · (1 + w)).
 
 Megatron-Core 0.16 ships a GatedDeltaNet too, but it needs flash-linear-attention's kernels at construction.
@@ -137,11 +138,13 @@ class GatedDeltaNet(torch.nn.Module):
         # deferred: Megatron-Core, optional (FSDP jobs lack it); the conversion's tensor functions need torch alone
         from megatron.core import tensor_parallel
 
-        s, b, _ = hidden_states.shape
+        # Under sequence parallelism the input is this rank's slice of the sequence: the column-parallel in_proj
+        # gathers the whole rows (the recurrence runs along them) and the row-parallel out_proj scatters them back.
+        mixed, _ = self.in_proj(hidden_states)
+        s, b, _ = mixed.shape
         if attention_mask is not None:  # padding tokens (keys hidden even from themselves) enter as zeros
             real = ~attention_mask[:, 0].diagonal(dim1=-2, dim2=-1)  # [b, s]
-            hidden_states = hidden_states * real.t()[..., None].to(hidden_states.dtype)
-        mixed, _ = self.in_proj(hidden_states)
+            mixed = mixed * real.t()[..., None].to(mixed.dtype)  # in_proj has no bias: as zeros entering it
         dk, dv, r, n = self.dk, self.dv, self.r, self.groups
         mixed = mixed.view(s, b, n, -1)
         qkv, z, beta, a = mixed.split([2 * dk + r * dv, r * dv, r, r], -1)
@@ -150,7 +153,7 @@ class GatedDeltaNet(torch.nn.Module):
         x = F.silu(F.conv1d(x, self.conv1d_weight, padding=self.kernel - 1, groups=x.shape[1])[..., :s])
         x = x.permute(0, 2, 1).reshape(b, s, n, -1)
         q, k, v = x.split([dk, dk, r * dv], -1)
-        dtype = hidden_states.dtype
+        dtype = mixed.dtype
         # [b, heads, s, d] in fp32; each key head serves its r value heads
         q = _l2norm(q.float()).repeat_interleave(r, 2).transpose(1, 2) * dk**-0.5
         k = _l2norm(k.float()).repeat_interleave(r, 2).transpose(1, 2)

@@ -15,6 +15,7 @@ Only torch is imported at module level; configs are read by attribute.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -95,11 +96,13 @@ def layout_from_hf(hf_config, tp_size: int = 1, fused_norms: bool = False) -> Hy
     nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
     experts = _experts(cfg)
     ffn = experts.ffn_hidden_size if experts else cfg.intermediate_size
-    if experts and tp_size > 1:
-        # the worker gathers a weight over the tensor group; routed experts split over the expert groups instead
-        raise _unsupported(f"Qwen3.5-MoE converts on one tensor-parallel rank (tp_size={tp_size})")
-    counts = {"num_attention_heads": heads, "num_key_value_heads": groups, "linear_num_key_heads": nk}
-    uneven = dense.uneven_over_tp({**counts, "intermediate_size": None if experts else ffn}, tp_size)
+    # fewer key-value heads than ranks, a divisor of them, is fine: each rank then computes its query group's
+    kv = None if tp_size % groups == 0 else groups
+    counts = {"num_attention_heads": heads, "num_key_value_heads": kv, "linear_num_key_heads": nk}
+    # the MLP that tensor parallelism splits: the dense one, or the MoE block's shared expert (the routed experts
+    # split over the expert groups, which the worker checks against its expert sizes)
+    mlp = ("shared_expert_intermediate_size", experts.shared_ffn_hidden_size) if experts else ("intermediate_size", ffn)
+    uneven = dense.uneven_over_tp({**counts, mlp[0]: mlp[1] or None}, tp_size)
     if uneven:
         raise _unsupported(uneven)
     if heads % groups or nv % nk:
@@ -208,13 +211,38 @@ class HybridMixer:
                 value_head_dim=config.linear_value_head_dim,
                 conv_kernel=config.linear_conv_kernel_dim,
             )
+        if config.num_query_groups < config.tensor_model_parallel_size:
+            return _gated_attention(SelfAttention)(config, submodules, layer_number, attn_mask_type, **kwargs)
         return SelfAttention(config, submodules, layer_number, attn_mask_type, **kwargs)
+
+
+@functools.cache
+def _gated_attention(self_attention: type) -> type:
+    """Megatron's SelfAttention whose output gate also follows fewer key-value heads than tensor ranks (Qwen3.5-35B-A3B
+    has 2, SkyRL trains it at tp 4): Megatron-Core 0.16 then gathers a whole query group on each rank and keeps the
+    rank's share of its query heads, but the group's whole gate, which the attention output then cannot take."""
+
+    class GatedSelfAttention(self_attention):
+        def get_query_key_value_tensors(self, *args, **kwargs):
+            out = super().get_query_key_value_tensors(*args, **kwargs)
+            if len(out) != 4:
+                return out
+            query, key, value, gate = out  # [s, b, heads, head_dim]; the gate has the whole group's heads
+            # deferred: Megatron-Core, optional (FSDP jobs lack it); the conversion's tensor functions need torch alone
+            from megatron.core.parallel_state import get_tensor_model_parallel_rank
+
+            share = self.world_size // self.config.num_query_groups  # ranks sharing a query group
+            first = get_tensor_model_parallel_rank() % share * query.shape[2]  # as Megatron slices the queries
+            return query, key, value, gate[:, :, first : first + query.shape[2]]
+
+    return GatedSelfAttention
 
 
 def layer_spec(config, te: bool):
     """The decoder's spec: this pipeline stage's layers (one TransformerLayer spec, its mixer chosen per layer) and
-    the zero-centred final norm. Refuses what the hybrid cannot run: context parallelism (the DeltaNet's recurrence
-    runs along whole rows) and virtual stages of unequal sizes."""
+    the zero-centred final norm; a Qwen3.5-MoE's routed experts split by Megatron's expert parallelism. Refuses what
+    the hybrid cannot run: context parallelism (the DeltaNet's recurrence runs along whole rows) and virtual stages
+    of unequal sizes."""
     # deferred: Megatron-Core, optional (FSDP jobs lack it); the conversion's tensor functions need torch alone
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import gpt_layer_specs
@@ -225,14 +253,12 @@ def layer_spec(config, te: bool):
         raise _unsupported(
             "context parallelism is not supported: the Gated DeltaNet layers carry a state along each whole row"
         )
-    split = {k: getattr(config, k, 1) or 1 for k in ("expert_model_parallel_size", "expert_tensor_parallel_size")}
-    if config.num_moe_experts and max(split.values()) > 1:
-        raise _unsupported(f"Qwen3.5-MoE converts on one expert-parallel rank ({split})")
     if config.num_moe_experts:  # Megatron's MoE layer, local experts one after another
         spec = megatron_moe.layer_spec(config, te=False)
     else:
         spec = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=True)
     sub = spec.submodules
+    # rlc's norms in every slot: they take sequence parallelism (Megatron-Core's MoE layer under tp needs it)
     sub.input_layernorm = sub.pre_mlp_layernorm = ZeroCenteredRMSNorm
     attn = sub.self_attention
     attn.submodules.q_layernorm = attn.submodules.k_layernorm = ZeroCenteredRMSNorm

@@ -633,18 +633,7 @@ CASES = {
           policy:
             model: {path: Qwen/Qwen3.5-0.8B}
             megatron_config:
-              tensor_model_parallel_size: 4  # <-
-        """,
-    ),
-    "RLC-E543": (
-        "trainer.policy.megatron_config.expert_model_parallel_size",
-        """
-        trainer:
-          strategy: megatron
-          policy:
-            model: {path: Qwen/Qwen3.5-35B-A3B}
-            megatron_config:
-              expert_model_parallel_size: 8  # <-
+              tensor_model_parallel_size: 3  # <-
         """,
     ),
     "RLC-E512": (
@@ -1147,6 +1136,28 @@ def test_expert_layouts_of_dense_and_cpu_moe_jobs(tmp_path):
     assert not {"RLC-E516", "RLC-E517", "RLC-E518"} & codes("Qwen/Qwen3-30B-A3B", gpu, tensor_model_parallel_size=2)
     assert "RLC-E518" not in codes("Qwen/Qwen3-30B-A3B", cpu, tensor_model_parallel_size=2)
     assert "RLC-E518" not in codes("Qwen/Qwen2.5-7B-Instruct", cpu, tensor_model_parallel_size=2)
+
+
+def test_qwen3_5_moe_splits_over_tensor_and_expert_ranks(tmp_path):
+    """Qwen3.5-35B-A3B (16 heads, 2 key-value heads, 16 linear key heads, 256 experts) under SkyRL's layouts passes;
+    RLC-E542 refuses a tensor size its heads do not divide, and a multiple of its 2 key-value heads is one it takes."""
+
+    def errors(**megatron) -> dict[str, str]:
+        path = tmp_path / "spec.yaml"
+        gpus = megatron.get("tensor_model_parallel_size", 1) * megatron.get("pipeline_model_parallel_size", 1)
+        body = {
+            "strategy": "megatron",
+            "placement": {"policy_num_gpus_per_node": max(gpus, megatron.get("expert_model_parallel_size", 1))},
+            "policy": {"model": {"path": "Qwen/Qwen3.5-35B-A3B"}, "megatron_config": megatron},
+        }
+        path.write_text(
+            f"version: 1\ncluster: {{accelerator: H100, gpus_per_node: 8, num_nodes: 1}}\ntrainer: {json.dumps(body)}\n"
+        )
+        return {d.code: d.message for d in analyze(path, env={}).diagnostics if d.severity == "error"}
+
+    assert not errors(tensor_model_parallel_size=2, expert_model_parallel_size=8)
+    assert not errors(tensor_model_parallel_size=4, expert_model_parallel_size=8, expert_tensor_parallel_size=1)
+    assert "num_attention_heads=16" in errors(tensor_model_parallel_size=3, pipeline_model_parallel_size=2)["RLC-E542"]
 
 
 def test_huge_batch_sizes_are_answered_at_once(tmp_path):

@@ -1,7 +1,7 @@
 """SkyRL's DAPO launch scripts (tests/fixtures/skyrl-dapo-scripts, SkyRL @a9564572e): each launches main_dapo (or its
 fully-async or TIS variant) and imports with `rlc migrate` into a spec that carries DAPO's soft overlong penalty
-(trainer.algorithm.overlong_buffer_*), then validates, or is judged invalid by `rlc validate` for a feature named
-below that this issue does not add."""
+(trainer.algorithm.overlong_buffer_*), then validates (given, with --env, what a script reads from the environment and
+never sets)."""
 
 from __future__ import annotations
 
@@ -16,25 +16,12 @@ ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "skyrl-dapo-scripts"
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.sh"))
 DAPO = "examples/train/algorithms/dapo"
 DELTA = "examples/train/delta_weight_sync/run_dapo_qwen3.5_35b_a3b_delta.sh"
-ENV = {DELTA: {"SYNC_DIR": "gs://bucket/run", "RUN_ID": "20260101_000000"}}
-# Qwen3.5 / 3.6-MoE (35B-A3B) under Megatron over several tensor / expert ranks: rlc's Megatron conversion runs it on
-# one tensor and expert rank only (under fsdp2 rlc runs it)
-QWEN3_5_MOE_SPLIT = {"RLC-E543"}
-# Imported, then judged invalid by `rlc validate`, with the codes it gives: inference and Megatron features that
-# issues of their own add (Qwen3.5-MoE over several ranks under Megatron), none DAPO's. Routing replay
-# (router_replay/run_dapo_moonlight_16b_a3b.sh) validates: Moonlight's family is known at start-up (Megatron-Bridge).
-INVALID = {
-    DELTA: QWEN3_5_MOE_SPLIT,
-    "examples/train/megatron/run_megatron_dapo_qwen3.5_35b_a3b.sh": QWEN3_5_MOE_SPLIT,
-    # REMOVE_MICROBATCH_PADDING is read from the environment and never set: --env gives it
-    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh": QWEN3_5_MOE_SPLIT | {"RLC-E016"},
-    # The trainer loads the bf16 Qwen3.6-35B-A3B (fake_int4_qat.bf16_base_path; the engines serve a third party's
-    # INT4 checkpoint), whose text model rlc converts; fake-INT4 QAT, the unmerged Megatron LoRA and the fused LM-head
-    # log-probs it asks for run. Qwen3.5-MoE over 4 tensor ranks is refused.
-    "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora_int4_qat.sh": QWEN3_5_MOE_SPLIT,
+LORA_MOE = "examples/train/megatron/run_megatron_dapo_qwen3.6_35b_a3b_lora.sh"
+# What a script reads from the environment and never sets, given as `rlc migrate --env` gives it.
+ENV = {
+    DELTA: {"SYNC_DIR": "gs://bucket/run", "RUN_ID": "20260101_000000"},
+    LORA_MOE: {"REMOVE_MICROBATCH_PADDING": "true"},
 }
-
-
 # OVERLONG_BUFFER_LEN where it is not $((1024 * 4)); every script's penalty factor is 1.0.
 BUFFERS = {
     f"{DAPO}/run_dapo_gsm8k.sh": 512,
@@ -45,8 +32,7 @@ BUFFERS = {
 
 def test_the_fixtures_are_skyrls_dapo_scripts():
     assert len(SCRIPTS) == 25  # 22 of main_dapo, 2 of main_dapo_fully_async, 1 of main_tis_dapo
-    assert set(INVALID) <= set(SCRIPTS)
-    assert len(SCRIPTS) - len(INVALID) == 21  # import and validate
+    assert set(ENV) <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -64,7 +50,18 @@ def test_each_dapo_script_imports_with_its_overlong_penalty_and_validates(name, 
     spec.write_text(imported.text)
     result = compile_job(spec)
     codes = {d.code for d in result.diagnostics if d.is_error}
-    assert codes == INVALID.get(name, set()), [d.message for d in result.diagnostics if d.is_error]
+    assert not codes, [d.message for d in result.diagnostics if d.is_error]
+
+
+def test_a_value_the_script_never_sets_is_said_empty(tmp_path):
+    # run_megatron_dapo_qwen3.6_35b_a3b_lora.sh passes trainer.remove_microbatch_padding=$REMOVE_MICROBATCH_PADDING
+    # and sets the variable nowhere: without --env the key is empty, which rlc validate names.
+    imported, errors, _ = import_script(str(ROOT / LORA_MOE), {}, [])
+    assert imported is not None and not errors
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(imported.text)
+    errors = [d for d in compile_job(spec).diagnostics if d.is_error]
+    assert {d.code for d in errors} == {"RLC-E016"}, [d.message for d in errors]
 
 
 def test_main_tis_dapos_other_buffer_anchor_is_said_aloud():

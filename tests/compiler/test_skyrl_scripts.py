@@ -47,10 +47,6 @@ REFUSED = {
 INVALID = {
     # SkyRL's own validate_batch_sizes refuses it too: (4 prompts * 5 samples) // 4 GPUs = 5 is no multiple of 8
     "examples/train/training_backends/run_no_seq_pack.sh": {"RLC-E106"},
-    # SkyRL 0.4 features this rlc does not run yet, refused by name
-    # Qwen3.5-MoE (35B-A3B) under Megatron over 2 tensor ranks and 8 expert ranks: rlc's Megatron conversion runs it
-    # on one tensor and expert rank only (run_megatron_qwen3.5.sh, the dense model, validates)
-    "examples/train/megatron/run_megatron_qwen3.5_35b_a3b.sh": {"RLC-E543"},
 }
 # Routing replay (R3) validates: Moonlight is DeepSeek-V3-shaped, a model whose config rlc cannot read offline, so
 # whether it has experts (RLC-E537) is checked at start-up, where rlc's Megatron worker builds it with Megatron-Bridge.

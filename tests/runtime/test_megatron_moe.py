@@ -71,8 +71,9 @@ def hf_state(family: str):
     return cfg, model.state_dict()
 
 
-def gather(state: dict, layout, tp: int, pp: int, ep: int, etp: int) -> dict[str, list]:
-    """Every shard of every rank, keyed by global Megatron name (global expert index), shards in (expert) TP order."""
+def gather(state: dict, layout, tp: int, pp: int, ep: int, etp: int, conversion=mm) -> dict[str, list]:
+    """Every shard of every rank, keyed by global Megatron name (global expert index), shards in (expert) TP order;
+    `conversion`: the family module whose hf_to_megatron cuts them."""
     out: dict[str, dict[int, list]] = {}
     n_local = layout.experts.num_experts // ep
     for pp_rank in range(pp):
@@ -82,7 +83,7 @@ def gather(state: dict, layout, tp: int, pp: int, ep: int, etp: int) -> dict[str
             # TP shards from expert rank 0's view and ETP shards from each expert-tensor rank
             for r in range(max(tp, etp)):
                 place = mx.Placement(ep_rank, ep, r % etp, etp)
-                state_r = mm.hf_to_megatron(state, layout, r % tp, tp, pp_rank, pp, experts=place)
+                state_r = conversion.hf_to_megatron(state, layout, r % tp, tp, pp_rank, pp, experts=place)
                 for name, t in state_r.items():
                     local = mw.global_name(name, offset)
                     if mx.is_expert(local):

@@ -4,7 +4,8 @@
 The checkpoints are tiny random Qwen3.5 models built here: four decoder layers alternating linear attention
 (Gated DeltaNet) and gated full attention with partial RoPE, saved as a text model (`Qwen3_5ForCausalLM`) and as a
 multimodal one (`Qwen3_5ForConditionalGeneration`, a one-block vision tower beside the same text model), each read
-as its text model alone.
+as its text model alone; and a tiny Qwen3.5-MoE, trained on one rank, over two expert-parallel ranks and over two
+tensor-parallel ranks under sequence parallelism.
 """
 
 from __future__ import annotations
@@ -142,8 +143,11 @@ def test_unsupported_configs_are_refused(qwen35):
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(qwen35)
-    with pytest.raises(UnsupportedModel, match="num_key_value_heads=2 is not divisible by tp_size=4"):
+    with pytest.raises(UnsupportedModel, match="linear_num_key_heads=2 is not divisible by tp_size=4"):
         q35.layout_from_hf(config, 4)
+    with pytest.raises(UnsupportedModel, match="num_key_value_heads=2 is not divisible by tp_size=3"):
+        config.num_attention_heads = 6
+        q35.layout_from_hf(config, 3)
     config.hidden_act = "gelu"
     with pytest.raises(UnsupportedModel, match="hidden_act"):
         q35.layout_from_hf(config)
@@ -169,31 +173,41 @@ def test_delta_rule_matches_the_token_by_token_recurrence():
 # -- the Megatron worker ----------------------------------------------------------------------------------------------
 
 
-def _logits_rank(rank: int, world: int, port: int, q, model_path: str, text_only: bool) -> None:
-    """One rank: the worker's model's logits of the test batch (left-padded prompts, padded responses)."""
+def _logits_rank(
+    rank: int, world: int, port: int, q, model_path: str, text_only: bool, megatron: dict | None = None
+) -> None:
+    """One rank: the worker's model's logits of the test batch (left-padded prompts, padded responses), gathered
+    over the tensor-parallel ranks' slices of the vocabulary."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from megatron.core import parallel_state as ps
     from rlc.runtime.workers.common import WorkerSettings
     from rlc.runtime.workers.megatron import MegatronWorker
     from rlc.spec.model import default_model
 
-    policy = {"language_model_only": text_only}
+    policy = {"language_model_only": text_only, "megatron_config": megatron or {}}
     spec = default_model().to_typed({"version": 1, "trainer": {"strategy": "megatron", "policy": policy}})
-    worker = MegatronWorker(WorkerSettings("policy", model_path), spec.trainer.policy, spec.trainer.algorithm, 0, 1)
+    settings = WorkerSettings("policy", model_path)
+    worker = MegatronWorker(settings, spec.trainer.policy, spec.trainer.algorithm, rank, world)
     worker.setup("127.0.0.1", port)
     kinds = [type(layer.self_attention).__name__ for layer in worker.chunks[0].decoder.layers]
     batch = _batch(worker.arch.vocab_size)
     with torch.no_grad(), worker._device():
         worker.models[0].eval()
         ids, positions, mask = worker._inputs(batch)
-        logits = worker.models[0](ids, positions, mask)[..., : worker.arch.vocab_size]
-    q.put((rank, (kinds, logits.float())))
+        logits = worker.models[0](ids, positions, mask)
+        if worker.tp > 1:
+            parts = [torch.empty_like(logits) for _ in range(worker.tp)]
+            torch.distributed.all_gather(parts, logits.contiguous(), group=ps.get_tensor_model_parallel_group())
+            logits = torch.cat(parts, -1)
+    logits = logits[:, : batch.input_ids.shape[1], : worker.arch.vocab_size].float()
+    q.put((rank, (kinds, logits, worker.tconfig.sequence_parallel)))
     worker.shutdown()
 
 
 def test_megatron_logits_are_hf_logits(qwen35_multimodal):
     """The multimodal checkpoint's text model (the text model alone: its log-probs are fsdp2's in the steps below)."""
     path = qwen35_multimodal
-    ((kinds, logits),) = run_ranks(_logits_rank, 1, path, True)
+    ((kinds, logits, _),) = run_ranks(_logits_rank, 1, path, True)
     assert kinds == ["GatedDeltaNet", "SelfAttention", "GatedDeltaNet", "SelfAttention"]
     hf = _hf(path).eval()
     batch = _batch(hf.config.vocab_size)
@@ -260,6 +274,9 @@ def _moe_text(tokenizer) -> dict:
     del text["intermediate_size"]
     return {
         **text,
+        # one key-value head: under tp 2 each rank computes it for its half of the query heads (as Qwen3.5-35B-A3B's
+        # 2 at SkyRL's tp 4)
+        "num_key_value_heads": 1,
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 16,
@@ -285,26 +302,35 @@ def qwen35_moe(tiny_model, tmp_path_factory) -> str:
         return _save(model, tokenizer, tmp_path_factory.mktemp("qwen3_5_moe") / "model")
 
 
-def test_moe_round_trip_is_exact(qwen35_moe):
+@pytest.mark.parametrize("tp,pp,ep,etp", [(1, 1, 1, 1), (2, 1, 1, 2), (1, 1, 2, 1), (2, 2, 2, 1)])
+def test_moe_round_trip_is_exact(qwen35_moe, tp, pp, ep, etp):
+    """Every rank's shards (the dense part's tensor slices, each expert rank's experts in expert-tensor slices)
+    convert back to the HF weights."""
+    from rlc.runtime.workers import megatron_experts as mx
     from rlc.runtime.workers import megatron_qwen35 as q35
+    from test_megatron_moe import gather
 
     hf = _hf(qwen35_moe)
     state = hf.state_dict()
-    layout = q35.layout_from_hf(hf.config)
+    layout = q35.layout_from_hf(hf.config, tp)
     assert layout.experts is not None and layout.experts.shared_gate
     back = {}
-    for name, t in q35.hf_to_megatron(state, layout).items():
-        back.update(q35.megatron_to_hf(name, [t], layout))
+    for name, parts in gather(state, layout, tp, pp, ep, etp, conversion=q35).items():
+        assert len(parts) == (etp if mx.is_expert(name) else tp), name
+        back.update(q35.megatron_to_hf(name, parts if q35.tp_split_dim(name) is not None else parts[:1], layout))
+    assert not layout.pending
     assert back.keys() == state.keys()
     for name in state:
         assert torch.equal(back[name], state[name]), name
-    with pytest.raises(q35.UnsupportedModel, match="one tensor-parallel rank"):
-        q35.layout_from_hf(hf.config, 2)
 
 
 def test_moe_megatron_logits_are_hf_logits(qwen35_moe):
-    ((kinds, logits),) = run_ranks(_logits_rank, 1, qwen35_moe, True)
-    assert kinds == ["GatedDeltaNet", "SelfAttention", "GatedDeltaNet", "SelfAttention"]
+    """The multimodal checkpoint (its experts named in its text config), as SkyRL trains Qwen3.5-35B-A3B: over two
+    tensor ranks (sequence parallel, more ranks than key-value heads) and two expert ranks."""
+    megatron = {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 2, "expert_tensor_parallel_size": 1}
+    (kinds, logits, sequence_parallel), _ = run_ranks(_logits_rank, 2, qwen35_moe, True, megatron)
+    assert kinds == ["GatedDeltaNet", "GatedSelfAttention", "GatedDeltaNet", "GatedSelfAttention"]
+    assert sequence_parallel  # Megatron-Core trains an MoE layer under tp only so (it forwards without)
     hf = _hf(qwen35_moe).eval()
     batch = _batch(hf.config.vocab_size)
     positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -330,7 +356,35 @@ def qwen35_moe_text(tiny_model, tmp_path_factory) -> str:
         return _save(model, tokenizer, tmp_path_factory.mktemp("qwen3_5_moe_text") / "model")
 
 
-def test_moe_step_matches_fsdp2(qwen35_moe_text, tmp_path):
-    fsdp = _run(1, qwen35_moe_text, str(tmp_path / "fsdp.pt"), strategy="fsdp2")
-    one = _run(1, qwen35_moe_text, str(tmp_path / "one.pt"))
-    _assert_same_step(fsdp, tmp_path / "fsdp.pt", one, tmp_path / "one.pt", qwen35_moe_text)
+@pytest.fixture(scope="module")
+def moe_runs(qwen35_moe_text, tmp_path_factory):
+    from test_megatron_moe import EP2, _moe_run
+
+    d = tmp_path_factory.mktemp("megatron_qwen35_moe")
+    path = qwen35_moe_text
+    return {
+        "fsdp": _run(1, path, str(d / "fsdp.pt"), strategy="fsdp2"),
+        "one": _run(1, path, str(d / "one.pt")),
+        # two data-parallel ranks, the experts split over them (all-to-all dispatch)
+        "ep2": _moe_run(2, path, str(d / "ep2.pt"), EP2),
+        # two tensor-parallel ranks under sequence parallelism (the DeltaNet and gated attention gather the rows,
+        # their output projections scatter them back), the experts split over them by ep 2, etp 1: SkyRL's layout
+        "tp2": _moe_run(
+            2, path, str(d / "tp2.pt"), {"tensor_model_parallel_size": 2, **EP2, "expert_tensor_parallel_size": 1}
+        ),
+    }, d
+
+
+@pytest.mark.parametrize("layout", ["one", "ep2", "tp2"])
+def test_moe_step_matches_fsdp2(moe_runs, layout, qwen35_moe_text):
+    by_name, d = moe_runs
+    _assert_same_step(by_name["fsdp"], d / "fsdp.pt", by_name[layout], d / f"{layout}.pt", qwen35_moe_text)
+
+
+def test_moe_experts_split_over_the_expert_ranks_and_return_whole(moe_runs, qwen35_moe_text):
+    """Each expert-parallel rank builds half the experts; the engines get HF's fused expert tensors, whole."""
+    by_name, _ = moe_runs
+    assert [r["experts"] for r in by_name["tp2"]] == [[2], [2]]
+    state = _hf(qwen35_moe_text).state_dict()
+    metas = torch.load(moe_runs[1] / "tp2.pt")["metas"]
+    assert dict(metas) == {n: tuple(t.shape) for n, t in state.items()}
