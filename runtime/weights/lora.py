@@ -17,10 +17,14 @@ ADAPTER_MARK = ".lora_"  # in the name of every adapter tensor PEFT adds
 
 def lora_config(lora, target_modules=None):
     """PEFT's LoraConfig of `model.lora` (rank, alpha, dropout, target/exclude modules, init); `target_modules`
-    replaces the spec's (a saved adapter names the modules it has)."""
+    replaces the spec's (a saved adapter names the modules it has). An engine's Megatron LoRA adds the fused expert
+    parameters whose every expert has adapters (`sections.EngineLora`); a fused gate_up_proj takes rank and alpha
+    twice over (the same scale), as PEFT gives it where it maps transformers 4's gate_proj and up_proj there."""
     # deferred: PEFT (seconds to import), only for LoRA jobs; every engine and trainer imports this module
     from peft import LoraConfig
 
+    experts = list(getattr(lora, "target_parameters", ()))
+    fused = {r".*\.gate_up_proj": 2} if any(p.endswith("gate_up_proj") for p in experts) else {}
     init = (
         True if lora.init_method in ("kaiming", "default") else lora.init_method
     )  # PEFT's default is kaiming-uniform A
@@ -31,6 +35,9 @@ def lora_config(lora, target_modules=None):
         target_modules=target_modules if target_modules is not None else lora.target_modules,
         exclude_modules=lora.exclude_modules if target_modules is None else None,
         init_lora_weights=init,
+        target_parameters=experts or None,
+        rank_pattern={k: n * lora.rank for k, n in fused.items()},
+        alpha_pattern={k: n * lora.alpha for k, n in fused.items()},
         task_type="CAUSAL_LM",
     )
 
