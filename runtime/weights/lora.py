@@ -23,7 +23,7 @@ def lora_config(lora, target_modules=None):
     # deferred: PEFT (seconds to import), only for LoRA jobs; every engine and trainer imports this module
     from peft import LoraConfig
 
-    experts = list(getattr(lora, "target_parameters", ()))
+    experts = list(getattr(lora, "target_parameters", ())) if target_modules is None else []
     fused = {r".*\.gate_up_proj": 2} if any(p.endswith("gate_up_proj") for p in experts) else {}
     init = (
         True if lora.init_method in ("kaiming", "default") else lora.init_method
@@ -56,10 +56,47 @@ def adapter_names(names) -> list[str]:
     return [n for n in names if ADAPTER_MARK in n]
 
 
+def per_expert(adapters: dict[str, torch.Tensor], target_parameters, rank: int) -> dict[str, torch.Tensor]:
+    """`adapters` with PEFT's fused-expert ones (`...mlp.experts[.base_layer].lora_A...`, laid out as
+    workers/megatron_adapters.py says) split into each expert's gate_proj / up_proj / down_proj adapters of rank
+    `rank`, transformers 4's per-expert modules (`...mlp.experts.{e}.gate_proj.lora_A.default.weight`): the layout
+    vLLM's MoE LoRA loads."""
+    fused = [p.rpartition(".")[2] for p in target_parameters]  # innermost first, as PEFT nests them
+    if not fused:
+        return adapters
+    out = {}
+    for name, t in adapters.items():
+        module, _, tail = name.partition(ADAPTER_MARK)
+        if not module.endswith((".experts", ".experts.base_layer")):
+            out[name] = t
+            continue
+        param = fused[0] if module.endswith(".base_layer") or len(fused) == 1 else fused[1]
+        module = module.removesuffix(".base_layer")
+        r = 2 * rank if param == "gate_up_proj" else rank
+        if tail.startswith("A"):  # [experts * r, in]
+            experts = list(t.reshape(-1, r, t.shape[-1]).unbind(0))
+        else:  # [out, r * experts], the expert index fastest
+            experts = list(t.reshape(t.shape[0], r, -1).permute(2, 0, 1).unbind(0))
+        for e, factor in enumerate(experts):
+            if param != "gate_up_proj":
+                out[f"{module}.{e}.{param}{ADAPTER_MARK}{tail}"] = factor.contiguous()
+                continue
+            if tail.startswith("A"):  # [A; A]
+                gate, up = factor[:rank], factor[rank:]
+            else:  # [B_gate, 0; 0, B_up]
+                rows = factor.shape[0] // 2
+                gate, up = factor[:rows, :rank], factor[rows:, rank:]
+            out[f"{module}.{e}.gate_proj{ADAPTER_MARK}{tail}"] = gate.contiguous()
+            out[f"{module}.{e}.up_proj{ADAPTER_MARK}{tail}"] = up.contiguous()
+    return out
+
+
 def save_adapter(adapters: dict[str, torch.Tensor], lora, directory: str, base_model: str) -> None:
     """The trainer's adapter tensors (PEFT's in-model names, `...q_proj.lora_A.default.weight`) as a PEFT adapter
     directory, what vLLM loads a LoRA from: adapter_config.json naming the modules that have adapters, and
-    adapter_model.safetensors with PEFT's saved names (the adapter's name left out)."""
+    adapter_model.safetensors with PEFT's saved names (the adapter's name left out). Fused-expert adapters are
+    written per expert (`per_expert`)."""
+    adapters = per_expert(adapters, getattr(lora, "target_parameters", ()), lora.rank)
     saved = {name.replace(".default.", "."): t.contiguous() for name, t in adapters.items()}
     modules = sorted({name.split(ADAPTER_MARK)[0].rsplit(".", 1)[-1] for name in saved})
     config = lora_config(lora, target_modules=modules)

@@ -89,10 +89,47 @@ def _engine_equals_merged(got: dict, base: torch.nn.Module, fresh: torch.nn.Modu
         torch.testing.assert_close(engine.eval()(**kwargs).logits, fresh.eval()(**kwargs).logits, rtol=1e-4, atol=1e-4)
 
 
+def _vllm_layout_is_base_plus_adapters(got: dict, base: dict) -> None:
+    """The adapter directory the vLLM engine writes: each expert's gate_proj / up_proj / down_proj adapters, with the
+    base expert weights, give the merged export's experts (base + alpha / r * B @ A)."""
+    from rlc.runtime.sections import engine_lora
+    from rlc.runtime.weights.lora import per_expert
+
+    class Trainer:
+        strategy = got["strategy"]
+
+        class policy:  # noqa: N801
+            class model:  # noqa: N801
+                lora = got["lora"]
+
+    lora = engine_lora(Trainer)
+    split = per_expert({k: torch.from_numpy(v) for k, v in got["adapters"].items()}, lora.target_parameters, lora.rank)
+    scale = lora.alpha / lora.rank
+    checked = 0
+    for name, merged in got["merged"].items():
+        if not name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            continue
+        module = "base_model.model." + name.rpartition(".")[0]
+        for e in range(merged.shape[0]):
+            projs = ("gate_proj", "up_proj") if name.endswith("gate_up_proj") else ("down_proj",)
+            delta = torch.cat(
+                [
+                    split[f"{module}.{e}.{p}.lora_B.default.weight"] @ split[f"{module}.{e}.{p}.lora_A.default.weight"]
+                    for p in projs
+                ]
+            )
+            torch.testing.assert_close(base[name][e] + scale * delta, torch.from_numpy(merged[e]), rtol=1e-5, atol=1e-6)
+            checked += 1
+    assert checked == 2 * 2 * 4  # layers x fused parameters x experts
+    assert not any(".experts.lora_" in k or ".base_layer." in k for k in split)
+
+
 def test_qwen3_moe_adapters_over_two_expert_ranks_give_the_merged_models_logits(moe_model):  # noqa: F811
     got = run_ranks(_rank, 2, moe_model, {"expert_model_parallel_size": 2})[0]
     load = transformers.AutoModelForCausalLM.from_pretrained
-    _engine_equals_merged(got, load(moe_model, dtype=torch.float32), load(moe_model, dtype=torch.float32))
+    base = load(moe_model, dtype=torch.float32)
+    _vllm_layout_is_base_plus_adapters(got, {k: v.clone() for k, v in base.state_dict().items()})
+    _engine_equals_merged(got, base, load(moe_model, dtype=torch.float32))
 
 
 def test_qwen35_moe_adapters_give_the_merged_models_logits(qwen35_moe_text):  # noqa: F811
