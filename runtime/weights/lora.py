@@ -15,15 +15,18 @@ from safetensors.torch import save_file
 ADAPTER_MARK = ".lora_"  # in the name of every adapter tensor PEFT adds
 
 
-def lora_config(lora, target_modules=None):
+def lora_config(lora, target_modules=None, parameters=None):
     """PEFT's LoraConfig of `model.lora` (rank, alpha, dropout, target/exclude modules, init); `target_modules`
     replaces the spec's (a saved adapter names the modules it has). An engine's Megatron LoRA adds the fused expert
     parameters whose every expert has adapters (`sections.EngineLora`); a fused gate_up_proj takes rank and alpha
-    twice over (the same scale), as PEFT gives it where it maps transformers 4's gate_proj and up_proj there."""
+    twice over (the same scale), as PEFT gives it where it maps transformers 4's gate_proj and up_proj there; only
+    those among the model's `parameters` names (a dense model has none, and PEFT would warn)."""
     # deferred: PEFT (seconds to import), only for LoRA jobs; every engine and trainer imports this module
     from peft import LoraConfig
 
     experts = list(getattr(lora, "target_parameters", ())) if target_modules is None else []
+    if parameters is not None:
+        experts = [p for p in experts if any(n.endswith("." + p) for n in parameters)]
     fused = {r".*\.gate_up_proj": 2} if any(p.endswith("gate_up_proj") for p in experts) else {}
     init = (
         True if lora.init_method in ("kaiming", "default") else lora.init_method
@@ -49,7 +52,7 @@ def with_lora(lm: torch.nn.Module, lora) -> torch.nn.Module:
 
     with warnings.catch_warnings():  # PEFT asks transformers an is_gradient_checkpointing it deprecated
         warnings.simplefilter("ignore", FutureWarning)
-        return get_peft_model(lm, lora_config(lora))
+        return get_peft_model(lm, lora_config(lora, parameters=[n for n, _ in lm.named_parameters()]))
 
 
 def adapter_names(names) -> list[str]:
