@@ -108,6 +108,18 @@ def megatron_lora_projections(target_modules: str, exclude_modules: str | None =
     return r".*\.(" + "|".join(p for layer in layers for p in MEGATRON_LORA_LAYERS[layer][0]) + ")"
 
 
+# A routed expert's Megatron layer -> the fused Hugging Face parameter (transformers 5's [experts, out, in]) holding
+# its weight for every expert: where the engines put each expert's adapters, as PEFT's target_parameters.
+MEGATRON_LORA_EXPERT_PARAMETERS = {"linear_fc1": "mlp.experts.gate_up_proj", "linear_fc2": "mlp.experts.down_proj"}
+
+
+def megatron_lora_expert_parameters(target_modules: str, exclude_modules: str | None = None) -> tuple[str, ...]:
+    """The fused expert parameters that carry the routed experts' adapters synced unmerged (a dense model has none
+    of them, and PEFT then adapts nothing there)."""
+    layers = megatron_lora_targets(target_modules, exclude_modules)
+    return tuple(p for layer, p in MEGATRON_LORA_EXPERT_PARAMETERS.items() if layer in layers)
+
+
 def corrects_off_policy(
     tis_ratio_type: str | None,
     sequence_mask_metric: str | None,

@@ -8,9 +8,10 @@ act on the compiler's decisions (`job.decisions`); neither reads a spec field (t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 
-from rlc.core.runtime_facts import megatron_lora_projections
+from rlc.core.dataclass import dataclass as spec_dataclass
+from rlc.core.runtime_facts import megatron_lora_expert_parameters, megatron_lora_projections
 from rlc.runtime.config import CompiledJob
 from rlc.spec.algorithm import AlgorithmConfig
 from rlc.spec.generation import SkyRLGymConfig
@@ -35,12 +36,22 @@ class Sections:
         )
 
 
+@spec_dataclass
+class EngineLora(SkyRLLoraConfig):
+    """`model.lora` plus the fused expert parameters (PEFT's target_parameters) whose every expert gets adapters."""
+
+    target_parameters: tuple[str, ...] = ()
+
+
 def engine_lora(t) -> SkyRLLoraConfig:
     """The policy's `model.lora` as the engines' PEFT adapters take it: under megatron (adapters synced unmerged)
-    on the Hugging Face projections Megatron's adapted layers fuse."""
+    on the Hugging Face projections Megatron's adapted layers fuse, and on each routed expert's."""
     lora = t.policy.model.lora
     if t.strategy != "megatron" or lora.rank <= 0:
         return lora
-    return replace(
-        lora, target_modules=megatron_lora_projections(lora.target_modules, lora.exclude_modules), exclude_modules=None
+    same = {f.name: getattr(lora, f.name) for f in fields(lora)}
+    same["target_modules"] = megatron_lora_projections(lora.target_modules, lora.exclude_modules)
+    same["exclude_modules"] = None
+    return EngineLora(
+        **same, target_parameters=megatron_lora_expert_parameters(lora.target_modules, lora.exclude_modules)
     )

@@ -202,8 +202,8 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported(
         "RLC-E808",
-        "Megatron LoRA options (canonical_lora and DoRA adapters synced unmerged, shared expert LoRA, MoE LoRA "
-        "normalization)",
+        "Megatron LoRA options (canonical_lora and DoRA adapters synced unmerged, shared outer LoRAs over the "
+        "experts, MoE LoRA normalization)",
         _per_role(
             MEGATRON_ROLES,
             *(
@@ -211,8 +211,8 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
                 for k in ("merge_lora", "experts_shared_outer_loras", "normalize_moe_lora")
             ),
         ),
-        # merge_lora false runs for lora_type lora (runtime/workers/megatron_adapters.py); rlc's MoE LoRA has per-expert
-        # adapters only (neither shared outer LoRAs nor their normalization)
+        # merge_lora false runs for lora_type lora, dense or mixture-of-experts (runtime/workers/megatron_adapters.py);
+        # rlc's MoE LoRA gives each routed expert its own adapters (neither shared outer LoRAs nor their normalization)
         when=lambda key: _megatron(
             key,
             _lora(key),

@@ -336,11 +336,6 @@ class MegatronWorker(TrainWorker):
             self._reduce_experts_apart()
         lora = getattr(self.config.model, "lora", None)
         if self.s.role == "policy" and lora is not None and lora.rank > 0:
-            if getattr(self.arch, "experts", None) is not None and not self.mc.lora_config.merge_lora:
-                raise RuntimeError(
-                    f"LoRA on {self.hf_config.model_type}'s experts syncs merged weights only: set "
-                    "megatron_config.lora_config.merge_lora true"
-                )
             if self.bridge is not None:
                 raise RuntimeError(
                     "LoRA under the megatron strategy needs a model rlc's conversion covers "
