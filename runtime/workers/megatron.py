@@ -143,33 +143,19 @@ def vocab_parallel_logprobs(
     index = torch.arange(rows, device=logits.device)[:, None] * seq + positions.to(logits.device)[None, :]
     entropy_chunk = chunks[1] if want_entropy else None
     chunk = score_chunk(index.numel(), chunks[0], entropy_chunk, chunks[2], local, logit_bytes)
+    common = {
+        "entropy": want_entropy,
+        "sum_pi_squared": want_sum_pi_squared,
+        "rows": index,
+        "vocab_start": ps.get_tensor_model_parallel_rank() * local,
+        "vocab_size": vocab_size,
+        "chunk": chunk,
+        "group": ps.get_tensor_model_parallel_group(),
+    }
     if isinstance(logits, HeadInput):
-        return score_from_hidden(
-            logits.hidden,
-            logits.weight,
-            targets,
-            temperature,
-            entropy=want_entropy,
-            sum_pi_squared=want_sum_pi_squared,
-            rows=index,
-            vocab_start=ps.get_tensor_model_parallel_rank() * local,
-            vocab_size=vocab_size,
-            chunk=chunk,
-            group=ps.get_tensor_model_parallel_group(),
-        )
-    return score_tokens(
-        logits,
-        targets,
-        temperature,
-        entropy=want_entropy,
-        sum_pi_squared=want_sum_pi_squared,
-        rows=index,
-        vocab_start=ps.get_tensor_model_parallel_rank() * local,
-        vocab_size=vocab_size,
-        chunk=chunk,
-        group=ps.get_tensor_model_parallel_group(),
-        inplace_backward=True,  # the head's logits feed nothing else: their gradient overwrites them
-    )
+        return score_from_hidden(logits.hidden, logits.weight, targets, temperature, **common)
+    # the head's logits feed nothing else: their gradient overwrites them
+    return score_tokens(logits, targets, temperature, inplace_backward=True, **common)
 
 
 class MegatronWorker(TrainWorker):
