@@ -260,6 +260,7 @@ LONGEST_FIRST = (
     "test_qat.py",  # ~55 s: a Megatron-Core MoE model, a Megatron worker
     "test_megatron_qwen35_lora.py",  # ~65 s: LoRA steps of fsdp2 and Megatron (tp 1, 2) on tiny Qwen3.5 models
     "test_megatron_adapters.py",  # ~55 s: two Megatron LoRA workers on tp=2
+    "test_megatron_qwen35_moe_qat_lora.py",  # ~75 s: Qwen3.5-MoE with LoRA, QAT and the fused head, one rank and tp2 x ep2
     "test_megatron_moe_adapters.py",  # ~35 s: Megatron MoE LoRA workers on ep=2 (Qwen3-MoE) and one rank (Qwen3.5-MoE)
     "test_megatron_fused_head.py",  # ~50 s: Megatron workers on one and two tensor ranks, the head fused and not
     "test_ray_job.py",

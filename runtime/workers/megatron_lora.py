@@ -97,8 +97,31 @@ class LoraLinear(torch.nn.Module):
             self.magnitude = torch.nn.Parameter(self._row_norm(base.weight.detach()).to(dtype))
             set_tensor_model_parallel_attributes(self.magnitude, style == "column", 0, 1)
             self.magnitude.allreduce = not expert_parallel
+        if getattr(base, "is_expert", False):
+            # An expert's adapters live on its expert rank alone, never copies of another tensor rank's: flagged
+            # tensor-parallel as Megatron-Core flags the expert weights, every rank counts them in the gradient norm
+            # (unflagged, only tensor rank 0 would).
+            for p in [*self.lora_A, *self.lora_B]:
+                if not getattr(p, "tensor_model_parallel", False):
+                    set_tensor_model_parallel_attributes(p, True, 0, 1)
+        if self._sequence_parallel():
+            # Each tensor rank runs its slice of the rows through a weight every rank holds whole: a column layer's A
+            # (before the rows are gathered), a row layer's B and DoRA magnitude (after they are scattered). Flagged
+            # sequence-parallel, Megatron-Core sums their gradients over the tensor group, as it does a norm's.
+            whole = list(self.lora_A) if style == "column" else list(self.lora_B)
+            if style == "row" and lora_type == "dora":
+                whole.append(self.magnitude)
+            for p in whole:
+                p.sequence_parallel = True
         for p in base.parameters():
             p.requires_grad_(False)
+
+    def _sequence_parallel(self) -> bool:
+        """The base layer takes (column) or gives (row) each tensor rank's slice of the rows. An expert's layer under
+        expert parallelism communicates nothing itself: its dispatcher moved the tokens."""
+        return bool(getattr(self.base, "sequence_parallel", False)) and not getattr(
+            self.base, "explicit_expert_comm", False
+        )
 
     def _row_norm(self, weight: torch.Tensor) -> torch.Tensor:
         """Norm of each output row; a row-parallel layer's rows span the tensor group's input slices."""
@@ -132,20 +155,21 @@ class LoraLinear(torch.nn.Module):
         # deferred: Megatron-Core, optional (FSDP jobs lack it); imported for every job via workers/megatron.py
         from megatron.core.tensor_parallel.mappings import (
             copy_to_tensor_model_parallel_region,
+            gather_from_sequence_parallel_region,
             reduce_from_tensor_model_parallel_region,
+            reduce_scatter_to_sequence_parallel_region,
         )
 
         out, bias = self.base(x, *args, **kwargs)
         x = self.dropout(x)
-        parts = []
-        for a, b in zip(self.lora_A, self.lora_B):
-            h = x @ a.T
-            h = (
-                copy_to_tensor_model_parallel_region(h, self.group)
-                if self.style == "column"
-                else reduce_from_tensor_model_parallel_region(h, self.group)
-            )
-            parts.append(h @ b.T)
+        # Under sequence parallelism a column-parallel layer takes each rank's slice of the rows and gathers them, a
+        # row-parallel one sums and scatters them back: the adapter's rank-r activations follow the same path.
+        sp = self._sequence_parallel()
+        if self.style == "column":
+            mix = gather_from_sequence_parallel_region if sp else copy_to_tensor_model_parallel_region
+        else:
+            mix = reduce_scatter_to_sequence_parallel_region if sp else reduce_from_tensor_model_parallel_region
+        parts = [mix(x @ a.T, group=self.group) @ b.T for a, b in zip(self.lora_A, self.lora_B)]
         delta = self._layout(parts) * self.scale
         if self.lora_type != "dora":
             return out + delta, bias
@@ -189,6 +213,13 @@ def _owners(layer: torch.nn.Module) -> list[torch.nn.Module]:
         raise ValueError("LoRA on routed experts needs Megatron's local experts (moe_grouped_gemm: false)")
     if local is not None and (getattr(mlp.config, "expert_tensor_parallel_size", 1) or 1) > 1:
         raise ValueError("LoRA on routed experts needs expert_tensor_parallel_size 1")
+    config = mlp.config
+    if local is not None and config.tensor_model_parallel_size > 1 and config.expert_model_parallel_size == 1:
+        # every tensor rank holds every expert whole; the adapters' step there differs from one rank's (CPU check)
+        raise ValueError(
+            "LoRA on routed experts under tensor_model_parallel_size > 1 needs expert_model_parallel_size > 1 (the "
+            "experts split over the expert ranks, as SkyRL's layouts do)"
+        )
     shared = getattr(mlp, "shared_experts", None)
     if local is None:
         return [layer.self_attention, mlp]

@@ -109,7 +109,9 @@ def install(models: list[torch.nn.Module], qat: Any) -> int:
             elif kind == "SequentialMLP":
                 for expert in module.local_experts:
                     for linear in (expert.linear_fc1, expert.linear_fc2):
-                        _quantize_forward(linear, qat)
+                        # under LoRA the frozen base weight is what the engines serve on the INT4 grid; the
+                        # adapters beside it stay in the compute dtype (they sync unmerged)
+                        _quantize_forward(getattr(linear, "base", linear), qat)
                         found += 1
             elif kind == "GroupedMLP":
                 raise RuntimeError(
