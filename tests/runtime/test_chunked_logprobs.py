@@ -203,17 +203,17 @@ def test_vocabulary_padding_columns_get_no_probability():
 # ---- memory: nothing [tokens, vocab] in float32 -------------------------------------------------------------
 
 
-class _LargestFloat32(TorchDispatchMode):
-    """Records the largest float32 tensor any operation creates (forward and backward)."""
+class LargestTensor(TorchDispatchMode):
+    """Records the largest tensor (of `dtype`, or any) any operation creates, forward and backward, in elements."""
 
-    def __init__(self):
+    def __init__(self, dtype=None):
         super().__init__()
-        self.largest = 0
+        self.dtype, self.largest = dtype, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+            if isinstance(t, torch.Tensor) and self.dtype in (None, t.dtype):
                 self.largest = max(self.largest, t.numel())
         return out
 
@@ -239,7 +239,7 @@ def test_float32_work_space_is_a_chunk_not_the_whole_micro_batch(entropy):
 
     def measure(fn):
         x = logits.clone().requires_grad_()
-        with _LargestFloat32() as mode:
+        with LargestTensor(torch.float32) as mode:
             saved, (logp, ent) = _saved_float32(lambda: fn(x))
             (logp.sum() + (ent.sum() if entropy else 0)).backward()
         return mode.largest, saved

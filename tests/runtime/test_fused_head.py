@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from rlc.runtime.algorithms.fused_head import score_from_hidden  # noqa: E402
 from rlc.runtime.algorithms.losses import score_tokens  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from test_chunked_logprobs import LargestTensor  # noqa: E402
 
 TOKENS, HIDDEN, VOCAB = 10, 6, 12
 
@@ -77,21 +77,6 @@ def test_bfloat16_inputs_match_the_plain_path():
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
 
 
-class _Largest(TorchDispatchMode):
-    """The largest tensor any operation produces, in elements."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 def test_the_whole_logits_never_exist():
     tokens, hidden_size, vocab, chunk = 96, 8, 64, 16
     g = torch.Generator().manual_seed(2)
@@ -100,7 +85,7 @@ def test_the_whole_logits_never_exist():
     ids = torch.randint(0, vocab, (tokens,), generator=g)
 
     def largest(fn):
-        with _Largest() as mode:
+        with LargestTensor() as mode:
             fn().sum().backward()
         return mode.largest
 
